@@ -1,0 +1,60 @@
+"""Zig-zag base-128 varints as used inside v2 records (kafka-semantics §2.6).
+
+``encode`` writes signed values (protobuf ``sint32``/``sint64``): ``(n << 1) ^ (n >> 63)``, then
+7 bits per byte, least-significant group first, high bit set on every byte but the last. ``-1`` is
+``0x01``, ``0`` is ``0x00``, ``10`` is ``0x14``. The hot decode path lives in aiokafka's compiled
+reader; this module serves the writer, the legacy-free parts of the reader and the tests.
+"""
+
+from __future__ import annotations
+
+# A zig-zag varlong needs at most 10 bytes; Kafka rejects longer encodings.
+MAX_VARLONG_BYTES = 10
+
+
+def encode(value: int) -> bytes:
+    """Encode a signed 64-bit integer as a zig-zag varint."""
+    if not -(1 << 63) <= value < (1 << 63):
+        raise ValueError(f"varint value {value} does not fit in 64 bits")
+    unsigned = ((value << 1) ^ (value >> 63)) & 0xFFFFFFFFFFFFFFFF
+    out = bytearray()
+    while unsigned >= 0x80:
+        out.append((unsigned & 0x7F) | 0x80)
+        unsigned >>= 7
+    out.append(unsigned)
+    return bytes(out)
+
+
+def size_of(value: int) -> int:
+    """Number of bytes ``encode(value)`` produces."""
+    unsigned = ((value << 1) ^ (value >> 63)) & 0xFFFFFFFFFFFFFFFF
+    size = 1
+    while unsigned >= 0x80:
+        unsigned >>= 7
+        size += 1
+    return size
+
+
+def decode(data: bytes | bytearray | memoryview, pos: int) -> tuple[int, int]:
+    """Decode one zig-zag varint starting at ``pos``.
+
+    Returns:
+        ``(value, next_pos)``.
+
+    Raises:
+        ValueError: the bytes end inside the varint or it is longer than 10 bytes.
+    """
+    unsigned = 0
+    shift = 0
+    end = len(data)
+    for i in range(MAX_VARLONG_BYTES):
+        if pos >= end:
+            raise ValueError(f"varint runs past the end of the buffer at byte {pos}")
+        byte = data[pos]
+        pos += 1
+        unsigned |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return (unsigned >> 1) ^ -(unsigned & 1), pos
+        shift += 7
+        del i
+    raise ValueError(f"varint longer than {MAX_VARLONG_BYTES} bytes ending at byte {pos}")

@@ -1,0 +1,204 @@
+"""One error tree for the whole product.
+
+Every error carries a stable ``code`` (tests and the CLI's JSON output assert on it), the
+location it concerns (``path``, byte ``position``, batch ``base_offset`` where they apply) and a
+``remedy`` telling the operator what to do. ``str(err)`` renders all of them in one line, in the
+spirit of Kafka's own messages: consequence, location, remedy.
+
+Exit codes of the ``compactor`` command are declared here, once, next to the errors that map to
+them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+EXIT_OK = 0
+EXIT_FAILURE = 1  # unexpected failure, or a check (``inspect --verify``) that found problems
+EXIT_USAGE = 2  # argparse's own code for bad command-line syntax
+EXIT_CONFIG = 3
+EXIT_LOCKED = 4
+EXIT_CORRUPT = 5
+EXIT_PARTIAL = 6  # some partitions done, some skipped as corrupt
+
+
+class CompactorError(Exception):
+    """Base of every error raised on purpose by kafka-compactor.
+
+    Attributes:
+        code: stable identifier, e.g. ``"CORRUPT_SEGMENT"``.
+        path: file or directory concerned, when there is one.
+        position: byte position in ``path`` (start of the entry or index slot), when known.
+        base_offset: base offset of the batch (or segment) concerned, when known.
+        remedy: what the operator should do.
+    """
+
+    code = "COMPACTOR_ERROR"
+    exit_code = EXIT_FAILURE
+    default_remedy = ""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: str | None = None,
+        position: int | None = None,
+        base_offset: int | None = None,
+        remedy: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.path = path
+        self.position = position
+        self.base_offset = base_offset
+        self.remedy = self.default_remedy if remedy is None else remedy
+
+    def with_location(
+        self,
+        *,
+        path: str | None = None,
+        position: int | None = None,
+        base_offset: int | None = None,
+    ) -> CompactorError:
+        """Fill in location fields that are still unknown (used when a pure codec error
+        surfaces at a layer that knows the file and the entry's absolute position)."""
+        if self.path is None:
+            self.path = path
+        if self.position is None:
+            self.position = position
+        if self.base_offset is None:
+            self.base_offset = base_offset
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-friendly form for ``--json`` reports."""
+        return {
+            "code": self.code,
+            "message": self.message,
+            "path": self.path,
+            "position": self.position,
+            "base_offset": self.base_offset,
+            "remedy": self.remedy,
+        }
+
+    def __str__(self) -> str:
+        parts = [f"[{self.code}] {self.message}"]
+        where = []
+        if self.path is not None:
+            where.append(f"file {self.path}")
+        if self.position is not None:
+            where.append(f"byte position {self.position}")
+        if self.base_offset is not None:
+            where.append(f"base offset {self.base_offset}")
+        if where:
+            parts.append("at " + ", ".join(where))
+        if self.remedy:
+            parts.append(f"remedy: {self.remedy}")
+        return "; ".join(parts)
+
+
+_SEGMENT_REMEDY = (
+    "the data was left untouched; restore the segment from a replica or backup, or let a "
+    "Kafka broker recover it (it truncates the log at the first invalid batch) before "
+    "running kafka-compactor on this partition again"
+)
+
+
+class CorruptSegmentError(CompactorError):
+    """A ``.log`` segment holds bytes that do not form valid record batches (bad CRC, bad
+    lengths, truncated entry, trailing garbage, records that do not match their batch)."""
+
+    code = "CORRUPT_SEGMENT"
+    exit_code = EXIT_CORRUPT
+    default_remedy = _SEGMENT_REMEDY
+
+
+class TruncatedSegmentError(CorruptSegmentError):
+    """An entry's declared size runs past the end of the file (a partial write)."""
+
+    code = "TRUNCATED_SEGMENT"
+
+
+class CrcMismatchError(CorruptSegmentError):
+    """A batch's stored CRC does not match its content."""
+
+    code = "CRC_MISMATCH"
+
+
+class UnsupportedFormatError(CompactorError):
+    """Well-framed bytes in a format we do not handle: unknown magic or compression codec."""
+
+    code = "UNSUPPORTED_FORMAT"
+    exit_code = EXIT_CORRUPT
+    default_remedy = (
+        "the data was left untouched; check that the directory is a Kafka log directory "
+        "written by Kafka 0.8 or later and that the segment is not damaged"
+    )
+
+
+class CorruptIndexError(CompactorError):
+    """An ``.index``, ``.timeindex`` or ``.txnindex`` file is inconsistent with its segment."""
+
+    code = "CORRUPT_INDEX"
+    exit_code = EXIT_CORRUPT
+    default_remedy = (
+        "the data was left untouched; delete the segment's .index file so that a Kafka "
+        "broker rebuilds both indexes on its next start, or restore it from a replica"
+    )
+
+
+class CorruptCheckpointError(CompactorError):
+    """A checkpoint file (``*-checkpoint``, ``leader-epoch-checkpoint``) or producer
+    ``.snapshot`` cannot be parsed."""
+
+    code = "CORRUPT_CHECKPOINT"
+    exit_code = EXIT_CORRUPT
+    default_remedy = (
+        "the data was left untouched; restore the file from a backup or remove it so that "
+        "Kafka (and kafka-compactor) fall back to their defaults"
+    )
+
+
+class ConfigError(CompactorError):
+    """An invalid topic config or command-line option value."""
+
+    code = "CONFIG_ERROR"
+    exit_code = EXIT_CONFIG
+    default_remedy = "fix the value and run the command again; nothing was changed"
+
+
+class LogDirError(CompactorError):
+    """A log dir or partition dir is missing, unreadable or not a Kafka log dir."""
+
+    code = "LOG_DIR_ERROR"
+    exit_code = EXIT_CONFIG
+    default_remedy = "check the path and its permissions; nothing was changed"
+
+
+class LogDirLockedError(CompactorError):
+    """Another process (a Kafka broker or another compactor) holds the log dir's ``.lock``."""
+
+    code = "LOG_DIR_LOCKED"
+    exit_code = EXIT_LOCKED
+    default_remedy = (
+        "stop the Kafka broker (or wait for the other kafka-compactor run) that uses this "
+        "log dir, or run on an offline copy; nothing was changed"
+    )
+
+
+class CommitConflictError(CompactorError):
+    """The files of a partition changed between planning and commit."""
+
+    code = "COMMIT_CONFLICT"
+    exit_code = EXIT_FAILURE
+    default_remedy = "run again; the partition was left as it was before this run"
+
+
+class SwapRecoveryError(CompactorError):
+    """Leftovers of an interrupted swap cannot be resolved by Kafka's recovery rules."""
+
+    code = "SWAP_RECOVERY"
+    exit_code = EXIT_CORRUPT
+    default_remedy = (
+        "inspect the partition directory by hand; no file was deleted by this attempt"
+    )
