@@ -1,0 +1,455 @@
+"""``compactor generate``: realistic Kafka log dirs for the demo, the tests and the benchmarks.
+
+Each partition is written the way a broker would have written it: batches from plain,
+idempotent and transactional producers (each producer with its own codec), interleaved
+transactions ending in COMMIT or ABORT markers (optionally one left open), Zipf-like key reuse,
+tombstones, null keys, headers, millisecond timestamps, leader epoch changes, segments rolled at
+``segment.bytes`` with canonical ``.index``/``.timeindex``, ``.txnindex`` entries for aborted
+transactions, a producer ``.snapshot`` at every roll, segment mtimes at their last timestamp,
+root checkpoints, ``meta.properties`` and ``partition.metadata``. An optional legacy prefix
+writes the first records of each partition as v0 then v1 messages (a message-format upgrade).
+
+Everything is derived from ``seed``: the same config gives byte-identical files.
+"""
+
+from __future__ import annotations
+
+import base64
+import bisect
+import itertools
+import random
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from compactor import storage
+from compactor.codec.checkpoints import (
+    LEADER_EPOCH_CHECKPOINT,
+    LOG_START_OFFSET_CHECKPOINT,
+    RECOVERY_POINT_CHECKPOINT,
+    REPLICATION_OFFSET_CHECKPOINT,
+    format_leader_epoch_checkpoint,
+    format_offset_checkpoint,
+)
+from compactor.codec.compression import Codec
+from compactor.codec.indexes import (
+    AbortedTxn,
+    BatchIndexInfo,
+    build_indexes,
+    encode_offset_index,
+    encode_time_index,
+    encode_txn_index,
+)
+from compactor.codec.legacy import LegacyRecord, encode_message_set
+from compactor.codec.records import (
+    ControlType,
+    NewRecord,
+    NewRecordBatch,
+    TimestampType,
+    add_sequence,
+    control_key,
+    encode_batch,
+    marker_value,
+)
+from compactor.codec.snapshot import ProducerSnapshotEntry, encode_snapshot
+from compactor.errors import ConfigError
+from compactor.model import EpochEntry, TopicPartition, segment_file_prefix
+
+DEFAULT_START_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
+
+
+@dataclass(frozen=True, kw_only=True)
+class GeneratorConfig:
+    """Shape of a generated log dir. Sizes are per partition."""
+
+    topics: Sequence[str] = ("orders-v2", "user-profiles")
+    partitions: int = 2
+    records_per_partition: int = 5_000
+    distinct_keys: int = 500
+    zipf_exponent: float = 1.1
+    value_bytes: int = 100
+    tombstone_ratio: float = 0.1
+    null_key_ratio: float = 0.01
+    header_ratio: float = 0.2
+    max_batch_records: int = 20
+    segment_bytes: int = 64 * 1024
+    index_interval_bytes: int = 4096
+    codecs: Sequence[Codec] = tuple(Codec)
+    plain_producers: int = 2
+    idempotent_producers: int = 2
+    transactional_producers: int = 2
+    transactional_ratio: float = 0.3
+    abort_ratio: float = 0.3
+    open_transaction: bool = False
+    legacy_records: int = 0
+    leader_epochs: int = 3
+    start_ms: int = DEFAULT_START_MS
+    record_interval_ms: int = 50
+    log_append_time_topics: Sequence[str] = ()
+    seed: int = 0
+
+    def validate(self) -> None:
+        """Raise :class:`ConfigError` for values that cannot produce a log."""
+        checks = [
+            (self.partitions >= 1, "partitions must be >= 1"),
+            (self.records_per_partition >= 0, "records per partition must be >= 0"),
+            (self.distinct_keys >= 1, "distinct keys must be >= 1"),
+            (self.value_bytes >= 0, "value bytes must be >= 0"),
+            (self.max_batch_records >= 1, "max batch records must be >= 1"),
+            (self.segment_bytes >= 1024, "segment bytes must be >= 1024"),
+            (self.plain_producers + self.idempotent_producers + self.transactional_producers >= 1,
+             "at least one producer is needed"),
+            (all(0 <= r <= 1 for r in (self.tombstone_ratio, self.null_key_ratio,
+                                       self.header_ratio, self.transactional_ratio,
+                                       self.abort_ratio)), "ratios must lie in [0, 1]"),
+            (len(self.codecs) >= 1, "at least one codec is needed"),
+            (self.legacy_records >= 0, "legacy records must be >= 0"),
+            (all("/" not in t and t for t in self.topics), "topic names must be non-empty "
+                                                            "and contain no '/'"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ConfigError(f"invalid generator setting: {message}")
+
+
+@dataclass(slots=True)
+class _Producer:
+    kind: str  # plain | idempotent | transactional
+    producer_id: int
+    epoch: int
+    codec: Codec
+    next_sequence: int = 0
+    txn_first_offset: int | None = None
+    txn_batches: int = 0
+    last_offset: int = -1
+    last_offset_delta: int = 0
+    last_timestamp: int = -1
+    coordinator_epoch: int = 0
+
+
+@dataclass(slots=True)
+class PartitionSummary:
+    """What was generated for one partition (used by tests and the demo)."""
+
+    tp: TopicPartition
+    log_end_offset: int = 0
+    records: int = 0
+    batches: int = 0
+    segments: int = 0
+    aborted_txns: int = 0
+    committed_txns: int = 0
+    open_txn_first_offset: int | None = None
+    bytes: int = 0
+
+
+@dataclass(slots=True)
+class GenerationSummary:
+    log_dir: str
+    partitions: list[PartitionSummary] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "log_dir": self.log_dir,
+            "partitions": [
+                {"topic": p.tp.topic, "partition": p.tp.partition, "log_end_offset":
+                 p.log_end_offset, "records": p.records, "batches": p.batches,
+                 "segments": p.segments, "aborted_txns": p.aborted_txns,
+                 "committed_txns": p.committed_txns,
+                 "open_txn_first_offset": p.open_txn_first_offset, "bytes": p.bytes}
+                for p in self.partitions
+            ],
+        }
+
+
+class _SegmentWriter:
+    """Accumulates one partition's segments and writes them as they roll."""
+
+    def __init__(self, partition_dir: str, cfg: GeneratorConfig) -> None:
+        self.dir = partition_dir
+        self.cfg = cfg
+        self.base_offset = 0
+        self.chunks: list[bytes] = []
+        self.size = 0
+        self.index_infos: list[BatchIndexInfo] = []
+        self.aborted: list[AbortedTxn] = []
+        self.max_timestamp = -1
+        self.segments = 0
+
+    def append(self, entry: bytes, *, base_offset: int, last_offset: int, max_timestamp: int,
+               on_roll: Callable[[int], None]) -> None:
+        if self.chunks and self.size + len(entry) > self.cfg.segment_bytes:
+            self.flush()
+            on_roll(base_offset)
+        if not self.chunks:
+            self.base_offset = base_offset
+        self.index_infos.append(BatchIndexInfo(position=self.size, size_in_bytes=len(entry),
+                                               last_offset=last_offset,
+                                               max_timestamp=max_timestamp))
+        self.chunks.append(entry)
+        self.size += len(entry)
+        self.max_timestamp = max(self.max_timestamp, max_timestamp)
+
+    def flush(self) -> None:
+        prefix = storage.join(self.dir, segment_file_prefix(self.base_offset))
+        offsets, times = build_indexes(self.index_infos, self.base_offset,
+                                       index_interval_bytes=self.cfg.index_interval_bytes)
+        mtime = self.max_timestamp if self.max_timestamp > 0 else self.cfg.start_ms
+        storage.write_durable(prefix + ".log", b"".join(self.chunks), mtime_ms=mtime,
+                              fsync=False)
+        storage.write_durable(prefix + ".index", encode_offset_index(offsets, self.base_offset),
+                              mtime_ms=mtime, fsync=False)
+        storage.write_durable(prefix + ".timeindex", encode_time_index(times, self.base_offset),
+                              mtime_ms=mtime, fsync=False)
+        if self.aborted:
+            storage.write_durable(prefix + ".txnindex", encode_txn_index(self.aborted),
+                                  mtime_ms=mtime, fsync=False)
+        self.segments += 1
+        self.chunks, self.size, self.index_infos, self.aborted = [], 0, [], []
+        self.max_timestamp = -1
+
+
+class _KeyChooser:
+    def __init__(self, rng: random.Random, count: int, exponent: float) -> None:
+        weights = [1.0 / (k + 1) ** exponent for k in range(count)]
+        self.cum = list(itertools.accumulate(weights))
+        self.total = self.cum[-1]
+        self.rng = rng
+        # Shuffle which key ids are hot so hot keys spread over the key space.
+        self.ids = list(range(count))
+        rng.shuffle(self.ids)
+
+    def __call__(self) -> bytes:
+        rank = bisect.bisect_left(self.cum, self.rng.random() * self.total)
+        return b"key-%08d" % self.ids[min(rank, len(self.ids) - 1)]
+
+
+def generate(out_dir: str, cfg: GeneratorConfig) -> GenerationSummary:
+    """Write a log dir under ``out_dir`` (created; must not hold partitions already)."""
+    cfg.validate()
+    storage.make_dirs(out_dir)
+    rng = random.Random(cfg.seed)
+    cluster_id = base64.urlsafe_b64encode(uuid.UUID(int=rng.getrandbits(128)).bytes).rstrip(
+        b"=").decode()
+    storage.write_durable(
+        storage.join(out_dir, "meta.properties"),
+        f"#Generated by kafka-compactor\nnode.id=1\nversion=1\ncluster.id={cluster_id}\n"
+        f"directory.id={cluster_id}\n".encode(),
+        fsync=False,
+    )
+    summary = GenerationSummary(log_dir=out_dir)
+    for topic_index, topic in enumerate(cfg.topics):
+        topic_id = base64.urlsafe_b64encode(
+            uuid.UUID(int=rng.getrandbits(128)).bytes).rstrip(b"=").decode()
+        for partition in range(cfg.partitions):
+            tp = TopicPartition(topic, partition)
+            seed = hash((cfg.seed, topic_index, partition)) & 0xFFFFFFFF
+            summary.partitions.append(
+                _generate_partition(out_dir, tp, topic_id, cfg, random.Random(seed))
+            )
+    hw = {p.tp: p.log_end_offset for p in summary.partitions}
+    storage.write_durable(storage.join(out_dir, REPLICATION_OFFSET_CHECKPOINT),
+                          format_offset_checkpoint(hw).encode(), fsync=False)
+    storage.write_durable(storage.join(out_dir, RECOVERY_POINT_CHECKPOINT),
+                          format_offset_checkpoint(hw).encode(), fsync=False)
+    storage.write_durable(storage.join(out_dir, LOG_START_OFFSET_CHECKPOINT),
+                          format_offset_checkpoint({}).encode(), fsync=False)
+    return summary
+
+
+def _generate_partition(
+    out_dir: str, tp: TopicPartition, topic_id: str, cfg: GeneratorConfig, rng: random.Random
+) -> PartitionSummary:
+    pdir = storage.join(out_dir, tp.dir_name)
+    storage.make_dirs(pdir)
+    storage.write_durable(storage.join(pdir, "partition.metadata"),
+                          f"version: 0\ntopic_id: {topic_id}".encode(), fsync=False)
+    summary = PartitionSummary(tp=tp)
+    choose_key = _KeyChooser(rng, cfg.distinct_keys, cfg.zipf_exponent)
+    value_pool = rng.randbytes(64 * 1024) + bytes(64 * 1024)  # half random, half compressible
+    ts_type = (TimestampType.LOG_APPEND_TIME if tp.topic in cfg.log_append_time_topics
+               else TimestampType.CREATE_TIME)
+
+    producers: list[_Producer] = []
+    next_pid = 1000 + rng.randrange(1000)
+    for kind, count in (("plain", cfg.plain_producers), ("idempotent", cfg.idempotent_producers),
+                        ("transactional", cfg.transactional_producers)):
+        for _ in range(count):
+            pid = -1 if kind == "plain" else next_pid
+            next_pid += 1 + rng.randrange(5)
+            producers.append(_Producer(kind=kind, producer_id=pid,
+                                       epoch=-1 if kind == "plain" else rng.randrange(3),
+                                       codec=rng.choice(list(cfg.codecs))))
+    plain = [p for p in producers if p.kind != "transactional"]
+    txn_producers = [p for p in producers if p.kind == "transactional"]
+
+    writer = _SegmentWriter(pdir, cfg)
+    epochs: list[EpochEntry] = []
+    epoch_len = max(1, cfg.records_per_partition // max(1, cfg.leader_epochs))
+    offset = 0
+    clock = cfg.start_ms
+    open_txns: dict[int, int] = {}  # producer id -> first offset
+
+    def snapshot_at(roll_offset: int) -> None:
+        entries = [
+            ProducerSnapshotEntry(
+                producer_id=p.producer_id, epoch=p.epoch,
+                last_sequence=add_sequence(p.next_sequence, -1) if p.next_sequence else -1,
+                last_offset=p.last_offset, offset_delta=p.last_offset_delta,
+                timestamp=p.last_timestamp, coordinator_epoch=p.coordinator_epoch,
+                current_txn_first_offset=(p.txn_first_offset if p.txn_first_offset is not None
+                                          else -1),
+            )
+            for p in producers if p.producer_id >= 0 and p.last_offset >= 0
+        ]
+        storage.write_durable(storage.join(pdir, segment_file_prefix(roll_offset) + ".snapshot"),
+                              encode_snapshot(entries), fsync=False)
+
+    def leader_epoch() -> int:
+        epoch = min(offset // epoch_len, max(0, cfg.leader_epochs - 1))
+        if not epochs or epochs[-1].epoch != epoch:
+            epochs.append(EpochEntry(epoch=epoch, start_offset=offset))
+        return epoch
+
+    def tick() -> int:
+        nonlocal clock
+        clock += rng.randrange(0, 2 * cfg.record_interval_ms + 1)
+        return clock
+
+    def make_record(delta: int, txn: bool) -> NewRecord:
+        ts = tick()
+        key: bytes | None = choose_key()
+        if not txn and rng.random() < cfg.null_key_ratio:
+            key = None
+        if key is not None and rng.random() < cfg.tombstone_ratio:
+            value = None
+        else:
+            start = rng.randrange(0, len(value_pool) - cfg.value_bytes) if cfg.value_bytes else 0
+            value = value_pool[start : start + cfg.value_bytes]
+        headers: tuple[tuple[str, bytes | None], ...] = ()
+        if rng.random() < cfg.header_ratio:
+            headers = (("trace-id", b"%016x" % rng.getrandbits(64)),
+                       ("source", rng.choice([b"svc-a", b"svc-b", None])))
+        return NewRecord(offset_delta=delta, timestamp=ts, key=key, value=value, headers=headers)
+
+    def emit(entry: bytes, base: int, last: int, max_ts: int, records: int) -> None:
+        writer.append(entry, base_offset=base, last_offset=last, max_timestamp=max_ts,
+                      on_roll=snapshot_at)
+        summary.batches += 1
+        summary.records += records
+        summary.bytes += len(entry)
+
+    def emit_marker(p: _Producer, epoch: int) -> None:
+        nonlocal offset
+        abort = rng.random() < cfg.abort_ratio
+        ts = tick()
+        marker = NewRecordBatch(
+            base_offset=offset,
+            records=[NewRecord(offset_delta=0, timestamp=ts,
+                               key=control_key(ControlType.ABORT if abort else ControlType.COMMIT),
+                               value=marker_value(p.coordinator_epoch))],
+            timestamp_type=ts_type,
+            max_timestamp=ts,
+            is_transactional=True,
+            is_control=True,
+            partition_leader_epoch=epoch,
+            producer_id=p.producer_id,
+            producer_epoch=p.epoch,
+        )
+        first = p.txn_first_offset if p.txn_first_offset is not None else offset
+        open_txns.pop(p.producer_id, None)
+        emit(encode_batch(marker), offset, offset, ts, 0)
+        if abort:
+            lso = min(open_txns.values(), default=offset + 1)
+            writer.aborted.append(AbortedTxn(producer_id=p.producer_id, first_offset=first,
+                                             last_offset=offset, last_stable_offset=lso))
+            summary.aborted_txns += 1
+        else:
+            summary.committed_txns += 1
+        p.txn_first_offset = None
+        p.txn_batches = 0
+        p.last_offset = offset
+        p.last_offset_delta = 0
+        p.last_timestamp = ts
+        offset += 1
+
+    # Legacy prefix: v0 messages, then v1, as after a message-format upgrade.
+    legacy_left = min(cfg.legacy_records, cfg.records_per_partition)
+    while legacy_left > 0:
+        magic = 0 if offset < cfg.legacy_records // 2 else 1
+        n = min(legacy_left, 1 + rng.randrange(cfg.max_batch_records))
+        codec = rng.choice([c for c in cfg.codecs if c != Codec.ZSTD] or [Codec.NONE])
+        recs = [LegacyRecord(offset=offset + i, key=choose_key(), value=b"legacy-%d" % (offset + i),
+                             timestamp=tick() if magic == 1 else -1) for i in range(n)]
+        if codec == Codec.NONE:
+            for r in recs:
+                entry = encode_message_set([r], magic=magic)
+                emit(entry, r.offset, r.offset, r.timestamp, 1)
+        else:
+            entry = encode_message_set(recs, magic=magic, codec=codec)
+            emit(entry, offset, offset + n - 1, max(r.timestamp for r in recs), n)
+        leader_epoch()
+        offset += n
+        legacy_left -= n
+
+    while summary.records < cfg.records_per_partition:
+        use_txn = txn_producers and rng.random() < cfg.transactional_ratio
+        producer = rng.choice(txn_producers if use_txn else plain or txn_producers)
+        epoch = leader_epoch()
+        if producer.kind == "transactional":
+            if producer.txn_first_offset is not None and producer.txn_batches >= 1 and \
+                    rng.random() < 0.35:
+                emit_marker(producer, epoch)
+                continue
+            if producer.txn_first_offset is None:
+                producer.txn_first_offset = offset
+                open_txns[producer.producer_id] = offset
+        n = min(1 + rng.randrange(cfg.max_batch_records),
+                cfg.records_per_partition - summary.records)
+        # Compacted batches keep gaps; fresh producer batches are dense.
+        records = [make_record(i, producer.kind == "transactional") for i in range(n)]
+        batch = NewRecordBatch(
+            base_offset=offset,
+            records=records,
+            compression=producer.codec,
+            timestamp_type=ts_type,
+            max_timestamp=clock if ts_type == TimestampType.LOG_APPEND_TIME else None,
+            is_transactional=producer.kind == "transactional",
+            partition_leader_epoch=epoch,
+            producer_id=producer.producer_id,
+            producer_epoch=producer.epoch,
+            base_sequence=producer.next_sequence if producer.producer_id >= 0 else -1,
+        )
+        entry = encode_batch(batch)
+        max_ts = clock if ts_type == TimestampType.LOG_APPEND_TIME else max(
+            r.timestamp for r in records)
+        emit(entry, offset, offset + n - 1, max_ts, n)
+        if producer.producer_id >= 0:
+            producer.next_sequence = add_sequence(producer.next_sequence, n)
+            producer.last_offset = offset + n - 1
+            producer.last_offset_delta = n - 1
+            producer.last_timestamp = max_ts
+        if producer.kind == "transactional":
+            producer.txn_batches += 1
+        offset += n
+
+    def close_all() -> None:
+        keep_open = cfg.open_transaction
+        for p in txn_producers:
+            if p.txn_first_offset is None:
+                continue
+            if keep_open:
+                keep_open = False
+                summary.open_txn_first_offset = p.txn_first_offset
+                continue
+            emit_marker(p, leader_epoch())
+
+    close_all()
+    if writer.chunks or writer.segments == 0:
+        if not writer.chunks:
+            writer.base_offset = offset
+        writer.flush()
+    summary.segments = writer.segments
+    summary.log_end_offset = offset
+    storage.write_durable(storage.join(pdir, LEADER_EPOCH_CHECKPOINT),
+                          format_leader_epoch_checkpoint(epochs).encode(), fsync=False)
+    return summary

@@ -1,0 +1,414 @@
+"""``compactor inspect``: dump and verify segments, partitions and log dirs, in the spirit of
+``kafka-dump-log``. Read-only.
+
+Verification (``verify=True``) collects every problem it finds instead of stopping at the first:
+
+* each batch frames, its CRC matches and its records decode to the declared count;
+* batch offsets increase within a segment and stay within ``[segment base, next segment base)``;
+* every ``.index`` entry points at a batch start, offsets and positions increase, the batch at
+  the position starts at or before the entry's offset and the batch before it ends below it;
+* every ``.timeindex`` entry is monotone, names an offset of the segment and a timestamp that
+  the segment holds;
+* every ``.txnindex`` entry names an ABORT marker of the same producer at its last offset, and
+  every ABORT marker whose transaction still has data in the partition has an entry;
+* leftovers of an interrupted swap, unreadable checkpoints and producer snapshots are reported.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from compactor import storage
+from compactor.codec.checkpoints import ROOT_CHECKPOINTS, parse_offset_checkpoint
+from compactor.codec.compression import codec_name
+from compactor.codec.indexes import (
+    AbortedTxn,
+    decode_offset_index,
+    decode_time_index,
+    decode_txn_index,
+)
+from compactor.codec.records import ControlType, RecordBatch
+from compactor.codec.segment import iter_batches
+from compactor.codec.snapshot import decode_snapshot
+from compactor.errors import CompactorError, CorruptIndexError, CorruptSegmentError, LogDirError
+from compactor.logdir import (
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    SNAPSHOT_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
+    file_offset,
+    load_partition,
+    open_log_dir,
+    parse_partition_dir_name,
+    read_leader_epochs,
+)
+from compactor.model import segment_file_prefix
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Problem:
+    """One defect found by ``--verify``."""
+
+    code: str
+    message: str
+    path: str | None = None
+    position: int | None = None
+    base_offset: int | None = None
+
+    @classmethod
+    def from_error(cls, err: CompactorError) -> Problem:
+        return cls(code=err.code, message=err.message, path=err.path, position=err.position,
+                   base_offset=err.base_offset)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"code": self.code, "message": self.message, "path": self.path,
+                "position": self.position, "base_offset": self.base_offset}
+
+    def __str__(self) -> str:
+        where = [f"file {self.path}"] if self.path else []
+        if self.position is not None:
+            where.append(f"byte position {self.position}")
+        if self.base_offset is not None:
+            where.append(f"base offset {self.base_offset}")
+        return f"[{self.code}] {self.message}" + (f" at {', '.join(where)}" if where else "")
+
+
+@dataclass(slots=True, kw_only=True)
+class SegmentReport:
+    """What inspect found in one segment; ``batches`` only when dumping."""
+
+    path: str
+    base_offset: int
+    size_bytes: int
+    batch_count: int = 0
+    record_count: int = 0
+    first_offset: int | None = None
+    next_offset: int | None = None
+    max_timestamp: int = -1
+    batches: list[dict[str, Any]] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "type": "segment",
+            "path": self.path,
+            "base_offset": self.base_offset,
+            "size_bytes": self.size_bytes,
+            "batch_count": self.batch_count,
+            "record_count": self.record_count,
+            "first_offset": self.first_offset,
+            "next_offset": self.next_offset,
+            "max_timestamp": self.max_timestamp,
+            "batches": self.batches,
+            "problems": [p.to_dict() for p in self.problems],
+        }
+
+
+@dataclass(slots=True, kw_only=True)
+class _TxnTracker:
+    """Partition-wide transaction state for the txn-index check."""
+
+    first_data_offset: dict[int, int] = field(default_factory=dict)
+
+
+def batch_to_dict(batch: RecordBatch, *, records: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "base_offset": batch.base_offset,
+        "last_offset": batch.last_offset,
+        "count": batch.records_count,
+        "position": batch.position,
+        "size": batch.size_in_bytes,
+        "magic": batch.magic,
+        "codec": codec_name(batch.compression),
+        "crc": batch.crc,
+        "partition_leader_epoch": batch.partition_leader_epoch,
+        "producer_id": batch.producer_id,
+        "producer_epoch": batch.producer_epoch,
+        "base_sequence": batch.base_sequence,
+        "is_transactional": batch.is_transactional,
+        "is_control": batch.is_control,
+        "delete_horizon_ms": batch.delete_horizon_ms,
+        "timestamp_type": batch.timestamp_type.name,
+        "base_timestamp": batch.base_timestamp,
+        "max_timestamp": batch.max_timestamp,
+    }
+    if batch.is_control:
+        control = batch.control_record()
+        out["control_type"] = control.type.name if control else None
+    if records:
+        out["records"] = [
+            {
+                "offset": r.offset,
+                "timestamp": r.timestamp,
+                "key": _show(r.key),
+                "value_size": None if r.value is None else len(r.value),
+                "headers": [[k, _show(v)] for k, v in r.headers],
+            }
+            for r in batch.records()
+        ]
+    return out
+
+
+def _show(data: bytes | None, limit: int = 64) -> str | None:
+    if data is None:
+        return None
+    text = data[:limit].decode("utf-8", errors="backslashreplace")
+    return text + ("..." if len(data) > limit else "")
+
+
+def inspect_segment(
+    log_path: str,
+    *,
+    dump: bool = True,
+    records: bool = False,
+    verify: bool = False,
+    is_active: bool = True,
+    next_segment_base: int | None = None,
+    txn: _TxnTracker | None = None,
+) -> SegmentReport:
+    """Read one ``.log`` file (and, with ``verify``, its indexes)."""
+    base = file_offset(storage.basename(log_path))
+    if base is None:
+        raise LogDirError("segment file name does not start with a base offset", path=log_path)
+    data = storage.read_bytes(log_path)
+    report = SegmentReport(path=log_path, base_offset=base, size_bytes=len(data))
+    txn = txn if txn is not None else _TxnTracker()
+    batches: list[RecordBatch] = []
+    aborts: dict[int, RecordBatch] = {}
+    aborts_with_data: dict[int, int] = {}
+    try:
+        for batch in iter_batches(data, path=log_path):
+            batches.append(batch)
+            report.batch_count += 1
+            report.record_count += batch.records_count
+            report.max_timestamp = max(report.max_timestamp, batch.max_timestamp)
+            if report.first_offset is None:
+                report.first_offset = batch.base_offset
+            if verify:
+                _verify_batch(batch, batches, report, base, next_segment_base)
+                _track_txn(batch, txn, aborts, aborts_with_data, report, log_path)
+            if dump:
+                report.batches.append(batch_to_dict(batch, records=records))
+            report.next_offset = batch.next_offset
+    except CompactorError as err:
+        report.problems.append(Problem.from_error(err.with_location(path=log_path)))
+    if verify:
+        _verify_indexes(log_path, base, batches, report, is_active, aborts, aborts_with_data)
+    return report
+
+
+def _verify_batch(
+    batch: RecordBatch,
+    batches: list[RecordBatch],
+    report: SegmentReport,
+    base: int,
+    next_segment_base: int | None,
+) -> None:
+    def problem(message: str) -> None:
+        report.problems.append(Problem(code="BAD_OFFSETS", message=message, path=report.path,
+                                       position=batch.position, base_offset=batch.base_offset))
+
+    if len(batches) == 1 and batch.base_offset < base:
+        problem(f"first batch starts below the segment base offset {base}")
+    if len(batches) > 1 and batch.base_offset <= batches[-2].last_offset:
+        problem(f"batch does not follow the previous batch's last offset {batches[-2].last_offset}")
+    if next_segment_base is not None and batch.last_offset >= next_segment_base:
+        problem(f"batch runs into the next segment, which starts at {next_segment_base}")
+    try:
+        batch.records()
+    except CompactorError as err:
+        report.problems.append(Problem.from_error(err.with_location(path=report.path)))
+
+
+def _track_txn(
+    batch: RecordBatch,
+    txn: _TxnTracker,
+    aborts: dict[int, RecordBatch],
+    aborts_with_data: dict[int, int],
+    report: SegmentReport,
+    log_path: str,
+) -> None:
+    if not batch.is_transactional:
+        return
+    if not batch.is_control:
+        txn.first_data_offset.setdefault(batch.producer_id, batch.base_offset)
+        return
+    try:
+        control = batch.control_record()
+    except CompactorError as err:
+        report.problems.append(Problem.from_error(err.with_location(path=log_path)))
+        return
+    if control is None:  # an emptied marker: carries no type
+        return
+    first = txn.first_data_offset.pop(batch.producer_id, None)
+    if control.type == ControlType.ABORT:
+        aborts[batch.base_offset] = batch
+        if first is not None:
+            aborts_with_data[batch.base_offset] = first
+
+
+def _verify_indexes(
+    log_path: str,
+    base: int,
+    batches: list[RecordBatch],
+    report: SegmentReport,
+    is_active: bool,
+    aborts: dict[int, RecordBatch],
+    aborts_with_data: dict[int, int],
+) -> None:
+    prefix = log_path[: -len(LOG_SUFFIX)]
+    starts = {b.position: i for i, b in enumerate(batches)}
+    last_offset = batches[-1].last_offset if batches else base - 1
+
+    def problem(path: str, message: str, position: int | None = None) -> None:
+        report.problems.append(Problem(code=CorruptIndexError.code, message=message, path=path,
+                                       position=position, base_offset=base))
+
+    index_path = prefix + INDEX_SUFFIX
+    if storage.exists(index_path):
+        try:
+            entries = decode_offset_index(storage.read_bytes(index_path), base, path=index_path,
+                                          allow_preallocated=is_active)
+        except CompactorError as err:
+            report.problems.append(Problem.from_error(err))
+            entries = []
+        for slot, entry in enumerate(entries):
+            at = slot * 8
+            i = starts.get(entry.position)
+            if i is None:
+                problem(index_path, f"entry ({entry.offset}, position {entry.position}) does not "
+                        "point at a batch start", at)
+            elif batches[i].base_offset > entry.offset:
+                problem(index_path, f"entry offset {entry.offset} is below the base offset "
+                        f"{batches[i].base_offset} of the batch it points at", at)
+            elif i > 0 and batches[i - 1].last_offset >= entry.offset:
+                problem(index_path, f"entry offset {entry.offset} is not above the previous "
+                        f"batch's last offset {batches[i - 1].last_offset}", at)
+            elif entry.offset > last_offset:
+                problem(index_path, f"entry offset {entry.offset} is past the segment's last "
+                        f"offset {last_offset}", at)
+
+    time_path = prefix + TIME_INDEX_SUFFIX
+    if storage.exists(time_path):
+        try:
+            times = decode_time_index(storage.read_bytes(time_path), base, path=time_path,
+                                      allow_preallocated=is_active)
+        except CompactorError as err:
+            report.problems.append(Problem.from_error(err))
+            times = []
+        for slot, t in enumerate(times):
+            if not base <= t.offset <= max(last_offset, base):
+                problem(time_path, f"entry offset {t.offset} is outside the segment "
+                        f"[{base}, {last_offset}]", slot * 12)
+            elif t.timestamp > report.max_timestamp:
+                problem(time_path, f"entry timestamp {t.timestamp} exceeds the segment's max "
+                        f"timestamp {report.max_timestamp}", slot * 12)
+
+    txn_path = prefix + TXN_INDEX_SUFFIX
+    txn_entries: list[AbortedTxn] = []
+    if storage.exists(txn_path):
+        try:
+            txn_entries = decode_txn_index(storage.read_bytes(txn_path), base, path=txn_path)
+        except CompactorError as err:
+            report.problems.append(Problem.from_error(err))
+    indexed = {}
+    for slot, entry in enumerate(txn_entries):
+        indexed[entry.last_offset] = entry
+        marker = aborts.get(entry.last_offset)
+        if marker is None or marker.producer_id != entry.producer_id:
+            problem(txn_path, f"entry for producer {entry.producer_id} names offset "
+                    f"{entry.last_offset}, which is not an ABORT marker of that producer",
+                    slot * 34)
+    for offset, first in aborts_with_data.items():
+        entry = indexed.get(offset)
+        if entry is None:
+            problem(txn_path, f"ABORT marker at offset {offset} (producer "
+                    f"{aborts[offset].producer_id}) has aborted data from offset {first} but no "
+                    "transaction index entry")
+        elif entry.first_offset > first:
+            problem(txn_path, f"entry for the ABORT marker at {offset} starts at "
+                    f"{entry.first_offset}, after the transaction's first data offset {first}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Partitions and log dirs
+
+
+def inspect_partition(
+    partition_dir: str, *, dump: bool = True, records: bool = False, verify: bool = False
+) -> Iterator[SegmentReport | Problem]:
+    """Yield a report per segment, then partition-level problems."""
+    log = load_partition(partition_dir)
+    txn = _TxnTracker()
+    segs = log.segments
+    previous_next: int | None = None
+    for i, seg in enumerate(segs):
+        nxt = segs[i + 1].base_offset if i + 1 < len(segs) else None
+        report = inspect_segment(seg.log_path, dump=dump, records=records, verify=verify,
+                                 is_active=nxt is None, next_segment_base=nxt, txn=txn)
+        if verify and previous_next is not None and report.first_offset is not None \
+                and report.first_offset < previous_next:
+            report.problems.append(Problem(code="BAD_OFFSETS", path=seg.log_path,
+                                           message="segment overlaps the previous segment",
+                                           base_offset=seg.base_offset))
+        previous_next = report.next_offset or previous_next
+        yield report
+    if not verify:
+        return
+    for name in log.leftovers:
+        yield Problem(code="SWAP_LEFTOVER", path=storage.join(partition_dir, name),
+                      message="leftover of an interrupted swap or deletion; run "
+                              "`compactor recover` (or start a broker) to resolve it")
+    for name in storage.list_dir(partition_dir):
+        path = storage.join(partition_dir, name)
+        if name.endswith(SNAPSHOT_SUFFIX) and file_offset(name) is not None:
+            yield from _problems_of(lambda: decode_snapshot(storage.read_bytes(path), path=path))
+        elif name.endswith((INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)):
+            off = file_offset(name)
+            if off is not None and not storage.exists(
+                    storage.join(partition_dir, segment_file_prefix(off) + LOG_SUFFIX)):
+                yield Problem(code="ORPHAN_INDEX", path=path,
+                              message="index file has no .log segment (Kafka deletes it on load)")
+    yield from _problems_of(lambda: read_leader_epochs(partition_dir))
+
+
+def _problems_of(action: Callable[[], object]) -> Iterator[Problem]:
+    try:
+        action()
+    except CompactorError as err:
+        yield Problem.from_error(err)
+
+
+def inspect_path(
+    path: str, *, dump: bool = True, records: bool = False, verify: bool = False
+) -> Iterator[SegmentReport | Problem]:
+    """Inspect a segment file, a partition directory or a whole log dir."""
+    if not storage.exists(path):
+        raise LogDirError("path does not exist", path=path)
+    if not storage.is_dir(path):
+        if not path.endswith(LOG_SUFFIX):
+            raise LogDirError("not a .log segment, partition directory or log dir", path=path)
+        yield inspect_segment(path, dump=dump, records=records, verify=verify)
+        return
+    if parse_partition_dir_name(storage.basename(path)) is not None and not any(
+        storage.exists(storage.join(path, c)) for c in ROOT_CHECKPOINTS
+    ):
+        yield from inspect_partition(path, dump=dump, records=records, verify=verify)
+        return
+    log_dir = open_log_dir(path)
+    if verify:
+        for name in ROOT_CHECKPOINTS:
+            cp = storage.join(path, name)
+            if storage.exists(cp):
+                yield from _problems_of(
+                    lambda cp=cp: parse_offset_checkpoint(storage.read_text(cp), path=cp))
+    for tp in log_dir.partitions:
+        yield from inspect_partition(log_dir.partition_path(tp), dump=dump, records=records,
+                                     verify=verify)
+
+
+__all__ = ["Problem", "SegmentReport", "inspect_path", "inspect_partition", "inspect_segment",
+           "batch_to_dict", "CorruptSegmentError"]

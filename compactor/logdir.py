@@ -1,0 +1,348 @@
+"""Kafka log directories on storage: partitions, segments, checkpoints, the lock, and the
+recovery of interrupted swaps (kafka-semantics §1, §4.17).
+
+Reading never modifies anything. :func:`recover_partition` is the only writer here and follows
+Kafka's ``LogLoader``: a crash before every new file was renamed ``.swap`` leaves the old
+segments, a crash after leaves the new ones.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from compactor import storage
+from compactor.codec.checkpoints import (
+    LEADER_EPOCH_CHECKPOINT,
+    parse_leader_epoch_checkpoint,
+    parse_offset_checkpoint,
+)
+from compactor.codec.indexes import decode_offset_index, decode_time_index
+from compactor.codec.segment import iter_batches
+from compactor.errors import CompactorError, LogDirError, SwapRecoveryError
+from compactor.model import EpochEntry, SegmentInfo, TopicPartition, segment_file_prefix
+
+LOG_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+TIME_INDEX_SUFFIX = ".timeindex"
+TXN_INDEX_SUFFIX = ".txnindex"
+SNAPSHOT_SUFFIX = ".snapshot"
+SEGMENT_FILE_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
+INDEX_FILE_SUFFIXES = (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
+CLEANED_SUFFIX = ".cleaned"
+SWAP_SUFFIX = ".swap"
+DELETED_SUFFIX = ".deleted"
+TEMP_SUFFIXES = (CLEANED_SUFFIX, SWAP_SUFFIX, DELETED_SUFFIX)
+IGNORED_DIR_SUFFIXES = ("-delete", "-future", "-stray")
+
+_PARTITION_DIR = re.compile(r"^(?P<topic>.+)-(?P<partition>[0-9]+)$")
+_OFFSET_FILE = re.compile(r"^(?P<offset>[0-9]+)\.")
+
+
+def parse_partition_dir_name(name: str) -> TopicPartition | None:
+    """The partition of a directory named ``<topic>-<partition>``; ``None`` for directories
+    that are not live partitions (``-delete``, ``-future``, ``-stray`` or other names).
+
+    The partition number is the text after the **last** dash: topic names may contain dashes.
+    """
+    if name.endswith(IGNORED_DIR_SUFFIXES):
+        return None
+    match = _PARTITION_DIR.match(name)
+    if match is None:
+        return None
+    return TopicPartition(match["topic"], int(match["partition"]))
+
+
+def file_offset(name: str) -> int | None:
+    """The offset in a segment-related file name (digits before the first dot)."""
+    match = _OFFSET_FILE.match(name)
+    return int(match["offset"]) if match else None
+
+
+def segment_path(partition_dir: str, base_offset: int, suffix: str = LOG_SUFFIX) -> str:
+    return storage.join(partition_dir, segment_file_prefix(base_offset) + suffix)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PartitionLog:
+    """A partition directory as found on storage.
+
+    Attributes:
+        segments: in base-offset order; the last one is the active segment.
+        leftovers: names of files with a ``.cleaned``, ``.swap`` or ``.deleted`` suffix (an
+            interrupted swap or deletion that :func:`recover_partition` resolves).
+        snapshots: base offsets of producer ``.snapshot`` files.
+    """
+
+    tp: TopicPartition
+    path: str
+    segments: tuple[SegmentInfo, ...]
+    leftovers: tuple[str, ...] = ()
+    snapshots: tuple[int, ...] = ()
+
+    @property
+    def active_segment(self) -> SegmentInfo | None:
+        return self.segments[-1] if self.segments else None
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.size_bytes for s in self.segments)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LogDir:
+    """A Kafka ``log.dirs`` entry.
+
+    Attributes:
+        partitions: live partition directories, sorted.
+        ignored: directory names skipped (``-delete``/``-future``/``-stray`` or not a partition).
+    """
+
+    path: str
+    partitions: tuple[TopicPartition, ...]
+    ignored: tuple[str, ...] = field(default=())
+
+    def partition_path(self, tp: TopicPartition) -> str:
+        return storage.join(self.path, tp.dir_name)
+
+
+def open_log_dir(path: str) -> LogDir:
+    """List the partitions of a log dir.
+
+    Raises:
+        LogDirError: the path is missing, unreadable or not a directory.
+    """
+    if not storage.exists(path):
+        raise LogDirError("log dir does not exist", path=path)
+    if not storage.is_dir(path):
+        raise LogDirError("log dir is not a directory", path=path)
+    partitions = []
+    ignored = []
+    for name in storage.list_dir(path):
+        full = storage.join(path, name)
+        if not storage.is_dir(full):
+            continue
+        tp = parse_partition_dir_name(name)
+        if tp is None:
+            ignored.append(name)
+        else:
+            partitions.append(tp)
+    return LogDir(path=path, partitions=tuple(sorted(partitions)), ignored=tuple(ignored))
+
+
+def read_offset_checkpoint(log_dir: str, name: str) -> dict[TopicPartition, int]:
+    """An offset checkpoint of the log dir root; empty when the file does not exist."""
+    path = storage.join(log_dir, name)
+    if not storage.exists(path):
+        return {}
+    return parse_offset_checkpoint(storage.read_text(path), path=path)
+
+
+def read_leader_epochs(partition_dir: str) -> list[EpochEntry]:
+    path = storage.join(partition_dir, LEADER_EPOCH_CHECKPOINT)
+    if not storage.exists(path):
+        return []
+    return parse_leader_epoch_checkpoint(storage.read_text(path), path=path)
+
+
+def load_partition(partition_dir: str) -> PartitionLog:
+    """List a partition's segments with sizes, mtimes and largest timestamps.
+
+    The largest timestamp of a segment is the last ``.timeindex`` entry combined with a scan of
+    the batches after the last ``.index`` entry (Kafka's ``LogSegment.largestTimestamp``
+    before falling back to the mtime); -1 when the segment has no timestamps.
+    """
+    name = storage.basename(partition_dir)
+    tp = parse_partition_dir_name(name)
+    if tp is None:
+        raise LogDirError(
+            "directory name is not <topic>-<partition>", path=partition_dir,
+            remedy="point the command at a log dir or at one partition directory in it",
+        )
+    names = storage.list_dir(partition_dir)
+    name_set = set(names)
+    leftovers = tuple(n for n in names if n.endswith(TEMP_SUFFIXES))
+    snapshots = tuple(
+        sorted(
+            off
+            for n in names
+            if n.endswith(SNAPSHOT_SUFFIX) and (off := file_offset(n)) is not None
+        )
+    )
+    log_names = [n for n in names if n.endswith(LOG_SUFFIX) and file_offset(n) is not None]
+    log_names.sort(key=lambda n: file_offset(n) or 0)
+    segments = []
+    for i, log_name in enumerate(log_names):
+        base = file_offset(log_name)
+        assert base is not None  # filtered above
+        prefix = log_name[: -len(LOG_SUFFIX)]
+        log_path = storage.join(partition_dir, log_name)
+        st = storage.stat(log_path)
+        is_active = i == len(log_names) - 1
+        segments.append(
+            SegmentInfo(
+                base_offset=base,
+                log_path=log_path,
+                size_bytes=st.size,
+                mtime_ms=st.mtime_ms,
+                largest_timestamp_ms=_largest_timestamp(partition_dir, prefix, base, st.size,
+                                                        is_active),
+                has_index=prefix + INDEX_SUFFIX in name_set,
+                has_time_index=prefix + TIME_INDEX_SUFFIX in name_set,
+                has_txn_index=prefix + TXN_INDEX_SUFFIX in name_set,
+            )
+        )
+    return PartitionLog(
+        tp=tp, path=partition_dir, segments=tuple(segments), leftovers=leftovers,
+        snapshots=snapshots,
+    )
+
+
+def _largest_timestamp(
+    partition_dir: str, prefix: str, base: int, size: int, is_active: bool
+) -> int:
+    largest = -1
+    tail_start = 0
+    time_path = storage.join(partition_dir, prefix + TIME_INDEX_SUFFIX)
+    if storage.exists(time_path):
+        entries = decode_time_index(
+            storage.read_bytes(time_path), base, path=time_path, allow_preallocated=is_active
+        )
+        if entries:
+            largest = entries[-1].timestamp
+    index_path = storage.join(partition_dir, prefix + INDEX_SUFFIX)
+    if storage.exists(index_path):
+        offsets = decode_offset_index(
+            storage.read_bytes(index_path), base, path=index_path, allow_preallocated=is_active
+        )
+        if offsets and offsets[-1].position < size:
+            tail_start = offsets[-1].position
+    log_path = storage.join(partition_dir, prefix + LOG_SUFFIX)
+    tail = storage.read_bytes(log_path, tail_start)
+    for batch in iter_batches(tail, path=log_path, verify_crc=False):
+        largest = max(largest, batch.max_timestamp)
+    return largest
+
+
+def next_offset_of_segment(log_path: str) -> int | None:
+    """The offset after the last batch of a segment file, or ``None`` when it is empty."""
+    data = storage.read_bytes(log_path)
+    last = None
+    for batch in iter_batches(data, path=log_path):
+        last = batch
+    return None if last is None else last.next_offset
+
+
+# ---------------------------------------------------------------------------------------------
+# Recovery of interrupted swaps (Kafka's LogLoader, kafka-semantics §4.17)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RecoveryPlan:
+    """What :func:`recover_partition` does, in order: delete ``deletes``, then rename each
+    ``(src, dst)`` of ``renames``. Names are relative to the partition directory."""
+
+    deletes: tuple[str, ...] = ()
+    renames: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.deletes and not self.renames
+
+
+def plan_recovery(
+    names: list[str], next_offset_of_swap: Callable[[str], int | None]
+) -> RecoveryPlan:
+    """Decide how to finish or roll back an interrupted swap, from file names alone plus the
+    next offset of each valid ``.log.swap`` file.
+
+    1. every ``*.deleted`` file goes;
+    2. ``*.swap`` files at or above the smallest ``*.cleaned`` offset are an incomplete swap
+       and go, as do all ``*.cleaned`` files;
+    3. non-temporary files whose offset lies in ``[min swap base, max swap next offset)`` are
+       the replaced segments (and their indexes and snapshots) and go;
+    4. remaining ``*.swap`` files lose their suffix;
+    5. index files whose ``.log`` is missing go (Kafka deletes orphan indexes on load).
+    """
+    deletes: list[str] = [n for n in names if n.endswith(DELETED_SUFFIX)]
+    cleaned = [n for n in names if n.endswith(CLEANED_SUFFIX)]
+    swaps = [n for n in names if n.endswith(SWAP_SUFFIX)]
+    min_cleaned = min((file_offset(n) for n in cleaned if file_offset(n) is not None),
+                      default=None)
+    valid_swaps = []
+    for n in swaps:
+        off = file_offset(n)
+        if min_cleaned is not None and off is not None and off >= min_cleaned:
+            deletes.append(n)
+        else:
+            valid_swaps.append(n)
+    deletes.extend(cleaned)
+
+    swap_logs = [n for n in valid_swaps if n.endswith(LOG_SUFFIX + SWAP_SUFFIX)]
+    replaced: list[str] = []
+    if swap_logs:
+        bases = [file_offset(n) for n in swap_logs]
+        min_swap = min(b for b in bases if b is not None)
+        max_swap = max(
+            next_offset_of_swap(n) or (file_offset(n) or 0) for n in swap_logs
+        )
+        for n in names:
+            off = file_offset(n)
+            if n.endswith(TEMP_SUFFIXES) or off is None:
+                continue
+            if min_swap <= off < max_swap:
+                replaced.append(n)
+    deletes.extend(replaced)
+
+    renames = [(n, n[: -len(SWAP_SUFFIX)]) for n in valid_swaps]
+    final_names = (set(names) - set(deletes) - set(valid_swaps)) | {dst for _, dst in renames}
+    for n in sorted(final_names):
+        if n.endswith(INDEX_FILE_SUFFIXES) and file_offset(n) is not None:
+            stem = n.rsplit(".", 1)[0]
+            if stem + LOG_SUFFIX not in final_names:
+                deletes.append(n)
+    return RecoveryPlan(deletes=tuple(sorted(set(deletes))), renames=tuple(sorted(renames)))
+
+
+def recover_partition(partition_dir: str, *, dry_run: bool = False) -> RecoveryPlan:
+    """Resolve leftovers of an interrupted swap or deletion in one partition directory.
+
+    The whole plan is computed before anything changes, so a defect found while planning (an
+    unreadable ``.swap`` segment) changes nothing. Applying the plan is itself crash-safe:
+    running it again after a crash reaches the same end state.
+
+    Raises:
+        SwapRecoveryError: a ``.log.swap`` file that must win cannot be read.
+    """
+    names = storage.list_dir(partition_dir)
+
+    def next_offset(name: str) -> int | None:
+        path = storage.join(partition_dir, name)
+        try:
+            return next_offset_of_segment(path)
+        except CompactorError as err:
+            raise SwapRecoveryError(
+                f"swap segment that should replace older segments is unreadable: {err.message}",
+                path=path,
+                position=err.position,
+                base_offset=err.base_offset,
+            ) from err
+
+    plan = plan_recovery(names, next_offset)
+    if dry_run or plan.is_empty:
+        return plan
+    for name in plan.deletes:
+        storage.remove(storage.join(partition_dir, name), missing_ok=True)
+    for src, dst in plan.renames:
+        storage.rename(storage.join(partition_dir, src), storage.join(partition_dir, dst))
+    storage.fsync_dir(partition_dir)
+    return plan
+
+
+@contextmanager
+def locked(log_dir: str) -> Iterator[LogDir]:
+    """Lock a log dir (like a broker does) and yield its listing."""
+    with storage.log_dir_lock(log_dir):
+        yield open_log_dir(log_dir)

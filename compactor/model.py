@@ -1,0 +1,80 @@
+"""Value types shared by every layer. Offsets ranges are half-open ``[start, end)``; times are
+epoch milliseconds in ``int`` fields named ``*_ms``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+SEGMENT_NAME_DIGITS = 20
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class TopicPartition:
+    """A topic name and partition number; its directory is ``<topic>-<partition>``."""
+
+    topic: str
+    partition: int
+
+    @property
+    def dir_name(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+    def __str__(self) -> str:
+        return self.dir_name
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class OffsetRange:
+    """Offsets ``[start, end)``: ``start`` inclusive, ``end`` exclusive."""
+
+    start: int
+    end: int
+
+    def __contains__(self, offset: object) -> bool:
+        return isinstance(offset, int) and self.start <= offset < self.end
+
+    @property
+    def size(self) -> int:
+        return max(0, self.end - self.start)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SegmentInfo:
+    """One segment of a partition as found on storage.
+
+    Attributes:
+        base_offset: the offset in the file name (<= the first offset stored in the segment).
+        log_path: path of the ``.log`` file.
+        size_bytes: size of the ``.log`` file.
+        mtime_ms: modification time of the ``.log`` file.
+        largest_timestamp_ms: the segment's max timestamp from the last ``.timeindex`` entry, or
+            -1 when the time index is missing or empty (Kafka then uses ``mtime_ms`` for
+            time-based retention).
+        has_index, has_time_index, has_txn_index: which index files exist.
+    """
+
+    base_offset: int
+    log_path: str
+    size_bytes: int
+    mtime_ms: int
+    largest_timestamp_ms: int
+    has_index: bool
+    has_time_index: bool
+    has_txn_index: bool
+
+    @property
+    def name(self) -> str:
+        return segment_file_prefix(self.base_offset)
+
+
+def segment_file_prefix(base_offset: int) -> str:
+    """The 20-digit zero-padded file-name prefix of a segment (kafka-semantics §1.2)."""
+    return f"{base_offset:0{SEGMENT_NAME_DIGITS}d}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EpochEntry:
+    """One line of ``leader-epoch-checkpoint``: a leader epoch and its first offset."""
+
+    epoch: int
+    start_offset: int

@@ -1,0 +1,218 @@
+"""The one module that touches files.
+
+Everything else works on bytes and paths handed in. Writes that must survive a crash go through
+:func:`write_durable` (file fsynced) or :func:`write_atomic` (temporary file, fsync, rename,
+directory fsync), renames that commit a state change are followed by :func:`fsync_dir`.
+``OSError`` is translated into :class:`~compactor.errors.LogDirError` naming the path.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import BinaryIO
+
+from compactor.errors import LogDirError, LogDirLockedError
+
+LOCK_FILE = ".lock"
+
+
+@dataclass(frozen=True, slots=True)
+class FileStat:
+    size: int
+    mtime_ms: int
+    is_dir: bool
+
+
+def _fail(err: OSError, path: str, action: str) -> LogDirError:
+    return LogDirError(f"cannot {action}: {err.strerror or err}", path=path)
+
+
+def read_bytes(path: str, start: int = 0, end: int | None = None) -> bytes:
+    """Bytes ``[start, end)`` of a file (``end`` = end of file when ``None``)."""
+    try:
+        with open(path, "rb") as handle:
+            if start:
+                handle.seek(start)
+            return handle.read() if end is None else handle.read(max(0, end - start))
+    except OSError as err:
+        raise _fail(err, path, "read file") from err
+
+
+def read_text(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read()
+    except OSError as err:
+        raise _fail(err, path, "read file") from err
+    except UnicodeDecodeError as err:
+        raise LogDirError(f"file is not UTF-8 text: {err}", path=path) from err
+
+
+def exists(path: str) -> bool:
+    return os.path.exists(path)
+
+
+def is_dir(path: str) -> bool:
+    return os.path.isdir(path)
+
+
+def stat(path: str) -> FileStat:
+    try:
+        st = os.stat(path)
+    except OSError as err:
+        raise _fail(err, path, "stat") from err
+    return FileStat(size=st.st_size, mtime_ms=st.st_mtime_ns // 1_000_000,
+                    is_dir=os.path.isdir(path))
+
+
+def list_dir(path: str) -> list[str]:
+    """Sorted entry names of a directory."""
+    try:
+        return sorted(os.listdir(path))
+    except OSError as err:
+        raise _fail(err, path, "list directory") from err
+
+
+def join(*parts: str) -> str:
+    return os.path.join(*parts)
+
+
+def basename(path: str) -> str:
+    return os.path.basename(os.path.normpath(path))
+
+
+def dirname(path: str) -> str:
+    return os.path.dirname(os.path.normpath(path))
+
+
+def make_dirs(path: str) -> None:
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as err:
+        raise _fail(err, path, "create directory") from err
+
+
+def fsync_dir(path: str) -> None:
+    """Make renames and creations inside ``path`` durable."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as err:
+        raise _fail(err, path, "fsync directory") from err
+
+
+def write_durable(
+    path: str, data: bytes, *, mtime_ms: int | None = None, fsync: bool = True
+) -> None:
+    """Create or replace ``path`` with ``data`` and fsync it (not its directory) unless
+    ``fsync`` is false (generated test data only)."""
+    try:
+        with open(path, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            if fsync:
+                os.fsync(handle.fileno())
+        if mtime_ms is not None:
+            set_mtime(path, mtime_ms)
+    except OSError as err:
+        raise _fail(err, path, "write file") from err
+
+
+@contextmanager
+def open_for_write(path: str, *, fsync: bool = True) -> Iterator[BinaryIO]:
+    """A binary file handle that creates or truncates ``path``; fsynced on close when asked."""
+    try:
+        with open(path, "wb") as handle:
+            yield handle
+            handle.flush()
+            if fsync:
+                os.fsync(handle.fileno())
+    except OSError as err:
+        raise _fail(err, path, "write file") from err
+
+
+def write_atomic(path: str, data: bytes) -> None:
+    """Kafka's checkpoint write: ``<path>.tmp``, fsync, rename over ``path``, fsync the dir."""
+    tmp = path + ".tmp"
+    write_durable(tmp, data)
+    rename(tmp, path)
+    fsync_dir(os.path.dirname(os.path.abspath(path)))
+
+
+def set_mtime(path: str, mtime_ms: int) -> None:
+    try:
+        ns = mtime_ms * 1_000_000
+        os.utime(path, ns=(ns, ns))
+    except OSError as err:
+        raise _fail(err, path, "set modification time") from err
+
+
+def rename(src: str, dst: str) -> None:
+    """Atomic rename within one file system."""
+    try:
+        os.replace(src, dst)
+    except OSError as err:
+        raise _fail(err, src, f"rename to {dst}") from err
+
+
+def remove(path: str, *, missing_ok: bool = False) -> None:
+    try:
+        os.remove(path)
+    except FileNotFoundError:
+        if not missing_ok:
+            raise LogDirError("cannot delete missing file", path=path) from None
+    except OSError as err:
+        raise _fail(err, path, "delete file") from err
+
+
+@contextmanager
+def log_dir_lock(log_dir: str) -> Iterator[None]:
+    """Hold the exclusive lock a Kafka broker takes on ``<log_dir>/.lock``.
+
+    Kafka locks the file with ``FileChannel.tryLock()``, a POSIX ``fcntl`` record lock over
+    the whole file; ``fcntl.lockf`` takes the same kind of lock, so a running broker and
+    kafka-compactor exclude each other. The lock file is removed on release only when this call
+    created it.
+
+    Raises:
+        LogDirError: the log dir does not exist or the lock file cannot be created.
+        LogDirLockedError: another process holds the lock.
+    """
+    if not os.path.isdir(log_dir):
+        raise LogDirError("log dir does not exist or is not a directory", path=log_dir)
+    lock_path = os.path.join(log_dir, LOCK_FILE)
+    created = not os.path.exists(lock_path)
+    try:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as err:
+        raise _fail(err, lock_path, "open lock file") from err
+    try:
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as err:
+            if err.errno in (errno.EACCES, errno.EAGAIN):
+                raise LogDirLockedError(
+                    "log dir is locked by another process (a running Kafka broker or another "
+                    "kafka-compactor run)",
+                    path=lock_path,
+                ) from err
+            raise _fail(err, lock_path, "lock") from err
+        try:
+            yield
+        finally:
+            if created:
+                try:
+                    os.remove(lock_path)
+                except FileNotFoundError:
+                    pass
+            fcntl.lockf(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
