@@ -40,9 +40,9 @@ from compactor.logdir import (
     TIME_INDEX_SUFFIX,
     TXN_INDEX_SUFFIX,
     file_offset,
+    is_partition_dir,
     load_partition,
     open_log_dir,
-    parse_partition_dir_name,
     read_leader_epochs,
 )
 from compactor.model import segment_file_prefix
@@ -393,9 +393,7 @@ def inspect_path(
             raise LogDirError("not a .log segment, partition directory or log dir", path=path)
         yield inspect_segment(path, dump=dump, records=records, verify=verify)
         return
-    if parse_partition_dir_name(storage.basename(path)) is not None and not any(
-        storage.exists(storage.join(path, c)) for c in ROOT_CHECKPOINTS
-    ):
+    if is_partition_dir(path):
         yield from inspect_partition(path, dump=dump, records=records, verify=verify)
         return
     log_dir = open_log_dir(path)

@@ -55,6 +55,14 @@ def parse_partition_dir_name(name: str) -> TopicPartition | None:
     return TopicPartition(match["topic"], int(match["partition"]))
 
 
+def is_partition_dir(path: str) -> bool:
+    """True for a directory named ``<topic>-<partition>`` that holds no sub-directories (a log
+    dir holds partition directories; a partition directory holds only files)."""
+    if not storage.is_dir(path) or parse_partition_dir_name(storage.basename(path)) is None:
+        return False
+    return not any(storage.is_dir(storage.join(path, n)) for n in storage.list_dir(path))
+
+
 def file_offset(name: str) -> int | None:
     """The offset in a segment-related file name (digits before the first dot)."""
     match = _OFFSET_FILE.match(name)

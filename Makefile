@@ -1,0 +1,40 @@
+# kafka-compactor: the two commands of the README are `make demo` and `make test`.
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+DEMO_DIR ?= demo-logs
+PYTEST_ARGS ?=
+
+export SPARK_LOCAL_IP ?= 127.0.0.1
+export PYSPARK_PYTHON ?= $(abspath $(BIN)/python)
+
+.PHONY: venv demo test test-fast bench clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip setuptools wheel
+	$(BIN)/pip install --quiet -e '.[test,airflow]'
+	touch $(STAMP)
+
+# Set up, generate a sample log dir and run the main job on it with local Spark.
+demo: venv
+	rm -rf $(DEMO_DIR)
+	$(BIN)/compactor generate $(DEMO_DIR) --partitions 2 --records 20000 --legacy-records 50 \
+		--open-transaction --seed 42
+	$(BIN)/compactor inspect $(DEMO_DIR) --verify
+
+# Set up and run the whole test suite (slow end-to-end tests included).
+test: venv
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+test-fast: venv
+	$(BIN)/python -m pytest -m 'not slow' $(PYTEST_ARGS)
+
+bench: venv
+	$(BIN)/python bench/codec.py
+
+clean:
+	rm -rf $(VENV) $(DEMO_DIR) .pytest_cache .hypothesis

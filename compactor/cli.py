@@ -1,0 +1,238 @@
+"""The ``compactor`` command.
+
+Sub-commands of the foundation: ``inspect``, ``generate``, ``recover``. Every failure maps to
+an exit code declared in :mod:`compactor.errors`; ``--json`` output is one JSON object per line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any, TextIO
+
+from compactor import storage
+from compactor.codec.compression import Codec
+from compactor.errors import EXIT_FAILURE, EXIT_OK, CompactorError, ConfigError, LogDirError
+from compactor.generator import GeneratorConfig, generate
+from compactor.inspect import Problem, SegmentReport, inspect_path
+from compactor.logdir import (
+    is_partition_dir,
+    open_log_dir,
+    parse_partition_dir_name,
+    recover_partition,
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="compactor",
+        description="Offline compaction, retention and GDPR erasure for Kafka log directories.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("inspect", help="dump and verify segments (like kafka-dump-log)")
+    p.add_argument("path", help="a .log segment, a partition directory or a log dir")
+    p.add_argument("--records", action="store_true", help="print every record as well")
+    p.add_argument("--verify", action="store_true",
+                   help="check CRCs, offsets, indexes and txn indexes; exit non-zero on problems")
+    p.add_argument("--json", action="store_true", help="one JSON object per line")
+    p.set_defaults(handler=_cmd_inspect)
+
+    g = sub.add_parser("generate", help="write a realistic sample Kafka log dir")
+    g.add_argument("out_dir")
+    g.add_argument("--topics", default="orders-v2,user-profiles",
+                   help="comma-separated topic names (default: %(default)s)")
+    g.add_argument("--partitions", type=int, default=2)
+    g.add_argument("--records", type=int, default=5000, help="records per partition")
+    g.add_argument("--keys", type=int, default=500, help="distinct keys per partition")
+    g.add_argument("--value-bytes", type=int, default=100)
+    g.add_argument("--segment-bytes", type=int, default=64 * 1024)
+    g.add_argument("--max-batch-records", type=int, default=20)
+    g.add_argument("--tombstone-ratio", type=float, default=0.1)
+    g.add_argument("--null-key-ratio", type=float, default=0.01)
+    g.add_argument("--transactional-ratio", type=float, default=0.3)
+    g.add_argument("--abort-ratio", type=float, default=0.3)
+    g.add_argument("--codecs", default="none,gzip,snappy,lz4,zstd",
+                   help="comma-separated codecs producers choose from (default: %(default)s)")
+    g.add_argument("--open-transaction", action="store_true",
+                   help="leave one transaction open at the end of each partition")
+    g.add_argument("--legacy-records", type=int, default=0,
+                   help="write the first N records of each partition as v0/v1 messages")
+    g.add_argument("--start-ms", type=int, default=GeneratorConfig.start_ms)
+    g.add_argument("--record-interval-ms", type=int, default=50)
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--json", action="store_true")
+    g.set_defaults(handler=_cmd_generate)
+
+    r = sub.add_parser("recover", help="resolve interrupted swaps as a Kafka broker's loader does")
+    r.add_argument("log_dir", help="a log dir or one partition directory")
+    r.add_argument("--dry-run", action="store_true", help="print what would change")
+    r.add_argument("--json", action="store_true")
+    r.set_defaults(handler=_cmd_recover)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``compactor`` console script."""
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.handler(args, sys.stdout))
+    except CompactorError as err:
+        if getattr(args, "json", False):
+            print(json.dumps({"type": "error", **err.to_dict()}), file=sys.stdout)
+        print(f"compactor: {err}", file=sys.stderr)
+        return err.exit_code
+
+
+def _emit(out: TextIO, obj: dict[str, Any]) -> None:
+    out.write(json.dumps(obj, separators=(",", ":")) + "\n")
+
+
+def _cmd_inspect(args: argparse.Namespace, out: TextIO) -> int:
+    segments = batches = records = 0
+    problems: list[Problem] = []
+    for item in inspect_path(args.path, dump=not args.verify or args.records or args.json,
+                             records=args.records, verify=args.verify):
+        if isinstance(item, Problem):
+            problems.append(item)
+            if args.json:
+                _emit(out, {"type": "problem", **item.to_dict()})
+            continue
+        segments += 1
+        batches += item.batch_count
+        records += item.record_count
+        problems.extend(item.problems)
+        if args.json:
+            _emit(out, item.to_dict())
+        else:
+            _print_segment(item, out, records=args.records)
+    summary = {"type": "summary", "segments": segments, "batches": batches,
+               "records": records, "problems": len(problems), "verified": args.verify}
+    if args.json:
+        _emit(out, summary)
+    else:
+        for p in problems:
+            out.write(f"PROBLEM {p}\n")
+        status = ("OK" if not problems else "FAILED") if args.verify else "dumped"
+        out.write(f"{status}: {segments} segments, {batches} batches, {records} records, "
+                  f"{len(problems)} problems\n")
+    if problems:
+        print(f"compactor: inspect found {len(problems)} problem(s); first: {problems[0]}",
+              file=sys.stderr)
+        return EXIT_FAILURE
+    return EXIT_OK
+
+
+def _print_segment(report: SegmentReport, out: TextIO, *, records: bool) -> None:
+    out.write(f"Segment {report.path} base offset {report.base_offset}, "
+              f"{report.size_bytes} bytes, {report.batch_count} batches, "
+              f"{report.record_count} records, next offset {report.next_offset}\n")
+    for b in report.batches:
+        flags = []
+        if b["is_transactional"]:
+            flags.append("transactional")
+        if b["is_control"]:
+            flags.append(f"control={b.get('control_type')}")
+        if b["delete_horizon_ms"] is not None:
+            flags.append(f"deleteHorizonMs={b['delete_horizon_ms']}")
+        out.write(
+            f"baseOffset: {b['base_offset']} lastOffset: {b['last_offset']} count: {b['count']} "
+            f"position: {b['position']} size: {b['size']} magic: {b['magic']} "
+            f"codec: {b['codec']} crc: {b['crc']:#010x} producerId: {b['producer_id']} "
+            f"producerEpoch: {b['producer_epoch']} baseSequence: {b['base_sequence']} "
+            f"partitionLeaderEpoch: {b['partition_leader_epoch']} "
+            f"{b['timestamp_type']}: {b['max_timestamp']}"
+            + (f" {' '.join(flags)}" if flags else "") + "\n"
+        )
+        for r in b.get("records", ()):
+            headers = ",".join(f"{k}={v}" for k, v in r["headers"])
+            out.write(f"| offset: {r['offset']} timestamp: {r['timestamp']} key: {r['key']} "
+                      f"valueSize: {r['value_size']}" + (f" headers: {headers}" if headers
+                                                         else "") + "\n")
+
+
+def _parse_codecs(text: str) -> tuple[Codec, ...]:
+    codecs = []
+    for name in (part.strip() for part in text.split(",") if part.strip()):
+        try:
+            codecs.append(Codec[name.upper()])
+        except KeyError:
+            raise ConfigError(
+                f"unknown codec {name!r}; known codecs: "
+                f"{', '.join(c.name.lower() for c in Codec)}"
+            ) from None
+    return tuple(codecs)
+
+
+def _cmd_generate(args: argparse.Namespace, out: TextIO) -> int:
+    if storage.exists(args.out_dir) and storage.is_dir(args.out_dir) and any(
+        parse_partition_dir_name(n) for n in storage.list_dir(args.out_dir)
+    ):
+        raise ConfigError("output directory already holds partitions", path=args.out_dir,
+                          remedy="choose an empty or new directory")
+    cfg = GeneratorConfig(
+        topics=tuple(t.strip() for t in args.topics.split(",") if t.strip()),
+        partitions=args.partitions,
+        records_per_partition=args.records,
+        distinct_keys=args.keys,
+        value_bytes=args.value_bytes,
+        segment_bytes=args.segment_bytes,
+        max_batch_records=args.max_batch_records,
+        tombstone_ratio=args.tombstone_ratio,
+        null_key_ratio=args.null_key_ratio,
+        transactional_ratio=args.transactional_ratio,
+        abort_ratio=args.abort_ratio,
+        codecs=_parse_codecs(args.codecs),
+        open_transaction=args.open_transaction,
+        legacy_records=args.legacy_records,
+        start_ms=args.start_ms,
+        record_interval_ms=args.record_interval_ms,
+        seed=args.seed,
+    )
+    summary = generate(args.out_dir, cfg)
+    if args.json:
+        _emit(out, {"type": "generate", **summary.to_dict()})
+    else:
+        total = sum(p.records for p in summary.partitions)
+        size = sum(p.bytes for p in summary.partitions)
+        out.write(f"generated {args.out_dir}: {len(summary.partitions)} partitions, "
+                  f"{total} records, {size} bytes\n")
+    return EXIT_OK
+
+
+def _cmd_recover(args: argparse.Namespace, out: TextIO) -> int:
+    path = args.log_dir
+    if not storage.is_dir(path):
+        raise LogDirError("log dir does not exist or is not a directory", path=path)
+    if is_partition_dir(path):
+        lock_dir, partition_dirs = storage.dirname(path), [path]
+    else:
+        log_dir = open_log_dir(path)
+        lock_dir = path
+        partition_dirs = [log_dir.partition_path(tp) for tp in log_dir.partitions]
+    changed = 0
+    with storage.log_dir_lock(lock_dir):
+        for pdir in partition_dirs:
+            plan = recover_partition(pdir, dry_run=args.dry_run)
+            if plan.is_empty:
+                continue
+            changed += 1
+            if args.json:
+                _emit(out, {"type": "recover", "partition_dir": pdir, "dry_run": args.dry_run,
+                            "deleted": list(plan.deletes), "renamed": [list(r) for r in
+                                                                        plan.renames]})
+            else:
+                verb = "would" if args.dry_run else "did"
+                out.write(f"{pdir}: {verb} delete {len(plan.deletes)} and rename "
+                          f"{len(plan.renames)} files\n")
+    if args.json:
+        _emit(out, {"type": "summary", "partitions_recovered": changed, "dry_run": args.dry_run})
+    else:
+        out.write(f"recover: {changed} partition(s) had leftovers of interrupted swaps\n")
+    return EXIT_OK
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,53 @@
+"""Shared fixtures: Hypothesis profiles and generated log dirs.
+
+Profiles: ``ci`` (derandomized, 200 examples per property) is selected by
+``HYPOTHESIS_PROFILE=ci`` (``.ci/run`` sets it); ``dev`` (100 examples) is the default.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+from compactor.generator import GeneratorConfig, generate
+
+settings.register_profile(
+    "ci", max_examples=200, derandomize=True, deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile(
+    "dev", max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow],
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+
+SMALL_LOG = GeneratorConfig(
+    topics=("orders-v2", "user-profiles"),
+    partitions=2,
+    records_per_partition=1500,
+    distinct_keys=100,
+    segment_bytes=16 * 1024,
+    legacy_records=30,
+    open_transaction=True,
+    seed=7,
+)
+
+
+@pytest.fixture(scope="session")
+def small_log_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A generated log dir, created once per run; copy it before changing it."""
+    path = tmp_path_factory.mktemp("template") / "logs"
+    generate(str(path), SMALL_LOG)
+    return path
+
+
+@pytest.fixture()
+def small_log(small_log_template: Path, tmp_path: Path) -> Iterator[Path]:
+    """A private copy of the generated log dir."""
+    dest = tmp_path / "logs"
+    shutil.copytree(small_log_template, dest)
+    yield dest
