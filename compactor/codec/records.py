@@ -27,11 +27,14 @@ one entry).
 from __future__ import annotations
 
 import struct
+import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
 
+import cramjam
 import crc32c
+import zstandard
 from aiokafka.errors import CorruptRecordException, UnsupportedCodecError
 from aiokafka.record._crecords import DefaultRecordBatch as _CompiledBatch
 
@@ -234,6 +237,9 @@ class RecordBatch:
             OSError,
             EOFError,
             RuntimeError,
+            zlib.error,
+            zstandard.ZstdError,
+            cramjam.DecompressionError,
         ) as err:
             raise CorruptSegmentError(
                 f"record {count} of a {codec_name(self.compression)} batch cannot be decoded "

@@ -33,6 +33,7 @@ from compactor.errors import (
 )
 
 _FRAME = struct.Struct(">qi")
+_OFFSET = struct.Struct(">q")
 _KNOWN_CODECS = frozenset(int(c) for c in Codec)
 
 
@@ -67,7 +68,7 @@ def iter_batches(
                 f"(a partial write or trailing garbage)",
                 path=path,
                 position=pos,
-                base_offset=_FRAME.unpack_from(data, pos)[0] if end - pos >= 8 else None,
+                base_offset=_OFFSET.unpack_from(data, pos)[0] if end - pos >= 8 else None,
             )
         base_offset, size = _FRAME.unpack_from(data, pos)
         if size < V0_OVERHEAD:
