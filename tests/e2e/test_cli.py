@@ -1,0 +1,172 @@
+"""End-to-end: the installed ``compactor`` command on generated log dirs."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from aiokafka.record import MemoryRecords as AioMemoryRecords
+from kafka.record import MemoryRecords as KpMemoryRecords
+
+from compactor.errors import EXIT_FAILURE, EXIT_LOCKED
+from compactor.generator import GeneratorConfig, generate
+
+COMPACTOR = str(Path(sys.executable).with_name("compactor"))
+RESOURCES = Path(__file__).parent / "resources"
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([COMPACTOR, *args], capture_output=True, text=True, timeout=300)
+
+
+def tree_digest(path: Path) -> dict[str, str]:
+    return {str(p.relative_to(path)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(path.rglob("*")) if p.is_file()}
+
+
+def test_generate_then_verify_clean(tmp_path: Path) -> None:
+    out = tmp_path / "logs"
+    gen = run("generate", str(out), "--partitions", "1", "--records", "3000",
+              "--legacy-records", "20", "--open-transaction", "--seed", "5", "--json")
+    assert gen.returncode == 0, gen.stderr
+    summary = json.loads(gen.stdout)
+    assert summary["partitions"][0]["records"] == 3000
+    res = run("inspect", str(out), "--verify", "--json")
+    assert res.returncode == 0, res.stdout + res.stderr
+    lines = [json.loads(line) for line in res.stdout.splitlines()]
+    assert lines[-1]["type"] == "summary" and lines[-1]["problems"] == 0
+    assert lines[-1]["records"] == sum(p["records"] for p in summary["partitions"]) + sum(
+        p["aborted_txns"] + p["committed_txns"] for p in summary["partitions"])
+
+
+def test_inspect_dumps_records_of_one_segment(small_log: Path) -> None:
+    seg = sorted((small_log / "orders-v2-0").glob("*.log"))[1]
+    res = run("inspect", str(seg), "--records")
+    assert res.returncode == 0, res.stderr
+    assert "baseOffset:" in res.stdout and "| offset:" in res.stdout
+    assert "codec:" in res.stdout and "dumped: 1 segments" in res.stdout
+
+
+def test_generated_segments_parse_with_both_independent_parsers(tmp_path: Path) -> None:
+    out = tmp_path / "logs"
+    summary = generate(str(out), GeneratorConfig(topics=("t",), partitions=1,
+                                                 records_per_partition=2000, seed=11))
+    count = 0
+    for seg in sorted((out / "t-0").glob("*.log")):
+        data = seg.read_bytes()
+        for cls in (AioMemoryRecords, KpMemoryRecords):
+            mr, n = cls(data), 0
+            while (batch := mr.next_batch()) is not None:
+                assert batch.validate_crc()
+                n += sum(1 for _ in batch)
+            if cls is KpMemoryRecords:
+                count += n
+    part = summary.partitions[0]
+    assert count == part.records + part.aborted_txns + part.committed_txns
+
+
+def corrupt_middle_batch(small_log: Path) -> tuple[Path, int, int]:
+    """Flip a byte inside the second batch of a segment; return file, position, base offset."""
+    from compactor.codec.segment import iter_batches
+    seg = sorted((small_log / "user-profiles-1").glob("*.log"))[2]
+    batches = list(iter_batches(seg.read_bytes()))
+    target = batches[1]
+    data = bytearray(seg.read_bytes())
+    data[target.position + target.size_in_bytes - 1] ^= 0x5A
+    seg.write_bytes(bytes(data))
+    return seg, target.position, target.base_offset
+
+
+def test_verify_names_file_position_and_offset_and_changes_nothing(small_log: Path) -> None:
+    seg, position, base_offset = corrupt_middle_batch(small_log)
+    before = tree_digest(small_log)
+    res = run("inspect", str(small_log), "--verify")
+    assert res.returncode == EXIT_FAILURE
+    assert str(seg) in res.stderr
+    assert f"byte position {position}" in res.stderr
+    assert f"base offset {base_offset}" in res.stderr
+    assert "CRC_MISMATCH" in res.stdout and "FAILED" in res.stdout
+    assert tree_digest(small_log) == before
+
+
+def test_verify_reports_a_broken_index(small_log: Path) -> None:
+    index = sorted((small_log / "orders-v2-1").glob("*.index"))[0]
+    data = bytearray(index.read_bytes())
+    assert len(data) >= 8
+    data[4:8] = (int.from_bytes(data[4:8], "big") + 1).to_bytes(4, "big")
+    index.write_bytes(bytes(data))
+    res = run("inspect", str(small_log / "orders-v2-1"), "--verify", "--json")
+    assert res.returncode == EXIT_FAILURE
+    problems = [json.loads(line) for line in res.stdout.splitlines()]
+    codes = {p["code"] for line in problems if line["type"] == "segment"
+             for p in line["problems"]}
+    assert "CORRUPT_INDEX" in codes
+
+
+def test_recover_resolves_an_interrupted_swap(small_log: Path) -> None:
+    pdir = small_log / "orders-v2-0"
+    first = sorted(pdir.glob("*.log"))[0]
+    shutil.copy(first, str(first) + ".cleaned")
+    res = run("inspect", str(pdir), "--verify")
+    assert res.returncode == EXIT_FAILURE and "SWAP_LEFTOVER" in res.stdout
+    dry = run("recover", str(small_log), "--dry-run", "--json")
+    assert dry.returncode == 0 and Path(str(first) + ".cleaned").exists()
+    res = run("recover", str(small_log), "--json")
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout.splitlines()[0])["deleted"] == [first.name + ".cleaned"]
+    assert run("inspect", str(small_log), "--verify").returncode == 0
+
+
+@pytest.mark.slow
+def test_a_kafka_style_java_lock_blocks_every_writer(small_log: Path) -> None:
+    java = shutil.which("java")
+    if java is None:
+        pytest.fail("java is required (Java 17, as for Spark)")
+    holder = subprocess.Popen([java, str(RESOURCES / "LockHolder.java"), str(small_log)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline().strip() == "LOCKED"
+        (small_log / "orders-v2-0" / "00000000000000000000.log.cleaned").write_bytes(b"")
+        before = tree_digest(small_log)
+        res = run("recover", str(small_log))
+        assert res.returncode == EXIT_LOCKED
+        assert "LOG_DIR_LOCKED" in res.stderr and str(small_log / ".lock") in res.stderr
+        assert tree_digest(small_log) == before
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.close()
+        holder.wait(timeout=30)
+    assert run("recover", str(small_log)).returncode == 0
+    assert not (small_log / "orders-v2-0" / "00000000000000000000.log.cleaned").exists()
+
+
+def test_a_second_compactor_process_is_refused(small_log: Path) -> None:
+    code = ("import sys,time\nfrom compactor import storage\n"
+            "with storage.log_dir_lock(sys.argv[1]):\n print('LOCKED', flush=True)\n"
+            " sys.stdin.read()\n")
+    holder = subprocess.Popen([sys.executable, "-c", code, str(small_log)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "LOCKED"
+        assert run("recover", str(small_log)).returncode == EXIT_LOCKED
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.close()
+        holder.wait(timeout=30)
+    assert not (small_log / ".lock").exists()  # the holder created it, so it removed it
+
+
+def test_bad_arguments_and_missing_dir(tmp_path: Path) -> None:
+    res = run("inspect", str(tmp_path / "missing"))
+    assert res.returncode == 3 and "LOG_DIR_ERROR" in res.stderr
+    res = run("generate", str(tmp_path / "x"), "--codecs", "brotli")
+    assert res.returncode == 3 and "unknown codec 'brotli'" in res.stderr
+    assert run("nonsense").returncode == 2
+    assert os.path.exists(COMPACTOR)
