@@ -267,53 +267,44 @@ def _verify_indexes(
         report.problems.append(Problem(code=CorruptIndexError.code, message=message, path=path,
                                        position=position, base_offset=base))
 
-    index_path = prefix + INDEX_SUFFIX
-    if storage.exists(index_path):
+    def read(path: str, decode: Callable[..., list[Any]], **kwargs: Any) -> list[Any]:
+        if not storage.exists(path):
+            return []
         try:
-            entries = decode_offset_index(storage.read_bytes(index_path), base, path=index_path,
-                                          allow_preallocated=is_active)
+            return decode(storage.read_bytes(path), base, path=path, **kwargs)
         except CompactorError as err:
             report.problems.append(Problem.from_error(err))
-            entries = []
-        for slot, entry in enumerate(entries):
-            at = slot * 8
-            i = starts.get(entry.position)
-            if i is None:
-                problem(index_path, f"entry ({entry.offset}, position {entry.position}) does not "
-                        "point at a batch start", at)
-            elif batches[i].base_offset > entry.offset:
-                problem(index_path, f"entry offset {entry.offset} is below the base offset "
-                        f"{batches[i].base_offset} of the batch it points at", at)
-            elif i > 0 and batches[i - 1].last_offset >= entry.offset:
-                problem(index_path, f"entry offset {entry.offset} is not above the previous "
-                        f"batch's last offset {batches[i - 1].last_offset}", at)
-            elif entry.offset > last_offset:
-                problem(index_path, f"entry offset {entry.offset} is past the segment's last "
-                        f"offset {last_offset}", at)
+            return []
+
+    index_path = prefix + INDEX_SUFFIX
+    for slot, entry in enumerate(read(index_path, decode_offset_index,
+                                  allow_preallocated=is_active)):
+        at = slot * 8
+        i = starts.get(entry.position)
+        if i is None:
+            problem(index_path, f"entry ({entry.offset}, position {entry.position}) does not "
+                    "point at a batch start", at)
+        elif batches[i].base_offset > entry.offset:
+            problem(index_path, f"entry offset {entry.offset} is below the base offset "
+                    f"{batches[i].base_offset} of the batch it points at", at)
+        elif i > 0 and batches[i - 1].last_offset >= entry.offset:
+            problem(index_path, f"entry offset {entry.offset} is not above the previous "
+                    f"batch's last offset {batches[i - 1].last_offset}", at)
+        elif entry.offset > last_offset:
+            problem(index_path, f"entry offset {entry.offset} is past the segment's last "
+                    f"offset {last_offset}", at)
 
     time_path = prefix + TIME_INDEX_SUFFIX
-    if storage.exists(time_path):
-        try:
-            times = decode_time_index(storage.read_bytes(time_path), base, path=time_path,
-                                      allow_preallocated=is_active)
-        except CompactorError as err:
-            report.problems.append(Problem.from_error(err))
-            times = []
-        for slot, t in enumerate(times):
-            if not base <= t.offset <= max(last_offset, base):
-                problem(time_path, f"entry offset {t.offset} is outside the segment "
-                        f"[{base}, {last_offset}]", slot * 12)
-            elif t.timestamp > report.max_timestamp:
-                problem(time_path, f"entry timestamp {t.timestamp} exceeds the segment's max "
-                        f"timestamp {report.max_timestamp}", slot * 12)
+    for slot, t in enumerate(read(time_path, decode_time_index, allow_preallocated=is_active)):
+        if not base <= t.offset <= max(last_offset, base):
+            problem(time_path, f"entry offset {t.offset} is outside the segment "
+                    f"[{base}, {last_offset}]", slot * 12)
+        elif t.timestamp > report.max_timestamp:
+            problem(time_path, f"entry timestamp {t.timestamp} exceeds the segment's max "
+                    f"timestamp {report.max_timestamp}", slot * 12)
 
     txn_path = prefix + TXN_INDEX_SUFFIX
-    txn_entries: list[AbortedTxn] = []
-    if storage.exists(txn_path):
-        try:
-            txn_entries = decode_txn_index(storage.read_bytes(txn_path), base, path=txn_path)
-        except CompactorError as err:
-            report.problems.append(Problem.from_error(err))
+    txn_entries: list[AbortedTxn] = read(txn_path, decode_txn_index)
     indexed = {}
     for slot, entry in enumerate(txn_entries):
         indexed[entry.last_offset] = entry

@@ -179,12 +179,12 @@ def load_partition(partition_dir: str) -> PartitionLog:
             if n.endswith(SNAPSHOT_SUFFIX) and (off := file_offset(n)) is not None
         )
     )
-    log_names = [n for n in names if n.endswith(LOG_SUFFIX) and file_offset(n) is not None]
-    log_names.sort(key=lambda n: file_offset(n) or 0)
+    log_names = sorted(
+        (off, n) for n in names
+        if n.endswith(LOG_SUFFIX) and (off := file_offset(n)) is not None
+    )
     segments = []
-    for i, log_name in enumerate(log_names):
-        base = file_offset(log_name)
-        assert base is not None  # filtered above
+    for i, (base, log_name) in enumerate(log_names):
         prefix = log_name[: -len(LOG_SUFFIX)]
         log_path = storage.join(partition_dir, log_name)
         st = storage.stat(log_path)

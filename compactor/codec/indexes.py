@@ -77,6 +77,28 @@ def _relative(offset: int, base_offset: int, what: str) -> int:
     return relative
 
 
+def _slots(
+    data: bytes,
+    entry: struct.Struct,
+    what: str,
+    base_offset: int,
+    path: str | None,
+    allow_preallocated: bool,
+) -> list[tuple[int, int]]:
+    """Unpack fixed-size index slots, dropping trailing all-zero slots when allowed."""
+    if len(data) % entry.size:
+        raise CorruptIndexError(
+            f"{what} is {len(data)} bytes, not a multiple of {entry.size}",
+            path=path,
+            base_offset=base_offset,
+        )
+    raw = [entry.unpack_from(data, p) for p in range(0, len(data), entry.size)]
+    if allow_preallocated:
+        while raw and raw[-1] == (0, 0):
+            raw.pop()
+    return raw
+
+
 # ---------------------------------------------------------------------------------------------
 # .index
 
@@ -97,16 +119,7 @@ def decode_offset_index(
         allow_preallocated: accept (and drop) all-zero slots at the end, as a live broker's
             active segment has them. Inactive segments must be trimmed (Kafka counts every slot).
     """
-    if len(data) % OFFSET_ENTRY.size:
-        raise CorruptIndexError(
-            f"offset index is {len(data)} bytes, not a multiple of {OFFSET_ENTRY.size}",
-            path=path,
-            base_offset=base_offset,
-        )
-    raw = [OFFSET_ENTRY.unpack_from(data, p) for p in range(0, len(data), OFFSET_ENTRY.size)]
-    if allow_preallocated:
-        while raw and raw[-1] == (0, 0):
-            raw.pop()
+    raw = _slots(data, OFFSET_ENTRY, "offset index", base_offset, path, allow_preallocated)
     entries: list[OffsetIndexEntry] = []
     for slot, (relative, position) in enumerate(raw):
         if relative < 0 or position < 0:
@@ -148,16 +161,7 @@ def decode_time_index(
 ) -> list[TimeIndexEntry]:
     """Decode ``.timeindex``; timestamps and offsets must not decrease (Kafka rejects such
     appends)."""
-    if len(data) % TIME_ENTRY.size:
-        raise CorruptIndexError(
-            f"time index is {len(data)} bytes, not a multiple of {TIME_ENTRY.size}",
-            path=path,
-            base_offset=base_offset,
-        )
-    raw = [TIME_ENTRY.unpack_from(data, p) for p in range(0, len(data), TIME_ENTRY.size)]
-    if allow_preallocated:
-        while raw and raw[-1] == (0, 0):
-            raw.pop()
+    raw = _slots(data, TIME_ENTRY, "time index", base_offset, path, allow_preallocated)
     entries: list[TimeIndexEntry] = []
     for slot, (timestamp, relative) in enumerate(raw):
         if relative < 0:
