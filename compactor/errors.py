@@ -22,6 +22,18 @@ EXIT_CORRUPT = 5
 EXIT_PARTIAL = 6  # some partitions done, some skipped as corrupt
 
 
+def format_location(path: str | None, position: int | None, base_offset: int | None) -> str:
+    """``"at file F, byte position P, base offset O"`` with the known parts, or ``""``."""
+    where = []
+    if path is not None:
+        where.append(f"file {path}")
+    if position is not None:
+        where.append(f"byte position {position}")
+    if base_offset is not None:
+        where.append(f"base offset {base_offset}")
+    return "at " + ", ".join(where) if where else ""
+
+
 class CompactorError(Exception):
     """Base of every error raised on purpose by kafka-compactor.
 
@@ -83,15 +95,9 @@ class CompactorError(Exception):
 
     def __str__(self) -> str:
         parts = [f"[{self.code}] {self.message}"]
-        where = []
-        if self.path is not None:
-            where.append(f"file {self.path}")
-        if self.position is not None:
-            where.append(f"byte position {self.position}")
-        if self.base_offset is not None:
-            where.append(f"base offset {self.base_offset}")
+        where = format_location(self.path, self.position, self.base_offset)
         if where:
-            parts.append("at " + ", ".join(where))
+            parts.append(where)
         if self.remedy:
             parts.append(f"remedy: {self.remedy}")
         return "; ".join(parts)

@@ -287,7 +287,6 @@ def _generate_partition(
     epoch_len = max(1, cfg.records_per_partition // max(1, cfg.leader_epochs))
     offset = 0
     clock = cfg.start_ms
-    open_txns: dict[int, int] = {}  # producer id -> first offset
 
     def snapshot_at(roll_offset: int) -> None:
         entries = [
@@ -356,10 +355,11 @@ def _generate_partition(
             producer_epoch=p.epoch,
         )
         first = p.txn_first_offset if p.txn_first_offset is not None else offset
-        open_txns.pop(p.producer_id, None)
         emit(encode_batch(marker), offset, offset, ts, 0)
         if abort:
-            lso = min(open_txns.values(), default=offset + 1)
+            # LSO right after the abort: first offset of the earliest other open transaction
+            lso = min((q.txn_first_offset for q in txn_producers
+                       if q is not p and q.txn_first_offset is not None), default=offset + 1)
             writer.aborted.append(AbortedTxn(producer_id=p.producer_id, first_offset=first,
                                              last_offset=offset, last_stable_offset=lso))
             summary.aborted_txns += 1
@@ -402,10 +402,8 @@ def _generate_partition(
                 continue
             if producer.txn_first_offset is None:
                 producer.txn_first_offset = offset
-                open_txns[producer.producer_id] = offset
         n = min(1 + rng.randrange(cfg.max_batch_records),
                 cfg.records_per_partition - summary.records)
-        # Compacted batches keep gaps; fresh producer batches are dense.
         records = [make_record(i, producer.kind == "transactional") for i in range(n)]
         batch = NewRecordBatch(
             base_offset=offset,

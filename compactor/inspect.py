@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from compactor import storage
-from compactor.codec.checkpoints import ROOT_CHECKPOINTS, parse_offset_checkpoint
+from compactor.codec.checkpoints import ROOT_CHECKPOINTS
 from compactor.codec.compression import codec_name
 from compactor.codec.indexes import (
     AbortedTxn,
@@ -29,10 +29,10 @@ from compactor.codec.indexes import (
     decode_time_index,
     decode_txn_index,
 )
-from compactor.codec.records import ControlType, RecordBatch
+from compactor.codec.records import ControlType, Record, RecordBatch
 from compactor.codec.segment import iter_batches
 from compactor.codec.snapshot import decode_snapshot
-from compactor.errors import CompactorError, CorruptIndexError, CorruptSegmentError, LogDirError
+from compactor.errors import CompactorError, CorruptIndexError, LogDirError, format_location
 from compactor.logdir import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
@@ -41,9 +41,11 @@ from compactor.logdir import (
     TXN_INDEX_SUFFIX,
     file_offset,
     is_partition_dir,
-    load_partition,
+    leftover_names,
     open_log_dir,
     read_leader_epochs,
+    read_offset_checkpoint,
+    segment_logs,
 )
 from compactor.model import segment_file_prefix
 
@@ -68,12 +70,8 @@ class Problem:
                 "position": self.position, "base_offset": self.base_offset}
 
     def __str__(self) -> str:
-        where = [f"file {self.path}"] if self.path else []
-        if self.position is not None:
-            where.append(f"byte position {self.position}")
-        if self.base_offset is not None:
-            where.append(f"base offset {self.base_offset}")
-        return f"[{self.code}] {self.message}" + (f" at {', '.join(where)}" if where else "")
+        where = format_location(self.path, self.position, self.base_offset)
+        return f"[{self.code}] {self.message}" + (f" {where}" if where else "")
 
 
 @dataclass(slots=True, kw_only=True)
@@ -107,6 +105,15 @@ class SegmentReport:
         }
 
 
+@dataclass(frozen=True, slots=True)
+class _BatchSpan:
+    """What index verification needs of a batch (the batch's bytes are not kept)."""
+
+    position: int
+    base_offset: int
+    last_offset: int
+
+
 @dataclass(slots=True, kw_only=True)
 class _TxnTracker:
     """Partition-wide transaction state for the txn-index check."""
@@ -114,7 +121,8 @@ class _TxnTracker:
     first_data_offset: dict[int, int] = field(default_factory=dict)
 
 
-def batch_to_dict(batch: RecordBatch, *, records: bool) -> dict[str, Any]:
+def batch_to_dict(batch: RecordBatch, records: list[Record] | None = None) -> dict[str, Any]:
+    """A batch's header fields (and, when given, its decoded records) for dumps."""
     out: dict[str, Any] = {
         "base_offset": batch.base_offset,
         "last_offset": batch.last_offset,
@@ -138,7 +146,7 @@ def batch_to_dict(batch: RecordBatch, *, records: bool) -> dict[str, Any]:
     if batch.is_control:
         control = batch.control_record()
         out["control_type"] = control.type.name if control else None
-    if records:
+    if records is not None:
         out["records"] = [
             {
                 "offset": r.offset,
@@ -147,7 +155,7 @@ def batch_to_dict(batch: RecordBatch, *, records: bool) -> dict[str, Any]:
                 "value_size": None if r.value is None else len(r.value),
                 "headers": [[k, _show(v)] for k, v in r.headers],
             }
-            for r in batch.records()
+            for r in records
         ]
     return out
 
@@ -176,60 +184,77 @@ def inspect_segment(
     data = storage.read_bytes(log_path)
     report = SegmentReport(path=log_path, base_offset=base, size_bytes=len(data))
     txn = txn if txn is not None else _TxnTracker()
-    batches: list[RecordBatch] = []
-    aborts: dict[int, RecordBatch] = {}
+    spans: list[_BatchSpan] = []
+    aborts: dict[int, int] = {}  # ABORT marker offset -> producer id
     aborts_with_data: dict[int, int] = {}
     try:
         for batch in iter_batches(data, path=log_path):
-            batches.append(batch)
             report.batch_count += 1
             report.record_count += batch.records_count
             report.max_timestamp = max(report.max_timestamp, batch.max_timestamp)
             if report.first_offset is None:
                 report.first_offset = batch.base_offset
+            decoded = None
+            if records or verify:
+                decoded = _decode_records(batch, report, keep=records)
             if verify:
-                _verify_batch(batch, batches, report, base, next_segment_base)
-                _track_txn(batch, txn, aborts, aborts_with_data, report, log_path)
+                _verify_offsets(batch, spans[-1] if spans else None, report, base,
+                                next_segment_base)
+                _track_txn(batch, txn, aborts, aborts_with_data, report)
+            spans.append(_BatchSpan(batch.position, batch.base_offset, batch.last_offset))
             if dump:
-                report.batches.append(batch_to_dict(batch, records=records))
+                report.batches.append(batch_to_dict(batch, decoded))
             report.next_offset = batch.next_offset
     except CompactorError as err:
         report.problems.append(Problem.from_error(err.with_location(path=log_path)))
     if verify:
-        _verify_indexes(log_path, base, batches, report, is_active, aborts, aborts_with_data)
+        _verify_indexes(log_path, base, spans, report, is_active, aborts, aborts_with_data)
     return report
 
 
-def _verify_batch(
+def _decode_records(
+    batch: RecordBatch, report: SegmentReport, *, keep: bool
+) -> list[Record] | None:
+    """Decode every record once: kept for a dump, or only checked (the compiled reader's
+    records are dropped as they come). A defect becomes a problem of the report."""
+    try:
+        if keep:
+            return batch.records()
+        for _ in batch.iter_compiled():
+            pass
+    except CompactorError as err:
+        report.problems.append(Problem.from_error(err.with_location(path=report.path)))
+    return None
+
+
+def _verify_offsets(
     batch: RecordBatch,
-    batches: list[RecordBatch],
+    previous: _BatchSpan | None,
     report: SegmentReport,
     base: int,
     next_segment_base: int | None,
 ) -> None:
+    """Offsets increase and stay in ``[base, next_segment_base)``; with every segment checked
+    this way, segments cannot overlap either."""
+
     def problem(message: str) -> None:
         report.problems.append(Problem(code="BAD_OFFSETS", message=message, path=report.path,
                                        position=batch.position, base_offset=batch.base_offset))
 
-    if len(batches) == 1 and batch.base_offset < base:
+    if previous is None and batch.base_offset < base:
         problem(f"first batch starts below the segment base offset {base}")
-    if len(batches) > 1 and batch.base_offset <= batches[-2].last_offset:
-        problem(f"batch does not follow the previous batch's last offset {batches[-2].last_offset}")
+    if previous is not None and batch.base_offset <= previous.last_offset:
+        problem(f"batch does not follow the previous batch's last offset {previous.last_offset}")
     if next_segment_base is not None and batch.last_offset >= next_segment_base:
         problem(f"batch runs into the next segment, which starts at {next_segment_base}")
-    try:
-        batch.records()
-    except CompactorError as err:
-        report.problems.append(Problem.from_error(err.with_location(path=report.path)))
 
 
 def _track_txn(
     batch: RecordBatch,
     txn: _TxnTracker,
-    aborts: dict[int, RecordBatch],
+    aborts: dict[int, int],
     aborts_with_data: dict[int, int],
     report: SegmentReport,
-    log_path: str,
 ) -> None:
     if not batch.is_transactional:
         return
@@ -239,13 +264,13 @@ def _track_txn(
     try:
         control = batch.control_record()
     except CompactorError as err:
-        report.problems.append(Problem.from_error(err.with_location(path=log_path)))
+        report.problems.append(Problem.from_error(err.with_location(path=report.path)))
         return
     if control is None:  # an emptied marker: carries no type
         return
     first = txn.first_data_offset.pop(batch.producer_id, None)
     if control.type == ControlType.ABORT:
-        aborts[batch.base_offset] = batch
+        aborts[batch.base_offset] = batch.producer_id
         if first is not None:
             aborts_with_data[batch.base_offset] = first
 
@@ -253,10 +278,10 @@ def _track_txn(
 def _verify_indexes(
     log_path: str,
     base: int,
-    batches: list[RecordBatch],
+    batches: list[_BatchSpan],
     report: SegmentReport,
     is_active: bool,
-    aborts: dict[int, RecordBatch],
+    aborts: dict[int, int],
     aborts_with_data: dict[int, int],
 ) -> None:
     prefix = log_path[: -len(LOG_SUFFIX)]
@@ -308,8 +333,7 @@ def _verify_indexes(
     indexed = {}
     for slot, entry in enumerate(txn_entries):
         indexed[entry.last_offset] = entry
-        marker = aborts.get(entry.last_offset)
-        if marker is None or marker.producer_id != entry.producer_id:
+        if aborts.get(entry.last_offset) != entry.producer_id:
             problem(txn_path, f"entry for producer {entry.producer_id} names offset "
                     f"{entry.last_offset}, which is not an ABORT marker of that producer",
                     slot * 34)
@@ -317,7 +341,7 @@ def _verify_indexes(
         entry = indexed.get(offset)
         if entry is None:
             problem(txn_path, f"ABORT marker at offset {offset} (producer "
-                    f"{aborts[offset].producer_id}) has aborted data from offset {first} but no "
+                    f"{aborts[offset]}) has aborted data from offset {first} but no "
                     "transaction index entry")
         elif entry.first_offset > first:
             problem(txn_path, f"entry for the ABORT marker at {offset} starts at "
@@ -332,28 +356,21 @@ def inspect_partition(
     partition_dir: str, *, dump: bool = True, records: bool = False, verify: bool = False
 ) -> Iterator[SegmentReport | Problem]:
     """Yield a report per segment, then partition-level problems."""
-    log = load_partition(partition_dir)
+    names = storage.list_dir(partition_dir)
+    logs = segment_logs(names)
     txn = _TxnTracker()
-    segs = log.segments
-    previous_next: int | None = None
-    for i, seg in enumerate(segs):
-        nxt = segs[i + 1].base_offset if i + 1 < len(segs) else None
-        report = inspect_segment(seg.log_path, dump=dump, records=records, verify=verify,
-                                 is_active=nxt is None, next_segment_base=nxt, txn=txn)
-        if verify and previous_next is not None and report.first_offset is not None \
-                and report.first_offset < previous_next:
-            report.problems.append(Problem(code="BAD_OFFSETS", path=seg.log_path,
-                                           message="segment overlaps the previous segment",
-                                           base_offset=seg.base_offset))
-        previous_next = report.next_offset or previous_next
-        yield report
+    for i, (_, name) in enumerate(logs):
+        nxt = logs[i + 1][0] if i + 1 < len(logs) else None
+        yield inspect_segment(storage.join(partition_dir, name), dump=dump, records=records,
+                              verify=verify, is_active=nxt is None, next_segment_base=nxt,
+                              txn=txn)
     if not verify:
         return
-    for name in log.leftovers:
+    for name in leftover_names(names):
         yield Problem(code="SWAP_LEFTOVER", path=storage.join(partition_dir, name),
                       message="leftover of an interrupted swap or deletion; run "
                               "`compactor recover` (or start a broker) to resolve it")
-    for name in storage.list_dir(partition_dir):
+    for name in names:
         path = storage.join(partition_dir, name)
         if name.endswith(SNAPSHOT_SUFFIX) and file_offset(name) is not None:
             yield from _problems_of(lambda: decode_snapshot(storage.read_bytes(path), path=path))
@@ -390,14 +407,7 @@ def inspect_path(
     log_dir = open_log_dir(path)
     if verify:
         for name in ROOT_CHECKPOINTS:
-            cp = storage.join(path, name)
-            if storage.exists(cp):
-                yield from _problems_of(
-                    lambda cp=cp: parse_offset_checkpoint(storage.read_text(cp), path=cp))
+            yield from _problems_of(lambda name=name: read_offset_checkpoint(path, name))
     for tp in log_dir.partitions:
         yield from inspect_partition(log_dir.partition_path(tp), dump=dump, records=records,
                                      verify=verify)
-
-
-__all__ = ["Problem", "SegmentReport", "inspect_path", "inspect_partition", "inspect_segment",
-           "batch_to_dict", "CorruptSegmentError"]

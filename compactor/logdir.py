@@ -9,8 +9,7 @@ segments, a crash after leaves the new ones.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from compactor import storage
@@ -29,7 +28,6 @@ INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
 TXN_INDEX_SUFFIX = ".txnindex"
 SNAPSHOT_SUFFIX = ".snapshot"
-SEGMENT_FILE_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 INDEX_FILE_SUFFIXES = (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
@@ -67,6 +65,21 @@ def file_offset(name: str) -> int | None:
     """The offset in a segment-related file name (digits before the first dot)."""
     match = _OFFSET_FILE.match(name)
     return int(match["offset"]) if match else None
+
+
+def segment_logs(names: list[str]) -> list[tuple[int, str]]:
+    """``(base offset, name)`` of every ``.log`` segment among a directory's file names, in
+    offset order. Names only: nothing is read."""
+    return sorted(
+        (off, n) for n in names
+        if n.endswith(LOG_SUFFIX) and (off := file_offset(n)) is not None
+    )
+
+
+def leftover_names(names: list[str]) -> tuple[str, ...]:
+    """Names with a ``.cleaned``, ``.swap`` or ``.deleted`` suffix (an interrupted swap or
+    deletion)."""
+    return tuple(n for n in names if n.endswith(TEMP_SUFFIXES))
 
 
 def segment_path(partition_dir: str, base_offset: int, suffix: str = LOG_SUFFIX) -> str:
@@ -171,7 +184,7 @@ def load_partition(partition_dir: str) -> PartitionLog:
         )
     names = storage.list_dir(partition_dir)
     name_set = set(names)
-    leftovers = tuple(n for n in names if n.endswith(TEMP_SUFFIXES))
+    leftovers = leftover_names(names)
     snapshots = tuple(
         sorted(
             off
@@ -179,10 +192,7 @@ def load_partition(partition_dir: str) -> PartitionLog:
             if n.endswith(SNAPSHOT_SUFFIX) and (off := file_offset(n)) is not None
         )
     )
-    log_names = sorted(
-        (off, n) for n in names
-        if n.endswith(LOG_SUFFIX) and (off := file_offset(n)) is not None
-    )
+    log_names = segment_logs(names)
     segments = []
     for i, (base, log_name) in enumerate(log_names):
         prefix = log_name[: -len(LOG_SUFFIX)]
@@ -347,10 +357,3 @@ def recover_partition(partition_dir: str, *, dry_run: bool = False) -> RecoveryP
         storage.rename(storage.join(partition_dir, src), storage.join(partition_dir, dst))
     storage.fsync_dir(partition_dir)
     return plan
-
-
-@contextmanager
-def locked(log_dir: str) -> Iterator[LogDir]:
-    """Lock a log dir (like a broker does) and yield its listing."""
-    with storage.log_dir_lock(log_dir):
-        yield open_log_dir(log_dir)

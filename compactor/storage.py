@@ -11,10 +11,10 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import stat as stat_module
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import BinaryIO
 
 from compactor.errors import LogDirError, LogDirLockedError
 
@@ -67,7 +67,7 @@ def stat(path: str) -> FileStat:
     except OSError as err:
         raise _fail(err, path, "stat") from err
     return FileStat(size=st.st_size, mtime_ms=st.st_mtime_ns // 1_000_000,
-                    is_dir=os.path.isdir(path))
+                    is_dir=stat_module.S_ISDIR(st.st_mode))
 
 
 def list_dir(path: str) -> list[str]:
@@ -122,19 +122,6 @@ def write_durable(
                 os.fsync(handle.fileno())
         if mtime_ms is not None:
             set_mtime(path, mtime_ms)
-    except OSError as err:
-        raise _fail(err, path, "write file") from err
-
-
-@contextmanager
-def open_for_write(path: str, *, fsync: bool = True) -> Iterator[BinaryIO]:
-    """A binary file handle that creates or truncates ``path``; fsynced on close when asked."""
-    try:
-        with open(path, "wb") as handle:
-            yield handle
-            handle.flush()
-            if fsync:
-                os.fsync(handle.fileno())
     except OSError as err:
         raise _fail(err, path, "write file") from err
 

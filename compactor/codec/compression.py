@@ -37,6 +37,7 @@ class Codec(IntEnum):
 
 
 CODEC_MASK = 0x07
+KNOWN_CODECS = frozenset(int(c) for c in Codec)
 DEFAULT_LEVELS = {Codec.GZIP: 6, Codec.LZ4: 9, Codec.ZSTD: 3}
 
 _XERIAL_HEADER = b"\x82SNAPPY\x00" + struct.pack(">ii", 1, 1)

@@ -40,7 +40,7 @@ from aiokafka.record._crecords import DefaultRecordBatch as _CompiledBatch
 
 from compactor.codec import varint
 from compactor.codec.compression import CODEC_MASK, Codec, DecompressionError, codec_name, compress
-from compactor.errors import CorruptSegmentError, UnsupportedFormatError
+from compactor.errors import CorruptSegmentError
 
 LOG_OVERHEAD = 12  # offset + size, the framing in front of every entry
 MAGIC_POSITION = 16
@@ -192,8 +192,8 @@ class RecordBatch:
         """Decode every record of the batch (decompressing it if needed).
 
         Raises:
-            CorruptSegmentError: the records do not match the batch header.
-            UnsupportedFormatError: the codec is unknown.
+            CorruptSegmentError: the records do not match the batch header (unknown codecs
+                were already refused when the batch was framed).
         """
         if self.legacy_records is not None:
             return list(self.legacy_records)
@@ -217,12 +217,6 @@ class RecordBatch:
         if self.legacy_records is not None:
             yield from self.legacy_records  # type: ignore[misc]
             return
-        if self.compression not in _KNOWN_CODECS:
-            raise UnsupportedFormatError(
-                f"batch uses unknown compression codec id {self.compression}",
-                position=self.position,
-                base_offset=self.base_offset,
-            )
         count = 0
         try:
             for record in _CompiledBatch(self.raw):
@@ -270,9 +264,6 @@ class _CompiledRecord:  # pragma: no cover - typing aid for aiokafka's compiled 
     key: bytes | None
     value: bytes | None
     headers: list[tuple[str, bytes | None]]
-
-
-_KNOWN_CODECS = frozenset(int(c) for c in Codec)
 
 
 def add_sequence(sequence: int, delta: int) -> int:
@@ -508,11 +499,6 @@ def empty_batch_like(batch: RecordBatch) -> bytes:
 def with_partition_leader_epoch(entry: bytes, epoch: int) -> bytes:
     """A copy of a v2 batch with bytes 12-15 replaced (not covered by the CRC)."""
     return entry[:12] + struct.pack(">i", epoch) + entry[16:]
-
-
-def with_base_offset(entry: bytes, base_offset: int) -> bytes:
-    """A copy of an entry with bytes 0-7 replaced (not covered by any CRC)."""
-    return struct.pack(">q", base_offset) + entry[8:]
 
 
 def with_attributes(entry: bytes, attributes: int) -> bytes:

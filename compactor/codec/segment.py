@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 import crc32c
 
-from compactor.codec.compression import CODEC_MASK, Codec
+from compactor.codec.compression import CODEC_MASK, KNOWN_CODECS
 from compactor.codec.legacy import V0_OVERHEAD, decode_legacy_entry
 from compactor.codec.records import (
     CRC_START,
@@ -34,7 +34,6 @@ from compactor.errors import (
 
 _FRAME = struct.Struct(">qi")
 _OFFSET = struct.Struct(">q")
-_KNOWN_CODECS = frozenset(int(c) for c in Codec)
 
 
 def iter_batches(
@@ -145,7 +144,7 @@ def _decode_v2_header(
                 base_offset=base_offset,
             )
     codec = attributes & CODEC_MASK
-    if codec not in _KNOWN_CODECS:
+    if codec not in KNOWN_CODECS:
         raise UnsupportedFormatError(
             f"batch uses unknown compression codec id {codec}",
             path=path,

@@ -109,6 +109,33 @@ def test_verify_reports_a_broken_index(small_log: Path) -> None:
     assert "CORRUPT_INDEX" in codes
 
 
+def test_verify_reports_a_truncated_segment_and_goes_on(small_log: Path) -> None:
+    pdir = small_log / "orders-v2-0"
+    segments = sorted(pdir.glob("*.log"))
+    first = segments[0]
+    first.write_bytes(first.read_bytes()[:-7])  # a partial write at the tail
+    res = run("inspect", str(small_log), "--verify", "--json")
+    assert res.returncode == EXIT_FAILURE, res.stderr
+    lines = [json.loads(line) for line in res.stdout.splitlines()]
+    reports = [line for line in lines if line["type"] == "segment"]
+    assert len(reports) == sum(len(list(p.glob("*.log"))) for p in small_log.iterdir()
+                               if p.is_dir())
+    broken = [r for r in reports if r["problems"]]
+    assert [r["path"] for r in broken] == [str(first)]
+    assert broken[0]["problems"][0]["code"] == "TRUNCATED_SEGMENT"
+
+
+def test_verify_checks_the_txn_index_against_abort_markers(small_log: Path) -> None:
+    pdir = small_log / "user-profiles-0"
+    txn_indexes = sorted(pdir.glob("*.txnindex"))
+    assert txn_indexes, "the generator writes aborted transactions"
+    txn_indexes[0].unlink()
+    res = run("inspect", str(pdir), "--verify")
+    assert res.returncode == EXIT_FAILURE
+    assert "has aborted data from offset" in res.stdout and "no transaction index entry" in \
+        res.stdout
+
+
 def test_recover_resolves_an_interrupted_swap(small_log: Path) -> None:
     pdir = small_log / "orders-v2-0"
     first = sorted(pdir.glob("*.log"))[0]
