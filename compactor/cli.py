@@ -71,6 +71,15 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--dry-run", action="store_true", help="print what would change")
     r.add_argument("--json", action="store_true")
     r.set_defaults(handler=_cmd_recover)
+
+    from jobs import compact as compact_job
+
+    c = sub.add_parser("compact", help="one compaction round over a log dir, on Spark")
+    compact_job.add_arguments(c)
+    c.set_defaults(handler=_cmd_compact)
+    pl = sub.add_parser("plan", help="dry run of compact: ranges, dirty ratio, groups")
+    compact_job.add_arguments(pl)
+    pl.set_defaults(handler=_cmd_plan)
     return parser
 
 
@@ -232,6 +241,18 @@ def _cmd_recover(args: argparse.Namespace, out: TextIO) -> int:
     else:
         out.write(f"recover: {changed} partition(s) had leftovers of interrupted swaps\n")
     return EXIT_OK
+
+
+def _cmd_compact(args: argparse.Namespace, out: TextIO) -> int:
+    from jobs import compact as compact_job
+
+    return compact_job.execute(args, out)
+
+
+def _cmd_plan(args: argparse.Namespace, out: TextIO) -> int:
+    from jobs import compact as compact_job
+
+    return compact_job.execute(args, out, plan_only=True)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -210,12 +210,19 @@ def load_partition(partition_dir: str) -> PartitionLog:
                 has_index=prefix + INDEX_SUFFIX in name_set,
                 has_time_index=prefix + TIME_INDEX_SUFFIX in name_set,
                 has_txn_index=prefix + TXN_INDEX_SUFFIX in name_set,
+                index_bytes=_size_if_exists(partition_dir, prefix + INDEX_SUFFIX, name_set),
+                time_index_bytes=_size_if_exists(partition_dir, prefix + TIME_INDEX_SUFFIX,
+                                                 name_set),
             )
         )
     return PartitionLog(
         tp=tp, path=partition_dir, segments=tuple(segments), leftovers=leftovers,
         snapshots=snapshots,
     )
+
+
+def _size_if_exists(partition_dir: str, name: str, names: set[str]) -> int:
+    return storage.stat(storage.join(partition_dir, name)).size if name in names else 0
 
 
 def _largest_timestamp(

@@ -51,6 +51,9 @@ class SegmentInfo:
             -1 when the time index is missing or empty (Kafka then uses ``mtime_ms`` for
             time-based retention).
         has_index, has_time_index, has_txn_index: which index files exist.
+        index_bytes, time_index_bytes: sizes of the ``.index`` and ``.timeindex`` files (the
+            active segment's may be preallocated); grouping bounds them by
+            ``segment.index.bytes``.
     """
 
     base_offset: int
@@ -61,6 +64,8 @@ class SegmentInfo:
     has_index: bool
     has_time_index: bool
     has_txn_index: bool
+    index_bytes: int = 0
+    time_index_bytes: int = 0
 
     @property
     def name(self) -> str:

@@ -1,0 +1,560 @@
+"""Pure compaction decisions: cleanable range, dirty ratio, groups, producer state,
+transaction bookkeeping and per-batch retention (kafka-semantics §4.1-§4.13, Appendix A).
+
+Everything here is a function of file metadata, batch headers and ``now_ms``: no files, no
+Spark, no clock. The Spark job and the reference compactor both call these functions for the
+sequential, per-partition part of a round (one row per batch); the per-record part (the
+offset map) is done by each of them independently.
+
+Offset ranges are half-open ``[start, end)``.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from enum import IntEnum
+
+from compactor.codec.indexes import AbortedTxn
+from compactor.codec.records import ControlType
+from compactor.config import TopicConfig
+from compactor.model import SegmentInfo
+
+INT_MAX = 2**31 - 1
+NO_CONTROL_TYPE = -1  # data batch, or a control batch emptied by the cleaner
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BatchHeader:
+    """What the sequential part of a round needs of one batch (no records).
+
+    Attributes:
+        segment_base: base offset of the segment holding the batch.
+        position: byte position of the batch in its segment.
+        base_offset, last_offset: the batch's first and last offsets (inclusive).
+        control_type: :class:`ControlType` value of a control batch's record;
+            ``NO_CONTROL_TYPE`` for data batches and emptied control batches.
+        horizon_ms: the delete horizon, -1 when the batch has none.
+    """
+
+    segment_base: int
+    position: int
+    size_in_bytes: int
+    base_offset: int
+    last_offset: int
+    magic: int
+    is_control: bool
+    is_transactional: bool
+    control_type: int
+    producer_id: int
+    producer_epoch: int
+    max_timestamp: int
+    horizon_ms: int
+    records_count: int
+
+    @property
+    def next_offset(self) -> int:
+        return self.last_offset + 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Producer state (ProducerStateManager replayed from the log; Appendix A.1)
+
+
+@dataclass(slots=True)
+class ProducerEntry:
+    """Replayed state of one producer id.
+
+    Attributes:
+        last_data_offset: last offset of its latest data batch at the current epoch; ``None``
+            after an epoch bump or when it only wrote markers.
+        txn_first_offset: first offset of its open transaction, ``None`` when none is open.
+    """
+
+    epoch: int
+    last_data_offset: int | None = None
+    last_timestamp: int = -1
+    txn_first_offset: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProducerReplay:
+    """Producer state at the log end plus what the last stable offset needs.
+
+    Attributes:
+        producers: every producer id seen.
+        unstable_txn_firsts: first offsets of transactions that are open at the log end or whose
+            marker lies at or above the high watermark.
+    """
+
+    producers: Mapping[int, ProducerEntry]
+    unstable_txn_firsts: tuple[int, ...]
+
+    def active(self, now_ms: int, expiration_ms: int) -> dict[int, ProducerEntry]:
+        """Producers Kafka still holds in memory: those with an open transaction or whose last
+        timestamp is younger than ``producer.id.expiration.ms``."""
+        return {
+            pid: entry
+            for pid, entry in self.producers.items()
+            if entry.txn_first_offset is not None or now_ms - entry.last_timestamp < expiration_ms
+        }
+
+
+def replay_producers(batches: Iterable[BatchHeader], high_watermark: int) -> ProducerReplay:
+    """Replay every batch with a producer id, in offset order (``ProducerAppendInfo``).
+
+    An epoch change clears the producer's last data offset; an emptied control batch is
+    ignored (it carries no marker); an emptied data batch still updates the state.
+    """
+    producers: dict[int, ProducerEntry] = {}
+    unstable: list[int] = []
+    for b in batches:
+        if b.producer_id < 0:
+            continue
+        if b.is_control and b.control_type == NO_CONTROL_TYPE:
+            continue
+        entry = producers.get(b.producer_id)
+        if entry is None:
+            entry = producers[b.producer_id] = ProducerEntry(epoch=b.producer_epoch)
+        elif entry.epoch != b.producer_epoch:
+            entry.epoch = b.producer_epoch
+            entry.last_data_offset = None
+        entry.last_timestamp = b.max_timestamp
+        if b.is_control:
+            if b.control_type in (ControlType.ABORT, ControlType.COMMIT):
+                if entry.txn_first_offset is not None and b.base_offset >= high_watermark:
+                    unstable.append(entry.txn_first_offset)
+                entry.txn_first_offset = None
+        else:
+            entry.last_data_offset = b.last_offset
+            if b.is_transactional and entry.txn_first_offset is None:
+                entry.txn_first_offset = b.base_offset
+    unstable.extend(e.txn_first_offset for e in producers.values()
+                    if e.txn_first_offset is not None)
+    return ProducerReplay(producers=producers, unstable_txn_firsts=tuple(sorted(unstable)))
+
+
+# ---------------------------------------------------------------------------------------------
+# Cleanable range, dirty ratio, urgency (LogCleanerManager.cleanableOffsets, LogToClean)
+
+
+def first_dirty_offset(checkpoint: int | None, log_start_offset: int,
+                       log_end_offset: int) -> tuple[int, bool]:
+    """``(first dirty offset, reset)``: the cleaner checkpoint, or the log start offset when
+    there is none or it lies outside ``[log start, log end]`` (then ``reset`` is true and the
+    checkpoint must be rewritten even if nothing is cleaned; §4.2)."""
+    if checkpoint is None:
+        return log_start_offset, False
+    if checkpoint < log_start_offset or checkpoint > log_end_offset:
+        return log_start_offset, True
+    return checkpoint, False
+
+
+def segment_largest_timestamp(segment: SegmentInfo) -> int:
+    """Largest record timestamp, or the ``.log`` mtime when the segment has none >= 0."""
+    ts = segment.largest_timestamp_ms
+    return ts if ts >= 0 else segment.mtime_ms
+
+
+def _containing_index(segments: Sequence[SegmentInfo], offset: int) -> int:
+    """Index of the segment holding ``offset`` (the first one when it precedes them all)."""
+    idx = 0
+    for i, seg in enumerate(segments):
+        if seg.base_offset <= offset:
+            idx = i
+        else:
+            break
+    return idx
+
+
+def first_uncleanable_offset(
+    segments: Sequence[SegmentInfo],
+    first_dirty: int,
+    last_stable_offset: int,
+    min_compaction_lag_ms: int,
+    now_ms: int,
+) -> int:
+    """The segment-aligned first uncleanable offset F (§4.3).
+
+    ``min(LSO, active base, first young segment)`` bounded below by the first dirty offset,
+    then moved down to the base offset of the non-active segment that contains it (or the
+    active segment's base offset).
+    """
+    active = segments[-1]
+    bound = min(last_stable_offset, active.base_offset)
+    if min_compaction_lag_ms > 0:
+        for seg in segments[_containing_index(segments, first_dirty):-1]:
+            if segment_largest_timestamp(seg) > now_ms - min_compaction_lag_ms:
+                bound = min(bound, seg.base_offset)
+                break
+    bound = max(first_dirty, bound)
+    if bound >= active.base_offset:
+        return active.base_offset
+    return segments[_containing_index(segments, bound)].base_offset
+
+
+def segments_in_range(segments: Sequence[SegmentInfo], start: int,
+                      end: int) -> list[SegmentInfo]:
+    """Kafka's ``logSegments(start, end)``: from the segment containing ``start`` up to the last
+    segment whose base offset is below ``end``; empty when ``start == end``."""
+    if start >= end:
+        return []
+    first = _containing_index(segments, start)
+    return [s for s in segments[first:] if s.base_offset < end]
+
+
+class SkipReason(IntEnum):
+    """Why a partition is not cleaned this round."""
+
+    CLEAN = 0
+    NOT_COMPACTED = 1
+    EMPTY = 2
+    NOTHING_CLEANABLE = 3
+    BELOW_DIRTY_RATIO = 4
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CleaningPlan:
+    """The plan of one round for one partition (all offsets; ranges ``[start, end)``).
+
+    Attributes:
+        first_dirty_offset: D, where the offset map starts.
+        first_uncleanable_offset: F, segment aligned; the round rewrites segments below it and
+            ends at it (unlimited offset map: end offset = F).
+        checkpoint_reset: the cleaner checkpoint was invalid and is rewritten to D.
+        groups: base offsets of the source segments of each output segment.
+        reason: why it is (not) cleaned.
+    """
+
+    log_start_offset: int
+    log_end_offset: int
+    high_watermark: int
+    last_stable_offset: int
+    first_dirty_offset: int
+    first_uncleanable_offset: int
+    checkpoint_reset: bool
+    clean_bytes: int
+    cleanable_bytes: int
+    compaction_delay_ms: int
+    groups: tuple[tuple[int, ...], ...] = field(default=())
+    reason: SkipReason = SkipReason.CLEAN
+
+    @property
+    def total_bytes(self) -> int:
+        return self.clean_bytes + self.cleanable_bytes
+
+    @property
+    def dirty_ratio(self) -> float:
+        return self.cleanable_bytes / self.total_bytes if self.total_bytes else 0.0
+
+    @property
+    def will_clean(self) -> bool:
+        return self.reason == SkipReason.CLEAN
+
+
+def compaction_delay_ms(segments: Sequence[SegmentInfo], first_batch_timestamps: Mapping[int, int],
+                        first_dirty: int, max_compaction_lag_ms: int, now_ms: int) -> int:
+    """How long the earliest dirty non-active segment is overdue under
+    ``max.compaction.lag.ms`` (KIP-354; > 0 forces a round). Timestamps <= 0 are ignored."""
+    stamps = [
+        ts for seg in segments[_containing_index(segments, first_dirty):-1]
+        if (ts := first_batch_timestamps.get(seg.base_offset, -1)) > 0
+    ]
+    if not stamps:
+        return 0
+    clean_until = now_ms - max(max_compaction_lag_ms, 0)
+    earliest = min(stamps)
+    return clean_until - earliest if earliest < clean_until else 0
+
+
+def group_segments(segments: Sequence[SegmentInfo], first_uncleanable: int, segment_bytes: int,
+                   segment_index_bytes: int) -> tuple[tuple[int, ...], ...]:
+    """Greedy grouping of ``segments`` (in offset order) into output segments (§4.8)."""
+    groups: list[tuple[int, ...]] = []
+    i = 0
+    while i < len(segments):
+        first = segments[i]
+        group = [first]
+        log_size, index_size, time_size = first.size_bytes, first.index_bytes, first.time_index_bytes
+        i += 1
+        while i < len(segments):
+            s = segments[i]
+            estimated_last = (segments[i + 1].base_offset - 1 if i + 1 < len(segments)
+                              else first_uncleanable - 1)
+            fits = (log_size + s.size_bytes <= segment_bytes
+                    and index_size + s.index_bytes <= segment_index_bytes
+                    and time_size + s.time_index_bytes <= segment_index_bytes
+                    and (s.size_bytes == 0 or estimated_last - first.base_offset <= INT_MAX))
+            if not fits:
+                break
+            group.append(s)
+            log_size += s.size_bytes
+            index_size += s.index_bytes
+            time_size += s.time_index_bytes
+            i += 1
+        groups.append(tuple(s.base_offset for s in group))
+    return tuple(groups)
+
+
+def plan_partition(
+    *,
+    segments: Sequence[SegmentInfo],
+    batches: Sequence[BatchHeader],
+    config: TopicConfig,
+    cleaner_checkpoint: int | None,
+    log_start_checkpoint: int | None,
+    replication_checkpoint: int | None,
+    now_ms: int,
+) -> CleaningPlan:
+    """Plan one round for one partition (§4.1-§4.5, §4.8; Appendix A.2 up to the groups).
+
+    Args:
+        segments: the partition's segments in offset order (the last one is active).
+        batches: headers of every batch of the partition, in offset order.
+        replication_checkpoint: the high watermark on disk; the log end offset when absent.
+    """
+    if not segments:
+        return CleaningPlan(log_start_offset=0, log_end_offset=0, high_watermark=0,
+                            last_stable_offset=0, first_dirty_offset=0,
+                            first_uncleanable_offset=0, checkpoint_reset=False, clean_bytes=0,
+                            cleanable_bytes=0, compaction_delay_ms=0, reason=SkipReason.EMPTY)
+    log_end = max((b.next_offset for b in batches), default=segments[-1].base_offset)
+    log_end = max(log_end, segments[-1].base_offset)
+    log_start = max(log_start_checkpoint or 0, segments[0].base_offset)
+    hw = log_end if replication_checkpoint is None else min(replication_checkpoint, log_end)
+    replay = replay_producers(batches, hw)
+    lso = min([hw, *replay.unstable_txn_firsts])
+    first_dirty, reset = first_dirty_offset(cleaner_checkpoint, log_start, log_end)
+    first_uncleanable = first_uncleanable_offset(segments, first_dirty, lso,
+                                                 config.min_compaction_lag_ms, now_ms)
+    clean_bytes = sum(s.size_bytes for s in segments if s.base_offset < first_dirty)
+    cleanable = segments_in_range(segments, min(first_dirty, first_uncleanable),
+                                  first_uncleanable)
+    cleanable_bytes = sum(s.size_bytes for s in cleanable)
+    first_stamps: dict[int, int] = {}
+    for b in batches:
+        first_stamps.setdefault(b.segment_base, b.max_timestamp)
+    delay = compaction_delay_ms(segments, first_stamps, first_dirty,
+                                config.max_compaction_lag_ms, now_ms)
+    plan = CleaningPlan(
+        log_start_offset=log_start, log_end_offset=log_end, high_watermark=hw,
+        last_stable_offset=lso, first_dirty_offset=first_dirty,
+        first_uncleanable_offset=first_uncleanable, checkpoint_reset=reset,
+        clean_bytes=clean_bytes, cleanable_bytes=cleanable_bytes, compaction_delay_ms=delay,
+    )
+    if not config.compact:
+        reason = SkipReason.NOT_COMPACTED
+    elif plan.total_bytes == 0:
+        reason = SkipReason.EMPTY
+    elif cleanable_bytes == 0 or first_uncleanable <= first_dirty:
+        reason = SkipReason.NOTHING_CLEANABLE
+    elif not (delay > 0 or plan.dirty_ratio > config.min_cleanable_dirty_ratio):
+        reason = SkipReason.BELOW_DIRTY_RATIO
+    else:
+        reason = SkipReason.CLEAN
+    if reason != SkipReason.CLEAN:
+        return replace(plan, reason=reason)
+    in_round = [s for s in segments if s.base_offset < first_uncleanable]
+    groups = group_segments(in_round, first_uncleanable, config.segment_bytes,
+                            config.segment_index_bytes)
+    return replace(plan, groups=groups)
+
+
+def legacy_horizon_ms(segments: Sequence[SegmentInfo], first_dirty: int,
+                      delete_retention_ms: int) -> int:
+    """mtime of the last segment below the first dirty offset minus ``delete.retention.ms``;
+    0 when there is none (v0/v1 tombstones, §4.12)."""
+    below = [s for s in segments if s.base_offset < first_dirty]
+    return below[-1].mtime_ms - delete_retention_ms if below else 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Transaction bookkeeping and batch retention (CleanedTransactionMetadata, checkBatchRetention)
+
+
+class BatchRetention(IntEnum):
+    """``MemoryRecords.BatchRetention``."""
+
+    DELETE = 0  # drop the whole batch without looking at records
+    DELETE_EMPTY = 1  # filter records; drop the batch when none survive
+    RETAIN_EMPTY = 2  # filter records; keep an empty header when none survive
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BatchDecision:
+    """The decision for one batch of the round.
+
+    Attributes:
+        aborted: a data batch of an aborted transaction (its records are dropped and never
+            enter the offset map).
+        discard_records: every record of the batch goes (aborted data, or a discardable
+            marker whose horizon passed).
+        retain_deletes: tombstones of this batch are still within their delete horizon.
+        marker_horizon: a discardable marker batch that has no horizon yet: it is rebuilt with
+            horizon ``now + delete.retention.ms`` (KIP-534).
+        txn_entry: the ``.txnindex`` entry this (ABORT marker) batch carries into the cleaned
+            segment.
+    """
+
+    retention: BatchRetention
+    aborted: bool
+    discard_records: bool
+    retain_deletes: bool
+    marker_horizon: bool
+    txn_entry: AbortedTxn | None = None
+
+
+class TransactionTracker:
+    """``CleanedTransactionMetadata``: aborted transactions are popped from a heap by first
+    offset as batches go by; markers learn whether any batch of their transaction was seen in
+    this round (§4.9)."""
+
+    def __init__(self, aborted: Iterable[AbortedTxn]) -> None:
+        unique = {(t.first_offset, t.producer_id, t.last_offset): t for t in aborted}
+        self._heap = [(k[0], k[1], k[2], t) for k, t in unique.items()]
+        heapq.heapify(self._heap)
+        self._ongoing_aborted: dict[int, tuple[AbortedTxn, bool]] = {}
+        self._ongoing_committed: set[int] = set()
+
+    def _consume_up_to(self, offset: int) -> None:
+        while self._heap and self._heap[0][0] <= offset:
+            txn = heapq.heappop(self._heap)[3]
+            self._ongoing_aborted.setdefault(txn.producer_id, (txn, False))
+
+    def on_data_batch(self, b: BatchHeader) -> bool:
+        """True when ``b`` belongs to an aborted transaction (discard)."""
+        self._consume_up_to(b.last_offset)
+        if not b.is_transactional:
+            return False
+        ongoing = self._ongoing_aborted.get(b.producer_id)
+        if ongoing is not None:
+            self._ongoing_aborted[b.producer_id] = (ongoing[0], True)
+            return True
+        self._ongoing_committed.add(b.producer_id)
+        return False
+
+    def on_control_batch(self, b: BatchHeader) -> tuple[bool, AbortedTxn | None]:
+        """``(discardable, txn index entry to keep)`` for a control batch."""
+        self._consume_up_to(b.last_offset)
+        if b.control_type == NO_CONTROL_TYPE:
+            return True, None
+        if b.control_type == ControlType.ABORT:
+            ongoing = self._ongoing_aborted.pop(b.producer_id, None)
+            if ongoing is not None and ongoing[1]:
+                return False, ongoing[0]
+            return True, None
+        if b.control_type == ControlType.COMMIT:
+            seen = b.producer_id in self._ongoing_committed
+            self._ongoing_committed.discard(b.producer_id)
+            return not seen, None
+        return False, None
+
+
+def decide_batches(
+    batches: Iterable[BatchHeader],
+    *,
+    aborted_txns: Iterable[AbortedTxn],
+    active_producers: Mapping[int, ProducerEntry],
+    round_end_offset: int,
+    legacy_retain_deletes: Mapping[int, bool],
+    now_ms: int,
+) -> list[BatchDecision]:
+    """Decide every batch of the round, in offset order (§4.9, §4.10, §4.12, §4.13).
+
+    Args:
+        batches: headers of the batches of the round (all segments below the round's end
+            offset), in offset order.
+        round_end_offset: the round's upper bound F; the batch ending right below it is kept
+            (emptied if needed) so the last offset of the round is not lost (KAFKA-17076).
+        legacy_retain_deletes: per segment base offset, whether v0/v1 tombstones of that
+            segment are retained (segment mtime > legacy horizon).
+    """
+    tracker = TransactionTracker(aborted_txns)
+    decisions = []
+    for b in batches:
+        txn_entry = None
+        if b.is_control:
+            can_discard, txn_entry = tracker.on_control_batch(b)
+            discard = can_discard and b.horizon_ms >= 0 and b.horizon_ms <= now_ms
+        else:
+            can_discard = tracker.on_data_batch(b)
+            discard = can_discard
+        retention = _retention(b, discard, active_producers, round_end_offset)
+        if b.magic >= 2:
+            retain_deletes = b.horizon_ms < 0 or now_ms < b.horizon_ms
+        else:
+            retain_deletes = legacy_retain_deletes.get(b.segment_base, True)
+        decisions.append(BatchDecision(
+            retention=retention,
+            aborted=can_discard and not b.is_control,
+            discard_records=discard,
+            retain_deletes=retain_deletes,
+            marker_horizon=(can_discard and b.is_control and not discard and b.horizon_ms < 0
+                            and b.control_type != NO_CONTROL_TYPE),
+            txn_entry=txn_entry,
+        ))
+    return decisions
+
+
+def _retention(b: BatchHeader, discard: bool, active: Mapping[int, ProducerEntry],
+               round_end_offset: int) -> BatchRetention:
+    entry = active.get(b.producer_id) if b.producer_id >= 0 else None
+    if entry is not None:
+        if entry.last_data_offset is not None:
+            last_of_producer = b.last_offset == entry.last_data_offset
+        else:
+            last_of_producer = b.is_control and b.producer_epoch == entry.epoch
+        if last_of_producer:
+            return BatchRetention.RETAIN_EMPTY
+    if b.next_offset == round_end_offset:
+        return BatchRetention.RETAIN_EMPTY
+    return BatchRetention.DELETE if discard else BatchRetention.DELETE_EMPTY
+
+
+# ---------------------------------------------------------------------------------------------
+# Inputs of one partition's round, shipped to executors
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PartitionInput:
+    """Everything the round of one partition needs besides the batches (small, picklable).
+
+    Attributes:
+        path: the partition directory.
+        aborted_txns: every ``.txnindex`` entry of the partition.
+    """
+
+    path: str
+    segments: tuple[SegmentInfo, ...]
+    config: TopicConfig
+    cleaner_checkpoint: int | None
+    log_start_checkpoint: int | None
+    replication_checkpoint: int | None
+    aborted_txns: tuple[AbortedTxn, ...]
+    now_ms: int
+
+    def plan(self, batches: Sequence[BatchHeader]) -> CleaningPlan:
+        return plan_partition(
+            segments=self.segments, batches=batches, config=self.config,
+            cleaner_checkpoint=self.cleaner_checkpoint,
+            log_start_checkpoint=self.log_start_checkpoint,
+            replication_checkpoint=self.replication_checkpoint, now_ms=self.now_ms,
+        )
+
+    def decide(self, plan: CleaningPlan,
+               batches: Sequence[BatchHeader]) -> list[tuple[BatchHeader, BatchDecision]]:
+        """Decisions for the batches of the round (segments below the first uncleanable
+        offset), in offset order."""
+        replay = replay_producers(batches, plan.high_watermark)
+        active = replay.active(self.now_ms, self.config.producer_id_expiration_ms)
+        horizon = legacy_horizon_ms(self.segments, plan.first_dirty_offset,
+                                    self.config.delete_retention_ms)
+        legacy_retain = {s.base_offset: s.mtime_ms > horizon for s in self.segments}
+        in_round = [b for b in batches if b.segment_base < plan.first_uncleanable_offset]
+        decisions = decide_batches(
+            in_round, aborted_txns=self.aborted_txns, active_producers=active,
+            round_end_offset=plan.first_uncleanable_offset,
+            legacy_retain_deletes=legacy_retain, now_ms=self.now_ms,
+        )
+        return list(zip(in_round, decisions, strict=True))

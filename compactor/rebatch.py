@@ -1,0 +1,195 @@
+"""Re-batching of retained records and assembly of a cleaned segment (kafka-semantics §4.14,
+§4.15, §3.5). Pure: batches and decisions in, bytes out.
+
+Given a source batch, its :class:`~compactor.policy.BatchDecision` and the offsets of its
+records that go, :func:`filter_batch` returns the bytes Kafka 4.1 writes for it: nothing, the
+original bytes verbatim, a rebuilt batch (same base offset and ``lastOffsetDelta``, producer
+fields, leader epoch, codec; new CRC; delete horizon when newly needed) or the bare empty header.
+v0/v1 entries are always rewritten as v2 batches (KAFKA-13093, Kafka 4.0+).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Container, Sequence
+from dataclasses import dataclass
+
+from compactor.codec.indexes import (
+    AbortedTxn,
+    BatchIndexInfo,
+    build_indexes,
+    encode_offset_index,
+    encode_time_index,
+    encode_txn_index,
+)
+from compactor.codec.records import (
+    NO_TIMESTAMP,
+    NewRecord,
+    NewRecordBatch,
+    RecordBatch,
+    TimestampType,
+    empty_batch_like,
+    encode_batch,
+)
+from compactor.codec.segment import iter_batches
+from compactor.policy import BatchDecision, BatchRetention
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FilteredBatch:
+    """Outcome of one source batch.
+
+    Attributes:
+        data: the bytes to append, ``None`` when the batch disappears.
+        records_in: records of the source batch.
+        records_out: records retained.
+        copied: ``data`` is the source batch verbatim.
+    """
+
+    data: bytes | None
+    records_in: int
+    records_out: int
+    copied: bool = False
+
+
+def filter_batch(batch: RecordBatch, decision: BatchDecision, dropped: Container[int], *,
+                 now_ms: int, delete_retention_ms: int) -> FilteredBatch:
+    """Apply the batch and record decisions to one source batch (§4.14).
+
+    Args:
+        dropped: offsets of the batch's records that go (the record-level decision, §4.11).
+    """
+    if decision.retention == BatchRetention.DELETE:
+        return FilteredBatch(data=None, records_in=_count(batch), records_out=0)
+    records = batch.records()
+    retained = [r for r in records if r.offset not in dropped]
+    if batch.magic < 2:
+        return FilteredBatch(data=_legacy_as_v2(batch, retained, decision), records_in=len(records),
+                             records_out=len(retained))
+    horizon = batch.delete_horizon_ms
+    needs_horizon = horizon is None and retained and (
+        decision.marker_horizon or (not batch.is_control
+                                    and any(r.value is None for r in retained)))
+    if len(retained) == len(records) and not needs_horizon:
+        if not records and decision.retention != BatchRetention.RETAIN_EMPTY:
+            return FilteredBatch(data=None, records_in=0, records_out=0)
+        return FilteredBatch(data=batch.raw, records_in=len(records), records_out=len(records),
+                             copied=True)
+    if not retained:
+        data = empty_batch_like(batch) if decision.retention == BatchRetention.RETAIN_EMPTY else None
+        return FilteredBatch(data=data, records_in=len(records), records_out=0)
+    if needs_horizon:
+        horizon = now_ms + delete_retention_ms
+    log_append = batch.timestamp_type == TimestampType.LOG_APPEND_TIME
+    rebuilt = encode_batch(NewRecordBatch(
+        base_offset=batch.base_offset,
+        records=[
+            NewRecord(offset_delta=r.offset - batch.base_offset, timestamp=r.timestamp, key=r.key,
+                      value=r.value, headers=r.headers)
+            for r in retained
+        ],
+        compression=batch.compression,
+        timestamp_type=batch.timestamp_type,
+        is_transactional=batch.is_transactional,
+        is_control=batch.is_control,
+        delete_horizon_ms=horizon,
+        partition_leader_epoch=batch.partition_leader_epoch,
+        producer_id=batch.producer_id,
+        producer_epoch=batch.producer_epoch,
+        base_sequence=batch.base_sequence,
+        last_offset_delta=batch.last_offset_delta,
+        max_timestamp=batch.max_timestamp if log_append else None,
+    ))
+    return FilteredBatch(data=rebuilt, records_in=len(records), records_out=len(retained))
+
+
+def _count(batch: RecordBatch) -> int:
+    if batch.legacy_records is not None:
+        return len(batch.legacy_records)
+    return batch.records_count
+
+
+def _legacy_as_v2(batch: RecordBatch, retained: Sequence, decision: BatchDecision) -> bytes | None:
+    """A v0/v1 entry rewritten as a v2 batch: codec kept, CreateTime for v0, no producer,
+    leader epoch -1, base offset = first retained offset. An entry that loses every record is
+    dropped, except under RETAIN_EMPTY (the round-bound rule) where Kafka 4.1 throws and marks
+    the partition uncleanable; we write an empty v2 header over the entry's offsets instead
+    (a documented difference)."""
+    timestamp_type = batch.timestamp_type if batch.magic == 1 else TimestampType.CREATE_TIME
+    if not retained:
+        if decision.retention != BatchRetention.RETAIN_EMPTY:
+            return None
+        return placeholder_batch(batch)
+    base = retained[0].offset
+    return encode_batch(NewRecordBatch(
+        base_offset=base,
+        records=[
+            NewRecord(offset_delta=r.offset - base, timestamp=r.timestamp, key=r.key,
+                      value=r.value, headers=r.headers)
+            for r in retained
+        ],
+        compression=batch.compression,
+        timestamp_type=timestamp_type,
+    ))
+
+
+def placeholder_batch(batch: RecordBatch) -> bytes:
+    """An empty v2 header spanning ``batch``'s offsets with no producer: it keeps the offsets
+    known without touching producer state."""
+    return encode_batch(NewRecordBatch(
+        base_offset=batch.base_offset,
+        last_offset_delta=batch.last_offset - batch.base_offset,
+        partition_leader_epoch=batch.partition_leader_epoch,
+        base_timestamp=NO_TIMESTAMP,
+        max_timestamp=batch.max_timestamp,
+    ))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SegmentFiles:
+    """The bytes of one cleaned segment and its indexes."""
+
+    base_offset: int
+    log: bytes
+    index: bytes
+    time_index: bytes
+    txn_index: bytes
+    batches: int
+
+
+def assemble_segment(
+    base_offset: int,
+    outputs: Sequence[bytes],
+    txn_entries: Sequence[AbortedTxn],
+    *,
+    last_source_batch: RecordBatch | None,
+    source_segments: int,
+    index_interval_bytes: int,
+    segment_index_bytes: int,
+) -> SegmentFiles:
+    """Concatenate the output batches of one group and build its indexes the way Kafka's
+    recovery path does (§3.4, §3.5).
+
+    When a group of several source segments would produce an empty segment, its last source
+    batch is kept as a placeholder header (no records, no producer): crash recovery (Kafka's
+    ``LogLoader`` as well as ours) finds the offsets a ``.swap`` segment replaces by reading its
+    last offset, and an empty one would leave the group's later source segments behind.
+    """
+    outputs = list(outputs)
+    if not outputs and source_segments > 1 and last_source_batch is not None:
+        outputs.append(placeholder_batch(last_source_batch))
+    log = b"".join(outputs)
+    infos = [
+        BatchIndexInfo(position=b.position, size_in_bytes=b.size_in_bytes,
+                       last_offset=b.last_offset, max_timestamp=b.max_timestamp)
+        for b in iter_batches(log, verify_crc=False)
+    ]
+    offsets, times = build_indexes(infos, base_offset, index_interval_bytes=index_interval_bytes,
+                                   segment_index_bytes=segment_index_bytes)
+    return SegmentFiles(
+        base_offset=base_offset,
+        log=log,
+        index=encode_offset_index(offsets, base_offset),
+        time_index=encode_time_index(times, base_offset),
+        txn_index=encode_txn_index(txn_entries),
+        batches=len(infos),
+    )

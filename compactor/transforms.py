@@ -1,0 +1,296 @@
+"""The compaction round as a chain of DataFrame transforms (kafka-semantics Appendix A.2).
+
+    segment tasks --scan_headers--> batch headers --plan_rounds--> one plan per partition
+    batch headers --decide_batches--> batch decisions --scan_records--> record rows
+    record rows --latest_per_key--> + latest offset of the key in the dirty section
+                --record_verdicts--> + reason it goes (null = kept) --dropped_records--> drops
+    (batch decisions, drops) --rewrite_groups--> commit messages (one per output segment)
+
+The sequential, per-partition rules (producer state, transactions, batch retention) run per
+partition inside ``applyInPandas``; the offset map is a window over ``(partition, key digest)``,
+so its size is bounded by the cluster, not by a buffer. Transforms never collect, count or
+cache: the job (``jobs/compact.py``) decides actions.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator, Mapping
+
+import pandas as pd
+import pyarrow as pa
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import to_arrow_schema
+
+from compactor import storage
+from compactor.codec.indexes import AbortedTxn
+from compactor.errors import CompactorError
+from compactor.policy import (
+    BatchDecision,
+    BatchHeader,
+    BatchRetention,
+    CleaningPlan,
+    PartitionInput,
+    SkipReason,
+)
+from compactor.scan import BatchFlags, segment_headers, segment_records
+from compactor.writer import write_group
+from schemas.spark import BATCH_HEADER, COMMIT_MESSAGE, DECISION, DROP, PLAN, RECORD
+
+Transform = Callable[[DataFrame], DataFrame]
+
+DROP_REASONS = ("superseded", "tombstone_expired", "null_key", "aborted", "marker_expired")
+_HEADER_FIELDS = [f.name for f in BATCH_HEADER.fields if f.name not in ("tp_id", "error")]
+_HEADER_ARROW = to_arrow_schema(BATCH_HEADER)
+
+
+# ---------------------------------------------------------------------------------------------
+# Scan of batch headers
+
+
+def _header_batch(tp_id: int, segment_base: int, path: str) -> pa.RecordBatch:
+    try:
+        headers = segment_headers(storage.read_bytes(path), path, segment_base)
+    except CompactorError as err:
+        row = {name: [None] for name in _HEADER_ARROW.names}
+        row.update(tp_id=[tp_id], segment_base=[segment_base], error=[json.dumps(err.to_dict())])
+        return pa.RecordBatch.from_pydict(row, schema=_HEADER_ARROW)
+    n = len(headers)
+    cols: dict[str, list] = {"tp_id": [tp_id] * n, "error": [None] * n}
+    for name in _HEADER_FIELDS:
+        cols[name] = [getattr(h, name) for h in headers]
+    return pa.RecordBatch.from_pydict(cols, schema=_HEADER_ARROW)
+
+
+def _scan_header_partitions(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    for tasks in batches:
+        for tp_id, base, path in zip(*(tasks.column(i).to_pylist() for i in range(3)),
+                                     strict=True):
+            yield _header_batch(tp_id, base, path)
+
+
+def scan_headers(tasks: DataFrame) -> DataFrame:
+    """Segment tasks (``SEGMENT_TASK``) -> one ``BATCH_HEADER`` row per batch, CRCs checked;
+    a segment that cannot be read gives one row with ``error`` set instead."""
+    return tasks.mapInArrow(_scan_header_partitions, BATCH_HEADER)
+
+
+def _headers_from_pandas(pdf: pd.DataFrame) -> list[BatchHeader]:
+    pdf = pdf.sort_values(["segment_base", "position"])
+    return [
+        BatchHeader(**{name: _py(getattr(row, name)) for name in _HEADER_FIELDS})
+        for row in pdf.itertuples(index=False)
+    ]
+
+
+def _py(value: object) -> object:
+    return value.item() if hasattr(value, "item") else value
+
+
+# ---------------------------------------------------------------------------------------------
+# Planning and batch decisions (per partition, sequential)
+
+
+def plan_to_row(tp_id: int, plan: CleaningPlan) -> dict:
+    return {
+        "tp_id": tp_id, "log_start_offset": plan.log_start_offset,
+        "log_end_offset": plan.log_end_offset, "high_watermark": plan.high_watermark,
+        "last_stable_offset": plan.last_stable_offset,
+        "first_dirty_offset": plan.first_dirty_offset,
+        "first_uncleanable_offset": plan.first_uncleanable_offset,
+        "checkpoint_reset": plan.checkpoint_reset, "clean_bytes": plan.clean_bytes,
+        "cleanable_bytes": plan.cleanable_bytes, "compaction_delay_ms": plan.compaction_delay_ms,
+        "dirty_ratio": plan.dirty_ratio, "reason": int(plan.reason),
+        "groups": [list(g) for g in plan.groups],
+    }
+
+
+def plan_from_row(row: Mapping) -> CleaningPlan:
+    return CleaningPlan(
+        log_start_offset=row["log_start_offset"], log_end_offset=row["log_end_offset"],
+        high_watermark=row["high_watermark"], last_stable_offset=row["last_stable_offset"],
+        first_dirty_offset=row["first_dirty_offset"],
+        first_uncleanable_offset=row["first_uncleanable_offset"],
+        checkpoint_reset=row["checkpoint_reset"], clean_bytes=row["clean_bytes"],
+        cleanable_bytes=row["cleanable_bytes"], compaction_delay_ms=row["compaction_delay_ms"],
+        groups=tuple(tuple(g) for g in row["groups"]), reason=SkipReason(row["reason"]),
+    )
+
+
+def plan_rounds(inputs: Mapping[int, PartitionInput]) -> Transform:
+    """Batch headers (without error rows) -> one ``PLAN`` row per partition."""
+
+    def plan(pdf: pd.DataFrame) -> pd.DataFrame:
+        tp_id = int(pdf["tp_id"].iloc[0])
+        result = inputs[tp_id].plan(_headers_from_pandas(pdf))
+        return pd.DataFrame([plan_to_row(tp_id, result)])
+
+    return lambda headers: headers.groupBy("tp_id").applyInPandas(plan, PLAN)
+
+
+def decide_batches(inputs: Mapping[int, PartitionInput],
+                   plans: Mapping[int, CleaningPlan]) -> Transform:
+    """Batch headers -> one ``DECISION`` row per batch of the round of every planned partition
+    (partitions missing from ``plans`` are left out)."""
+
+    def decide(pdf: pd.DataFrame) -> pd.DataFrame:
+        tp_id = int(pdf["tp_id"].iloc[0])
+        plan = plans[tp_id]
+        group_of = {base: group[0] for group in plan.groups for base in group}
+        rows = []
+        for h, d in inputs[tp_id].decide(plan, _headers_from_pandas(pdf)):
+            txn = d.txn_entry
+            rows.append({
+                "tp_id": tp_id, "group_base": group_of[h.segment_base],
+                "segment_base": h.segment_base, "position": h.position,
+                "base_offset": h.base_offset, "is_control": h.is_control,
+                "retention": int(d.retention), "aborted": d.aborted,
+                "discard_records": d.discard_records, "retain_deletes": d.retain_deletes,
+                "marker_horizon": d.marker_horizon,
+                "txn_producer_id": txn.producer_id if txn else None,
+                "txn_first_offset": txn.first_offset if txn else None,
+                "txn_last_offset": txn.last_offset if txn else None,
+                "txn_last_stable_offset": txn.last_stable_offset if txn else None,
+            })
+        return pd.DataFrame(rows, columns=DECISION.fieldNames())
+
+    planned = list(plans)
+    return lambda headers: (headers.where(F.col("tp_id").isin(planned))
+                            .groupBy("tp_id").applyInPandas(decide, DECISION))
+
+
+def _decision_from_row(row: object) -> BatchDecision:
+    txn = None
+    if not pd.isna(row.txn_producer_id):  # type: ignore[attr-defined]
+        txn = AbortedTxn(producer_id=int(row.txn_producer_id),  # type: ignore[attr-defined]
+                         first_offset=int(row.txn_first_offset),  # type: ignore[attr-defined]
+                         last_offset=int(row.txn_last_offset),  # type: ignore[attr-defined]
+                         last_stable_offset=int(row.txn_last_stable_offset))  # type: ignore[attr-defined]
+    return BatchDecision(
+        retention=BatchRetention(int(row.retention)),  # type: ignore[attr-defined]
+        aborted=bool(row.aborted), discard_records=bool(row.discard_records),  # type: ignore[attr-defined]
+        retain_deletes=bool(row.retain_deletes),  # type: ignore[attr-defined]
+        marker_horizon=bool(row.marker_horizon), txn_entry=txn,  # type: ignore[attr-defined]
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Record rows, offset map, record verdicts
+
+
+def scan_records(inputs: Mapping[int, PartitionInput],
+                 plans: Mapping[int, CleaningPlan]) -> Transform:
+    """Batch decisions -> one ``RECORD`` row per record of the round (one task per segment);
+    a segment whose records cannot be decoded gives one row with ``error`` set."""
+
+    def scan(pdf: pd.DataFrame) -> pd.DataFrame:
+        tp_id = int(pdf["tp_id"].iloc[0])
+        base = int(pdf["segment_base"].iloc[0])
+        inp = inputs[tp_id]
+        path = next(s.log_path for s in inp.segments if s.base_offset == base)
+        flags = {
+            int(r.position): BatchFlags(int(r.group_base), bool(r.is_control), bool(r.aborted),
+                                        bool(r.discard_records), bool(r.retain_deletes))
+            for r in pdf.itertuples(index=False)
+        }
+        try:
+            cols = segment_records(storage.read_bytes(path), path, flags,
+                                   plans[tp_id].first_dirty_offset)
+        except CompactorError as err:
+            return pd.DataFrame([{
+                "tp_id": tp_id, "group_base": int(pdf["group_base"].iloc[0]), "offset": -1,
+                "key_hi": None, "key_lo": None, "is_tombstone": False, "is_control": False,
+                "aborted": False, "discard_records": False, "retain_deletes": False,
+                "in_dirty": False, "error": json.dumps(err.to_dict()),
+            }], columns=RECORD.fieldNames())
+        n = len(cols.offset)
+        return pd.DataFrame({
+            "tp_id": pd.Series([tp_id] * n, dtype="int32"),
+            "group_base": pd.Series([f.group_base for f in cols.flags], dtype="int64"),
+            "offset": pd.Series(cols.offset, dtype="int64"),
+            "key_hi": pd.Series(cols.key_hi, dtype="Int64"),
+            "key_lo": pd.Series(cols.key_lo, dtype="Int64"),
+            "is_tombstone": pd.Series(cols.is_tombstone, dtype="bool"),
+            "is_control": pd.Series([f.is_control for f in cols.flags], dtype="bool"),
+            "aborted": pd.Series([f.aborted for f in cols.flags], dtype="bool"),
+            "discard_records": pd.Series([f.discard_records for f in cols.flags], dtype="bool"),
+            "retain_deletes": pd.Series([f.retain_deletes for f in cols.flags], dtype="bool"),
+            "in_dirty": pd.Series(cols.in_dirty, dtype="bool"),
+            "error": pd.Series([None] * n, dtype="object"),
+        })
+
+    return lambda decisions: decisions.groupBy("tp_id", "segment_base").applyInPandas(scan, RECORD)
+
+
+def latest_per_key(records: DataFrame) -> DataFrame:
+    """Add ``latest``: the largest offset of the record's key among the dirty section's
+    records that enter the offset map (keyed, not aborted, not control); null when the key
+    does not occur there or the record has no key. Keyless rows get a window of their own
+    (keyed by offset) so null keys never pile up in one window partition."""
+    has_key = F.col("key_hi").isNotNull()
+    window = Window.partitionBy(
+        "tp_id", has_key, F.coalesce(F.col("key_hi"), F.col("offset")),
+        F.coalesce(F.col("key_lo"), F.lit(0)),
+    )
+    in_map = has_key & F.col("in_dirty") & ~F.col("aborted") & ~F.col("is_control")
+    return records.withColumn("latest", F.max(F.when(in_map, F.col("offset"))).over(window))
+
+
+def drop_reason() -> Column:
+    """Why a record goes (§4.11), null when it is kept."""
+    return (
+        F.when(F.col("discard_records") & F.col("is_control"), F.lit("marker_expired"))
+        .when(F.col("discard_records"), F.lit("aborted"))
+        .when(F.col("is_control"), F.lit(None))
+        .when(F.col("key_hi").isNull(), F.lit("null_key"))
+        .when(F.col("latest").isNotNull() & (F.col("offset") < F.col("latest")),
+              F.lit("superseded"))
+        .when(F.col("is_tombstone") & ~F.col("retain_deletes"), F.lit("tombstone_expired"))
+    )
+
+
+def record_verdicts(records: DataFrame) -> DataFrame:
+    """Records with ``latest`` -> + ``reason`` (null = kept)."""
+    return records.withColumn("reason", drop_reason())
+
+
+def dropped_records(verdicts: DataFrame) -> DataFrame:
+    """Verdicts -> ``DROP`` rows (error rows are left out: the writer meets the same defect)."""
+    return (verdicts.where(F.col("error").isNull() & F.col("reason").isNotNull())
+            .select(*DROP.fieldNames()))
+
+
+# ---------------------------------------------------------------------------------------------
+# Rewrite (executors write .cleaned segments, return commit messages)
+
+
+def rewrite_groups(inputs: Mapping[int, PartitionInput], plans: Mapping[int, CleaningPlan],
+                   *, fsync: bool = True) -> Callable[[DataFrame, DataFrame], DataFrame]:
+    """(batch decisions, drops) -> one ``COMMIT_MESSAGE`` row per group, written by the
+    executor that holds the group's rows."""
+
+    def rewrite(decisions: pd.DataFrame, drops: pd.DataFrame) -> pd.DataFrame:
+        if decisions.empty:
+            return pd.DataFrame(columns=COMMIT_MESSAGE.fieldNames())
+        tp_id = int(decisions["tp_id"].iloc[0])
+        group_base = int(decisions["group_base"].iloc[0])
+        plan = plans[tp_id]
+        group = next(g for g in plan.groups if g[0] == group_base)
+        by_batch = {(int(r.segment_base), int(r.position)): _decision_from_row(r)
+                    for r in decisions.itertuples(index=False)}
+        drop_map = dict(zip(drops["offset"].astype("int64").tolist(), drops["reason"].tolist(),
+                            strict=True))
+        m = write_group(inputs[tp_id], group, by_batch, drop_map, fsync=fsync)
+        return pd.DataFrame([{
+            "tp_id": tp_id, "group_base": m.group_base, "source_bases": list(m.source_bases),
+            "cleaned_log": ",".join(m.cleaned_suffixes), "log_checksum": m.log_checksum,
+            "bytes_in": m.bytes_in, "bytes_out": m.bytes_out, "batches_in": m.batches_in,
+            "batches_out": m.batches_out, "records_in": m.records_in,
+            "records_out": m.records_out, "dropped_json": json.dumps(dict(m.dropped)),
+            "seconds": m.seconds, "error": json.dumps(m.error) if m.error else None,
+        }])
+
+    keys = ["tp_id", "group_base"]
+    return lambda decisions, drops: (decisions.groupBy(*keys).cogroup(drops.groupBy(*keys))
+                                     .applyInPandas(rewrite, COMMIT_MESSAGE))

@@ -1,0 +1,160 @@
+"""Executor side of a round: rewrite one group of source segments into one ``.cleaned`` segment
+with its indexes, durably, and describe it in a picklable commit message. Nothing here renames
+or deletes a live file: the driver commits (``compactor/commit.py``).
+"""
+
+from __future__ import annotations
+
+import time
+import zlib
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from compactor import storage
+from compactor.codec.records import RecordBatch
+from compactor.codec.segment import iter_batches
+from compactor.errors import CompactorError, CorruptSegmentError
+from compactor.logdir import (
+    CLEANED_SUFFIX,
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
+    segment_path,
+)
+from compactor.policy import BatchDecision, PartitionInput
+from compactor.rebatch import assemble_segment, filter_batch
+
+CLEANED_FILE_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CommitMessage:
+    """What an executor reports for one group (see ``schemas.spark.COMMIT_MESSAGE``).
+
+    Attributes:
+        source_bases: base offsets of the group's source segments, ascending.
+        cleaned_suffixes: which files were written as ``<base><suffix>.cleaned``.
+        log_checksum: CRC-32 of the cleaned ``.log`` bytes (checked again before the swap).
+        dropped: records dropped, by reason.
+        error: the failure, as ``CompactorError.to_dict()``; nothing was left behind.
+    """
+
+    group_base: int
+    source_bases: tuple[int, ...]
+    tp_id: int = -1
+    cleaned_suffixes: tuple[str, ...] = ()
+    log_checksum: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    batches_in: int = 0
+    batches_out: int = 0
+    records_in: int = 0
+    records_out: int = 0
+    dropped: Mapping[str, int] = field(default_factory=dict)
+    seconds: float = 0.0
+    error: dict | None = None
+
+
+def cleaned_path(partition_dir: str, base_offset: int, suffix: str) -> str:
+    return segment_path(partition_dir, base_offset, suffix + CLEANED_SUFFIX)
+
+
+def write_group(
+    inp: PartitionInput,
+    source_bases: Sequence[int],
+    decisions: Mapping[tuple[int, int], BatchDecision],
+    drops: Mapping[int, str],
+    *,
+    fsync: bool = True,
+) -> CommitMessage:
+    """Rewrite the source segments ``source_bases`` into one ``.cleaned`` segment.
+
+    Args:
+        decisions: by ``(segment base, batch position)``, every batch of the group.
+        drops: offset -> reason of every record of the group that goes.
+
+    Returns:
+        The commit message; on a corrupt or inconsistent input it carries ``error`` and no
+        ``.cleaned`` file is left behind.
+    """
+    started = time.perf_counter()
+    group_base = source_bases[0]
+    try:
+        message = _write(inp, tuple(source_bases), decisions, drops, fsync)
+    except CompactorError as err:
+        for suffix in CLEANED_FILE_SUFFIXES:
+            storage.remove(cleaned_path(inp.path, group_base, suffix), missing_ok=True)
+        return CommitMessage(group_base=group_base, source_bases=tuple(source_bases),
+                             error=err.to_dict(), seconds=time.perf_counter() - started)
+    return CommitMessage(**{**_fields(message), "seconds": time.perf_counter() - started})
+
+
+def _fields(message: CommitMessage) -> dict:
+    return {name: getattr(message, name) for name in CommitMessage.__slots__}
+
+
+def _write(inp: PartitionInput, source_bases: tuple[int, ...],
+           decisions: Mapping[tuple[int, int], BatchDecision], drops: Mapping[int, str],
+           fsync: bool) -> CommitMessage:
+    by_base = {s.base_offset: s for s in inp.segments}
+    cfg = inp.config
+    outputs: list[bytes] = []
+    txn_entries = []
+    bytes_in = batches_in = records_in = records_out = 0
+    dropped_seen = 0
+    last_batch: RecordBatch | None = None
+    for base in source_bases:
+        seg = by_base[base]
+        data = storage.read_bytes(seg.log_path)
+        bytes_in += len(data)
+        for batch in iter_batches(data, path=seg.log_path):
+            batches_in += 1
+            last_batch = batch
+            decision = decisions.get((base, batch.position))
+            if decision is None:
+                raise CorruptSegmentError(
+                    "batch was not seen by the planning scan (the segment changed during the run)",
+                    path=seg.log_path, position=batch.position, base_offset=batch.base_offset,
+                    remedy="make sure no broker or other tool writes to the log dir, then rerun",
+                )
+            try:
+                result = filter_batch(batch, decision, drops, now_ms=inp.now_ms,
+                                      delete_retention_ms=cfg.delete_retention_ms)
+            except CompactorError as err:
+                raise err.with_location(path=seg.log_path) from None
+            dropped_seen += result.records_in - result.records_out
+            records_in += result.records_in
+            records_out += result.records_out
+            if result.data is not None:
+                outputs.append(result.data)
+                if decision.txn_entry is not None:
+                    txn_entries.append(decision.txn_entry)
+    if dropped_seen != len(drops):
+        raise CorruptSegmentError(
+            f"counts do not balance: {len(drops)} records were decided to go but "
+            f"{dropped_seen} went (records in {records_in}, retained {records_out})",
+            path=by_base[source_bases[0]].log_path,
+            remedy="the segment changed during the run; rerun once nothing else writes to it",
+        )
+    files = assemble_segment(
+        source_bases[0], outputs, txn_entries, last_source_batch=last_batch,
+        source_segments=len(source_bases), index_interval_bytes=cfg.index_interval_bytes,
+        segment_index_bytes=cfg.segment_index_bytes,
+    )
+    mtime = by_base[source_bases[-1]].mtime_ms
+    written = [(LOG_SUFFIX, files.log), (INDEX_SUFFIX, files.index),
+               (TIME_INDEX_SUFFIX, files.time_index)]
+    if files.txn_index:
+        written.append((TXN_INDEX_SUFFIX, files.txn_index))
+    for suffix, data in written:
+        storage.write_durable(cleaned_path(inp.path, source_bases[0], suffix), data,
+                              mtime_ms=mtime, fsync=fsync)
+    return CommitMessage(
+        group_base=source_bases[0], source_bases=source_bases,
+        cleaned_suffixes=tuple(s for s, _ in written), log_checksum=zlib.crc32(files.log),
+        bytes_in=bytes_in, bytes_out=len(files.log), batches_in=batches_in,
+        batches_out=files.batches, records_in=records_in, records_out=records_out,
+        dropped=dict(Counter(drops.values())),
+    )

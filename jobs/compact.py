@@ -1,0 +1,454 @@
+"""spark-submit entry point of a compaction round over a Kafka log dir, and the driver logic
+behind ``compactor compact`` and ``compactor plan``.
+
+    spark-submit jobs/compact.py LOG_DIR [--now-ms MS] [--config KEY=VALUE ...]
+        [--topic-config TOPIC:KEY=VALUE ...] [--topic-configs FILE] [--master URL] [--json]
+        [--plan-only]
+
+The driver locks the log dir, recovers interrupted swaps, plans each partition, lets the
+executors write ``.cleaned`` segments, then commits partition by partition (counts must
+balance) and moves ``cleaner-offset-checkpoint``. A corrupt partition is reported and left
+untouched while the others are compacted (exit code 6).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+import yaml
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from compactor import commit, storage, transforms
+from compactor.codec.checkpoints import (
+    CLEANER_OFFSET_CHECKPOINT,
+    LOG_START_OFFSET_CHECKPOINT,
+    REPLICATION_OFFSET_CHECKPOINT,
+)
+from compactor.codec.indexes import decode_txn_index
+from compactor.config import TopicConfig, parse_assignment, resolve_topic_config
+from compactor.errors import (
+    EXIT_OK,
+    EXIT_PARTIAL,
+    CompactorError,
+    ConfigError,
+    CorruptSegmentError,
+)
+from compactor.logdir import (
+    TXN_INDEX_SUFFIX,
+    load_partition,
+    open_log_dir,
+    read_offset_checkpoint,
+    recover_partition,
+    segment_path,
+)
+from compactor.model import TopicPartition
+from compactor.policy import CleaningPlan, PartitionInput, SkipReason
+from compactor.writer import CommitMessage
+from schemas.spark import SEGMENT_TASK
+
+
+@dataclass(frozen=True, kw_only=True)
+class CompactOptions:
+    """Arguments of a round (the command line, parsed)."""
+
+    log_dir: str
+    now_ms: int
+    config_all: Mapping[str, str] = field(default_factory=dict)
+    config_topics: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    plan_only: bool = False
+    fsync: bool = True
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments shared by ``compactor compact``/``plan`` and this job."""
+    parser.add_argument("log_dir", help="the Kafka log dir (on storage every executor reaches)")
+    parser.add_argument("--now-ms", type=int, default=None,
+                        help="the round's clock in epoch ms (default: wall clock)")
+    parser.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
+                        help="topic config for every topic (Kafka names); repeatable")
+    parser.add_argument("--topic-config", action="append", default=[],
+                        metavar="TOPIC:KEY=VALUE", help="topic config for one topic; repeatable")
+    parser.add_argument("--topic-configs", default=None, metavar="FILE",
+                        help="YAML or JSON map: topic -> {config: value}")
+    parser.add_argument("--master", default=None,
+                        help="Spark master URL (default: spark-submit's, else local[*])")
+    parser.add_argument("--json", action="store_true",
+                        help="print only the JSON report line (no human summary)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="jobs/compact.py",
+                                     description="One compaction round over a Kafka log dir.")
+    add_arguments(parser)
+    parser.add_argument("--plan-only", action="store_true", help="plan, change nothing")
+    return parser
+
+
+def options_from_args(args: argparse.Namespace, *, plan_only: bool = False) -> CompactOptions:
+    """Validate the config arguments into :class:`CompactOptions`.
+
+    Raises:
+        ConfigError: malformed ``KEY=VALUE``, unreadable or malformed ``--topic-configs``.
+    """
+    config_all = dict(parse_assignment(a) for a in args.config)
+    topics: dict[str, dict[str, str]] = {}
+    if args.topic_configs:
+        try:
+            loaded = yaml.safe_load(storage.read_text(args.topic_configs))
+        except yaml.YAMLError as err:
+            raise ConfigError(f"--topic-configs is not valid YAML/JSON: {err}",
+                              path=args.topic_configs) from None
+        if not isinstance(loaded, dict) or not all(isinstance(v, dict) for v in loaded.values()):
+            raise ConfigError("--topic-configs must map topic names to {config: value} maps",
+                              path=args.topic_configs)
+        for topic, cfg in loaded.items():
+            topics.setdefault(str(topic), {}).update({str(k): str(v) for k, v in cfg.items()})
+    for item in args.topic_config:
+        topic, sep, assignment = item.partition(":")
+        if not sep or not topic:
+            raise ConfigError(f"--topic-config {item!r} is not TOPIC:KEY=VALUE")
+        key, value = parse_assignment(assignment)
+        topics.setdefault(topic, {})[key] = value
+    now_ms = args.now_ms if args.now_ms is not None else int(time.time() * 1000)
+    return CompactOptions(log_dir=args.log_dir, now_ms=now_ms, config_all=config_all,
+                          config_topics=topics, plan_only=plan_only or
+                          getattr(args, "plan_only", False))
+
+
+# ---------------------------------------------------------------------------------------------
+# The round
+
+
+@dataclass(kw_only=True)
+class PartitionReport:
+    """One partition's line of the JSON report."""
+
+    tp: TopicPartition
+    status: str = "skipped"  # cleaned | skipped | corrupt | would_clean
+    reason: str = ""
+    plan: CleaningPlan | None = None
+    segments_before: int = 0
+    segments_after: int = 0
+    records_in: int = 0
+    records_out: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    batches_in: int = 0
+    batches_out: int = 0
+    dropped: dict[str, int] = field(default_factory=dict)
+    expected_input_bytes: int = 0
+    error: dict | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"topic": self.tp.topic, "partition": self.tp.partition,
+                               "status": self.status, "reason": self.reason}
+        if self.plan is not None:
+            p = self.plan
+            out.update(
+                log_start_offset=p.log_start_offset, log_end_offset=p.log_end_offset,
+                high_watermark=p.high_watermark, last_stable_offset=p.last_stable_offset,
+                first_dirty_offset=p.first_dirty_offset,
+                first_uncleanable_offset=p.first_uncleanable_offset,
+                dirty_ratio=round(p.dirty_ratio, 6), compaction_delay_ms=p.compaction_delay_ms,
+                groups=[list(g) for g in p.groups], expected_input_bytes=self.expected_input_bytes,
+            )
+        out.update(segments_before=self.segments_before, segments_after=self.segments_after,
+                   records_in=self.records_in, records_out=self.records_out,
+                   bytes_in=self.bytes_in, bytes_out=self.bytes_out,
+                   batches_in=self.batches_in, batches_out=self.batches_out,
+                   dropped={r: self.dropped.get(r, 0) for r in transforms.DROP_REASONS})
+        if self.error is not None:
+            out["error"] = self.error
+        return out
+
+
+@dataclass(kw_only=True)
+class RoundReport:
+    command: str
+    log_dir: str
+    now_ms: int
+    partitions: list[PartitionReport] = field(default_factory=list)
+    stages_s: dict[str, float] = field(default_factory=dict)
+    recovered: int = 0
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_PARTIAL if any(p.status == "corrupt" for p in self.partitions) else EXIT_OK
+
+    def to_dict(self) -> dict[str, Any]:
+        counts: dict[str, int] = {}
+        for p in self.partitions:
+            counts[p.status] = counts.get(p.status, 0) + 1
+        return {
+            "type": "report", "command": self.command, "log_dir": self.log_dir,
+            "now_ms": self.now_ms, "status": "partial" if self.exit_code else "ok",
+            "partitions_by_status": counts, "recovered_partitions": self.recovered,
+            "stages_s": {k: round(v, 3) for k, v in self.stages_s.items()},
+            "partitions": [p.to_dict() for p in self.partitions],
+        }
+
+    def summary(self) -> str:
+        lines = []
+        for p in self.partitions:
+            if p.status == "cleaned":
+                lines.append(f"{p.tp}: cleaned {p.records_in} -> {p.records_out} records, "
+                             f"{p.bytes_in} -> {p.bytes_out} bytes, segments "
+                             f"{p.segments_before} -> {p.segments_after}")
+            elif p.status == "corrupt" and p.error:
+                lines.append(f"{p.tp}: CORRUPT, left untouched: {p.error.get('message')} "
+                             f"({p.error.get('path')}, position {p.error.get('position')}, "
+                             f"base offset {p.error.get('base_offset')})")
+            else:
+                lines.append(f"{p.tp}: {p.status} ({p.reason})")
+        total = sum(self.stages_s.values())
+        lines.append(f"{self.command}: {len(self.partitions)} partitions in {total:.1f} s; "
+                     + ", ".join(f"{k} {v:.1f} s" for k, v in self.stages_s.items()))
+        return "\n".join(lines)
+
+
+class _Stages:
+    def __init__(self, report: RoundReport) -> None:
+        self.report = report
+        self.t = time.perf_counter()
+
+    def done(self, name: str) -> None:
+        now = time.perf_counter()
+        self.report.stages_s[name] = self.report.stages_s.get(name, 0.0) + now - self.t
+        self.t = now
+
+
+def _topic_configs(topics: Sequence[str], opts: CompactOptions) -> dict[str, TopicConfig]:
+    unknown = sorted(set(opts.config_topics) - set(topics))
+    configs = {t: resolve_topic_config(t, opts.config_all, opts.config_topics) for t in topics}
+    for t in unknown:  # validate configs of topics absent from this log dir too
+        resolve_topic_config(t, opts.config_all, opts.config_topics)
+    return configs
+
+
+def _load_input(log_dir: str, tp: TopicPartition, cfg: TopicConfig, opts: CompactOptions,
+                checkpoints: Mapping[str, Mapping[TopicPartition, int]]) -> PartitionInput:
+    pdir = storage.join(log_dir, tp.dir_name)
+    part = load_partition(pdir)
+    aborted = []
+    for seg in part.segments:
+        if seg.has_txn_index:
+            path = segment_path(pdir, seg.base_offset, TXN_INDEX_SUFFIX)
+            aborted.extend(decode_txn_index(storage.read_bytes(path), seg.base_offset, path=path))
+    return PartitionInput(
+        path=pdir, segments=part.segments, config=cfg,
+        cleaner_checkpoint=checkpoints[CLEANER_OFFSET_CHECKPOINT].get(tp),
+        log_start_checkpoint=checkpoints[LOG_START_OFFSET_CHECKPOINT].get(tp),
+        replication_checkpoint=checkpoints[REPLICATION_OFFSET_CHECKPOINT].get(tp),
+        aborted_txns=tuple(aborted), now_ms=opts.now_ms,
+    )
+
+
+def run(spark: SparkSession, opts: CompactOptions) -> RoundReport:
+    """One round over the log dir; see the module docstring.
+
+    Raises:
+        ConfigError: invalid topic configs (nothing is read or changed).
+        LogDirLockedError: a broker or another run holds the log dir.
+        LogDirError: the log dir is missing or unreadable.
+    """
+    log_dir = open_log_dir(opts.log_dir)
+    configs = _topic_configs(sorted({tp.topic for tp in log_dir.partitions}), opts)
+    report = RoundReport(command="plan" if opts.plan_only else "compact",
+                         log_dir=opts.log_dir, now_ms=opts.now_ms)
+    stages = _Stages(report)
+    with storage.log_dir_lock(opts.log_dir):
+        if not opts.plan_only:
+            for tp in log_dir.partitions:
+                if not recover_partition(log_dir.partition_path(tp)).is_empty:
+                    report.recovered += 1
+        stages.done("recover")
+        checkpoints = {name: read_offset_checkpoint(opts.log_dir, name) for name in
+                       (CLEANER_OFFSET_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT,
+                        REPLICATION_OFFSET_CHECKPOINT)}
+        tps = list(log_dir.partitions)
+        reports = {i: PartitionReport(tp=tp) for i, tp in enumerate(tps)}
+        report.partitions = list(reports.values())
+        inputs: dict[int, PartitionInput] = {}
+        for i, tp in enumerate(tps):
+            if not configs[tp.topic].compact:
+                reports[i].reason = "cleanup.policy has no compact"
+                continue
+            try:
+                inputs[i] = _load_input(opts.log_dir, tp, configs[tp.topic], opts, checkpoints)
+            except CompactorError as err:
+                reports[i].status, reports[i].error = "corrupt", err.to_dict()
+                reports[i].reason = err.code
+                continue
+            reports[i].segments_before = reports[i].segments_after = len(inputs[i].segments)
+        plans = _plan(spark, inputs, reports, stages)
+        to_clean = {i: p for i, p in plans.items() if p.will_clean}
+        resets = {tps[i]: p.first_dirty_offset for i, p in plans.items()
+                  if p.checkpoint_reset and not p.will_clean}
+        if opts.plan_only:
+            for i in to_clean:
+                reports[i].status = "would_clean"
+            return report
+        if to_clean:
+            messages = _rewrite(spark, inputs, to_clean, stages, fsync=opts.fsync)
+            done = _commit(inputs, to_clean, messages, reports)
+            resets.update({tps[i]: to_clean[i].first_uncleanable_offset for i in done})
+        commit.update_cleaner_checkpoint(opts.log_dir, resets)
+        stages.done("commit")
+    return report
+
+
+def _segment_tasks(spark: SparkSession, inputs: Mapping[int, PartitionInput]) -> DataFrame:
+    rows = [(i, s.base_offset, s.log_path) for i, inp in inputs.items() for s in inp.segments]
+    parallelism = max(1, min(len(rows), spark.sparkContext.defaultParallelism * 4))
+    return spark.createDataFrame(rows, SEGMENT_TASK).repartition(parallelism)
+
+
+def _plan(spark: SparkSession, inputs: dict[int, PartitionInput],
+          reports: Mapping[int, PartitionReport], stages: _Stages) -> dict[int, CleaningPlan]:
+    plans: dict[int, CleaningPlan] = {}
+    if inputs:
+        headers = _segment_tasks(spark, inputs).transform(transforms.scan_headers).persist()
+        for row in headers.where(F.col("error").isNotNull()).select("tp_id", "error").collect():
+            if row.tp_id in inputs:
+                del inputs[row.tp_id]
+                reports[row.tp_id].status = "corrupt"
+                reports[row.tp_id].error = json.loads(row.error)
+                reports[row.tp_id].reason = reports[row.tp_id].error["code"]
+        valid = headers.where(F.col("tp_id").isin(list(inputs)))
+        for row in valid.transform(transforms.plan_rounds(inputs)).collect():
+            plans[row.tp_id] = transforms.plan_from_row(row.asDict())
+        headers.unpersist()
+    for i, inp in inputs.items():
+        if i not in plans:  # no batch at all
+            plans[i] = inp.plan([])
+        plan = plans[i]
+        reports[i].plan = plan
+        reports[i].reason = SkipReason(plan.reason).name.lower()
+        by_base = {s.base_offset: s.size_bytes for s in inp.segments}
+        reports[i].expected_input_bytes = sum(by_base[b] for g in plan.groups for b in g)
+    stages.done("scan_and_plan")
+    return plans
+
+
+def _rewrite(spark: SparkSession, inputs: Mapping[int, PartitionInput],
+             plans: Mapping[int, CleaningPlan], stages: _Stages,
+             *, fsync: bool) -> list[CommitMessage]:
+    cleaning = {i: inputs[i] for i in plans}
+    headers = _segment_tasks(spark, cleaning).transform(transforms.scan_headers)
+    decisions = headers.transform(transforms.decide_batches(cleaning, plans)).persist()
+    drops = (decisions.transform(transforms.scan_records(cleaning, plans))
+             .transform(transforms.latest_per_key)
+             .transform(transforms.record_verdicts)
+             .transform(transforms.dropped_records)).persist()
+    drops.count()
+    stages.done("offset_map")
+    rows = transforms.rewrite_groups(cleaning, plans, fsync=fsync)(decisions, drops).collect()
+    decisions.unpersist()
+    drops.unpersist()
+    stages.done("rewrite")
+    return [
+        CommitMessage(
+            group_base=r.group_base, source_bases=tuple(r.source_bases),
+            cleaned_suffixes=tuple(s for s in (r.cleaned_log or "").split(",") if s),
+            log_checksum=r.log_checksum or 0, bytes_in=r.bytes_in, bytes_out=r.bytes_out,
+            batches_in=r.batches_in, batches_out=r.batches_out, records_in=r.records_in,
+            records_out=r.records_out, dropped=json.loads(r.dropped_json), seconds=r.seconds,
+            error=json.loads(r.error) if r.error else None, tp_id=r.tp_id,
+        )
+        for r in rows
+    ]
+
+
+def _commit(inputs: Mapping[int, PartitionInput], plans: Mapping[int, CleaningPlan],
+            messages: Sequence[CommitMessage], reports: Mapping[int, PartitionReport]) -> list[int]:
+    """Swap in every partition whose groups all succeeded with balanced counts; abort the
+    others. Returns the committed partition ids."""
+    by_tp: dict[int, list[CommitMessage]] = {}
+    for m in messages:
+        by_tp.setdefault(m.tp_id, []).append(m)
+    done = []
+    for i, plan in plans.items():
+        got = by_tp.get(i, [])
+        rep = reports[i]
+        problem = next((m.error for m in got if m.error), None)
+        if problem is None and sorted(m.group_base for m in got) != sorted(g[0] for g in plan.groups):
+            problem = CorruptSegmentError(
+                "not every group of the partition produced a cleaned segment",
+                path=inputs[i].path).to_dict()
+        if problem is None:
+            dropped: dict[str, int] = {}
+            for m in got:
+                for reason, n in m.dropped.items():
+                    dropped[reason] = dropped.get(reason, 0) + n
+            records_in = sum(m.records_in for m in got)
+            records_out = sum(m.records_out for m in got)
+            if records_in != records_out + sum(dropped.values()):
+                problem = CorruptSegmentError(
+                    f"counts do not balance: {records_in} records in, {records_out} retained, "
+                    f"{sum(dropped.values())} dropped", path=inputs[i].path).to_dict()
+        if problem is not None:
+            for m in got:
+                commit.abort_group(inputs[i].path, m)
+            rep.status, rep.error, rep.reason = "corrupt", problem, problem.get("code", "")
+            continue
+        commit.commit_partition(inputs[i].path, got)
+        rep.status, rep.dropped = "cleaned", dropped
+        rep.records_in, rep.records_out = records_in, records_out
+        rep.bytes_in = sum(m.bytes_in for m in got)
+        rep.bytes_out = sum(m.bytes_out for m in got)
+        rep.batches_in = sum(m.batches_in for m in got)
+        rep.batches_out = sum(m.batches_out for m in got)
+        rep.segments_after = rep.segments_before - sum(len(m.source_bases) - 1 for m in got)
+        done.append(i)
+    return done
+
+
+# ---------------------------------------------------------------------------------------------
+# Entry points
+
+
+def get_spark(master: str | None, app_name: str = "kafka-compactor") -> SparkSession:
+    """The active session, or a new one (``master`` or spark-submit's, else ``local[*]``)."""
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active
+    builder = SparkSession.builder.appName(app_name)
+    if master:
+        builder = builder.master(master)
+    elif "PYSPARK_GATEWAY_PORT" not in os.environ:  # not under spark-submit
+        builder = builder.master("local[*]")
+    return (builder.config("spark.sql.session.timeZone", "UTC")
+            .config("spark.ui.showConsoleProgress", "false").getOrCreate())
+
+
+def execute(args: argparse.Namespace, out: TextIO, *, plan_only: bool = False) -> int:
+    """Run a round from parsed arguments, print the report; returns the exit code."""
+    opts = options_from_args(args, plan_only=plan_only)
+    spark = get_spark(args.master)
+    report = run(spark, opts)
+    out.write(json.dumps(report.to_dict(), separators=(",", ":")) + "\n")
+    if not args.json:
+        out.write(report.summary() + "\n")
+    return report.exit_code
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return execute(args, sys.stdout)
+    except CompactorError as err:
+        print(json.dumps({"type": "error", **err.to_dict()}))
+        print(f"compact: {err}", file=sys.stderr)
+        return err.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

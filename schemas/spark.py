@@ -1,0 +1,130 @@
+"""Spark schemas of the compaction pipeline: one source of truth for the DataFrames that pass
+between transforms (``compactor/transforms.py``) and the executor functions that produce them.
+
+Partitions are identified by ``tp_id``, an index into the job's list of partitions (the
+driver keeps the mapping); offsets are absolute Kafka offsets.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql.types import (
+    ArrayType,
+    BooleanType,
+    DoubleType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+)
+
+
+def _schema(*fields: tuple[str, object, bool]) -> StructType:
+    return StructType([StructField(name, kind, nullable) for name, kind, nullable in fields])
+
+
+# One row per segment to read: the input of the header scan.
+SEGMENT_TASK = _schema(
+    ("tp_id", IntegerType(), False),
+    ("segment_base", LongType(), False),
+    ("path", StringType(), False),
+)
+
+# One row per batch (no records), or one error row per unreadable segment (error not null).
+BATCH_HEADER = _schema(
+    ("tp_id", IntegerType(), False),
+    ("segment_base", LongType(), False),
+    ("position", LongType(), True),
+    ("size_in_bytes", IntegerType(), True),
+    ("base_offset", LongType(), True),
+    ("last_offset", LongType(), True),
+    ("magic", IntegerType(), True),
+    ("is_control", BooleanType(), True),
+    ("is_transactional", BooleanType(), True),
+    ("control_type", IntegerType(), True),
+    ("producer_id", LongType(), True),
+    ("producer_epoch", IntegerType(), True),
+    ("max_timestamp", LongType(), True),
+    ("horizon_ms", LongType(), True),
+    ("records_count", IntegerType(), True),
+    ("error", StringType(), True),
+)
+
+# One row per partition: the plan of its round (policy.CleaningPlan).
+PLAN = _schema(
+    ("tp_id", IntegerType(), False),
+    ("log_start_offset", LongType(), False),
+    ("log_end_offset", LongType(), False),
+    ("high_watermark", LongType(), False),
+    ("last_stable_offset", LongType(), False),
+    ("first_dirty_offset", LongType(), False),
+    ("first_uncleanable_offset", LongType(), False),
+    ("checkpoint_reset", BooleanType(), False),
+    ("clean_bytes", LongType(), False),
+    ("cleanable_bytes", LongType(), False),
+    ("compaction_delay_ms", LongType(), False),
+    ("dirty_ratio", DoubleType(), False),
+    ("reason", IntegerType(), False),
+    ("groups", ArrayType(ArrayType(LongType(), False), False), False),
+)
+
+# One row per batch of the round: its decision (policy.BatchDecision) and output group.
+DECISION = _schema(
+    ("tp_id", IntegerType(), False),
+    ("group_base", LongType(), False),
+    ("segment_base", LongType(), False),
+    ("position", LongType(), False),
+    ("base_offset", LongType(), False),
+    ("is_control", BooleanType(), False),
+    ("retention", IntegerType(), False),
+    ("aborted", BooleanType(), False),
+    ("discard_records", BooleanType(), False),
+    ("retain_deletes", BooleanType(), False),
+    ("marker_horizon", BooleanType(), False),
+    ("txn_producer_id", LongType(), True),
+    ("txn_first_offset", LongType(), True),
+    ("txn_last_offset", LongType(), True),
+    ("txn_last_stable_offset", LongType(), True),
+)
+
+# One row per record of the round: what the offset map and the record decision need.
+RECORD = _schema(
+    ("tp_id", IntegerType(), False),
+    ("group_base", LongType(), False),
+    ("offset", LongType(), False),
+    ("key_hi", LongType(), True),
+    ("key_lo", LongType(), True),
+    ("is_tombstone", BooleanType(), False),
+    ("is_control", BooleanType(), False),
+    ("aborted", BooleanType(), False),
+    ("discard_records", BooleanType(), False),
+    ("retain_deletes", BooleanType(), False),
+    ("in_dirty", BooleanType(), False),
+    ("error", StringType(), True),
+)
+
+# One row per record that goes, with the reason (transforms.DROP_REASONS).
+DROP = _schema(
+    ("tp_id", IntegerType(), False),
+    ("group_base", LongType(), False),
+    ("offset", LongType(), False),
+    ("reason", StringType(), False),
+)
+
+# One row per group written by an executor: the commit message the driver acts on.
+COMMIT_MESSAGE = _schema(
+    ("tp_id", IntegerType(), False),
+    ("group_base", LongType(), False),
+    ("source_bases", ArrayType(LongType(), False), False),
+    ("cleaned_log", StringType(), True),
+    ("log_checksum", LongType(), True),
+    ("bytes_in", LongType(), False),
+    ("bytes_out", LongType(), False),
+    ("batches_in", LongType(), False),
+    ("batches_out", LongType(), False),
+    ("records_in", LongType(), False),
+    ("records_out", LongType(), False),
+    ("dropped_json", StringType(), False),
+    ("seconds", DoubleType(), False),
+    ("error", StringType(), True),
+)
