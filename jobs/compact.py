@@ -233,7 +233,7 @@ def _topic_configs(topics: Sequence[str], opts: CompactOptions) -> dict[str, Top
     return configs
 
 
-def _load_input(log_dir: str, tp: TopicPartition, cfg: TopicConfig, opts: CompactOptions,
+def load_partition_input(log_dir: str, tp: TopicPartition, cfg: TopicConfig, opts: CompactOptions,
                 checkpoints: Mapping[str, Mapping[TopicPartition, int]]) -> PartitionInput:
     pdir = storage.join(log_dir, tp.dir_name)
     part = load_partition(pdir)
@@ -282,7 +282,7 @@ def run(spark: SparkSession, opts: CompactOptions) -> RoundReport:
                 reports[i].reason = "cleanup.policy has no compact"
                 continue
             try:
-                inputs[i] = _load_input(opts.log_dir, tp, configs[tp.topic], opts, checkpoints)
+                inputs[i] = load_partition_input(opts.log_dir, tp, configs[tp.topic], opts, checkpoints)
             except CompactorError as err:
                 reports[i].status, reports[i].error = "corrupt", err.to_dict()
                 reports[i].reason = err.code
@@ -425,6 +425,8 @@ def get_spark(master: str | None, app_name: str = "kafka-compactor") -> SparkSes
         builder = builder.master(master)
     elif "PYSPARK_GATEWAY_PORT" not in os.environ:  # not under spark-submit
         builder = builder.master("local[*]")
+    # local Python workers must run the interpreter that has this package installed
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     return (builder.config("spark.sql.session.timeZone", "UTC")
             .config("spark.ui.showConsoleProgress", "false").getOrCreate())
 
