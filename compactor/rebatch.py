@@ -26,6 +26,7 @@ from compactor.codec.records import (
     NewRecord,
     NewRecordBatch,
     RecordBatch,
+    V2_HEADER,
     TimestampType,
     empty_batch_like,
     encode_batch,
@@ -144,6 +145,12 @@ def placeholder_batch(batch: RecordBatch) -> bytes:
     ))
 
 
+def _next_offset(entry: bytes) -> int:
+    """Next offset after a v2 batch given as bytes (every output batch is v2)."""
+    header = V2_HEADER.unpack_from(entry, 0)
+    return header[0] + header[6] + 1
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SegmentFiles:
     """The bytes of one cleaned segment and its indexes."""
@@ -169,13 +176,16 @@ def assemble_segment(
     """Concatenate the output batches of one group and build its indexes the way Kafka's
     recovery path does (§3.4, §3.5).
 
-    When a group of several source segments would produce an empty segment, its last source
-    batch is kept as a placeholder header (no records, no producer): crash recovery (Kafka's
-    ``LogLoader`` as well as ours) finds the offsets a ``.swap`` segment replaces by reading its
-    last offset, and an empty one would leave the group's later source segments behind.
+    Deliberate difference from Kafka: when a group of several source segments would produce a
+    segment that ends before the group's last source offset (its trailing batches all went, or
+    everything went), the group's last source batch is kept as a placeholder header (no
+    records, no producer). Crash recovery (Kafka's ``LogLoader`` as well as ours) finds the
+    offsets a ``.swap`` segment replaces from the segment's next offset; a shorter one would
+    leave the group's later source segments behind next to the new one after a crash.
     """
     outputs = list(outputs)
-    if not outputs and source_segments > 1 and last_source_batch is not None:
+    if source_segments > 1 and last_source_batch is not None and (
+            not outputs or _next_offset(outputs[-1]) < last_source_batch.next_offset):
         outputs.append(placeholder_batch(last_source_batch))
     log = b"".join(outputs)
     infos = [

@@ -297,7 +297,8 @@ def run(spark: SparkSession, opts: CompactOptions) -> RoundReport:
                 reports[i].status = "would_clean"
             return report
         if to_clean:
-            messages = _rewrite(spark, inputs, to_clean, stages, fsync=opts.fsync)
+            messages = write_cleaned_segments(spark, inputs, to_clean, fsync=opts.fsync,
+                                              stages=stages)
             done = _commit(inputs, to_clean, messages, reports)
             resets.update({tps[i]: to_clean[i].first_uncleanable_offset for i in done})
         commit.update_cleaner_checkpoint(opts.log_dir, resets)
@@ -338,9 +339,11 @@ def _plan(spark: SparkSession, inputs: dict[int, PartitionInput],
     return plans
 
 
-def _rewrite(spark: SparkSession, inputs: Mapping[int, PartitionInput],
-             plans: Mapping[int, CleaningPlan], stages: _Stages,
-             *, fsync: bool) -> list[CommitMessage]:
+def write_cleaned_segments(spark: SparkSession, inputs: Mapping[int, PartitionInput],
+                           plans: Mapping[int, CleaningPlan], *, fsync: bool = True,
+                           stages: _Stages | None = None) -> list[CommitMessage]:
+    """The executor part of a round: ``.cleaned`` segments written next to the live ones,
+    one commit message per group (nothing is swapped yet)."""
     cleaning = {i: inputs[i] for i in plans}
     headers = _segment_tasks(spark, cleaning).transform(transforms.scan_headers)
     decisions = headers.transform(transforms.decide_batches(cleaning, plans)).persist()
@@ -349,11 +352,13 @@ def _rewrite(spark: SparkSession, inputs: Mapping[int, PartitionInput],
              .transform(transforms.record_verdicts)
              .transform(transforms.dropped_records)).persist()
     drops.count()
-    stages.done("offset_map")
+    if stages:
+        stages.done("offset_map")
     rows = transforms.rewrite_groups(cleaning, plans, fsync=fsync)(decisions, drops).collect()
     decisions.unpersist()
     drops.unpersist()
-    stages.done("rewrite")
+    if stages:
+        stages.done("rewrite")
     return [
         CommitMessage(
             group_base=r.group_base, source_bases=tuple(r.source_bases),

@@ -129,6 +129,8 @@ def check_invariants(before: Mapping[int, bytes], after: Mapping[int, bytes], *,
             src = old_batches.get(b.base_offset)
             if src is None or src.magic < 2 or b.base_offset >= end_offset:
                 continue
+            if b.records_count == 0 and b.producer_id == -1 and not b.is_control:
+                continue  # a placeholder header ending a group (README: differences)
             assert (b.last_offset, b.producer_id, b.producer_epoch, b.base_sequence,
                     b.partition_leader_epoch, b.compression, b.timestamp_type,
                     b.is_transactional, b.is_control) == (
@@ -137,3 +139,23 @@ def check_invariants(before: Mapping[int, bytes], after: Mapping[int, bytes], *,
                 src.is_transactional, src.is_control)
             if any(r.value is None for r in b.records()) and not b.is_control:
                 assert b.delete_horizon_ms is not None, f"batch {b.base_offset} lacks a horizon"
+
+
+def reference_round(log_dir: Path, configs: Mapping[str, str], now_ms: int) -> dict:
+    """``{partition dir name: (PartitionInput, .log bytes by base, ReferenceRound)}``."""
+    from compactor.config import resolve_topic_config
+    from compactor.logdir import open_log_dir, read_offset_checkpoint
+    from compactor.reference import compact_partition
+    from jobs.compact import CompactOptions, load_partition_input
+
+    opts = CompactOptions(log_dir=str(log_dir), now_ms=now_ms, config_all=dict(configs))
+    checkpoints = {name: read_offset_checkpoint(str(log_dir), name) for name in (
+        "cleaner-offset-checkpoint", "log-start-offset-checkpoint",
+        "replication-offset-checkpoint")}
+    out = {}
+    for tp in open_log_dir(str(log_dir)).partitions:
+        cfg = resolve_topic_config(tp.topic, configs)
+        inp = load_partition_input(str(log_dir), tp, cfg, opts, checkpoints)
+        logs = segment_bytes(log_dir / tp.dir_name)
+        out[tp.dir_name] = (inp, logs, compact_partition(inp, logs))
+    return out

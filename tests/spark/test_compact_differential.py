@@ -14,14 +14,17 @@ from kafka.record.memory_records import MemoryRecords as KpMemoryRecords
 
 from compactor.codec.checkpoints import CLEANER_OFFSET_CHECKPOINT, parse_offset_checkpoint
 from compactor.codec.compression import Codec
-from compactor.config import resolve_topic_config
 from compactor.generator import DEFAULT_START_MS, GeneratorConfig, generate
 from compactor.inspect import Problem, inspect_path
-from compactor.logdir import open_log_dir, read_offset_checkpoint
 from compactor.policy import legacy_horizon_ms
-from compactor.reference import compact_partition
-from jobs.compact import CompactOptions, load_partition_input, run
-from tests.helpers import check_invariants, segment_bytes, segment_view, tree_digest
+from jobs.compact import CompactOptions, run
+from tests.helpers import (
+    check_invariants,
+    reference_round,
+    segment_bytes,
+    segment_view,
+    tree_digest,
+)
 
 pytestmark = pytest.mark.spark
 
@@ -50,21 +53,6 @@ CASES = {
 }
 
 
-def _reference(log_dir: Path, configs: dict[str, str], now_ms: int) -> dict:
-    opts = CompactOptions(log_dir=str(log_dir), now_ms=now_ms, config_all=configs)
-    ld = open_log_dir(str(log_dir))
-    checkpoints = {name: read_offset_checkpoint(str(log_dir), name) for name in (
-        "cleaner-offset-checkpoint", "log-start-offset-checkpoint",
-        "replication-offset-checkpoint")}
-    out = {}
-    for tp in ld.partitions:
-        cfg = resolve_topic_config(tp.topic, configs)
-        inp = load_partition_input(str(log_dir), tp, cfg, opts, checkpoints)
-        logs = segment_bytes(log_dir / tp.dir_name)
-        out[tp.dir_name] = (inp, logs, compact_partition(inp, logs))
-    return out
-
-
 def _read_with_independent_parsers(data: bytes) -> int:
     count = 0
     aio = AioMemoryRecords(data)
@@ -85,11 +73,11 @@ def _read_with_independent_parsers(data: bytes) -> int:
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_spark_equals_reference(spark, tmp_path: Path, case: str) -> None:
+def test_spark_equalsreference_round(spark, tmp_path: Path, case: str) -> None:
     gen, configs = CASES[case]
     log_dir = tmp_path / "logs"
     generate(str(log_dir), gen)
-    expected = _reference(log_dir, configs, NOW_MS)
+    expected = reference_round(log_dir, configs, NOW_MS)
 
     report = run(spark, CompactOptions(log_dir=str(log_dir), now_ms=NOW_MS, config_all=configs))
     assert report.exit_code == 0
@@ -147,7 +135,7 @@ def test_second_run_changes_nothing_and_horizon_run_drops_tombstones(spark, tmp_
     # a fresh round from the log start after delete.retention.ms: horizons have passed
     (log_dir / CLEANER_OFFSET_CHECKPOINT).unlink()
     later = NOW_MS + 86_400_000 + 1
-    expected = _reference(log_dir, configs, later)
+    expected = reference_round(log_dir, configs, later)
     report = run(spark, CompactOptions(log_dir=str(log_dir), now_ms=later, config_all=configs))
     assert sum(p.dropped.get("tombstone_expired", 0) for p in report.partitions) > 0
     remaining = _tombstones(log_dir)
