@@ -1,0 +1,126 @@
+"""``compactor compact`` and ``compactor plan`` end to end (in-process, on the test's Spark
+session): reports, exit codes and bad inputs. Nothing is changed when a run is refused."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from compactor.cli import main as cli_main
+from compactor.errors import EXIT_CONFIG, EXIT_LOCKED, EXIT_OK, EXIT_PARTIAL
+from compactor.generator import DEFAULT_START_MS
+from compactor.inspect import Problem, inspect_path
+from tests.helpers import tree_digest
+
+pytestmark = pytest.mark.spark
+
+NOW = str(DEFAULT_START_MS + 3 * 86_400_000)
+COMPACT = ["--now-ms", NOW, "--config", "cleanup.policy=compact", "--json"]
+
+
+def _report(capsys: pytest.CaptureFixture[str]) -> dict:
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line]
+    (report,) = [line for line in lines if line.get("type") in ("report", "error")]
+    return report
+
+
+def _problems(path: Path) -> list:
+    return [i for i in inspect_path(str(path), dump=False, records=False, verify=True)
+            for i in ([i] if isinstance(i, Problem) else i.problems)]
+
+
+def test_plan_changes_nothing_and_compact_does_what_it_planned(
+        spark, small_log: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    before = tree_digest(small_log)
+    assert cli_main(["plan", str(small_log), *COMPACT]) == EXIT_OK
+    plan = _report(capsys)
+    assert tree_digest(small_log) == before
+    assert plan["command"] == "plan"
+    planned = {(p["topic"], p["partition"]): p for p in plan["partitions"]}
+    assert all(p["status"] == "would_clean" and p["groups"] for p in planned.values())
+
+    assert cli_main(["compact", str(small_log), *COMPACT]) == EXIT_OK
+    done = _report(capsys)
+    assert set(done["stages_s"]) >= {"recover", "scan_and_plan", "offset_map", "rewrite",
+                                     "commit"}
+    for p in done["partitions"]:
+        expected = planned[(p["topic"], p["partition"])]
+        assert p["status"] == "cleaned"
+        assert p["groups"] == expected["groups"]
+        assert p["bytes_in"] == expected["expected_input_bytes"]
+        assert p["records_in"] == p["records_out"] + sum(p["dropped"].values())
+        assert p["segments_after"] == p["segments_before"] - sum(len(g) - 1 for g in p["groups"])
+    assert _problems(small_log) == []
+
+
+def test_corrupt_partition_is_reported_and_untouched_while_others_are_compacted(
+        spark, small_log: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    victim = small_log / "orders-v2-0"
+    segment = sorted(victim.glob("*.log"))[1]
+    data = bytearray(segment.read_bytes())
+    data[200] ^= 0xFF  # inside the first batch's records: CRC mismatch
+    segment.write_bytes(bytes(data))
+    before = tree_digest(victim)
+
+    assert cli_main(["compact", str(small_log), *COMPACT]) == EXIT_PARTIAL
+    report = _report(capsys)
+    assert report["status"] == "partial"
+    by_dir = {f"{p['topic']}-{p['partition']}": p for p in report["partitions"]}
+    bad = by_dir["orders-v2-0"]
+    assert bad["status"] == "corrupt"
+    assert bad["error"]["code"] == "CRC_MISMATCH"
+    assert bad["error"]["path"] == str(segment)
+    assert bad["error"]["position"] == 0 and bad["error"]["base_offset"] is not None
+    assert tree_digest(victim) == before
+    assert all(p["status"] == "cleaned" for d, p in by_dir.items() if d != "orders-v2-0")
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["--config", "min.cleanable.dirty.ratio=2"], "min.cleanable.dirty.ratio"),
+    (["--config", "cleanup.policy=compact,shred"], "cleanup.policy"),
+    (["--config", "no.such.config=1"], "no.such.config"),
+    (["--config", "min.compaction.lag.ms=10", "--config", "max.compaction.lag.ms=5"],
+     "min.compaction.lag.ms (10) is greater than max.compaction.lag.ms (5)"),
+    (["--topic-config", "orders-v2=compact"], "TOPIC:KEY=VALUE"),
+])
+def test_invalid_configs_are_refused_before_anything_changes(
+        spark, small_log: Path, capsys: pytest.CaptureFixture[str], args: list[str],
+        needle: str) -> None:
+    before = tree_digest(small_log)
+    assert cli_main(["compact", str(small_log), "--now-ms", NOW, *args]) == EXIT_CONFIG
+    assert needle in capsys.readouterr().err
+    assert tree_digest(small_log) == before
+
+
+def test_topic_configs_file_selects_the_compacted_topics(
+        spark, small_log: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    configs = tmp_path / "topics.yaml"
+    configs.write_text("user-profiles:\n  cleanup.policy: compact,delete\n"
+                       "  min.cleanable.dirty.ratio: 0.1\n")
+    assert cli_main(["compact", str(small_log), "--now-ms", NOW, "--topic-configs",
+                     str(configs), "--json"]) == EXIT_OK
+    statuses = {(p["topic"], p["status"]) for p in _report(capsys)["partitions"]}
+    assert statuses == {("user-profiles", "cleaned"), ("orders-v2", "skipped")}
+
+
+def test_locked_log_dir_is_refused(spark, small_log: Path,
+                                   capsys: pytest.CaptureFixture[str]) -> None:
+    code = ("import sys\nfrom compactor import storage\n"
+            "with storage.log_dir_lock(sys.argv[1]):\n print('LOCKED', flush=True)\n"
+            " sys.stdin.read()\n")
+    holder = subprocess.Popen([sys.executable, "-c", code, str(small_log)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "LOCKED"
+        before = tree_digest(small_log)
+        assert cli_main(["compact", str(small_log), *COMPACT]) == EXIT_LOCKED
+        assert _report(capsys)["code"] == "LOG_DIR_LOCKED"
+        assert tree_digest(small_log) == before
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.close()
+        holder.wait(timeout=30)
