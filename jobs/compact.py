@@ -288,22 +288,38 @@ def run(spark: SparkSession, opts: CompactOptions) -> RoundReport:
                 reports[i].reason = err.code
                 continue
             reports[i].segments_before = reports[i].segments_after = len(inputs[i].segments)
-        plans = _plan(spark, inputs, reports, stages)
+        _size_shuffles(spark, inputs)
+        plans, headers = _plan(spark, inputs, reports, stages)
         to_clean = {i: p for i, p in plans.items() if p.will_clean}
         resets = {tps[i]: p.first_dirty_offset for i, p in plans.items()
                   if p.checkpoint_reset and not p.will_clean}
         if opts.plan_only:
             for i in to_clean:
                 reports[i].status = "would_clean"
+            if headers is not None:
+                headers.unpersist()
             return report
         if to_clean:
             messages = write_cleaned_segments(spark, inputs, to_clean, fsync=opts.fsync,
-                                              stages=stages)
+                                              stages=stages, headers=headers)
+        if headers is not None:
+            headers.unpersist()
             done = _commit(inputs, to_clean, messages, reports)
             resets.update({tps[i]: to_clean[i].first_uncleanable_offset for i in done})
         commit.update_cleaner_checkpoint(opts.log_dir, resets)
         stages.done("commit")
     return report
+
+
+def _size_shuffles(spark: SparkSession, inputs: Mapping[int, PartitionInput]) -> None:
+    """Spark's default of 200 shuffle partitions costs seconds of task overhead on small
+    log dirs; when the session still has that default, size it to the input: two per core, or
+    one per 64 MiB of segments when that is more."""
+    if spark.conf.get("spark.sql.shuffle.partitions") != "200":
+        return
+    total = sum(s.size_bytes for inp in inputs.values() for s in inp.segments)
+    wanted = max(2 * spark.sparkContext.defaultParallelism, -(-total // (64 << 20)))
+    spark.conf.set("spark.sql.shuffle.partitions", str(wanted))
 
 
 def _segment_tasks(spark: SparkSession, inputs: Mapping[int, PartitionInput]) -> DataFrame:
@@ -313,8 +329,11 @@ def _segment_tasks(spark: SparkSession, inputs: Mapping[int, PartitionInput]) ->
 
 
 def _plan(spark: SparkSession, inputs: dict[int, PartitionInput],
-          reports: Mapping[int, PartitionReport], stages: _Stages) -> dict[int, CleaningPlan]:
+          reports: Mapping[int, PartitionReport],
+          stages: _Stages) -> tuple[dict[int, CleaningPlan], DataFrame | None]:
+    """Scan headers (kept cached for the rewrite) and plan every readable partition."""
     plans: dict[int, CleaningPlan] = {}
+    headers = None
     if inputs:
         headers = _segment_tasks(spark, inputs).transform(transforms.scan_headers).persist()
         for row in headers.where(F.col("error").isNotNull()).select("tp_id", "error").collect():
@@ -326,7 +345,6 @@ def _plan(spark: SparkSession, inputs: dict[int, PartitionInput],
         valid = headers.where(F.col("tp_id").isin(list(inputs)))
         for row in valid.transform(transforms.plan_rounds(inputs)).collect():
             plans[row.tp_id] = transforms.plan_from_row(row.asDict())
-        headers.unpersist()
     for i, inp in inputs.items():
         if i not in plans:  # no batch at all
             plans[i] = inp.plan([])
@@ -336,16 +354,18 @@ def _plan(spark: SparkSession, inputs: dict[int, PartitionInput],
         by_base = {s.base_offset: s.size_bytes for s in inp.segments}
         reports[i].expected_input_bytes = sum(by_base[b] for g in plan.groups for b in g)
     stages.done("scan_and_plan")
-    return plans
+    return plans, headers
 
 
 def write_cleaned_segments(spark: SparkSession, inputs: Mapping[int, PartitionInput],
                            plans: Mapping[int, CleaningPlan], *, fsync: bool = True,
-                           stages: _Stages | None = None) -> list[CommitMessage]:
+                           stages: _Stages | None = None,
+                           headers: DataFrame | None = None) -> list[CommitMessage]:
     """The executor part of a round: ``.cleaned`` segments written next to the live ones,
     one commit message per group (nothing is swapped yet)."""
     cleaning = {i: inputs[i] for i in plans}
-    headers = _segment_tasks(spark, cleaning).transform(transforms.scan_headers)
+    if headers is None:
+        headers = _segment_tasks(spark, cleaning).transform(transforms.scan_headers)
     decisions = headers.transform(transforms.decide_batches(cleaning, plans)).persist()
     drops = (decisions.transform(transforms.scan_records(cleaning, plans))
              .transform(transforms.latest_per_key)

@@ -1,0 +1,169 @@
+"""Compaction benchmark: one round of the Spark job (local mode) over a generated log dir, with
+a parse-only pass over the same files with our codec as the in-run baseline.
+
+Usage: python bench/compact.py [--records 10000000] [--keys 1000000] [--value-bytes 90]
+           [--partitions 4] [--tombstone-ratio 0.2] [--master local[2]] [--data-dir DIR]
+
+Prints: total and per-stage time of the job, input MB/s and records/s, the parse-only time and
+the ratio job/parse, and the peak resident memory of the driver (Python and JVM) and of the
+Python workers (summed over the workers alive at the same moment), sampled every 100 ms.
+The generated log dir is cached in ``--data-dir`` (default: a temp dir) and copied before the
+run, since the job rewrites it in place.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from compactor.codec.compression import Codec  # noqa: E402
+from compactor.codec.segment import iter_batches  # noqa: E402
+from compactor.generator import DEFAULT_START_MS, GeneratorConfig, generate  # noqa: E402
+from compactor.scan import key_digest  # noqa: E402
+
+
+class MemorySampler(threading.Thread):
+    """Peak RSS of the JVM children of this process and of PySpark's Python workers."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        self.stop = threading.Event()
+        self.peak_jvm = 0
+        self.peak_workers = 0
+
+    @staticmethod
+    def _rss_kib(pid: str) -> int:
+        try:
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+        except OSError:
+            pass
+        return 0
+
+    def run(self) -> None:
+        me = str(os.getpid())
+        while not self.stop.is_set():
+            jvm = workers = 0
+            for pid in filter(str.isdigit, os.listdir("/proc")):
+                try:
+                    cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+                    stat = Path(f"/proc/{pid}/stat").read_text().split()
+                except OSError:
+                    continue
+                if b"pyspark.daemon" in cmd or b"pyspark.worker" in cmd:
+                    workers += self._rss_kib(pid)
+                elif b"java" in cmd.split(b"\0")[0] and stat[3] == me:
+                    jvm += self._rss_kib(pid)
+            self.peak_jvm = max(self.peak_jvm, jvm)
+            self.peak_workers = max(self.peak_workers, workers)
+            self.stop.wait(0.1)
+
+
+def parse_only(log_dir: Path) -> tuple[int, int, float]:
+    """Records, bytes and seconds of one pass that frames, CRC-checks and decodes every
+    record of every segment and digests its key (what the job's scans do, minus Spark)."""
+    records = size = 0
+    start = time.perf_counter()
+    for log in sorted(log_dir.glob("*/*.log")):
+        data = log.read_bytes()
+        size += len(data)
+        for batch in iter_batches(data, path=str(log)):
+            for record in batch.iter_compiled():
+                records += 1
+                if record.key is not None:
+                    key_digest(record.key)
+    return records, size, time.perf_counter() - start
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--records", type=int, default=10_000_000, help="records in total")
+    ap.add_argument("--keys", type=int, default=1_000_000, help="distinct keys in total")
+    ap.add_argument("--value-bytes", type=int, default=90)
+    ap.add_argument("--partitions", type=int, default=4)
+    ap.add_argument("--tombstone-ratio", type=float, default=0.2)
+    ap.add_argument("--segment-bytes", type=int, default=64 * 1024 * 1024)
+    ap.add_argument("--master", default="local[2]")
+    ap.add_argument("--data-dir", default=None, help="cache of generated log dirs")
+    args = ap.parse_args()
+
+    cfg = GeneratorConfig(
+        topics=("bench",), partitions=args.partitions,
+        records_per_partition=args.records // args.partitions,
+        distinct_keys=max(1, args.keys // args.partitions), zipf_exponent=0.0,
+        value_bytes=args.value_bytes, tombstone_ratio=args.tombstone_ratio,
+        null_key_ratio=0.0, header_ratio=0.0, max_batch_records=200,
+        segment_bytes=args.segment_bytes, index_interval_bytes=4096,
+        codecs=(Codec.NONE,), transactional_producers=0, leader_epochs=1,
+        record_interval_ms=1, seed=1,
+    )
+    cache = Path(args.data_dir or tempfile.gettempdir()) / (
+        f"bench-compact-{args.records}-{args.keys}-{args.value_bytes}-{args.partitions}-"
+        f"{args.tombstone_ratio}-{args.segment_bytes}")
+    if not (cache / ".complete").exists():
+        shutil.rmtree(cache, ignore_errors=True)
+        start = time.perf_counter()
+        generate(str(cache), cfg)
+        (cache / ".complete").write_text("")
+        print(f"generated {cache} in {time.perf_counter() - start:.1f} s")
+    work = Path(tempfile.mkdtemp(prefix="bench-compact-run-")) / "logs"
+    shutil.copytree(cache, work, ignore=shutil.ignore_patterns(".complete"))
+
+    records, size, parse_s = parse_only(work)
+    print(f"input: {records:,} records, {size / 1e6:,.0f} MB in "
+          f"{len(list(work.glob('*/*.log')))} segments, {args.keys:,} distinct keys")
+    print(f"baseline parse-only pass (one Python process): {parse_s:.1f} s, "
+          f"{records / parse_s / 1e6:.2f} M records/s, {size / parse_s / 1e6:.0f} MB/s")
+
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    from jobs.compact import CompactOptions, run
+
+    spark = (SparkSession.builder.master(args.master).appName("bench-compact")
+             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+             .config("spark.driver.memory", "4g").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    sampler = MemorySampler()
+    sampler.start()
+    now_ms = DEFAULT_START_MS + args.records + 86_400_000
+    start = time.perf_counter()
+    report = run(spark, CompactOptions(log_dir=str(work), now_ms=now_ms,
+                                       config_all={"cleanup.policy": "compact"}, fsync=True))
+    job_s = time.perf_counter() - start
+    sampler.stop.set()
+    sampler.join()
+    spark.stop()
+
+    out_records = sum(p.records_out for p in report.partitions)
+    out_bytes = sum(p.bytes_out for p in report.partitions)
+    in_records = sum(p.records_in for p in report.partitions)
+    in_bytes = sum(p.bytes_in for p in report.partitions)
+    print(f"job ({args.master}): {job_s:.1f} s total; " + ", ".join(
+        f"{k} {v:.1f} s" for k, v in report.stages_s.items()))
+    print(f"job input: {in_records:,} records, {in_bytes / 1e6:,.0f} MB -> "
+          f"{out_records:,} records, {out_bytes / 1e6:,.0f} MB")
+    print(f"job throughput: {in_records / job_s / 1e6:.2f} M records/s, "
+          f"{in_bytes / job_s / 1e6:.0f} MB/s")
+    print(f"ratio job / parse-only: {job_s / parse_s:.2f} (target <= 4)")
+    driver_py = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"peak memory: driver Python {driver_py:.0f} MiB, driver JVM "
+          f"{sampler.peak_jvm / 1024:.0f} MiB, Python workers {sampler.peak_workers / 1024:.0f} "
+          f"MiB (sum of concurrent workers)")
+    shutil.rmtree(work.parent, ignore_errors=True)
+    return 0 if report.exit_code == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
