@@ -9,7 +9,7 @@ PYTEST_ARGS ?=
 export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYSPARK_PYTHON ?= $(abspath $(BIN)/python)
 
-.PHONY: venv demo test test-fast bench clean
+.PHONY: venv demo test test-fast bench bench-compact clean
 
 venv: $(STAMP)
 
@@ -24,6 +24,8 @@ demo: venv
 	rm -rf $(DEMO_DIR)
 	$(BIN)/compactor generate $(DEMO_DIR) --partitions 2 --records 20000 --legacy-records 50 \
 		--open-transaction --seed 42
+	$(BIN)/compactor plan $(DEMO_DIR) --config cleanup.policy=compact
+	$(BIN)/compactor compact $(DEMO_DIR) --config cleanup.policy=compact
 	$(BIN)/compactor inspect $(DEMO_DIR) --verify
 
 # Set up and run the whole test suite (slow end-to-end tests included).
@@ -35,6 +37,10 @@ test-fast: venv
 
 bench: venv
 	$(BIN)/python bench/codec.py
+
+# One compaction round over a generated 1 GiB / 10 M record log dir (several minutes).
+bench-compact: venv
+	$(BIN)/python bench/compact.py
 
 clean:
 	rm -rf $(VENV) $(DEMO_DIR) .pytest_cache .hypothesis
