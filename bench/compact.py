@@ -1,7 +1,7 @@
 """Compaction benchmark: one round of the Spark job (local mode) over a generated log dir, with
 a parse-only pass over the same files with our codec as the in-run baseline.
 
-Usage: python bench/compact.py [--records 10000000] [--keys 1000000] [--value-bytes 90]
+Usage: python bench/compact.py [--records 10000000] [--keys 1000000] [--value-bytes 110]
            [--partitions 4] [--tombstone-ratio 0.2] [--master local[2]] [--data-dir DIR]
 
 Prints: total and per-stage time of the job, input MB/s and records/s, the parse-only time and
@@ -89,7 +89,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--records", type=int, default=10_000_000, help="records in total")
     ap.add_argument("--keys", type=int, default=1_000_000, help="distinct keys in total")
-    ap.add_argument("--value-bytes", type=int, default=90)
+    ap.add_argument("--value-bytes", type=int, default=110)
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--tombstone-ratio", type=float, default=0.2)
     ap.add_argument("--segment-bytes", type=int, default=64 * 1024 * 1024)

@@ -293,19 +293,19 @@ def run(spark: SparkSession, opts: CompactOptions) -> RoundReport:
         to_clean = {i: p for i, p in plans.items() if p.will_clean}
         resets = {tps[i]: p.first_dirty_offset for i, p in plans.items()
                   if p.checkpoint_reset and not p.will_clean}
-        if opts.plan_only:
-            for i in to_clean:
-                reports[i].status = "would_clean"
+        try:
+            if opts.plan_only:
+                for i in to_clean:
+                    reports[i].status = "would_clean"
+                return report
+            if to_clean:
+                messages = write_cleaned_segments(spark, inputs, to_clean, fsync=opts.fsync,
+                                                  stages=stages, headers=headers)
+                done = _commit(inputs, to_clean, messages, reports)
+                resets.update({tps[i]: to_clean[i].first_uncleanable_offset for i in done})
+        finally:
             if headers is not None:
                 headers.unpersist()
-            return report
-        if to_clean:
-            messages = write_cleaned_segments(spark, inputs, to_clean, fsync=opts.fsync,
-                                              stages=stages, headers=headers)
-        if headers is not None:
-            headers.unpersist()
-            done = _commit(inputs, to_clean, messages, reports)
-            resets.update({tps[i]: to_clean[i].first_uncleanable_offset for i in done})
         commit.update_cleaner_checkpoint(opts.log_dir, resets)
         stages.done("commit")
     return report
