@@ -13,6 +13,7 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from compactor.codec.records import Record
 from compactor.codec.segment import iter_batches
 from compactor.policy import BatchRetention, CleaningPlan, PartitionInput
 from compactor.rebatch import SegmentFiles, assemble_segment, filter_batch
@@ -94,18 +95,18 @@ def compact_partition(inp: PartitionInput, logs: Mapping[int, bytes]) -> Referen
                           records_out=records_out, dropped=dict(dropped))
 
 
-def _drop_reason(record: object, is_control: bool, discard: bool, retain_deletes: bool,
+def _drop_reason(record: Record, is_control: bool, discard: bool, retain_deletes: bool,
                  latest: Mapping[bytes, int]) -> str | None:
     """§4.11 for one record; ``None`` when it stays."""
     if discard:
         return "marker_expired" if is_control else "aborted"
     if is_control:
         return None
-    key = record.key  # type: ignore[attr-defined]
+    key = record.key
     if key is None:
         return "null_key"
-    if record.offset < latest.get(key, -1):  # type: ignore[attr-defined]
+    if record.offset < latest.get(key, -1):
         return "superseded"
-    if record.value is None and not retain_deletes:  # type: ignore[attr-defined]
+    if record.value is None and not retain_deletes:
         return "tombstone_expired"
     return None

@@ -9,7 +9,7 @@ import time
 import zlib
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from compactor import storage
 from compactor.codec.records import RecordBatch
@@ -88,11 +88,7 @@ def write_group(
             storage.remove(cleaned_path(inp.path, group_base, suffix), missing_ok=True)
         return CommitMessage(group_base=group_base, source_bases=tuple(source_bases),
                              error=err.to_dict(), seconds=time.perf_counter() - started)
-    return CommitMessage(**{**_fields(message), "seconds": time.perf_counter() - started})
-
-
-def _fields(message: CommitMessage) -> dict:
-    return {name: getattr(message, name) for name in CommitMessage.__slots__}
+    return replace(message, seconds=time.perf_counter() - started)
 
 
 def _write(inp: PartitionInput, source_bases: tuple[int, ...],

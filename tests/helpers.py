@@ -4,6 +4,10 @@ the invariants of kafka-semantics Appendix A.3."""
 from __future__ import annotations
 
 import hashlib
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -159,3 +163,20 @@ def reference_round(log_dir: Path, configs: Mapping[str, str], now_ms: int) -> d
         logs = segment_bytes(log_dir / tp.dir_name)
         out[tp.dir_name] = (inp, logs, compact_partition(inp, logs))
     return out
+
+
+@contextmanager
+def lock_held_by_other_process(log_dir: Path) -> Iterator[None]:
+    """Another Python process holds the log dir's broker lock for the duration."""
+    code = ("import sys\nfrom compactor import storage\n"
+            "with storage.log_dir_lock(sys.argv[1]):\n print('LOCKED', flush=True)\n"
+            " sys.stdin.read()\n")
+    holder = subprocess.Popen([sys.executable, "-c", code, str(log_dir)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "LOCKED"
+        yield
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.close()
+        holder.wait(timeout=30)

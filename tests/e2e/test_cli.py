@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -16,6 +15,7 @@ from kafka.record import MemoryRecords as KpMemoryRecords
 
 from compactor.errors import EXIT_FAILURE, EXIT_LOCKED
 from compactor.generator import GeneratorConfig, generate
+from tests.helpers import lock_held_by_other_process, tree_digest
 
 COMPACTOR = str(Path(sys.executable).with_name("compactor"))
 RESOURCES = Path(__file__).parent / "resources"
@@ -23,11 +23,6 @@ RESOURCES = Path(__file__).parent / "resources"
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([COMPACTOR, *args], capture_output=True, text=True, timeout=300)
-
-
-def tree_digest(path: Path) -> dict[str, str]:
-    return {str(p.relative_to(path)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(path.rglob("*")) if p.is_file()}
 
 
 def test_generate_then_verify_clean(tmp_path: Path) -> None:
@@ -175,18 +170,8 @@ def test_a_kafka_style_java_lock_blocks_every_writer(small_log: Path) -> None:
 
 
 def test_a_second_compactor_process_is_refused(small_log: Path) -> None:
-    code = ("import sys,time\nfrom compactor import storage\n"
-            "with storage.log_dir_lock(sys.argv[1]):\n print('LOCKED', flush=True)\n"
-            " sys.stdin.read()\n")
-    holder = subprocess.Popen([sys.executable, "-c", code, str(small_log)],
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "LOCKED"
+    with lock_held_by_other_process(small_log):
         assert run("recover", str(small_log)).returncode == EXIT_LOCKED
-    finally:
-        assert holder.stdin is not None
-        holder.stdin.close()
-        holder.wait(timeout=30)
     assert not (small_log / ".lock").exists()  # the holder created it, so it removed it
 
 

@@ -4,8 +4,6 @@ session): reports, exit codes and bad inputs. Nothing is changed when a run is r
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,7 +12,7 @@ from compactor.cli import main as cli_main
 from compactor.errors import EXIT_CONFIG, EXIT_LOCKED, EXIT_OK, EXIT_PARTIAL
 from compactor.generator import DEFAULT_START_MS
 from compactor.inspect import Problem, inspect_path
-from tests.helpers import tree_digest
+from tests.helpers import lock_held_by_other_process, tree_digest
 
 pytestmark = pytest.mark.spark
 
@@ -109,18 +107,8 @@ def test_topic_configs_file_selects_the_compacted_topics(
 
 def test_locked_log_dir_is_refused(spark, small_log: Path,
                                    capsys: pytest.CaptureFixture[str]) -> None:
-    code = ("import sys\nfrom compactor import storage\n"
-            "with storage.log_dir_lock(sys.argv[1]):\n print('LOCKED', flush=True)\n"
-            " sys.stdin.read()\n")
-    holder = subprocess.Popen([sys.executable, "-c", code, str(small_log)],
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "LOCKED"
+    with lock_held_by_other_process(small_log):
         before = tree_digest(small_log)
         assert cli_main(["compact", str(small_log), *COMPACT]) == EXIT_LOCKED
         assert _report(capsys)["code"] == "LOG_DIR_LOCKED"
         assert tree_digest(small_log) == before
-    finally:
-        assert holder.stdin is not None
-        holder.stdin.close()
-        holder.wait(timeout=30)

@@ -1,0 +1,58 @@
+"""Re-batching rules of kafka-semantics §4.14 for cases the generated logs rarely reach."""
+
+from __future__ import annotations
+
+from compactor.codec.compression import Codec
+from compactor.codec.legacy import LegacyRecord, encode_message_set
+from compactor.codec.records import NewRecord, NewRecordBatch, encode_batch
+from compactor.codec.segment import iter_batches
+from compactor.policy import BatchDecision, BatchRetention
+from compactor.rebatch import assemble_segment, filter_batch
+
+
+def _decision(retention: BatchRetention) -> BatchDecision:
+    return BatchDecision(retention=retention, aborted=False, discard_records=False,
+                         retain_deletes=True, marker_horizon=False)
+
+
+def _legacy_wrapper() -> object:
+    data = encode_message_set([LegacyRecord(offset=o, key=b"k", value=b"v", timestamp=10 + o)
+                               for o in (5, 6, 7)], magic=1, codec=Codec.GZIP)
+    (batch,) = iter_batches(data)
+    return batch
+
+
+def test_legacy_wrapper_becomes_one_v2_batch_of_the_retained_records() -> None:
+    batch = _legacy_wrapper()
+    out = filter_batch(batch, _decision(BatchRetention.DELETE_EMPTY), {5}, now_ms=0,
+                       delete_retention_ms=0)
+    (rebuilt,) = iter_batches(out.data)
+    assert (rebuilt.magic, rebuilt.base_offset, rebuilt.last_offset) == (2, 6, 7)
+    assert rebuilt.compression == Codec.GZIP and rebuilt.delete_horizon_ms is None
+    assert [r.offset for r in rebuilt.records()] == [6, 7]
+
+
+def test_emptied_legacy_entry_ending_the_round_becomes_an_empty_v2_header() -> None:
+    batch = _legacy_wrapper()
+    assert filter_batch(batch, _decision(BatchRetention.DELETE_EMPTY), {5, 6, 7}, now_ms=0,
+                        delete_retention_ms=0).data is None
+    out = filter_batch(batch, _decision(BatchRetention.RETAIN_EMPTY), {5, 6, 7}, now_ms=0,
+                       delete_retention_ms=0)
+    (empty,) = iter_batches(out.data)
+    assert (empty.magic, empty.records_count, empty.base_offset, empty.last_offset,
+            empty.producer_id) == (2, 0, 5, 7, -1)
+
+
+def test_group_ending_early_keeps_a_placeholder_and_single_segment_groups_do_not() -> None:
+    first = encode_batch(NewRecordBatch(base_offset=0, records=[
+        NewRecord(offset_delta=0, timestamp=1, key=b"a", value=b"1")]))
+    (last,) = iter_batches(encode_batch(NewRecordBatch(base_offset=9, producer_id=4, records=[
+        NewRecord(offset_delta=0, timestamp=2, key=b"b", value=b"2")])))
+    files = assemble_segment(0, [first], [], last_source_batch=last, source_segments=2,
+                             index_interval_bytes=4096, segment_index_bytes=1024)
+    tail = list(iter_batches(files.log))[-1]
+    assert (tail.base_offset, tail.last_offset, tail.records_count, tail.producer_id) == (
+        9, 9, 0, -1)
+    single = assemble_segment(0, [first], [], last_source_batch=last, source_segments=1,
+                              index_interval_bytes=4096, segment_index_bytes=1024)
+    assert single.log == first
