@@ -10,6 +10,7 @@ v0/v1 entries are always rewritten as v2 batches (KAFKA-13093, Kafka 4.0+).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Container, Sequence
 from dataclasses import dataclass
 
@@ -33,6 +34,8 @@ from compactor.codec.records import (
 )
 from compactor.codec.segment import iter_batches
 from compactor.policy import BatchDecision, BatchRetention
+
+DROP_REASONS = ("superseded", "tombstone_expired", "null_key", "aborted", "marker_expired")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -61,8 +64,8 @@ def filter_batch(batch: RecordBatch, decision: BatchDecision, dropped: Container
     """
     if decision.retention == BatchRetention.DELETE:
         return FilteredBatch(data=None, records_in=_count(batch), records_out=0)
-    records = batch.records()
-    retained = [r for r in records if r.offset not in dropped]
+    records = list(batch.iter_compiled())
+    retained = [r for r in records if r.offset not in dropped] if dropped else records
     if batch.magic < 2:
         return FilteredBatch(data=_legacy_as_v2(batch, retained, decision), records_in=len(records),
                              records_out=len(retained))
@@ -85,7 +88,7 @@ def filter_batch(batch: RecordBatch, decision: BatchDecision, dropped: Container
         base_offset=batch.base_offset,
         records=[
             NewRecord(offset_delta=r.offset - batch.base_offset, timestamp=r.timestamp, key=r.key,
-                      value=r.value, headers=r.headers)
+                      value=r.value, headers=tuple(r.headers))
             for r in retained
         ],
         compression=batch.compression,
@@ -101,6 +104,40 @@ def filter_batch(batch: RecordBatch, decision: BatchDecision, dropped: Container
         max_timestamp=batch.max_timestamp if log_append else None,
     ))
     return FilteredBatch(data=rebuilt, records_in=len(records), records_out=len(retained))
+
+
+def record_drops(batch: RecordBatch, decision: BatchDecision,
+                 superseded: Container[int]) -> tuple[list[int], Counter[str]]:
+    """The records of one batch that go, and how many go for each reason (§4.11).
+
+    Args:
+        superseded: offsets whose key has a later record in the dirty section (the offset
+            map's verdict; every other reason is local to the batch).
+
+    Returns:
+        The offsets that go, ascending, and their counts by reason.
+    """
+    reasons: Counter[str] = Counter()
+    if decision.discard_records:
+        reason = "marker_expired" if batch.is_control else "aborted"
+        offsets = [r.offset for r in batch.iter_compiled()]
+        reasons[reason] = len(offsets)
+        return offsets, reasons
+    if batch.is_control:
+        return [], reasons
+    offsets = []
+    for r in batch.iter_compiled():
+        if r.key is None:
+            reason = "null_key"
+        elif r.offset in superseded:
+            reason = "superseded"
+        elif r.value is None and not decision.retain_deletes:
+            reason = "tombstone_expired"
+        else:
+            continue
+        offsets.append(r.offset)
+        reasons[reason] += 1
+    return offsets, reasons
 
 
 def _count(batch: RecordBatch) -> int:

@@ -1,5 +1,5 @@
 """Executor-side extraction of compact rows from segment bytes: batch headers for planning,
-and per-record key digests for the offset map. Values never leave the executor.
+and the key digests of keyed records for the offset map. Values never leave the executor.
 
 Keys are compared by their xxh3-128 digest, split into two signed 64-bit halves (Kafka compares
 by MD5 digest in ``SkimpyOffsetMap``; both treat a digest collision as the same key).
@@ -7,9 +7,10 @@ by MD5 digest in ``SkimpyOffsetMap``; both treat a digest collision as the same 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import xxhash
 
 from compactor.codec.records import RecordBatch
@@ -67,60 +68,110 @@ def segment_headers(data: bytes, path: str, segment_base: int) -> list[BatchHead
 
 @dataclass(frozen=True, slots=True)
 class BatchFlags:
-    """The decision flags a record row inherits from its batch."""
+    """What a keyed record row inherits from its batch.
+
+    Attributes:
+        group_base: base offset of the group the batch is rewritten in.
+        feeds_map: the batch's dirty-section records enter the offset map (it is not aborted).
+    """
 
     group_base: int
-    is_control: bool
-    aborted: bool
-    discard_records: bool
-    retain_deletes: bool
+    feeds_map: bool
 
 
-@dataclass(slots=True)
-class RecordColumns:
-    """Column lists of record rows (see ``schemas.spark.RECORD``)."""
-
-    offset: list[int]
-    key_hi: list[int | None]
-    key_lo: list[int | None]
-    is_tombstone: list[bool]
-    in_dirty: list[bool]
-    flags: list[BatchFlags]
+def batch_flags(group_base: int, *, is_control: bool, aborted: bool,
+                discard_records: bool) -> BatchFlags | None:
+    """The flags of a batch whose records can be superseded; ``None`` for control batches and
+    batches the round discards (their records never meet the offset map)."""
+    if is_control or discard_records:
+        return None
+    return BatchFlags(group_base, feeds_map=not aborted)
 
 
-def segment_records(data: bytes, path: str, flags_by_position: Mapping[int, BatchFlags],
-                    first_dirty: int) -> RecordColumns:
-    """Record rows of the batches of a segment that the round decided on.
+@dataclass(frozen=True, slots=True)
+class KeyedRows:
+    """Columns of keyed record rows (see ``schemas.spark.KEYED_RECORD``), as numpy arrays."""
 
-    Records of batches the round drops whole need no key (they are not in the offset map);
-    they still get a row so every record is accounted for.
+    group_base: np.ndarray
+    offset: np.ndarray
+    key_hi: np.ndarray
+    key_lo: np.ndarray
+    in_map: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.offset)
+
+
+def key_digests(keys: Sequence[bytes]) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`key_digest` of many keys at once, as two int64 arrays (one C call per key, no
+    Python integers in between: the digest's canonical bytes are big-endian)."""
+    raw = b"".join(map(xxhash.xxh3_128_digest, keys))
+    halves = np.frombuffer(raw, dtype=">i8").reshape(-1, 2).astype(np.int64)
+    return halves[:, 0], halves[:, 1]
+
+
+def keyed_records(data: bytes, path: str, flags_by_position: Mapping[int, BatchFlags],
+                  first_dirty: int) -> KeyedRows:
+    """Rows of the keyed records of the listed batches of a segment.
 
     Args:
-        flags_by_position: decision flags by batch position; batches not listed are skipped.
-        first_dirty: records at or above it are in the dirty section (they feed the offset map
-            unless their batch is aborted or a control batch).
+        flags_by_position: by batch position, the data batches whose records can be
+            superseded (the round neither discards them nor are they control batches);
+            other batches are skipped.
+        first_dirty: records at or above it are in the dirty section.
 
     Raises:
         CompactorError: a batch cannot be decoded.
     """
-    cols = RecordColumns([], [], [], [], [], [])
+    offsets: list[int] = []
+    keys: list[bytes] = []
+    runs: list[tuple[BatchFlags, int]] = []
     try:
         for batch in iter_batches(data, path=path, verify_crc=False):
             flags = flags_by_position.get(batch.position)
             if flags is None:
                 continue
+            before = len(offsets)
             for record in batch.iter_compiled():
                 key = record.key
-                if key is None or flags.is_control or flags.discard_records:
-                    hi = lo = None
-                else:
-                    hi, lo = key_digest(key)
-                cols.offset.append(record.offset)
-                cols.key_hi.append(hi)
-                cols.key_lo.append(lo)
-                cols.is_tombstone.append(record.value is None)
-                cols.in_dirty.append(record.offset >= first_dirty)
-                cols.flags.append(flags)
+                if key is not None:
+                    offsets.append(record.offset)
+                    keys.append(key)
+            runs.append((flags, len(offsets) - before))
     except CompactorError as err:
         raise err.with_location(path=path) from None
-    return cols
+    counts = [n for _, n in runs]
+    offset = np.asarray(offsets, dtype=np.int64)
+    feeds = np.repeat(np.asarray([f.feeds_map for f, _ in runs], dtype=bool), counts)
+    key_hi, key_lo = key_digests(keys)
+    return KeyedRows(
+        group_base=np.repeat(np.asarray([f.group_base for f, _ in runs], dtype=np.int64), counts),
+        offset=offset, key_hi=key_hi, key_lo=key_lo, in_map=feeds & (offset >= first_dirty),
+    )
+
+
+def locally_superseded(rows: KeyedRows) -> np.ndarray:
+    """Mask of the rows superseded by a row of the same key among ``rows`` themselves (one
+    with ``in_map`` and a larger offset): the map-side combine of the offset map. What a
+    segment's scan can decide alone never travels through the shuffle; the writer reaches
+    the same verdict from the same rows."""
+    n = len(rows)
+    if n == 0:
+        return np.zeros(0, dtype=bool)
+    order = np.lexsort((rows.offset, rows.key_lo, rows.key_hi))
+    hi, lo, offset = rows.key_hi[order], rows.key_lo[order], rows.offset[order]
+    new_key = np.empty(n, dtype=bool)
+    new_key[0] = True
+    np.not_equal(hi[1:], hi[:-1], out=new_key[1:])
+    new_key[1:] |= lo[1:] != lo[:-1]
+    starts = np.flatnonzero(new_key)
+    latest = np.maximum.reduceat(np.where(rows.in_map[order], offset, -1), starts)
+    superseded = np.empty(n, dtype=bool)
+    superseded[order] = offset < np.repeat(latest, np.diff(np.append(starts, n)))
+    return superseded
+
+
+def select_rows(rows: KeyedRows, mask: np.ndarray) -> KeyedRows:
+    return KeyedRows(group_base=rows.group_base[mask], offset=rows.offset[mask],
+                     key_hi=rows.key_hi[mask], key_lo=rows.key_lo[mask], in_map=rows.in_map[mask])
+

@@ -1,14 +1,16 @@
 """The compaction round as a chain of DataFrame transforms (kafka-semantics Appendix A.2).
 
     segment tasks --scan_headers--> batch headers --plan_rounds--> one plan per partition
-    batch headers --decide_batches--> batch decisions --scan_records--> record rows
-    record rows --latest_per_key--> + latest offset of the key in the dirty section
-                --record_verdicts--> + reason it goes (null = kept) --dropped_records--> drops
-    (batch decisions, drops) --rewrite_groups--> commit messages (one per output segment)
+    batch headers --decide_batches--> batch decisions --scan_keys--> keyed record rows
+    keyed rows --latest_per_key--> + latest offset of the key in the dirty section
+               --superseded_records--> offsets superseded by a later record of their key
+    (batch decisions, superseded) --rewrite_groups--> commit messages (one per output segment)
 
 The sequential, per-partition rules (producer state, transactions, batch retention) run per
 partition inside ``applyInPandas``; the offset map is a window over ``(partition, key digest)``,
-so its size is bounded by the cluster, not by a buffer. Transforms never collect, count or
+so its size is bounded by the cluster, not by a buffer. Only keyed records of data batches
+travel through it (digest and offset, never a value); null keys, markers, aborted data and
+expired tombstones are decided by the writer from the batch decisions. Transforms never collect, count or
 cache: the job (``jobs/compact.py``) decides actions.
 """
 
@@ -17,9 +19,10 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator, Mapping
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
-from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 
@@ -34,13 +37,25 @@ from compactor.policy import (
     PartitionInput,
     SkipReason,
 )
-from compactor.scan import BatchFlags, segment_headers, segment_records
+from compactor.scan import (
+    batch_flags,
+    keyed_records,
+    locally_superseded,
+    segment_headers,
+    select_rows,
+)
 from compactor.writer import write_group
-from schemas.spark import BATCH_HEADER, COMMIT_MESSAGE, DECISION, DROP, PLAN, RECORD
+from schemas.spark import (
+    BATCH_HEADER,
+    COMMIT_MESSAGE,
+    DECISION,
+    KEYED_RECORD,
+    PLAN,
+    SUPERSEDED,
+)
 
 Transform = Callable[[DataFrame], DataFrame]
 
-DROP_REASONS = ("superseded", "tombstone_expired", "null_key", "aborted", "marker_expired")
 _HEADER_FIELDS = [f.name for f in BATCH_HEADER.fields if f.name not in ("tp_id", "error")]
 _HEADER_ARROW = to_arrow_schema(BATCH_HEADER)
 
@@ -179,10 +194,12 @@ def _decision_from_row(row: object) -> BatchDecision:
 # Record rows, offset map, record verdicts
 
 
-def scan_records(inputs: Mapping[int, PartitionInput],
-                 plans: Mapping[int, CleaningPlan]) -> Transform:
-    """Batch decisions -> one ``RECORD`` row per record of the round (one task per segment);
-    a segment whose records cannot be decoded gives one row with ``error`` set."""
+def scan_keys(inputs: Mapping[int, PartitionInput],
+              plans: Mapping[int, CleaningPlan]) -> Transform:
+    """Batch decisions -> one ``KEYED_RECORD`` row per keyed record of the round's data
+    batches that are not discarded and not already superseded within its own segment (one
+    task per segment, :func:`compactor.scan.locally_superseded`); a segment whose records
+    cannot be decoded gives one row with ``error`` set."""
 
     def scan(pdf: pd.DataFrame) -> pd.DataFrame:
         tp_id = int(pdf["tp_id"].iloc[0])
@@ -190,75 +207,49 @@ def scan_records(inputs: Mapping[int, PartitionInput],
         inp = inputs[tp_id]
         path = next(s.log_path for s in inp.segments if s.base_offset == base)
         flags = {
-            int(r.position): BatchFlags(int(r.group_base), bool(r.is_control), bool(r.aborted),
-                                        bool(r.discard_records), bool(r.retain_deletes))
+            int(r.position): batch_flags(int(r.group_base), is_control=bool(r.is_control),
+                                         aborted=bool(r.aborted),
+                                         discard_records=bool(r.discard_records))
             for r in pdf.itertuples(index=False)
         }
         try:
-            cols = segment_records(storage.read_bytes(path), path, flags,
-                                   plans[tp_id].first_dirty_offset)
+            rows = keyed_records(storage.read_bytes(path), path,
+                                 {p: f for p, f in flags.items() if f is not None},
+                                 plans[tp_id].first_dirty_offset)
+            rows = select_rows(rows, ~locally_superseded(rows))
         except CompactorError as err:
             return pd.DataFrame([{
                 "tp_id": tp_id, "group_base": int(pdf["group_base"].iloc[0]), "offset": -1,
-                "key_hi": None, "key_lo": None, "is_tombstone": False, "is_control": False,
-                "aborted": False, "discard_records": False, "retain_deletes": False,
-                "in_dirty": False, "error": json.dumps(err.to_dict()),
-            }], columns=RECORD.fieldNames())
-        n = len(cols.offset)
+                "key_hi": None, "key_lo": None, "in_map": False,
+                "error": json.dumps(err.to_dict()),
+            }], columns=KEYED_RECORD.fieldNames())
+        n = len(rows)
         return pd.DataFrame({
-            "tp_id": pd.Series([tp_id] * n, dtype="int32"),
-            "group_base": pd.Series([f.group_base for f in cols.flags], dtype="int64"),
-            "offset": pd.Series(cols.offset, dtype="int64"),
-            "key_hi": pd.Series(cols.key_hi, dtype="Int64"),
-            "key_lo": pd.Series(cols.key_lo, dtype="Int64"),
-            "is_tombstone": pd.Series(cols.is_tombstone, dtype="bool"),
-            "is_control": pd.Series([f.is_control for f in cols.flags], dtype="bool"),
-            "aborted": pd.Series([f.aborted for f in cols.flags], dtype="bool"),
-            "discard_records": pd.Series([f.discard_records for f in cols.flags], dtype="bool"),
-            "retain_deletes": pd.Series([f.retain_deletes for f in cols.flags], dtype="bool"),
-            "in_dirty": pd.Series(cols.in_dirty, dtype="bool"),
-            "error": pd.Series([None] * n, dtype="object"),
+            "tp_id": np.full(n, tp_id, dtype=np.int32), "group_base": rows.group_base,
+            "offset": rows.offset, "key_hi": rows.key_hi, "key_lo": rows.key_lo,
+            "in_map": rows.in_map, "error": pd.Series([None] * n, dtype="object"),
         })
 
-    return lambda decisions: decisions.groupBy("tp_id", "segment_base").applyInPandas(scan, RECORD)
+    keyed = ~F.col("is_control") & ~F.col("discard_records")
+    return lambda decisions: (decisions.where(keyed).groupBy("tp_id", "segment_base")
+                              .applyInPandas(scan, KEYED_RECORD))
 
 
-def latest_per_key(records: DataFrame) -> DataFrame:
-    """Add ``latest``: the largest offset of the record's key among the dirty section's
-    records that enter the offset map (keyed, not aborted, not control); null when the key
-    does not occur there or the record has no key. Keyless rows get a window of their own
-    (keyed by offset) so null keys never pile up in one window partition."""
-    has_key = F.col("key_hi").isNotNull()
-    window = Window.partitionBy(
-        "tp_id", has_key, F.coalesce(F.col("key_hi"), F.col("offset")),
-        F.coalesce(F.col("key_lo"), F.lit(0)),
-    )
-    in_map = has_key & F.col("in_dirty") & ~F.col("aborted") & ~F.col("is_control")
-    return records.withColumn("latest", F.max(F.when(in_map, F.col("offset"))).over(window))
+def latest_per_key(keyed: DataFrame) -> DataFrame:
+    """Add ``latest``: the largest offset of the row's key among the rows that enter the
+    offset map (``in_map``: dirty section, batch not aborted); null when the key does not
+    occur there. The window over ``(partition, key digest)`` is the distributed offset map."""
+    window = Window.partitionBy("tp_id", "key_hi", "key_lo")
+    return keyed.withColumn("latest", F.max(F.when(F.col("in_map"), F.col("offset"))).over(window))
 
 
-def drop_reason() -> Column:
-    """Why a record goes (§4.11), null when it is kept."""
-    return (
-        F.when(F.col("discard_records") & F.col("is_control"), F.lit("marker_expired"))
-        .when(F.col("discard_records"), F.lit("aborted"))
-        .when(F.col("is_control"), F.lit(None))
-        .when(F.col("key_hi").isNull(), F.lit("null_key"))
-        .when(F.col("latest").isNotNull() & (F.col("offset") < F.col("latest")),
-              F.lit("superseded"))
-        .when(F.col("is_tombstone") & ~F.col("retain_deletes"), F.lit("tombstone_expired"))
-    )
-
-
-def record_verdicts(records: DataFrame) -> DataFrame:
-    """Records with ``latest`` -> + ``reason`` (null = kept)."""
-    return records.withColumn("reason", drop_reason())
-
-
-def dropped_records(verdicts: DataFrame) -> DataFrame:
-    """Verdicts -> ``DROP`` rows (error rows are left out: the writer meets the same defect)."""
-    return (verdicts.where(F.col("error").isNull() & F.col("reason").isNotNull())
-            .select(*DROP.fieldNames()))
+def superseded_records(keyed: DataFrame) -> DataFrame:
+    """Keyed rows with ``latest`` -> ``SUPERSEDED`` rows: records with a later record of their
+    key in the dirty section of another segment (§4.11; the writer adds the ones superseded
+    within their own segment). Error rows are left out: the writer meets the same defect and
+    reports it."""
+    return (keyed.where(F.col("error").isNull() & (F.col("offset") < F.col("latest")))
+            .select(*SUPERSEDED.fieldNames()))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -267,10 +258,10 @@ def dropped_records(verdicts: DataFrame) -> DataFrame:
 
 def rewrite_groups(inputs: Mapping[int, PartitionInput], plans: Mapping[int, CleaningPlan],
                    *, fsync: bool = True) -> Callable[[DataFrame, DataFrame], DataFrame]:
-    """(batch decisions, drops) -> one ``COMMIT_MESSAGE`` row per group, written by the
-    executor that holds the group's rows."""
+    """(batch decisions, superseded records) -> one ``COMMIT_MESSAGE`` row per group,
+    written by the executor that holds the group's rows."""
 
-    def rewrite(decisions: pd.DataFrame, drops: pd.DataFrame) -> pd.DataFrame:
+    def rewrite(decisions: pd.DataFrame, superseded: pd.DataFrame) -> pd.DataFrame:
         if decisions.empty:
             return pd.DataFrame(columns=COMMIT_MESSAGE.fieldNames())
         tp_id = int(decisions["tp_id"].iloc[0])
@@ -279,9 +270,8 @@ def rewrite_groups(inputs: Mapping[int, PartitionInput], plans: Mapping[int, Cle
         group = next(g for g in plan.groups if g[0] == group_base)
         by_batch = {(int(r.segment_base), int(r.position)): _decision_from_row(r)
                     for r in decisions.itertuples(index=False)}
-        drop_map = dict(zip(drops["offset"].astype("int64").tolist(), drops["reason"].tolist(),
-                            strict=True))
-        m = write_group(inputs[tp_id], group, by_batch, drop_map, fsync=fsync)
+        m = write_group(inputs[tp_id], group, by_batch, set(superseded["offset"].tolist()),
+                        first_dirty=plan.first_dirty_offset, fsync=fsync)
         return pd.DataFrame([{
             "tp_id": tp_id, "group_base": m.group_base, "source_bases": list(m.source_bases),
             "cleaned_log": ",".join(m.cleaned_suffixes), "log_checksum": m.log_checksum,
@@ -292,5 +282,6 @@ def rewrite_groups(inputs: Mapping[int, PartitionInput], plans: Mapping[int, Cle
         }])
 
     keys = ["tp_id", "group_base"]
-    return lambda decisions, drops: (decisions.groupBy(*keys).cogroup(drops.groupBy(*keys))
-                                     .applyInPandas(rewrite, COMMIT_MESSAGE))
+    return lambda decisions, superseded: (
+        decisions.groupBy(*keys).cogroup(superseded.groupBy(*keys))
+        .applyInPandas(rewrite, COMMIT_MESSAGE))

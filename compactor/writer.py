@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 import zlib
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from compactor import storage
@@ -24,7 +24,8 @@ from compactor.logdir import (
     segment_path,
 )
 from compactor.policy import BatchDecision, PartitionInput
-from compactor.rebatch import assemble_segment, filter_batch
+from compactor.rebatch import assemble_segment, filter_batch, record_drops
+from compactor.scan import batch_flags, keyed_records, locally_superseded
 
 CLEANED_FILE_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 
@@ -65,15 +66,20 @@ def write_group(
     inp: PartitionInput,
     source_bases: Sequence[int],
     decisions: Mapping[tuple[int, int], BatchDecision],
-    drops: Mapping[int, str],
+    superseded: Collection[int],
     *,
+    first_dirty: int,
     fsync: bool = True,
 ) -> CommitMessage:
     """Rewrite the source segments ``source_bases`` into one ``.cleaned`` segment.
 
     Args:
         decisions: by ``(segment base, batch position)``, every batch of the group.
-        drops: offset -> reason of every record of the group that goes.
+        superseded: offsets of the group's records that the offset map supersedes across
+            segments; the ones superseded within their own segment
+            (:func:`compactor.scan.locally_superseded`) and every other reason a record goes
+            for are decided here, batch by batch.
+        first_dirty: the round's first dirty offset (where the offset map starts).
 
     Returns:
         The commit message; on a corrupt or inconsistent input it carries ``error`` and no
@@ -82,7 +88,7 @@ def write_group(
     started = time.perf_counter()
     group_base = source_bases[0]
     try:
-        message = _write(inp, tuple(source_bases), decisions, drops, fsync)
+        message = _write(inp, tuple(source_bases), decisions, superseded, first_dirty, fsync)
     except CompactorError as err:
         for suffix in CLEANED_FILE_SUFFIXES:
             storage.remove(cleaned_path(inp.path, group_base, suffix), missing_ok=True)
@@ -92,19 +98,24 @@ def write_group(
 
 
 def _write(inp: PartitionInput, source_bases: tuple[int, ...],
-           decisions: Mapping[tuple[int, int], BatchDecision], drops: Mapping[int, str],
-           fsync: bool) -> CommitMessage:
+           decisions: Mapping[tuple[int, int], BatchDecision], superseded: Collection[int],
+           first_dirty: int, fsync: bool) -> CommitMessage:
     by_base = {s.base_offset: s for s in inp.segments}
     cfg = inp.config
     outputs: list[bytes] = []
     txn_entries = []
     bytes_in = batches_in = records_in = records_out = 0
-    dropped_seen = 0
+    dropped: Counter[str] = Counter()
+    superseded_all = len(superseded)
     last_batch: RecordBatch | None = None
     for base in source_bases:
         seg = by_base[base]
         data = storage.read_bytes(seg.log_path)
         bytes_in += len(data)
+        local = _locally_superseded(data, seg.log_path, base, source_bases[0], decisions,
+                                    first_dirty)
+        superseded_all += len(local)
+        goes = local.union(superseded) if local else superseded
         for batch in iter_batches(data, path=seg.log_path):
             batches_in += 1
             last_batch = batch
@@ -116,21 +127,29 @@ def _write(inp: PartitionInput, source_bases: tuple[int, ...],
                     remedy="make sure no broker or other tool writes to the log dir, then rerun",
                 )
             try:
-                result = filter_batch(batch, decision, drops, now_ms=inp.now_ms,
+                drops, reasons = record_drops(batch, decision, goes)
+                result = filter_batch(batch, decision, frozenset(drops), now_ms=inp.now_ms,
                                       delete_retention_ms=cfg.delete_retention_ms)
             except CompactorError as err:
                 raise err.with_location(path=seg.log_path) from None
-            dropped_seen += result.records_in - result.records_out
+            dropped.update(reasons)
+            if result.records_in - result.records_out != len(drops):
+                raise CorruptSegmentError(
+                    f"{len(drops)} records of the batch were decided to go but "
+                    f"{result.records_in - result.records_out} went",
+                    path=seg.log_path, position=batch.position, base_offset=batch.base_offset,
+                    remedy="report this as a bug; the live segments are untouched")
             records_in += result.records_in
             records_out += result.records_out
             if result.data is not None:
                 outputs.append(result.data)
                 if decision.txn_entry is not None:
                     txn_entries.append(decision.txn_entry)
-    if dropped_seen != len(drops):
+    if dropped["superseded"] != superseded_all:
         raise CorruptSegmentError(
-            f"counts do not balance: {len(drops)} records were decided to go but "
-            f"{dropped_seen} went (records in {records_in}, retained {records_out})",
+            f"counts do not balance: the offset map superseded {superseded_all} records of "
+            f"the group but {dropped['superseded']} were found (records in {records_in}, "
+            f"retained {records_out})",
             path=by_base[source_bases[0]].log_path,
             remedy="the segment changed during the run; rerun once nothing else writes to it",
         )
@@ -152,5 +171,24 @@ def _write(inp: PartitionInput, source_bases: tuple[int, ...],
         cleaned_suffixes=tuple(s for s, _ in written), log_checksum=zlib.crc32(files.log),
         bytes_in=bytes_in, bytes_out=len(files.log), batches_in=batches_in,
         batches_out=files.batches, records_in=records_in, records_out=records_out,
-        dropped=dict(Counter(drops.values())),
+        dropped={reason: n for reason, n in dropped.items() if n},
     )
+
+
+def _locally_superseded(data: bytes, path: str, segment_base: int, group_base: int,
+                        decisions: Mapping[tuple[int, int], BatchDecision],
+                        first_dirty: int) -> set[int]:
+    """Offsets of the segment's records superseded within the segment: the same verdict as
+    the scan's map-side combine, from the same rows."""
+    flags = {}
+    for batch in iter_batches(data, path=path, verify_crc=False):
+        decision = decisions.get((segment_base, batch.position))
+        if decision is None:
+            continue  # reported by the rewrite loop
+        f = batch_flags(group_base, is_control=batch.is_control, aborted=decision.aborted,
+                        discard_records=decision.discard_records)
+        if f is not None:
+            flags[batch.position] = f
+    rows = keyed_records(data, path, flags, first_dirty)
+    return set(rows.offset[locally_superseded(rows)].tolist())
+

@@ -51,6 +51,7 @@ from compactor.logdir import (
 )
 from compactor.model import TopicPartition
 from compactor.policy import CleaningPlan, PartitionInput, SkipReason
+from compactor.rebatch import DROP_REASONS
 from compactor.writer import CommitMessage
 from schemas.spark import SEGMENT_TASK
 
@@ -164,7 +165,7 @@ class PartitionReport:
                    records_in=self.records_in, records_out=self.records_out,
                    bytes_in=self.bytes_in, bytes_out=self.bytes_out,
                    batches_in=self.batches_in, batches_out=self.batches_out,
-                   dropped={r: self.dropped.get(r, 0) for r in transforms.DROP_REASONS})
+                   dropped={r: self.dropped.get(r, 0) for r in DROP_REASONS})
         if self.error is not None:
             out["error"] = self.error
         return out
@@ -367,16 +368,15 @@ def write_cleaned_segments(spark: SparkSession, inputs: Mapping[int, PartitionIn
     if headers is None:
         headers = _segment_tasks(spark, cleaning).transform(transforms.scan_headers)
     decisions = headers.transform(transforms.decide_batches(cleaning, plans)).persist()
-    drops = (decisions.transform(transforms.scan_records(cleaning, plans))
-             .transform(transforms.latest_per_key)
-             .transform(transforms.record_verdicts)
-             .transform(transforms.dropped_records)).persist()
-    drops.count()
+    superseded = (decisions.transform(transforms.scan_keys(cleaning, plans))
+                  .transform(transforms.latest_per_key)
+                  .transform(transforms.superseded_records)).persist()
+    superseded.count()
     if stages:
         stages.done("offset_map")
-    rows = transforms.rewrite_groups(cleaning, plans, fsync=fsync)(decisions, drops).collect()
+    rows = transforms.rewrite_groups(cleaning, plans, fsync=fsync)(decisions, superseded).collect()
     decisions.unpersist()
-    drops.unpersist()
+    superseded.unpersist()
     if stages:
         stages.done("rewrite")
     return [

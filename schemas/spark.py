@@ -87,28 +87,25 @@ DECISION = _schema(
     ("txn_last_stable_offset", LongType(), True),
 )
 
-# One row per record of the round: what the offset map and the record decision need.
-RECORD = _schema(
+# One row per keyed record that can be superseded (data batches the round does not discard):
+# the offset map's input. Values, null keys, markers and discarded batches never travel; the
+# writer decides those records itself. A segment that cannot be decoded gives one row with
+# ``error`` set (and null keys).
+KEYED_RECORD = _schema(
     ("tp_id", IntegerType(), False),
     ("group_base", LongType(), False),
     ("offset", LongType(), False),
     ("key_hi", LongType(), True),
     ("key_lo", LongType(), True),
-    ("is_tombstone", BooleanType(), False),
-    ("is_control", BooleanType(), False),
-    ("aborted", BooleanType(), False),
-    ("discard_records", BooleanType(), False),
-    ("retain_deletes", BooleanType(), False),
-    ("in_dirty", BooleanType(), False),
+    ("in_map", BooleanType(), False),
     ("error", StringType(), True),
 )
 
-# One row per record that goes, with the reason (transforms.DROP_REASONS).
-DROP = _schema(
+# One row per record superseded by a later record of its key in the dirty section.
+SUPERSEDED = _schema(
     ("tp_id", IntegerType(), False),
     ("group_base", LongType(), False),
     ("offset", LongType(), False),
-    ("reason", StringType(), False),
 )
 
 # One row per group written by an executor: the commit message the driver acts on.

@@ -14,66 +14,50 @@ from compactor.config import TopicConfig
 from compactor.generator import DEFAULT_START_MS
 from compactor.logdir import load_partition
 from compactor.policy import BatchRetention, PartitionInput
-from compactor.scan import segment_headers
-from schemas.spark import BATCH_HEADER, DECISION, RECORD, SEGMENT_TASK
+from compactor.codec.segment import iter_batches
+from compactor.scan import key_digest, segment_headers
+from schemas.spark import BATCH_HEADER, DECISION, KEYED_RECORD, SEGMENT_TASK, SUPERSEDED
 
 pytestmark = pytest.mark.spark
 
 
-def _record(offset: int, key: int | None, *, tombstone: bool = False, control: bool = False,
-            aborted: bool = False, discard: bool = False, retain_deletes: bool = True,
-            in_dirty: bool = True) -> tuple:
-    return (0, 0, offset, key, None if key is None else 7, tombstone, control, aborted, discard,
-            retain_deletes, in_dirty, None)
+def _keyed(offset: int, key: int, *, group: int = 0, in_map: bool = True) -> tuple:
+    return (0, group, offset, key, 7, in_map, None)
 
 
-RECORDS = [
-    _record(0, 1, in_dirty=False),          # superseded by 3 although below first dirty
-    _record(1, 2),                          # latest of key 2
-    _record(2, None),                       # null key
-    _record(3, 1),                          # latest of key 1
-    _record(4, 5, aborted=True, discard=True),  # aborted: neither kept nor in the map
-    _record(5, 6, tombstone=True),          # tombstone within its horizon
-    _record(6, 7, tombstone=True, retain_deletes=False),  # tombstone past its horizon
-    _record(7, None, control=True),         # a marker kept
-    _record(8, None, control=True, discard=True),  # a marker past its horizon
-    _record(9, 3, in_dirty=False),          # key only below first dirty: kept
+KEYED = [
+    _keyed(0, 1, in_map=False),       # below first dirty, superseded by 3
+    _keyed(1, 2),                     # latest of key 2
+    _keyed(3, 1, group=3),            # latest of key 1 (another group)
+    _keyed(4, 2, in_map=False),       # aborted batch in the dirty section: not in the map,
+    #                                   superseded by nothing later -> kept by the map
+    _keyed(5, 6),                     # only record of key 6
+    _keyed(9, 3, in_map=False),       # key only below first dirty: kept
+    (1, 0, 2, 1, 7, True, None),      # key 1 of another partition: a map of its own
 ]
 
 
 def test_latest_per_key(spark) -> None:
-    df = spark.createDataFrame(RECORDS, RECORD)
-    got = df.transform(transforms.latest_per_key).select("offset", "latest")
+    df = spark.createDataFrame(KEYED, KEYED_RECORD)
+    got = df.transform(transforms.latest_per_key).select("tp_id", "offset", "latest")
     expected = spark.createDataFrame(
-        [(0, 3), (1, 1), (2, None), (3, 3), (4, None), (5, 5), (6, 6), (7, None), (8, None),
-         (9, None)], "offset long, latest long")
+        [(0, 0, 3), (0, 1, 1), (0, 3, 3), (0, 4, 1), (0, 5, 5), (0, 9, None), (1, 2, 2)],
+        "tp_id int, offset long, latest long")
     assert_df_equality(got, expected, ignore_row_order=True, ignore_nullable=True)
 
 
-def test_record_verdicts_and_drops(spark) -> None:
-    df = spark.createDataFrame(RECORDS, RECORD).transform(transforms.latest_per_key)
-    verdicts = df.transform(transforms.record_verdicts)
-    expected = spark.createDataFrame(
-        [(0, "superseded"), (1, None), (2, "null_key"), (3, None), (4, "aborted"), (5, None),
-         (6, "tombstone_expired"), (7, None), (8, "marker_expired"), (9, None)],
-        "offset long, reason string")
-    assert_df_equality(verdicts.select("offset", "reason"), expected, ignore_row_order=True,
-                       ignore_nullable=True)
-    drops = verdicts.transform(transforms.dropped_records)
-    assert_df_equality(
-        drops, spark.createDataFrame(
-            [(0, 0, o, r) for o, r in [(0, "superseded"), (2, "null_key"), (4, "aborted"),
-                                       (6, "tombstone_expired"), (8, "marker_expired")]],
-            drops.schema),
-        ignore_row_order=True)
+def test_superseded_records(spark) -> None:
+    got = (spark.createDataFrame(KEYED, KEYED_RECORD).transform(transforms.latest_per_key)
+           .transform(transforms.superseded_records))
+    expected = spark.createDataFrame([(0, 0, 0)], SUPERSEDED)
+    assert_df_equality(got, expected, ignore_row_order=True)
 
 
-def test_dropped_records_leave_error_rows_out(spark) -> None:
-    row = list(_record(0, None))
-    row[-1] = '{"code": "CORRUPT_SEGMENT"}'
-    df = (spark.createDataFrame([tuple(row)], RECORD).transform(transforms.latest_per_key)
-          .transform(transforms.record_verdicts).transform(transforms.dropped_records))
-    assert df.count() == 0
+def test_superseded_records_leave_error_rows_out(spark) -> None:
+    rows = [*KEYED, (0, 0, -1, None, None, False, '{"code": "CORRUPT_SEGMENT"}')]
+    got = (spark.createDataFrame(rows, KEYED_RECORD).transform(transforms.latest_per_key)
+           .transform(transforms.superseded_records))
+    assert [r.offset for r in got.collect()] == [0]
 
 
 @pytest.fixture()
@@ -128,19 +112,37 @@ def test_plan_and_decide_match_the_policy(spark, partition: PartitionInput) -> N
     assert any(h.control_type == ControlType.ABORT for h, _ in decided)
 
 
-def test_scan_records_counts_every_record_of_the_round(spark, partition: PartitionInput) -> None:
+def test_scan_keys_emits_keyed_records_not_superseded_in_their_segment(spark, partition: PartitionInput,
+                                                              small_log: Path) -> None:
     headers_py = _pure_headers(partition)
     plan = partition.plan(headers_py)
     headers = spark.createDataFrame(
         [(0, *(getattr(h, f) for f in transforms._HEADER_FIELDS), None) for h in headers_py],
         BATCH_HEADER)
     decisions = headers.transform(transforms.decide_batches({0: partition}, {0: plan}))
-    records = decisions.transform(transforms.scan_records({0: partition}, {0: plan}))
-    in_round = [h for h in headers_py if h.segment_base < plan.first_uncleanable_offset]
-    expected_count = sum(h.records_count if h.magic == 2 else h.last_offset - h.base_offset + 1
-                         for h in in_round)
-    assert records.where("error is null").count() == expected_count
-    assert records.where("is_control").count() == sum(h.records_count for h in in_round
-                                                      if h.is_control)
-    keyless_data = records.where("not is_control and not discard_records and key_hi is null")
-    assert keyless_data.count() > 0  # the generator writes null keys
+    got = decisions.transform(transforms.scan_keys({0: partition}, {0: plan}))
+
+    group_of = {b: g[0] for g in plan.groups for b in g}
+    rows = []
+    for h, d in partition.decide(plan, headers_py):
+        if h.is_control or d.discard_records:
+            continue
+        seg = next(s for s in partition.segments if s.base_offset == h.segment_base)
+        batch = next(b for b in iter_batches(Path(seg.log_path).read_bytes())
+                     if b.position == h.position)
+        for r in batch.records():
+            if r.key is not None:
+                hi, lo = key_digest(r.key)
+                in_map = not d.aborted and r.offset >= plan.first_dirty_offset
+                rows.append((h.segment_base, (0, group_of[h.segment_base], r.offset, hi, lo,
+                                              in_map, None)))
+    # a row superseded by an in-map row of its key in its own segment stays home
+    latest_in_segment: dict[tuple, int] = {}
+    for seg, row in rows:
+        if row[5]:
+            key = (seg, row[3], row[4])
+            latest_in_segment[key] = max(latest_in_segment.get(key, -1), row[2])
+    expected = [row for seg, row in rows
+                if row[2] >= latest_in_segment.get((seg, row[3], row[4]), -1)]
+    assert 0 < len(expected) < len(rows)
+    assert_df_equality(got, spark.createDataFrame(expected, KEYED_RECORD), ignore_row_order=True)

@@ -1,0 +1,92 @@
+"""The executor-side scan: vectorised key digests, the offset map's map-side combine, and the
+per-batch drop rule the writer applies, each against a direct re-derivation."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
+
+from compactor.codec.records import NewRecord, NewRecordBatch, encode_batch
+from compactor.codec.segment import iter_batches
+from compactor.policy import BatchDecision, BatchRetention
+from compactor.rebatch import record_drops
+from compactor.scan import (
+    BatchFlags,
+    KeyedRows,
+    key_digest,
+    key_digests,
+    keyed_records,
+    locally_superseded,
+)
+
+
+@given(st.lists(st.binary(max_size=64), max_size=50))
+def test_key_digests_equal_the_scalar_digest(keys: list[bytes]) -> None:
+    hi, lo = key_digests(keys)
+    assert list(zip(hi.tolist(), lo.tolist(), strict=True)) == [key_digest(k) for k in keys]
+
+
+rows_strategy = st.lists(st.tuples(st.integers(0, 5), st.booleans()), max_size=60)
+
+
+@given(rows_strategy)
+def test_locally_superseded_is_the_brute_force_rule(rows: list[tuple[int, bool]]) -> None:
+    n = len(rows)
+    keyed = KeyedRows(
+        group_base=np.zeros(n, dtype=np.int64), offset=np.arange(n, dtype=np.int64),
+        key_hi=np.asarray([k % 2 for k, _ in rows], dtype=np.int64),
+        key_lo=np.asarray([k for k, _ in rows], dtype=np.int64),
+        in_map=np.asarray([m for _, m in rows], dtype=bool),
+    )
+    expected = [any(k2 == k and m2 and j > i for j, (k2, m2) in enumerate(rows))
+                for i, (k, _) in enumerate(rows)]
+    assert locally_superseded(keyed).tolist() == expected
+
+
+def _segment(*batches: NewRecordBatch) -> bytes:
+    return b"".join(encode_batch(b) for b in batches)
+
+
+def test_keyed_records_skip_null_keys_and_unlisted_batches() -> None:
+    data = _segment(
+        NewRecordBatch(base_offset=0, records=[
+            NewRecord(offset_delta=0, timestamp=1, key=b"a", value=b"1"),
+            NewRecord(offset_delta=1, timestamp=1, key=None, value=b"2"),
+            NewRecord(offset_delta=2, timestamp=1, key=b"b", value=None),
+        ]),
+        NewRecordBatch(base_offset=3, records=[
+            NewRecord(offset_delta=0, timestamp=1, key=b"c", value=b"3")]),
+        NewRecordBatch(base_offset=4, records=[
+            NewRecord(offset_delta=0, timestamp=1, key=b"a", value=b"4")]),
+    )
+    positions = [b.position for b in iter_batches(data)]
+    flags = {positions[0]: BatchFlags(0, feeds_map=True),
+             positions[2]: BatchFlags(4, feeds_map=False)}
+    rows = keyed_records(data, "seg.log", flags, first_dirty=2)
+    assert rows.offset.tolist() == [0, 2, 4]
+    assert rows.group_base.tolist() == [0, 0, 4]
+    assert rows.in_map.tolist() == [False, True, False]  # below D, in D, aborted batch
+    assert (rows.key_hi[0], rows.key_lo[0]) == key_digest(b"a")
+
+
+def _decision(*, discard: bool = False, retain_deletes: bool = True) -> BatchDecision:
+    return BatchDecision(retention=BatchRetention.DELETE_EMPTY, aborted=discard,
+                         discard_records=discard, retain_deletes=retain_deletes,
+                         marker_horizon=False, txn_entry=None)
+
+
+def test_record_drops_by_reason() -> None:
+    (batch,) = iter_batches(encode_batch(NewRecordBatch(base_offset=10, records=[
+        NewRecord(offset_delta=0, timestamp=1, key=b"k", value=b"old"),
+        NewRecord(offset_delta=1, timestamp=1, key=None, value=b"x"),
+        NewRecord(offset_delta=2, timestamp=1, key=b"t", value=None),
+        NewRecord(offset_delta=3, timestamp=1, key=b"k", value=b"new"),
+    ])))
+    offsets, reasons = record_drops(batch, _decision(retain_deletes=False), {10})
+    assert offsets == [10, 11, 12]
+    assert reasons == {"superseded": 1, "null_key": 1, "tombstone_expired": 1}
+    offsets, reasons = record_drops(batch, _decision(), {10})
+    assert offsets == [10, 11] and reasons == {"superseded": 1, "null_key": 1}
+    offsets, reasons = record_drops(batch, _decision(discard=True), set())
+    assert offsets == [10, 11, 12, 13] and reasons == {"aborted": 4}
