@@ -64,7 +64,7 @@ def filter_batch(batch: RecordBatch, decision: BatchDecision, dropped: Container
     """
     if decision.retention == BatchRetention.DELETE:
         return FilteredBatch(data=None, records_in=_count(batch), records_out=0)
-    records = list(batch.iter_compiled())
+    records = batch.compiled_records()
     retained = [r for r in records if r.offset not in dropped] if dropped else records
     if batch.magic < 2:
         return FilteredBatch(data=_legacy_as_v2(batch, retained, decision), records_in=len(records),
@@ -106,38 +106,65 @@ def filter_batch(batch: RecordBatch, decision: BatchDecision, dropped: Container
     return FilteredBatch(data=rebuilt, records_in=len(records), records_out=len(retained))
 
 
-def record_drops(batch: RecordBatch, decision: BatchDecision,
-                 superseded: Container[int]) -> tuple[list[int], Counter[str]]:
-    """The records of one batch that go, and how many go for each reason (§4.11).
+@dataclass(frozen=True, slots=True)
+class BatchDrops:
+    """The records of one batch that go (offsets ascending), how many go for each reason, and
+    how many of them the offset map's ``superseded`` set named."""
+
+    offsets: tuple[int, ...]
+    reasons: Counter[str]
+    from_map: int = 0
+
+
+def segment_drops(batches: Sequence[RecordBatch], decisions: Sequence[BatchDecision],
+                  superseded: Container[int], first_dirty: int) -> list[BatchDrops]:
+    """Which records of a segment's batches go, and why (§4.11), batch by batch.
+
+    A record is superseded when the offset map says so across segments (``superseded``) or
+    when a later record of the same key in the same segment enters the map (keyed, batch not
+    aborted, at or above ``first_dirty``): the map-side combine of the scan
+    (:func:`compactor.scan.locally_superseded`), decided here by key instead of by digest. The
+    other reasons (null key, expired tombstone, aborted data, expired marker) are local to
+    the batch. Walks the segment backwards, so each batch is decoded once.
 
     Args:
-        superseded: offsets whose key has a later record in the dirty section (the offset
-            map's verdict; every other reason is local to the batch).
-
-    Returns:
-        The offsets that go, ascending, and their counts by reason.
+        decisions: one per batch, in the same order.
     """
-    reasons: Counter[str] = Counter()
-    if decision.discard_records:
-        reason = "marker_expired" if batch.is_control else "aborted"
-        offsets = [r.offset for r in batch.iter_compiled()]
-        reasons[reason] = len(offsets)
-        return offsets, reasons
-    if batch.is_control:
-        return [], reasons
-    offsets = []
-    for r in batch.iter_compiled():
-        if r.key is None:
-            reason = "null_key"
-        elif r.offset in superseded:
-            reason = "superseded"
-        elif r.value is None and not decision.retain_deletes:
-            reason = "tombstone_expired"
-        else:
+    out: list[BatchDrops] = []
+    later: set[bytes] = set()  # keys with an offset-map record later in the segment
+    for batch, decision in zip(reversed(batches), reversed(decisions), strict=True):
+        reasons: Counter[str] = Counter()
+        if decision.discard_records:
+            offsets = [r.offset for r in batch.compiled_records()]
+            reasons["marker_expired" if batch.is_control else "aborted"] = len(offsets)
+            out.append(BatchDrops(tuple(offsets), reasons))
             continue
-        offsets.append(r.offset)
-        reasons[reason] += 1
-    return offsets, reasons
+        if batch.is_control:
+            out.append(BatchDrops((), reasons))
+            continue
+        feeds_map = not decision.aborted
+        goes = []
+        from_map = 0
+        for r in reversed(batch.compiled_records()):
+            key = r.key
+            if key is None:
+                reason = "null_key"
+            elif r.offset in superseded:
+                reason = "superseded"
+                from_map += 1
+            elif key in later:
+                reason = "superseded"
+            else:
+                if feeds_map and r.offset >= first_dirty:
+                    later.add(key)
+                if r.value is not None or decision.retain_deletes:
+                    continue
+                reason = "tombstone_expired"
+            goes.append(r.offset)
+            reasons[reason] += 1
+        out.append(BatchDrops(tuple(reversed(goes)), reasons, from_map))
+    out.reverse()
+    return out
 
 
 def _count(batch: RecordBatch) -> int:

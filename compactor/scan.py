@@ -131,13 +131,10 @@ def keyed_records(data: bytes, path: str, flags_by_position: Mapping[int, BatchF
             flags = flags_by_position.get(batch.position)
             if flags is None:
                 continue
-            before = len(offsets)
-            for record in batch.iter_compiled():
-                key = record.key
-                if key is not None:
-                    offsets.append(record.offset)
-                    keys.append(key)
-            runs.append((flags, len(offsets) - before))
+            keyed = [r for r in batch.compiled_records() if r.key is not None]
+            offsets += [r.offset for r in keyed]
+            keys += [r.key for r in keyed]
+            runs.append((flags, len(keyed)))
     except CompactorError as err:
         raise err.with_location(path=path) from None
     counts = [n for _, n in runs]

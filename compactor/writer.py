@@ -24,8 +24,7 @@ from compactor.logdir import (
     segment_path,
 )
 from compactor.policy import BatchDecision, PartitionInput
-from compactor.rebatch import assemble_segment, filter_batch, record_drops
-from compactor.scan import batch_flags, keyed_records, locally_superseded
+from compactor.rebatch import assemble_segment, filter_batch, segment_drops
 
 CLEANED_FILE_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 
@@ -76,9 +75,8 @@ def write_group(
     Args:
         decisions: by ``(segment base, batch position)``, every batch of the group.
         superseded: offsets of the group's records that the offset map supersedes across
-            segments; the ones superseded within their own segment
-            (:func:`compactor.scan.locally_superseded`) and every other reason a record goes
-            for are decided here, batch by batch.
+            segments; the ones superseded within their own segment and every other reason a
+            record goes for are decided here (:func:`compactor.rebatch.segment_drops`).
         first_dirty: the round's first dirty offset (where the offset map starts).
 
     Returns:
@@ -106,19 +104,15 @@ def _write(inp: PartitionInput, source_bases: tuple[int, ...],
     txn_entries = []
     bytes_in = batches_in = records_in = records_out = 0
     dropped: Counter[str] = Counter()
-    superseded_all = len(superseded)
+    from_map = 0
     last_batch: RecordBatch | None = None
     for base in source_bases:
         seg = by_base[base]
         data = storage.read_bytes(seg.log_path)
         bytes_in += len(data)
-        local = _locally_superseded(data, seg.log_path, base, source_bases[0], decisions,
-                                    first_dirty)
-        superseded_all += len(local)
-        goes = local.union(superseded) if local else superseded
-        for batch in iter_batches(data, path=seg.log_path):
-            batches_in += 1
-            last_batch = batch
+        batches = list(iter_batches(data, path=seg.log_path))
+        batch_decisions = []
+        for batch in batches:
             decision = decisions.get((base, batch.position))
             if decision is None:
                 raise CorruptSegmentError(
@@ -126,16 +120,25 @@ def _write(inp: PartitionInput, source_bases: tuple[int, ...],
                     path=seg.log_path, position=batch.position, base_offset=batch.base_offset,
                     remedy="make sure no broker or other tool writes to the log dir, then rerun",
                 )
+            batch_decisions.append(decision)
+        try:
+            drops = segment_drops(batches, batch_decisions, superseded, first_dirty)
+        except CompactorError as err:
+            raise err.with_location(path=seg.log_path) from None
+        for batch, decision, goes in zip(batches, batch_decisions, drops, strict=True):
+            batches_in += 1
+            last_batch = batch
             try:
-                drops, reasons = record_drops(batch, decision, goes)
-                result = filter_batch(batch, decision, frozenset(drops), now_ms=inp.now_ms,
+                result = filter_batch(batch, decision, frozenset(goes.offsets),
+                                      now_ms=inp.now_ms,
                                       delete_retention_ms=cfg.delete_retention_ms)
             except CompactorError as err:
                 raise err.with_location(path=seg.log_path) from None
-            dropped.update(reasons)
-            if result.records_in - result.records_out != len(drops):
+            dropped.update(goes.reasons)
+            from_map += goes.from_map
+            if result.records_in - result.records_out != len(goes.offsets):
                 raise CorruptSegmentError(
-                    f"{len(drops)} records of the batch were decided to go but "
+                    f"{len(goes.offsets)} records of the batch were decided to go but "
                     f"{result.records_in - result.records_out} went",
                     path=seg.log_path, position=batch.position, base_offset=batch.base_offset,
                     remedy="report this as a bug; the live segments are untouched")
@@ -145,10 +148,10 @@ def _write(inp: PartitionInput, source_bases: tuple[int, ...],
                 outputs.append(result.data)
                 if decision.txn_entry is not None:
                     txn_entries.append(decision.txn_entry)
-    if dropped["superseded"] != superseded_all:
+    if from_map != len(superseded):
         raise CorruptSegmentError(
-            f"counts do not balance: the offset map superseded {superseded_all} records of "
-            f"the group but {dropped['superseded']} were found (records in {records_in}, "
+            f"counts do not balance: the offset map superseded {len(superseded)} records of "
+            f"the group but {from_map} were found (records in {records_in}, "
             f"retained {records_out})",
             path=by_base[source_bases[0]].log_path,
             remedy="the segment changed during the run; rerun once nothing else writes to it",
@@ -173,22 +176,4 @@ def _write(inp: PartitionInput, source_bases: tuple[int, ...],
         batches_out=files.batches, records_in=records_in, records_out=records_out,
         dropped={reason: n for reason, n in dropped.items() if n},
     )
-
-
-def _locally_superseded(data: bytes, path: str, segment_base: int, group_base: int,
-                        decisions: Mapping[tuple[int, int], BatchDecision],
-                        first_dirty: int) -> set[int]:
-    """Offsets of the segment's records superseded within the segment: the same verdict as
-    the scan's map-side combine, from the same rows."""
-    flags = {}
-    for batch in iter_batches(data, path=path, verify_crc=False):
-        decision = decisions.get((segment_base, batch.position))
-        if decision is None:
-            continue  # reported by the rewrite loop
-        f = batch_flags(group_base, is_control=batch.is_control, aborted=decision.aborted,
-                        discard_records=decision.discard_records)
-        if f is not None:
-            flags[batch.position] = f
-    rows = keyed_records(data, path, flags, first_dirty)
-    return set(rows.offset[locally_superseded(rows)].tolist())
 

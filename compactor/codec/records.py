@@ -208,6 +208,19 @@ class RecordBatch:
             for r in self.iter_compiled()
         ]
 
+    def compiled_records(self) -> list[_CompiledRecord]:
+        """:meth:`iter_compiled` as a list, decoded in one C loop (the hot path of the scan
+        and the writer); the same errors."""
+        if self.legacy_records is not None:
+            return list(self.legacy_records)  # type: ignore[arg-type]
+        try:
+            records = list(_CompiledBatch(self.raw))
+        except _DECODE_ERRORS:
+            records = None
+        if records is None or len(records) != self.records_count:
+            return list(self.iter_compiled())  # raises the located error
+        return records
+
     def iter_compiled(self) -> Iterator[_CompiledRecord]:
         """Fast path: aiokafka's compiled record objects (``offset``, ``timestamp``, ``key``,
         ``value``, ``headers``) without building our own :class:`Record` per record.
@@ -222,19 +235,7 @@ class RecordBatch:
             for record in _CompiledBatch(self.raw):
                 count += 1
                 yield record
-        except (
-            CorruptRecordException,
-            UnsupportedCodecError,
-            DecompressionError,
-            ValueError,
-            IndexError,
-            OSError,
-            EOFError,
-            RuntimeError,
-            zlib.error,
-            zstandard.ZstdError,
-            cramjam.DecompressionError,
-        ) as err:
+        except _DECODE_ERRORS as err:
             raise CorruptSegmentError(
                 f"record {count} of a {codec_name(self.compression)} batch cannot be decoded "
                 f"({type(err).__name__}: {err})",
@@ -256,6 +257,22 @@ class RecordBatch:
         first = next(iter(self.iter_compiled()))
         return parse_control_record(first.key, first.value, position=self.position,
                                     base_offset=self.base_offset)
+
+
+# What aiokafka's compiled reader and the codecs raise on bytes they cannot decode.
+_DECODE_ERRORS = (
+    CorruptRecordException,
+    UnsupportedCodecError,
+    DecompressionError,
+    ValueError,
+    IndexError,
+    OSError,
+    EOFError,
+    RuntimeError,
+    zlib.error,
+    zstandard.ZstdError,
+    cramjam.DecompressionError,
+)
 
 
 class _CompiledRecord:  # pragma: no cover - typing aid for aiokafka's compiled record
@@ -380,30 +397,27 @@ class NewRecordBatch:
 
 def encode_record(record: NewRecord, base_timestamp: int) -> bytes:
     """Encode one v2 record (its length varint included)."""
-    body = bytearray(b"\x00")  # record attributes, always 0
-    body += varint.encode(record.timestamp - base_timestamp)
-    body += varint.encode(record.offset_delta)
-    if record.key is None:
-        body += b"\x01"
+    encode = varint.encode
+    key, value, headers = record.key, record.value, record.headers
+    parts = [b"\x00", encode(record.timestamp - base_timestamp), encode(record.offset_delta)]
+    if key is None:
+        parts.append(b"\x01")
     else:
-        body += varint.encode(len(record.key))
-        body += record.key
-    if record.value is None:
-        body += b"\x01"
+        parts += (encode(len(key)), key)
+    if value is None:
+        parts.append(b"\x01")
     else:
-        body += varint.encode(len(record.value))
-        body += record.value
-    body += varint.encode(len(record.headers))
-    for name, value in record.headers:
+        parts += (encode(len(value)), value)
+    parts.append(encode(len(headers)))
+    for name, header_value in headers:
         name_bytes = name.encode("utf-8")
-        body += varint.encode(len(name_bytes))
-        body += name_bytes
-        if value is None:
-            body += b"\x01"
+        parts += (encode(len(name_bytes)), name_bytes)
+        if header_value is None:
+            parts.append(b"\x01")
         else:
-            body += varint.encode(len(value))
-            body += value
-    return varint.encode(len(body)) + bytes(body)
+            parts += (encode(len(header_value)), header_value)
+    body = b"".join(parts)
+    return encode(len(body)) + body
 
 
 def encode_batch(batch: NewRecordBatch) -> bytes:

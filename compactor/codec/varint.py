@@ -12,17 +12,29 @@ from __future__ import annotations
 MAX_VARLONG_BYTES = 10
 
 
-def encode(value: int) -> bytes:
-    """Encode a signed 64-bit integer as a zig-zag varint."""
-    if not -(1 << 63) <= value < (1 << 63):
-        raise ValueError(f"varint value {value} does not fit in 64 bits")
-    unsigned = ((value << 1) ^ (value >> 63)) & 0xFFFFFFFFFFFFFFFF
+def _slow_encode(unsigned: int) -> bytes:
     out = bytearray()
     while unsigned >= 0x80:
         out.append((unsigned & 0x7F) | 0x80)
         unsigned >>= 7
     out.append(unsigned)
     return bytes(out)
+
+
+# Encodings of the zig-zag values below 2**14 (|n| <= 8192: lengths, deltas, header counts),
+# the writer's hot path.
+_SMALL_LIMIT = 1 << 14
+_SMALL = [_slow_encode(u) for u in range(_SMALL_LIMIT)]
+
+
+def encode(value: int) -> bytes:
+    """Encode a signed 64-bit integer as a zig-zag varint."""
+    unsigned = (value << 1) ^ (value >> 63)
+    if 0 <= unsigned < _SMALL_LIMIT:
+        return _SMALL[unsigned]
+    if not -(1 << 63) <= value < (1 << 63):
+        raise ValueError(f"varint value {value} does not fit in 64 bits")
+    return _slow_encode(((value << 1) ^ (value >> 63)) & 0xFFFFFFFFFFFFFFFF)
 
 
 def size_of(value: int) -> int:

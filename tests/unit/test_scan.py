@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from compactor.codec.records import NewRecord, NewRecordBatch, encode_batch
 from compactor.codec.segment import iter_batches
 from compactor.policy import BatchDecision, BatchRetention
-from compactor.rebatch import record_drops
+from compactor.rebatch import segment_drops
 from compactor.scan import (
     BatchFlags,
     KeyedRows,
@@ -70,23 +70,42 @@ def test_keyed_records_skip_null_keys_and_unlisted_batches() -> None:
     assert (rows.key_hi[0], rows.key_lo[0]) == key_digest(b"a")
 
 
-def _decision(*, discard: bool = False, retain_deletes: bool = True) -> BatchDecision:
-    return BatchDecision(retention=BatchRetention.DELETE_EMPTY, aborted=discard,
+def _decision(*, discard: bool = False, aborted: bool = False,
+              retain_deletes: bool = True) -> BatchDecision:
+    return BatchDecision(retention=BatchRetention.DELETE_EMPTY, aborted=aborted or discard,
                          discard_records=discard, retain_deletes=retain_deletes,
                          marker_horizon=False, txn_entry=None)
 
 
-def test_record_drops_by_reason() -> None:
-    (batch,) = iter_batches(encode_batch(NewRecordBatch(base_offset=10, records=[
-        NewRecord(offset_delta=0, timestamp=1, key=b"k", value=b"old"),
-        NewRecord(offset_delta=1, timestamp=1, key=None, value=b"x"),
-        NewRecord(offset_delta=2, timestamp=1, key=b"t", value=None),
-        NewRecord(offset_delta=3, timestamp=1, key=b"k", value=b"new"),
+def _batch(base: int, *records: tuple[bytes | None, bytes | None]) -> object:
+    (batch,) = iter_batches(encode_batch(NewRecordBatch(base_offset=base, records=[
+        NewRecord(offset_delta=i, timestamp=1, key=k, value=v) for i, (k, v) in enumerate(records)
     ])))
-    offsets, reasons = record_drops(batch, _decision(retain_deletes=False), {10})
-    assert offsets == [10, 11, 12]
-    assert reasons == {"superseded": 1, "null_key": 1, "tombstone_expired": 1}
-    offsets, reasons = record_drops(batch, _decision(), {10})
-    assert offsets == [10, 11] and reasons == {"superseded": 1, "null_key": 1}
-    offsets, reasons = record_drops(batch, _decision(discard=True), set())
-    assert offsets == [10, 11, 12, 13] and reasons == {"aborted": 4}
+    return batch
+
+
+def test_segment_drops_by_reason() -> None:
+    batch = _batch(10, (b"k", b"old"), (None, b"x"), (b"t", None), (b"j", b"new"))
+    (drops,) = segment_drops([batch], [_decision(retain_deletes=False)], {10}, first_dirty=0)
+    assert drops.offsets == (10, 11, 12) and drops.from_map == 1
+    assert drops.reasons == {"superseded": 1, "null_key": 1, "tombstone_expired": 1}
+    (drops,) = segment_drops([batch], [_decision()], {10}, first_dirty=0)
+    assert drops.offsets == (10, 11) and drops.reasons == {"superseded": 1, "null_key": 1}
+    (drops,) = segment_drops([batch], [_decision(discard=True)], set(), first_dirty=0)
+    assert drops.offsets == (10, 11, 12, 13) and drops.reasons == {"aborted": 4}
+
+
+def test_segment_drops_supersede_within_the_segment_like_the_scan() -> None:
+    batches = [_batch(0, (b"a", b"1"), (b"b", b"1")),   # below first dirty
+               _batch(2, (b"a", b"2"), (b"c", b"1")),   # aborted, kept: not in the map
+               _batch(4, (b"c", b"2"), (b"b", None))]
+    decisions = [_decision(), _decision(aborted=True), _decision()]
+    drops = segment_drops(batches, decisions, set(), first_dirty=2)
+    # a@0 is superseded by nothing in the map (a@2 is aborted); b@1 by b@5; c@3 by c@4
+    assert [d.offsets for d in drops] == [(1,), (3,), ()]
+    # the scan's combine reaches the same verdict by digest
+    data = b"".join(b.raw for b in batches)
+    positions = [b.position for b in iter_batches(data)]
+    flags = {p: BatchFlags(0, feeds_map=not d.aborted) for p, d in zip(positions, decisions)}
+    rows = keyed_records(data, "seg.log", flags, first_dirty=2)
+    assert rows.offset[locally_superseded(rows)].tolist() == [1, 3]
