@@ -154,12 +154,14 @@ def segment_drops(batches: Sequence[RecordBatch], decisions: Sequence[BatchDecis
                 from_map += 1
             elif key in later:
                 reason = "superseded"
-            else:
-                if feeds_map and r.offset >= first_dirty:
-                    later.add(key)
-                if r.value is not None or decision.retain_deletes:
-                    continue
+            elif r.value is None and not decision.retain_deletes:
                 reason = "tombstone_expired"
+            else:
+                reason = None
+            if key is not None and feeds_map and r.offset >= first_dirty:
+                later.add(key)
+            if reason is None:
+                continue
             goes.append(r.offset)
             reasons[reason] += 1
         out.append(BatchDrops(tuple(reversed(goes)), reasons, from_map))

@@ -109,3 +109,29 @@ def test_segment_drops_supersede_within_the_segment_like_the_scan() -> None:
     flags = {p: BatchFlags(0, feeds_map=not d.aborted) for p, d in zip(positions, decisions)}
     rows = keyed_records(data, "seg.log", flags, first_dirty=2)
     assert rows.offset[locally_superseded(rows)].tolist() == [1, 3]
+
+
+def test_a_record_superseded_by_the_map_still_supersedes_earlier_ones() -> None:
+    # k@0 is superseded locally by k@1, which the map supersedes by a record elsewhere
+    batch = _batch(0, (b"k", b"1"), (b"k", b"2"))
+    (drops,) = segment_drops([batch], [_decision()], {1}, first_dirty=0)
+    assert drops.offsets == (0, 1) and drops.from_map == 1
+
+
+@given(st.lists(st.lists(st.tuples(st.sampled_from([b"a", b"b", b"c", None]), st.booleans()),
+                         min_size=1, max_size=5), min_size=1, max_size=5),
+       st.lists(st.booleans(), min_size=5, max_size=5), st.integers(0, 20))
+def test_writer_and_scan_combine_agree(spec: list, aborted: list[bool], first_dirty: int) -> None:
+    batches, base = [], 0
+    for records in spec:
+        batches.append(_batch(base, *((k, b"v" if live else None) for k, live in records)))
+        base += len(records)
+    decisions = [_decision(aborted=a) for a, _ in zip(aborted, batches)]
+    drops = segment_drops(batches, decisions, set(), first_dirty)
+    writer = sorted(o for d in drops for o in d.offsets
+                    if o not in {r.offset for b in batches for r in b.records() if r.key is None})
+    data = b"".join(b.raw for b in batches)
+    flags = {p: BatchFlags(0, feeds_map=not d.aborted)
+             for p, d in zip((b.position for b in iter_batches(data)), decisions)}
+    rows = keyed_records(data, "seg.log", flags, first_dirty)
+    assert writer == rows.offset[locally_superseded(rows)].tolist()
