@@ -80,6 +80,19 @@ def build_parser() -> argparse.ArgumentParser:
     pl = sub.add_parser("plan", help="dry run of compact: ranges, dirty ratio, groups")
     compact_job.add_arguments(pl)
     pl.set_defaults(handler=_cmd_plan)
+
+    from jobs import retain as retain_job
+
+    rt = sub.add_parser("retain", help="Kafka retention: delete old segments by time, size and "
+                                       "log start offset")
+    compact_job.add_config_arguments(rt)
+    retain_job.add_arguments(rt)
+    rt.set_defaults(handler=_cmd_retain)
+    rn = sub.add_parser("run", help="compaction and retention per topic cleanup.policy "
+                                    "(what schedulers call)")
+    compact_job.add_arguments(rn)
+    retain_job.add_arguments(rn)
+    rn.set_defaults(handler=_cmd_run)
     return parser
 
 
@@ -253,6 +266,18 @@ def _cmd_plan(args: argparse.Namespace, out: TextIO) -> int:
     from jobs import compact as compact_job
 
     return compact_job.execute(args, out, plan_only=True)
+
+
+def _cmd_retain(args: argparse.Namespace, out: TextIO) -> int:
+    from jobs import retain as retain_job
+
+    return retain_job.execute(args, out)
+
+
+def _cmd_run(args: argparse.Namespace, out: TextIO) -> int:
+    from jobs import run as run_job
+
+    return run_job.execute(args, out)
 
 
 if __name__ == "__main__":  # pragma: no cover

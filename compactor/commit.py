@@ -1,5 +1,5 @@
 """Driver side of a round: swap cleaned segments in with Kafka's protocol, then move the
-cleaner checkpoint (kafka-semantics §4.16, §4.18).
+cleaner checkpoint (kafka-semantics §4.16, §4.18); and retention's segment deletion (§5.7).
 
 For one group (one new segment replacing source segments ``S1 < S2 < ... < Sn``, the new one
 with base offset ``S1``), in this order, each step durable before the next:
@@ -32,19 +32,27 @@ from collections.abc import Mapping, Sequence
 from compactor import storage
 from compactor.codec.checkpoints import (
     CLEANER_OFFSET_CHECKPOINT,
+    LEADER_EPOCH_CHECKPOINT,
+    LOG_START_OFFSET_CHECKPOINT,
+    format_leader_epoch_checkpoint,
     format_offset_checkpoint,
+    parse_leader_epoch_checkpoint,
     parse_offset_checkpoint,
+    truncate_epochs_from_start,
 )
 from compactor.errors import CommitConflictError
 from compactor.logdir import (
     DELETED_SUFFIX,
     INDEX_FILE_SUFFIXES,
+    INDEX_SUFFIX,
     LOG_SUFFIX,
     SNAPSHOT_SUFFIX,
     SWAP_SUFFIX,
+    TIME_INDEX_SUFFIX,
     segment_path,
 )
 from compactor.model import TopicPartition
+from compactor.retention import RetentionPlan
 from compactor.writer import CLEANED_FILE_SUFFIXES, CommitMessage, cleaned_path
 
 
@@ -105,3 +113,67 @@ def update_cleaner_checkpoint(log_dir: str, offsets: Mapping[TopicPartition, int
                if storage.exists(path) else {})
     current.update(offsets)
     storage.write_atomic(path, format_offset_checkpoint(current).encode())
+
+
+# ---------------------------------------------------------------------------------------------
+# Retention (kafka-semantics §5.7)
+
+
+def delete_segments(partition_dir: str, plan: RetentionPlan) -> None:
+    """Apply a retention plan to one partition, crash-safe at every step:
+
+    1. on a roll, create the empty segment at the log end offset (a valid log with or without
+       the segments that follow);
+    2. per deleted segment, oldest first, rename ``.log`` (first: a segment without its
+       ``.log`` no longer exists for any loader), its indexes and its producer snapshot to
+       ``.deleted``; fsync the directory;
+    3. delete the ``.deleted`` files;
+    4. truncate ``leader-epoch-checkpoint`` from the new log start offset.
+
+    A crash in 2 leaves a shorter deleted prefix plus ``.deleted`` files and orphan indexes
+    that recovery removes; a ``.deleted`` file is never renamed back, so nothing deleted comes
+    back. The log dir's ``log-start-offset-checkpoint`` is written by the caller afterwards
+    (a stale one is harmless: the log start offset is at least the first segment's base).
+    """
+    if not plan.deleted:
+        return
+    if plan.roll:
+        for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+            storage.write_durable(segment_path(partition_dir, plan.log_end_offset, suffix), b"")
+        storage.fsync_dir(partition_dir)
+    renamed = []
+    for seg, _ in plan.deleted:
+        for suffix in (LOG_SUFFIX, *INDEX_FILE_SUFFIXES, SNAPSHOT_SUFFIX):
+            path = segment_path(partition_dir, seg.base_offset, suffix)
+            if storage.exists(path):
+                storage.rename(path, path + DELETED_SUFFIX)
+                renamed.append(path + DELETED_SUFFIX)
+    storage.fsync_dir(partition_dir)
+    for path in renamed:
+        storage.remove(path, missing_ok=True)
+    storage.fsync_dir(partition_dir)
+    epochs_path = storage.join(partition_dir, LEADER_EPOCH_CHECKPOINT)
+    if storage.exists(epochs_path):
+        entries = parse_leader_epoch_checkpoint(storage.read_text(epochs_path), path=epochs_path)
+        truncated = truncate_epochs_from_start(entries, plan.new_log_start_offset)
+        if truncated != entries:
+            storage.write_atomic(epochs_path, format_leader_epoch_checkpoint(truncated).encode())
+
+
+def update_log_start_checkpoint(log_dir: str, starts: Mapping[TopicPartition, int | None]) -> None:
+    """Set or remove ``log-start-offset-checkpoint`` entries (others kept), atomically. An
+    entry is kept only when the start lies above the partition's first segment (``None``
+    removes it), as Kafka writes the file."""
+    if not starts:
+        return
+    path = storage.join(log_dir, LOG_START_OFFSET_CHECKPOINT)
+    current = (parse_offset_checkpoint(storage.read_text(path), path=path)
+               if storage.exists(path) else {})
+    updated = dict(current)
+    for tp, start in starts.items():
+        if start is None:
+            updated.pop(tp, None)
+        else:
+            updated[tp] = start
+    if updated != current or not storage.exists(path):
+        storage.write_atomic(path, format_offset_checkpoint(updated).encode())

@@ -251,6 +251,33 @@ def _largest_timestamp(
     return largest
 
 
+def log_end_offset(part: PartitionLog) -> int:
+    """The offset after the last batch of the partition: read from the last non-empty
+    segment's tail (after its last ``.index`` entry); the last segment's base when every
+    segment is empty.
+
+    Raises:
+        CorruptSegmentError: the tail cannot be framed.
+    """
+    for seg in reversed(part.segments):
+        if seg.size_bytes == 0:
+            continue
+        start = 0
+        index_path = segment_path(part.path, seg.base_offset, INDEX_SUFFIX)
+        if seg.has_index:
+            entries = decode_offset_index(storage.read_bytes(index_path), seg.base_offset,
+                                          path=index_path, allow_preallocated=True)
+            if entries and entries[-1].position < seg.size_bytes:
+                start = entries[-1].position
+        last = None
+        for batch in iter_batches(storage.read_bytes(seg.log_path, start), path=seg.log_path,
+                                  verify_crc=False):
+            last = batch
+        if last is not None:
+            return last.next_offset
+    return part.segments[-1].base_offset if part.segments else 0
+
+
 def next_offset_of_segment(log_path: str) -> int | None:
     """The offset after the last batch of a segment file, or ``None`` when it is empty."""
     data = storage.read_bytes(log_path)

@@ -69,7 +69,14 @@ class CompactOptions:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The arguments shared by ``compactor compact``/``plan`` and this job."""
+    """The arguments shared by ``compactor compact``/``plan``/``run`` and this job."""
+    add_config_arguments(parser)
+    parser.add_argument("--master", default=None,
+                        help="Spark master URL (default: spark-submit's, else local[*])")
+
+
+def add_config_arguments(parser: argparse.ArgumentParser) -> None:
+    """Log dir, clock, topic configs and output format (every maintenance command)."""
     parser.add_argument("log_dir", help="the Kafka log dir (on storage every executor reaches)")
     parser.add_argument("--now-ms", type=int, default=None,
                         help="the round's clock in epoch ms (default: wall clock)")
@@ -79,8 +86,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         metavar="TOPIC:KEY=VALUE", help="topic config for one topic; repeatable")
     parser.add_argument("--topic-configs", default=None, metavar="FILE",
                         help="YAML or JSON map: topic -> {config: value}")
-    parser.add_argument("--master", default=None,
-                        help="Spark master URL (default: spark-submit's, else local[*])")
     parser.add_argument("--json", action="store_true",
                         help="print only the JSON report line (no human summary)")
 
@@ -226,7 +231,7 @@ class _Stages:
         self.t = now
 
 
-def _topic_configs(topics: Sequence[str], opts: CompactOptions) -> dict[str, TopicConfig]:
+def topic_configs(topics: Sequence[str], opts: CompactOptions) -> dict[str, TopicConfig]:
     unknown = sorted(set(opts.config_topics) - set(topics))
     configs = {t: resolve_topic_config(t, opts.config_all, opts.config_topics) for t in topics}
     for t in unknown:  # validate configs of topics absent from this log dir too
@@ -261,54 +266,61 @@ def run(spark: SparkSession, opts: CompactOptions) -> RoundReport:
         LogDirError: the log dir is missing or unreadable.
     """
     log_dir = open_log_dir(opts.log_dir)
-    configs = _topic_configs(sorted({tp.topic for tp in log_dir.partitions}), opts)
+    configs = topic_configs(sorted({tp.topic for tp in log_dir.partitions}), opts)
+    with storage.log_dir_lock(opts.log_dir):
+        return run_locked(spark, opts, configs)
+
+
+def run_locked(spark: SparkSession, opts: CompactOptions,
+               configs: Mapping[str, TopicConfig]) -> RoundReport:
+    """:func:`run` for a caller that holds the log dir lock and resolved the configs."""
+    log_dir = open_log_dir(opts.log_dir)
     report = RoundReport(command="plan" if opts.plan_only else "compact",
                          log_dir=opts.log_dir, now_ms=opts.now_ms)
     stages = _Stages(report)
-    with storage.log_dir_lock(opts.log_dir):
-        if not opts.plan_only:
-            for tp in log_dir.partitions:
-                if not recover_partition(log_dir.partition_path(tp)).is_empty:
-                    report.recovered += 1
-        stages.done("recover")
-        checkpoints = {name: read_offset_checkpoint(opts.log_dir, name) for name in
-                       (CLEANER_OFFSET_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT,
-                        REPLICATION_OFFSET_CHECKPOINT)}
-        tps = list(log_dir.partitions)
-        reports = {i: PartitionReport(tp=tp) for i, tp in enumerate(tps)}
-        report.partitions = list(reports.values())
-        inputs: dict[int, PartitionInput] = {}
-        for i, tp in enumerate(tps):
-            if not configs[tp.topic].compact:
-                reports[i].reason = "cleanup.policy has no compact"
-                continue
-            try:
-                inputs[i] = load_partition_input(opts.log_dir, tp, configs[tp.topic], opts, checkpoints)
-            except CompactorError as err:
-                reports[i].status, reports[i].error = "corrupt", err.to_dict()
-                reports[i].reason = err.code
-                continue
-            reports[i].segments_before = reports[i].segments_after = len(inputs[i].segments)
-        _size_shuffles(spark, inputs)
-        plans, headers = _plan(spark, inputs, reports, stages)
-        to_clean = {i: p for i, p in plans.items() if p.will_clean}
-        resets = {tps[i]: p.first_dirty_offset for i, p in plans.items()
-                  if p.checkpoint_reset and not p.will_clean}
+    if not opts.plan_only:
+        for tp in log_dir.partitions:
+            if not recover_partition(log_dir.partition_path(tp)).is_empty:
+                report.recovered += 1
+    stages.done("recover")
+    checkpoints = {name: read_offset_checkpoint(opts.log_dir, name) for name in
+                   (CLEANER_OFFSET_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT,
+                    REPLICATION_OFFSET_CHECKPOINT)}
+    tps = list(log_dir.partitions)
+    reports = {i: PartitionReport(tp=tp) for i, tp in enumerate(tps)}
+    report.partitions = list(reports.values())
+    inputs: dict[int, PartitionInput] = {}
+    for i, tp in enumerate(tps):
+        if not configs[tp.topic].compact:
+            reports[i].reason = "cleanup.policy has no compact"
+            continue
         try:
-            if opts.plan_only:
-                for i in to_clean:
-                    reports[i].status = "would_clean"
-                return report
-            if to_clean:
-                messages = write_cleaned_segments(spark, inputs, to_clean, fsync=opts.fsync,
-                                                  stages=stages, headers=headers)
-                done = _commit(inputs, to_clean, messages, reports)
-                resets.update({tps[i]: to_clean[i].first_uncleanable_offset for i in done})
-        finally:
-            if headers is not None:
-                headers.unpersist()
-        commit.update_cleaner_checkpoint(opts.log_dir, resets)
-        stages.done("commit")
+            inputs[i] = load_partition_input(opts.log_dir, tp, configs[tp.topic], opts, checkpoints)
+        except CompactorError as err:
+            reports[i].status, reports[i].error = "corrupt", err.to_dict()
+            reports[i].reason = err.code
+            continue
+        reports[i].segments_before = reports[i].segments_after = len(inputs[i].segments)
+    _size_shuffles(spark, inputs)
+    plans, headers = _plan(spark, inputs, reports, stages)
+    to_clean = {i: p for i, p in plans.items() if p.will_clean}
+    resets = {tps[i]: p.first_dirty_offset for i, p in plans.items()
+              if p.checkpoint_reset and not p.will_clean}
+    try:
+        if opts.plan_only:
+            for i in to_clean:
+                reports[i].status = "would_clean"
+            return report
+        if to_clean:
+            messages = write_cleaned_segments(spark, inputs, to_clean, fsync=opts.fsync,
+                                              stages=stages, headers=headers)
+            done = _commit(inputs, to_clean, messages, reports)
+            resets.update({tps[i]: to_clean[i].first_uncleanable_offset for i in done})
+    finally:
+        if headers is not None:
+            headers.unpersist()
+    commit.update_cleaner_checkpoint(opts.log_dir, resets)
+    stages.done("commit")
     return report
 
 
@@ -461,9 +473,25 @@ def execute(args: argparse.Namespace, out: TextIO, *, plan_only: bool = False) -
     opts = options_from_args(args, plan_only=plan_only)
     spark = get_spark(args.master)
     report = run(spark, opts)
-    out.write(json.dumps(report.to_dict(), separators=(",", ":")) + "\n")
+    result = report.to_dict()
+    retention = None
+    if opts.plan_only:  # the plan shows what retention would delete, on today's segments
+        from jobs.retain import plan_log_dir
+
+        log_dir = open_log_dir(opts.log_dir)
+        configs = topic_configs(sorted({tp.topic for tp in log_dir.partitions}), opts)
+        retention = plan_log_dir(opts.log_dir, configs, opts.now_ms, log_dir.partitions)
+        by_tp = {(r.tp.topic, r.tp.partition): r.to_dict() for r in retention}
+        for p in result["partitions"]:
+            p["retention"] = by_tp.get((p["topic"], p["partition"]))
+    out.write(json.dumps(result, separators=(",", ":")) + "\n")
     if not args.json:
         out.write(report.summary() + "\n")
+        for r in retention or ():
+            if r.plan is not None and r.plan.deleted:
+                out.write(f"{r.tp}: retention would delete {len(r.plan.deleted)} segments "
+                          f"({r.plan.bytes_deleted} bytes), log start -> "
+                          f"{r.plan.new_log_start_offset}\n")
     return report.exit_code
 
 

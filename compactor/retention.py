@@ -1,0 +1,136 @@
+"""Kafka's retention rules (kafka-semantics §5), pure: segment metadata in, the prefix of
+segments to delete and the new log start offset out.
+
+    plan_retention(segments, ...) -> RetentionPlan(deleted=[(segment, reason)], roll, ...)
+
+The passes run in Kafka's order, each on what the previous one left: log start offset
+(every policy), then ``retention.bytes`` and ``retention.ms`` (only when ``cleanup.policy``
+contains ``delete``). A segment is deletable only when every offset it holds is below the
+high watermark, deletion is always a prefix, and an empty last segment is never deleted. When
+every segment goes, an empty segment is rolled at the log end offset so the partition keeps
+its offsets (§5.7).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from enum import Enum
+
+from compactor.config import TopicConfig
+from compactor.model import SegmentInfo
+
+
+class RetentionReason(str, Enum):
+    """Why a segment is deleted (the pass that deleted it)."""
+
+    LOG_START_OFFSET = "log_start_offset"
+    RETENTION_BYTES = "retention_bytes"
+    RETENTION_MS = "retention_ms"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RetentionPlan:
+    """What retention does to one partition.
+
+    Attributes:
+        deleted: the segments that go, oldest first (always a prefix), with their reason.
+        roll: every segment goes; an empty segment is created at ``log_end_offset`` first.
+        log_start_offset: before; ``new_log_start_offset``: after (never lower, never above
+            the high watermark).
+    """
+
+    deleted: tuple[tuple[SegmentInfo, RetentionReason], ...]
+    roll: bool
+    log_start_offset: int
+    new_log_start_offset: int
+    log_end_offset: int
+    high_watermark: int
+
+    @property
+    def bytes_deleted(self) -> int:
+        return sum(s.size_bytes for s, _ in self.deleted)
+
+    def by_reason(self) -> dict[str, dict[str, int]]:
+        """Segments and bytes deleted, by reason (every reason listed)."""
+        out = {r.value: {"segments": 0, "bytes": 0} for r in RetentionReason}
+        for seg, reason in self.deleted:
+            out[reason.value]["segments"] += 1
+            out[reason.value]["bytes"] += seg.size_bytes
+        return out
+
+
+def segment_timestamp(seg: SegmentInfo) -> int:
+    """The time a segment is aged by: its largest timestamp, else its mtime (§5.4)."""
+    return seg.largest_timestamp_ms if seg.largest_timestamp_ms >= 0 else seg.mtime_ms
+
+
+Predicate = Callable[[SegmentInfo, SegmentInfo | None], bool]
+
+
+def deletable_segments(segments: Sequence[SegmentInfo], predicate: Predicate, *,
+                       log_end_offset: int, high_watermark: int) -> list[SegmentInfo]:
+    """``UnifiedLog.deletableSegments``: the longest prefix whose segments lie wholly below
+    the high watermark and satisfy ``predicate(segment, successor)``; an empty last segment
+    is never deletable."""
+    out = []
+    for i, seg in enumerate(segments):
+        nxt = segments[i + 1] if i + 1 < len(segments) else None
+        if nxt is None and seg.size_bytes == 0:
+            break
+        upper = nxt.base_offset if nxt is not None else log_end_offset
+        if not (high_watermark >= upper and predicate(seg, nxt)):
+            break
+        out.append(seg)
+    return out
+
+
+def plan_retention(segments: Sequence[SegmentInfo], *, config: TopicConfig,
+                   log_start_offset: int, log_end_offset: int, high_watermark: int,
+                   now_ms: int) -> RetentionPlan:
+    """Kafka's ``deleteOldSegments`` for one partition (§5.2-§5.7).
+
+    Args:
+        segments: the partition's segments, ascending.
+        log_start_offset: max(``log-start-offset-checkpoint`` entry, first segment base).
+        high_watermark: from ``replication-offset-checkpoint``, else the log end offset.
+    """
+    remaining = list(segments)
+    deleted: list[tuple[SegmentInfo, RetentionReason]] = []
+    start = log_start_offset
+
+    def run(reason: RetentionReason, predicate: Predicate) -> None:
+        nonlocal remaining, start
+        gone = deletable_segments(remaining, predicate, log_end_offset=log_end_offset,
+                                  high_watermark=high_watermark)
+        if not gone:
+            return
+        deleted.extend((s, reason) for s in gone)
+        remaining = remaining[len(gone):]
+        new_start = remaining[0].base_offset if remaining else log_end_offset
+        start = max(start, new_start)
+
+    run(RetentionReason.LOG_START_OFFSET,
+        lambda seg, nxt: nxt is not None and nxt.base_offset <= start)
+    if config.delete:
+        if config.retention_bytes >= 0:
+            total = sum(s.size_bytes for s in remaining)
+            if total >= config.retention_bytes:
+                diff = total - config.retention_bytes
+
+                def size_breached(seg: SegmentInfo, nxt: SegmentInfo | None) -> bool:
+                    nonlocal diff
+                    if diff - seg.size_bytes >= 0:
+                        diff -= seg.size_bytes
+                        return True
+                    return False
+
+                run(RetentionReason.RETENTION_BYTES, size_breached)
+        if config.retention_ms >= 0:
+            run(RetentionReason.RETENTION_MS,
+                lambda seg, nxt: now_ms - segment_timestamp(seg) > config.retention_ms)
+    return RetentionPlan(
+        deleted=tuple(deleted), roll=bool(segments) and not remaining,
+        log_start_offset=log_start_offset, new_log_start_offset=start,
+        log_end_offset=log_end_offset, high_watermark=high_watermark,
+    )

@@ -1,0 +1,240 @@
+"""Retention over a Kafka log dir (kafka-semantics §5), and the driver logic behind
+``compactor retain``. Retention reads only metadata (file names, sizes, mtimes, index tails),
+so it runs on the driver without Spark.
+
+    python -m jobs.retain LOG_DIR [--now-ms MS] [--config KEY=VALUE ...]
+        [--topic-config TOPIC:KEY=VALUE ...] [--topic-configs FILE] [--json]
+        [--dry-run] [--allow-aggressive-retention]
+
+Per partition: recover interrupted swaps, plan with :func:`compactor.retention.plan_retention`
+(log start offset for every policy; ``retention.bytes`` and ``retention.ms`` when
+``cleanup.policy`` contains ``delete``), delete the prefix (:func:`compactor.commit.delete_segments`),
+then rewrite ``log-start-offset-checkpoint`` once for the log dir.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+from compactor import commit, storage
+from compactor.codec.checkpoints import LOG_START_OFFSET_CHECKPOINT, REPLICATION_OFFSET_CHECKPOINT
+from compactor.config import TopicConfig
+from compactor.errors import EXIT_OK, EXIT_PARTIAL, CompactorError, ConfigError
+from compactor.logdir import (
+    load_partition,
+    log_end_offset,
+    open_log_dir,
+    read_offset_checkpoint,
+    recover_partition,
+)
+from compactor.model import TopicPartition
+from compactor.retention import RetentionPlan, plan_retention
+
+# Retention settings below these floors delete data faster than any production topic should;
+# they are refused unless the user passes --allow-aggressive-retention.
+MIN_RETENTION_MS = 3_600_000  # 1 hour
+MIN_RETENTION_BYTES = 1 << 20  # 1 MiB per partition
+
+
+def check_safety_floor(configs: Mapping[str, TopicConfig], *, allow_aggressive: bool) -> None:
+    """Refuse retention settings below the floors (unless allowed), naming rule and value.
+
+    Raises:
+        ConfigError: a topic with ``delete`` in its policy has ``retention.ms`` in
+            ``[0, MIN_RETENTION_MS)`` or ``retention.bytes`` in ``[0, MIN_RETENTION_BYTES)``.
+    """
+    if allow_aggressive:
+        return
+    for topic, cfg in sorted(configs.items()):
+        if not cfg.delete:
+            continue
+        if 0 <= cfg.retention_ms < MIN_RETENTION_MS:
+            raise ConfigError(
+                f"topic {topic}: retention.ms={cfg.retention_ms} is below the safety floor of "
+                f"{MIN_RETENTION_MS} ms (1 hour): segments older than that would be deleted",
+                remedy="raise retention.ms, or pass --allow-aggressive-retention if you mean it")
+        if 0 <= cfg.retention_bytes < MIN_RETENTION_BYTES:
+            raise ConfigError(
+                f"topic {topic}: retention.bytes={cfg.retention_bytes} is below the safety floor "
+                f"of {MIN_RETENTION_BYTES} bytes (1 MiB) per partition",
+                remedy="raise retention.bytes, or pass --allow-aggressive-retention if you mean it")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The retention flags shared by ``retain`` and ``run``."""
+    parser.add_argument("--dry-run", action="store_true",
+                        help="print what would be deleted, delete nothing")
+    parser.add_argument("--allow-aggressive-retention", action="store_true",
+                        help=f"allow retention.ms < {MIN_RETENTION_MS} or retention.bytes < "
+                             f"{MIN_RETENTION_BYTES}")
+
+
+@dataclass(kw_only=True)
+class PartitionRetention:
+    """One partition's line of the retention report."""
+
+    tp: TopicPartition
+    policy: str
+    status: str = "kept"  # deleted | would_delete | kept | corrupt
+    plan: RetentionPlan | None = None
+    segments_before: int = 0
+    error: dict | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"topic": self.tp.topic, "partition": self.tp.partition,
+                               "cleanup_policy": self.policy, "status": self.status,
+                               "segments_before": self.segments_before}
+        if self.plan is not None:
+            p = self.plan
+            out.update(
+                log_start_offset=p.log_start_offset, new_log_start_offset=p.new_log_start_offset,
+                log_end_offset=p.log_end_offset, high_watermark=p.high_watermark,
+                segments_after=self.segments_before - len(p.deleted) + int(p.roll),
+                rolled=p.roll, deleted_by_reason=p.by_reason(),
+                deleted_segments=[s.base_offset for s, _ in p.deleted],
+            )
+        if self.error is not None:
+            out["error"] = self.error
+        return out
+
+
+@dataclass(kw_only=True)
+class RetentionReport:
+    log_dir: str
+    now_ms: int
+    dry_run: bool
+    partitions: list[PartitionRetention] = field(default_factory=list)
+    recovered: int = 0
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_PARTIAL if any(p.status == "corrupt" for p in self.partitions) else EXIT_OK
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "type": "report", "command": "retain", "log_dir": self.log_dir, "now_ms": self.now_ms,
+            "dry_run": self.dry_run, "status": "partial" if self.exit_code else "ok",
+            "segments_deleted": sum(len(p.plan.deleted) for p in self.partitions if p.plan),
+            "bytes_deleted": sum(p.plan.bytes_deleted for p in self.partitions if p.plan),
+            "recovered_partitions": self.recovered,
+            "partitions": [p.to_dict() for p in self.partitions],
+        }
+
+    def summary(self) -> str:
+        lines = []
+        verb = "would delete" if self.dry_run else "deleted"
+        for p in self.partitions:
+            if p.status == "corrupt" and p.error:
+                lines.append(f"{p.tp}: CORRUPT, left untouched: {p.error.get('message')} "
+                             f"({p.error.get('path')})")
+            elif p.plan is not None and p.plan.deleted:
+                reasons = ", ".join(f"{r} {v['segments']} ({v['bytes']} bytes)"
+                                    for r, v in p.plan.by_reason().items() if v["segments"])
+                lines.append(f"{p.tp}: {verb} {len(p.plan.deleted)} segments ({reasons}); log "
+                             f"start {p.plan.log_start_offset} -> {p.plan.new_log_start_offset}"
+                             + ("; rolled an empty segment at the log end" if p.plan.roll else ""))
+            else:
+                lines.append(f"{p.tp}: nothing to delete")
+        return "\n".join(lines)
+
+
+def plan_log_dir(log_dir: str, configs: Mapping[str, TopicConfig], now_ms: int,
+                 partitions: Sequence[TopicPartition]) -> list[PartitionRetention]:
+    """Retention plans of every partition (reads metadata only; changes nothing). A partition
+    whose metadata cannot be read is reported ``corrupt``."""
+    starts = read_offset_checkpoint(log_dir, LOG_START_OFFSET_CHECKPOINT)
+    hws = read_offset_checkpoint(log_dir, REPLICATION_OFFSET_CHECKPOINT)
+    out = []
+    for tp in partitions:
+        cfg = configs[tp.topic]
+        rep = PartitionRetention(tp=tp, policy=",".join(sorted(cfg.cleanup_policy)))
+        try:
+            part = load_partition(storage.join(log_dir, tp.dir_name))
+            leo = log_end_offset(part)
+        except CompactorError as err:
+            rep.status, rep.error = "corrupt", err.to_dict()
+            out.append(rep)
+            continue
+        rep.segments_before = len(part.segments)
+        if part.segments:
+            start = max(starts.get(tp, 0), part.segments[0].base_offset)
+            hw = leo if tp not in hws else min(hws[tp], leo)
+            rep.plan = plan_retention(part.segments, config=cfg, log_start_offset=start,
+                                      log_end_offset=leo, high_watermark=hw, now_ms=now_ms)
+        out.append(rep)
+    return out
+
+
+def retain_locked(log_dir: str, configs: Mapping[str, TopicConfig], now_ms: int, *,
+                  dry_run: bool = False) -> RetentionReport:
+    """Retention over a log dir whose lock the caller holds (``compactor run`` holds it
+    across compaction and retention)."""
+    ld = open_log_dir(log_dir)
+    report = RetentionReport(log_dir=log_dir, now_ms=now_ms, dry_run=dry_run)
+    if not dry_run:
+        for tp in ld.partitions:
+            if not recover_partition(ld.partition_path(tp)).is_empty:
+                report.recovered += 1
+    report.partitions = plan_log_dir(log_dir, configs, now_ms, ld.partitions)
+    starts: dict[TopicPartition, int | None] = {}
+    for rep in report.partitions:
+        plan = rep.plan
+        if plan is None or not plan.deleted:
+            continue
+        if dry_run:
+            rep.status = "would_delete"
+            continue
+        commit.delete_segments(ld.partition_path(rep.tp), plan)
+        rep.status = "deleted"
+        first_base = plan.log_end_offset if plan.roll else next(
+            s.base_offset for s in load_partition(ld.partition_path(rep.tp)).segments)
+        starts[rep.tp] = plan.new_log_start_offset if plan.new_log_start_offset > first_base \
+            else None
+    if not dry_run:
+        commit.update_log_start_checkpoint(log_dir, starts)
+    return report
+
+
+def execute(args: argparse.Namespace, out: TextIO) -> int:
+    """``compactor retain`` from parsed arguments; prints the report, returns the exit code."""
+    from jobs.compact import options_from_args, topic_configs
+
+    opts = options_from_args(args)
+    ld = open_log_dir(opts.log_dir)
+    configs = topic_configs(sorted({tp.topic for tp in ld.partitions}), opts)
+    check_safety_floor(configs, allow_aggressive=args.allow_aggressive_retention)
+    with storage.log_dir_lock(opts.log_dir):
+        report = retain_locked(opts.log_dir, configs, opts.now_ms, dry_run=args.dry_run)
+    out.write(json.dumps(report.to_dict(), separators=(",", ":")) + "\n")
+    if not args.json:
+        out.write(report.summary() + "\n")
+    return report.exit_code
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from jobs.compact import add_config_arguments
+
+    parser = argparse.ArgumentParser(prog="jobs/retain.py",
+                                     description="Kafka retention over a log dir.")
+    add_config_arguments(parser)
+    add_arguments(parser)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return execute(args, sys.stdout)
+    except CompactorError as err:
+        print(json.dumps({"type": "error", **err.to_dict()}))
+        print(f"retain: {err}", file=sys.stderr)
+        return err.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

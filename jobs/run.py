@@ -1,0 +1,78 @@
+"""spark-submit entry point of ``compactor run``: what a scheduler calls. Per topic, by its
+``cleanup.policy`` (kafka-semantics §5.2, §5.8):
+
+* ``delete``: retention by log start offset, ``retention.bytes`` and ``retention.ms``;
+* ``compact``: a compaction round, then log-start-offset retention;
+* ``compact,delete``: a compaction round, then full retention.
+
+    spark-submit jobs/run.py LOG_DIR [--now-ms MS] [--config KEY=VALUE ...]
+        [--topic-config TOPIC:KEY=VALUE ...] [--topic-configs FILE] [--master URL] [--json]
+        [--dry-run] [--allow-aggressive-retention]
+
+The log dir lock is held across both steps. ``--dry-run`` plans the compaction round and the
+retention (on the segments as they are now) and changes nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import TextIO
+
+from compactor import storage
+from compactor.errors import EXIT_OK, CompactorError
+from compactor.logdir import open_log_dir
+from jobs import compact, retain
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="jobs/run.py",
+        description="Compaction and retention over a Kafka log dir, per topic cleanup.policy.")
+    compact.add_arguments(parser)
+    retain.add_arguments(parser)
+    return parser
+
+
+def execute(args: argparse.Namespace, out: TextIO) -> int:
+    """Run both steps from parsed arguments, print one JSON report line (and a summary);
+    returns the exit code (the worse of the two steps)."""
+    opts = compact.options_from_args(args, plan_only=args.dry_run)
+    ld = open_log_dir(opts.log_dir)
+    configs = compact.topic_configs(sorted({tp.topic for tp in ld.partitions}), opts)
+    retain.check_safety_floor(configs, allow_aggressive=args.allow_aggressive_retention)
+    compacting = any(cfg.compact for cfg in configs.values())
+    spark = compact.get_spark(args.master) if compacting else None
+    with storage.log_dir_lock(opts.log_dir):
+        round_report = compact.run_locked(spark, opts, configs) if spark else None
+        retention = retain.retain_locked(opts.log_dir, configs, opts.now_ms,
+                                         dry_run=args.dry_run)
+    codes = [retention.exit_code] + ([round_report.exit_code] if round_report else [])
+    code = max(codes) if any(c != EXIT_OK for c in codes) else EXIT_OK
+    report = {"type": "report", "command": "run", "log_dir": opts.log_dir,
+              "now_ms": opts.now_ms, "dry_run": args.dry_run,
+              "status": "ok" if code == EXIT_OK else "partial",
+              "compaction": round_report.to_dict() if round_report else None,
+              "retention": retention.to_dict()}
+    out.write(json.dumps(report, separators=(",", ":")) + "\n")
+    if not args.json:
+        if round_report:
+            out.write(round_report.summary() + "\n")
+        out.write(retention.summary() + "\n")
+    return code
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return execute(args, sys.stdout)
+    except CompactorError as err:
+        print(json.dumps({"type": "error", **err.to_dict()}))
+        print(f"run: {err}", file=sys.stderr)
+        return err.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
