@@ -17,6 +17,8 @@ from compactor.codec.compression import Codec
 from compactor.errors import EXIT_FAILURE, EXIT_OK, CompactorError, ConfigError, LogDirError
 from compactor.generator import GeneratorConfig, generate
 from compactor.inspect import Problem, SegmentReport, inspect_path
+from compactor.options import add_arguments, add_config_arguments
+from jobs.retain import add_arguments as add_retention_arguments
 from compactor.logdir import (
     is_partition_dir,
     open_log_dir,
@@ -72,26 +74,22 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--json", action="store_true")
     r.set_defaults(handler=_cmd_recover)
 
-    from jobs import compact as compact_job
-
     c = sub.add_parser("compact", help="one compaction round over a log dir, on Spark")
-    compact_job.add_arguments(c)
+    add_arguments(c)
     c.set_defaults(handler=_cmd_compact)
     pl = sub.add_parser("plan", help="dry run of compact: ranges, dirty ratio, groups")
-    compact_job.add_arguments(pl)
+    add_arguments(pl)
     pl.set_defaults(handler=_cmd_plan)
-
-    from jobs import retain as retain_job
 
     rt = sub.add_parser("retain", help="Kafka retention: delete old segments by time, size and "
                                        "log start offset")
-    compact_job.add_config_arguments(rt)
-    retain_job.add_arguments(rt)
+    add_config_arguments(rt)
+    add_retention_arguments(rt)
     rt.set_defaults(handler=_cmd_retain)
     rn = sub.add_parser("run", help="compaction and retention per topic cleanup.policy "
                                     "(what schedulers call)")
-    compact_job.add_arguments(rn)
-    retain_job.add_arguments(rn)
+    add_arguments(rn)
+    add_retention_arguments(rn)
     rn.set_defaults(handler=_cmd_run)
     return parser
 

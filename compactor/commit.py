@@ -122,28 +122,29 @@ def update_cleaner_checkpoint(log_dir: str, offsets: Mapping[TopicPartition, int
 def delete_segments(partition_dir: str, plan: RetentionPlan) -> None:
     """Apply a retention plan to one partition, crash-safe at every step:
 
-    1. on a roll, create the empty segment at the log end offset (a valid log with or without
-       the segments that follow);
-    2. per deleted segment, oldest first, rename ``.log`` (first: a segment without its
-       ``.log`` no longer exists for any loader), its indexes and its producer snapshot to
-       ``.deleted``; fsync the directory;
-    3. delete the ``.deleted`` files;
-    4. truncate ``leader-epoch-checkpoint`` from the new log start offset.
+    1. on a roll, create the empty segment at the log end offset, indexes first (without its
+       ``.log`` they are orphans recovery removes), then the ``.log``: a valid log with or
+       without the segments before it;
+    2. per deleted segment, oldest first, rename to ``.deleted`` its producer snapshot (a
+       segment without one is still whole), its ``.log`` (from then on the segment no longer
+       exists for any loader), then its indexes; fsync the directory;
+    3. delete the ``.deleted`` files.
 
     A crash in 2 leaves a shorter deleted prefix plus ``.deleted`` files and orphan indexes
     that recovery removes; a ``.deleted`` file is never renamed back, so nothing deleted comes
-    back. The log dir's ``log-start-offset-checkpoint`` is written by the caller afterwards
-    (a stale one is harmless: the log start offset is at least the first segment's base).
+    back. The caller then truncates ``leader-epoch-checkpoint`` (:func:`truncate_leader_epochs`)
+    and rewrites the log dir's ``log-start-offset-checkpoint``; both are idempotent, and stale
+    ones are harmless meanwhile (the log start offset is at least the first segment's base).
     """
     if not plan.deleted:
         return
     if plan.roll:
-        for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+        for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, LOG_SUFFIX):  # the .log makes it exist
             storage.write_durable(segment_path(partition_dir, plan.log_end_offset, suffix), b"")
         storage.fsync_dir(partition_dir)
     renamed = []
     for seg, _ in plan.deleted:
-        for suffix in (LOG_SUFFIX, *INDEX_FILE_SUFFIXES, SNAPSHOT_SUFFIX):
+        for suffix in (SNAPSHOT_SUFFIX, LOG_SUFFIX, *INDEX_FILE_SUFFIXES):
             path = segment_path(partition_dir, seg.base_offset, suffix)
             if storage.exists(path):
                 storage.rename(path, path + DELETED_SUFFIX)
@@ -152,10 +153,15 @@ def delete_segments(partition_dir: str, plan: RetentionPlan) -> None:
     for path in renamed:
         storage.remove(path, missing_ok=True)
     storage.fsync_dir(partition_dir)
+
+
+def truncate_leader_epochs(partition_dir: str, log_start_offset: int) -> None:
+    """Truncate ``leader-epoch-checkpoint`` from the log start offset (§1.3); idempotent, so
+    a run after a crash finishes what the crashed one left."""
     epochs_path = storage.join(partition_dir, LEADER_EPOCH_CHECKPOINT)
     if storage.exists(epochs_path):
         entries = parse_leader_epoch_checkpoint(storage.read_text(epochs_path), path=epochs_path)
-        truncated = truncate_epochs_from_start(entries, plan.new_log_start_offset)
+        truncated = truncate_epochs_from_start(entries, log_start_offset)
         if truncated != entries:
             storage.write_atomic(epochs_path, format_leader_epoch_checkpoint(truncated).encode())
 

@@ -38,6 +38,9 @@ class RetentionPlan:
         roll: every segment goes; an empty segment is created at ``log_end_offset`` first.
         log_start_offset: before; ``new_log_start_offset``: after (never lower, never above
             the high watermark).
+        first_segment_base: base offset of the first segment afterwards (the rolled one's
+            when ``roll``); ``log-start-offset-checkpoint`` holds the partition only when the
+            new log start offset lies above it.
     """
 
     deleted: tuple[tuple[SegmentInfo, RetentionReason], ...]
@@ -46,6 +49,7 @@ class RetentionPlan:
     new_log_start_offset: int
     log_end_offset: int
     high_watermark: int
+    first_segment_base: int
 
     @property
     def bytes_deleted(self) -> int:
@@ -133,4 +137,5 @@ def plan_retention(segments: Sequence[SegmentInfo], *, config: TopicConfig,
         deleted=tuple(deleted), roll=bool(segments) and not remaining,
         log_start_offset=log_start_offset, new_log_start_offset=start,
         log_end_offset=log_end_offset, high_watermark=high_watermark,
+        first_segment_base=remaining[0].base_offset if remaining else log_end_offset,
     )

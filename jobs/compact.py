@@ -50,44 +50,16 @@ from compactor.logdir import (
     segment_path,
 )
 from compactor.model import TopicPartition
+from compactor.options import (
+    CompactOptions,
+    add_arguments,
+    options_from_args,
+    topic_configs,
+)
 from compactor.policy import CleaningPlan, PartitionInput, SkipReason
 from compactor.rebatch import DROP_REASONS
 from compactor.writer import CommitMessage
 from schemas.spark import SEGMENT_TASK
-
-
-@dataclass(frozen=True, kw_only=True)
-class CompactOptions:
-    """Arguments of a round (the command line, parsed)."""
-
-    log_dir: str
-    now_ms: int
-    config_all: Mapping[str, str] = field(default_factory=dict)
-    config_topics: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
-    plan_only: bool = False
-    fsync: bool = True
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The arguments shared by ``compactor compact``/``plan``/``run`` and this job."""
-    add_config_arguments(parser)
-    parser.add_argument("--master", default=None,
-                        help="Spark master URL (default: spark-submit's, else local[*])")
-
-
-def add_config_arguments(parser: argparse.ArgumentParser) -> None:
-    """Log dir, clock, topic configs and output format (every maintenance command)."""
-    parser.add_argument("log_dir", help="the Kafka log dir (on storage every executor reaches)")
-    parser.add_argument("--now-ms", type=int, default=None,
-                        help="the round's clock in epoch ms (default: wall clock)")
-    parser.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
-                        help="topic config for every topic (Kafka names); repeatable")
-    parser.add_argument("--topic-config", action="append", default=[],
-                        metavar="TOPIC:KEY=VALUE", help="topic config for one topic; repeatable")
-    parser.add_argument("--topic-configs", default=None, metavar="FILE",
-                        help="YAML or JSON map: topic -> {config: value}")
-    parser.add_argument("--json", action="store_true",
-                        help="print only the JSON report line (no human summary)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -96,37 +68,6 @@ def build_parser() -> argparse.ArgumentParser:
     add_arguments(parser)
     parser.add_argument("--plan-only", action="store_true", help="plan, change nothing")
     return parser
-
-
-def options_from_args(args: argparse.Namespace, *, plan_only: bool = False) -> CompactOptions:
-    """Validate the config arguments into :class:`CompactOptions`.
-
-    Raises:
-        ConfigError: malformed ``KEY=VALUE``, unreadable or malformed ``--topic-configs``.
-    """
-    config_all = dict(parse_assignment(a) for a in args.config)
-    topics: dict[str, dict[str, str]] = {}
-    if args.topic_configs:
-        try:
-            loaded = yaml.safe_load(storage.read_text(args.topic_configs))
-        except yaml.YAMLError as err:
-            raise ConfigError(f"--topic-configs is not valid YAML/JSON: {err}",
-                              path=args.topic_configs) from None
-        if not isinstance(loaded, dict) or not all(isinstance(v, dict) for v in loaded.values()):
-            raise ConfigError("--topic-configs must map topic names to {config: value} maps",
-                              path=args.topic_configs)
-        for topic, cfg in loaded.items():
-            topics.setdefault(str(topic), {}).update({str(k): str(v) for k, v in cfg.items()})
-    for item in args.topic_config:
-        topic, sep, assignment = item.partition(":")
-        if not sep or not topic:
-            raise ConfigError(f"--topic-config {item!r} is not TOPIC:KEY=VALUE")
-        key, value = parse_assignment(assignment)
-        topics.setdefault(topic, {})[key] = value
-    now_ms = args.now_ms if args.now_ms is not None else int(time.time() * 1000)
-    return CompactOptions(log_dir=args.log_dir, now_ms=now_ms, config_all=config_all,
-                          config_topics=topics, plan_only=plan_only or
-                          getattr(args, "plan_only", False))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -229,14 +170,6 @@ class _Stages:
         now = time.perf_counter()
         self.report.stages_s[name] = self.report.stages_s.get(name, 0.0) + now - self.t
         self.t = now
-
-
-def topic_configs(topics: Sequence[str], opts: CompactOptions) -> dict[str, TopicConfig]:
-    unknown = sorted(set(opts.config_topics) - set(topics))
-    configs = {t: resolve_topic_config(t, opts.config_all, opts.config_topics) for t in topics}
-    for t in unknown:  # validate configs of topics absent from this log dir too
-        resolve_topic_config(t, opts.config_all, opts.config_topics)
-    return configs
 
 
 def load_partition_input(log_dir: str, tp: TopicPartition, cfg: TopicConfig, opts: CompactOptions,

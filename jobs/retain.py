@@ -33,6 +33,7 @@ from compactor.logdir import (
     recover_partition,
 )
 from compactor.model import TopicPartition
+from compactor.options import add_config_arguments, options_from_args, topic_configs
 from compactor.retention import RetentionPlan, plan_retention
 
 # Retention settings below these floors delete data faster than any production topic should;
@@ -184,17 +185,19 @@ def retain_locked(log_dir: str, configs: Mapping[str, TopicConfig], now_ms: int,
     starts: dict[TopicPartition, int | None] = {}
     for rep in report.partitions:
         plan = rep.plan
-        if plan is None or not plan.deleted:
+        if plan is None:
             continue
         if dry_run:
-            rep.status = "would_delete"
+            rep.status = "would_delete" if plan.deleted else "kept"
             continue
-        commit.delete_segments(ld.partition_path(rep.tp), plan)
-        rep.status = "deleted"
-        first_base = plan.log_end_offset if plan.roll else next(
-            s.base_offset for s in load_partition(ld.partition_path(rep.tp)).segments)
-        starts[rep.tp] = plan.new_log_start_offset if plan.new_log_start_offset > first_base \
-            else None
+        pdir = ld.partition_path(rep.tp)
+        if plan.deleted:
+            commit.delete_segments(pdir, plan)
+            rep.status = "deleted"
+        # idempotent: a run after a crash finishes what the crashed one left
+        commit.truncate_leader_epochs(pdir, plan.new_log_start_offset)
+        starts[rep.tp] = (plan.new_log_start_offset
+                          if plan.new_log_start_offset > plan.first_segment_base else None)
     if not dry_run:
         commit.update_log_start_checkpoint(log_dir, starts)
     return report
@@ -202,8 +205,6 @@ def retain_locked(log_dir: str, configs: Mapping[str, TopicConfig], now_ms: int,
 
 def execute(args: argparse.Namespace, out: TextIO) -> int:
     """``compactor retain`` from parsed arguments; prints the report, returns the exit code."""
-    from jobs.compact import options_from_args, topic_configs
-
     opts = options_from_args(args)
     ld = open_log_dir(opts.log_dir)
     configs = topic_configs(sorted({tp.topic for tp in ld.partitions}), opts)
@@ -217,8 +218,6 @@ def execute(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from jobs.compact import add_config_arguments
-
     parser = argparse.ArgumentParser(prog="jobs/retain.py",
                                      description="Kafka retention over a log dir.")
     add_config_arguments(parser)

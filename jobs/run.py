@@ -24,6 +24,7 @@ from typing import TextIO
 from compactor import storage
 from compactor.errors import EXIT_OK, CompactorError
 from compactor.logdir import open_log_dir
+from compactor.options import add_arguments, options_from_args, topic_configs
 from jobs import compact, retain
 
 
@@ -31,7 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="jobs/run.py",
         description="Compaction and retention over a Kafka log dir, per topic cleanup.policy.")
-    compact.add_arguments(parser)
+    add_arguments(parser)
     retain.add_arguments(parser)
     return parser
 
@@ -39,9 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
 def execute(args: argparse.Namespace, out: TextIO) -> int:
     """Run both steps from parsed arguments, print one JSON report line (and a summary);
     returns the exit code (the worse of the two steps)."""
-    opts = compact.options_from_args(args, plan_only=args.dry_run)
+    opts = options_from_args(args, plan_only=args.dry_run)
     ld = open_log_dir(opts.log_dir)
-    configs = compact.topic_configs(sorted({tp.topic for tp in ld.partitions}), opts)
+    configs = topic_configs(sorted({tp.topic for tp in ld.partitions}), opts)
     retain.check_safety_floor(configs, allow_aggressive=args.allow_aggressive_retention)
     compacting = any(cfg.compact for cfg in configs.values())
     spark = compact.get_spark(args.master) if compacting else None

@@ -1,0 +1,266 @@
+"""``compactor retain`` end to end on generated log dirs: what goes, what stays byte for byte,
+the checkpoints afterwards, the safety floor, dry runs, and crashes during deletion."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from compactor.cli import main as cli_main
+from compactor.codec.checkpoints import (
+    LOG_START_OFFSET_CHECKPOINT,
+    REPLICATION_OFFSET_CHECKPOINT,
+    format_offset_checkpoint,
+    parse_offset_checkpoint,
+)
+from compactor.errors import EXIT_CONFIG, EXIT_OK
+from compactor.generator import DEFAULT_START_MS, GeneratorConfig, generate
+from compactor.inspect import Problem, inspect_path
+from compactor.logdir import load_partition, log_end_offset, read_leader_epochs
+from compactor.model import TopicPartition
+from tests.helpers import segment_bytes, tree_digest
+
+GEN = GeneratorConfig(topics=("events",), partitions=2, records_per_partition=1200,
+                      distinct_keys=300, segment_bytes=12 * 1024, record_interval_ms=1000,
+                      transactional_ratio=0.3, seed=11)
+DAY = 86_400_000
+NOW = DEFAULT_START_MS + 30 * DAY
+SPAN_MS = 1200 * 1000  # the generated records span 20 minutes
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("retain") / "logs"
+    generate(str(path), GEN)
+    return path
+
+
+@pytest.fixture()
+def logs(template: Path, tmp_path: Path) -> Path:
+    dest = tmp_path / "logs"
+    shutil.copytree(template, dest)
+    return dest
+
+
+def _retain(logs: Path, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict]:
+    code = cli_main(["retain", str(logs), "--now-ms", str(NOW), "--json", *args])
+    (report,) = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line]
+    return code, report
+
+
+def _problems(path: Path) -> list:
+    return [i for i in inspect_path(str(path), dump=False, records=False, verify=True)
+            for i in ([i] if isinstance(i, Problem) else i.problems)]
+
+
+def _checkpoint(logs: Path, name: str) -> dict[TopicPartition, int]:
+    return parse_offset_checkpoint((logs / name).read_text())
+
+
+def test_time_retention_deletes_an_old_prefix_and_keeps_the_rest_byte_for_byte(
+        logs: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    before = {p.name: segment_bytes(p) for p in logs.glob("events-*")}
+    snapshots = {p.name: sorted(p.glob("*.snapshot")) for p in logs.glob("events-*")}
+    # segments whose records are all older than 10 minutes after the start go
+    retention_ms = NOW - (DEFAULT_START_MS + SPAN_MS // 2)
+    code, report = _retain(logs, capsys, "--config", "cleanup.policy=delete",
+                           "--config", f"retention.ms={retention_ms}")
+    assert code == EXIT_OK and report["status"] == "ok"
+    for p in report["partitions"]:
+        pdir = logs / f"{p['topic']}-{p['partition']}"
+        old, new = before[pdir.name], segment_bytes(pdir)
+        gone = p["deleted_segments"]
+        assert p["status"] == "deleted" and 0 < len(gone) < len(old)
+        assert gone == sorted(old)[:len(gone)]  # a prefix
+        assert new == {b: data for b, data in old.items() if b not in gone}
+        assert p["deleted_by_reason"]["retention_ms"]["segments"] == len(gone)
+        assert p["deleted_by_reason"]["retention_ms"]["bytes"] == sum(len(old[b]) for b in gone)
+        assert p["new_log_start_offset"] == min(new)
+        part = load_partition(str(pdir))
+        for seg in part.segments[:-1]:  # every remaining closed segment is young enough
+            assert NOW - seg.largest_timestamp_ms <= retention_ms or seg.base_offset > min(new)
+        # snapshots of deleted segments went, the others stayed
+        assert sorted(pdir.glob("*.snapshot")) == [s for s in snapshots[pdir.name]
+                                                   if int(s.stem) not in gone]
+        epochs = read_leader_epochs(str(pdir))
+        assert epochs[0].start_offset <= min(new)
+        assert all(e.start_offset >= min(new) for e in epochs[1:])
+        assert not list(pdir.glob("*.deleted"))
+    # the start equals the first segment: no checkpoint entry needed
+    assert _checkpoint(logs, LOG_START_OFFSET_CHECKPOINT) == {}
+    assert _problems(logs) == []
+
+
+def test_everything_expired_rolls_an_empty_segment_at_the_log_end(
+        logs: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    ends = {p.name: log_end_offset(load_partition(str(p))) for p in logs.glob("events-*")}
+    code, report = _retain(logs, capsys, "--config", "cleanup.policy=delete",
+                           "--config", f"retention.ms={DAY}")
+    assert code == EXIT_OK
+    for p in report["partitions"]:
+        pdir = logs / f"{p['topic']}-{p['partition']}"
+        leo = ends[pdir.name]
+        assert p["rolled"] and p["new_log_start_offset"] == leo == p["log_end_offset"]
+        assert p["segments_after"] == 1
+        assert sorted(f.name for f in pdir.iterdir() if f.name[0].isdigit()) == [
+            f"{leo:020d}.index", f"{leo:020d}.log", f"{leo:020d}.timeindex"]
+        assert log_end_offset(load_partition(str(pdir))) == leo
+        epochs = read_leader_epochs(str(pdir))
+        assert len(epochs) == 1 and epochs[0].start_offset == leo
+    assert _problems(logs) == []
+    # a second pass deletes nothing and keeps the offsets
+    digest = tree_digest(logs)
+    code, again = _retain(logs, capsys, "--config", "cleanup.policy=delete",
+                          "--config", f"retention.ms={DAY}")
+    assert code == EXIT_OK and again["segments_deleted"] == 0
+    assert tree_digest(logs) == digest
+
+
+def test_high_watermark_bounds_deletion(logs: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pdir = logs / "events-0"
+    bases = sorted(segment_bytes(pdir))
+    hws = _checkpoint(logs, REPLICATION_OFFSET_CHECKPOINT)
+    hws[TopicPartition("events", 0)] = bases[2]  # only the first two segments lie below it
+    (logs / REPLICATION_OFFSET_CHECKPOINT).write_text(format_offset_checkpoint(hws))
+    code, report = _retain(logs, capsys, "--config", "cleanup.policy=delete",
+                           "--config", f"retention.ms={DAY}")
+    assert code == EXIT_OK
+    p0 = next(p for p in report["partitions"] if p["partition"] == 0)
+    assert p0["deleted_segments"] == bases[:2] and not p0["rolled"]
+    assert p0["new_log_start_offset"] == bases[2] <= p0["high_watermark"]
+
+
+def test_log_start_offset_retention_under_compact_keeps_the_checkpoint_entry(
+        logs: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pdir = logs / "events-1"
+    bases = sorted(segment_bytes(pdir))
+    start = bases[3] + 2  # inside the fourth segment (DeleteRecords)
+    tp = TopicPartition("events", 1)
+    (logs / LOG_START_OFFSET_CHECKPOINT).write_text(format_offset_checkpoint({tp: start}))
+    code, report = _retain(logs, capsys, "--config", "cleanup.policy=compact",
+                           "--config", "retention.ms=1000")  # ignored without delete
+    assert code == EXIT_OK
+    p1 = next(p for p in report["partitions"] if p["partition"] == 1)
+    assert p1["deleted_segments"] == bases[:3]
+    assert p1["deleted_by_reason"]["log_start_offset"]["segments"] == 3
+    assert p1["new_log_start_offset"] == start
+    assert _checkpoint(logs, LOG_START_OFFSET_CHECKPOINT) == {tp: start}
+    p0 = next(p for p in report["partitions"] if p["partition"] == 0)
+    assert p0["deleted_segments"] == []
+
+
+def test_size_retention_keeps_at_least_retention_bytes(
+        logs: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    limit = 40_000
+    code, report = _retain(logs, capsys, "--config", "cleanup.policy=delete",
+                           "--config", f"retention.bytes={limit}", "--config",
+                           "retention.ms=-1", "--allow-aggressive-retention")
+    assert code == EXIT_OK
+    for p in report["partitions"]:
+        remaining = sum(len(b) for b in segment_bytes(
+            logs / f"{p['topic']}-{p['partition']}").values())
+        assert remaining >= limit
+        assert p["deleted_by_reason"]["retention_bytes"]["segments"] > 0
+        first_kept = sorted(segment_bytes(logs / f"{p['topic']}-{p['partition']}"))[0]
+        assert p["new_log_start_offset"] == first_kept
+
+
+@pytest.mark.parametrize(("setting", "needle"), [
+    ("retention.bytes=40000", "retention.bytes=40000 is below the safety floor"),
+    ("retention.ms=60000", "retention.ms=60000 is below the safety floor"),
+])
+def test_safety_floor_refuses_and_changes_nothing(
+        logs: Path, capsys: pytest.CaptureFixture[str], setting: str, needle: str) -> None:
+    before = tree_digest(logs)
+    code, report = _retain(logs, capsys, "--config", "cleanup.policy=delete",
+                           "--config", setting)
+    assert code == EXIT_CONFIG
+    assert report["type"] == "error" and needle in report["message"]
+    assert "--allow-aggressive-retention" in report["remedy"]
+    assert tree_digest(logs) == before
+
+
+def test_dry_run_reports_the_same_plan_and_changes_nothing(
+        logs: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    before = tree_digest(logs)
+    args = ("--config", "cleanup.policy=delete", "--config", f"retention.ms={DAY}")
+    code, dry = _retain(logs, capsys, *args, "--dry-run")
+    assert code == EXIT_OK and dry["dry_run"]
+    assert tree_digest(logs) == before
+    assert all(p["status"] == "would_delete" for p in dry["partitions"])
+    code, real = _retain(logs, capsys, *args)
+    strip = ("status",)
+    assert [{k: v for k, v in p.items() if k not in strip} for p in dry["partitions"]] == [
+        {k: v for k, v in p.items() if k not in strip} for p in real["partitions"]]
+
+
+# Runs retention and kills itself (SIGKILL) before storage operation N.
+CRASHER = r"""
+import os, signal, sys
+from compactor import storage
+from compactor.cli import main
+crash_at = int(sys.argv[1])
+ops = 0
+def counted(fn):
+    def wrapper(*args, **kwargs):
+        global ops
+        ops += 1
+        if ops == crash_at:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return fn(*args, **kwargs)
+    return wrapper
+for name in ("rename", "remove", "fsync_dir", "write_atomic", "write_durable"):
+    setattr(storage, name, counted(getattr(storage, name)))
+code = main(sys.argv[2:])
+print("OPS", ops)
+sys.exit(code)
+"""
+
+
+@pytest.mark.slow
+def test_a_crash_at_any_step_of_deletion_loses_nothing_and_resurrects_nothing(
+        logs: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["retain", "--now-ms", str(NOW), "--json", "--config", "cleanup.policy=delete",
+            "--config", f"retention.ms={DAY}"]
+    original = {p.name: segment_bytes(p) for p in logs.glob("events-*")}
+    finished = tmp_path / "finished"
+    shutil.copytree(logs, finished)
+    assert cli_main([args[0], str(finished), *args[1:]]) == EXIT_OK
+    capsys.readouterr()
+    expected = tree_digest(finished)
+
+    crash_at = 1
+    while True:
+        work = tmp_path / f"crash-{crash_at}"
+        shutil.copytree(logs, work)
+        proc = subprocess.run([sys.executable, "-c", CRASHER, str(crash_at), args[0], str(work),
+                               *args[1:]], capture_output=True, text=True, check=False)
+        if proc.returncode == 0:
+            break
+        assert proc.returncode == -signal.SIGKILL, proc.stderr
+        assert cli_main(["recover", str(work)]) == EXIT_OK
+        capsys.readouterr()
+        for pdir in work.glob("events-*"):
+            now = segment_bytes(pdir)
+            old = original[pdir.name]
+            leo = max(now)
+            # what is left is a suffix of the old segments, maybe with the empty rolled one
+            kept = {b: d for b, d in now.items() if d or b not in old}
+            assert all(old[b] == d for b, d in kept.items() if b in old)
+            assert sorted(b for b in kept if b in old) == sorted(old)[len(old) - len(
+                [b for b in kept if b in old]):]
+            assert all(b == leo and not d for b, d in now.items() if b not in old)
+        assert _problems(work) == []
+        # the next run reaches the state of an uninterrupted one
+        assert cli_main([args[0], str(work), *args[1:]]) == EXIT_OK
+        capsys.readouterr()
+        assert tree_digest(work) == expected
+        shutil.rmtree(work)
+        crash_at += 1
+    assert crash_at > 10  # every step of a multi-segment deletion was interrupted once
