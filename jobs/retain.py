@@ -167,6 +167,7 @@ def plan_log_dir(log_dir: str, configs: Mapping[str, TopicConfig], now_ms: int,
             hw = leo if tp not in hws else min(hws[tp], leo)
             rep.plan = plan_retention(part.segments, config=cfg, log_start_offset=start,
                                       log_end_offset=leo, high_watermark=hw, now_ms=now_ms)
+            rep.status = "would_delete" if rep.plan.deleted else "kept"
         out.append(rep)
     return out
 
@@ -188,7 +189,6 @@ def retain_locked(log_dir: str, configs: Mapping[str, TopicConfig], now_ms: int,
         if plan is None:
             continue
         if dry_run:
-            rep.status = "would_delete" if plan.deleted else "kept"
             continue
         pdir = ld.partition_path(rep.tp)
         if plan.deleted:

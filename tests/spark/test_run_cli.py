@@ -1,0 +1,123 @@
+"""``compactor run`` (compaction and retention per topic ``cleanup.policy``) and the retention
+part of ``compactor plan``, end to end on the generated log dir with the test's Spark session."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from compactor.cli import main as cli_main
+from compactor.codec.checkpoints import CLEANER_OFFSET_CHECKPOINT, parse_offset_checkpoint
+from compactor.errors import EXIT_CONFIG, EXIT_OK
+from compactor.generator import DEFAULT_START_MS
+from compactor.inspect import Problem, inspect_path
+from compactor.logdir import load_partition, log_end_offset
+from compactor.model import TopicPartition
+from tests.helpers import records_of, segment_bytes, tree_digest
+
+pytestmark = pytest.mark.spark
+
+DAY = 86_400_000
+NOW = DEFAULT_START_MS + 3 * DAY
+
+
+def _report(capsys: pytest.CaptureFixture[str]) -> dict:
+    (report,) = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line]
+    return report
+
+
+def _problems(path: Path) -> list:
+    return [i for i in inspect_path(str(path), dump=False, records=False, verify=True)
+            for i in ([i] if isinstance(i, Problem) else i.problems)]
+
+
+def test_compact_delete_compacts_then_ages_out_to_one_empty_segment(
+        spark, small_log: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Kafka's testCleansCombinedCompactAndDeleteTopic (§7 case 71)."""
+    policy = ["--config", "cleanup.policy=compact,delete", "--json"]
+    ends = {p.name: log_end_offset(load_partition(str(p))) for p in small_log.glob("*-[0-9]")}
+    # retention.ms far away: compaction only
+    assert cli_main(["run", str(small_log), "--now-ms", str(NOW), *policy,
+                     "--config", f"retention.ms={30 * DAY}"]) == EXIT_OK
+    first = _report(capsys)
+    assert all(p["status"] == "cleaned" for p in first["compaction"]["partitions"])
+    assert first["retention"]["segments_deleted"] == 0
+    assert _problems(small_log) == []
+    # everything aged past retention.ms: one empty segment at the log end per partition
+    later = str(NOW + 60 * DAY)
+    assert cli_main(["run", str(small_log), "--now-ms", later, *policy,
+                     "--config", f"retention.ms={30 * DAY}"]) == EXIT_OK
+    second = _report(capsys)
+    for p in second["retention"]["partitions"]:
+        pdir = small_log / f"{p['topic']}-{p['partition']}"
+        leo = ends[pdir.name]
+        assert p["rolled"] and p["new_log_start_offset"] == leo
+        assert segment_bytes(pdir) == {leo: b""}
+    assert _problems(small_log) == []
+    # a fresh round afterwards works and changes nothing
+    digest = tree_digest(small_log)
+    assert cli_main(["run", str(small_log), "--now-ms", later, *policy,
+                     "--config", f"retention.ms={30 * DAY}"]) == EXIT_OK
+    third = _report(capsys)
+    assert third["retention"]["segments_deleted"] == 0
+    assert all(p["status"] == "skipped" for p in third["compaction"]["partitions"])
+    assert {k: v for k, v in tree_digest(small_log).items()
+            if not k.endswith(CLEANER_OFFSET_CHECKPOINT)} == {
+        k: v for k, v in digest.items() if not k.endswith(CLEANER_OFFSET_CHECKPOINT)}
+
+
+def test_each_topic_gets_what_its_policy_says(
+        spark, small_log: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    before = {p.name: segment_bytes(p) for p in small_log.glob("*-[0-9]")}
+    assert cli_main(["run", str(small_log), "--now-ms", str(NOW), "--json",
+                     "--topic-config", "orders-v2:cleanup.policy=delete",
+                     "--topic-config", f"orders-v2:retention.ms={DAY}",
+                     "--topic-config", "user-profiles:cleanup.policy=compact",
+                     "--topic-config", f"user-profiles:retention.ms={DAY}"]) == EXIT_OK
+    report = _report(capsys)
+    compaction = {p["topic"]: p for p in report["compaction"]["partitions"]}
+    retention = {(p["topic"], p["partition"]): p for p in report["retention"]["partitions"]}
+    assert compaction["orders-v2"]["status"] == "skipped"  # delete only: no compaction
+    assert compaction["user-profiles"]["status"] == "cleaned"
+    for (topic, partition), p in retention.items():
+        pdir = small_log / f"{topic}-{partition}"
+        if topic == "orders-v2":  # every record is older than a day: all gone, offsets kept
+            assert p["rolled"] and p["deleted_by_reason"]["retention_ms"]["segments"] == len(
+                before[pdir.name])
+        else:  # compact only: time retention does not apply, the records are compacted
+            assert p["deleted_segments"] == []
+            assert records_of(segment_bytes(pdir))
+    cleaner = parse_offset_checkpoint((small_log / CLEANER_OFFSET_CHECKPOINT).read_text())
+    assert TopicPartition("user-profiles", 0) in cleaner
+    assert TopicPartition("orders-v2", 0) not in cleaner
+    assert _problems(small_log) == []
+
+
+def test_plan_shows_retention_and_run_dry_run_changes_nothing(
+        spark, small_log: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["--now-ms", str(NOW), "--json", "--config", "cleanup.policy=compact,delete",
+            "--config", f"retention.ms={DAY}"]
+    before = tree_digest(small_log)
+    assert cli_main(["plan", str(small_log), *args]) == EXIT_OK
+    plan = _report(capsys)
+    for p in plan["partitions"]:
+        assert p["status"] == "would_clean"
+        assert p["retention"]["status"] == "would_delete" and p["retention"]["rolled"]
+    assert cli_main(["run", str(small_log), *args, "--dry-run"]) == EXIT_OK
+    dry = _report(capsys)
+    assert dry["dry_run"] and dry["compaction"]["command"] == "plan"
+    assert all(p["status"] == "would_delete" for p in dry["retention"]["partitions"])
+    assert tree_digest(small_log) == before
+
+
+def test_run_refuses_aggressive_retention(
+        spark, small_log: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    before = tree_digest(small_log)
+    code = cli_main(["run", str(small_log), "--now-ms", str(NOW), "--json",
+                     "--config", "cleanup.policy=delete", "--config", "retention.ms=0"])
+    assert code == EXIT_CONFIG
+    error = _report(capsys)
+    assert "retention.ms=0 is below the safety floor" in error["message"]
+    assert tree_digest(small_log) == before
