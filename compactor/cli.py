@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from collections.abc import Sequence
 from typing import Any, TextIO
 
@@ -17,8 +18,9 @@ from compactor.codec.compression import Codec
 from compactor.errors import EXIT_FAILURE, EXIT_OK, CompactorError, ConfigError, LogDirError
 from compactor.generator import GeneratorConfig, generate
 from compactor.inspect import Problem, SegmentReport, inspect_path
-from compactor.options import add_arguments, add_config_arguments
+from compactor.options import add_arguments, add_config_arguments, add_erase_arguments
 from jobs.retain import add_arguments as add_retention_arguments
+from compactor.erasure import ALL_TOPICS, HEADER, KEY, new_requests
 from compactor.logdir import (
     is_partition_dir,
     open_log_dir,
@@ -91,6 +93,42 @@ def build_parser() -> argparse.ArgumentParser:
     add_arguments(rn)
     add_retention_arguments(rn)
     rn.set_defaults(handler=_cmd_run)
+
+    er = sub.add_parser("erase", help="GDPR erasure: request, apply, verify, status, report")
+    esub = er.add_subparsers(dest="erase_command", required=True)
+    rq = esub.add_parser("request", help="record erasure requests in the ledger (idempotent)")
+    rq.add_argument("--state-dir", required=True, help="the ledger's directory (not in a log dir)")
+    rq.add_argument("--topic", required=True, help=f"topic, or {ALL_TOPICS!r} for every topic")
+    who = rq.add_mutually_exclusive_group(required=True)
+    who.add_argument("--key", help="the record key (UTF-8)")
+    who.add_argument("--key-hex", help="the record key as hex bytes")
+    who.add_argument("--keys-file", help="one UTF-8 key per line; one request per key")
+    who.add_argument("--header", metavar="NAME=VALUE",
+                     help="records whose header NAME has the UTF-8 value VALUE")
+    rq.add_argument("--reason", default=None)
+    rq.add_argument("--deadline-days", type=int, default=30)
+    rq.add_argument("--request-id", default=None,
+                    help="the id (default: derived from topic and subject digest)")
+    rq.add_argument("--now-ms", type=int, default=None)
+    rq.add_argument("--log-dir", default=None,
+                    help="refuse a --state-dir inside this log dir")
+    rq.add_argument("--json", action="store_true")
+    rq.set_defaults(handler=_cmd_erase_request)
+    for name, help_text in (("apply", "erase every pending request's records (Spark)"),
+                            ("verify", "rescan and mark applied requests verified (Spark)")):
+        p = esub.add_parser(name, help=help_text)
+        add_erase_arguments(p)
+        p.set_defaults(handler=_cmd_erase_job, action=name)
+    st = esub.add_parser("status", help="requests by status; exit 1 when one is overdue")
+    st.add_argument("--state-dir", required=True)
+    st.add_argument("--now-ms", type=int, default=None)
+    st.add_argument("--json", action="store_true")
+    st.set_defaults(handler=_cmd_erase_status)
+    rp = esub.add_parser("report", help="the audit proof of one request")
+    rp.add_argument("--state-dir", required=True)
+    rp.add_argument("--request-id", required=True)
+    rp.add_argument("--json", action="store_true")
+    rp.set_defaults(handler=_cmd_erase_report)
     return parser
 
 
@@ -276,6 +314,93 @@ def _cmd_run(args: argparse.Namespace, out: TextIO) -> int:
     from jobs import run as run_job
 
     return run_job.execute(args, out)
+
+
+def _now(args: argparse.Namespace) -> int:
+    return args.now_ms if args.now_ms is not None else int(time.time() * 1000)
+
+
+def _cmd_erase_request(args: argparse.Namespace, out: TextIO) -> int:
+    from compactor import ledger
+
+    if args.log_dir:
+        ledger.check_state_dir(args.state_dir, args.log_dir)
+    selector, header_name = KEY, None
+    if args.key is not None:
+        subjects = [args.key.encode()]
+    elif args.key_hex is not None:
+        try:
+            subjects = [bytes.fromhex(args.key_hex)]
+        except ValueError:
+            raise ConfigError(f"--key-hex {args.key_hex!r} is not hex") from None
+    elif args.keys_file is not None:
+        subjects = [line.encode() for line in storage.read_text(args.keys_file).splitlines()
+                    if line]
+        if not subjects:
+            raise ConfigError("--keys-file holds no key", path=args.keys_file)
+    else:
+        header_name, sep, value = args.header.partition("=")
+        if not sep or not header_name:
+            raise ConfigError(f"--header {args.header!r} is not NAME=VALUE")
+        selector, subjects = HEADER, [value.encode()]
+    if args.deadline_days < 0:
+        raise ConfigError(f"--deadline-days {args.deadline_days} is negative")
+    requests = new_requests(topic=args.topic, subjects=subjects, selector=selector,
+                            header_name=header_name, reason=args.reason, now_ms=_now(args),
+                            deadline_days=args.deadline_days, request_id=args.request_id)
+    added, existing = ledger.add_requests(
+        args.state_dir, requests,
+        {"action": "request", "request_ids": ",".join(r.request_id for r in requests)})
+    if args.json:
+        _emit(out, {"type": "requests", "added": added, "existing": existing})
+    else:
+        for r in requests:
+            out.write(f"{r.request_id} {'added' if r.request_id in added else 'exists'}\n")
+    return EXIT_OK
+
+
+def _cmd_erase_job(args: argparse.Namespace, out: TextIO) -> int:
+    from jobs import erase as erase_job
+
+    return erase_job.execute(args, out)
+
+
+def _cmd_erase_status(args: argparse.Namespace, out: TextIO) -> int:
+    from compactor import ledger
+
+    result = ledger.status(args.state_dir, _now(args))
+    if args.json:
+        _emit(out, result)
+    else:
+        out.write(f"{result['requests']} requests: " + ", ".join(
+            f"{k} {v}" for k, v in result["by_status"].items()) + "\n")
+        for o in result["overdue"]:
+            out.write(f"OVERDUE {o['request_id']} ({o['topic']}, {o['status']}) by "
+                      f"{o['overdue_ms'] // 3_600_000} h\n")
+    return EXIT_FAILURE if result["overdue"] else EXIT_OK
+
+
+def _cmd_erase_report(args: argparse.Namespace, out: TextIO) -> int:
+    from compactor import ledger
+
+    result = ledger.audit(args.state_dir, args.request_id)
+    if result is None:
+        raise ConfigError(f"no erasure request {args.request_id!r} in the ledger",
+                          path=args.state_dir)
+    if args.json:
+        _emit(out, result)
+    else:
+        proof, req = result["proof"], result["request"]
+        out.write(f"request {req['request_id']} ({req['selector']} sha256 "
+                  f"{req['subject_sha256']}, topic {req['topic']}): {proof['status']}\n")
+        out.write(f"erased {proof['records_erased']} records by run {req['run_id']}; rescan "
+                  f"{req['verify_run_id']}: {proof['segments_rescanned']} segments, "
+                  f"{proof['records_rescanned']} records, residual matches "
+                  f"{proof['residual_matches']}; deadline met: {proof['met_deadline']}\n")
+        for c in result["ledger_commits"]:
+            out.write(f"  ledger v{c['version']} {c['operation']} {c.get('action', '')} "
+                      f"{c.get('run_id', '')}\n")
+    return EXIT_OK
 
 
 if __name__ == "__main__":  # pragma: no cover

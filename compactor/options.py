@@ -87,3 +87,15 @@ def topic_configs(topics: Sequence[str], opts: CompactOptions) -> dict[str, Topi
     for t in unknown:  # validate configs of topics absent from this log dir too
         resolve_topic_config(t, opts.config_all, opts.config_topics)
     return configs
+
+
+def add_erase_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments of ``erase apply`` and ``erase verify`` and of ``jobs/erase.py``."""
+    parser.add_argument("log_dir", help="the Kafka log dir")
+    parser.add_argument("--state-dir", required=True,
+                        help="directory of the ledger's Delta tables (outside the log dir)")
+    parser.add_argument("--now-ms", type=int, default=None,
+                        help="the clock in epoch ms (default: wall clock)")
+    parser.add_argument("--master", default=None, help="Spark master URL")
+    parser.add_argument("--json", action="store_true", help="print only the JSON report")
+

@@ -56,11 +56,15 @@ class FilteredBatch:
 
 
 def filter_batch(batch: RecordBatch, decision: BatchDecision, dropped: Container[int], *,
-                 now_ms: int, delete_retention_ms: int) -> FilteredBatch:
+                 now_ms: int, delete_retention_ms: int,
+                 set_delete_horizon: bool = True) -> FilteredBatch:
     """Apply the batch and record decisions to one source batch (§4.14).
 
     Args:
         dropped: offsets of the batch's records that go (the record-level decision, §4.11).
+        set_delete_horizon: a cleaning round sets the delete horizon of a rebuilt batch that
+            keeps tombstones or is a marker to horizon (Kafka); an erasure rewrite is not a
+            cleaning and keeps the batch's horizon as it was.
     """
     if decision.retention == BatchRetention.DELETE:
         return FilteredBatch(data=None, records_in=_count(batch), records_out=0)
@@ -70,7 +74,7 @@ def filter_batch(batch: RecordBatch, decision: BatchDecision, dropped: Container
         return FilteredBatch(data=_legacy_as_v2(batch, retained, decision), records_in=len(records),
                              records_out=len(retained))
     horizon = batch.delete_horizon_ms
-    needs_horizon = horizon is None and retained and (
+    needs_horizon = set_delete_horizon and horizon is None and retained and (
         decision.marker_horizon or (not batch.is_control
                                     and any(r.value is None for r in retained)))
     if len(retained) == len(records) and not needs_horizon:

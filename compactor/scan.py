@@ -15,6 +15,7 @@ import xxhash
 
 from compactor.codec.records import RecordBatch
 from compactor.codec.segment import iter_batches
+from compactor.erasure import Matcher
 from compactor.errors import CompactorError
 from compactor.policy import NO_CONTROL_TYPE, BatchHeader
 
@@ -171,4 +172,37 @@ def locally_superseded(rows: KeyedRows) -> np.ndarray:
 def select_rows(rows: KeyedRows, mask: np.ndarray) -> KeyedRows:
     return KeyedRows(group_base=rows.group_base[mask], offset=rows.offset[mask],
                      key_hi=rows.key_hi[mask], key_lo=rows.key_lo[mask], in_map=rows.in_map[mask])
+
+
+@dataclass(frozen=True, slots=True)
+class ErasureScan:
+    """What an erasure scan found in one segment: ``(batch position, offset, request id)``
+    per match, and how many batches and records it looked at."""
+
+    matches: list[tuple[int, int, str]]
+    batches: int
+    records: int
+
+
+def erasure_matches(data: bytes, path: str, matcher: Matcher) -> ErasureScan:
+    """Every record of a segment that an erasure request matches (by key digest or header
+    value digest); control batches hold no user records and are skipped.
+
+    Raises:
+        CompactorError: a batch cannot be decoded (with file, position and base offset).
+    """
+    matches: list[tuple[int, int, str]] = []
+    batches = records = 0
+    try:
+        for batch in iter_batches(data, path=path):
+            batches += 1
+            if batch.is_control:
+                continue
+            for r in batch.compiled_records():
+                records += 1
+                for request_id in matcher.match(r.key, r.headers):
+                    matches.append((batch.position, r.offset, request_id))
+    except CompactorError as err:
+        raise err.with_location(path=path) from None
+    return ErasureScan(matches=matches, batches=batches, records=records)
 

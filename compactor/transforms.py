@@ -28,7 +28,10 @@ from pyspark.sql.pandas.types import to_arrow_schema
 
 from compactor import storage
 from compactor.codec.indexes import AbortedTxn
+from compactor.config import TopicConfig
+from compactor.erasure import Matcher
 from compactor.errors import CompactorError
+from compactor.model import SegmentInfo
 from compactor.policy import (
     BatchDecision,
     BatchHeader,
@@ -39,16 +42,18 @@ from compactor.policy import (
 )
 from compactor.scan import (
     batch_flags,
+    erasure_matches,
     keyed_records,
     locally_superseded,
     segment_headers,
     select_rows,
 )
-from compactor.writer import write_group
+from compactor.writer import CommitMessage, write_erased_segment, write_group
 from schemas.spark import (
     BATCH_HEADER,
     COMMIT_MESSAGE,
     DECISION,
+    ERASURE_MATCH,
     KEYED_RECORD,
     PLAN,
     SUPERSEDED,
@@ -58,6 +63,8 @@ Transform = Callable[[DataFrame], DataFrame]
 
 _HEADER_FIELDS = [f.name for f in BATCH_HEADER.fields if f.name not in ("tp_id", "error")]
 _HEADER_ARROW = to_arrow_schema(BATCH_HEADER)
+_ERASURE_ARROW = to_arrow_schema(ERASURE_MATCH)
+_COMMIT_ARROW = to_arrow_schema(COMMIT_MESSAGE)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -272,16 +279,87 @@ def rewrite_groups(inputs: Mapping[int, PartitionInput], plans: Mapping[int, Cle
                     for r in decisions.itertuples(index=False)}
         m = write_group(inputs[tp_id], group, by_batch, set(superseded["offset"].tolist()),
                         first_dirty=plan.first_dirty_offset, fsync=fsync)
-        return pd.DataFrame([{
-            "tp_id": tp_id, "group_base": m.group_base, "source_bases": list(m.source_bases),
-            "cleaned_log": ",".join(m.cleaned_suffixes), "log_checksum": m.log_checksum,
-            "bytes_in": m.bytes_in, "bytes_out": m.bytes_out, "batches_in": m.batches_in,
-            "batches_out": m.batches_out, "records_in": m.records_in,
-            "records_out": m.records_out, "dropped_json": json.dumps(dict(m.dropped)),
-            "seconds": m.seconds, "error": json.dumps(m.error) if m.error else None,
-        }])
+        return pd.DataFrame([message_to_row(tp_id, m)])
 
     keys = ["tp_id", "group_base"]
     return lambda decisions, superseded: (
         decisions.groupBy(*keys).cogroup(superseded.groupBy(*keys))
         .applyInPandas(rewrite, COMMIT_MESSAGE))
+
+
+def message_to_row(tp_id: int, m: CommitMessage) -> dict:
+    """A commit message as a ``COMMIT_MESSAGE`` row."""
+    return {
+        "tp_id": tp_id, "group_base": m.group_base, "source_bases": list(m.source_bases),
+        "cleaned_log": ",".join(m.cleaned_suffixes), "log_checksum": m.log_checksum,
+        "bytes_in": m.bytes_in, "bytes_out": m.bytes_out, "batches_in": m.batches_in,
+        "batches_out": m.batches_out, "records_in": m.records_in,
+        "records_out": m.records_out, "dropped_json": json.dumps(dict(m.dropped)),
+        "seconds": m.seconds, "error": json.dumps(m.error) if m.error else None,
+    }
+
+
+def message_from_row(r: object) -> CommitMessage:
+    """A collected ``COMMIT_MESSAGE`` row as the commit message the driver acts on."""
+    return CommitMessage(
+        group_base=r.group_base, source_bases=tuple(r.source_bases),  # type: ignore[attr-defined]
+        cleaned_suffixes=tuple(s for s in (r.cleaned_log or "").split(",") if s),  # type: ignore[attr-defined]
+        log_checksum=r.log_checksum or 0, bytes_in=r.bytes_in,  # type: ignore[attr-defined]
+        bytes_out=r.bytes_out, batches_in=r.batches_in,  # type: ignore[attr-defined]
+        batches_out=r.batches_out, records_in=r.records_in,  # type: ignore[attr-defined]
+        records_out=r.records_out, dropped=json.loads(r.dropped_json),  # type: ignore[attr-defined]
+        seconds=r.seconds, error=json.loads(r.error) if r.error else None,  # type: ignore[attr-defined]
+        tp_id=r.tp_id,  # type: ignore[attr-defined]
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Erasure (jobs/erase.py): scan every segment for a subject's records, rewrite the ones that
+# hold some
+
+
+def scan_erasure(matchers: Mapping[int, Matcher]) -> Transform:
+    """Segment tasks (``SEGMENT_TASK``) -> ``ERASURE_MATCH`` rows: one per matched record and
+    one summary per segment (batches and records scanned, or the error)."""
+
+    def scan(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for tasks in batches:
+            for tp_id, base, path in zip(*(tasks.column(i).to_pylist() for i in range(3)),
+                                         strict=True):
+                rows = []
+                try:
+                    found = erasure_matches(storage.read_bytes(path), path, matchers[tp_id])
+                except CompactorError as err:
+                    rows.append({"tp_id": tp_id, "segment_base": base, "kind": "segment",
+                                 "error": json.dumps(err.to_dict())})
+                else:
+                    rows.append({"tp_id": tp_id, "segment_base": base, "kind": "segment",
+                                 "batches": found.batches, "records": found.records})
+                    rows += [{"tp_id": tp_id, "segment_base": base, "kind": "match",
+                              "position": pos, "offset": off, "request_id": rid}
+                             for pos, off, rid in found.matches]
+                yield pa.RecordBatch.from_pylist(rows, schema=_ERASURE_ARROW)
+
+    return lambda tasks: tasks.mapInArrow(scan, ERASURE_MATCH)
+
+
+def rewrite_erased(segments: Mapping[tuple[int, int], tuple[str, SegmentInfo, TopicConfig]], *,
+                   fsync: bool = True) -> Transform:
+    """``ERASURE_TASK`` rows -> one ``COMMIT_MESSAGE`` row per segment, written by the executor
+    (:func:`compactor.writer.write_erased_segment`).
+
+    Args:
+        segments: (tp id, segment base) -> (partition dir, segment, topic config).
+    """
+
+    def rewrite(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for tasks in batches:
+            for row in tasks.to_pylist():
+                pdir, seg, cfg = segments[(row["tp_id"], row["segment_base"])]
+                erased = {int(p): offsets for p, offsets in json.loads(row["erased_json"]).items()}
+                m = write_erased_segment(pdir, seg, erased, set(json.loads(row["retain_empty_json"])),
+                                         cfg, fsync=fsync)
+                yield pa.RecordBatch.from_pylist([message_to_row(row["tp_id"], m)],
+                                                 schema=_COMMIT_ARROW)
+
+    return lambda tasks: tasks.mapInArrow(rewrite, COMMIT_MESSAGE)

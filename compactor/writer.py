@@ -23,7 +23,10 @@ from compactor.logdir import (
     TXN_INDEX_SUFFIX,
     segment_path,
 )
-from compactor.policy import BatchDecision, PartitionInput
+from compactor.codec.indexes import decode_txn_index
+from compactor.config import TopicConfig
+from compactor.model import SegmentInfo
+from compactor.policy import BatchDecision, BatchRetention, PartitionInput
 from compactor.rebatch import assemble_segment, filter_batch, segment_drops
 
 CLEANED_FILE_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
@@ -177,3 +180,97 @@ def _write(inp: PartitionInput, source_bases: tuple[int, ...],
         dropped={reason: n for reason, n in dropped.items() if n},
     )
 
+
+
+def write_erased_segment(
+    partition_dir: str,
+    segment: SegmentInfo,
+    erased: Mapping[int, Collection[int]],
+    retain_empty: Collection[int],
+    config: TopicConfig,
+    *,
+    fsync: bool = True,
+) -> CommitMessage:
+    """Rewrite one segment without the erased records, as a ``.cleaned`` segment (executor
+    side of ``erase apply``; the driver swaps it in like a one-segment compaction group).
+
+    Batches without erased records are copied verbatim; the others are rebuilt with their
+    base offset, ``lastOffsetDelta``, producer fields, leader epoch, codec and delete horizon
+    (none is added). A batch that loses every record stays as an empty header only when its
+    position is in ``retain_empty`` (it carries producer state or the log end offset). The
+    ``.txnindex`` is carried over unchanged, the other indexes are rebuilt, the mtime kept.
+
+    Args:
+        erased: batch position -> offsets of its records to erase.
+    """
+    started = time.perf_counter()
+    base = segment.base_offset
+    try:
+        message = _write_erased(partition_dir, segment, erased, retain_empty, config, fsync)
+    except CompactorError as err:
+        for suffix in CLEANED_FILE_SUFFIXES:
+            storage.remove(cleaned_path(partition_dir, base, suffix), missing_ok=True)
+        return CommitMessage(group_base=base, source_bases=(base,), error=err.to_dict(),
+                             seconds=time.perf_counter() - started)
+    return replace(message, seconds=time.perf_counter() - started)
+
+
+def _write_erased(partition_dir: str, segment: SegmentInfo, erased: Mapping[int, Collection[int]],
+                  retain_empty: Collection[int], config: TopicConfig,
+                  fsync: bool) -> CommitMessage:
+    base = segment.base_offset
+    data = storage.read_bytes(segment.log_path)
+    outputs: list[bytes] = []
+    batches_in = records_in = records_out = found = 0
+    last_batch: RecordBatch | None = None
+    for batch in iter_batches(data, path=segment.log_path):
+        batches_in += 1
+        last_batch = batch
+        goes = erased.get(batch.position)
+        if not goes:
+            outputs.append(batch.raw)
+            n = batch.records_count if batch.magic >= 2 else len(batch.records())
+            records_in += n
+            records_out += n
+            continue
+        retention = (BatchRetention.RETAIN_EMPTY if batch.position in retain_empty
+                     else BatchRetention.DELETE_EMPTY)
+        decision = BatchDecision(retention=retention, aborted=False, discard_records=False,
+                                 retain_deletes=True, marker_horizon=False, txn_entry=None)
+        try:
+            result = filter_batch(batch, decision, frozenset(goes), now_ms=0,
+                                  delete_retention_ms=0, set_delete_horizon=False)
+        except CompactorError as err:
+            raise err.with_location(path=segment.log_path) from None
+        records_in += result.records_in
+        records_out += result.records_out
+        found += result.records_in - result.records_out
+        if result.data is not None:
+            outputs.append(result.data)
+    expected = sum(len(v) for v in erased.values())
+    if found != expected:
+        raise CorruptSegmentError(
+            f"counts do not balance: the scan matched {expected} records to erase but "
+            f"{found} were found", path=segment.log_path,
+            remedy="the segment changed during the run; rerun once nothing else writes to it")
+    txn_path = segment_path(partition_dir, base, TXN_INDEX_SUFFIX)
+    txn_entries = (decode_txn_index(storage.read_bytes(txn_path), base, path=txn_path)
+                   if segment.has_txn_index else [])
+    files = assemble_segment(
+        base, outputs, txn_entries, last_source_batch=last_batch, source_segments=1,
+        index_interval_bytes=config.index_interval_bytes,
+        segment_index_bytes=config.segment_index_bytes,
+    )
+    written = [(LOG_SUFFIX, files.log), (INDEX_SUFFIX, files.index),
+               (TIME_INDEX_SUFFIX, files.time_index)]
+    if segment.has_txn_index:
+        written.append((TXN_INDEX_SUFFIX, files.txn_index))
+    for suffix, payload in written:
+        storage.write_durable(cleaned_path(partition_dir, base, suffix), payload,
+                              mtime_ms=segment.mtime_ms, fsync=fsync)
+    return CommitMessage(
+        group_base=base, source_bases=(base,), cleaned_suffixes=tuple(s for s, _ in written),
+        log_checksum=zlib.crc32(files.log), bytes_in=len(data), bytes_out=len(files.log),
+        batches_in=batches_in, batches_out=files.batches, records_in=records_in,
+        records_out=records_out, dropped={"erased": found} if found else {},
+    )

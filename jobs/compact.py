@@ -324,17 +324,7 @@ def write_cleaned_segments(spark: SparkSession, inputs: Mapping[int, PartitionIn
     superseded.unpersist()
     if stages:
         stages.done("rewrite")
-    return [
-        CommitMessage(
-            group_base=r.group_base, source_bases=tuple(r.source_bases),
-            cleaned_suffixes=tuple(s for s in (r.cleaned_log or "").split(",") if s),
-            log_checksum=r.log_checksum or 0, bytes_in=r.bytes_in, bytes_out=r.bytes_out,
-            batches_in=r.batches_in, batches_out=r.batches_out, records_in=r.records_in,
-            records_out=r.records_out, dropped=json.loads(r.dropped_json), seconds=r.seconds,
-            error=json.loads(r.error) if r.error else None, tp_id=r.tp_id,
-        )
-        for r in rows
-    ]
+    return [transforms.message_from_row(r) for r in rows]
 
 
 def _commit(inputs: Mapping[int, PartitionInput], plans: Mapping[int, CleaningPlan],

@@ -125,3 +125,26 @@ COMMIT_MESSAGE = _schema(
     ("seconds", DoubleType(), False),
     ("error", StringType(), True),
 )
+
+# Erasure scan (jobs/erase.py): one row per matched record (kind "match") plus one summary row
+# per segment (kind "segment": batches and records scanned, or the error that stopped it).
+ERASURE_MATCH = _schema(
+    ("tp_id", IntegerType(), False),
+    ("segment_base", LongType(), False),
+    ("kind", StringType(), False),
+    ("position", LongType(), True),
+    ("offset", LongType(), True),
+    ("request_id", StringType(), True),
+    ("batches", LongType(), True),
+    ("records", LongType(), True),
+    ("error", StringType(), True),
+)
+
+# One segment to rewrite without its erased records: {position: [offsets]} and the positions
+# of batches that stay as empty headers, as JSON (small: a subject's records).
+ERASURE_TASK = _schema(
+    ("tp_id", IntegerType(), False),
+    ("segment_base", LongType(), False),
+    ("erased_json", StringType(), False),
+    ("retain_empty_json", StringType(), False),
+)

@@ -1,0 +1,140 @@
+"""GDPR erasure, pure part: subjects as SHA-256 digests, erasure requests, and the matcher
+executors use to find a subject's records. Nothing here touches files, Delta or Spark; the
+ledger lives in :mod:`compactor.ledger`, the Spark pass in ``jobs/erase.py``.
+
+A request names a subject by the SHA-256 digest of the record key (selector ``key``) or of
+the value of a named record header (selector ``header``), in one topic or in every topic
+(``*``). Raw keys never leave the process that parses the request.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from compactor.policy import BatchHeader, replay_producers
+
+ALL_TOPICS = "*"
+KEY = "key"
+HEADER = "header"
+STATUSES = ("pending", "applied", "verified", "failed")
+DAY_MS = 86_400_000
+
+
+def subject_digest(value: bytes) -> str:
+    """The hex SHA-256 digest a subject is stored and matched by."""
+    return hashlib.sha256(value).hexdigest()
+
+
+def default_request_id(topic: str, selector: str, header_name: str | None, digest: str) -> str:
+    """A request id derived from what is erased, so asking twice for the same subject is the
+    same request (idempotent without the caller choosing ids)."""
+    material = "\0".join((topic, selector, header_name or "", digest)).encode()
+    return "er-" + hashlib.sha256(material).hexdigest()[:20]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ErasureRequest:
+    """One subject to erase (a row of ``erasure_requests``, ``schemas.delta``)."""
+
+    request_id: str
+    topic: str
+    selector: str
+    header_name: str | None
+    subject_sha256: str
+    reason: str | None
+    requested_at_ms: int
+    deadline_ms: int
+    status: str = "pending"
+
+    def applies_to(self, topic: str) -> bool:
+        return self.topic in (ALL_TOPICS, topic)
+
+
+def new_requests(*, topic: str, subjects: Sequence[bytes], selector: str,
+                 header_name: str | None, reason: str | None, now_ms: int, deadline_days: int,
+                 request_id: str | None) -> list[ErasureRequest]:
+    """Requests for ``subjects`` (raw bytes, digested here). With ``request_id`` and several
+    subjects the ids are ``<request_id>-<n>`` (n from 1, in the given order)."""
+    if selector not in (KEY, HEADER) or (selector == HEADER) != bool(header_name):
+        raise ValueError("a header selector needs a header name, a key selector none")
+    out = []
+    for n, subject in enumerate(subjects, start=1):
+        digest = subject_digest(subject)
+        if request_id is None:
+            rid = default_request_id(topic, selector, header_name, digest)
+        else:
+            rid = request_id if len(subjects) == 1 else f"{request_id}-{n}"
+        out.append(ErasureRequest(
+            request_id=rid, topic=topic, selector=selector, header_name=header_name,
+            subject_sha256=digest, reason=reason, requested_at_ms=now_ms,
+            deadline_ms=now_ms + deadline_days * DAY_MS,
+        ))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Matcher:
+    """Which requests a record matches, for one topic (picklable, shipped to executors).
+
+    Attributes:
+        keys: key digest (raw 32 bytes) -> request ids.
+        headers: header name -> value digest (raw 32 bytes) -> request ids.
+    """
+
+    keys: dict[bytes, tuple[str, ...]] = field(default_factory=dict)
+    headers: dict[str, dict[bytes, tuple[str, ...]]] = field(default_factory=dict)
+
+    @classmethod
+    def for_topic(cls, topic: str, requests: Iterable[ErasureRequest]) -> Matcher:
+        keys: dict[bytes, list[str]] = {}
+        headers: dict[str, dict[bytes, list[str]]] = {}
+        for r in requests:
+            if not r.applies_to(topic):
+                continue
+            digest = bytes.fromhex(r.subject_sha256)
+            if r.selector == KEY:
+                keys.setdefault(digest, []).append(r.request_id)
+            else:
+                headers.setdefault(r.header_name or "", {}).setdefault(digest, []).append(
+                    r.request_id)
+        return cls(keys={d: tuple(ids) for d, ids in keys.items()},
+                   headers={n: {d: tuple(ids) for d, ids in m.items()}
+                            for n, m in headers.items()})
+
+    def __bool__(self) -> bool:
+        return bool(self.keys or self.headers)
+
+    def match(self, key: bytes | None,
+              headers: Sequence[tuple[str, bytes | None]]) -> tuple[str, ...]:
+        """The ids of the requests a record matches (empty when none)."""
+        found: tuple[str, ...] = ()
+        if key is not None and self.keys:
+            found = self.keys.get(hashlib.sha256(key).digest(), ())
+        if self.headers:
+            for name, value in headers:
+                wanted = self.headers.get(name)
+                if wanted and value is not None:
+                    found += wanted.get(hashlib.sha256(value).digest(), ())
+        return found
+
+
+def keep_when_emptied(headers: Sequence[BatchHeader], high_watermark: int) -> set[tuple[int, int]]:
+    """``(segment base, position)`` of the batches that must stay as an empty header if an
+    erasure removes all their records: the last batch of the log (it holds the log end
+    offset) and the last data batch of each producer at its current epoch (a broker rebuilds
+    producer state from it). Every other emptied batch disappears."""
+    keep: set[tuple[int, int]] = set()
+    if not headers:
+        return keep
+    last = max(headers, key=lambda h: h.next_offset)
+    keep.add((last.segment_base, last.position))
+    producers = replay_producers(headers, high_watermark).producers
+    for h in headers:
+        if h.producer_id < 0 or h.is_control:
+            continue
+        entry = producers.get(h.producer_id)
+        if entry is not None and entry.last_data_offset == h.last_offset:
+            keep.add((h.segment_base, h.position))
+    return keep

@@ -1,0 +1,221 @@
+"""The Delta tables under ``--state-dir``: the erasure request ledger and the run history
+(schemas in ``schemas/delta.py``). Written and read with ``deltalake`` (delta-rs) on the driver
+only — never in Spark workers (delta-rs panics in a forked child) — and readable by
+``delta-spark`` on clusters that have it.
+
+Every change is one Delta commit, so ``DeltaTable.history()`` is the audit trail of the ledger:
+who asked when, which run applied, which run verified.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import pyarrow as pa
+
+from compactor.erasure import ALL_TOPICS, STATUSES, ErasureRequest
+from compactor.errors import ConfigError
+from schemas.delta import ERASURE_REQUESTS, ERASURE_REQUESTS_TABLE, RUNS, RUNS_TABLE
+
+
+def check_state_dir(state_dir: str, log_dir: str | None = None) -> None:
+    """The state dir must not be inside the Kafka log dir (a broker refuses to start when its
+    log dir holds directories that are not partitions), nor contain it.
+
+    Raises:
+        ConfigError: it is.
+    """
+    if log_dir is None:
+        return
+    state = os.path.realpath(state_dir)
+    logs = os.path.realpath(log_dir)
+    if os.path.commonpath([state, logs]) in (state, logs):
+        raise ConfigError(
+            f"--state-dir {state_dir} overlaps the log dir {log_dir}",
+            path=state_dir,
+            remedy="keep the ledger outside the Kafka log dir, e.g. /var/lib/kafka-compactor",
+        )
+
+
+def _table_path(state_dir: str, name: str) -> str:
+    return os.path.join(state_dir, name)
+
+
+def _table(state_dir: str, name: str, schema: pa.Schema):  # type: ignore[no-untyped-def]
+    from deltalake import DeltaTable
+
+    path = _table_path(state_dir, name)
+    if DeltaTable.is_deltatable(path):
+        return DeltaTable(path)
+    os.makedirs(state_dir, exist_ok=True)
+    return DeltaTable.create(path, schema=schema, mode="ignore", name=name)
+
+
+def _rows_table(rows: Sequence[Mapping[str, Any]], schema: pa.Schema) -> pa.Table:
+    return pa.Table.from_pylist([{f.name: r.get(f.name) for f in schema} for r in rows],
+                                schema=schema)
+
+
+def _commit(meta: Mapping[str, str] | None):  # type: ignore[no-untyped-def]
+    from deltalake import CommitProperties
+
+    return CommitProperties(custom_metadata=dict(meta)) if meta else None
+
+
+def add_requests(state_dir: str, requests: Sequence[ErasureRequest],
+                 meta: Mapping[str, str] | None = None) -> tuple[list[str], list[str]]:
+    """Insert requests whose id is new (one commit; ids already present are left as they
+    are). Returns (added ids, ids that already existed)."""
+    table = _table(state_dir, ERASURE_REQUESTS_TABLE, ERASURE_REQUESTS)
+    existing = set(table.to_pyarrow_table(columns=["request_id"]).column(0).to_pylist())
+    new = [r for r in requests if r.request_id not in existing]
+    if new:
+        source = _rows_table([_request_row(r) for r in new], ERASURE_REQUESTS)
+        (table.merge(source=source, predicate="t.request_id = s.request_id",
+                     source_alias="s", target_alias="t", commit_properties=_commit(meta))
+         .when_not_matched_insert_all().execute())
+    return [r.request_id for r in new], [r.request_id for r in requests
+                                         if r.request_id in existing]
+
+
+def _request_row(r: ErasureRequest) -> dict[str, Any]:
+    return {"request_id": r.request_id, "topic": r.topic, "selector": r.selector,
+            "header_name": r.header_name, "subject_sha256": r.subject_sha256,
+            "reason": r.reason, "requested_at_ms": r.requested_at_ms,
+            "deadline_ms": r.deadline_ms, "status": r.status}
+
+
+def load_requests(state_dir: str) -> list[dict[str, Any]]:
+    """Every request row (empty when the ledger does not exist yet)."""
+    from deltalake import DeltaTable
+
+    path = _table_path(state_dir, ERASURE_REQUESTS_TABLE)
+    if not DeltaTable.is_deltatable(path):
+        return []
+    rows = DeltaTable(path).to_pyarrow_table().to_pylist()
+    return sorted(rows, key=lambda r: (r["requested_at_ms"], r["request_id"]))
+
+
+def as_request(row: Mapping[str, Any]) -> ErasureRequest:
+    return ErasureRequest(
+        request_id=row["request_id"], topic=row["topic"], selector=row["selector"],
+        header_name=row["header_name"], subject_sha256=row["subject_sha256"],
+        reason=row["reason"], requested_at_ms=row["requested_at_ms"],
+        deadline_ms=row["deadline_ms"], status=row["status"])
+
+
+def update_requests(state_dir: str, updates: Sequence[Mapping[str, Any]],
+                    meta: Mapping[str, str] | None = None) -> None:
+    """Set columns of existing requests, matched by ``request_id`` (one commit). Every
+    update must carry the same columns."""
+    if not updates:
+        return
+    columns = sorted(set(updates[0]) - {"request_id"})
+    schema = pa.schema([ERASURE_REQUESTS.field("request_id"),
+                        *(ERASURE_REQUESTS.field(c) for c in columns)])
+    source = _rows_table(updates, schema)
+    table = _table(state_dir, ERASURE_REQUESTS_TABLE, ERASURE_REQUESTS)
+    (table.merge(source=source, predicate="t.request_id = s.request_id", source_alias="s",
+                 target_alias="t", commit_properties=_commit(meta))
+     .when_matched_update(updates={c: f"s.{c}" for c in columns}).execute())
+
+
+def append_runs(state_dir: str, rows: Iterable[Mapping[str, Any]]) -> None:
+    """Append run rows (one commit)."""
+    rows = list(rows)
+    if not rows:
+        return
+    from deltalake import write_deltalake
+
+    table = _table(state_dir, RUNS_TABLE, RUNS)
+    write_deltalake(table, _rows_table(rows, RUNS), mode="append")
+
+
+def load_runs(state_dir: str, run_ids: Iterable[str] | None = None) -> list[dict[str, Any]]:
+    from deltalake import DeltaTable
+
+    path = _table_path(state_dir, RUNS_TABLE)
+    if not DeltaTable.is_deltatable(path):
+        return []
+    rows = DeltaTable(path).to_pyarrow_table().to_pylist()
+    if run_ids is not None:
+        wanted = set(run_ids)
+        rows = [r for r in rows if r["run_id"] in wanted]
+    return sorted(rows, key=lambda r: (r["started_at_ms"], r["topic"], r["partition"]))
+
+
+def history(state_dir: str, name: str) -> list[dict[str, Any]]:
+    """The Delta commit history of a table, oldest first: version, timestamp, operation and
+    the metadata our commits carry (``action``, ``run_id``, ``request_ids``)."""
+    from deltalake import DeltaTable
+
+    path = _table_path(state_dir, name)
+    if not DeltaTable.is_deltatable(path):
+        return []
+    out = []
+    for entry in DeltaTable(path).history():
+        meta = {k: v for k, v in entry.items() if k in ("action", "run_id", "request_ids")}
+        out.append({"version": entry.get("version"), "timestamp_ms": entry.get("timestamp"),
+                    "operation": entry.get("operation"), **meta})
+    return sorted(out, key=lambda e: e["version"])
+
+
+def table_version(state_dir: str, name: str) -> int | None:
+    from deltalake import DeltaTable
+
+    path = _table_path(state_dir, name)
+    return DeltaTable(path).version() if DeltaTable.is_deltatable(path) else None
+
+
+# ---------------------------------------------------------------------------------------------
+# Queries behind `erase status` and `erase report`
+
+
+def status(state_dir: str, now_ms: int) -> dict[str, Any]:
+    """Counts by status and the overdue requests (deadline passed, not verified)."""
+    rows = load_requests(state_dir)
+    counts = {s: 0 for s in STATUSES}
+    for r in rows:
+        counts[r["status"]] = counts.get(r["status"], 0) + 1
+    overdue = [{"request_id": r["request_id"], "topic": r["topic"], "status": r["status"],
+                "deadline_ms": r["deadline_ms"], "overdue_ms": now_ms - r["deadline_ms"]}
+               for r in rows if r["status"] != "verified" and r["deadline_ms"] < now_ms]
+    return {"type": "status", "state_dir": state_dir, "now_ms": now_ms, "requests": len(rows),
+            "by_status": counts, "overdue": overdue,
+            "ledger_version": table_version(state_dir, ERASURE_REQUESTS_TABLE)}
+
+
+def audit(state_dir: str, request_id: str) -> dict[str, Any] | None:
+    """The audit proof of one request: the ledger row (digest, never the subject), the runs
+    that applied and verified it (per partition: segments and records scanned, records
+    erased, segments rewritten), and the ledger commits that changed it. ``None`` when the
+    request id is unknown."""
+    row = next((r for r in load_requests(state_dir) if r["request_id"] == request_id), None)
+    if row is None:
+        return None
+    run_ids = [r for r in (row["run_id"], row["verify_run_id"]) if r]
+    runs = load_runs(state_dir, run_ids)
+    topic = row["topic"]
+    runs = [r for r in runs if topic in (ALL_TOPICS, r["topic"])]
+    commits = [c for c in history(state_dir, ERASURE_REQUESTS_TABLE)
+               if request_id in (c.get("request_ids") or "").split(",")
+               or c.get("run_id") in run_ids]
+    verified = row["status"] == "verified"
+    return {
+        "type": "audit", "request": row,
+        "apply_runs": [r for r in runs if r["run_id"] == row["run_id"]],
+        "verify_runs": [r for r in runs if r["run_id"] == row["verify_run_id"]],
+        "ledger_commits": commits,
+        "proof": {
+            "status": row["status"],
+            "subject_sha256": row["subject_sha256"],
+            "records_erased": row["records_erased"],
+            "verified_by_rescan": verified,
+            "segments_rescanned": row["verified_segments_scanned"],
+            "records_rescanned": row["verified_records_scanned"],
+            "residual_matches": 0 if verified else None,
+            "met_deadline": verified and row["verified_at_ms"] <= row["deadline_ms"],
+        },
+    }

@@ -1,0 +1,59 @@
+"""Schemas of the Delta tables under ``--state-dir`` (written with ``deltalake`` on the driver;
+readable by ``delta-spark``). One source of truth: the ledger code and the tests use these.
+
+No column ever holds a raw key or header value: subjects are SHA-256 digests (hex).
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+ERASURE_REQUESTS_TABLE = "erasure_requests"
+RUNS_TABLE = "runs"
+
+# One row per erasure request; its status moves pending -> applied -> verified (or failed).
+ERASURE_REQUESTS = pa.schema([
+    pa.field("request_id", pa.string(), nullable=False),
+    pa.field("topic", pa.string(), nullable=False),  # "*" = every topic
+    pa.field("selector", pa.string(), nullable=False),  # "key" | "header"
+    pa.field("header_name", pa.string()),  # for selector "header"
+    pa.field("subject_sha256", pa.string(), nullable=False),  # hex digest of the key/value bytes
+    pa.field("reason", pa.string()),
+    pa.field("requested_at_ms", pa.int64(), nullable=False),
+    pa.field("deadline_ms", pa.int64(), nullable=False),
+    pa.field("status", pa.string(), nullable=False),  # pending | applied | verified | failed
+    pa.field("run_id", pa.string()),  # the apply run that erased it
+    pa.field("records_erased", pa.int64()),
+    pa.field("partitions_rewritten", pa.int64()),
+    pa.field("segments_rewritten", pa.int64()),
+    pa.field("applied_at_ms", pa.int64()),
+    pa.field("verify_run_id", pa.string()),
+    pa.field("verified_at_ms", pa.int64()),
+    pa.field("verified_segments_scanned", pa.int64()),
+    pa.field("verified_records_scanned", pa.int64()),
+    pa.field("failure", pa.string()),  # what a failed verification found (offsets, files)
+])
+
+# One row per partition per run of compaction, retention or erasure: the operational history.
+RUNS = pa.schema([
+    pa.field("run_id", pa.string(), nullable=False),
+    pa.field("command", pa.string(), nullable=False),  # compact | retain | erase_apply | erase_verify
+    pa.field("log_dir", pa.string(), nullable=False),
+    pa.field("topic", pa.string(), nullable=False),
+    pa.field("partition", pa.int32(), nullable=False),
+    pa.field("started_at_ms", pa.int64(), nullable=False),
+    pa.field("finished_at_ms", pa.int64(), nullable=False),
+    pa.field("now_ms", pa.int64(), nullable=False),
+    pa.field("status", pa.string(), nullable=False),
+    pa.field("records_in", pa.int64()),
+    pa.field("records_out", pa.int64()),
+    pa.field("bytes_in", pa.int64()),
+    pa.field("bytes_out", pa.int64()),
+    pa.field("segments_before", pa.int64()),
+    pa.field("segments_after", pa.int64()),
+    pa.field("segments_rewritten", pa.int64()),
+    pa.field("segments_deleted", pa.int64()),
+    pa.field("records_erased", pa.int64()),
+    pa.field("seconds", pa.float64()),
+    pa.field("report_json", pa.string(), nullable=False),  # the partition's JSON report line
+])
