@@ -11,6 +11,9 @@ from contextlib import contextmanager
 from collections.abc import Mapping
 from pathlib import Path
 
+from aiokafka.record.memory_records import MemoryRecords as AioMemoryRecords
+from kafka.record.memory_records import MemoryRecords as KpMemoryRecords
+
 from compactor import storage
 from compactor.codec.indexes import decode_txn_index
 from compactor.codec.records import RecordBatch
@@ -180,3 +183,24 @@ def lock_held_by_other_process(log_dir: Path) -> Iterator[None]:
         assert holder.stdin is not None
         holder.stdin.close()
         holder.wait(timeout=30)
+
+
+def read_with_independent_parsers(data: bytes) -> int:
+    """Records of a segment as aiokafka's and kafka-python's readers count them (CRCs checked;
+    both must agree)."""
+    count = 0
+    aio = AioMemoryRecords(data)
+    while aio.has_next():
+        batch = aio.next_batch()
+        if batch.magic == 2:
+            assert batch.validate_crc()
+        count += sum(1 for _ in batch)
+    kp = KpMemoryRecords(data)
+    kp_count = 0
+    while kp.has_next():
+        batch = kp.next_batch()
+        if batch.magic == 2:
+            assert batch.validate_crc()
+        kp_count += sum(1 for _ in batch)
+    assert kp_count == count
+    return count

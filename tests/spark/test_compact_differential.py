@@ -8,8 +8,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from aiokafka.record.memory_records import MemoryRecords as AioMemoryRecords
-from kafka.record.memory_records import MemoryRecords as KpMemoryRecords
 
 from compactor.codec.checkpoints import CLEANER_OFFSET_CHECKPOINT, parse_offset_checkpoint
 from compactor.codec.compression import Codec
@@ -18,6 +16,7 @@ from compactor.inspect import Problem, inspect_path
 from compactor.policy import legacy_horizon_ms
 from jobs.compact import CompactOptions, run
 from tests.helpers import (
+    read_with_independent_parsers,
     check_invariants,
     reference_round,
     segment_bytes,
@@ -50,25 +49,6 @@ CASES = {
         {"cleanup.policy": "compact", "min.compaction.lag.ms": str(2 * 86_400_000 + 60_000)},
     ),
 }
-
-
-def _read_with_independent_parsers(data: bytes) -> int:
-    count = 0
-    aio = AioMemoryRecords(data)
-    while aio.has_next():
-        batch = aio.next_batch()
-        if batch.magic == 2:
-            assert batch.validate_crc()
-        count += sum(1 for _ in batch)
-    kp = KpMemoryRecords(data)
-    kp_count = 0
-    while kp.has_next():
-        batch = kp.next_batch()
-        if batch.magic == 2:
-            assert batch.validate_crc()
-        kp_count += sum(1 for _ in batch)
-    assert kp_count == count
-    return count
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -112,7 +92,7 @@ def test_spark_equalsreference_round(spark, tmp_path: Path, case: str) -> None:
                                         for s in inp.segments})
         assert checkpoint[rep.tp] == F
         for data in after.values():
-            _read_with_independent_parsers(data)
+            read_with_independent_parsers(data)
     problems = [i for i in inspect_path(str(log_dir), dump=False, records=False, verify=True)
                 for i in ([i] if isinstance(i, Problem) else i.problems)]
     assert problems == []
