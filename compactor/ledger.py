@@ -133,6 +133,57 @@ def append_runs(state_dir: str, rows: Iterable[Mapping[str, Any]]) -> None:
     write_deltalake(table, _rows_table(rows, RUNS), mode="append")
 
 
+def record_runs(state_dir: str, *, run_id: str, command: str, log_dir: str, now_ms: int,
+                started_at_ms: int, finished_at_ms: int, seconds: float | None,
+                partitions: Iterable[Mapping[str, Any]]) -> None:
+    """Append one ``runs`` row per partition line of a JSON report (compact, retain, erase)."""
+
+    def pick(line: Mapping[str, Any], key: str) -> Any:
+        return line.get(key)
+
+    rows = []
+    for line in partitions:
+        deleted = line.get("deleted_segments")
+        rows.append({
+            "run_id": run_id, "command": command, "log_dir": log_dir, "topic": line["topic"],
+            "partition": line["partition"], "started_at_ms": started_at_ms,
+            "finished_at_ms": finished_at_ms, "now_ms": now_ms, "status": line["status"],
+            "records_in": pick(line, "records_in") if "records_in" in line
+            else pick(line, "records_scanned"),
+            "records_out": pick(line, "records_out"), "bytes_in": pick(line, "bytes_in"),
+            "bytes_out": pick(line, "bytes_out"),
+            "segments_before": pick(line, "segments_before") or pick(line, "segments"),
+            "segments_after": pick(line, "segments_after") or pick(line, "segments"),
+            "segments_rewritten": pick(line, "segments_rewritten"),
+            "segments_deleted": len(deleted) if deleted is not None else None,
+            "records_erased": pick(line, "records_erased"),
+            "seconds": pick(line, "seconds") if "seconds" in line else seconds,
+            "report_json": _json(line),
+        })
+    append_runs(state_dir, rows)
+
+
+def record_report(state_dir: str, report: Mapping[str, Any], started_at_ms: int,
+                  finished_at_ms: int) -> str:
+    """Append the partitions of a ``compact`` or ``retain`` JSON report to ``runs``; returns
+    the run id given to them."""
+    import uuid
+
+    command = report["command"]
+    run_id = f"{command}-{report['now_ms']}-{uuid.uuid4().hex[:8]}"
+    seconds = sum(report.get("stages_s", {}).values()) or None
+    record_runs(state_dir, run_id=run_id, command=command, log_dir=report["log_dir"],
+                now_ms=report["now_ms"], started_at_ms=started_at_ms,
+                finished_at_ms=finished_at_ms, seconds=seconds, partitions=report["partitions"])
+    return run_id
+
+
+def _json(line: Mapping[str, Any]) -> str:
+    import json
+
+    return json.dumps(line, sort_keys=True, separators=(",", ":"))
+
+
 def load_runs(state_dir: str, run_ids: Iterable[str] | None = None) -> list[dict[str, Any]]:
     from deltalake import DeltaTable
 

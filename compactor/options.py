@@ -46,6 +46,8 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
                         metavar="TOPIC:KEY=VALUE", help="topic config for one topic; repeatable")
     parser.add_argument("--topic-configs", default=None, metavar="FILE",
                         help="YAML or JSON map: topic -> {config: value}")
+    parser.add_argument("--state-dir", default=None,
+                        help="append one row per partition to the runs Delta table there")
     parser.add_argument("--json", action="store_true",
                         help="print only the JSON report line (no human summary)")
 

@@ -26,7 +26,7 @@ import yaml
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from compactor import commit, storage, transforms
+from compactor import commit, ledger, storage, transforms
 from compactor.codec.checkpoints import (
     CLEANER_OFFSET_CHECKPOINT,
     LOG_START_OFFSET_CHECKPOINT,
@@ -394,9 +394,16 @@ def get_spark(master: str | None, app_name: str = "kafka-compactor") -> SparkSes
 def execute(args: argparse.Namespace, out: TextIO, *, plan_only: bool = False) -> int:
     """Run a round from parsed arguments, print the report; returns the exit code."""
     opts = options_from_args(args, plan_only=plan_only)
+    state_dir = getattr(args, "state_dir", None)
+    if state_dir:
+        ledger.check_state_dir(state_dir, opts.log_dir)
     spark = get_spark(args.master)
+    started = int(time.time() * 1000)
     report = run(spark, opts)
     result = report.to_dict()
+    if state_dir and not opts.plan_only:
+        result["run_id"] = ledger.record_report(state_dir, result, started,
+                                                int(time.time() * 1000))
     retention = None
     if opts.plan_only:  # the plan shows what retention would delete, on today's segments
         from jobs.retain import plan_log_dir

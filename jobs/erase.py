@@ -111,20 +111,6 @@ def _load(log_dir: str, requests: Sequence[ErasureRequest]) -> tuple[
     return tps, parts, errors
 
 
-def _run_row(run_id: str, command: str, log_dir: str, tp: TopicPartition, started_ms: int,
-             now_ms: int, line: Mapping[str, Any]) -> dict[str, Any]:
-    return {"run_id": run_id, "command": command, "log_dir": log_dir, "topic": tp.topic,
-            "partition": tp.partition, "started_at_ms": started_ms,
-            "finished_at_ms": int(time.time() * 1000), "now_ms": now_ms,
-            "status": line["status"], "records_in": line.get("records_scanned"),
-            "records_out": line.get("records_out"), "bytes_in": line.get("bytes_in"),
-            "bytes_out": line.get("bytes_out"), "segments_before": line.get("segments"),
-            "segments_after": line.get("segments"),
-            "segments_rewritten": line.get("segments_rewritten"),
-            "records_erased": line.get("records_erased"), "seconds": line.get("seconds"),
-            "report_json": json.dumps(line, sort_keys=True)}
-
-
 def apply(spark: SparkSession | None, log_dir: str, state_dir: str, now_ms: int, *,
           fsync: bool = True) -> dict[str, Any]:
     """Erase every pending request's records from the log dir; returns the JSON report."""
@@ -181,9 +167,10 @@ def apply(spark: SparkSession | None, log_dir: str, state_dir: str, now_ms: int,
                                              "partitions_rewritten", "segments_rewritten")}
                           for u in updates] + [{"request_id": r, "status": "pending",
                                                 "blocked_by": b} for r, b in blocked.items()]
-    ledger.append_runs(state_dir, [
-        _run_row(run_id, "erase_apply", log_dir, tps[i], started, now_ms, line)
-        for i, line in lines.items()])
+    ledger.record_runs(state_dir, run_id=run_id, command="erase_apply", log_dir=log_dir,
+                       now_ms=now_ms, started_at_ms=started,
+                       finished_at_ms=int(time.time() * 1000), seconds=None,
+                       partitions=lines.values())
     ledger.update_requests(state_dir, updates, {"action": "apply", "run_id": run_id,
                                                 "request_ids": ",".join(u["request_id"]
                                                                         for u in updates)})
@@ -300,9 +287,10 @@ def verify(spark: SparkSession | None, log_dir: str, state_dir: str,
             "request_id", "status", "verified_segments_scanned", "verified_records_scanned")}
             | ({"residual": residual[:10]} if residual else {}))
     report["partitions"] = list(lines.values())
-    ledger.append_runs(state_dir, [
-        _run_row(run_id, "erase_verify", log_dir, tps[i], started, now_ms, line)
-        for i, line in lines.items()])
+    ledger.record_runs(state_dir, run_id=run_id, command="erase_verify", log_dir=log_dir,
+                       now_ms=now_ms, started_at_ms=started,
+                       finished_at_ms=int(time.time() * 1000), seconds=None,
+                       partitions=lines.values())
     ledger.update_requests(state_dir, updates, {"action": "verify", "run_id": run_id,
                                                 "request_ids": ",".join(u["request_id"]
                                                                         for u in updates)})

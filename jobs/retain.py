@@ -17,11 +17,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from compactor import commit, storage
+from compactor import commit, ledger, storage
 from compactor.codec.checkpoints import LOG_START_OFFSET_CHECKPOINT, REPLICATION_OFFSET_CHECKPOINT
 from compactor.config import TopicConfig
 from compactor.errors import EXIT_OK, EXIT_PARTIAL, CompactorError, ConfigError
@@ -209,9 +210,16 @@ def execute(args: argparse.Namespace, out: TextIO) -> int:
     ld = open_log_dir(opts.log_dir)
     configs = topic_configs(sorted({tp.topic for tp in ld.partitions}), opts)
     check_safety_floor(configs, allow_aggressive=args.allow_aggressive_retention)
+    if args.state_dir:
+        ledger.check_state_dir(args.state_dir, opts.log_dir)
+    started = int(time.time() * 1000)
     with storage.log_dir_lock(opts.log_dir):
         report = retain_locked(opts.log_dir, configs, opts.now_ms, dry_run=args.dry_run)
-    out.write(json.dumps(report.to_dict(), separators=(",", ":")) + "\n")
+    result = report.to_dict()
+    if args.state_dir and not args.dry_run:
+        result["run_id"] = ledger.record_report(args.state_dir, result, started,
+                                                int(time.time() * 1000))
+    out.write(json.dumps(result, separators=(",", ":")) + "\n")
     if not args.json:
         out.write(report.summary() + "\n")
     return report.exit_code

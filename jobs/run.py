@@ -18,10 +18,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from collections.abc import Sequence
 from typing import TextIO
 
-from compactor import storage
+from compactor import ledger, storage
 from compactor.errors import EXIT_OK, CompactorError
 from compactor.logdir import open_log_dir
 from compactor.options import add_arguments, options_from_args, topic_configs
@@ -44,6 +45,9 @@ def execute(args: argparse.Namespace, out: TextIO) -> int:
     ld = open_log_dir(opts.log_dir)
     configs = topic_configs(sorted({tp.topic for tp in ld.partitions}), opts)
     retain.check_safety_floor(configs, allow_aggressive=args.allow_aggressive_retention)
+    if args.state_dir:
+        ledger.check_state_dir(args.state_dir, opts.log_dir)
+    started = int(time.time() * 1000)
     compacting = any(cfg.compact for cfg in configs.values())
     spark = compact.get_spark(args.master) if compacting else None
     with storage.log_dir_lock(opts.log_dir):
@@ -57,6 +61,11 @@ def execute(args: argparse.Namespace, out: TextIO) -> int:
               "status": "ok" if code == EXIT_OK else "partial",
               "compaction": round_report.to_dict() if round_report else None,
               "retention": retention.to_dict()}
+    if args.state_dir and not args.dry_run:
+        finished = int(time.time() * 1000)
+        for part in (report["compaction"], report["retention"]):
+            if part is not None:
+                part["run_id"] = ledger.record_report(args.state_dir, part, started, finished)
     out.write(json.dumps(report, separators=(",", ":")) + "\n")
     if not args.json:
         if round_report:

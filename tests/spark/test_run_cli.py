@@ -121,3 +121,30 @@ def test_run_refuses_aggressive_retention(
     error = _report(capsys)
     assert "retention.ms=0 is below the safety floor" in error["message"]
     assert tree_digest(small_log) == before
+
+
+def test_runs_are_recorded_in_the_runs_delta_table(
+        spark, small_log: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from deltalake import DeltaTable
+
+    state = tmp_path / "state"
+    assert cli_main(["run", str(small_log), "--now-ms", str(NOW), "--json", "--state-dir",
+                     str(state), "--config", "cleanup.policy=compact,delete",
+                     "--config", f"retention.ms={DAY}"]) == EXIT_OK
+    report = _report(capsys)
+    rows = DeltaTable(str(state / "runs")).to_pyarrow_table().to_pylist()
+    by = {(r["command"], r["topic"], r["partition"]): r for r in rows}
+    assert len(rows) == 2 * len(report["compaction"]["partitions"])
+    for p in report["compaction"]["partitions"]:
+        row = by[("compact", p["topic"], p["partition"])]
+        assert row["run_id"] == report["compaction"]["run_id"]
+        assert (row["records_in"], row["records_out"], row["status"]) == (
+            p["records_in"], p["records_out"], p["status"])
+        assert json.loads(row["report_json"]) == p
+    for p in report["retention"]["partitions"]:
+        row = by[("retain", p["topic"], p["partition"])]
+        assert row["segments_deleted"] == len(p["deleted_segments"])
+        assert row["segments_before"] == p["segments_before"]
+    # the state dir may not live in the log dir
+    assert cli_main(["retain", str(small_log), "--json", "--state-dir",
+                     str(small_log / "state")]) == EXIT_CONFIG
