@@ -121,11 +121,12 @@ class BatchDrops:
 
 
 def segment_drops(batches: Sequence[RecordBatch], decisions: Sequence[BatchDecision],
-                  superseded: Container[int], first_dirty: int) -> list[BatchDrops]:
+                  superseded: Container[int], first_dirty: int,
+                  later: set[bytes] | None = None) -> list[BatchDrops]:
     """Which records of a segment's batches go, and why (§4.11), batch by batch.
 
-    A record is superseded when the offset map says so across segments (``superseded``) or
-    when a later record of the same key in the same segment enters the map (keyed, batch not
+    A record is superseded when the offset map says so across groups (``superseded``) or
+    when a later record of the same key in the same group enters the map (keyed, batch not
     aborted, at or above ``first_dirty``): the map-side combine of the scan
     (:func:`compactor.scan.locally_superseded`), decided here by key instead of by digest. The
     other reasons (null key, expired tombstone, aborted data, expired marker) are local to
@@ -133,9 +134,12 @@ def segment_drops(batches: Sequence[RecordBatch], decisions: Sequence[BatchDecis
 
     Args:
         decisions: one per batch, in the same order.
+        later: keys with an offset-map record later in the group (segments after this one);
+            updated with this segment's. A new set when omitted (a one-segment group).
     """
     out: list[BatchDrops] = []
-    later: set[bytes] = set()  # keys with an offset-map record later in the segment
+    if later is None:
+        later = set()
     for batch, decision in zip(reversed(batches), reversed(decisions), strict=True):
         reasons: Counter[str] = Counter()
         if decision.discard_records:

@@ -151,8 +151,8 @@ def keyed_records(data: bytes, path: str, flags_by_position: Mapping[int, BatchF
 def locally_superseded(rows: KeyedRows) -> np.ndarray:
     """Mask of the rows superseded by a row of the same key among ``rows`` themselves (one
     with ``in_map`` and a larger offset): the map-side combine of the offset map. What a
-    segment's scan can decide alone never travels through the shuffle; the writer reaches
-    the same verdict from the same rows."""
+    group's scan can decide alone never travels through the shuffle; the writer reaches the
+    same verdict from the same records (:func:`compactor.rebatch.segment_drops`)."""
     n = len(rows)
     if n == 0:
         return np.zeros(0, dtype=bool)
@@ -167,6 +167,18 @@ def locally_superseded(rows: KeyedRows) -> np.ndarray:
     superseded = np.empty(n, dtype=bool)
     superseded[order] = offset < np.repeat(latest, np.diff(np.append(starts, n)))
     return superseded
+
+
+def concat_rows(parts: Sequence[KeyedRows]) -> KeyedRows:
+    """The rows of several segments, in order, as one set of columns."""
+    if len(parts) == 1:
+        return parts[0]
+    if not parts:
+        empty = np.zeros(0, dtype=np.int64)
+        return KeyedRows(group_base=empty, offset=empty, key_hi=empty, key_lo=empty,
+                         in_map=np.zeros(0, dtype=bool))
+    return KeyedRows(*(np.concatenate([getattr(p, f) for p in parts])
+                       for f in ("group_base", "offset", "key_hi", "key_lo", "in_map")))
 
 
 def select_rows(rows: KeyedRows, mask: np.ndarray) -> KeyedRows:

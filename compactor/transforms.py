@@ -41,7 +41,9 @@ from compactor.policy import (
     SkipReason,
 )
 from compactor.scan import (
+    BatchFlags,
     batch_flags,
+    concat_rows,
     erasure_matches,
     keyed_records,
     locally_superseded,
@@ -204,29 +206,29 @@ def _decision_from_row(row: object) -> BatchDecision:
 def scan_keys(inputs: Mapping[int, PartitionInput],
               plans: Mapping[int, CleaningPlan]) -> Transform:
     """Batch decisions -> one ``KEYED_RECORD`` row per keyed record of the round's data
-    batches that are not discarded and not already superseded within its own segment (one
-    task per segment, :func:`compactor.scan.locally_superseded`); a segment whose records
-    cannot be decoded gives one row with ``error`` set."""
+    batches that is not discarded and not already superseded within its own group (one task
+    per group, :func:`compactor.scan.locally_superseded`); a group whose records cannot be
+    decoded gives one row with ``error`` set."""
 
     def scan(pdf: pd.DataFrame) -> pd.DataFrame:
         tp_id = int(pdf["tp_id"].iloc[0])
-        base = int(pdf["segment_base"].iloc[0])
+        group_base = int(pdf["group_base"].iloc[0])
         inp = inputs[tp_id]
-        path = next(s.log_path for s in inp.segments if s.base_offset == base)
-        flags = {
-            int(r.position): batch_flags(int(r.group_base), is_control=bool(r.is_control),
-                                         aborted=bool(r.aborted),
-                                         discard_records=bool(r.discard_records))
-            for r in pdf.itertuples(index=False)
-        }
+        paths = {s.base_offset: s.log_path for s in inp.segments}
+        flags: dict[int, dict[int, BatchFlags]] = {}
+        for r in pdf.itertuples(index=False):
+            f = batch_flags(group_base, is_control=bool(r.is_control), aborted=bool(r.aborted),
+                            discard_records=bool(r.discard_records))
+            if f is not None:
+                flags.setdefault(int(r.segment_base), {})[int(r.position)] = f
         try:
-            rows = keyed_records(storage.read_bytes(path), path,
-                                 {p: f for p, f in flags.items() if f is not None},
-                                 plans[tp_id].first_dirty_offset)
+            parts = [keyed_records(storage.read_bytes(paths[base]), paths[base], flags[base],
+                                   plans[tp_id].first_dirty_offset) for base in sorted(flags)]
+            rows = concat_rows(parts)
             rows = select_rows(rows, ~locally_superseded(rows))
         except CompactorError as err:
             return pd.DataFrame([{
-                "tp_id": tp_id, "group_base": int(pdf["group_base"].iloc[0]), "offset": -1,
+                "tp_id": tp_id, "group_base": group_base, "offset": -1,
                 "key_hi": None, "key_lo": None, "in_map": False,
                 "error": json.dumps(err.to_dict()),
             }], columns=KEYED_RECORD.fieldNames())
@@ -238,7 +240,7 @@ def scan_keys(inputs: Mapping[int, PartitionInput],
         })
 
     keyed = ~F.col("is_control") & ~F.col("discard_records")
-    return lambda decisions: (decisions.where(keyed).groupBy("tp_id", "segment_base")
+    return lambda decisions: (decisions.where(keyed).groupBy("tp_id", "group_base")
                               .applyInPandas(scan, KEYED_RECORD))
 
 

@@ -27,7 +27,7 @@ from compactor.codec.indexes import decode_txn_index
 from compactor.config import TopicConfig
 from compactor.model import SegmentInfo
 from compactor.policy import BatchDecision, BatchRetention, PartitionInput
-from compactor.rebatch import assemble_segment, filter_batch, segment_drops
+from compactor.rebatch import BatchDrops, assemble_segment, filter_batch, segment_drops
 
 CLEANED_FILE_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 
@@ -109,11 +109,12 @@ def _write(inp: PartitionInput, source_bases: tuple[int, ...],
     dropped: Counter[str] = Counter()
     from_map = 0
     last_batch: RecordBatch | None = None
-    for base in source_bases:
+    # pass 1, newest segment first: decide every record, with the keys seen later in the group
+    later: set[bytes] = set()
+    plans: dict[int, tuple[list[tuple[int, int]], list[BatchDecision], list[BatchDrops]]] = {}
+    for base in reversed(source_bases):
         seg = by_base[base]
-        data = storage.read_bytes(seg.log_path)
-        bytes_in += len(data)
-        batches = list(iter_batches(data, path=seg.log_path))
+        batches = list(iter_batches(storage.read_bytes(seg.log_path), path=seg.log_path))
         batch_decisions = []
         for batch in batches:
             decision = decisions.get((base, batch.position))
@@ -125,9 +126,21 @@ def _write(inp: PartitionInput, source_bases: tuple[int, ...],
                 )
             batch_decisions.append(decision)
         try:
-            drops = segment_drops(batches, batch_decisions, superseded, first_dirty)
+            drops = segment_drops(batches, batch_decisions, superseded, first_dirty, later)
         except CompactorError as err:
             raise err.with_location(path=seg.log_path) from None
+        plans[base] = ([(b.position, b.base_offset) for b in batches], batch_decisions, drops)
+    # pass 2, oldest first: filter and append
+    for base in source_bases:
+        seg = by_base[base]
+        data = storage.read_bytes(seg.log_path)
+        bytes_in += len(data)
+        layout, batch_decisions, drops = plans.pop(base)
+        batches = list(iter_batches(data, path=seg.log_path, verify_crc=False))
+        if [(b.position, b.base_offset) for b in batches] != layout:
+            raise CorruptSegmentError(
+                "the segment changed while it was being rewritten", path=seg.log_path,
+                remedy="make sure no broker or other tool writes to the log dir, then rerun")
         for batch, decision, goes in zip(batches, batch_decisions, drops, strict=True):
             batches_in += 1
             last_batch = batch

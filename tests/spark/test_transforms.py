@@ -112,7 +112,7 @@ def test_plan_and_decide_match_the_policy(spark, partition: PartitionInput) -> N
     assert any(h.control_type == ControlType.ABORT for h, _ in decided)
 
 
-def test_scan_keys_emits_keyed_records_not_superseded_in_their_segment(spark, partition: PartitionInput,
+def test_scan_keys_emits_keyed_records_not_superseded_in_their_group(spark, partition: PartitionInput,
                                                               small_log: Path) -> None:
     headers_py = _pure_headers(partition)
     plan = partition.plan(headers_py)
@@ -136,13 +136,13 @@ def test_scan_keys_emits_keyed_records_not_superseded_in_their_segment(spark, pa
                 in_map = not d.aborted and r.offset >= plan.first_dirty_offset
                 rows.append((h.segment_base, (0, group_of[h.segment_base], r.offset, hi, lo,
                                               in_map, None)))
-    # a row superseded by an in-map row of its key in its own segment stays home
-    latest_in_segment: dict[tuple, int] = {}
-    for seg, row in rows:
+    # a row superseded by an in-map row of its key in its own group stays home
+    latest_in_group: dict[tuple, int] = {}
+    for _, row in rows:
         if row[5]:
-            key = (seg, row[3], row[4])
-            latest_in_segment[key] = max(latest_in_segment.get(key, -1), row[2])
-    expected = [row for seg, row in rows
-                if row[2] >= latest_in_segment.get((seg, row[3], row[4]), -1)]
+            key = (row[1], row[3], row[4])
+            latest_in_group[key] = max(latest_in_group.get(key, -1), row[2])
+    expected = [row for _, row in rows
+                if row[2] >= latest_in_group.get((row[1], row[3], row[4]), -1)]
     assert 0 < len(expected) < len(rows)
     assert_df_equality(got, spark.createDataFrame(expected, KEYED_RECORD), ignore_row_order=True)

@@ -14,6 +14,7 @@ from compactor.rebatch import segment_drops
 from compactor.scan import (
     BatchFlags,
     KeyedRows,
+    concat_rows,
     key_digest,
     key_digests,
     keyed_records,
@@ -120,18 +121,28 @@ def test_a_record_superseded_by_the_map_still_supersedes_earlier_ones() -> None:
 
 @given(st.lists(st.lists(st.tuples(st.sampled_from([b"a", b"b", b"c", None]), st.booleans()),
                          min_size=1, max_size=5), min_size=1, max_size=5),
-       st.lists(st.booleans(), min_size=5, max_size=5), st.integers(0, 20))
-def test_writer_and_scan_combine_agree(spec: list, aborted: list[bool], first_dirty: int) -> None:
+       st.lists(st.booleans(), min_size=5, max_size=5), st.integers(0, 20), st.integers(0, 5))
+def test_writer_and_scan_combine_agree(spec: list, aborted: list[bool], first_dirty: int,
+                                       cut: int) -> None:
+    """The writer's backward walk over a group of two segments (keys shared across them)
+    supersedes exactly what the scan's combine over the group's rows does."""
     batches, base = [], 0
     for records in spec:
         batches.append(_batch(base, *((k, b"v" if live else None) for k, live in records)))
         base += len(records)
     decisions = [_decision(aborted=a) for a, _ in zip(aborted, batches)]
-    drops = segment_drops(batches, decisions, set(), first_dirty)
-    writer = sorted(o for d in drops for o in d.offsets
-                    if o not in {r.offset for b in batches for r in b.records() if r.key is None})
-    data = b"".join(b.raw for b in batches)
-    flags = {p: BatchFlags(0, feeds_map=not d.aborted)
-             for p, d in zip((b.position for b in iter_batches(data)), decisions)}
-    rows = keyed_records(data, "seg.log", flags, first_dirty)
+    cut = min(cut, len(batches))
+    later: set[bytes] = set()
+    drops = segment_drops(batches[cut:], decisions[cut:], set(), first_dirty, later)
+    drops = segment_drops(batches[:cut], decisions[:cut], set(), first_dirty, later) + drops
+    keyless = {r.offset for b in batches for r in b.records() if r.key is None}
+    writer = sorted(o for d in drops for o in d.offsets if o not in keyless)
+    parts = []
+    for segment, segment_decisions in ((batches[:cut], decisions[:cut]),
+                                       (batches[cut:], decisions[cut:])):
+        data = b"".join(b.raw for b in segment)
+        flags = {p: BatchFlags(0, feeds_map=not d.aborted) for p, d in zip(
+            (b.position for b in iter_batches(data)), segment_decisions)}
+        parts.append(keyed_records(data, "seg.log", flags, first_dirty))
+    rows = concat_rows(parts)
     assert writer == rows.offset[locally_superseded(rows)].tolist()
