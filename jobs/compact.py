@@ -258,9 +258,15 @@ def run_locked(spark: SparkSession, opts: CompactOptions,
 
 
 def _size_shuffles(spark: SparkSession, inputs: Mapping[int, PartitionInput]) -> None:
-    """Spark's default of 200 shuffle partitions costs seconds of task overhead on small
-    log dirs; when the session still has that default, size it to the input: two per core, or
-    one per 64 MiB of segments when that is more."""
+    """Shuffle settings for a round.
+
+    Adaptive execution must not coalesce shuffle partitions: the grouped stages (plan,
+    decide, scan, rewrite — one Python task per partition or group) shuffle little data but do
+    heavy work per key, and coalescing them by bytes runs them all in one task, on one core.
+    Spark's default of 200 shuffle partitions costs seconds of task overhead on small log dirs;
+    when the session still has that default, size it to the input: two per core, or one per
+    64 MiB of segments when that is more."""
+    spark.conf.set("spark.sql.adaptive.coalescePartitions.enabled", "false")
     if spark.conf.get("spark.sql.shuffle.partitions") != "200":
         return
     total = sum(s.size_bytes for inp in inputs.values() for s in inp.segments)
