@@ -5,15 +5,18 @@ commands start fast."""
 from __future__ import annotations
 
 import argparse
+import json
+import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TextIO
 
 import yaml
 
 from compactor import storage
 from compactor.config import TopicConfig, parse_assignment, resolve_topic_config
-from compactor.errors import ConfigError
+from compactor.errors import CompactorError, ConfigError
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -100,4 +103,18 @@ def add_erase_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the clock in epoch ms (default: wall clock)")
     parser.add_argument("--master", default=None, help="Spark master URL")
     parser.add_argument("--json", action="store_true", help="print only the JSON report")
+
+
+def run_main(name: str, parser: argparse.ArgumentParser,
+             execute: Callable[[argparse.Namespace, TextIO], int],
+             argv: Sequence[str] | None) -> int:
+    """The ``main`` of a job: parse, execute, and turn a :class:`CompactorError` into one JSON
+    error line, a message on stderr and the error's exit code."""
+    args = parser.parse_args(argv)
+    try:
+        return execute(args, sys.stdout)
+    except CompactorError as err:
+        print(json.dumps({"type": "error", **err.to_dict()}))
+        print(f"{name}: {err}", file=sys.stderr)
+        return err.exit_code
 

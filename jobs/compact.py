@@ -22,7 +22,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-import yaml
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -33,12 +32,11 @@ from compactor.codec.checkpoints import (
     REPLICATION_OFFSET_CHECKPOINT,
 )
 from compactor.codec.indexes import decode_txn_index
-from compactor.config import TopicConfig, parse_assignment, resolve_topic_config
+from compactor.config import TopicConfig
 from compactor.errors import (
     EXIT_OK,
     EXIT_PARTIAL,
     CompactorError,
-    ConfigError,
     CorruptSegmentError,
 )
 from compactor.logdir import (
@@ -51,6 +49,7 @@ from compactor.logdir import (
 )
 from compactor.model import TopicPartition
 from compactor.options import (
+    run_main,
     CompactOptions,
     add_arguments,
     options_from_args,
@@ -432,13 +431,7 @@ def execute(args: argparse.Namespace, out: TextIO, *, plan_only: bool = False) -
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        return execute(args, sys.stdout)
-    except CompactorError as err:
-        print(json.dumps({"type": "error", **err.to_dict()}))
-        print(f"compact: {err}", file=sys.stderr)
-        return err.exit_code
+    return run_main("compact", build_parser(), execute, argv)
 
 
 if __name__ == "__main__":

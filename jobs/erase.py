@@ -40,7 +40,7 @@ from compactor.logdir import (
     recover_partition,
 )
 from compactor.model import TopicPartition
-from compactor.options import CompactOptions, add_erase_arguments, topic_configs
+from compactor.options import CompactOptions, add_erase_arguments, run_main, topic_configs
 from compactor.policy import BatchHeader
 from jobs.compact import get_spark
 from schemas.spark import ERASURE_TASK, SEGMENT_TASK
@@ -111,17 +111,26 @@ def _load(log_dir: str, requests: Sequence[ErasureRequest]) -> tuple[
     return tps, parts, errors
 
 
-def apply(spark: SparkSession | None, log_dir: str, state_dir: str, now_ms: int, *,
-          fsync: bool = True) -> dict[str, Any]:
-    """Erase every pending request's records from the log dir; returns the JSON report."""
+def _start(action: str, log_dir: str, state_dir: str, now_ms: int,
+           status: str) -> tuple[list[ErasureRequest], str, dict[str, Any]]:
+    """The requests in ``status``, a new run id and the report skeleton (status ``ok``
+    already when there is nothing to do)."""
     ledger.check_state_dir(state_dir, log_dir)
-    requests = _pending(state_dir, "pending")
-    run_id = f"erase-apply-{now_ms}-{uuid.uuid4().hex[:8]}"
-    report: dict[str, Any] = {"type": "report", "command": "erase_apply", "run_id": run_id,
+    requests = _pending(state_dir, status)
+    run_id = f"erase-{action}-{now_ms}-{uuid.uuid4().hex[:8]}"
+    report: dict[str, Any] = {"type": "report", "command": f"erase_{action}", "run_id": run_id,
                               "log_dir": log_dir, "now_ms": now_ms, "partitions": [],
                               "requests": []}
     if not requests:
         report["status"] = "ok"
+    return requests, run_id, report
+
+
+def apply(spark: SparkSession | None, log_dir: str, state_dir: str, now_ms: int, *,
+          fsync: bool = True) -> dict[str, Any]:
+    """Erase every pending request's records from the log dir; returns the JSON report."""
+    requests, run_id, report = _start("apply", log_dir, state_dir, now_ms, "pending")
+    if not requests:
         return report
     started = int(time.time() * 1000)
     with storage.log_dir_lock(log_dir):
@@ -235,14 +244,8 @@ def _applied_updates(requests: Sequence[ErasureRequest], tps: Mapping[int, Topic
 def verify(spark: SparkSession | None, log_dir: str, state_dir: str,
            now_ms: int) -> dict[str, Any]:
     """Rescan for every applied request; mark it verified (no record left) or failed."""
-    ledger.check_state_dir(state_dir, log_dir)
-    requests = _pending(state_dir, "applied")
-    run_id = f"erase-verify-{now_ms}-{uuid.uuid4().hex[:8]}"
-    report: dict[str, Any] = {"type": "report", "command": "erase_verify", "run_id": run_id,
-                              "log_dir": log_dir, "now_ms": now_ms, "partitions": [],
-                              "requests": []}
+    requests, run_id, report = _start("verify", log_dir, state_dir, now_ms, "applied")
     if not requests:
-        report["status"] = "ok"
         return report
     started = int(time.time() * 1000)
     with storage.log_dir_lock(log_dir):
@@ -342,13 +345,7 @@ def summary(report: Mapping[str, Any]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        return execute(args, sys.stdout)
-    except CompactorError as err:
-        print(json.dumps({"type": "error", **err.to_dict()}))
-        print(f"erase: {err}", file=sys.stderr)
-        return err.exit_code
+    return run_main("erase", build_parser(), execute, argv)
 
 
 if __name__ == "__main__":

@@ -34,7 +34,7 @@ from compactor.logdir import (
     recover_partition,
 )
 from compactor.model import TopicPartition
-from compactor.options import add_config_arguments, options_from_args, topic_configs
+from compactor.options import add_config_arguments, options_from_args, run_main, topic_configs
 from compactor.retention import RetentionPlan, plan_retention
 
 # Retention settings below these floors delete data faster than any production topic should;
@@ -234,13 +234,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        return execute(args, sys.stdout)
-    except CompactorError as err:
-        print(json.dumps({"type": "error", **err.to_dict()}))
-        print(f"retain: {err}", file=sys.stderr)
-        return err.exit_code
+    return run_main("retain", build_parser(), execute, argv)
 
 
 if __name__ == "__main__":

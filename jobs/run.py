@@ -23,9 +23,9 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from compactor import ledger, storage
-from compactor.errors import EXIT_OK, CompactorError
+from compactor.errors import EXIT_OK
 from compactor.logdir import open_log_dir
-from compactor.options import add_arguments, options_from_args, topic_configs
+from compactor.options import add_arguments, options_from_args, run_main, topic_configs
 from jobs import compact, retain
 
 
@@ -75,13 +75,7 @@ def execute(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        return execute(args, sys.stdout)
-    except CompactorError as err:
-        print(json.dumps({"type": "error", **err.to_dict()}))
-        print(f"run: {err}", file=sys.stderr)
-        return err.exit_code
+    return run_main("run", build_parser(), execute, argv)
 
 
 if __name__ == "__main__":

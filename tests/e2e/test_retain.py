@@ -30,6 +30,7 @@ GEN = GeneratorConfig(topics=("events",), partitions=2, records_per_partition=12
                       distinct_keys=300, segment_bytes=12 * 1024, record_interval_ms=1000,
                       transactional_ratio=0.3, seed=11)
 DAY = 86_400_000
+REPO = Path(__file__).resolve().parents[2]  # subprocesses import tests.crash from here
 NOW = DEFAULT_START_MS + 30 * DAY
 SPAN_MS = 1200 * 1000  # the generated records span 20 minutes
 
@@ -202,23 +203,12 @@ def test_dry_run_reports_the_same_plan_and_changes_nothing(
 
 # Runs retention and kills itself (SIGKILL) before storage operation N.
 CRASHER = r"""
-import os, signal, sys
-from compactor import storage
+import sys
 from compactor.cli import main
-crash_at = int(sys.argv[1])
-ops = 0
-def counted(fn):
-    def wrapper(*args, **kwargs):
-        global ops
-        ops += 1
-        if ops == crash_at:
-            os.kill(os.getpid(), signal.SIGKILL)
-        return fn(*args, **kwargs)
-    return wrapper
-for name in ("rename", "remove", "fsync_dir", "write_atomic", "write_durable"):
-    setattr(storage, name, counted(getattr(storage, name)))
+from tests.crash import kill_before
+ops = kill_before(int(sys.argv[1]))
 code = main(sys.argv[2:])
-print("OPS", ops)
+print("OPS", ops())
 sys.exit(code)
 """
 
@@ -240,7 +230,8 @@ def test_a_crash_at_any_step_of_deletion_loses_nothing_and_resurrects_nothing(
         work = tmp_path / f"crash-{crash_at}"
         shutil.copytree(logs, work)
         proc = subprocess.run([sys.executable, "-c", CRASHER, str(crash_at), args[0], str(work),
-                               *args[1:]], capture_output=True, text=True, check=False)
+                               *args[1:]], capture_output=True, text=True, check=False,
+                              cwd=REPO)
         if proc.returncode == 0:
             break
         assert proc.returncode == -signal.SIGKILL, proc.stderr

@@ -30,23 +30,14 @@ GEN = GeneratorConfig(topics=("accounts",), partitions=1, records_per_partition=
 
 # Runs the swap of the given commit messages and kills itself before file operation N.
 CRASHER = r"""
-import os, pickle, signal, sys
-from compactor import commit, storage
+import pickle, sys
+from compactor import commit
+from tests.crash import kill_before
 partition_dir, messages_file, crash_at = sys.argv[1], sys.argv[2], int(sys.argv[3])
 messages = pickle.load(open(messages_file, "rb"))
-ops = 0
-def counted(fn):
-    def wrapper(*args, **kwargs):
-        global ops
-        ops += 1
-        if ops == crash_at:
-            os.kill(os.getpid(), signal.SIGKILL)
-        return fn(*args, **kwargs)
-    return wrapper
-for name in ("rename", "remove", "fsync_dir", "write_atomic"):
-    setattr(storage, name, counted(getattr(storage, name)))
+ops = kill_before(crash_at, ("rename", "remove", "fsync_dir", "write_atomic"))
 commit.commit_partition(partition_dir, messages)
-print(ops)
+print(ops())
 """
 
 
@@ -71,7 +62,7 @@ def staged(spark, tmp_path_factory: pytest.TempPathFactory) -> dict:
 def _crash(partition_dir: Path, messages_file: Path, crash_at: int) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", CRASHER, str(partition_dir),
                            str(messages_file), str(crash_at)], capture_output=True, text=True,
-                          check=False)
+                          check=False, cwd=Path(__file__).resolve().parents[2])
 
 
 def _assert_old_or_new(after: dict[int, bytes], staged: dict) -> None:

@@ -269,27 +269,18 @@ def test_state_dir_inside_the_log_dir_is_refused(
 
 # Runs `erase apply` and kills itself (SIGKILL) before storage operation N of the swap.
 CRASHER = r"""
-import os, signal, sys
+import os, sys
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ["PYSPARK_PYTHON"] = sys.executable
-from compactor import commit, storage
-crash_at = int(sys.argv[1])
-ops = 0
-def counted(fn):
-    def wrapper(*args, **kwargs):
-        global ops
-        ops += 1
-        if ops == crash_at:
-            os.kill(os.getpid(), signal.SIGKILL)
-        return fn(*args, **kwargs)
-    return wrapper
+from compactor import commit
+from compactor.cli import main
+from tests.crash import kill_before
 original = commit.commit_partition
-def crashing_commit(*args, **kwargs):
-    for name in ("rename", "remove", "fsync_dir"):
-        setattr(storage, name, counted(getattr(storage, name)))
+def crashing_commit(*args, **kwargs):  # count only the swap's file operations
+    kill_before(int(sys.argv[1]), ("rename", "remove", "fsync_dir"))
+    commit.commit_partition = original
     return original(*args, **kwargs)
 commit.commit_partition = crashing_commit
-from compactor.cli import main
 sys.exit(main(sys.argv[2:]))
 """
 
