@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from compactor import storage
 from compactor.codec.records import RecordBatch
 from compactor.codec.segment import iter_batches
-from compactor.errors import CompactorError, CorruptSegmentError
+from compactor.errors import CompactorError, CorruptSegmentError, UnsupportedFormatError
 from compactor.logdir import (
     CLEANED_SUFFIX,
     INDEX_SUFFIX,
@@ -23,11 +23,17 @@ from compactor.logdir import (
     TXN_INDEX_SUFFIX,
     segment_path,
 )
-from compactor.codec.indexes import decode_txn_index
+from compactor.codec.indexes import AbortedTxn, decode_txn_index
 from compactor.config import TopicConfig
 from compactor.model import SegmentInfo
 from compactor.policy import BatchDecision, BatchRetention, PartitionInput
-from compactor.rebatch import BatchDrops, assemble_segment, filter_batch, segment_drops
+from compactor.rebatch import (
+    BatchDrops,
+    SegmentFiles,
+    assemble_segment,
+    filter_batch,
+    segment_drops,
+)
 
 CLEANED_FILE_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 
@@ -172,11 +178,8 @@ def _write(inp: PartitionInput, source_bases: tuple[int, ...],
             path=by_base[source_bases[0]].log_path,
             remedy="the segment changed during the run; rerun once nothing else writes to it",
         )
-    files = assemble_segment(
-        source_bases[0], outputs, txn_entries, last_source_batch=last_batch,
-        source_segments=len(source_bases), index_interval_bytes=cfg.index_interval_bytes,
-        segment_index_bytes=cfg.segment_index_bytes,
-    )
+    files = _assemble(by_base[source_bases[0]].log_path, source_bases[0], outputs,
+                      txn_entries, last_batch, len(source_bases), cfg)
     mtime = by_base[source_bases[-1]].mtime_ms
     written = [(LOG_SUFFIX, files.log), (INDEX_SUFFIX, files.index),
                (TIME_INDEX_SUFFIX, files.time_index)]
@@ -269,11 +272,7 @@ def _write_erased(partition_dir: str, segment: SegmentInfo, erased: Mapping[int,
     txn_path = segment_path(partition_dir, base, TXN_INDEX_SUFFIX)
     txn_entries = (decode_txn_index(storage.read_bytes(txn_path), base, path=txn_path)
                    if segment.has_txn_index else [])
-    files = assemble_segment(
-        base, outputs, txn_entries, last_source_batch=last_batch, source_segments=1,
-        index_interval_bytes=config.index_interval_bytes,
-        segment_index_bytes=config.segment_index_bytes,
-    )
+    files = _assemble(segment.log_path, base, outputs, txn_entries, last_batch, 1, config)
     written = [(LOG_SUFFIX, files.log), (INDEX_SUFFIX, files.index),
                (TIME_INDEX_SUFFIX, files.time_index)]
     if segment.has_txn_index:
@@ -287,3 +286,24 @@ def _write_erased(partition_dir: str, segment: SegmentInfo, erased: Mapping[int,
         batches_in=batches_in, batches_out=files.batches, records_in=records_in,
         records_out=records_out, dropped={"erased": found} if found else {},
     )
+
+
+def _assemble(path: str, base: int, outputs: Sequence[bytes], txn_entries: Sequence[AbortedTxn],
+              last_batch: RecordBatch | None, source_segments: int,
+              config: TopicConfig) -> SegmentFiles:
+    """:func:`compactor.rebatch.assemble_segment`, with its limits as a clear error."""
+    try:
+        return assemble_segment(
+            base, outputs, txn_entries, last_source_batch=last_batch,
+            source_segments=source_segments, index_interval_bytes=config.index_interval_bytes,
+            segment_index_bytes=config.segment_index_bytes,
+        )
+    except ValueError as err:
+        # offsets more than 2^31 - 1 above the base (a legacy segment Kafka would split on
+        # cleaning, §4.19), or more index entries than segment.index.bytes holds
+        raise UnsupportedFormatError(
+            f"the cleaned segment cannot be indexed: {err}", path=path, base_offset=base,
+            remedy="the partition was left untouched; Kafka splits such a segment when it "
+                   "cleans it, this tool does not: raise segment.index.bytes if the index is "
+                   "full, or let a broker clean this partition") from err
+

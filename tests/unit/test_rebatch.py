@@ -56,3 +56,33 @@ def test_group_ending_early_keeps_a_placeholder_and_single_segment_groups_do_not
     single = assemble_segment(0, [first], [], last_source_batch=last, source_segments=1,
                               index_interval_bytes=4096, segment_index_bytes=1024)
     assert single.log == first
+
+
+def test_a_segment_beyond_the_relative_offset_range_is_a_clear_error(tmp_path) -> None:
+    """A legacy segment whose offsets lie more than 2^31 - 1 above its base (Kafka splits it
+    when cleaning, §4.19) is refused with a located error and leaves no .cleaned file."""
+    from compactor.config import TopicConfig
+    from compactor.logdir import load_partition
+    from compactor.policy import PartitionInput
+    from compactor.writer import write_group
+
+    far = 2**31 + 10
+    pdir = tmp_path / "t-0"
+    pdir.mkdir()
+    data = encode_message_set([LegacyRecord(offset=o, key=b"k%d" % o, value=b"v" * 5000, timestamp=1)
+                               for o in (0, far)], magic=1)  # 5 kB: both get index entries
+    (pdir / f"{0:020d}.log").write_bytes(data)
+    (pdir / f"{far + 1:020d}.log").write_bytes(b"")
+    part = load_partition(str(pdir))
+    inp = PartitionInput(path=str(pdir), segments=part.segments,
+                         config=TopicConfig(cleanup_policy=frozenset({"compact"})),
+                         cleaner_checkpoint=None, log_start_checkpoint=None,
+                         replication_checkpoint=None, aborted_txns=(), now_ms=10)
+    decisions = {(0, b.position): _decision(BatchRetention.DELETE_EMPTY)
+                 for b in iter_batches(data)}
+    message = write_group(inp, [0], decisions, set(), first_dirty=0, fsync=False)
+    assert message.error is not None
+    assert message.error["code"] == "UNSUPPORTED_FORMAT"
+    assert message.error["path"].endswith(f"{0:020d}.log") and message.error["base_offset"] == 0
+    assert "cannot be indexed" in message.error["message"]
+    assert not list(pdir.glob("*.cleaned"))
