@@ -4,6 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEMO_DIR ?= demo-logs
+DEMO_STATE ?= demo-state
 PYTEST_ARGS ?=
 
 export SPARK_LOCAL_IP ?= 127.0.0.1
@@ -20,12 +21,19 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # Set up, generate a sample log dir and run the main job on it with local Spark.
+# The sample data is timestamped now, so retention (7 days by default) keeps it.
 demo: venv
-	rm -rf $(DEMO_DIR)
+	rm -rf $(DEMO_DIR) $(DEMO_STATE)
 	$(BIN)/compactor generate $(DEMO_DIR) --partitions 2 --records 20000 --legacy-records 50 \
-		--open-transaction --seed 42
-	$(BIN)/compactor plan $(DEMO_DIR) --config cleanup.policy=compact
-	$(BIN)/compactor compact $(DEMO_DIR) --config cleanup.policy=compact
+		--open-transaction --seed 42 --start-ms $$(($$(date +%s) * 1000 - 3600000))
+	$(BIN)/compactor plan $(DEMO_DIR) --config cleanup.policy=compact,delete
+	$(BIN)/compactor run $(DEMO_DIR) --config cleanup.policy=compact,delete \
+		--state-dir $(DEMO_STATE)
+	$(BIN)/compactor erase request --state-dir $(DEMO_STATE) --topic '*' --key key-00000007 \
+		--reason demo
+	$(BIN)/compactor erase apply $(DEMO_DIR) --state-dir $(DEMO_STATE)
+	$(BIN)/compactor erase verify $(DEMO_DIR) --state-dir $(DEMO_STATE)
+	$(BIN)/compactor erase status --state-dir $(DEMO_STATE)
 	$(BIN)/compactor inspect $(DEMO_DIR) --verify
 
 # Set up and run the whole test suite (slow end-to-end tests included).
