@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYSPARK_PYTHON ?= $(abspath $(BIN)/python)
 
-.PHONY: venv demo test test-fast bench bench-compact clean
+.PHONY: venv demo test test-fast bench bench-compact dist clean
 
 venv: $(STAMP)
 
@@ -37,6 +37,11 @@ demo: venv
 	$(BIN)/compactor inspect $(DEMO_DIR) --verify
 
 # Set up and run the whole test suite (slow end-to-end tests included).
+# What spark-submit --py-files needs to run jobs/*.py on a cluster: our three packages, zipped.
+# (Executors also need the dependencies of pyproject.toml installed in their Python.)
+dist: venv
+	$(BIN)/python -m compactor.dist dist/kafka_compactor.zip
+
 test: venv
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 

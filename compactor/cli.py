@@ -18,7 +18,13 @@ from compactor.codec.compression import Codec
 from compactor.errors import EXIT_FAILURE, EXIT_OK, CompactorError, ConfigError, LogDirError
 from compactor.generator import GeneratorConfig, generate
 from compactor.inspect import Problem, SegmentReport, inspect_path
-from compactor.options import add_arguments, add_config_arguments, add_erase_arguments
+from compactor.options import (
+    add_arguments,
+    add_config_arguments,
+    add_erase_arguments,
+    add_recover_arguments,
+    add_status_arguments,
+)
 from jobs.retain import add_arguments as add_retention_arguments
 from compactor.erasure import ALL_TOPICS, HEADER, KEY, new_requests
 from compactor.logdir import (
@@ -71,10 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.set_defaults(handler=_cmd_generate)
 
     r = sub.add_parser("recover", help="resolve interrupted swaps as a Kafka broker's loader does")
-    r.add_argument("log_dir", help="a log dir or one partition directory")
-    r.add_argument("--dry-run", action="store_true", help="print what would change")
-    r.add_argument("--json", action="store_true")
-    r.set_defaults(handler=_cmd_recover)
+    add_recover_arguments(r)
+    r.set_defaults(handler=recover_command)
 
     c = sub.add_parser("compact", help="one compaction round over a log dir, on Spark")
     add_arguments(c)
@@ -93,6 +97,15 @@ def build_parser() -> argparse.ArgumentParser:
     add_arguments(rn)
     add_retention_arguments(rn)
     rn.set_defaults(handler=_cmd_run)
+
+    cl = sub.add_parser("cluster", help="start/stop a local Spark standalone cluster "
+                                        "(master + workers) from the pyspark package")
+    cl.add_argument("action", choices=("start", "stop", "status"))
+    cl.add_argument("--dir", required=True, help="pids, logs and work dirs of the cluster")
+    cl.add_argument("--workers", type=int, default=2)
+    cl.add_argument("--cores", type=int, default=1, help="cores per worker")
+    cl.add_argument("--memory", default="1g", help="memory per worker")
+    cl.set_defaults(handler=_cmd_cluster)
 
     er = sub.add_parser("erase", help="GDPR erasure: request, apply, verify, status, report")
     esub = er.add_subparsers(dest="erase_command", required=True)
@@ -120,10 +133,8 @@ def build_parser() -> argparse.ArgumentParser:
         add_erase_arguments(p)
         p.set_defaults(handler=_cmd_erase_job, action=name)
     st = esub.add_parser("status", help="requests by status; exit 1 when one is overdue")
-    st.add_argument("--state-dir", required=True)
-    st.add_argument("--now-ms", type=int, default=None)
-    st.add_argument("--json", action="store_true")
-    st.set_defaults(handler=_cmd_erase_status)
+    add_status_arguments(st)
+    st.set_defaults(handler=erase_status_command)
     rp = esub.add_parser("report", help="the audit proof of one request")
     rp.add_argument("--state-dir", required=True)
     rp.add_argument("--request-id", required=True)
@@ -260,7 +271,8 @@ def _cmd_generate(args: argparse.Namespace, out: TextIO) -> int:
     return EXIT_OK
 
 
-def _cmd_recover(args: argparse.Namespace, out: TextIO) -> int:
+def recover_command(args: argparse.Namespace, out: TextIO) -> int:
+    """``compactor recover`` (also ``jobs/recover.py``)."""
     path = args.log_dir
     if not storage.is_dir(path):
         raise LogDirError("log dir does not exist or is not a directory", path=path)
@@ -316,6 +328,20 @@ def _cmd_run(args: argparse.Namespace, out: TextIO) -> int:
     return run_job.execute(args, out)
 
 
+def _cmd_cluster(args: argparse.Namespace, out: TextIO) -> int:
+    from compactor import cluster
+
+    if args.action == "start":
+        c = cluster.start(args.dir, workers=args.workers, cores=args.cores, memory=args.memory)
+        _emit(out, {"type": "cluster", "master_url": c.master_url, "web_url": c.web_url,
+                    "workers": c.workers})
+    elif args.action == "stop":
+        _emit(out, {"type": "cluster", "stopped": cluster.stop(args.dir)})
+    else:
+        _emit(out, {"type": "cluster", **cluster.status(args.dir)})
+    return EXIT_OK
+
+
 def _now(args: argparse.Namespace) -> int:
     return args.now_ms if args.now_ms is not None else int(time.time() * 1000)
 
@@ -365,7 +391,8 @@ def _cmd_erase_job(args: argparse.Namespace, out: TextIO) -> int:
     return erase_job.execute(args, out)
 
 
-def _cmd_erase_status(args: argparse.Namespace, out: TextIO) -> int:
+def erase_status_command(args: argparse.Namespace, out: TextIO) -> int:
+    """``compactor erase status`` (also ``jobs/erase.py status``)."""
     from compactor import ledger
 
     result = ledger.status(args.state_dir, _now(args))

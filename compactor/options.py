@@ -29,6 +29,10 @@ class CompactOptions:
     config_topics: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     plan_only: bool = False
     fsync: bool = True
+    topics: frozenset[str] = frozenset()  # only these topics (empty: every topic)
+
+    def selects(self, topic: str) -> bool:
+        return not self.topics or topic in self.topics
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -49,6 +53,8 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
                         metavar="TOPIC:KEY=VALUE", help="topic config for one topic; repeatable")
     parser.add_argument("--topic-configs", default=None, metavar="FILE",
                         help="YAML or JSON map: topic -> {config: value}")
+    parser.add_argument("--topics", default=None, metavar="T1,T2",
+                        help="only these topics (comma-separated; default: every topic)")
     parser.add_argument("--state-dir", default=None,
                         help="append one row per partition to the runs Delta table there")
     parser.add_argument("--json", action="store_true",
@@ -81,9 +87,11 @@ def options_from_args(args: argparse.Namespace, *, plan_only: bool = False) -> C
         key, value = parse_assignment(assignment)
         topics.setdefault(topic, {})[key] = value
     now_ms = args.now_ms if args.now_ms is not None else int(time.time() * 1000)
-    return CompactOptions(log_dir=args.log_dir, now_ms=now_ms, config_all=config_all,
+    selected = frozenset(t for t in (getattr(args, "topics", None) or "").split(",") if t)
+    return CompactOptions(log_dir=storage.absolute(args.log_dir), now_ms=now_ms,
+                          config_all=config_all,
                           config_topics=topics, plan_only=plan_only or
-                          getattr(args, "plan_only", False))
+                          getattr(args, "plan_only", False), topics=selected)
 
 
 def topic_configs(topics: Sequence[str], opts: CompactOptions) -> dict[str, TopicConfig]:
@@ -103,6 +111,20 @@ def add_erase_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the clock in epoch ms (default: wall clock)")
     parser.add_argument("--master", default=None, help="Spark master URL")
     parser.add_argument("--json", action="store_true", help="print only the JSON report")
+
+
+def add_recover_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments of ``recover`` and of ``jobs/recover.py``."""
+    parser.add_argument("log_dir", help="a log dir or one partition directory")
+    parser.add_argument("--dry-run", action="store_true", help="print what would change")
+    parser.add_argument("--json", action="store_true")
+
+
+def add_status_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments of ``erase status`` and of ``jobs/erase.py status``."""
+    parser.add_argument("--state-dir", required=True)
+    parser.add_argument("--now-ms", type=int, default=None)
+    parser.add_argument("--json", action="store_true")
 
 
 def run_main(name: str, parser: argparse.ArgumentParser,

@@ -78,6 +78,12 @@ def list_dir(path: str) -> list[str]:
         raise _fail(err, path, "list directory") from err
 
 
+def absolute(path: str) -> str:
+    """``path`` made absolute against the driver's working directory: executors of a cluster
+    run elsewhere, so every path shipped to them must be absolute."""
+    return os.path.abspath(path)
+
+
 def join(*parts: str) -> str:
     return os.path.join(*parts)
 

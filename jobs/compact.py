@@ -223,6 +223,9 @@ def run_locked(spark: SparkSession, opts: CompactOptions,
     report.partitions = list(reports.values())
     inputs: dict[int, PartitionInput] = {}
     for i, tp in enumerate(tps):
+        if not opts.selects(tp.topic):
+            reports[i].reason = "topic not selected (--topics)"
+            continue
         if not configs[tp.topic].compact:
             reports[i].reason = "cleanup.policy has no compact"
             continue

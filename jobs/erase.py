@@ -3,6 +3,7 @@ the driver logic behind every ``compactor erase`` command.
 
     spark-submit jobs/erase.py apply  LOG_DIR --state-dir DIR [--now-ms MS] [--master URL] [--json]
     spark-submit jobs/erase.py verify LOG_DIR --state-dir DIR [--now-ms MS] [--master URL] [--json]
+    spark-submit jobs/erase.py status --state-dir DIR [--now-ms MS] [--json]   (exit 1: overdue)
 
 ``apply`` takes the pending requests from the ledger (``compactor.ledger``), scans **every**
 segment of the partitions they concern (the active one included) for records whose key or
@@ -40,7 +41,13 @@ from compactor.logdir import (
     recover_partition,
 )
 from compactor.model import TopicPartition
-from compactor.options import CompactOptions, add_erase_arguments, run_main, topic_configs
+from compactor.options import (
+    CompactOptions,
+    add_erase_arguments,
+    add_status_arguments,
+    run_main,
+    topic_configs,
+)
 from compactor.policy import BatchHeader
 from jobs.compact import get_spark
 from schemas.spark import ERASURE_TASK, SEGMENT_TASK
@@ -318,14 +325,19 @@ def build_parser() -> argparse.ArgumentParser:
     for name in ("apply", "verify"):
         p = sub.add_parser(name)
         add_erase_arguments(p)
+    add_status_arguments(sub.add_parser("status", help="exit 1 when a request is overdue"))
     return parser
 
 
 def execute(args: argparse.Namespace, out: TextIO) -> int:
+    if args.action == "status":  # the ledger only: no Spark
+        from compactor.cli import erase_status_command
+
+        return erase_status_command(args, out)
     now_ms = args.now_ms if args.now_ms is not None else int(time.time() * 1000)
     spark = get_spark(args.master)
     fn = apply if args.action == "apply" else verify
-    report = fn(spark, args.log_dir, args.state_dir, now_ms)
+    report = fn(spark, storage.absolute(args.log_dir), storage.absolute(args.state_dir), now_ms)
     out.write(json.dumps(report, separators=(",", ":")) + "\n")
     if not args.json:
         out.write(summary(report) + "\n")

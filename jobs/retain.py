@@ -174,16 +174,18 @@ def plan_log_dir(log_dir: str, configs: Mapping[str, TopicConfig], now_ms: int,
 
 
 def retain_locked(log_dir: str, configs: Mapping[str, TopicConfig], now_ms: int, *,
-                  dry_run: bool = False) -> RetentionReport:
+                  dry_run: bool = False,
+                  topics: frozenset[str] = frozenset()) -> RetentionReport:
     """Retention over a log dir whose lock the caller holds (``compactor run`` holds it
     across compaction and retention)."""
     ld = open_log_dir(log_dir)
     report = RetentionReport(log_dir=log_dir, now_ms=now_ms, dry_run=dry_run)
+    partitions = [tp for tp in ld.partitions if not topics or tp.topic in topics]
     if not dry_run:
-        for tp in ld.partitions:
+        for tp in partitions:
             if not recover_partition(ld.partition_path(tp)).is_empty:
                 report.recovered += 1
-    report.partitions = plan_log_dir(log_dir, configs, now_ms, ld.partitions)
+    report.partitions = plan_log_dir(log_dir, configs, now_ms, partitions)
     starts: dict[TopicPartition, int | None] = {}
     for rep in report.partitions:
         plan = rep.plan
@@ -214,7 +216,8 @@ def execute(args: argparse.Namespace, out: TextIO) -> int:
         ledger.check_state_dir(args.state_dir, opts.log_dir)
     started = int(time.time() * 1000)
     with storage.log_dir_lock(opts.log_dir):
-        report = retain_locked(opts.log_dir, configs, opts.now_ms, dry_run=args.dry_run)
+        report = retain_locked(opts.log_dir, configs, opts.now_ms, dry_run=args.dry_run,
+                               topics=opts.topics)
     result = report.to_dict()
     if args.state_dir and not args.dry_run:
         result["run_id"] = ledger.record_report(args.state_dir, result, started,

@@ -48,12 +48,12 @@ def execute(args: argparse.Namespace, out: TextIO) -> int:
     if args.state_dir:
         ledger.check_state_dir(args.state_dir, opts.log_dir)
     started = int(time.time() * 1000)
-    compacting = any(cfg.compact for cfg in configs.values())
+    compacting = any(cfg.compact for t, cfg in configs.items() if opts.selects(t))
     spark = compact.get_spark(args.master) if compacting else None
     with storage.log_dir_lock(opts.log_dir):
         round_report = compact.run_locked(spark, opts, configs) if spark else None
         retention = retain.retain_locked(opts.log_dir, configs, opts.now_ms,
-                                         dry_run=args.dry_run)
+                                         dry_run=args.dry_run, topics=opts.topics)
     codes = [retention.exit_code] + ([round_report.exit_code] if round_report else [])
     code = max(codes) if any(c != EXIT_OK for c in codes) else EXIT_OK
     report = {"type": "report", "command": "run", "log_dir": opts.log_dir,
