@@ -1,0 +1,82 @@
+"""The jobs on a real Spark standalone cluster (a master and two workers, separate JVMs and
+Python workers) with the packaged ``--py-files``: the compaction and erasure jobs must leave
+exactly what the local-mode run leaves. The cluster is stopped whatever happens."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from compactor import cluster
+from compactor.cli import main as cli_main
+from compactor.dist import build
+from compactor.errors import EXIT_OK
+from compactor.generator import DEFAULT_START_MS, GeneratorConfig, generate
+from tests.helpers import records_of, segment_bytes, tree_digest
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+NOW = str(DEFAULT_START_MS + 3 * 86_400_000)
+GEN = GeneratorConfig(topics=("accounts",), partitions=2, records_per_partition=2000,
+                      distinct_keys=100, segment_bytes=16 * 1024, transactional_ratio=0.3,
+                      zipf_exponent=0.0, seed=13)
+
+
+@pytest.fixture(scope="module")
+def standalone(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    state = str(tmp_path_factory.mktemp("cluster"))
+    try:
+        yield cluster.start(state, workers=2, cores=1, memory="1g")
+    finally:
+        cluster.stop(state)
+        assert cluster.load(state) is None
+
+
+def _submit(master: str, py_files: str | None, *args: str) -> dict:
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
+    cmd = [str(Path(sys.executable).parent / "spark-submit"), "--master", master]
+    if py_files:
+        cmd += ["--py-files", py_files]
+    proc = subprocess.run([*cmd, *args], capture_output=True, text=True, env=env, check=False,
+                          cwd=str(REPO))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.splitlines()[0])
+
+
+def test_compaction_and_erasure_on_a_cluster_equal_local_mode(
+        standalone: cluster.Cluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    py_files = str(tmp_path / "kafka_compactor.zip")
+    assert "jobs/compact.py" in build(py_files)
+    on_cluster, local = tmp_path / "cluster-logs", tmp_path / "local-logs"
+    generate(str(on_cluster), GEN)
+    shutil.copytree(on_cluster, local)
+    args = ["--now-ms", NOW, "--config", "cleanup.policy=compact", "--json"]
+
+    remote = _submit(standalone.master_url, py_files, "jobs/compact.py", str(on_cluster), *args)
+    here = _submit("local[2]", None, "jobs/compact.py", str(local), *args)
+    assert remote["status"] == here["status"] == "ok"
+    assert all(p["status"] == "cleaned" for p in remote["partitions"])
+    assert tree_digest(on_cluster) == tree_digest(local)
+
+    subject = b"key-00000042"
+    for logs in (on_cluster, local):
+        assert cli_main(["erase", "request", "--state-dir", str(logs) + "-state", "--topic",
+                         "accounts", "--key", subject.decode(), "--request-id", "r1",
+                         "--now-ms", NOW]) == EXIT_OK
+    capsys.readouterr()
+    erase = ["apply", "--now-ms", NOW, "--json"]
+    remote = _submit(standalone.master_url, py_files, "jobs/erase.py", erase[0], str(on_cluster),
+                     "--state-dir", str(on_cluster) + "-state", *erase[1:])
+    here = _submit("local[2]", None, "jobs/erase.py", erase[0], str(local),
+                   "--state-dir", str(local) + "-state", *erase[1:])
+    assert remote["requests"][0]["records_erased"] == here["requests"][0]["records_erased"] > 0
+    assert tree_digest(on_cluster) == tree_digest(local)
+    for pdir in on_cluster.glob("accounts-*"):
+        assert not any(r.key == subject for r in records_of(segment_bytes(pdir)).values())
