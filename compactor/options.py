@@ -35,6 +35,11 @@ class CompactOptions:
         return not self.topics or topic in self.topics
 
 
+def optional_int(text: str) -> int | None:
+    """An integer argument that may be empty (a scheduler's unset parameter)."""
+    return int(text) if text.strip() and text.strip() != "None" else None
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The arguments of the Spark commands (``compact``, ``plan``, ``run``) and their jobs."""
     add_config_arguments(parser)
@@ -45,12 +50,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     """Log dir, clock, topic configs and output format (every maintenance command)."""
     parser.add_argument("log_dir", help="the Kafka log dir (on storage every executor reaches)")
-    parser.add_argument("--now-ms", type=int, default=None,
-                        help="the round's clock in epoch ms (default: wall clock)")
+    parser.add_argument("--now-ms", type=optional_int, default=None,
+                        help="the round's clock in epoch ms (default or empty: wall clock)")
     parser.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
                         help="topic config for every topic (Kafka names); repeatable")
     parser.add_argument("--topic-config", action="append", default=[],
                         metavar="TOPIC:KEY=VALUE", help="topic config for one topic; repeatable")
+    parser.add_argument("--config-json", default=None, metavar="JSON",
+                        help='configs for every topic as a JSON object, e.g. '
+                             '\'{"cleanup.policy": "compact,delete"}\' (schedulers)')
     parser.add_argument("--topic-configs", default=None, metavar="FILE",
                         help="YAML or JSON map: topic -> {config: value}")
     parser.add_argument("--topics", default=None, metavar="T1,T2",
@@ -67,7 +75,16 @@ def options_from_args(args: argparse.Namespace, *, plan_only: bool = False) -> C
     Raises:
         ConfigError: malformed ``KEY=VALUE``, unreadable or malformed ``--topic-configs``.
     """
-    config_all = dict(parse_assignment(a) for a in args.config)
+    config_all = {}
+    if getattr(args, "config_json", None):
+        try:
+            loaded = json.loads(args.config_json)
+        except ValueError as err:
+            raise ConfigError(f"--config-json is not JSON: {err}") from None
+        if not isinstance(loaded, dict):
+            raise ConfigError("--config-json must be a JSON object {config: value}")
+        config_all.update({str(k): str(v) for k, v in loaded.items()})
+    config_all.update(parse_assignment(a) for a in args.config)
     topics: dict[str, dict[str, str]] = {}
     if args.topic_configs:
         try:
@@ -107,8 +124,8 @@ def add_erase_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("log_dir", help="the Kafka log dir")
     parser.add_argument("--state-dir", required=True,
                         help="directory of the ledger's Delta tables (outside the log dir)")
-    parser.add_argument("--now-ms", type=int, default=None,
-                        help="the clock in epoch ms (default: wall clock)")
+    parser.add_argument("--now-ms", type=optional_int, default=None,
+                        help="the clock in epoch ms (default or empty: wall clock)")
     parser.add_argument("--master", default=None, help="Spark master URL")
     parser.add_argument("--json", action="store_true", help="print only the JSON report")
 
@@ -123,7 +140,7 @@ def add_recover_arguments(parser: argparse.ArgumentParser) -> None:
 def add_status_arguments(parser: argparse.ArgumentParser) -> None:
     """The arguments of ``erase status`` and of ``jobs/erase.py status``."""
     parser.add_argument("--state-dir", required=True)
-    parser.add_argument("--now-ms", type=int, default=None)
+    parser.add_argument("--now-ms", type=optional_int, default=None)
     parser.add_argument("--json", action="store_true")
 
 

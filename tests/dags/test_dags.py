@@ -1,0 +1,165 @@
+"""The Airflow DAGs: they parse through a DagBag with no import error and no connection or
+Variable access; every task's rendered spark-submit arguments are accepted by the job's own
+parser (the DAG and the job cannot drift); and real ``dag.test()`` runs (sqlite metadata DB,
+local Spark through the venv's spark-submit) do what the commands do."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+from airflow.dag_processing.dagbag import DagBag
+from deltalake import DeltaTable
+
+from compactor.cli import main as cli_main
+from compactor.errors import EXIT_OK
+from compactor.generator import DEFAULT_START_MS, GeneratorConfig, generate
+from compactor.options import options_from_args
+from tests.helpers import records_of, segment_bytes, tree_digest
+
+REPO = Path(__file__).resolve().parents[2]
+DAG_IDS = {"kafka_log_maintenance", "kafka_gdpr_erasure", "kafka_compaction_oneoff"}
+NOW = DEFAULT_START_MS + 2 * 3_600_000  # two hours after the first record
+GEN = GeneratorConfig(topics=("accounts", "events"), partitions=1, records_per_partition=1500,
+                      distinct_keys=80, segment_bytes=16 * 1024, zipf_exponent=0.0, seed=17)
+TOPIC_CONFIGS = {"accounts": {"cleanup.policy": "compact"},
+                 "events": {"cleanup.policy": "delete", "retention.ms": 3_600_000}}
+
+
+@pytest.fixture()
+def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict:
+    """A generated log dir and the DAG settings file pointing at it."""
+    logs = tmp_path / "logs"
+    generate(str(logs), GEN)
+    topic_configs = tmp_path / "topics.yaml"
+    topic_configs.write_text(yaml.safe_dump(TOPIC_CONFIGS))
+    cfg = {
+        "spark_conn_id": "spark_default", "jobs_dir": str(REPO / "jobs"),
+        "python": os.environ["PYSPARK_PYTHON"], "state_dir": str(tmp_path / "state"),
+        "maintenance": {"schedule": "@hourly", "log_dirs": [
+            {"name": "b1", "path": str(logs), "topic_configs": str(topic_configs)}]},
+        "erasure": {"schedule": "@daily", "log_dirs": ["b1"]},
+    }
+    path = tmp_path / "kafka_compactor.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    monkeypatch.setenv("KAFKA_COMPACTOR_DAGS_CONFIG", str(path))
+    return {"logs": logs, "state": tmp_path / "state", "topic_configs": topic_configs, **cfg}
+
+
+def _bag() -> DagBag:
+    return DagBag(dag_folder=str(REPO / "airflow_dags"))
+
+
+def test_dags_parse_without_errors_connections_or_variables(
+        settings: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    from airflow.sdk import BaseHook, Variable
+
+    def forbidden(*args: object, **kwargs: object) -> None:
+        raise AssertionError("connection or Variable read at parse time")
+
+    monkeypatch.setattr(BaseHook, "get_connection", classmethod(forbidden))
+    monkeypatch.setattr(Variable, "get", staticmethod(forbidden))
+    monkeypatch.delenv("AIRFLOW_CONN_SPARK_DEFAULT")
+    bag = _bag()
+    assert bag.import_errors == {}
+    assert set(bag.dags) == DAG_IDS
+    assert set(bag.dags["kafka_log_maintenance"].task_dict) == {"recover_b1", "run_b1"}
+    assert set(bag.dags["kafka_gdpr_erasure"].task_dict) == {
+        "erase_apply_b1", "erase_verify_b1", "erase_status"}
+    assert bag.dags["kafka_compaction_oneoff"].schedule is None
+
+
+def test_every_rendered_argv_is_accepted_by_its_job_parser(settings: dict) -> None:
+    bag = _bag()
+    checked = 0
+    for dag in bag.dags.values():
+        params = {k: v.value if hasattr(v, "value") else v for k, v in dag.params.items()}
+        if dag.dag_id == "kafka_compaction_oneoff":
+            params.update(log_dir=str(settings["logs"]), topics="accounts",
+                          configs={"cleanup.policy": "compact,delete", "retention.ms": 86_400_000},
+                          now_ms=str(NOW))
+        for task in dag.tasks:
+            argv = task.render_template(task.application_args, {"params": params})
+            job = importlib.import_module(f"jobs.{Path(task.application).stem}")
+            assert Path(task.application).parent == REPO / "jobs"
+            args = job.build_parser().parse_args(argv)
+            if hasattr(args, "config"):  # maintenance and compaction: validate the configs too
+                opts = options_from_args(args)
+                if dag.dag_id == "kafka_compaction_oneoff":
+                    assert opts.topics == {"accounts"} and opts.now_ms == NOW
+                    assert opts.config_all == {"cleanup.policy": "compact,delete",
+                                               "retention.ms": "86400000"}
+            if getattr(args, "log_dir", None) and dag.dag_id != "kafka_compaction_oneoff":
+                assert args.log_dir == str(settings["logs"])
+            if hasattr(args, "state_dir"):
+                assert args.state_dir == settings["state_dir"]
+            checked += 1
+    assert checked == 6
+
+
+@pytest.mark.slow
+def test_log_maintenance_dag_compacts_and_retains_like_compactor_run(
+        settings: dict, airflow_db: str, capsys: pytest.CaptureFixture[str]) -> None:
+    logs = settings["logs"]
+    expected = logs.parent / "expected"
+    shutil.copytree(logs, expected)
+    assert cli_main(["run", str(expected), "--now-ms", str(NOW), "--json", "--topic-configs",
+                     str(settings["topic_configs"])]) == EXIT_OK
+    report = json.loads(capsys.readouterr().out.splitlines()[0])
+    assert {p["status"] for p in report["compaction"]["partitions"]} == {"cleaned", "skipped"}
+    assert report["retention"]["segments_deleted"] > 0
+
+    run = _bag().dags["kafka_log_maintenance"].test(run_conf={"now_ms": str(NOW)})
+    assert run.state == "success"
+    assert tree_digest(logs) == tree_digest(expected)
+    assert segment_bytes(logs / "events-0") == {max(segment_bytes(logs / "events-0")): b""}
+    history = DeltaTable(str(settings["state"] / "runs")).to_pyarrow_table().to_pylist()
+    assert {(r["command"], r["topic"]) for r in history} == {
+        ("compact", "accounts"), ("compact", "events"), ("retain", "accounts"),
+        ("retain", "events")}
+
+
+@pytest.mark.slow
+def test_gdpr_erasure_dag_erases_and_verifies_a_request(
+        settings: dict, airflow_db: str, capsys: pytest.CaptureFixture[str]) -> None:
+    logs, state = settings["logs"], settings["state"]
+    subject = b"key-00000005"
+    assert any(r.key == subject for r in records_of(segment_bytes(logs / "accounts-0")).values())
+    assert cli_main(["erase", "request", "--state-dir", str(state), "--topic", "*", "--key",
+                     subject.decode(), "--request-id", "ticket-1", "--now-ms",
+                     str(NOW)]) == EXIT_OK
+    capsys.readouterr()
+    run = _bag().dags["kafka_gdpr_erasure"].test(run_conf={"now_ms": str(NOW)})
+    assert run.state == "success"
+    for pdir in logs.glob("*-0"):
+        assert not any(r.key == subject for r in records_of(segment_bytes(pdir)).values())
+    (row,) = DeltaTable(str(state / "erasure_requests")).to_pyarrow_table().to_pylist()
+    assert row["status"] == "verified" and row["records_erased"] > 0
+    # a corrupt segment blocks a new request (apply fails, the request stays pending); once
+    # it is past its deadline the status task fails too, and so does the run
+    segment = sorted((logs / "accounts-0").glob("*.log"))[0]
+    data = bytearray(segment.read_bytes())
+    data[200] ^= 0xFF
+    segment.write_bytes(bytes(data))
+    assert cli_main(["erase", "request", "--state-dir", str(state), "--topic", "accounts",
+                     "--key", "key-00000006", "--request-id", "late", "--deadline-days", "0",
+                     "--now-ms", str(NOW)]) == EXIT_OK
+    run = _bag().dags["kafka_gdpr_erasure"].test(run_conf={"now_ms": str(NOW + 86_400_000)})
+    assert run.state == "failed"
+    states = {ti.task_id: ti.state for ti in run.get_task_instances()}
+    assert states == {"erase_apply_b1": "failed", "erase_verify_b1": "upstream_failed",
+                      "erase_status": "failed"}
+
+
+@pytest.mark.slow
+def test_a_failing_job_fails_its_task(settings: dict, airflow_db: str, tmp_path: Path) -> None:
+    dag = _bag().dags["kafka_compaction_oneoff"]
+    run = dag.test(run_conf={"log_dir": str(tmp_path / "missing"), "now_ms": str(NOW)})
+    assert run.state == "failed"
+    (ti,) = run.get_task_instances()
+    assert ti.state == "failed"
