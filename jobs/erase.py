@@ -183,13 +183,7 @@ def apply(spark: SparkSession | None, log_dir: str, state_dir: str, now_ms: int,
                                              "partitions_rewritten", "segments_rewritten")}
                           for u in updates] + [{"request_id": r, "status": "pending",
                                                 "blocked_by": b} for r, b in blocked.items()]
-    ledger.record_runs(state_dir, run_id=run_id, command="erase_apply", log_dir=log_dir,
-                       now_ms=now_ms, started_at_ms=started,
-                       finished_at_ms=int(time.time() * 1000), seconds=None,
-                       partitions=lines.values())
-    ledger.update_requests(state_dir, updates, {"action": "apply", "run_id": run_id,
-                                                "request_ids": ",".join(u["request_id"]
-                                                                        for u in updates)})
+    _record(state_dir, "apply", run_id, log_dir, now_ms, started, lines, updates)
     report["status"] = "partial" if blocked else "ok"
     return report
 
@@ -297,17 +291,23 @@ def verify(spark: SparkSession | None, log_dir: str, state_dir: str,
             "request_id", "status", "verified_segments_scanned", "verified_records_scanned")}
             | ({"residual": residual[:10]} if residual else {}))
     report["partitions"] = list(lines.values())
-    ledger.record_runs(state_dir, run_id=run_id, command="erase_verify", log_dir=log_dir,
-                       now_ms=now_ms, started_at_ms=started,
-                       finished_at_ms=int(time.time() * 1000), seconds=None,
-                       partitions=lines.values())
-    ledger.update_requests(state_dir, updates, {"action": "verify", "run_id": run_id,
-                                                "request_ids": ",".join(u["request_id"]
-                                                                        for u in updates)})
+    _record(state_dir, "verify", run_id, log_dir, now_ms, started, lines, updates)
     failed = any(u["status"] == "failed" for u in updates)
     unverified = len(updates) < len(requests)
     report["status"] = "failed" if failed else ("partial" if unverified else "ok")
     return report
+
+
+def _record(state_dir: str, action: str, run_id: str, log_dir: str, now_ms: int, started: int,
+            lines: Mapping[int, Mapping[str, Any]], updates: Sequence[Mapping[str, Any]]) -> None:
+    """The run's rows in ``runs``, then the requests' new state: one Delta commit each."""
+    ledger.record_runs(state_dir, run_id=run_id, command=f"erase_{action}", log_dir=log_dir,
+                       now_ms=now_ms, started_at_ms=started,
+                       finished_at_ms=int(time.time() * 1000), seconds=None,
+                       partitions=lines.values())
+    ledger.update_requests(state_dir, updates, {
+        "action": action, "run_id": run_id,
+        "request_ids": ",".join(u["request_id"] for u in updates)})
 
 
 def report_exit_code(report: Mapping[str, Any]) -> int:
