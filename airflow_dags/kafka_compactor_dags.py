@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 from datetime import datetime, timedelta
+from typing import Any
 
 import yaml
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
@@ -28,7 +29,7 @@ DEFAULT_ARGS = {"retries": 0, "retry_delay": timedelta(minutes=5)}
 LOG_DIRS = {d["name"]: d for d in SETTINGS.get("maintenance", {}).get("log_dirs", [])}
 
 
-def spark_job(task_id: str, job: str, args: list[str], **kwargs: object) -> SparkSubmitOperator:
+def spark_job(task_id: str, job: str, args: list[str], **kwargs: Any) -> SparkSubmitOperator:
     """A task running ``jobs/<job>.py`` with ``args`` (its command line, templated)."""
     python = SETTINGS.get("python")
     return SparkSubmitOperator(

@@ -16,6 +16,8 @@ Verification (``verify=True``) collects every problem it finds instead of stoppi
 
 from __future__ import annotations
 
+import functools
+
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -407,7 +409,7 @@ def inspect_path(
     log_dir = open_log_dir(path)
     if verify:
         for name in ROOT_CHECKPOINTS:
-            yield from _problems_of(lambda name=name: read_offset_checkpoint(path, name))
+            yield from _problems_of(functools.partial(read_offset_checkpoint, path, name))
     for tp in log_dir.partitions:
         yield from inspect_partition(log_dir.partition_path(tp), dump=dump, records=records,
                                      verify=verify)

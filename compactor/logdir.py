@@ -321,8 +321,8 @@ def plan_recovery(
     deletes: list[str] = [n for n in names if n.endswith(DELETED_SUFFIX)]
     cleaned = [n for n in names if n.endswith(CLEANED_SUFFIX)]
     swaps = [n for n in names if n.endswith(SWAP_SUFFIX)]
-    min_cleaned = min((file_offset(n) for n in cleaned if file_offset(n) is not None),
-                      default=None)
+    cleaned_offsets = [off for n in cleaned if (off := file_offset(n)) is not None]
+    min_cleaned = min(cleaned_offsets, default=None)
     valid_swaps = []
     for n in swaps:
         off = file_offset(n)

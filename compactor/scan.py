@@ -132,9 +132,9 @@ def keyed_records(data: bytes, path: str, flags_by_position: Mapping[int, BatchF
             flags = flags_by_position.get(batch.position)
             if flags is None:
                 continue
-            keyed = [r for r in batch.compiled_records() if r.key is not None]
-            offsets += [r.offset for r in keyed]
-            keys += [r.key for r in keyed]
+            keyed = [(r.offset, r.key) for r in batch.compiled_records() if r.key is not None]
+            offsets += [offset for offset, _ in keyed]
+            keys += [key for _, key in keyed]
             runs.append((flags, len(keyed)))
     except CompactorError as err:
         raise err.with_location(path=path) from None

@@ -77,7 +77,7 @@ def _header_batch(tp_id: int, segment_base: int, path: str) -> pa.RecordBatch:
     try:
         headers = segment_headers(storage.read_bytes(path), path, segment_base)
     except CompactorError as err:
-        row = {name: [None] for name in _HEADER_ARROW.names}
+        row: dict[str, list] = {name: [None] for name in _HEADER_ARROW.names}
         row.update(tp_id=[tp_id], segment_base=[segment_base], error=[json.dumps(err.to_dict())])
         return pa.RecordBatch.from_pydict(row, schema=_HEADER_ARROW)
     n = len(headers)
@@ -103,7 +103,7 @@ def scan_headers(tasks: DataFrame) -> DataFrame:
 def _headers_from_pandas(pdf: pd.DataFrame) -> list[BatchHeader]:
     pdf = pdf.sort_values(["segment_base", "position"])
     return [
-        BatchHeader(**{name: _py(getattr(row, name)) for name in _HEADER_FIELDS})
+        BatchHeader(**{name: _py(getattr(row, name)) for name in _HEADER_FIELDS})  # type: ignore[arg-type]
         for row in pdf.itertuples(index=False)
     ]
 

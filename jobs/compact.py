@@ -293,9 +293,10 @@ def _plan(spark: SparkSession, inputs: dict[int, PartitionInput],
         for row in headers.where(F.col("error").isNotNull()).select("tp_id", "error").collect():
             if row.tp_id in inputs:
                 del inputs[row.tp_id]
+                error = json.loads(row.error)
                 reports[row.tp_id].status = "corrupt"
-                reports[row.tp_id].error = json.loads(row.error)
-                reports[row.tp_id].reason = reports[row.tp_id].error["code"]
+                reports[row.tp_id].error = error
+                reports[row.tp_id].reason = error["code"]
         valid = headers.where(F.col("tp_id").isin(list(inputs)))
         for row in valid.transform(transforms.plan_rounds(inputs)).collect():
             plans[row.tp_id] = transforms.plan_from_row(row.asDict())

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pyspark.sql.types import (
     ArrayType,
     BooleanType,
+    DataType,
     DoubleType,
     IntegerType,
     LongType,
@@ -19,7 +20,7 @@ from pyspark.sql.types import (
 )
 
 
-def _schema(*fields: tuple[str, object, bool]) -> StructType:
+def _schema(*fields: tuple[str, DataType, bool]) -> StructType:
     return StructType([StructField(name, kind, nullable) for name, kind, nullable in fields])
 
 
