@@ -6,6 +6,7 @@ Profiles: ``ci`` (derandomized, 200 examples per property) is selected by
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import sys
@@ -25,6 +26,10 @@ settings.register_profile(
     "dev", max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow],
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+
+# py4j logs "closing down clientserver connection" at interpreter exit, after pytest closed the
+# streams Airflow's logging config attached handlers to: do not print a traceback for that.
+logging.raiseExceptions = False
 
 SMALL_LOG = GeneratorConfig(
     topics=("orders-v2", "user-profiles"),
