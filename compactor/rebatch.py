@@ -150,28 +150,36 @@ def segment_drops(batches: Sequence[RecordBatch], decisions: Sequence[BatchDecis
         if batch.is_control:
             out.append(BatchDrops((), reasons))
             continue
+        # does a keyed record of this batch enter the map: all, none, or by offset
         feeds_map = not decision.aborted
-        goes = []
-        from_map = 0
+        feed_all = feeds_map and batch.base_offset >= first_dirty
+        feed_some = feeds_map and not feed_all and batch.last_offset >= first_dirty
+        expire_tombstones = not decision.retain_deletes
+        add = later.add
+        goes: list[int] = []
+        null_keys = from_map = local = expired = 0
         for r in reversed(batch.compiled_records()):
             key = r.key
+            offset = r.offset
             if key is None:
-                reason = "null_key"
-            elif r.offset in superseded:
-                reason = "superseded"
-                from_map += 1
-            elif key in later:
-                reason = "superseded"
-            elif r.value is None and not decision.retain_deletes:
-                reason = "tombstone_expired"
-            else:
-                reason = None
-            if key is not None and feeds_map and r.offset >= first_dirty:
-                later.add(key)
-            if reason is None:
+                null_keys += 1
+                goes.append(offset)
                 continue
-            goes.append(r.offset)
-            reasons[reason] += 1
+            if offset in superseded:
+                from_map += 1
+                goes.append(offset)
+            elif key in later:
+                local += 1
+                goes.append(offset)
+            elif expire_tombstones and r.value is None:
+                expired += 1
+                goes.append(offset)
+            if feed_all or (feed_some and offset >= first_dirty):
+                add(key)
+        for reason, n in (("null_key", null_keys), ("superseded", from_map + local),
+                          ("tombstone_expired", expired)):
+            if n:
+                reasons[reason] = n
         out.append(BatchDrops(tuple(reversed(goes)), reasons, from_map))
     out.reverse()
     return out
