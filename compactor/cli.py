@@ -23,9 +23,9 @@ from compactor.options import (
     add_config_arguments,
     add_erase_arguments,
     add_recover_arguments,
+    add_retention_arguments,
     add_status_arguments,
 )
-from jobs.retain import add_arguments as add_retention_arguments
 from compactor.erasure import ALL_TOPICS, HEADER, KEY, new_requests
 from compactor.logdir import (
     is_partition_dir,

@@ -138,9 +138,6 @@ def record_runs(state_dir: str, *, run_id: str, command: str, log_dir: str, now_
                 partitions: Iterable[Mapping[str, Any]]) -> None:
     """Append one ``runs`` row per partition line of a JSON report (compact, retain, erase)."""
 
-    def pick(line: Mapping[str, Any], key: str) -> Any:
-        return line.get(key)
-
     rows = []
     for line in partitions:
         deleted = line.get("deleted_segments")
@@ -148,16 +145,15 @@ def record_runs(state_dir: str, *, run_id: str, command: str, log_dir: str, now_
             "run_id": run_id, "command": command, "log_dir": log_dir, "topic": line["topic"],
             "partition": line["partition"], "started_at_ms": started_at_ms,
             "finished_at_ms": finished_at_ms, "now_ms": now_ms, "status": line["status"],
-            "records_in": pick(line, "records_in") if "records_in" in line
-            else pick(line, "records_scanned"),
-            "records_out": pick(line, "records_out"), "bytes_in": pick(line, "bytes_in"),
-            "bytes_out": pick(line, "bytes_out"),
-            "segments_before": pick(line, "segments_before") or pick(line, "segments"),
-            "segments_after": pick(line, "segments_after") or pick(line, "segments"),
-            "segments_rewritten": pick(line, "segments_rewritten"),
+            "records_in": line.get("records_in", line.get("records_scanned")),
+            "records_out": line.get("records_out"), "bytes_in": line.get("bytes_in"),
+            "bytes_out": line.get("bytes_out"),
+            "segments_before": line.get("segments_before", line.get("segments")),
+            "segments_after": line.get("segments_after", line.get("segments")),
+            "segments_rewritten": line.get("segments_rewritten"),
             "segments_deleted": len(deleted) if deleted is not None else None,
-            "records_erased": pick(line, "records_erased"),
-            "seconds": pick(line, "seconds") if "seconds" in line else seconds,
+            "records_erased": line.get("records_erased"),
+            "seconds": line.get("seconds", seconds),
             "report_json": _json(line),
         })
     append_runs(state_dir, rows)

@@ -17,6 +17,7 @@ import yaml
 from compactor import storage
 from compactor.config import TopicConfig, parse_assignment, resolve_topic_config
 from compactor.errors import CompactorError, ConfigError
+from compactor.retention import MIN_RETENTION_BYTES, MIN_RETENTION_MS
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -128,6 +129,15 @@ def add_erase_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the clock in epoch ms (default or empty: wall clock)")
     parser.add_argument("--master", default=None, help="Spark master URL")
     parser.add_argument("--json", action="store_true", help="print only the JSON report")
+
+
+def add_retention_arguments(parser: argparse.ArgumentParser) -> None:
+    """The retention flags shared by ``retain`` and ``run``."""
+    parser.add_argument("--dry-run", action="store_true",
+                        help="print what would be deleted, delete nothing")
+    parser.add_argument("--allow-aggressive-retention", action="store_true",
+                        help=f"allow retention.ms < {MIN_RETENTION_MS} or retention.bytes < "
+                             f"{MIN_RETENTION_BYTES}")
 
 
 def add_recover_arguments(parser: argparse.ArgumentParser) -> None:

@@ -13,11 +13,12 @@ its offsets (§5.7).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
 from compactor.config import TopicConfig
+from compactor.errors import ConfigError
 from compactor.model import SegmentInfo
 
 
@@ -139,3 +140,33 @@ def plan_retention(segments: Sequence[SegmentInfo], *, config: TopicConfig,
         log_end_offset=log_end_offset, high_watermark=high_watermark,
         first_segment_base=remaining[0].base_offset if remaining else log_end_offset,
     )
+
+
+# Retention settings below these floors delete data faster than any production topic should;
+# they are refused unless the user passes --allow-aggressive-retention.
+MIN_RETENTION_MS = 3_600_000  # 1 hour
+MIN_RETENTION_BYTES = 1 << 20  # 1 MiB per partition
+
+
+def check_safety_floor(configs: Mapping[str, TopicConfig], *, allow_aggressive: bool) -> None:
+    """Refuse retention settings below the floors (unless allowed), naming rule and value.
+
+    Raises:
+        ConfigError: a topic with ``delete`` in its policy has ``retention.ms`` in
+            ``[0, MIN_RETENTION_MS)`` or ``retention.bytes`` in ``[0, MIN_RETENTION_BYTES)``.
+    """
+    if allow_aggressive:
+        return
+    for topic, cfg in sorted(configs.items()):
+        if not cfg.delete:
+            continue
+        if 0 <= cfg.retention_ms < MIN_RETENTION_MS:
+            raise ConfigError(
+                f"topic {topic}: retention.ms={cfg.retention_ms} is below the safety floor of "
+                f"{MIN_RETENTION_MS} ms (1 hour): segments older than that would be deleted",
+                remedy="raise retention.ms, or pass --allow-aggressive-retention if you mean it")
+        if 0 <= cfg.retention_bytes < MIN_RETENTION_BYTES:
+            raise ConfigError(
+                f"topic {topic}: retention.bytes={cfg.retention_bytes} is below the safety floor "
+                f"of {MIN_RETENTION_BYTES} bytes (1 MiB) per partition",
+                remedy="raise retention.bytes, or pass --allow-aggressive-retention if you mean it")

@@ -63,7 +63,7 @@ from schemas.spark import (
 
 Transform = Callable[[DataFrame], DataFrame]
 
-_HEADER_FIELDS = [f.name for f in BATCH_HEADER.fields if f.name not in ("tp_id", "error")]
+HEADER_FIELDS = [f.name for f in BATCH_HEADER.fields if f.name not in ("tp_id", "error")]
 _HEADER_ARROW = to_arrow_schema(BATCH_HEADER)
 _ERASURE_ARROW = to_arrow_schema(ERASURE_MATCH)
 _COMMIT_ARROW = to_arrow_schema(COMMIT_MESSAGE)
@@ -82,7 +82,7 @@ def _header_batch(tp_id: int, segment_base: int, path: str) -> pa.RecordBatch:
         return pa.RecordBatch.from_pydict(row, schema=_HEADER_ARROW)
     n = len(headers)
     cols: dict[str, list] = {"tp_id": [tp_id] * n, "error": [None] * n}
-    for name in _HEADER_FIELDS:
+    for name in HEADER_FIELDS:
         cols[name] = [getattr(h, name) for h in headers]
     return pa.RecordBatch.from_pydict(cols, schema=_HEADER_ARROW)
 
@@ -100,10 +100,15 @@ def scan_headers(tasks: DataFrame) -> DataFrame:
     return tasks.mapInArrow(_scan_header_partitions, BATCH_HEADER)
 
 
+def header_from_row(row: object) -> BatchHeader:
+    """A collected ``BATCH_HEADER`` row (without error) as the policy's batch header."""
+    return BatchHeader(**{name: getattr(row, name) for name in HEADER_FIELDS})
+
+
 def _headers_from_pandas(pdf: pd.DataFrame) -> list[BatchHeader]:
     pdf = pdf.sort_values(["segment_base", "position"])
     return [
-        BatchHeader(**{name: _py(getattr(row, name)) for name in _HEADER_FIELDS})  # type: ignore[arg-type]
+        BatchHeader(**{name: _py(getattr(row, name)) for name in HEADER_FIELDS})  # type: ignore[arg-type]
         for row in pdf.itertuples(index=False)
     ]
 

@@ -178,24 +178,11 @@ def _write(inp: PartitionInput, source_bases: tuple[int, ...],
             path=by_base[source_bases[0]].log_path,
             remedy="the segment changed during the run; rerun once nothing else writes to it",
         )
-    files = _assemble(by_base[source_bases[0]].log_path, source_bases[0], outputs,
-                      txn_entries, last_batch, len(source_bases), cfg)
-    mtime = by_base[source_bases[-1]].mtime_ms
-    written = [(LOG_SUFFIX, files.log), (INDEX_SUFFIX, files.index),
-               (TIME_INDEX_SUFFIX, files.time_index)]
-    if files.txn_index:
-        written.append((TXN_INDEX_SUFFIX, files.txn_index))
-    for suffix, data in written:
-        storage.write_durable(cleaned_path(inp.path, source_bases[0], suffix), data,
-                              mtime_ms=mtime, fsync=fsync)
-    return CommitMessage(
-        group_base=source_bases[0], source_bases=source_bases,
-        cleaned_suffixes=tuple(s for s, _ in written), log_checksum=zlib.crc32(files.log),
-        bytes_in=bytes_in, bytes_out=len(files.log), batches_in=batches_in,
-        batches_out=files.batches, records_in=records_in, records_out=records_out,
-        dropped={reason: n for reason, n in dropped.items() if n},
-    )
-
+    return _write_cleaned(
+        inp.path, source_bases, by_base[source_bases[0]].log_path, outputs, txn_entries,
+        last_batch, cfg, mtime_ms=by_base[source_bases[-1]].mtime_ms, fsync=fsync,
+        bytes_in=bytes_in, batches_in=batches_in, records_in=records_in,
+        records_out=records_out, dropped={reason: n for reason, n in dropped.items() if n})
 
 
 def write_erased_segment(
@@ -214,7 +201,8 @@ def write_erased_segment(
     base offset, ``lastOffsetDelta``, producer fields, leader epoch, codec and delete horizon
     (none is added). A batch that loses every record stays as an empty header only when its
     position is in ``retain_empty`` (it carries producer state or the log end offset). The
-    ``.txnindex`` is carried over unchanged, the other indexes are rebuilt, the mtime kept.
+    ``.txnindex`` entries are carried over unchanged, the other indexes are rebuilt, the mtime
+    kept.
 
     Args:
         erased: batch position -> offsets of its records to erase.
@@ -272,19 +260,37 @@ def _write_erased(partition_dir: str, segment: SegmentInfo, erased: Mapping[int,
     txn_path = segment_path(partition_dir, base, TXN_INDEX_SUFFIX)
     txn_entries = (decode_txn_index(storage.read_bytes(txn_path), base, path=txn_path)
                    if segment.has_txn_index else [])
-    files = _assemble(segment.log_path, base, outputs, txn_entries, last_batch, 1, config)
+    return _write_cleaned(
+        partition_dir, (base,), segment.log_path, outputs, txn_entries, last_batch, config,
+        mtime_ms=segment.mtime_ms, fsync=fsync, bytes_in=len(data), batches_in=batches_in,
+        records_in=records_in, records_out=records_out,
+        dropped={"erased": found} if found else {})
+
+
+def _write_cleaned(partition_dir: str, source_bases: tuple[int, ...], log_path: str,
+                   outputs: Sequence[bytes], txn_entries: Sequence[AbortedTxn],
+                   last_batch: RecordBatch | None, config: TopicConfig, *, mtime_ms: int,
+                   fsync: bool, bytes_in: int, batches_in: int, records_in: int,
+                   records_out: int, dropped: Mapping[str, int]) -> CommitMessage:
+    """Assemble the output batches into a segment with its indexes, write its ``.cleaned``
+    files durably with ``mtime_ms`` (a ``.txnindex`` only when it has entries), and describe
+    them in a commit message."""
+    base = source_bases[0]
+    files = _assemble(log_path, base, outputs, txn_entries, last_batch, len(source_bases),
+                      config)
     written = [(LOG_SUFFIX, files.log), (INDEX_SUFFIX, files.index),
                (TIME_INDEX_SUFFIX, files.time_index)]
-    if segment.has_txn_index:
+    if files.txn_index:
         written.append((TXN_INDEX_SUFFIX, files.txn_index))
-    for suffix, payload in written:
-        storage.write_durable(cleaned_path(partition_dir, base, suffix), payload,
-                              mtime_ms=segment.mtime_ms, fsync=fsync)
+    for suffix, data in written:
+        storage.write_durable(cleaned_path(partition_dir, base, suffix), data,
+                              mtime_ms=mtime_ms, fsync=fsync)
     return CommitMessage(
-        group_base=base, source_bases=(base,), cleaned_suffixes=tuple(s for s, _ in written),
-        log_checksum=zlib.crc32(files.log), bytes_in=len(data), bytes_out=len(files.log),
-        batches_in=batches_in, batches_out=files.batches, records_in=records_in,
-        records_out=records_out, dropped={"erased": found} if found else {},
+        group_base=base, source_bases=source_bases,
+        cleaned_suffixes=tuple(s for s, _ in written), log_checksum=zlib.crc32(files.log),
+        bytes_in=bytes_in, bytes_out=len(files.log), batches_in=batches_in,
+        batches_out=files.batches, records_in=records_in, records_out=records_out,
+        dropped=dropped,
     )
 
 

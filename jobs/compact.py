@@ -20,7 +20,7 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TextIO
+from typing import Any, Protocol, TextIO
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -47,7 +47,7 @@ from compactor.logdir import (
     recover_partition,
     segment_path,
 )
-from compactor.model import TopicPartition
+from compactor.model import SegmentInfo, TopicPartition
 from compactor.options import (
     run_main,
     CompactOptions,
@@ -59,6 +59,13 @@ from compactor.policy import CleaningPlan, PartitionInput, SkipReason
 from compactor.rebatch import DROP_REASONS
 from compactor.writer import CommitMessage
 from schemas.spark import SEGMENT_TASK
+
+
+class HasSegments(Protocol):
+    """A partition as far as the segment scans care (``PartitionInput``, ``PartitionLog``)."""
+
+    @property
+    def segments(self) -> Sequence[SegmentInfo]: ...
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -276,8 +283,9 @@ def _size_shuffles(spark: SparkSession, inputs: Mapping[int, PartitionInput]) ->
     spark.conf.set("spark.sql.shuffle.partitions", str(wanted))
 
 
-def _segment_tasks(spark: SparkSession, inputs: Mapping[int, PartitionInput]) -> DataFrame:
-    rows = [(i, s.base_offset, s.log_path) for i, inp in inputs.items() for s in inp.segments]
+def segment_tasks(spark: SparkSession, partitions: Mapping[int, HasSegments]) -> DataFrame:
+    """One ``SEGMENT_TASK`` row per segment of the partitions, spread over the cores."""
+    rows = [(i, s.base_offset, s.log_path) for i, p in partitions.items() for s in p.segments]
     parallelism = max(1, min(len(rows), spark.sparkContext.defaultParallelism * 4))
     return spark.createDataFrame(rows, SEGMENT_TASK).repartition(parallelism)
 
@@ -289,7 +297,7 @@ def _plan(spark: SparkSession, inputs: dict[int, PartitionInput],
     plans: dict[int, CleaningPlan] = {}
     headers = None
     if inputs:
-        headers = _segment_tasks(spark, inputs).transform(transforms.scan_headers).persist()
+        headers = segment_tasks(spark, inputs).transform(transforms.scan_headers).persist()
         for row in headers.where(F.col("error").isNotNull()).select("tp_id", "error").collect():
             if row.tp_id in inputs:
                 del inputs[row.tp_id]
@@ -320,7 +328,7 @@ def write_cleaned_segments(spark: SparkSession, inputs: Mapping[int, PartitionIn
     one commit message per group (nothing is swapped yet)."""
     cleaning = {i: inputs[i] for i in plans}
     if headers is None:
-        headers = _segment_tasks(spark, cleaning).transform(transforms.scan_headers)
+        headers = segment_tasks(spark, cleaning).transform(transforms.scan_headers)
     decisions = headers.transform(transforms.decide_batches(cleaning, plans)).persist()
     superseded = (decisions.transform(transforms.scan_keys(cleaning, plans))
                   .transform(transforms.latest_per_key)

@@ -49,11 +49,8 @@ from compactor.options import (
     topic_configs,
 )
 from compactor.policy import BatchHeader
-from jobs.compact import get_spark
-from schemas.spark import ERASURE_TASK, SEGMENT_TASK
-
-_HEADER_FIELDS = transforms._HEADER_FIELDS
-
+from jobs.compact import get_spark, segment_tasks
+from schemas.spark import ERASURE_TASK
 
 @dataclass(kw_only=True)
 class _Scan:
@@ -67,14 +64,11 @@ class _Scan:
 
 def _scan(spark: SparkSession, parts: Mapping[int, PartitionLog],
           matchers: Mapping[int, Matcher]) -> _Scan:
-    rows = [(i, s.base_offset, s.log_path) for i, p in parts.items() for s in p.segments]
     out = _Scan(matches={i: [] for i in parts}, segments={i: 0 for i in parts},
                 records={i: 0 for i in parts})
-    if not rows:
+    if not any(p.segments for p in parts.values()):
         return out
-    tasks = spark.createDataFrame(rows, SEGMENT_TASK).repartition(
-        max(1, min(len(rows), spark.sparkContext.defaultParallelism * 4)))
-    for r in tasks.transform(transforms.scan_erasure(matchers)).collect():
+    for r in segment_tasks(spark, parts).transform(transforms.scan_erasure(matchers)).collect():
         if r.kind == "segment":
             if r.error:
                 out.errors.setdefault(r.tp_id, json.loads(r.error))
@@ -87,13 +81,12 @@ def _scan(spark: SparkSession, parts: Mapping[int, PartitionLog],
 
 
 def _headers(spark: SparkSession, parts: Mapping[int, PartitionLog]) -> dict[int, list[BatchHeader]]:
-    rows = [(i, s.base_offset, s.log_path) for i, p in parts.items() for s in p.segments]
     out: dict[int, list[BatchHeader]] = {i: [] for i in parts}
-    if not rows:
+    if not any(p.segments for p in parts.values()):
         return out
-    for r in spark.createDataFrame(rows, SEGMENT_TASK).transform(transforms.scan_headers).collect():
+    for r in segment_tasks(spark, parts).transform(transforms.scan_headers).collect():
         if r.error is None:
-            out[r.tp_id].append(BatchHeader(**{f: getattr(r, f) for f in _HEADER_FIELDS}))
+            out[r.tp_id].append(transforms.header_from_row(r))
     for headers in out.values():
         headers.sort(key=lambda h: (h.segment_base, h.position))
     return out

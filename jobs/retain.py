@@ -25,7 +25,7 @@ from typing import Any, TextIO
 from compactor import commit, ledger, storage
 from compactor.codec.checkpoints import LOG_START_OFFSET_CHECKPOINT, REPLICATION_OFFSET_CHECKPOINT
 from compactor.config import TopicConfig
-from compactor.errors import EXIT_OK, EXIT_PARTIAL, CompactorError, ConfigError
+from compactor.errors import EXIT_OK, EXIT_PARTIAL, CompactorError
 from compactor.logdir import (
     load_partition,
     log_end_offset,
@@ -34,46 +34,14 @@ from compactor.logdir import (
     recover_partition,
 )
 from compactor.model import TopicPartition
-from compactor.options import add_config_arguments, options_from_args, run_main, topic_configs
-from compactor.retention import RetentionPlan, plan_retention
-
-# Retention settings below these floors delete data faster than any production topic should;
-# they are refused unless the user passes --allow-aggressive-retention.
-MIN_RETENTION_MS = 3_600_000  # 1 hour
-MIN_RETENTION_BYTES = 1 << 20  # 1 MiB per partition
-
-
-def check_safety_floor(configs: Mapping[str, TopicConfig], *, allow_aggressive: bool) -> None:
-    """Refuse retention settings below the floors (unless allowed), naming rule and value.
-
-    Raises:
-        ConfigError: a topic with ``delete`` in its policy has ``retention.ms`` in
-            ``[0, MIN_RETENTION_MS)`` or ``retention.bytes`` in ``[0, MIN_RETENTION_BYTES)``.
-    """
-    if allow_aggressive:
-        return
-    for topic, cfg in sorted(configs.items()):
-        if not cfg.delete:
-            continue
-        if 0 <= cfg.retention_ms < MIN_RETENTION_MS:
-            raise ConfigError(
-                f"topic {topic}: retention.ms={cfg.retention_ms} is below the safety floor of "
-                f"{MIN_RETENTION_MS} ms (1 hour): segments older than that would be deleted",
-                remedy="raise retention.ms, or pass --allow-aggressive-retention if you mean it")
-        if 0 <= cfg.retention_bytes < MIN_RETENTION_BYTES:
-            raise ConfigError(
-                f"topic {topic}: retention.bytes={cfg.retention_bytes} is below the safety floor "
-                f"of {MIN_RETENTION_BYTES} bytes (1 MiB) per partition",
-                remedy="raise retention.bytes, or pass --allow-aggressive-retention if you mean it")
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The retention flags shared by ``retain`` and ``run``."""
-    parser.add_argument("--dry-run", action="store_true",
-                        help="print what would be deleted, delete nothing")
-    parser.add_argument("--allow-aggressive-retention", action="store_true",
-                        help=f"allow retention.ms < {MIN_RETENTION_MS} or retention.bytes < "
-                             f"{MIN_RETENTION_BYTES}")
+from compactor.options import (
+    add_config_arguments,
+    add_retention_arguments,
+    options_from_args,
+    run_main,
+    topic_configs,
+)
+from compactor.retention import RetentionPlan, check_safety_floor, plan_retention
 
 
 @dataclass(kw_only=True)
@@ -232,7 +200,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="jobs/retain.py",
                                      description="Kafka retention over a log dir.")
     add_config_arguments(parser)
-    add_arguments(parser)
+    add_retention_arguments(parser)
     return parser
 
 

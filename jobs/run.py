@@ -25,7 +25,14 @@ from typing import TextIO
 from compactor import ledger, storage
 from compactor.errors import EXIT_OK
 from compactor.logdir import open_log_dir
-from compactor.options import add_arguments, options_from_args, run_main, topic_configs
+from compactor.options import (
+    add_arguments,
+    add_retention_arguments,
+    options_from_args,
+    run_main,
+    topic_configs,
+)
+from compactor.retention import check_safety_floor
 from jobs import compact, retain
 
 
@@ -34,7 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="jobs/run.py",
         description="Compaction and retention over a Kafka log dir, per topic cleanup.policy.")
     add_arguments(parser)
-    retain.add_arguments(parser)
+    add_retention_arguments(parser)
     return parser
 
 
@@ -44,7 +51,7 @@ def execute(args: argparse.Namespace, out: TextIO) -> int:
     opts = options_from_args(args, plan_only=args.dry_run)
     ld = open_log_dir(opts.log_dir)
     configs = topic_configs(sorted({tp.topic for tp in ld.partitions}), opts)
-    retain.check_safety_floor(configs, allow_aggressive=args.allow_aggressive_retention)
+    check_safety_floor(configs, allow_aggressive=args.allow_aggressive_retention)
     if args.state_dir:
         ledger.check_state_dir(args.state_dir, opts.log_dir)
     started = int(time.time() * 1000)

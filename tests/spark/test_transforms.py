@@ -80,7 +80,7 @@ def test_scan_headers_equals_the_pure_scan(spark, partition: PartitionInput) -> 
         [(0, s.base_offset, s.log_path) for s in partition.segments], SEGMENT_TASK)
     got = tasks.transform(transforms.scan_headers)
     expected = spark.createDataFrame(
-        [(0, *(getattr(h, f) for f in transforms._HEADER_FIELDS), None)
+        [(0, *(getattr(h, f) for f in transforms.HEADER_FIELDS), None)
          for h in _pure_headers(partition)], BATCH_HEADER)
     assert_df_equality(got, expected, ignore_row_order=True)
 
@@ -88,7 +88,7 @@ def test_scan_headers_equals_the_pure_scan(spark, partition: PartitionInput) -> 
 def test_plan_and_decide_match_the_policy(spark, partition: PartitionInput) -> None:
     headers_py = _pure_headers(partition)
     headers = spark.createDataFrame(
-        [(0, *(getattr(h, f) for f in transforms._HEADER_FIELDS), None) for h in headers_py],
+        [(0, *(getattr(h, f) for f in transforms.HEADER_FIELDS), None) for h in headers_py],
         BATCH_HEADER)
     inputs = {0: partition}
     (row,) = headers.transform(transforms.plan_rounds(inputs)).collect()
@@ -117,7 +117,7 @@ def test_scan_keys_emits_keyed_records_not_superseded_in_their_group(spark, part
     headers_py = _pure_headers(partition)
     plan = partition.plan(headers_py)
     headers = spark.createDataFrame(
-        [(0, *(getattr(h, f) for f in transforms._HEADER_FIELDS), None) for h in headers_py],
+        [(0, *(getattr(h, f) for f in transforms.HEADER_FIELDS), None) for h in headers_py],
         BATCH_HEADER)
     decisions = headers.transform(transforms.decide_batches({0: partition}, {0: plan}))
     got = decisions.transform(transforms.scan_keys({0: partition}, {0: plan}))
