@@ -11,7 +11,7 @@ v0/v1 entries are always rewritten as v2 batches (KAFKA-13093, Kafka 4.0+).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Container, Sequence
+from collections.abc import Container, Iterator, Sequence
 from dataclasses import dataclass
 
 from compactor.codec.indexes import (
@@ -56,8 +56,8 @@ class FilteredBatch:
 
 
 def filter_batch(batch: RecordBatch, decision: BatchDecision, dropped: Container[int], *,
-                 now_ms: int, delete_retention_ms: int,
-                 set_delete_horizon: bool = True) -> FilteredBatch:
+                 now_ms: int, delete_retention_ms: int, set_delete_horizon: bool = True,
+                 records: Sequence | None = None) -> FilteredBatch:
     """Apply the batch and record decisions to one source batch (§4.14).
 
     Args:
@@ -65,10 +65,12 @@ def filter_batch(batch: RecordBatch, decision: BatchDecision, dropped: Container
         set_delete_horizon: a cleaning round sets the delete horizon of a rebuilt batch that
             keeps tombstones or is a marker to horizon (Kafka); an erasure rewrite is not a
             cleaning and keeps the batch's horizon as it was.
+        records: the batch's records when the caller already decoded them.
     """
     if decision.retention == BatchRetention.DELETE:
         return FilteredBatch(data=None, records_in=_count(batch), records_out=0)
-    records = batch.compiled_records()
+    if records is None:
+        records = batch.compiled_records()
     retained = [r for r in records if r.offset not in dropped] if dropped else records
     if batch.magic < 2:
         return FilteredBatch(data=_legacy_as_v2(batch, retained, decision), records_in=len(records),
@@ -123,32 +125,44 @@ class BatchDrops:
 def segment_drops(batches: Sequence[RecordBatch], decisions: Sequence[BatchDecision],
                   superseded: Container[int], first_dirty: int,
                   later: set[bytes] | None = None) -> list[BatchDrops]:
-    """Which records of a segment's batches go, and why (§4.11), batch by batch.
+    """:func:`iter_drops` as a list in segment order (the records themselves left out)."""
+    drops = [goes for _, _, goes in iter_drops(batches, decisions, superseded, first_dirty,
+                                               later)]
+    drops.reverse()
+    return drops
+
+
+def iter_drops(batches: Sequence[RecordBatch], decisions: Sequence[BatchDecision],
+               superseded: Container[int], first_dirty: int,
+               later: set[bytes] | None = None) -> Iterator[tuple[int, list, BatchDrops]]:
+    """Which records of a segment's batches go, and why (§4.11), batch by batch from the
+    last: ``(batch index, the batch's decoded records, drops)``.
 
     A record is superseded when the offset map says so across groups (``superseded``) or
     when a later record of the same key in the same group enters the map (keyed, batch not
     aborted, at or above ``first_dirty``): the map-side combine of the scan
     (:func:`compactor.scan.locally_superseded`), decided here by key instead of by digest. The
     other reasons (null key, expired tombstone, aborted data, expired marker) are local to
-    the batch. Walks the segment backwards, so each batch is decoded once.
+    the batch. Walking backwards decodes each batch once; the records are handed out so the
+    caller can rebuild the batch from them without decoding it again.
 
     Args:
         decisions: one per batch, in the same order.
         later: keys with an offset-map record later in the group (segments after this one);
             updated with this segment's. A new set when omitted (a one-segment group).
     """
-    out: list[BatchDrops] = []
     if later is None:
         later = set()
-    for batch, decision in zip(reversed(batches), reversed(decisions), strict=True):
+    for index in range(len(batches) - 1, -1, -1):
+        batch, decision = batches[index], decisions[index]
+        records = batch.compiled_records()
         reasons: Counter[str] = Counter()
         if decision.discard_records:
-            offsets = [r.offset for r in batch.compiled_records()]
-            reasons["marker_expired" if batch.is_control else "aborted"] = len(offsets)
-            out.append(BatchDrops(tuple(offsets), reasons))
+            reasons["marker_expired" if batch.is_control else "aborted"] = len(records)
+            yield index, records, BatchDrops(tuple(r.offset for r in records), reasons)
             continue
         if batch.is_control:
-            out.append(BatchDrops((), reasons))
+            yield index, records, BatchDrops((), reasons)
             continue
         # does a keyed record of this batch enter the map: all, none, or by offset
         feeds_map = not decision.aborted
@@ -158,7 +172,7 @@ def segment_drops(batches: Sequence[RecordBatch], decisions: Sequence[BatchDecis
         add = later.add
         goes: list[int] = []
         null_keys = from_map = local = expired = 0
-        for r in reversed(batch.compiled_records()):
+        for r in reversed(records):
             key = r.key
             offset = r.offset
             if key is None:
@@ -180,9 +194,8 @@ def segment_drops(batches: Sequence[RecordBatch], decisions: Sequence[BatchDecis
                           ("tombstone_expired", expired)):
             if n:
                 reasons[reason] = n
-        out.append(BatchDrops(tuple(reversed(goes)), reasons, from_map))
-    out.reverse()
-    return out
+        goes.reverse()
+        yield index, records, BatchDrops(tuple(goes), reasons, from_map)
 
 
 def _count(batch: RecordBatch) -> int:

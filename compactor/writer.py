@@ -28,11 +28,10 @@ from compactor.config import TopicConfig
 from compactor.model import SegmentInfo
 from compactor.policy import BatchDecision, BatchRetention, PartitionInput
 from compactor.rebatch import (
-    BatchDrops,
     SegmentFiles,
     assemble_segment,
     filter_batch,
-    segment_drops,
+    iter_drops,
 )
 
 CLEANED_FILE_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
@@ -85,7 +84,7 @@ def write_group(
         decisions: by ``(segment base, batch position)``, every batch of the group.
         superseded: offsets of the group's records that the offset map supersedes across
             segments; the ones superseded within their own segment and every other reason a
-            record goes for are decided here (:func:`compactor.rebatch.segment_drops`).
+            record goes for are decided here (:func:`compactor.rebatch.iter_drops`).
         first_dirty: the round's first dirty offset (where the offset map starts).
 
     Returns:
@@ -107,20 +106,23 @@ def write_group(
 def _write(inp: PartitionInput, source_bases: tuple[int, ...],
            decisions: Mapping[tuple[int, int], BatchDecision], superseded: Collection[int],
            first_dirty: int, fsync: bool) -> CommitMessage:
+    """One pass over the group, newest batch first: every batch is decoded once, its drops
+    decided with the keys seen later in the group, and its output built from the same
+    records; the outputs are put back in offset order at the end."""
     by_base = {s.base_offset: s for s in inp.segments}
     cfg = inp.config
-    outputs: list[bytes] = []
+    outputs: list[bytes] = []  # newest first until the end
     txn_entries = []
     bytes_in = batches_in = records_in = records_out = 0
     dropped: Counter[str] = Counter()
     from_map = 0
     last_batch: RecordBatch | None = None
-    # pass 1, newest segment first: decide every record, with the keys seen later in the group
     later: set[bytes] = set()
-    plans: dict[int, tuple[list[tuple[int, int]], list[BatchDecision], list[BatchDrops]]] = {}
     for base in reversed(source_bases):
         seg = by_base[base]
-        batches = list(iter_batches(storage.read_bytes(seg.log_path), path=seg.log_path))
+        data = storage.read_bytes(seg.log_path)
+        bytes_in += len(data)
+        batches = list(iter_batches(data, path=seg.log_path))
         batch_decisions = []
         for batch in batches:
             decision = decisions.get((base, batch.position))
@@ -131,45 +133,35 @@ def _write(inp: PartitionInput, source_bases: tuple[int, ...],
                     remedy="make sure no broker or other tool writes to the log dir, then rerun",
                 )
             batch_decisions.append(decision)
+        if last_batch is None and batches:
+            last_batch = batches[-1]
         try:
-            drops = segment_drops(batches, batch_decisions, superseded, first_dirty, later)
-        except CompactorError as err:
-            raise err.with_location(path=seg.log_path) from None
-        plans[base] = ([(b.position, b.base_offset) for b in batches], batch_decisions, drops)
-    # pass 2, oldest first: filter and append
-    for base in source_bases:
-        seg = by_base[base]
-        data = storage.read_bytes(seg.log_path)
-        bytes_in += len(data)
-        layout, batch_decisions, drops = plans.pop(base)
-        batches = list(iter_batches(data, path=seg.log_path, verify_crc=False))
-        if [(b.position, b.base_offset) for b in batches] != layout:
-            raise CorruptSegmentError(
-                "the segment changed while it was being rewritten", path=seg.log_path,
-                remedy="make sure no broker or other tool writes to the log dir, then rerun")
-        for batch, decision, goes in zip(batches, batch_decisions, drops, strict=True):
-            batches_in += 1
-            last_batch = batch
-            try:
+            for index, records, goes in iter_drops(batches, batch_decisions, superseded,
+                                                   first_dirty, later):
+                batch, decision = batches[index], batch_decisions[index]
                 result = filter_batch(batch, decision, frozenset(goes.offsets),
                                       now_ms=inp.now_ms,
-                                      delete_retention_ms=cfg.delete_retention_ms)
-            except CompactorError as err:
-                raise err.with_location(path=seg.log_path) from None
-            dropped.update(goes.reasons)
-            from_map += goes.from_map
-            if result.records_in - result.records_out != len(goes.offsets):
-                raise CorruptSegmentError(
-                    f"{len(goes.offsets)} records of the batch were decided to go but "
-                    f"{result.records_in - result.records_out} went",
-                    path=seg.log_path, position=batch.position, base_offset=batch.base_offset,
-                    remedy="report this as a bug; the live segments are untouched")
-            records_in += result.records_in
-            records_out += result.records_out
-            if result.data is not None:
-                outputs.append(result.data)
-                if decision.txn_entry is not None:
-                    txn_entries.append(decision.txn_entry)
+                                      delete_retention_ms=cfg.delete_retention_ms,
+                                      records=records)
+                if result.records_in - result.records_out != len(goes.offsets):
+                    raise CorruptSegmentError(
+                        f"{len(goes.offsets)} records of the batch were decided to go but "
+                        f"{result.records_in - result.records_out} went",
+                        position=batch.position, base_offset=batch.base_offset,
+                        remedy="report this as a bug; the live segments are untouched")
+                batches_in += 1
+                dropped.update(goes.reasons)
+                from_map += goes.from_map
+                records_in += result.records_in
+                records_out += result.records_out
+                if result.data is not None:
+                    outputs.append(result.data)
+                    if decision.txn_entry is not None:
+                        txn_entries.append(decision.txn_entry)
+        except CompactorError as err:
+            raise err.with_location(path=seg.log_path) from None
+    outputs.reverse()
+    txn_entries.reverse()
     if from_map != len(superseded):
         raise CorruptSegmentError(
             f"counts do not balance: the offset map superseded {len(superseded)} records of "

@@ -58,7 +58,7 @@ from compactor.options import (
 from compactor.policy import CleaningPlan, PartitionInput, SkipReason
 from compactor.rebatch import DROP_REASONS
 from compactor.writer import CommitMessage
-from schemas.spark import SEGMENT_TASK
+from schemas.spark import SEGMENT_TASK, SUPERSEDED
 
 
 class HasSegments(Protocol):
@@ -325,15 +325,27 @@ def write_cleaned_segments(spark: SparkSession, inputs: Mapping[int, PartitionIn
                            stages: _Stages | None = None,
                            headers: DataFrame | None = None) -> list[CommitMessage]:
     """The executor part of a round: ``.cleaned`` segments written next to the live ones,
-    one commit message per group (nothing is swapped yet)."""
+    one commit message per group (nothing is swapped yet).
+
+    The distributed offset map only serves partitions whose round has several groups: in a
+    one-group round every key's latest record is in the group itself, so the map-side combine
+    of the scan would leave nothing for the shuffle to supersede, and the writer decides the
+    whole group alone (:func:`compactor.rebatch.iter_drops`); those partitions skip the key
+    scan."""
     cleaning = {i: inputs[i] for i in plans}
     if headers is None:
         headers = segment_tasks(spark, cleaning).transform(transforms.scan_headers)
-    decisions = headers.transform(transforms.decide_batches(cleaning, plans)).persist()
-    superseded = (decisions.transform(transforms.scan_keys(cleaning, plans))
-                  .transform(transforms.latest_per_key)
-                  .transform(transforms.superseded_records)).persist()
-    superseded.count()
+    decisions = headers.transform(transforms.decide_batches(cleaning, plans))
+    mapped = [i for i, p in plans.items() if len(p.groups) > 1]
+    if mapped:
+        decisions = decisions.persist()
+        superseded = (decisions.where(F.col("tp_id").isin(mapped))
+                      .transform(transforms.scan_keys(cleaning, plans))
+                      .transform(transforms.latest_per_key)
+                      .transform(transforms.superseded_records)).persist()
+        superseded.count()
+    else:
+        superseded = spark.createDataFrame([], SUPERSEDED)
     if stages:
         stages.done("offset_map")
     rows = transforms.rewrite_groups(cleaning, plans, fsync=fsync)(decisions, superseded).collect()
