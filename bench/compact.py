@@ -3,9 +3,11 @@ a parse-only pass over the same files with our codec as the in-run baseline.
 
 Usage: python bench/compact.py [--records 10000000] [--keys 1000000] [--value-bytes 110]
            [--partitions 4] [--tombstone-ratio 0.2] [--master local[2]] [--data-dir DIR]
+           [--group-bytes 134217728]
 
-Prints, for a round in a fresh session and the same round again in the warm session: total and
-per-stage time of the job, input MB/s and records/s, the parse-only time and
+Prints, for a round in a fresh session, the same round again in the warm session, and a round
+with groups of ``--group-bytes`` (several groups per partition: records are superseded across
+groups through the distributed offset map): total and per-stage time of the job, input MB/s and records/s, the parse-only time and
 the ratio job/parse, and the peak resident memory of the driver (Python and JVM) and of the
 Python workers (summed over the workers alive at the same moment), sampled every 100 ms.
 The generated log dir is cached in ``--data-dir`` (default: a temp dir) and copied before the
@@ -96,6 +98,9 @@ def main() -> int:
     ap.add_argument("--segment-bytes", type=int, default=64 * 1024 * 1024)
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--data-dir", default=None, help="cache of generated log dirs")
+    ap.add_argument("--group-bytes", type=int, default=128 * 1024 * 1024,
+                    help="segment.bytes of the third round, so partitions clean in several "
+                         "groups and the offset map goes through the shuffle")
     args = ap.parse_args()
 
     cfg = GeneratorConfig(
@@ -137,26 +142,33 @@ def main() -> int:
     now_ms = DEFAULT_START_MS + args.records + 86_400_000
     exit_code = 0
     # run 1: a fresh session (Python workers start, the JVM compiles the shuffle paths), as a
-    # spark-submit would; run 2: the same round on a fresh copy in the now warm session
-    for label in ("cold session", "warm session"):
-        if label == "warm session":
+    # spark-submit would; run 2: the same round on a fresh copy in the now warm session (with
+    # Kafka's default segment.bytes of 1 GiB each partition cleans in one group, which needs no
+    # shuffle); run 3: smaller groups, so records are superseded across groups through the
+    # distributed offset map
+    rounds = [("cold session", {}), ("warm session", {}),
+              (f"warm session, segment.bytes={args.group_bytes}",
+               {"segment.bytes": str(args.group_bytes)})]
+    for n, (label, configs) in enumerate(rounds):
+        if n:
             shutil.rmtree(work)
             shutil.copytree(cache, work, ignore=shutil.ignore_patterns(".complete"))
-        exit_code |= _timed_round(spark, work, now_ms, args.master, label, parse_s)
+        exit_code |= _timed_round(spark, work, now_ms, args.master, label, parse_s, configs)
     spark.stop()
     shutil.rmtree(work.parent, ignore_errors=True)
     return exit_code
 
 
 def _timed_round(spark, work: Path, now_ms: int, master: str, label: str,  # type: ignore[no-untyped-def]
-                 parse_s: float) -> int:
+                 parse_s: float, configs: dict[str, str]) -> int:
     from jobs.compact import CompactOptions, run
 
     sampler = MemorySampler()
     sampler.start()
     start = time.perf_counter()
     report = run(spark, CompactOptions(log_dir=str(work), now_ms=now_ms,
-                                       config_all={"cleanup.policy": "compact"}, fsync=True))
+                                       config_all={"cleanup.policy": "compact", **configs},
+                                       fsync=True))
     job_s = time.perf_counter() - start
     sampler.stop.set()
     sampler.join()
@@ -167,6 +179,8 @@ def _timed_round(spark, work: Path, now_ms: int, master: str, label: str,  # typ
     in_bytes = sum(p.bytes_in for p in report.partitions)
     print(f"job ({master}, {label}): {job_s:.1f} s total; " + ", ".join(
         f"{k} {v:.1f} s" for k, v in report.stages_s.items()))
+    groups = sum(len(p.plan.groups) for p in report.partitions if p.plan)
+    print(f"  {groups} groups in {len(report.partitions)} partitions")
     print(f"  input: {in_records:,} records, {in_bytes / 1e6:,.0f} MB -> "
           f"{out_records:,} records, {out_bytes / 1e6:,.0f} MB")
     print(f"  throughput: {in_records / job_s / 1e6:.2f} M records/s, "

@@ -10,8 +10,9 @@ v0/v1 entries are always rewritten as v2 batches (KAFKA-13093, Kafka 4.0+).
 
 from __future__ import annotations
 
+import zlib
 from collections import Counter
-from collections.abc import Container, Iterator, Sequence
+from collections.abc import Callable, Container, Iterator, Sequence
 from dataclasses import dataclass
 
 from compactor.codec.indexes import (
@@ -32,7 +33,6 @@ from compactor.codec.records import (
     empty_batch_like,
     encode_batch,
 )
-from compactor.codec.segment import iter_batches
 from compactor.policy import BatchDecision, BatchRetention
 
 DROP_REASONS = ("superseded", "tombstone_expired", "null_key", "aborted", "marker_expired")
@@ -240,10 +240,18 @@ def placeholder_batch(batch: RecordBatch) -> bytes:
     ))
 
 
-def _next_offset(entry: bytes) -> int:
-    """Next offset after a v2 batch given as bytes (every output batch is v2)."""
-    header = V2_HEADER.unpack_from(entry, 0)
-    return header[0] + header[6] + 1
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SegmentIndexes:
+    """What a cleaned segment needs next to its ``.log``: its indexes, and a summary of the
+    log (size, CRC-32 of its bytes, batch count)."""
+
+    base_offset: int
+    index: bytes
+    time_index: bytes
+    txn_index: bytes
+    size: int
+    checksum: int
+    batches: int
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -258,6 +266,67 @@ class SegmentFiles:
     batches: int
 
 
+class SegmentBuilder:
+    """Assembles one cleaned segment batch by batch: each output batch goes to ``sink`` as
+    soon as it is appended (so a segment never has to be held in memory whole), and what the
+    indexes need is kept on the way. :meth:`finish` adds the placeholder of a multi-segment
+    group when needed and builds the indexes the way Kafka's recovery path does (§3.4, §3.5).
+
+    Deliberate difference from Kafka: when a group of several source segments would produce a
+    segment that ends before the group's last source offset (its trailing batches all went, or
+    everything went), the group's last source batch is kept as a placeholder header (no
+    records, no producer). Crash recovery (Kafka's ``LogLoader`` as well as ours) finds the
+    offsets a ``.swap`` segment replaces from the segment's next offset; a shorter one would
+    leave the group's later source segments behind next to the new one after a crash.
+    """
+
+    def __init__(self, base_offset: int, sink: Callable[[bytes], object]) -> None:
+        self.base_offset = base_offset
+        self._sink = sink
+        self._infos: list[BatchIndexInfo] = []
+        self._size = 0
+        self._checksum = 0
+        self._next_offset = -1
+
+    def append(self, entry: bytes, copied_from: RecordBatch | None = None) -> None:
+        """Append one batch: a v2 batch, or ``copied_from.raw`` (which may be a v0/v1
+        entry, copied verbatim by an erasure)."""
+        if copied_from is not None:
+            last_offset, max_timestamp = copied_from.last_offset, copied_from.max_timestamp
+        else:
+            header = V2_HEADER.unpack_from(entry, 0)
+            last_offset, max_timestamp = header[0] + header[6], header[8]
+        self._infos.append(BatchIndexInfo(position=self._size, size_in_bytes=len(entry),
+                                          last_offset=last_offset, max_timestamp=max_timestamp))
+        self._size += len(entry)
+        self._checksum = zlib.crc32(entry, self._checksum)
+        self._next_offset = last_offset + 1
+        self._sink(entry)
+
+    def finish(self, txn_entries: Sequence[AbortedTxn], *,
+               last_source_batch: RecordBatch | None, source_segments: int,
+               index_interval_bytes: int, segment_index_bytes: int) -> SegmentIndexes:
+        """Close the segment: placeholder if needed, then the indexes.
+
+        Raises:
+            ValueError: the indexes cannot hold the segment (offsets beyond 32 bits relative
+                to the base, or more entries than ``segment_index_bytes``).
+        """
+        if source_segments > 1 and last_source_batch is not None and (
+                self._next_offset < last_source_batch.next_offset):
+            self.append(placeholder_batch(last_source_batch))
+        offsets, times = build_indexes(self._infos, self.base_offset,
+                                       index_interval_bytes=index_interval_bytes,
+                                       segment_index_bytes=segment_index_bytes)
+        return SegmentIndexes(
+            base_offset=self.base_offset,
+            index=encode_offset_index(offsets, self.base_offset),
+            time_index=encode_time_index(times, self.base_offset),
+            txn_index=encode_txn_index(txn_entries),
+            size=self._size, checksum=self._checksum, batches=len(self._infos),
+        )
+
+
 def assemble_segment(
     base_offset: int,
     outputs: Sequence[bytes],
@@ -268,33 +337,15 @@ def assemble_segment(
     index_interval_bytes: int,
     segment_index_bytes: int,
 ) -> SegmentFiles:
-    """Concatenate the output batches of one group and build its indexes the way Kafka's
-    recovery path does (§3.4, §3.5).
-
-    Deliberate difference from Kafka: when a group of several source segments would produce a
-    segment that ends before the group's last source offset (its trailing batches all went, or
-    everything went), the group's last source batch is kept as a placeholder header (no
-    records, no producer). Crash recovery (Kafka's ``LogLoader`` as well as ours) finds the
-    offsets a ``.swap`` segment replaces from the segment's next offset; a shorter one would
-    leave the group's later source segments behind next to the new one after a crash.
-    """
-    outputs = list(outputs)
-    if source_segments > 1 and last_source_batch is not None and (
-            not outputs or _next_offset(outputs[-1]) < last_source_batch.next_offset):
-        outputs.append(placeholder_batch(last_source_batch))
-    log = b"".join(outputs)
-    infos = [
-        BatchIndexInfo(position=b.position, size_in_bytes=b.size_in_bytes,
-                       last_offset=b.last_offset, max_timestamp=b.max_timestamp)
-        for b in iter_batches(log, verify_crc=False)
-    ]
-    offsets, times = build_indexes(infos, base_offset, index_interval_bytes=index_interval_bytes,
-                                   segment_index_bytes=segment_index_bytes)
-    return SegmentFiles(
-        base_offset=base_offset,
-        log=log,
-        index=encode_offset_index(offsets, base_offset),
-        time_index=encode_time_index(times, base_offset),
-        txn_index=encode_txn_index(txn_entries),
-        batches=len(infos),
-    )
+    """A whole cleaned segment in memory (:class:`SegmentBuilder` over a list)."""
+    chunks: list[bytes] = []
+    builder = SegmentBuilder(base_offset, chunks.append)
+    for entry in outputs:
+        builder.append(entry)
+    indexes = builder.finish(txn_entries, last_source_batch=last_source_batch,
+                             source_segments=source_segments,
+                             index_interval_bytes=index_interval_bytes,
+                             segment_index_bytes=segment_index_bytes)
+    return SegmentFiles(base_offset=base_offset, log=b"".join(chunks), index=indexes.index,
+                        time_index=indexes.time_index, txn_index=indexes.txn_index,
+                        batches=indexes.batches)

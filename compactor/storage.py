@@ -12,7 +12,7 @@ import errno
 import fcntl
 import os
 import stat as stat_module
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -120,16 +120,37 @@ def write_durable(
 ) -> None:
     """Create or replace ``path`` with ``data`` and fsync it (not its directory) unless
     ``fsync`` is false (generated test data only)."""
+    with open_durable(path, mtime_ms=mtime_ms, fsync=fsync) as write:
+        write(data)
+
+
+@contextmanager
+def open_durable(path: str, *, mtime_ms: int | None = None,
+                 fsync: bool = True) -> Iterator[Callable[[bytes], None]]:
+    """Create or replace ``path`` and yield a function that appends bytes to it; when the
+    block ends normally the file is flushed, fsynced (unless ``fsync`` is false) and given
+    ``mtime_ms``. On an exception the file is closed as it is (the caller removes it)."""
     try:
-        with open(path, "wb") as handle:
+        handle = open(path, "wb")
+    except OSError as err:
+        raise _fail(err, path, "write file") from err
+
+    def write(data: bytes) -> None:
+        try:
             handle.write(data)
+        except OSError as err:
+            raise _fail(err, path, "write file") from err
+
+    with handle:
+        yield write
+        try:
             handle.flush()
             if fsync:
                 os.fsync(handle.fileno())
-        if mtime_ms is not None:
-            set_mtime(path, mtime_ms)
-    except OSError as err:
-        raise _fail(err, path, "write file") from err
+        except OSError as err:
+            raise _fail(err, path, "write file") from err
+    if mtime_ms is not None:
+        set_mtime(path, mtime_ms)
 
 
 def write_atomic(path: str, data: bytes) -> None:

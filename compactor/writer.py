@@ -6,9 +6,9 @@ or deletes a live file: the driver commits (``compactor/commit.py``).
 from __future__ import annotations
 
 import time
-import zlib
+from array import array
 from collections import Counter
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from compactor import storage
@@ -27,12 +27,7 @@ from compactor.codec.indexes import AbortedTxn, decode_txn_index
 from compactor.config import TopicConfig
 from compactor.model import SegmentInfo
 from compactor.policy import BatchDecision, BatchRetention, PartitionInput
-from compactor.rebatch import (
-    SegmentFiles,
-    assemble_segment,
-    filter_batch,
-    iter_drops,
-)
+from compactor.rebatch import SegmentBuilder, filter_batch, iter_drops
 
 CLEANED_FILE_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 
@@ -103,78 +98,109 @@ def write_group(
     return replace(message, seconds=time.perf_counter() - started)
 
 
+@dataclass(slots=True)
+class _Tally:
+    """Counts of a rewrite, for its commit message."""
+
+    bytes_in: int = 0
+    batches_in: int = 0
+    records_in: int = 0
+    records_out: int = 0
+    dropped: Counter[str] = field(default_factory=Counter)
+
+
 def _write(inp: PartitionInput, source_bases: tuple[int, ...],
            decisions: Mapping[tuple[int, int], BatchDecision], superseded: Collection[int],
            first_dirty: int, fsync: bool) -> CommitMessage:
-    """One pass over the group, newest batch first: every batch is decoded once, its drops
-    decided with the keys seen later in the group, and its output built from the same
-    records; the outputs are put back in offset order at the end."""
+    """Two passes over the group. Newest batch first, every record's fate is decided with
+    the keys seen later in the group (:func:`compactor.rebatch.iter_drops`); only the offsets
+    that go are kept. Then oldest first, the batches are filtered and streamed into the
+    ``.cleaned`` log, so neither a source segment nor the output is held in memory whole."""
     by_base = {s.base_offset: s for s in inp.segments}
-    cfg = inp.config
-    outputs: list[bytes] = []  # newest first until the end
-    txn_entries = []
-    bytes_in = batches_in = records_in = records_out = 0
-    dropped: Counter[str] = Counter()
+    tally = _Tally()
+    layouts: dict[int, tuple[array, array]] = {}
+    drops: dict[int, list[array | None]] = {}
     from_map = 0
-    last_batch: RecordBatch | None = None
     later: set[bytes] = set()
+    last_batch: RecordBatch | None = None
     for base in reversed(source_bases):
         seg = by_base[base]
-        data = storage.read_bytes(seg.log_path)
-        bytes_in += len(data)
-        batches = list(iter_batches(data, path=seg.log_path))
-        batch_decisions = []
-        for batch in batches:
-            decision = decisions.get((base, batch.position))
-            if decision is None:
-                raise CorruptSegmentError(
-                    "batch was not seen by the planning scan (the segment changed during the run)",
-                    path=seg.log_path, position=batch.position, base_offset=batch.base_offset,
-                    remedy="make sure no broker or other tool writes to the log dir, then rerun",
-                )
-            batch_decisions.append(decision)
+        batches = list(iter_batches(storage.read_bytes(seg.log_path), path=seg.log_path))
+        batch_decisions = [_decision(decisions, base, b, seg.log_path) for b in batches]
         if last_batch is None and batches:
             last_batch = batches[-1]
+        goes_by_batch: list[array | None] = [None] * len(batches)
         try:
-            for index, records, goes in iter_drops(batches, batch_decisions, superseded,
-                                                   first_dirty, later):
-                batch, decision = batches[index], batch_decisions[index]
-                result = filter_batch(batch, decision, frozenset(goes.offsets),
-                                      now_ms=inp.now_ms,
-                                      delete_retention_ms=cfg.delete_retention_ms,
-                                      records=records)
-                if result.records_in - result.records_out != len(goes.offsets):
-                    raise CorruptSegmentError(
-                        f"{len(goes.offsets)} records of the batch were decided to go but "
-                        f"{result.records_in - result.records_out} went",
-                        position=batch.position, base_offset=batch.base_offset,
-                        remedy="report this as a bug; the live segments are untouched")
-                batches_in += 1
-                dropped.update(goes.reasons)
+            for index, _, goes in iter_drops(batches, batch_decisions, superseded, first_dirty,
+                                             later):
+                if goes.offsets:
+                    goes_by_batch[index] = array("q", goes.offsets)
+                tally.dropped.update(goes.reasons)
                 from_map += goes.from_map
-                records_in += result.records_in
-                records_out += result.records_out
-                if result.data is not None:
-                    outputs.append(result.data)
-                    if decision.txn_entry is not None:
-                        txn_entries.append(decision.txn_entry)
         except CompactorError as err:
             raise err.with_location(path=seg.log_path) from None
-    outputs.reverse()
-    txn_entries.reverse()
+        layouts[base] = (array("q", (b.position for b in batches)),
+                         array("q", (b.base_offset for b in batches)))
+        drops[base] = goes_by_batch
+        del batches
     if from_map != len(superseded):
         raise CorruptSegmentError(
             f"counts do not balance: the offset map superseded {len(superseded)} records of "
-            f"the group but {from_map} were found (records in {records_in}, "
-            f"retained {records_out})",
+            f"the group but {from_map} were found",
             path=by_base[source_bases[0]].log_path,
             remedy="the segment changed during the run; rerun once nothing else writes to it",
         )
-    return _write_cleaned(
-        inp.path, source_bases, by_base[source_bases[0]].log_path, outputs, txn_entries,
-        last_batch, cfg, mtime_ms=by_base[source_bases[-1]].mtime_ms, fsync=fsync,
-        bytes_in=bytes_in, batches_in=batches_in, records_in=records_in,
-        records_out=records_out, dropped={reason: n for reason, n in dropped.items() if n})
+
+    def outputs() -> Iterator[tuple[bytes, RecordBatch | None, AbortedTxn | None]]:
+        for base in source_bases:
+            seg = by_base[base]
+            data = storage.read_bytes(seg.log_path)
+            tally.bytes_in += len(data)
+            batches = list(iter_batches(data, path=seg.log_path, verify_crc=False))
+            del data
+            positions, base_offsets = layouts.pop(base)
+            if (array("q", (b.position for b in batches)) != positions
+                    or array("q", (b.base_offset for b in batches)) != base_offsets):
+                raise CorruptSegmentError(
+                    "the segment changed while it was being rewritten", path=seg.log_path,
+                    remedy="make sure no broker or other tool writes to the log dir, then rerun")
+            for batch, goes in zip(batches, drops.pop(base), strict=True):
+                decision = decisions[(base, batch.position)]
+                try:
+                    result = filter_batch(batch, decision, frozenset(goes or ()),
+                                          now_ms=inp.now_ms,
+                                          delete_retention_ms=inp.config.delete_retention_ms)
+                except CompactorError as err:
+                    raise err.with_location(path=seg.log_path) from None
+                went = len(goes) if goes else 0
+                if result.records_in - result.records_out != went:
+                    raise CorruptSegmentError(
+                        f"{went} records of the batch were decided to go but "
+                        f"{result.records_in - result.records_out} went",
+                        path=seg.log_path, position=batch.position,
+                        base_offset=batch.base_offset,
+                        remedy="report this as a bug; the live segments are untouched")
+                tally.batches_in += 1
+                tally.records_in += result.records_in
+                tally.records_out += result.records_out
+                if result.data is not None:
+                    yield result.data, None, decision.txn_entry
+
+    return _write_cleaned(inp.path, source_bases, by_base[source_bases[0]].log_path, outputs(),
+                          last_batch, inp.config, mtime_ms=by_base[source_bases[-1]].mtime_ms,
+                          fsync=fsync, tally=tally)
+
+
+def _decision(decisions: Mapping[tuple[int, int], BatchDecision], segment_base: int,
+              batch: RecordBatch, path: str) -> BatchDecision:
+    decision = decisions.get((segment_base, batch.position))
+    if decision is None:
+        raise CorruptSegmentError(
+            "batch was not seen by the planning scan (the segment changed during the run)",
+            path=path, position=batch.position, base_offset=batch.base_offset,
+            remedy="make sure no broker or other tool writes to the log dir, then rerun",
+        )
+    return decision
 
 
 def write_erased_segment(
@@ -216,92 +242,99 @@ def _write_erased(partition_dir: str, segment: SegmentInfo, erased: Mapping[int,
                   fsync: bool) -> CommitMessage:
     base = segment.base_offset
     data = storage.read_bytes(segment.log_path)
-    outputs: list[bytes] = []
-    batches_in = records_in = records_out = found = 0
-    last_batch: RecordBatch | None = None
-    for batch in iter_batches(data, path=segment.log_path):
-        batches_in += 1
-        last_batch = batch
-        goes = erased.get(batch.position)
-        if not goes:
-            outputs.append(batch.raw)
-            n = batch.records_count if batch.magic >= 2 else len(batch.records())
-            records_in += n
-            records_out += n
-            continue
-        retention = (BatchRetention.RETAIN_EMPTY if batch.position in retain_empty
-                     else BatchRetention.DELETE_EMPTY)
-        decision = BatchDecision(retention=retention, aborted=False, discard_records=False,
-                                 retain_deletes=True, marker_horizon=False, txn_entry=None)
-        try:
-            result = filter_batch(batch, decision, frozenset(goes), now_ms=0,
-                                  delete_retention_ms=0, set_delete_horizon=False)
-        except CompactorError as err:
-            raise err.with_location(path=segment.log_path) from None
-        records_in += result.records_in
-        records_out += result.records_out
-        found += result.records_in - result.records_out
-        if result.data is not None:
-            outputs.append(result.data)
+    batches = list(iter_batches(data, path=segment.log_path))
+    tally = _Tally(bytes_in=len(data))
+    del data
+
+    def outputs() -> Iterator[tuple[bytes, RecordBatch | None, AbortedTxn | None]]:
+        for batch in batches:
+            tally.batches_in += 1
+            goes = erased.get(batch.position)
+            if not goes:
+                n = batch.records_count if batch.magic >= 2 else len(batch.records())
+                tally.records_in += n
+                tally.records_out += n
+                yield batch.raw, batch, None
+                continue
+            retention = (BatchRetention.RETAIN_EMPTY if batch.position in retain_empty
+                         else BatchRetention.DELETE_EMPTY)
+            decision = BatchDecision(retention=retention, aborted=False, discard_records=False,
+                                     retain_deletes=True, marker_horizon=False, txn_entry=None)
+            try:
+                result = filter_batch(batch, decision, frozenset(goes), now_ms=0,
+                                      delete_retention_ms=0, set_delete_horizon=False)
+            except CompactorError as err:
+                raise err.with_location(path=segment.log_path) from None
+            tally.records_in += result.records_in
+            tally.records_out += result.records_out
+            tally.dropped["erased"] += result.records_in - result.records_out
+            if result.data is not None:
+                yield result.data, None, None
+
+    txn_path = segment_path(partition_dir, base, TXN_INDEX_SUFFIX)
+    txn_entries = (decode_txn_index(storage.read_bytes(txn_path), base, path=txn_path)
+                   if segment.has_txn_index else [])
+    message = _write_cleaned(partition_dir, (base,), segment.log_path, outputs(),
+                             batches[-1] if batches else None, config,
+                             mtime_ms=segment.mtime_ms, fsync=fsync, tally=tally,
+                             txn_entries=txn_entries)
     expected = sum(len(v) for v in erased.values())
+    found = tally.dropped["erased"]
     if found != expected:
         raise CorruptSegmentError(
             f"counts do not balance: the scan matched {expected} records to erase but "
             f"{found} were found", path=segment.log_path,
             remedy="the segment changed during the run; rerun once nothing else writes to it")
-    txn_path = segment_path(partition_dir, base, TXN_INDEX_SUFFIX)
-    txn_entries = (decode_txn_index(storage.read_bytes(txn_path), base, path=txn_path)
-                   if segment.has_txn_index else [])
-    return _write_cleaned(
-        partition_dir, (base,), segment.log_path, outputs, txn_entries, last_batch, config,
-        mtime_ms=segment.mtime_ms, fsync=fsync, bytes_in=len(data), batches_in=batches_in,
-        records_in=records_in, records_out=records_out,
-        dropped={"erased": found} if found else {})
+    return message
 
 
 def _write_cleaned(partition_dir: str, source_bases: tuple[int, ...], log_path: str,
-                   outputs: Sequence[bytes], txn_entries: Sequence[AbortedTxn],
+                   outputs: Iterable[tuple[bytes, RecordBatch | None, AbortedTxn | None]],
                    last_batch: RecordBatch | None, config: TopicConfig, *, mtime_ms: int,
-                   fsync: bool, bytes_in: int, batches_in: int, records_in: int,
-                   records_out: int, dropped: Mapping[str, int]) -> CommitMessage:
-    """Assemble the output batches into a segment with its indexes, write its ``.cleaned``
-    files durably with ``mtime_ms`` (a ``.txnindex`` only when it has entries), and describe
-    them in a commit message."""
+                   fsync: bool, tally: _Tally,
+                   txn_entries: Sequence[AbortedTxn] = ()) -> CommitMessage:
+    """Stream the output batches into the ``.cleaned`` log, then write its indexes (a
+    ``.txnindex`` only when it has entries), all durably with ``mtime_ms``, and describe them
+    in a commit message (``tally`` is complete once ``outputs`` is exhausted).
+
+    Args:
+        outputs: ``(bytes, source batch when copied verbatim, transaction index entry)`` per
+            output batch.
+        txn_entries: index entries carried over ahead of the ones ``outputs`` brings.
+    """
     base = source_bases[0]
-    files = _assemble(log_path, base, outputs, txn_entries, last_batch, len(source_bases),
-                      config)
-    written = [(LOG_SUFFIX, files.log), (INDEX_SUFFIX, files.index),
-               (TIME_INDEX_SUFFIX, files.time_index)]
-    if files.txn_index:
-        written.append((TXN_INDEX_SUFFIX, files.txn_index))
-    for suffix, data in written:
-        storage.write_durable(cleaned_path(partition_dir, base, suffix), data,
-                              mtime_ms=mtime_ms, fsync=fsync)
+    entries = list(txn_entries)
+    with storage.open_durable(cleaned_path(partition_dir, base, LOG_SUFFIX), mtime_ms=mtime_ms,
+                              fsync=fsync) as write:
+        builder = SegmentBuilder(base, write)
+        for entry, copied_from, txn_entry in outputs:
+            builder.append(entry, copied_from)
+            if txn_entry is not None:
+                entries.append(txn_entry)
+        try:
+            files = builder.finish(entries, last_source_batch=last_batch,
+                                   source_segments=len(source_bases),
+                                   index_interval_bytes=config.index_interval_bytes,
+                                   segment_index_bytes=config.segment_index_bytes)
+        except ValueError as err:
+            # offsets more than 2^31 - 1 above the base (a legacy segment Kafka would split on
+            # cleaning, §4.19), or more index entries than segment.index.bytes holds
+            raise UnsupportedFormatError(
+                f"the cleaned segment cannot be indexed: {err}", path=log_path, base_offset=base,
+                remedy="the partition was left untouched; Kafka splits such a segment when it "
+                       "cleans it, this tool does not: raise segment.index.bytes if the index "
+                       "is full, or let a broker clean this partition") from err
+    written = [LOG_SUFFIX]
+    for suffix, data in ((INDEX_SUFFIX, files.index), (TIME_INDEX_SUFFIX, files.time_index),
+                         (TXN_INDEX_SUFFIX, files.txn_index)):
+        if data or suffix != TXN_INDEX_SUFFIX:
+            storage.write_durable(cleaned_path(partition_dir, base, suffix), data,
+                                  mtime_ms=mtime_ms, fsync=fsync)
+            written.append(suffix)
     return CommitMessage(
-        group_base=base, source_bases=source_bases,
-        cleaned_suffixes=tuple(s for s, _ in written), log_checksum=zlib.crc32(files.log),
-        bytes_in=bytes_in, bytes_out=len(files.log), batches_in=batches_in,
-        batches_out=files.batches, records_in=records_in, records_out=records_out,
-        dropped=dropped,
+        group_base=base, source_bases=source_bases, cleaned_suffixes=tuple(written),
+        log_checksum=files.checksum, bytes_in=tally.bytes_in, bytes_out=files.size,
+        batches_in=tally.batches_in, batches_out=files.batches, records_in=tally.records_in,
+        records_out=tally.records_out,
+        dropped={reason: n for reason, n in tally.dropped.items() if n},
     )
-
-
-def _assemble(path: str, base: int, outputs: Sequence[bytes], txn_entries: Sequence[AbortedTxn],
-              last_batch: RecordBatch | None, source_segments: int,
-              config: TopicConfig) -> SegmentFiles:
-    """:func:`compactor.rebatch.assemble_segment`, with its limits as a clear error."""
-    try:
-        return assemble_segment(
-            base, outputs, txn_entries, last_source_batch=last_batch,
-            source_segments=source_segments, index_interval_bytes=config.index_interval_bytes,
-            segment_index_bytes=config.segment_index_bytes,
-        )
-    except ValueError as err:
-        # offsets more than 2^31 - 1 above the base (a legacy segment Kafka would split on
-        # cleaning, §4.19), or more index entries than segment.index.bytes holds
-        raise UnsupportedFormatError(
-            f"the cleaned segment cannot be indexed: {err}", path=path, base_offset=base,
-            remedy="the partition was left untouched; Kafka splits such a segment when it "
-                   "cleans it, this tool does not: raise segment.index.bytes if the index is "
-                   "full, or let a broker clean this partition") from err
-
