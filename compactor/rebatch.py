@@ -32,6 +32,7 @@ from compactor.codec.records import (
     TimestampType,
     empty_batch_like,
     encode_batch,
+    rebuild_batch,
 )
 from compactor.policy import BatchDecision, BatchRetention
 
@@ -89,26 +90,7 @@ def filter_batch(batch: RecordBatch, decision: BatchDecision, dropped: Container
         return FilteredBatch(data=data, records_in=len(records), records_out=0)
     if needs_horizon:
         horizon = now_ms + delete_retention_ms
-    log_append = batch.timestamp_type == TimestampType.LOG_APPEND_TIME
-    rebuilt = encode_batch(NewRecordBatch(
-        base_offset=batch.base_offset,
-        records=[
-            NewRecord(offset_delta=r.offset - batch.base_offset, timestamp=r.timestamp, key=r.key,
-                      value=r.value, headers=tuple(r.headers))
-            for r in retained
-        ],
-        compression=batch.compression,
-        timestamp_type=batch.timestamp_type,
-        is_transactional=batch.is_transactional,
-        is_control=batch.is_control,
-        delete_horizon_ms=horizon,
-        partition_leader_epoch=batch.partition_leader_epoch,
-        producer_id=batch.producer_id,
-        producer_epoch=batch.producer_epoch,
-        base_sequence=batch.base_sequence,
-        last_offset_delta=batch.last_offset_delta,
-        max_timestamp=batch.max_timestamp if log_append else None,
-    ))
+    rebuilt = rebuild_batch(batch, retained, delete_horizon_ms=horizon)
     return FilteredBatch(data=rebuilt, records_in=len(records), records_out=len(retained))
 
 

@@ -395,29 +395,49 @@ class NewRecordBatch:
         return attrs
 
 
-def encode_record(record: NewRecord, base_timestamp: int) -> bytes:
-    """Encode one v2 record (its length varint included)."""
-    encode = varint.encode
-    key, value, headers = record.key, record.value, record.headers
-    parts = [b"\x00", encode(record.timestamp - base_timestamp), encode(record.offset_delta)]
-    if key is None:
-        parts.append(b"\x01")
-    else:
-        parts += (encode(len(key)), key)
-    if value is None:
-        parts.append(b"\x01")
-    else:
-        parts += (encode(len(value)), value)
-    parts.append(encode(len(headers)))
+_NULL = b"\x01"  # varint -1: a null key, value or header value
+_NO_HEADERS = b"\x00"
+
+
+def _encode_records(records: Sequence, base_offset: int, base_timestamp: int, *,
+                    relative: bool) -> bytes:
+    """The records part of a v2 batch, each record with its length varint.
+
+    Args:
+        records: :class:`NewRecord` (``relative``: offset deltas) or records with absolute
+            offsets (:class:`Record`, the compiled reader's records); timestamps absolute.
+    """
+    enc = varint.encode
+    out: list[bytes] = []
+    append = out.append
+    for r in records:
+        key = r.key
+        value = r.value
+        headers = r.headers
+        body = b"".join((
+            b"\x00",
+            enc(r.timestamp - base_timestamp),
+            enc(r.offset_delta if relative else r.offset - base_offset),
+            _NULL if key is None else enc(len(key)) + key,
+            _NULL if value is None else enc(len(value)) + value,
+            _encode_headers(headers) if headers else _NO_HEADERS,
+        ))
+        append(enc(len(body)))
+        append(body)
+    return b"".join(out)
+
+
+def _encode_headers(headers: Sequence[tuple[str, bytes | None]]) -> bytes:
+    enc = varint.encode
+    parts = [enc(len(headers))]
     for name, header_value in headers:
         name_bytes = name.encode("utf-8")
-        parts += (encode(len(name_bytes)), name_bytes)
+        parts += (enc(len(name_bytes)), name_bytes)
         if header_value is None:
-            parts.append(b"\x01")
+            parts.append(_NULL)
         else:
-            parts += (encode(len(header_value)), header_value)
-    body = b"".join(parts)
-    return encode(len(body)) + body
+            parts += (enc(len(header_value)), header_value)
+    return b"".join(parts)
 
 
 def encode_batch(batch: NewRecordBatch) -> bytes:
@@ -458,12 +478,49 @@ def encode_batch(batch: NewRecordBatch) -> bytes:
         max_timestamp = max(r.timestamp for r in records)
     else:
         max_timestamp = NO_TIMESTAMP
+    body = _encode_records(records, batch.base_offset, base_timestamp, relative=True)
+    return _frame(batch, body, len(records), last_offset_delta=last_offset_delta,
+                  base_timestamp=base_timestamp, max_timestamp=max_timestamp)
 
-    body = b"".join(encode_record(r, base_timestamp) for r in records)
-    if batch.compression != Codec.NONE and records:
+
+def rebuild_batch(source: RecordBatch, retained: Sequence, *,
+                  delete_horizon_ms: int | None) -> bytes:
+    """A v2 batch rebuilt with only some of its records, the way the cleaner rebuilds it
+    (kafka-semantics §4.14): base offset, ``lastOffsetDelta``, producer fields, leader epoch,
+    codec, timestamp type and the transactional and control flags kept; the base timestamp
+    is the delete horizon when there is one, else the first retained record's; the max
+    timestamp is the source's under LogAppendTime, else the largest retained one.
+
+    Args:
+        retained: at least one of ``source``'s records, in offset order (:class:`Record` or
+            the compiled reader's records).
+    """
+    log_append = source.timestamp_type == TimestampType.LOG_APPEND_TIME
+    header = NewRecordBatch(
+        base_offset=source.base_offset, compression=source.compression,
+        timestamp_type=source.timestamp_type, is_transactional=source.is_transactional,
+        is_control=source.is_control, delete_horizon_ms=delete_horizon_ms,
+        partition_leader_epoch=source.partition_leader_epoch, producer_id=source.producer_id,
+        producer_epoch=source.producer_epoch, base_sequence=source.base_sequence,
+        last_offset_delta=source.last_offset_delta,
+    )
+    base_timestamp = (delete_horizon_ms if delete_horizon_ms is not None
+                      else retained[0].timestamp)
+    max_timestamp = (source.max_timestamp if log_append
+                     else max(r.timestamp for r in retained))
+    body = _encode_records(retained, source.base_offset, base_timestamp, relative=False)
+    return _frame(header, body, len(retained), last_offset_delta=source.last_offset_delta,
+                  base_timestamp=base_timestamp, max_timestamp=max_timestamp)
+
+
+def _frame(batch: NewRecordBatch, body: bytes, count: int, *, last_offset_delta: int,
+           base_timestamp: int, max_timestamp: int) -> bytes:
+    """Header (from ``batch``'s fields and the given values), compression and CRC around the
+    encoded records."""
+    if batch.compression != Codec.NONE and count:
         body = compress(batch.compression, body, level=batch.compression_level)
     attributes = batch.attributes
-    if not records:
+    if not count:
         attributes &= ~CODEC_MASK  # Kafka writes empty batches uncompressed
 
     header = bytearray(RECORD_BATCH_OVERHEAD)
@@ -482,7 +539,7 @@ def encode_batch(batch: NewRecordBatch) -> bytes:
         batch.producer_id,
         batch.producer_epoch,
         batch.base_sequence,
-        len(records),
+        count,
     )
     crc = crc32c.crc32c(body, crc32c.crc32c(bytes(header[CRC_START:])))
     _CRC_FIELD.pack_into(header, 17, crc)

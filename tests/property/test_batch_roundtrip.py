@@ -15,7 +15,13 @@ from kafka.record.legacy_records import LegacyRecordBatchBuilder as KpLegacyBuil
 
 from compactor.codec.compression import Codec
 from compactor.codec.legacy import LegacyRecord, encode_message_set
-from compactor.codec.records import NewRecordBatch, encode_batch
+from compactor.codec.records import (
+    NewRecord,
+    NewRecordBatch,
+    TimestampType,
+    encode_batch,
+    rebuild_batch,
+)
 from compactor.codec.segment import decode_segment
 from tests.property.strategies import codecs, new_batches, new_records, nullable_bytes, timestamps
 
@@ -162,3 +168,47 @@ def test_mixed_magic_segments_frame_correctly(batches: list, legacy_rows: list) 
     read = decode_segment(data)
     assert [b.magic for b in read] == [2] * len(batches) + [1] * len(legacy)
     assert sum(b.size_in_bytes for b in read) == len(data)
+
+
+@given(new_batches(), st.data())
+def test_rebuilt_batch_keeps_the_header_and_exactly_the_retained_records(
+        batch: NewRecordBatch, data: st.DataObject) -> None:
+    [source] = decode_segment(encode_batch(batch))
+    records = source.compiled_records()
+    if not records:
+        return
+    keep = data.draw(st.lists(st.booleans(), min_size=len(records), max_size=len(records))
+                     .filter(any), label="keep")
+    horizon = data.draw(st.one_of(st.none(), timestamps), label="horizon")
+    retained = [r for r, k in zip(records, keep, strict=True) if k]
+
+    rebuilt = rebuild_batch(source, retained, delete_horizon_ms=horizon)
+
+    [read] = decode_segment(rebuilt)
+    wanted = [(r.offset, r.timestamp, r.key, r.value, tuple(r.headers)) for r in retained]
+    assert ours(rebuilt) == wanted
+    for parser in (AioMemoryRecords, KpMemoryRecords):
+        assert third_party(parser, rebuilt)[0] == wanted
+    assert (read.base_offset, read.last_offset_delta) == (source.base_offset,
+                                                          source.last_offset_delta)
+    assert (read.producer_id, read.producer_epoch, read.base_sequence) == (
+        source.producer_id, source.producer_epoch, source.base_sequence)
+    assert (read.partition_leader_epoch, read.compression, read.timestamp_type) == (
+        source.partition_leader_epoch, source.compression, source.timestamp_type)
+    assert (read.is_transactional, read.is_control) == (source.is_transactional,
+                                                        source.is_control)
+    assert read.delete_horizon_ms == horizon
+    assert read.base_timestamp == (horizon if horizon is not None else retained[0].timestamp)
+    # the general encoder, given the same batch as a write model, writes the same bytes
+    assert rebuilt == encode_batch(NewRecordBatch(
+        base_offset=source.base_offset,
+        records=[NewRecord(offset_delta=r.offset - source.base_offset, timestamp=r.timestamp,
+                           key=r.key, value=r.value, headers=tuple(r.headers))
+                 for r in retained],
+        compression=source.compression, timestamp_type=source.timestamp_type,
+        is_transactional=source.is_transactional, is_control=source.is_control,
+        delete_horizon_ms=horizon, partition_leader_epoch=source.partition_leader_epoch,
+        producer_id=source.producer_id, producer_epoch=source.producer_epoch,
+        base_sequence=source.base_sequence, last_offset_delta=source.last_offset_delta,
+        max_timestamp=(source.max_timestamp if source.timestamp_type == TimestampType.LOG_APPEND_TIME
+                       else None)))
