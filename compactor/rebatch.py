@@ -104,16 +104,6 @@ class BatchDrops:
     from_map: int = 0
 
 
-def segment_drops(batches: Sequence[RecordBatch], decisions: Sequence[BatchDecision],
-                  superseded: Container[int], first_dirty: int,
-                  later: set[bytes] | None = None) -> list[BatchDrops]:
-    """:func:`iter_drops` as a list in segment order (the records themselves left out)."""
-    drops = [goes for _, _, goes in iter_drops(batches, decisions, superseded, first_dirty,
-                                               later)]
-    drops.reverse()
-    return drops
-
-
 def iter_drops(batches: Sequence[RecordBatch], decisions: Sequence[BatchDecision],
                superseded: Container[int], first_dirty: int,
                later: set[bytes] | None = None) -> Iterator[tuple[int, list, BatchDrops]]:

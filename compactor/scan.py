@@ -152,7 +152,7 @@ def locally_superseded(rows: KeyedRows) -> np.ndarray:
     """Mask of the rows superseded by a row of the same key among ``rows`` themselves (one
     with ``in_map`` and a larger offset): the map-side combine of the offset map. What a
     group's scan can decide alone never travels through the shuffle; the writer reaches the
-    same verdict from the same records (:func:`compactor.rebatch.segment_drops`)."""
+    same verdict from the same records (:func:`compactor.rebatch.iter_drops`)."""
     n = len(rows)
     if n == 0:
         return np.zeros(0, dtype=bool)

@@ -408,21 +408,27 @@ def _encode_records(records: Sequence, base_offset: int, base_timestamp: int, *,
             offsets (:class:`Record`, the compiled reader's records); timestamps absolute.
     """
     enc = varint.encode
+    small, limit = varint.SMALL, varint.SMALL_NON_NEGATIVE  # inlined encode() of small values
     out: list[bytes] = []
     append = out.append
     for r in records:
         key = r.key
         value = r.value
         headers = r.headers
+        delta = r.timestamp - base_timestamp
+        offset_delta = r.offset_delta if relative else r.offset - base_offset
         body = b"".join((
             b"\x00",
-            enc(r.timestamp - base_timestamp),
-            enc(r.offset_delta if relative else r.offset - base_offset),
-            _NULL if key is None else enc(len(key)) + key,
-            _NULL if value is None else enc(len(value)) + value,
+            small[delta << 1] if 0 <= delta < limit else enc(delta),
+            small[offset_delta << 1] if 0 <= offset_delta < limit else enc(offset_delta),
+            _NULL if key is None else (small[len(key) << 1] if len(key) < limit
+                                       else enc(len(key))) + key,
+            _NULL if value is None else (small[len(value) << 1] if len(value) < limit
+                                         else enc(len(value))) + value,
             _encode_headers(headers) if headers else _NO_HEADERS,
         ))
-        append(enc(len(body)))
+        size = len(body)
+        append(small[size << 1] if size < limit else enc(size))
         append(body)
     return b"".join(out)
 

@@ -28,6 +28,11 @@ _SMALL_LIMIT = 1 << 14
 _SMALL = [_slow_encode(u) for u in range(_SMALL_LIMIT)]
 _GROUP14 = [bytes(((u & 0x7F) | 0x80, (u >> 7) | 0x80)) for u in range(_SMALL_LIMIT)]
 
+# For callers that inline the commonest case: ``SMALL[n << 1]`` is ``encode(n)`` for
+# ``0 <= n < SMALL_NON_NEGATIVE``.
+SMALL = _SMALL
+SMALL_NON_NEGATIVE = _SMALL_LIMIT >> 1
+
 
 def encode(value: int) -> bytes:
     """Encode a signed 64-bit integer as a zig-zag varint."""

@@ -22,6 +22,7 @@ from compactor.codec.records import (
     encode_batch,
     marker_value,
     parse_control_record,
+    rebuild_batch,
     with_attributes,
     with_partition_leader_epoch,
 )
@@ -161,3 +162,19 @@ def test_verbatim_copy_is_byte_identical() -> None:
                                                                    key=b"k", value=b"v")]))
                     for i in range(5))
     assert b"".join(b.raw for b in iter_batches(data)) == data
+
+
+def test_rebuild_encodes_values_beyond_the_inlined_varint_table() -> None:
+    # lengths and deltas of 2**13 and more leave the encoder's inlined table: a 9,000-byte key,
+    # a 20,000-byte value, an offset delta of 100,000 and a timestamp below the base
+    big = NewRecord(offset_delta=100_000, timestamp=1_000, key=b"k" * 9_000,
+                    value=b"v" * 20_000, headers=(("h", b"x" * 10_000),))
+    batch = NewRecordBatch(base_offset=7, records=[
+        NewRecord(offset_delta=0, timestamp=5_000_000, key=b"a", value=None), big])
+    [source] = decode_segment(encode_batch(batch))
+    records = source.compiled_records()
+    for retained in (records, records[1:]):
+        [read] = decode_segment(rebuild_batch(source, retained, delete_horizon_ms=None))
+        assert [(r.offset, r.timestamp, r.key, r.value, r.headers) for r in read.records()] == [
+            (r.offset, r.timestamp, r.key, r.value, tuple(r.headers)) for r in retained]
+        assert read.last_offset_delta == 100_000

@@ -3,14 +3,16 @@ per-batch drop rule the writer applies, each against a direct re-derivation."""
 
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
+
 import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from compactor.codec.records import NewRecord, NewRecordBatch, encode_batch
+from compactor.codec.records import NewRecord, NewRecordBatch, RecordBatch, encode_batch
 from compactor.codec.segment import iter_batches
 from compactor.policy import BatchDecision, BatchRetention
-from compactor.rebatch import segment_drops
+from compactor.rebatch import BatchDrops, iter_drops
 from compactor.scan import (
     BatchFlags,
     KeyedRows,
@@ -20,6 +22,16 @@ from compactor.scan import (
     keyed_records,
     locally_superseded,
 )
+
+
+def segment_drops(batches: Sequence[RecordBatch], decisions: Sequence[BatchDecision],
+                  superseded: Collection[int], first_dirty: int,
+                  later: set[bytes] | None = None) -> list[BatchDrops]:
+    """The writer's verdicts (:func:`iter_drops`) in segment order."""
+    drops = [goes for _, _, goes in iter_drops(batches, decisions, superseded, first_dirty,
+                                               later)]
+    drops.reverse()
+    return drops
 
 
 @given(st.lists(st.binary(max_size=64), max_size=50))
