@@ -156,12 +156,21 @@ def locally_superseded(rows: KeyedRows) -> np.ndarray:
     n = len(rows)
     if n == 0:
         return np.zeros(0, dtype=bool)
-    order = np.lexsort((rows.offset, rows.key_lo, rows.key_hi))
-    hi, lo, offset = rows.key_hi[order], rows.key_lo[order], rows.offset[order]
+    offset = rows.offset
+    # grouping the rows by key is all that matters (the verdict compares each row with the
+    # largest offset of its key): a sort on the digest's high half alone does it, about 3x
+    # faster than on both halves, unless two keys share a high half (then the full sort)
+    order = np.argsort(rows.key_hi)
+    hi, lo = rows.key_hi[order], rows.key_lo[order]
+    same_hi = hi[1:] == hi[:-1]
+    if np.any(same_hi & (lo[1:] != lo[:-1])):
+        order = np.lexsort((rows.key_lo, rows.key_hi))
+        hi, lo = rows.key_hi[order], rows.key_lo[order]
+        same_hi = (hi[1:] == hi[:-1]) & (lo[1:] == lo[:-1])
+    offset = offset[order]
     new_key = np.empty(n, dtype=bool)
     new_key[0] = True
-    np.not_equal(hi[1:], hi[:-1], out=new_key[1:])
-    new_key[1:] |= lo[1:] != lo[:-1]
+    np.logical_not(same_hi, out=new_key[1:])
     starts = np.flatnonzero(new_key)
     latest = np.maximum.reduceat(np.where(rows.in_map[order], offset, -1), starts)
     superseded = np.empty(n, dtype=bool)

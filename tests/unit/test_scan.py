@@ -3,6 +3,7 @@ per-batch drop rule the writer applies, each against a direct re-derivation."""
 
 from __future__ import annotations
 
+import random
 from collections.abc import Collection, Sequence
 
 import numpy as np
@@ -43,16 +44,23 @@ def test_key_digests_equal_the_scalar_digest(keys: list[bytes]) -> None:
 rows_strategy = st.lists(st.tuples(st.integers(0, 5), st.booleans()), max_size=60)
 
 
-@given(rows_strategy)
-def test_locally_superseded_is_the_brute_force_rule(rows: list[tuple[int, bool]]) -> None:
+@given(rows_strategy, st.sampled_from([2, 1 << 40]), st.randoms(use_true_random=False))
+def test_locally_superseded_is_the_brute_force_rule(rows: list[tuple[int, bool]], hi_mod: int,
+                                                    rng: random.Random) -> None:
+    # hi_mod 2: keys share the digest's high half (the full sort); otherwise they do not (the
+    # sort on the high half alone); the rows in offset order or not
     n = len(rows)
+    offsets = list(range(n))
+    if rng.random() < 0.5:
+        rng.shuffle(offsets)
     keyed = KeyedRows(
-        group_base=np.zeros(n, dtype=np.int64), offset=np.arange(n, dtype=np.int64),
-        key_hi=np.asarray([k % 2 for k, _ in rows], dtype=np.int64),
+        group_base=np.zeros(n, dtype=np.int64), offset=np.asarray(offsets, dtype=np.int64),
+        key_hi=np.asarray([k % hi_mod for k, _ in rows], dtype=np.int64),
         key_lo=np.asarray([k for k, _ in rows], dtype=np.int64),
         in_map=np.asarray([m for _, m in rows], dtype=bool),
     )
-    expected = [any(k2 == k and m2 and j > i for j, (k2, m2) in enumerate(rows))
+    expected = [any(k2 == k and m2 and offsets[j] > offsets[i]
+                    for j, (k2, m2) in enumerate(rows))
                 for i, (k, _) in enumerate(rows)]
     assert locally_superseded(keyed).tolist() == expected
 
