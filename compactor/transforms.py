@@ -67,6 +67,7 @@ HEADER_FIELDS = [f.name for f in BATCH_HEADER.fields if f.name not in ("tp_id", 
 _HEADER_ARROW = to_arrow_schema(BATCH_HEADER)
 _ERASURE_ARROW = to_arrow_schema(ERASURE_MATCH)
 _COMMIT_ARROW = to_arrow_schema(COMMIT_MESSAGE)
+_KEYED_ARROW = to_arrow_schema(KEYED_RECORD)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -208,45 +209,60 @@ def _decision_from_row(row: object) -> BatchDecision:
 # Record rows, offset map, record verdicts
 
 
-def scan_keys(inputs: Mapping[int, PartitionInput],
-              plans: Mapping[int, CleaningPlan]) -> Transform:
+def scan_keys(inputs: Mapping[int, PartitionInput], plans: Mapping[int, CleaningPlan],
+              slots: DataFrame) -> Transform:
     """Batch decisions -> one ``KEYED_RECORD`` row per keyed record of the round's data
     batches that is not discarded and not already superseded within its own group (one task
     per group, :func:`compactor.scan.locally_superseded`); a group whose records cannot be
-    decoded gives one row with ``error`` set."""
+    decoded gives one row with ``error`` set.
 
-    def scan(pdf: pd.DataFrame) -> pd.DataFrame:
-        tp_id = int(pdf["tp_id"].iloc[0])
-        group_base = int(pdf["group_base"].iloc[0])
+    Args:
+        slots: ``GROUP_SLOT`` rows; groups without one are left out.
+    """
+
+    def scan(table: pa.Table) -> pa.Table:
+        columns = {name: table.column(name).to_pylist() for name in
+                   ("tp_id", "group_base", "segment_base", "position", "is_control", "aborted",
+                    "discard_records")}
+        tp_id, group_base = columns["tp_id"][0], columns["group_base"][0]
         inp = inputs[tp_id]
         paths = {s.base_offset: s.log_path for s in inp.segments}
         flags: dict[int, dict[int, BatchFlags]] = {}
-        for r in pdf.itertuples(index=False):
-            f = batch_flags(group_base, is_control=bool(r.is_control), aborted=bool(r.aborted),
-                            discard_records=bool(r.discard_records))
+        for base, position, is_control, aborted, discard in zip(
+                columns["segment_base"], columns["position"], columns["is_control"],
+                columns["aborted"], columns["discard_records"], strict=True):
+            f = batch_flags(group_base, is_control=is_control, aborted=aborted,
+                            discard_records=discard)
             if f is not None:
-                flags.setdefault(int(r.segment_base), {})[int(r.position)] = f
+                flags.setdefault(base, {})[position] = f
         try:
             parts = [keyed_records(storage.read_bytes(paths[base]), paths[base], flags[base],
                                    plans[tp_id].first_dirty_offset) for base in sorted(flags)]
             rows = concat_rows(parts)
             rows = select_rows(rows, ~locally_superseded(rows))
         except CompactorError as err:
-            return pd.DataFrame([{
-                "tp_id": tp_id, "group_base": group_base, "offset": -1,
-                "key_hi": None, "key_lo": None, "in_map": False,
+            return pa.Table.from_pylist([{
+                "tp_id": tp_id, "group_base": group_base, "offset": -1, "in_map": False,
                 "error": json.dumps(err.to_dict()),
-            }], columns=KEYED_RECORD.fieldNames())
+            }], schema=_KEYED_ARROW)
         n = len(rows)
-        return pd.DataFrame({
-            "tp_id": np.full(n, tp_id, dtype=np.int32), "group_base": rows.group_base,
-            "offset": rows.offset, "key_hi": rows.key_hi, "key_lo": rows.key_lo,
-            "in_map": rows.in_map, "error": pd.Series([None] * n, dtype="object"),
-        })
+        return pa.Table.from_arrays([
+            pa.array(np.full(n, tp_id, dtype=np.int32)), pa.array(rows.group_base),
+            pa.array(rows.offset), pa.array(rows.key_hi), pa.array(rows.key_lo),
+            pa.array(rows.in_map), pa.nulls(n, pa.string()),
+        ], schema=_KEYED_ARROW)
 
     keyed = ~F.col("is_control") & ~F.col("discard_records")
-    return lambda decisions: (decisions.where(keyed).groupBy("tp_id", "group_base")
-                              .applyInPandas(scan, KEYED_RECORD))
+    return lambda decisions: (decisions.where(keyed).transform(with_slots(slots))
+                              .groupBy("slot").applyInArrow(scan, KEYED_RECORD))
+
+
+def with_slots(slots: DataFrame) -> Transform:
+    """Add each row's group slot (``GROUP_SLOT``), the key of the grouped stages. (The slot
+    is aliased afresh on each use, so two sides of a cogroup can both carry it.)"""
+    return lambda df: df.join(
+        F.broadcast(slots.select("tp_id", "group_base", F.col("slot").alias("slot"))),
+        ["tp_id", "group_base"])
 
 
 def latest_per_key(keyed: DataFrame) -> DataFrame:
@@ -271,9 +287,10 @@ def superseded_records(keyed: DataFrame) -> DataFrame:
 
 
 def rewrite_groups(inputs: Mapping[int, PartitionInput], plans: Mapping[int, CleaningPlan],
-                   *, fsync: bool = True) -> Callable[[DataFrame, DataFrame], DataFrame]:
+                   slots: DataFrame, *,
+                   fsync: bool = True) -> Callable[[DataFrame, DataFrame], DataFrame]:
     """(batch decisions, superseded records) -> one ``COMMIT_MESSAGE`` row per group,
-    written by the executor that holds the group's rows."""
+    written by the executor that holds the group's rows (one task per ``GROUP_SLOT``)."""
 
     def rewrite(decisions: pd.DataFrame, superseded: pd.DataFrame) -> pd.DataFrame:
         if decisions.empty:
@@ -288,9 +305,10 @@ def rewrite_groups(inputs: Mapping[int, PartitionInput], plans: Mapping[int, Cle
                         first_dirty=plan.first_dirty_offset, fsync=fsync)
         return pd.DataFrame([message_to_row(tp_id, m)])
 
-    keys = ["tp_id", "group_base"]
+    slotted = with_slots(slots)
     return lambda decisions, superseded: (
-        decisions.groupBy(*keys).cogroup(superseded.groupBy(*keys))
+        decisions.transform(slotted).groupBy("slot")
+        .cogroup(superseded.transform(slotted).groupBy("slot"))
         .applyInPandas(rewrite, COMMIT_MESSAGE))
 
 

@@ -58,7 +58,7 @@ from compactor.options import (
 from compactor.policy import CleaningPlan, PartitionInput, SkipReason
 from compactor.rebatch import DROP_REASONS
 from compactor.writer import CommitMessage
-from schemas.spark import SEGMENT_TASK, SUPERSEDED
+from schemas.spark import GROUP_SLOT, SEGMENT_TASK, SUPERSEDED
 
 
 class HasSegments(Protocol):
@@ -243,12 +243,14 @@ def run_locked(spark: SparkSession, opts: CompactOptions,
             reports[i].reason = err.code
             continue
         reports[i].segments_before = reports[i].segments_after = len(inputs[i].segments)
-    _size_shuffles(spark, inputs)
-    plans, headers = _plan(spark, inputs, reports, stages)
-    to_clean = {i: p for i, p in plans.items() if p.will_clean}
-    resets = {tps[i]: p.first_dirty_offset for i, p in plans.items()
-              if p.checkpoint_reset and not p.will_clean}
+    shuffle_conf = {key: spark.conf.get(key) for key in _SHUFFLE_SETTINGS}
+    headers = None
     try:
+        _size_shuffles(spark, inputs)
+        plans, headers = _plan(spark, inputs, reports, stages)
+        to_clean = {i: p for i, p in plans.items() if p.will_clean}
+        resets = {tps[i]: p.first_dirty_offset for i, p in plans.items()
+                  if p.checkpoint_reset and not p.will_clean}
         if opts.plan_only:
             for i in to_clean:
                 reports[i].status = "would_clean"
@@ -261,13 +263,20 @@ def run_locked(spark: SparkSession, opts: CompactOptions,
     finally:
         if headers is not None:
             headers.unpersist()
+        for key, value in shuffle_conf.items():
+            if value is not None:
+                spark.conf.set(key, value)
     commit.update_cleaner_checkpoint(opts.log_dir, resets)
     stages.done("commit")
     return report
 
 
+_SHUFFLE_SETTINGS = ("spark.sql.adaptive.coalescePartitions.enabled",
+                     "spark.sql.shuffle.partitions")
+
+
 def _size_shuffles(spark: SparkSession, inputs: Mapping[int, PartitionInput]) -> None:
-    """Shuffle settings for a round.
+    """Shuffle settings for a round (the session's own are restored after it).
 
     Adaptive execution must not coalesce shuffle partitions: the grouped stages (plan,
     decide, scan, rewrite — one Python task per partition or group) shuffle little data but do
@@ -281,6 +290,34 @@ def _size_shuffles(spark: SparkSession, inputs: Mapping[int, PartitionInput]) ->
     total = sum(s.size_bytes for inp in inputs.values() for s in inp.segments)
     wanted = max(2 * spark.sparkContext.defaultParallelism, -(-total // (64 << 20)))
     spark.conf.set("spark.sql.shuffle.partitions", str(wanted))
+
+
+def group_slots(spark: SparkSession, groups: Sequence[tuple[int, int]]) -> DataFrame:
+    """``GROUP_SLOT`` rows for ``(tp id, group base)`` pairs: slot values that Spark's hash
+    partitioning sends to shuffle partitions of their own.
+
+    The grouped stages (key scan, rewrite) run one Python task per group, and a group is
+    heavy. Hashing the groups themselves into the shuffle partitions puts two of them in one
+    task every so often (birthday odds: two out of four groups in 17 partitions about a third
+    of the time), and that task then doubles the stage's time while cores idle. Slots are
+    found by asking Spark which partition each candidate value hashes to (the same hash its
+    shuffles use); the session's shuffle partitions are raised to the number of groups when
+    lower, and adaptive execution must not coalesce them (the round's setting, see
+    :func:`_size_shuffles`)."""
+    n = max(len(groups), int(spark.conf.get("spark.sql.shuffle.partitions") or 0))
+    spark.conf.set("spark.sql.shuffle.partitions", str(n))
+    spark.conf.set("spark.sql.adaptive.coalescePartitions.enabled", "false")
+    slot_of: dict[int, int] = {}
+    start = 0
+    while len(slot_of) < len(groups):
+        probe = spark.range(start, start + 8 * n).select(
+            "id", F.pmod(F.hash("id"), F.lit(n)).alias("partition"))
+        for row in probe.collect():
+            slot_of.setdefault(row.partition, row.id)
+        start += 8 * n
+    slots = list(slot_of.values())
+    return spark.createDataFrame([(tp_id, base, slots[k])
+                                  for k, (tp_id, base) in enumerate(groups)], GROUP_SLOT)
 
 
 def segment_tasks(spark: SparkSession, partitions: Mapping[int, HasSegments]) -> DataFrame:
@@ -335,12 +372,13 @@ def write_cleaned_segments(spark: SparkSession, inputs: Mapping[int, PartitionIn
     cleaning = {i: inputs[i] for i in plans}
     if headers is None:
         headers = segment_tasks(spark, cleaning).transform(transforms.scan_headers)
+    slots = group_slots(spark, [(i, g[0]) for i, p in plans.items() for g in p.groups])
     decisions = headers.transform(transforms.decide_batches(cleaning, plans))
     mapped = [i for i, p in plans.items() if len(p.groups) > 1]
     if mapped:
         decisions = decisions.persist()
         superseded = (decisions.where(F.col("tp_id").isin(mapped))
-                      .transform(transforms.scan_keys(cleaning, plans))
+                      .transform(transforms.scan_keys(cleaning, plans, slots))
                       .transform(transforms.latest_per_key)
                       .transform(transforms.superseded_records)).persist()
         superseded.count()
@@ -348,7 +386,8 @@ def write_cleaned_segments(spark: SparkSession, inputs: Mapping[int, PartitionIn
         superseded = spark.createDataFrame([], SUPERSEDED)
     if stages:
         stages.done("offset_map")
-    rows = transforms.rewrite_groups(cleaning, plans, fsync=fsync)(decisions, superseded).collect()
+    rows = (transforms.rewrite_groups(cleaning, plans, slots, fsync=fsync)(decisions, superseded)
+            .collect())
     decisions.unpersist()
     superseded.unpersist()
     if stages:

@@ -31,6 +31,14 @@ SEGMENT_TASK = _schema(
     ("path", StringType(), False),
 )
 
+# One row per group of a round: the value its grouped stages (key scan, rewrite) group by, chosen
+# so that Spark's hash partitioning gives every group a shuffle partition of its own.
+GROUP_SLOT = _schema(
+    ("tp_id", IntegerType(), False),
+    ("group_base", LongType(), False),
+    ("slot", LongType(), False),
+)
+
 # One row per batch (no records), or one error row per unreadable segment (error not null).
 BATCH_HEADER = _schema(
     ("tp_id", IntegerType(), False),

@@ -58,9 +58,15 @@ def test_spark_equalsreference_round(spark, tmp_path: Path, case: str) -> None:
     generate(str(log_dir), gen)
     expected = reference_round(log_dir, configs, NOW_MS)
 
+    shuffle_conf = [spark.conf.get(k) for k in ("spark.sql.shuffle.partitions",
+                                                  "spark.sql.adaptive.coalescePartitions.enabled")]
     report = run(spark, CompactOptions(log_dir=str(log_dir), now_ms=NOW_MS, config_all=configs))
     assert report.exit_code == 0
     assert any(p.status == "cleaned" for p in report.partitions)
+    # the round's shuffle settings do not outlive it
+    assert [spark.conf.get(k) for k in ("spark.sql.shuffle.partitions",
+                                        "spark.sql.adaptive.coalescePartitions.enabled")
+            ] == shuffle_conf
     # both writer paths: one-group rounds skip the key scan, others go through the offset map
     multi_group = any(len(p.plan.groups) > 1 for p in report.partitions if p.plan)
     assert multi_group == (case == "txn-heavy-tombstones-small-groups")

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from chispa import assert_df_equality
+from pyspark import TaskContext
 
 from compactor import transforms
 from compactor.codec.records import ControlType
@@ -16,7 +18,8 @@ from compactor.logdir import load_partition
 from compactor.policy import BatchRetention, PartitionInput
 from compactor.codec.segment import iter_batches
 from compactor.scan import key_digest, segment_headers
-from schemas.spark import BATCH_HEADER, DECISION, KEYED_RECORD, SEGMENT_TASK, SUPERSEDED
+from jobs.compact import group_slots
+from schemas.spark import BATCH_HEADER, DECISION, GROUP_SLOT, KEYED_RECORD, SEGMENT_TASK, SUPERSEDED
 
 pytestmark = pytest.mark.spark
 
@@ -120,7 +123,8 @@ def test_scan_keys_emits_keyed_records_not_superseded_in_their_group(spark, part
         [(0, *(getattr(h, f) for f in transforms.HEADER_FIELDS), None) for h in headers_py],
         BATCH_HEADER)
     decisions = headers.transform(transforms.decide_batches({0: partition}, {0: plan}))
-    got = decisions.transform(transforms.scan_keys({0: partition}, {0: plan}))
+    slots = group_slots(spark, [(0, g[0]) for g in plan.groups])
+    got = decisions.transform(transforms.scan_keys({0: partition}, {0: plan}, slots))
 
     group_of = {b: g[0] for g in plan.groups for b in g}
     rows = []
@@ -146,3 +150,40 @@ def test_scan_keys_emits_keyed_records_not_superseded_in_their_group(spark, part
                 if row[2] >= latest_in_group.get((row[1], row[3], row[4]), -1)]
     assert 0 < len(expected) < len(rows)
     assert_df_equality(got, spark.createDataFrame(expected, KEYED_RECORD), ignore_row_order=True)
+
+
+def test_with_slots_adds_the_group_slot(spark) -> None:
+    slots = spark.createDataFrame([(0, 0, 11), (0, 40, 12), (1, 0, 13)], GROUP_SLOT)
+    rows = spark.createDataFrame([(0, 0, 5), (0, 40, 41), (1, 0, 2), (2, 0, 9)],
+                                 "tp_id int, group_base long, offset long")
+    got = rows.transform(transforms.with_slots(slots)).select("tp_id", "group_base", "offset",
+                                                              "slot")
+    expected = spark.createDataFrame([(0, 0, 5, 11), (0, 40, 41, 12), (1, 0, 2, 13)],
+                                     "tp_id int, group_base long, offset long, slot long")
+    assert_df_equality(got, expected, ignore_row_order=True, ignore_nullable=True)
+
+
+@pytest.mark.parametrize("count", [1, 4, 23])
+def test_group_slots_give_every_group_a_task_of_its_own(spark, count: int) -> None:
+    keys = ("spark.sql.shuffle.partitions", "spark.sql.adaptive.coalescePartitions.enabled")
+    previous = {key: spark.conf.get(key) for key in keys}
+    groups = [(tp_id, base) for tp_id in range(count) for base in (0, 4000)][:count]
+    try:
+        spark.conf.set("spark.sql.shuffle.partitions", "3")
+        slots = group_slots(spark, groups)
+        rows = spark.createDataFrame([(tp_id, base, n) for tp_id, base in groups
+                                      for n in range(4)], "tp_id int, group_base long, n int")
+
+        def task(table: pa.Table) -> pa.Table:
+            return pa.table({"tp_id": table.column("tp_id").unique(),
+                             "group_base": table.column("group_base").unique(),
+                             "task": pa.array([TaskContext.get().partitionId()], pa.int32())})
+
+        got = (rows.transform(transforms.with_slots(slots)).groupBy("slot")
+               .applyInArrow(task, "tp_id int, group_base long, task int").collect())
+    finally:
+        for key, value in previous.items():
+            spark.conf.set(key, value)
+    # one row per group (a group never split), every group in a task of its own
+    assert sorted((r.tp_id, r.group_base) for r in got) == sorted(groups)
+    assert len({r.task for r in got}) == count
