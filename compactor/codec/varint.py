@@ -27,6 +27,7 @@ def _slow_encode(unsigned: int) -> bytes:
 _SMALL_LIMIT = 1 << 14
 _SMALL = [_slow_encode(u) for u in range(_SMALL_LIMIT)]
 _GROUP14 = [bytes(((u & 0x7F) | 0x80, (u >> 7) | 0x80)) for u in range(_SMALL_LIMIT)]
+_TWO_GROUPS_LIMIT = 1 << 28
 
 # For callers that inline the commonest case: ``SMALL[n << 1]`` is ``encode(n)`` for
 # ``0 <= n < SMALL_NON_NEGATIVE``.
@@ -39,6 +40,8 @@ def encode(value: int) -> bytes:
     unsigned = (value << 1) ^ (value >> 63)
     if 0 <= unsigned < _SMALL_LIMIT:
         return _SMALL[unsigned]
+    if 0 <= unsigned < _TWO_GROUPS_LIMIT:  # e.g. timestamp deltas against a delete horizon
+        return _GROUP14[unsigned & 0x3FFF] + _SMALL[unsigned >> 14]
     if 0 <= unsigned < 1 << 64:
         parts = []
         while unsigned >= _SMALL_LIMIT:

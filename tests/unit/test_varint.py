@@ -41,3 +41,17 @@ def test_truncated_and_overlong_are_rejected() -> None:
         varint.decode(b"\x80" * 11, 0)
     with pytest.raises(ValueError, match="64 bits"):
         varint.encode(2**63)
+
+
+@pytest.mark.parametrize("value", [v + d for v in (1 << 13, -(1 << 13), 1 << 27, -(1 << 27),
+                                                   -86_400_000, 1 << 41)
+                                   for d in (-1, 0, 1)])
+def test_table_boundaries_equal_the_byte_at_a_time_encoding(value: int) -> None:
+    unsigned = ((value << 1) ^ (value >> 63)) & 0xFFFFFFFFFFFFFFFF
+    expected = bytearray()
+    while unsigned >= 0x80:
+        expected.append((unsigned & 0x7F) | 0x80)
+        unsigned >>= 7
+    expected.append(unsigned)
+    assert varint.encode(value) == bytes(expected)
+    assert varint.decode(varint.encode(value), 0) == (value, len(expected))
