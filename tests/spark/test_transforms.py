@@ -3,12 +3,17 @@ expected output is worked out by hand (or by the pure policy functions for the g
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
+import shutil
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
 from chispa import assert_df_equality
 from pyspark import TaskContext
+from pyspark.sql import DataFrame
 
 from compactor import transforms
 from compactor.codec.records import ControlType
@@ -17,9 +22,21 @@ from compactor.generator import DEFAULT_START_MS
 from compactor.logdir import load_partition
 from compactor.policy import BatchRetention, PartitionInput
 from compactor.codec.segment import iter_batches
-from compactor.scan import key_digest, segment_headers
+from compactor.erasure import Matcher
+from compactor.scan import erasure_matches, key_digest, segment_headers
+from compactor.writer import write_erased_segment, write_group
 from jobs.compact import group_slots
-from schemas.spark import BATCH_HEADER, DECISION, GROUP_SLOT, KEYED_RECORD, SEGMENT_TASK, SUPERSEDED
+from schemas.spark import (
+    BATCH_HEADER,
+    COMMIT_MESSAGE,
+    DECISION,
+    ERASURE_MATCH,
+    ERASURE_TASK,
+    GROUP_SLOT,
+    KEYED_RECORD,
+    SEGMENT_TASK,
+    SUPERSEDED,
+)
 
 pytestmark = pytest.mark.spark
 
@@ -187,3 +204,122 @@ def test_group_slots_give_every_group_a_task_of_its_own(spark, count: int) -> No
     # one row per group (a group never split), every group in a task of its own
     assert sorted((r.tp_id, r.group_base) for r in got) == sorted(groups)
     assert len({r.task for r in got}) == count
+
+
+def _copy_partition(inp: PartitionInput, dest: Path) -> PartitionInput:
+    """The same partition input over a copy of the partition dir."""
+    shutil.copytree(inp.path, dest)
+    return dataclasses.replace(inp, path=str(dest), segments=load_partition(str(dest)).segments)
+
+
+def _without_seconds(df: DataFrame) -> DataFrame:
+    return df.drop("seconds")
+
+
+def test_rewrite_groups_equals_the_writer_called_directly(spark, partition: PartitionInput,
+                                                          tmp_path: Path) -> None:
+    # several groups, so the offset map supersedes records across groups
+    inp = dataclasses.replace(partition, config=dataclasses.replace(partition.config,
+                                                                    segment_bytes=40_000))
+    twin = _copy_partition(inp, tmp_path / "twin" / "orders-v2-0")
+    headers_py = _pure_headers(inp)
+    plan = inp.plan(headers_py)
+    assert len(plan.groups) > 1
+    decided = inp.decide(plan, headers_py)
+
+    # the offset map's verdicts, derived here from the raw keys: a record not superseded
+    # within its own group whose key has a later offset-map record (in a later group)
+    group_of = {b: g[0] for g in plan.groups for b in g}
+    records = []  # (group, offset, key, enters the map)
+    for h, d in decided:
+        if h.is_control or d.discard_records:
+            continue
+        seg = next(s for s in inp.segments if s.base_offset == h.segment_base)
+        batch = next(b for b in iter_batches(Path(seg.log_path).read_bytes())
+                     if b.position == h.position)
+        records += [(group_of[h.segment_base], r.offset, r.key,
+                     not d.aborted and r.offset >= plan.first_dirty_offset)
+                    for r in batch.records() if r.key is not None]
+    superseded_rows = []
+    for group, offset, key, _ in records:
+        later = [(g, o) for g, o, k, fed in records if k == key and fed and o > offset]
+        if later and all(g != group for g, _ in later):
+            superseded_rows.append((0, group, offset))
+    assert superseded_rows
+
+    inputs, plans = {0: inp}, {0: plan}
+    slots = group_slots(spark, [(0, g[0]) for g in plan.groups])
+    headers = spark.createDataFrame(
+        [(0, *(getattr(h, f) for f in transforms.HEADER_FIELDS), None) for h in headers_py],
+        BATCH_HEADER)
+    decisions = headers.transform(transforms.decide_batches(inputs, plans))
+    superseded = spark.createDataFrame(superseded_rows, SUPERSEDED)
+    got = transforms.rewrite_groups(inputs, plans, slots, fsync=False)(decisions, superseded)
+
+    by_batch = {(h.segment_base, h.position): d for h, d in decided}
+    expected = []
+    for group in plan.groups:
+        offsets = {o for _, g, o in superseded_rows if g == group[0]}
+        message = write_group(twin, group, by_batch, offsets,
+                              first_dirty=plan.first_dirty_offset, fsync=False)
+        assert message.error is None
+        expected.append(transforms.message_to_row(0, message))
+    assert_df_equality(_without_seconds(got),
+                       _without_seconds(spark.createDataFrame(expected, COMMIT_MESSAGE)),
+                       ignore_row_order=True)
+    written = sorted(p.name for p in Path(inp.path).glob("*.cleaned"))
+    assert written and written == sorted(p.name for p in Path(twin.path).glob("*.cleaned"))
+    for name in written:
+        assert (Path(inp.path) / name).read_bytes() == (Path(twin.path) / name).read_bytes()
+
+
+def _erasure_subject(partition: PartitionInput) -> bytes:
+    """A key that occurs in the partition."""
+    seg = partition.segments[0]
+    return next(r.key for b in iter_batches(Path(seg.log_path).read_bytes())
+                if not b.is_control for r in b.records() if r.key is not None)
+
+
+def test_scan_erasure_equals_the_pure_scan(spark, partition: PartitionInput) -> None:
+    matcher = Matcher(keys={hashlib.sha256(_erasure_subject(partition)).digest(): ("er-1",)})
+    tasks = spark.createDataFrame(
+        [(0, s.base_offset, s.log_path) for s in partition.segments], SEGMENT_TASK)
+    got = tasks.transform(transforms.scan_erasure({0: matcher}))
+    expected = []
+    for s in partition.segments:
+        found = erasure_matches(Path(s.log_path).read_bytes(), s.log_path, matcher)
+        expected.append((0, s.base_offset, "segment", None, None, None, found.batches,
+                         found.records, None))
+        expected += [(0, s.base_offset, "match", position, offset, request_id, None, None, None)
+                     for position, offset, request_id in found.matches]
+    assert any(row[2] == "match" for row in expected)
+    assert_df_equality(got, spark.createDataFrame(expected, ERASURE_MATCH),
+                       ignore_row_order=True)
+
+
+def test_rewrite_erased_equals_the_writer_called_directly(spark, partition: PartitionInput,
+                                                          tmp_path: Path) -> None:
+    matcher = Matcher(keys={hashlib.sha256(_erasure_subject(partition)).digest(): ("er-1",)})
+    twin = _copy_partition(partition, tmp_path / "twin" / "orders-v2-0")
+    tasks, expected, segments = [], [], {}
+    for seg, twin_seg in zip(partition.segments, twin.segments, strict=True):
+        found = erasure_matches(Path(seg.log_path).read_bytes(), seg.log_path, matcher)
+        if not found.matches:
+            continue
+        erased: dict[int, list[int]] = {}
+        for position, offset, _ in found.matches:
+            erased.setdefault(position, []).append(offset)
+        tasks.append((0, seg.base_offset, json.dumps(erased), json.dumps([])))
+        segments[(0, seg.base_offset)] = (partition.path, seg, partition.config)
+        message = write_erased_segment(twin.path, twin_seg, erased, set(), twin.config,
+                                       fsync=False)
+        assert message.error is None and message.dropped["erased"] == len(found.matches)
+        expected.append(transforms.message_to_row(0, message))
+    assert tasks
+    got = (spark.createDataFrame(tasks, ERASURE_TASK)
+           .transform(transforms.rewrite_erased(segments, fsync=False)))
+    assert_df_equality(_without_seconds(got),
+                       _without_seconds(spark.createDataFrame(expected, COMMIT_MESSAGE)),
+                       ignore_row_order=True)
+    for path in Path(twin.path).glob("*.cleaned"):
+        assert (Path(partition.path) / path.name).read_bytes() == path.read_bytes()
