@@ -208,3 +208,15 @@ class SwapRecoveryError(CompactorError):
     default_remedy = (
         "inspect the partition directory by hand; no file was deleted by this attempt"
     )
+
+
+class SparkUnavailableError(CompactorError):
+    """The Spark session cannot be started (no Java, a wrong ``JAVA_HOME``, an unreachable
+    master)."""
+
+    code = "SPARK_UNAVAILABLE"
+    exit_code = EXIT_FAILURE
+    default_remedy = (
+        "make Java 17 reachable (JAVA_HOME or java on PATH) and check --master; nothing was "
+        "changed"
+    )

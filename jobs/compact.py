@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TextIO
 
+from pyspark.errors import PySparkRuntimeError
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -38,6 +39,7 @@ from compactor.errors import (
     EXIT_PARTIAL,
     CompactorError,
     CorruptSegmentError,
+    SparkUnavailableError,
 )
 from compactor.logdir import (
     TXN_INDEX_SUFFIX,
@@ -444,7 +446,11 @@ def _commit(inputs: Mapping[int, PartitionInput], plans: Mapping[int, CleaningPl
 
 
 def get_spark(master: str | None, app_name: str = "kafka-compactor") -> SparkSession:
-    """The active session, or a new one (``master`` or spark-submit's, else ``local[*]``)."""
+    """The active session, or a new one (``master`` or spark-submit's, else ``local[*]``).
+
+    Raises:
+        SparkUnavailableError: the session cannot start (no Java, for one).
+    """
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
@@ -455,8 +461,11 @@ def get_spark(master: str | None, app_name: str = "kafka-compactor") -> SparkSes
         builder = builder.master("local[*]")
     # local Python workers must run the interpreter that has this package installed
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    return (builder.config("spark.sql.session.timeZone", "UTC")
-            .config("spark.ui.showConsoleProgress", "false").getOrCreate())
+    try:
+        return (builder.config("spark.sql.session.timeZone", "UTC")
+                .config("spark.ui.showConsoleProgress", "false").getOrCreate())
+    except PySparkRuntimeError as err:
+        raise SparkUnavailableError(f"Spark cannot start: {err}") from err
 
 
 def execute(args: argparse.Namespace, out: TextIO, *, plan_only: bool = False) -> int:

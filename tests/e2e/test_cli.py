@@ -182,3 +182,26 @@ def test_bad_arguments_and_missing_dir(tmp_path: Path) -> None:
     assert res.returncode == 3 and "unknown codec 'brotli'" in res.stderr
     assert run("nonsense").returncode == 2
     assert os.path.exists(COMPACTOR)
+
+
+def test_run_starts_spark_only_when_a_topic_compacts(small_log: Path, tmp_path: Path) -> None:
+    # with JAVA_HOME pointing nowhere Spark cannot start in these processes
+    env = {**os.environ, "JAVA_HOME": str(tmp_path / "no-java")}
+    now = ["--now-ms", str(4_000_000_000_000), "--json"]
+    digest = tree_digest(small_log)
+    compact = subprocess.run([COMPACTOR, "run", str(small_log), *now,
+                              "--config", "cleanup.policy=compact"],
+                             capture_output=True, text=True, timeout=300, env=env)
+    # the control: compaction needs Spark, which cannot start (a clear error, nothing changed)
+    assert compact.returncode == EXIT_FAILURE
+    assert json.loads(compact.stdout.splitlines()[-1])["code"] == "SPARK_UNAVAILABLE"
+    assert "Traceback" not in compact.stderr
+    assert tree_digest(small_log) == digest
+    delete = subprocess.run([COMPACTOR, "run", str(small_log), *now,
+                             "--config", "cleanup.policy=delete",
+                             "--config", "retention.ms=86400000"],
+                            capture_output=True, text=True, timeout=300, env=env)
+    assert delete.returncode == 0, delete.stderr
+    report = json.loads(delete.stdout.splitlines()[0])
+    assert report["compaction"] is None
+    assert report["retention"]["segments_deleted"] > 0
