@@ -100,6 +100,7 @@ class PartitionReport:
     batches_out: int = 0
     dropped: dict[str, int] = field(default_factory=dict)
     expected_input_bytes: int = 0
+    stages_s: dict[str, float] = field(default_factory=dict)
     error: dict | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -119,7 +120,8 @@ class PartitionReport:
                    records_in=self.records_in, records_out=self.records_out,
                    bytes_in=self.bytes_in, bytes_out=self.bytes_out,
                    batches_in=self.batches_in, batches_out=self.batches_out,
-                   dropped={r: self.dropped.get(r, 0) for r in DROP_REASONS})
+                   dropped={r: self.dropped.get(r, 0) for r in DROP_REASONS},
+                   stages_s={k: round(v, 3) for k, v in self.stages_s.items()})
         if self.error is not None:
             out["error"] = self.error
         return out
@@ -429,7 +431,11 @@ def _commit(inputs: Mapping[int, PartitionInput], plans: Mapping[int, CleaningPl
                 commit.abort_group(inputs[i].path, m)
             rep.status, rep.error, rep.reason = "corrupt", problem, problem.get("code", "")
             continue
+        started = time.perf_counter()
         commit.commit_partition(inputs[i].path, got)
+        # the partition's own share of the round: its groups' executor time, its swap
+        rep.stages_s = {"rewrite": sum(m.seconds for m in got),
+                        "commit": time.perf_counter() - started}
         rep.status, rep.dropped = "cleaned", dropped
         rep.records_in, rep.records_out = records_in, records_out
         rep.bytes_in = sum(m.bytes_in for m in got)

@@ -52,6 +52,8 @@ def test_plan_changes_nothing_and_compact_does_what_it_planned(
         assert p["bytes_in"] == expected["expected_input_bytes"]
         assert p["records_in"] == p["records_out"] + sum(p["dropped"].values())
         assert p["segments_after"] == p["segments_before"] - sum(len(g) - 1 for g in p["groups"])
+        assert set(p["stages_s"]) == {"rewrite", "commit"}
+        assert all(seconds >= 0 for seconds in p["stages_s"].values())
     assert _problems(small_log) == []
 
 
