@@ -9,9 +9,11 @@
 The sequential, per-partition rules (producer state, transactions, batch retention) run per
 partition inside ``applyInPandas``; the offset map is a window over ``(partition, key digest)``,
 so its size is bounded by the cluster, not by a buffer. Only keyed records of data batches
-travel through it (digest and offset, never a value); null keys, markers, aborted data and
-expired tombstones are decided by the writer from the batch decisions. Transforms never collect, count or
-cache: the job (``jobs/compact.py``) decides actions.
+travel through it (digest and offset, never a value), and only for partitions cleaned in
+several groups; null keys, markers, aborted data and expired tombstones are decided by the
+writer from the batch decisions. The grouped stages key on a group slot (``with_slots``) so
+that every group is a task of its own. Transforms never collect, count or cache: the job
+(``jobs/compact.py``) decides actions.
 """
 
 from __future__ import annotations
@@ -275,8 +277,8 @@ def latest_per_key(keyed: DataFrame) -> DataFrame:
 
 def superseded_records(keyed: DataFrame) -> DataFrame:
     """Keyed rows with ``latest`` -> ``SUPERSEDED`` rows: records with a later record of their
-    key in the dirty section of another segment (§4.11; the writer adds the ones superseded
-    within their own segment). Error rows are left out: the writer meets the same defect and
+    key in the dirty section of another group (§4.11; the writer adds the ones superseded
+    within their own group). Error rows are left out: the writer meets the same defect and
     reports it."""
     return (keyed.where(F.col("error").isNull() & (F.col("offset") < F.col("latest")))
             .select(*SUPERSEDED.fieldNames()))

@@ -78,8 +78,8 @@ def write_group(
     Args:
         decisions: by ``(segment base, batch position)``, every batch of the group.
         superseded: offsets of the group's records that the offset map supersedes across
-            segments; the ones superseded within their own segment and every other reason a
-            record goes for are decided here (:func:`compactor.rebatch.iter_drops`).
+            groups; the ones superseded within the group and every other reason a record
+            goes for are decided here (:func:`compactor.rebatch.iter_drops`).
         first_dirty: the round's first dirty offset (where the offset map starts).
 
     Returns:
