@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import zlib
 from collections import Counter
-from collections.abc import Callable, Container, Iterator, Sequence
+from collections.abc import Callable, Container, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from compactor.codec.indexes import (
@@ -104,11 +104,11 @@ class BatchDrops:
     from_map: int = 0
 
 
-def iter_drops(batches: Sequence[RecordBatch], decisions: Sequence[BatchDecision],
+def iter_drops(batches: Iterable[tuple[RecordBatch, BatchDecision]],
                superseded: Container[int], first_dirty: int,
-               later: set[bytes] | None = None) -> Iterator[tuple[int, list, BatchDrops]]:
-    """Which records of a segment's batches go, and why (§4.11), batch by batch from the
-    last: ``(batch index, the batch's decoded records, drops)``.
+               later: set[bytes] | None = None) -> Iterator[tuple[list, BatchDrops]]:
+    """Which records of a segment's batches go, and why (§4.11), for ``(batch, decision)``
+    pairs given **newest first**: ``(the batch's decoded records, drops)`` per pair.
 
     A record is superseded when the offset map says so across groups (``superseded``) or
     when a later record of the same key in the same group enters the map (keyed, batch not
@@ -119,22 +119,20 @@ def iter_drops(batches: Sequence[RecordBatch], decisions: Sequence[BatchDecision
     caller can rebuild the batch from them without decoding it again.
 
     Args:
-        decisions: one per batch, in the same order.
         later: keys with an offset-map record later in the group (segments after this one);
             updated with this segment's. A new set when omitted (a one-segment group).
     """
     if later is None:
         later = set()
-    for index in range(len(batches) - 1, -1, -1):
-        batch, decision = batches[index], decisions[index]
+    for batch, decision in batches:
         records = batch.compiled_records()
         reasons: Counter[str] = Counter()
         if decision.discard_records:
             reasons["marker_expired" if batch.is_control else "aborted"] = len(records)
-            yield index, records, BatchDrops(tuple(r.offset for r in records), reasons)
+            yield records, BatchDrops(tuple(r.offset for r in records), reasons)
             continue
         if batch.is_control:
-            yield index, records, BatchDrops((), reasons)
+            yield records, BatchDrops((), reasons)
             continue
         # does a keyed record of this batch enter the map: all, none, or by offset
         feeds_map = not decision.aborted
@@ -167,7 +165,7 @@ def iter_drops(batches: Sequence[RecordBatch], decisions: Sequence[BatchDecision
             if n:
                 reasons[reason] = n
         goes.reverse()
-        yield index, records, BatchDrops(tuple(goes), reasons, from_map)
+        yield records, BatchDrops(tuple(goes), reasons, from_map)
 
 
 def _count(batch: RecordBatch) -> int:

@@ -78,7 +78,8 @@ _KEYED_ARROW = to_arrow_schema(KEYED_RECORD)
 
 def _header_batch(tp_id: int, segment_base: int, path: str) -> pa.RecordBatch:
     try:
-        headers = segment_headers(storage.read_bytes(path), path, segment_base)
+        with storage.mapped(path) as data:
+            headers = segment_headers(data, path, segment_base)
     except CompactorError as err:
         row: dict[str, list] = {name: [None] for name in _HEADER_ARROW.names}
         row.update(tp_id=[tp_id], segment_base=[segment_base], error=[json.dumps(err.to_dict())])
@@ -238,8 +239,11 @@ def scan_keys(inputs: Mapping[int, PartitionInput], plans: Mapping[int, Cleaning
             if f is not None:
                 flags.setdefault(base, {})[position] = f
         try:
-            parts = [keyed_records(storage.read_bytes(paths[base]), paths[base], flags[base],
-                                   plans[tp_id].first_dirty_offset) for base in sorted(flags)]
+            parts = []
+            for base in sorted(flags):
+                with storage.mapped(paths[base]) as data:
+                    parts.append(keyed_records(data, paths[base], flags[base],
+                                               plans[tp_id].first_dirty_offset))
             rows = concat_rows(parts)
             rows = select_rows(rows, ~locally_superseded(rows))
         except CompactorError as err:
@@ -355,7 +359,8 @@ def scan_erasure(matchers: Mapping[int, Matcher]) -> Transform:
                                          strict=True):
                 rows = []
                 try:
-                    found = erasure_matches(storage.read_bytes(path), path, matchers[tp_id])
+                    with storage.mapped(path) as data:
+                        found = erasure_matches(data, path, matchers[tp_id])
                 except CompactorError as err:
                     rows.append({"tp_id": tp_id, "segment_base": base, "kind": "segment",
                                  "error": json.dumps(err.to_dict())})

@@ -125,24 +125,31 @@ def _write(inp: PartitionInput, source_bases: tuple[int, ...],
     last_batch: RecordBatch | None = None
     for base in reversed(source_bases):
         seg = by_base[base]
-        batches = list(iter_batches(storage.read_bytes(seg.log_path), path=seg.log_path))
-        batch_decisions = [_decision(decisions, base, b, seg.log_path) for b in batches]
-        if last_batch is None and batches:
-            last_batch = batches[-1]
-        goes_by_batch: list[array | None] = [None] * len(batches)
-        try:
-            for index, _, goes in iter_drops(batches, batch_decisions, superseded, first_dirty,
-                                             later):
-                if goes.offsets:
-                    goes_by_batch[index] = array("q", goes.offsets)
-                tally.dropped.update(goes.reasons)
-                from_map += goes.from_map
-        except CompactorError as err:
-            raise err.with_location(path=seg.log_path) from None
-        layouts[base] = (array("q", (b.position for b in batches)),
-                         array("q", (b.base_offset for b in batches)))
+        path = seg.log_path
+        with storage.mapped(path) as data:
+            # frame the segment, then decode its batches newest first one at a time (CRC
+            # checked): the walk holds one batch, never the segment
+            frames = [(b.position, b.base_offset, b.size_in_bytes)
+                      for b in iter_batches(data, path=path, verify_crc=False)]
+            batch_decisions = [_decision(decisions, base, position, offset, path)
+                               for position, offset, _ in frames]
+            if last_batch is None and frames:
+                last_batch = _batch_at(data, path, frames[-1])
+            newest_first = ((_batch_at(data, path, f), d)
+                            for f, d in zip(reversed(frames), reversed(batch_decisions)))
+            goes_by_batch: list[array | None] = [None] * len(frames)
+            try:
+                for index, (_, goes) in zip(range(len(frames) - 1, -1, -1),
+                                            iter_drops(newest_first, superseded, first_dirty,
+                                                       later)):
+                    if goes.offsets:
+                        goes_by_batch[index] = array("q", goes.offsets)
+                    tally.dropped.update(goes.reasons)
+                    from_map += goes.from_map
+            except CompactorError as err:
+                raise err.with_location(path=path) from None
+        layouts[base] = (array("q", (f[0] for f in frames)), array("q", (f[1] for f in frames)))
         drops[base] = goes_by_batch
-        del batches
     if from_map != len(superseded):
         raise CorruptSegmentError(
             f"counts do not balance: the offset map superseded {len(superseded)} records of "
@@ -154,50 +161,62 @@ def _write(inp: PartitionInput, source_bases: tuple[int, ...],
     def outputs() -> Iterator[tuple[bytes, RecordBatch | None, AbortedTxn | None]]:
         for base in source_bases:
             seg = by_base[base]
-            data = storage.read_bytes(seg.log_path)
-            tally.bytes_in += len(data)
-            batches = list(iter_batches(data, path=seg.log_path, verify_crc=False))
-            del data
             positions, base_offsets = layouts.pop(base)
-            if (array("q", (b.position for b in batches)) != positions
-                    or array("q", (b.base_offset for b in batches)) != base_offsets):
-                raise CorruptSegmentError(
-                    "the segment changed while it was being rewritten", path=seg.log_path,
-                    remedy="make sure no broker or other tool writes to the log dir, then rerun")
-            for batch, goes in zip(batches, drops.pop(base), strict=True):
-                decision = decisions[(base, batch.position)]
-                try:
-                    result = filter_batch(batch, decision, frozenset(goes or ()),
-                                          now_ms=inp.now_ms,
-                                          delete_retention_ms=inp.config.delete_retention_ms)
-                except CompactorError as err:
-                    raise err.with_location(path=seg.log_path) from None
-                went = len(goes) if goes else 0
-                if result.records_in - result.records_out != went:
-                    raise CorruptSegmentError(
-                        f"{went} records of the batch were decided to go but "
-                        f"{result.records_in - result.records_out} went",
-                        path=seg.log_path, position=batch.position,
-                        base_offset=batch.base_offset,
-                        remedy="report this as a bug; the live segments are untouched")
-                tally.batches_in += 1
-                tally.records_in += result.records_in
-                tally.records_out += result.records_out
-                if result.data is not None:
-                    yield result.data, None, decision.txn_entry
+            goes_by_batch = drops.pop(base)
+            changed = CorruptSegmentError(
+                "the segment changed while it was being rewritten", path=seg.log_path,
+                remedy="make sure no broker or other tool writes to the log dir, then rerun")
+            count = 0
+            with storage.mapped(seg.log_path) as data:
+                tally.bytes_in += len(data)
+                for batch in iter_batches(data, path=seg.log_path, verify_crc=False):
+                    if (count == len(positions) or batch.position != positions[count]
+                            or batch.base_offset != base_offsets[count]):
+                        raise changed
+                    goes = goes_by_batch[count]
+                    count += 1
+                    decision = decisions[(base, batch.position)]
+                    try:
+                        result = filter_batch(
+                            batch, decision, frozenset(goes or ()), now_ms=inp.now_ms,
+                            delete_retention_ms=inp.config.delete_retention_ms)
+                    except CompactorError as err:
+                        raise err.with_location(path=seg.log_path) from None
+                    went = len(goes) if goes else 0
+                    if result.records_in - result.records_out != went:
+                        raise CorruptSegmentError(
+                            f"{went} records of the batch were decided to go but "
+                            f"{result.records_in - result.records_out} went",
+                            path=seg.log_path, position=batch.position,
+                            base_offset=batch.base_offset,
+                            remedy="report this as a bug; the live segments are untouched")
+                    tally.batches_in += 1
+                    tally.records_in += result.records_in
+                    tally.records_out += result.records_out
+                    if result.data is not None:
+                        yield result.data, None, decision.txn_entry
+            if count != len(positions):
+                raise changed
 
     return _write_cleaned(inp.path, source_bases, by_base[source_bases[0]].log_path, outputs(),
                           last_batch, inp.config, mtime_ms=by_base[source_bases[-1]].mtime_ms,
                           fsync=fsync, tally=tally)
 
 
+def _batch_at(data: bytes, path: str, frame: tuple[int, int, int]) -> RecordBatch:
+    """The batch framed at ``(position, base offset, size)``, decoded with its CRC checked."""
+    position, _, size = frame
+    return next(iter_batches(data, path=path, start_position=position,
+                             end_position=position + size))
+
+
 def _decision(decisions: Mapping[tuple[int, int], BatchDecision], segment_base: int,
-              batch: RecordBatch, path: str) -> BatchDecision:
-    decision = decisions.get((segment_base, batch.position))
+              position: int, base_offset: int, path: str) -> BatchDecision:
+    decision = decisions.get((segment_base, position))
     if decision is None:
         raise CorruptSegmentError(
             "batch was not seen by the planning scan (the segment changed during the run)",
-            path=path, position=batch.position, base_offset=batch.base_offset,
+            path=path, position=position, base_offset=base_offset,
             remedy="make sure no broker or other tool writes to the log dir, then rerun",
         )
     return decision
@@ -241,41 +260,41 @@ def _write_erased(partition_dir: str, segment: SegmentInfo, erased: Mapping[int,
                   retain_empty: Collection[int], config: TopicConfig,
                   fsync: bool) -> CommitMessage:
     base = segment.base_offset
-    data = storage.read_bytes(segment.log_path)
-    batches = list(iter_batches(data, path=segment.log_path))
-    tally = _Tally(bytes_in=len(data))
-    del data
+    tally = _Tally()
 
     def outputs() -> Iterator[tuple[bytes, RecordBatch | None, AbortedTxn | None]]:
-        for batch in batches:
-            tally.batches_in += 1
-            goes = erased.get(batch.position)
-            if not goes:
-                n = batch.records_count if batch.magic >= 2 else len(batch.records())
-                tally.records_in += n
-                tally.records_out += n
-                yield batch.raw, batch, None
-                continue
-            retention = (BatchRetention.RETAIN_EMPTY if batch.position in retain_empty
-                         else BatchRetention.DELETE_EMPTY)
-            decision = BatchDecision(retention=retention, aborted=False, discard_records=False,
-                                     retain_deletes=True, marker_horizon=False, txn_entry=None)
-            try:
-                result = filter_batch(batch, decision, frozenset(goes), now_ms=0,
-                                      delete_retention_ms=0, set_delete_horizon=False)
-            except CompactorError as err:
-                raise err.with_location(path=segment.log_path) from None
-            tally.records_in += result.records_in
-            tally.records_out += result.records_out
-            tally.dropped["erased"] += result.records_in - result.records_out
-            if result.data is not None:
-                yield result.data, None, None
+        with storage.mapped(segment.log_path) as data:
+            tally.bytes_in = len(data)
+            for batch in iter_batches(data, path=segment.log_path):
+                tally.batches_in += 1
+                goes = erased.get(batch.position)
+                if not goes:
+                    n = batch.records_count if batch.magic >= 2 else len(batch.records())
+                    tally.records_in += n
+                    tally.records_out += n
+                    yield batch.raw, batch, None
+                    continue
+                retention = (BatchRetention.RETAIN_EMPTY if batch.position in retain_empty
+                             else BatchRetention.DELETE_EMPTY)
+                decision = BatchDecision(retention=retention, aborted=False, discard_records=False,
+                                         retain_deletes=True, marker_horizon=False, txn_entry=None)
+                try:
+                    result = filter_batch(batch, decision, frozenset(goes), now_ms=0,
+                                          delete_retention_ms=0, set_delete_horizon=False)
+                except CompactorError as err:
+                    raise err.with_location(path=segment.log_path) from None
+                tally.records_in += result.records_in
+                tally.records_out += result.records_out
+                tally.dropped["erased"] += result.records_in - result.records_out
+                if result.data is not None:
+                    yield result.data, None, None
 
     txn_path = segment_path(partition_dir, base, TXN_INDEX_SUFFIX)
     txn_entries = (decode_txn_index(storage.read_bytes(txn_path), base, path=txn_path)
                    if segment.has_txn_index else [])
-    message = _write_cleaned(partition_dir, (base,), segment.log_path, outputs(),
-                             batches[-1] if batches else None, config,
+    # one source segment: the placeholder of a group's end (which needs the last source
+    # batch) never applies
+    message = _write_cleaned(partition_dir, (base,), segment.log_path, outputs(), None, config,
                              mtime_ms=segment.mtime_ms, fsync=fsync, tally=tally,
                              txn_entries=txn_entries)
     expected = sum(len(v) for v in erased.values())

@@ -29,8 +29,8 @@ def segment_drops(batches: Sequence[RecordBatch], decisions: Sequence[BatchDecis
                   superseded: Collection[int], first_dirty: int,
                   later: set[bytes] | None = None) -> list[BatchDrops]:
     """The writer's verdicts (:func:`iter_drops`) in segment order."""
-    drops = [goes for _, _, goes in iter_drops(batches, decisions, superseded, first_dirty,
-                                               later)]
+    pairs = list(zip(batches, decisions, strict=True))
+    drops = [goes for _, goes in iter_drops(reversed(pairs), superseded, first_dirty, later)]
     drops.reverse()
     return drops
 
