@@ -1,0 +1,57 @@
+"""The storage module's reads and durable writes: what callers rely on, including the errors
+that name the file."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from compactor import storage
+from compactor.errors import LogDirError
+
+
+def test_mapped_reads_like_bytes_and_empty_files_give_empty_bytes(tmp_path: Path) -> None:
+    path = tmp_path / "00000000000000000000.log"
+    path.write_bytes(bytes(range(256)) * 3)
+    with storage.mapped(str(path)) as data:
+        assert len(data) == 768
+        assert data[10:14] == bytes([10, 11, 12, 13]) and data[255] == 255
+        assert bytes(data[:]) == path.read_bytes()
+    empty = tmp_path / "empty.log"
+    empty.write_bytes(b"")
+    with storage.mapped(str(empty)) as data:
+        assert data == b""
+
+
+def test_mapped_missing_file_names_it(tmp_path: Path) -> None:
+    missing = tmp_path / "gone.log"
+    with pytest.raises(LogDirError) as err, storage.mapped(str(missing)):
+        pass
+    assert err.value.path == str(missing)
+
+
+def test_open_durable_streams_then_sets_the_mtime(tmp_path: Path) -> None:
+    path = tmp_path / "x.log.cleaned"
+    with storage.open_durable(str(path), mtime_ms=1_700_000_000_123) as write:
+        write(b"abc")
+        write(b"def")
+    assert path.read_bytes() == b"abcdef"
+    assert os.stat(path).st_mtime_ns // 1_000_000 == 1_700_000_000_123
+
+
+def test_open_durable_leaves_the_file_as_it_is_on_an_error(tmp_path: Path) -> None:
+    path = tmp_path / "y.log.cleaned"
+    with pytest.raises(RuntimeError), storage.open_durable(str(path), mtime_ms=5) as write:
+        write(b"partial")
+        raise RuntimeError("the producer of the bytes failed")
+    assert path.read_bytes() == b"partial"  # the caller removes it
+    assert os.stat(path).st_mtime_ns // 1_000_000 != 5
+
+
+def test_open_durable_in_a_missing_dir_names_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "no-such-dir" / "z.log.cleaned"
+    with pytest.raises(LogDirError) as err, storage.open_durable(str(path)):
+        pass
+    assert err.value.path == str(path)
