@@ -57,8 +57,8 @@ class FilteredBatch:
 
 
 def filter_batch(batch: RecordBatch, decision: BatchDecision, dropped: Container[int], *,
-                 now_ms: int, delete_retention_ms: int, set_delete_horizon: bool = True,
-                 records: Sequence | None = None) -> FilteredBatch:
+                 now_ms: int, delete_retention_ms: int,
+                 set_delete_horizon: bool = True) -> FilteredBatch:
     """Apply the batch and record decisions to one source batch (§4.14).
 
     Args:
@@ -66,12 +66,10 @@ def filter_batch(batch: RecordBatch, decision: BatchDecision, dropped: Container
         set_delete_horizon: a cleaning round sets the delete horizon of a rebuilt batch that
             keeps tombstones or is a marker to horizon (Kafka); an erasure rewrite is not a
             cleaning and keeps the batch's horizon as it was.
-        records: the batch's records when the caller already decoded them.
     """
     if decision.retention == BatchRetention.DELETE:
         return FilteredBatch(data=None, records_in=_count(batch), records_out=0)
-    if records is None:
-        records = batch.compiled_records()
+    records = batch.compiled_records()
     retained = [r for r in records if r.offset not in dropped] if dropped else records
     if batch.magic < 2:
         return FilteredBatch(data=_legacy_as_v2(batch, retained, decision), records_in=len(records),
@@ -106,17 +104,16 @@ class BatchDrops:
 
 def iter_drops(batches: Iterable[tuple[RecordBatch, BatchDecision]],
                superseded: Container[int], first_dirty: int,
-               later: set[bytes] | None = None) -> Iterator[tuple[list, BatchDrops]]:
+               later: set[bytes] | None = None) -> Iterator[BatchDrops]:
     """Which records of a segment's batches go, and why (§4.11), for ``(batch, decision)``
-    pairs given **newest first**: ``(the batch's decoded records, drops)`` per pair.
+    pairs given **newest first**, one :class:`BatchDrops` per pair.
 
     A record is superseded when the offset map says so across groups (``superseded``) or
     when a later record of the same key in the same group enters the map (keyed, batch not
     aborted, at or above ``first_dirty``): the map-side combine of the scan
     (:func:`compactor.scan.locally_superseded`), decided here by key instead of by digest. The
     other reasons (null key, expired tombstone, aborted data, expired marker) are local to
-    the batch. Walking backwards decodes each batch once; the records are handed out so the
-    caller can rebuild the batch from them without decoding it again.
+    the batch. Walking backwards decides each record in one look, each batch decoded once.
 
     Args:
         later: keys with an offset-map record later in the group (segments after this one);
@@ -129,10 +126,10 @@ def iter_drops(batches: Iterable[tuple[RecordBatch, BatchDecision]],
         reasons: Counter[str] = Counter()
         if decision.discard_records:
             reasons["marker_expired" if batch.is_control else "aborted"] = len(records)
-            yield records, BatchDrops(tuple(r.offset for r in records), reasons)
+            yield BatchDrops(tuple(r.offset for r in records), reasons)
             continue
         if batch.is_control:
-            yield records, BatchDrops((), reasons)
+            yield BatchDrops((), reasons)
             continue
         # does a keyed record of this batch enter the map: all, none, or by offset
         feeds_map = not decision.aborted
@@ -165,7 +162,7 @@ def iter_drops(batches: Iterable[tuple[RecordBatch, BatchDecision]],
             if n:
                 reasons[reason] = n
         goes.reverse()
-        yield records, BatchDrops(tuple(goes), reasons, from_map)
+        yield BatchDrops(tuple(goes), reasons, from_map)
 
 
 def _count(batch: RecordBatch) -> int:

@@ -139,9 +139,8 @@ def _write(inp: PartitionInput, source_bases: tuple[int, ...],
                             for f, d in zip(reversed(frames), reversed(batch_decisions)))
             goes_by_batch: list[array | None] = [None] * len(frames)
             try:
-                for index, (_, goes) in zip(range(len(frames) - 1, -1, -1),
-                                            iter_drops(newest_first, superseded, first_dirty,
-                                                       later)):
+                for index, goes in zip(range(len(frames) - 1, -1, -1),
+                                       iter_drops(newest_first, superseded, first_dirty, later)):
                     if goes.offsets:
                         goes_by_batch[index] = array("q", goes.offsets)
                     tally.dropped.update(goes.reasons)

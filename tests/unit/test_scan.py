@@ -30,7 +30,7 @@ def segment_drops(batches: Sequence[RecordBatch], decisions: Sequence[BatchDecis
                   later: set[bytes] | None = None) -> list[BatchDrops]:
     """The writer's verdicts (:func:`iter_drops`) in segment order."""
     pairs = list(zip(batches, decisions, strict=True))
-    drops = [goes for _, goes in iter_drops(reversed(pairs), superseded, first_dirty, later)]
+    drops = list(iter_drops(reversed(pairs), superseded, first_dirty, later))
     drops.reverse()
     return drops
 
