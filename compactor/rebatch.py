@@ -47,13 +47,11 @@ class FilteredBatch:
         data: the bytes to append, ``None`` when the batch disappears.
         records_in: records of the source batch.
         records_out: records retained.
-        copied: ``data`` is the source batch verbatim.
     """
 
     data: bytes | None
     records_in: int
     records_out: int
-    copied: bool = False
 
 
 def filter_batch(batch: RecordBatch, decision: BatchDecision, dropped: Container[int], *,
@@ -81,8 +79,7 @@ def filter_batch(batch: RecordBatch, decision: BatchDecision, dropped: Container
     if len(retained) == len(records) and not needs_horizon:
         if not records and decision.retention != BatchRetention.RETAIN_EMPTY:
             return FilteredBatch(data=None, records_in=0, records_out=0)
-        return FilteredBatch(data=batch.raw, records_in=len(records), records_out=len(records),
-                             copied=True)
+        return FilteredBatch(data=batch.raw, records_in=len(records), records_out=len(records))
     if not retained:
         data = empty_batch_like(batch) if decision.retention == BatchRetention.RETAIN_EMPTY else None
         return FilteredBatch(data=data, records_in=len(records), records_out=0)

@@ -35,6 +35,7 @@ from compactor.logdir import (
 )
 from compactor.model import TopicPartition
 from compactor.options import (
+    CompactOptions,
     add_config_arguments,
     add_retention_arguments,
     options_from_args,
@@ -174,14 +175,29 @@ def retain_locked(log_dir: str, configs: Mapping[str, TopicConfig], now_ms: int,
     return report
 
 
-def execute(args: argparse.Namespace, out: TextIO) -> int:
-    """``compactor retain`` from parsed arguments; prints the report, returns the exit code."""
-    opts = options_from_args(args)
+def prepare(args: argparse.Namespace, *,
+            plan_only: bool = False) -> tuple[CompactOptions, dict[str, TopicConfig]]:
+    """Options and per-topic configs of a command that may delete segments (``retain``,
+    ``run``), checked before the log dir is locked: the safety floor, and a state dir
+    outside the log dir.
+
+    Raises:
+        ConfigError: an invalid config, or retention below the floor without
+            ``--allow-aggressive-retention``.
+        LogDirError: the log dir is missing or unreadable.
+    """
+    opts = options_from_args(args, plan_only=plan_only)
     ld = open_log_dir(opts.log_dir)
     configs = topic_configs(sorted({tp.topic for tp in ld.partitions}), opts)
     check_safety_floor(configs, allow_aggressive=args.allow_aggressive_retention)
     if args.state_dir:
         ledger.check_state_dir(args.state_dir, opts.log_dir)
+    return opts, configs
+
+
+def execute(args: argparse.Namespace, out: TextIO) -> int:
+    """``compactor retain`` from parsed arguments; prints the report, returns the exit code."""
+    opts, configs = prepare(args)
     started = int(time.time() * 1000)
     with storage.log_dir_lock(opts.log_dir):
         report = retain_locked(opts.log_dir, configs, opts.now_ms, dry_run=args.dry_run,

@@ -24,15 +24,11 @@ from typing import TextIO
 
 from compactor import ledger, storage
 from compactor.errors import EXIT_OK
-from compactor.logdir import open_log_dir
 from compactor.options import (
     add_arguments,
     add_retention_arguments,
-    options_from_args,
     run_main,
-    topic_configs,
 )
-from compactor.retention import check_safety_floor
 from jobs import compact, retain
 
 
@@ -48,12 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
 def execute(args: argparse.Namespace, out: TextIO) -> int:
     """Run both steps from parsed arguments, print one JSON report line (and a summary);
     returns the exit code (the worse of the two steps)."""
-    opts = options_from_args(args, plan_only=args.dry_run)
-    ld = open_log_dir(opts.log_dir)
-    configs = topic_configs(sorted({tp.topic for tp in ld.partitions}), opts)
-    check_safety_floor(configs, allow_aggressive=args.allow_aggressive_retention)
-    if args.state_dir:
-        ledger.check_state_dir(args.state_dir, opts.log_dir)
+    opts, configs = retain.prepare(args, plan_only=args.dry_run)
     started = int(time.time() * 1000)
     compacting = any(cfg.compact for t, cfg in configs.items() if opts.selects(t))
     spark = compact.get_spark(args.master) if compacting else None

@@ -4,6 +4,7 @@ the invariants of kafka-semantics Appendix A.3."""
 from __future__ import annotations
 
 import hashlib
+import json
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -13,12 +14,27 @@ from pathlib import Path
 
 from aiokafka.record.memory_records import MemoryRecords as AioMemoryRecords
 from kafka.record.memory_records import MemoryRecords as KpMemoryRecords
+import pytest
 
 from compactor import storage
 from compactor.codec.indexes import decode_txn_index
 from compactor.codec.records import RecordBatch
 from compactor.codec.segment import iter_batches
+from compactor.inspect import Problem, inspect_path
 from compactor.logdir import segment_logs
+
+
+def inspect_problems(path: Path) -> list[Problem]:
+    """Every problem ``compactor inspect --verify`` finds under ``path``."""
+    return [i for i in inspect_path(str(path), dump=False, records=False, verify=True)
+            for i in ([i] if isinstance(i, Problem) else i.problems)]
+
+
+def report_line(capsys: pytest.CaptureFixture[str]) -> dict:
+    """The one JSON report (or error) line a command printed."""
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line]
+    (report,) = [line for line in lines if line.get("type") in ("report", "error")]
+    return report
 
 
 def segment_bytes(partition_dir: Path) -> dict[int, bytes]:

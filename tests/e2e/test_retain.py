@@ -21,10 +21,9 @@ from compactor.codec.checkpoints import (
 )
 from compactor.errors import EXIT_CONFIG, EXIT_OK
 from compactor.generator import DEFAULT_START_MS, GeneratorConfig, generate
-from compactor.inspect import Problem, inspect_path
 from compactor.logdir import load_partition, log_end_offset, read_leader_epochs
 from compactor.model import TopicPartition
-from tests.helpers import segment_bytes, tree_digest
+from tests.helpers import inspect_problems, segment_bytes, tree_digest
 
 GEN = GeneratorConfig(topics=("events",), partitions=2, records_per_partition=1200,
                       distinct_keys=300, segment_bytes=12 * 1024, record_interval_ms=1000,
@@ -53,11 +52,6 @@ def _retain(logs: Path, capsys: pytest.CaptureFixture[str], *args: str) -> tuple
     code = cli_main(["retain", str(logs), "--now-ms", str(NOW), "--json", *args])
     (report,) = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line]
     return code, report
-
-
-def _problems(path: Path) -> list:
-    return [i for i in inspect_path(str(path), dump=False, records=False, verify=True)
-            for i in ([i] if isinstance(i, Problem) else i.problems)]
 
 
 def _checkpoint(logs: Path, name: str) -> dict[TopicPartition, int]:
@@ -95,7 +89,7 @@ def test_time_retention_deletes_an_old_prefix_and_keeps_the_rest_byte_for_byte(
         assert not list(pdir.glob("*.deleted"))
     # the start equals the first segment: no checkpoint entry needed
     assert _checkpoint(logs, LOG_START_OFFSET_CHECKPOINT) == {}
-    assert _problems(logs) == []
+    assert inspect_problems(logs) == []
 
 
 def test_everything_expired_rolls_an_empty_segment_at_the_log_end(
@@ -114,7 +108,7 @@ def test_everything_expired_rolls_an_empty_segment_at_the_log_end(
         assert log_end_offset(load_partition(str(pdir))) == leo
         epochs = read_leader_epochs(str(pdir))
         assert len(epochs) == 1 and epochs[0].start_offset == leo
-    assert _problems(logs) == []
+    assert inspect_problems(logs) == []
     # a second pass deletes nothing and keeps the offsets
     digest = tree_digest(logs)
     code, again = _retain(logs, capsys, "--config", "cleanup.policy=delete",
@@ -247,7 +241,7 @@ def test_a_crash_at_any_step_of_deletion_loses_nothing_and_resurrects_nothing(
             assert sorted(b for b in kept if b in old) == sorted(old)[len(old) - len(
                 [b for b in kept if b in old]):]
             assert all(b == leo and not d for b, d in now.items() if b not in old)
-        assert _problems(work) == []
+        assert inspect_problems(work) == []
         # the next run reaches the state of an uninterrupted one
         assert cli_main([args[0], str(work), *args[1:]]) == EXIT_OK
         capsys.readouterr()

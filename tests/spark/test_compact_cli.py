@@ -3,7 +3,6 @@ session): reports, exit codes and bad inputs. Nothing is changed when a run is r
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -11,8 +10,12 @@ import pytest
 from compactor.cli import main as cli_main
 from compactor.errors import EXIT_CONFIG, EXIT_LOCKED, EXIT_OK, EXIT_PARTIAL
 from compactor.generator import DEFAULT_START_MS
-from compactor.inspect import Problem, inspect_path
-from tests.helpers import lock_held_by_other_process, tree_digest
+from tests.helpers import (
+    inspect_problems,
+    lock_held_by_other_process,
+    report_line,
+    tree_digest,
+)
 
 pytestmark = pytest.mark.spark
 
@@ -20,29 +23,18 @@ NOW = str(DEFAULT_START_MS + 3 * 86_400_000)
 COMPACT = ["--now-ms", NOW, "--config", "cleanup.policy=compact", "--json"]
 
 
-def _report(capsys: pytest.CaptureFixture[str]) -> dict:
-    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line]
-    (report,) = [line for line in lines if line.get("type") in ("report", "error")]
-    return report
-
-
-def _problems(path: Path) -> list:
-    return [i for i in inspect_path(str(path), dump=False, records=False, verify=True)
-            for i in ([i] if isinstance(i, Problem) else i.problems)]
-
-
 def test_plan_changes_nothing_and_compact_does_what_it_planned(
         spark, small_log: Path, capsys: pytest.CaptureFixture[str]) -> None:
     before = tree_digest(small_log)
     assert cli_main(["plan", str(small_log), *COMPACT]) == EXIT_OK
-    plan = _report(capsys)
+    plan = report_line(capsys)
     assert tree_digest(small_log) == before
     assert plan["command"] == "plan"
     planned = {(p["topic"], p["partition"]): p for p in plan["partitions"]}
     assert all(p["status"] == "would_clean" and p["groups"] for p in planned.values())
 
     assert cli_main(["compact", str(small_log), *COMPACT]) == EXIT_OK
-    done = _report(capsys)
+    done = report_line(capsys)
     assert set(done["stages_s"]) >= {"recover", "scan_and_plan", "offset_map", "rewrite",
                                      "commit"}
     for p in done["partitions"]:
@@ -54,7 +46,7 @@ def test_plan_changes_nothing_and_compact_does_what_it_planned(
         assert p["segments_after"] == p["segments_before"] - sum(len(g) - 1 for g in p["groups"])
         assert set(p["stages_s"]) == {"rewrite", "commit"}
         assert all(seconds >= 0 for seconds in p["stages_s"].values())
-    assert _problems(small_log) == []
+    assert inspect_problems(small_log) == []
 
 
 def test_corrupt_partition_is_reported_and_untouched_while_others_are_compacted(
@@ -67,7 +59,7 @@ def test_corrupt_partition_is_reported_and_untouched_while_others_are_compacted(
     before = tree_digest(victim)
 
     assert cli_main(["compact", str(small_log), *COMPACT]) == EXIT_PARTIAL
-    report = _report(capsys)
+    report = report_line(capsys)
     assert report["status"] == "partial"
     by_dir = {f"{p['topic']}-{p['partition']}": p for p in report["partitions"]}
     bad = by_dir["orders-v2-0"]
@@ -103,7 +95,7 @@ def test_topic_configs_file_selects_the_compacted_topics(
                        "  min.cleanable.dirty.ratio: 0.1\n")
     assert cli_main(["compact", str(small_log), "--now-ms", NOW, "--topic-configs",
                      str(configs), "--json"]) == EXIT_OK
-    statuses = {(p["topic"], p["status"]) for p in _report(capsys)["partitions"]}
+    statuses = {(p["topic"], p["status"]) for p in report_line(capsys)["partitions"]}
     assert statuses == {("user-profiles", "cleaned"), ("orders-v2", "skipped")}
 
 
@@ -112,5 +104,5 @@ def test_locked_log_dir_is_refused(spark, small_log: Path,
     with lock_held_by_other_process(small_log):
         before = tree_digest(small_log)
         assert cli_main(["compact", str(small_log), *COMPACT]) == EXIT_LOCKED
-        assert _report(capsys)["code"] == "LOG_DIR_LOCKED"
+        assert report_line(capsys)["code"] == "LOG_DIR_LOCKED"
         assert tree_digest(small_log) == before

@@ -12,12 +12,12 @@ import pytest
 from compactor.codec.checkpoints import CLEANER_OFFSET_CHECKPOINT, parse_offset_checkpoint
 from compactor.codec.compression import Codec
 from compactor.generator import DEFAULT_START_MS, GeneratorConfig, generate
-from compactor.inspect import Problem, inspect_path
 from compactor.policy import legacy_horizon_ms
 from jobs.compact import CompactOptions, run
 from tests.helpers import (
     read_with_independent_parsers,
     check_invariants,
+    inspect_problems,
     reference_round,
     segment_bytes,
     segment_view,
@@ -102,9 +102,7 @@ def test_spark_equalsreference_round(spark, tmp_path: Path, case: str) -> None:
         assert checkpoint[rep.tp] == F
         for data in after.values():
             read_with_independent_parsers(data)
-    problems = [i for i in inspect_path(str(log_dir), dump=False, records=False, verify=True)
-                for i in ([i] if isinstance(i, Problem) else i.problems)]
-    assert problems == []
+    assert inspect_problems(log_dir) == []
 
 
 def test_second_run_changes_nothing_and_horizon_run_drops_tombstones(spark, tmp_path: Path) -> None:

@@ -22,12 +22,17 @@ from compactor.codec.compression import Codec
 from compactor.codec.segment import iter_batches
 from compactor.errors import EXIT_CONFIG, EXIT_FAILURE, EXIT_OK
 from compactor.generator import DEFAULT_START_MS, GeneratorConfig, generate
-from compactor.inspect import Problem, inspect_path
 from compactor.model import TopicPartition
 from compactor.policy import replay_producers
 from compactor.scan import batch_header
 from schemas.delta import ERASURE_REQUESTS, RUNS
-from tests.helpers import read_with_independent_parsers, records_of, segment_bytes, tree_digest
+from tests.helpers import (
+    inspect_problems,
+    read_with_independent_parsers,
+    records_of,
+    segment_bytes,
+    tree_digest,
+)
 
 pytestmark = pytest.mark.spark
 
@@ -69,11 +74,6 @@ def _cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict]:
 
 def _partitions(logs: Path) -> dict[str, dict[int, bytes]]:
     return {p.name: segment_bytes(p) for p in sorted(logs.glob("*-[0-9]"))}
-
-
-def _problems(path: Path) -> list:
-    return [i for i in inspect_path(str(path), dump=False, records=False, verify=True)
-            for i in ([i] if isinstance(i, Problem) else i.problems)]
 
 
 def _producers(logs: dict[int, bytes]) -> dict[int, tuple]:
@@ -142,7 +142,7 @@ def test_erasing_a_key_removes_every_record_of_it_and_nothing_else(
         assert last_new == last_old  # the log end offset stays
         for data in new.values():
             read_with_independent_parsers(data)
-    assert _problems(logs) == []
+    assert inspect_problems(logs) == []
 
     # the ledger: Delta tables readable with deltalake, the request applied, no raw key
     requests = DeltaTable(str(state / "erasure_requests")).to_pyarrow_table()
@@ -203,7 +203,7 @@ def test_erasing_by_header_value_in_one_topic(
     assert report["requests"][0]["records_erased"] == sum(
         1 for n, s in before.items() if n.startswith("clicks")
         for r in records_of(s).values() if tagged(r))
-    assert _problems(logs) == []
+    assert inspect_problems(logs) == []
     code, _ = _cli(capsys, "erase", "verify", str(logs), "--state-dir", str(state), "--json")
     assert code == EXIT_OK
 
@@ -320,4 +320,4 @@ def test_a_crash_mid_apply_leaves_the_request_pending_and_the_next_apply_complet
     for name in before:
         assert records_of(after[name]) == {o: r for o, r in records_of(before[name]).items()
                                            if r.key != SUBJECT or not name.startswith("profiles")}
-    assert _problems(logs) == []
+    assert inspect_problems(logs) == []

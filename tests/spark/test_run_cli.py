@@ -12,25 +12,20 @@ from compactor.cli import main as cli_main
 from compactor.codec.checkpoints import CLEANER_OFFSET_CHECKPOINT, parse_offset_checkpoint
 from compactor.errors import EXIT_CONFIG, EXIT_OK
 from compactor.generator import DEFAULT_START_MS
-from compactor.inspect import Problem, inspect_path
 from compactor.logdir import load_partition, log_end_offset
 from compactor.model import TopicPartition
-from tests.helpers import records_of, segment_bytes, tree_digest
+from tests.helpers import (
+    inspect_problems,
+    records_of,
+    report_line,
+    segment_bytes,
+    tree_digest,
+)
 
 pytestmark = pytest.mark.spark
 
 DAY = 86_400_000
 NOW = DEFAULT_START_MS + 3 * DAY
-
-
-def _report(capsys: pytest.CaptureFixture[str]) -> dict:
-    (report,) = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line]
-    return report
-
-
-def _problems(path: Path) -> list:
-    return [i for i in inspect_path(str(path), dump=False, records=False, verify=True)
-            for i in ([i] if isinstance(i, Problem) else i.problems)]
 
 
 def test_compact_delete_compacts_then_ages_out_to_one_empty_segment(
@@ -41,26 +36,26 @@ def test_compact_delete_compacts_then_ages_out_to_one_empty_segment(
     # retention.ms far away: compaction only
     assert cli_main(["run", str(small_log), "--now-ms", str(NOW), *policy,
                      "--config", f"retention.ms={30 * DAY}"]) == EXIT_OK
-    first = _report(capsys)
+    first = report_line(capsys)
     assert all(p["status"] == "cleaned" for p in first["compaction"]["partitions"])
     assert first["retention"]["segments_deleted"] == 0
-    assert _problems(small_log) == []
+    assert inspect_problems(small_log) == []
     # everything aged past retention.ms: one empty segment at the log end per partition
     later = str(NOW + 60 * DAY)
     assert cli_main(["run", str(small_log), "--now-ms", later, *policy,
                      "--config", f"retention.ms={30 * DAY}"]) == EXIT_OK
-    second = _report(capsys)
+    second = report_line(capsys)
     for p in second["retention"]["partitions"]:
         pdir = small_log / f"{p['topic']}-{p['partition']}"
         leo = ends[pdir.name]
         assert p["rolled"] and p["new_log_start_offset"] == leo
         assert segment_bytes(pdir) == {leo: b""}
-    assert _problems(small_log) == []
+    assert inspect_problems(small_log) == []
     # a fresh round afterwards works and changes nothing
     digest = tree_digest(small_log)
     assert cli_main(["run", str(small_log), "--now-ms", later, *policy,
                      "--config", f"retention.ms={30 * DAY}"]) == EXIT_OK
-    third = _report(capsys)
+    third = report_line(capsys)
     assert third["retention"]["segments_deleted"] == 0
     assert all(p["status"] == "skipped" for p in third["compaction"]["partitions"])
     assert {k: v for k, v in tree_digest(small_log).items()
@@ -76,7 +71,7 @@ def test_each_topic_gets_what_its_policy_says(
                      "--topic-config", f"orders-v2:retention.ms={DAY}",
                      "--topic-config", "user-profiles:cleanup.policy=compact",
                      "--topic-config", f"user-profiles:retention.ms={DAY}"]) == EXIT_OK
-    report = _report(capsys)
+    report = report_line(capsys)
     compaction = {p["topic"]: p for p in report["compaction"]["partitions"]}
     retention = {(p["topic"], p["partition"]): p for p in report["retention"]["partitions"]}
     assert compaction["orders-v2"]["status"] == "skipped"  # delete only: no compaction
@@ -92,7 +87,7 @@ def test_each_topic_gets_what_its_policy_says(
     cleaner = parse_offset_checkpoint((small_log / CLEANER_OFFSET_CHECKPOINT).read_text())
     assert TopicPartition("user-profiles", 0) in cleaner
     assert TopicPartition("orders-v2", 0) not in cleaner
-    assert _problems(small_log) == []
+    assert inspect_problems(small_log) == []
 
 
 def test_plan_shows_retention_and_run_dry_run_changes_nothing(
@@ -101,12 +96,12 @@ def test_plan_shows_retention_and_run_dry_run_changes_nothing(
             "--config", f"retention.ms={DAY}"]
     before = tree_digest(small_log)
     assert cli_main(["plan", str(small_log), *args]) == EXIT_OK
-    plan = _report(capsys)
+    plan = report_line(capsys)
     for p in plan["partitions"]:
         assert p["status"] == "would_clean"
         assert p["retention"]["status"] == "would_delete" and p["retention"]["rolled"]
     assert cli_main(["run", str(small_log), *args, "--dry-run"]) == EXIT_OK
-    dry = _report(capsys)
+    dry = report_line(capsys)
     assert dry["dry_run"] and dry["compaction"]["command"] == "plan"
     assert all(p["status"] == "would_delete" for p in dry["retention"]["partitions"])
     assert tree_digest(small_log) == before
@@ -118,7 +113,7 @@ def test_run_refuses_aggressive_retention(
     code = cli_main(["run", str(small_log), "--now-ms", str(NOW), "--json",
                      "--config", "cleanup.policy=delete", "--config", "retention.ms=0"])
     assert code == EXIT_CONFIG
-    error = _report(capsys)
+    error = report_line(capsys)
     assert "retention.ms=0 is below the safety floor" in error["message"]
     assert tree_digest(small_log) == before
 
@@ -131,7 +126,7 @@ def test_runs_are_recorded_in_the_runs_delta_table(
     assert cli_main(["run", str(small_log), "--now-ms", str(NOW), "--json", "--state-dir",
                      str(state), "--config", "cleanup.policy=compact,delete",
                      "--config", f"retention.ms={DAY}"]) == EXIT_OK
-    report = _report(capsys)
+    report = report_line(capsys)
     rows = DeltaTable(str(state / "runs")).to_pyarrow_table().to_pylist()
     by = {(r["command"], r["topic"], r["partition"]): r for r in rows}
     assert len(rows) == 2 * len(report["compaction"]["partitions"])
