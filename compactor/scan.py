@@ -158,8 +158,8 @@ def locally_superseded(rows: KeyedRows) -> np.ndarray:
         return np.zeros(0, dtype=bool)
     offset = rows.offset
     # grouping the rows by key is all that matters (the verdict compares each row with the
-    # largest offset of its key): a sort on the digest's high half alone does it, about 3x
-    # faster than on both halves, unless two keys share a high half (then the full sort)
+    # largest offset of its key): a sort on the digest's high half alone does it, cheaper
+    # than one on both halves, unless two keys share a high half (then the full sort)
     order = np.argsort(rows.key_hi)
     hi, lo = rows.key_hi[order], rows.key_lo[order]
     same_hi = hi[1:] == hi[:-1]
