@@ -21,14 +21,16 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # Set up, generate a sample log dir and run the main job on it with local Spark.
-# The sample data is timestamped now, so retention (7 days by default) keeps it.
+# The sample data is timestamped now, so retention (7 days by default) keeps it. Topic configs
+# come from the generated cluster's metadata log (__cluster_metadata-0), as on a real broker.
 demo: venv
 	rm -rf $(DEMO_DIR) $(DEMO_STATE)
 	$(BIN)/compactor generate $(DEMO_DIR) --partitions 2 --records 20000 --legacy-records 50 \
-		--open-transaction --seed 42 --start-ms $$(($$(date +%s) * 1000 - 3600000))
-	$(BIN)/compactor plan $(DEMO_DIR) --config cleanup.policy=compact,delete
-	$(BIN)/compactor run $(DEMO_DIR) --config cleanup.policy=compact,delete \
-		--state-dir $(DEMO_STATE)
+		--open-transaction --seed 42 --start-ms $$(($$(date +%s) * 1000 - 3600000)) \
+		--topic-config user-profiles:cleanup.policy=compact \
+		--topic-config orders-v2:cleanup.policy=compact,delete
+	$(BIN)/compactor plan $(DEMO_DIR)
+	$(BIN)/compactor run $(DEMO_DIR) --state-dir $(DEMO_STATE)
 	$(BIN)/compactor erase request --state-dir $(DEMO_STATE) --topic '*' --key key-00000007 \
 		--reason demo
 	$(BIN)/compactor erase apply $(DEMO_DIR) --state-dir $(DEMO_STATE)

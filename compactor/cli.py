@@ -15,6 +15,7 @@ from typing import Any, TextIO
 
 from compactor import storage
 from compactor.codec.compression import Codec
+from compactor.config import parse_topic_assignment, resolve_topic_config
 from compactor.errors import EXIT_FAILURE, EXIT_OK, CompactorError, ConfigError, LogDirError
 from compactor.generator import GeneratorConfig, generate
 from compactor.inspect import Problem, SegmentReport, inspect_path
@@ -26,6 +27,7 @@ from compactor.options import (
     add_retention_arguments,
     add_status_arguments,
 )
+from compactor.metadata import METADATA_DIR_NAME
 from compactor.erasure import ALL_TOPICS, HEADER, KEY, new_requests
 from compactor.logdir import (
     is_partition_dir,
@@ -73,6 +75,13 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--start-ms", type=int, default=GeneratorConfig.start_ms)
     g.add_argument("--record-interval-ms", type=int, default=50)
     g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--topic-config", action="append", default=[], metavar="TOPIC:KEY=VALUE",
+                   help="a topic config written to the metadata log as a ConfigRecord")
+    g.add_argument("--internal-topics", default="__consumer_offsets",
+                   help="Kafka internal topics to create with their creation configs "
+                        "(comma-separated, may be empty; default: %(default)s)")
+    g.add_argument("--no-metadata-log", action="store_true",
+                   help="write no __cluster_metadata-0 (a log dir whose cluster is unknown)")
     g.add_argument("--json", action="store_true")
     g.set_defaults(handler=_cmd_generate)
 
@@ -241,6 +250,11 @@ def _cmd_generate(args: argparse.Namespace, out: TextIO) -> int:
     ):
         raise ConfigError("output directory already holds partitions", path=args.out_dir,
                           remedy="choose an empty or new directory")
+    topic_configs: dict[str, dict[str, str]] = {}
+    for item in args.topic_config:
+        topic, key, value = parse_topic_assignment(item)
+        resolve_topic_config(topic, {key: value})  # a config Kafka would refuse is refused here
+        topic_configs.setdefault(topic, {})[key] = value
     cfg = GeneratorConfig(
         topics=tuple(t.strip() for t in args.topics.split(",") if t.strip()),
         partitions=args.partitions,
@@ -259,6 +273,9 @@ def _cmd_generate(args: argparse.Namespace, out: TextIO) -> int:
         start_ms=args.start_ms,
         record_interval_ms=args.record_interval_ms,
         seed=args.seed,
+        metadata_log=not args.no_metadata_log,
+        topic_configs=topic_configs,
+        internal_topics=tuple(t for t in args.internal_topics.split(",") if t.strip()),
     )
     summary = generate(args.out_dir, cfg)
     if args.json:
@@ -276,6 +293,11 @@ def recover_command(args: argparse.Namespace, out: TextIO) -> int:
     path = args.log_dir
     if not storage.is_dir(path):
         raise LogDirError("log dir does not exist or is not a directory", path=path)
+    if storage.basename(storage.absolute(path)) == METADATA_DIR_NAME:
+        raise LogDirError(
+            "this is the KRaft metadata log, which kafka-compactor never modifies", path=path,
+            remedy="a Kafka controller or broker recovers it on start; point recover at a log "
+                   "dir or at a topic's partition directory")
     if is_partition_dir(path):
         lock_dir, partition_dirs = storage.dirname(path), [path]
     else:

@@ -1,14 +1,18 @@
 """Topic configs under Kafka's names, with Kafka's defaults declared once (kafka-semantics §6).
 
-:func:`resolve_topic_config` layers, lowest first: Kafka's defaults, values for every topic,
-values for one topic. Every value is parsed and validated here, so that commands fail before
-touching any file with a :class:`~compactor.errors.ConfigError` that names the key, the value and
-the rule.
+:func:`resolve_topic_config` layers, lowest first: Kafka's defaults, then any lower layers the
+caller found (the broker's ``server.properties``, the cluster's dynamic defaults, this broker's
+dynamic configs, the topic's own ConfigRecords, see :mod:`compactor.metadata`), then values for
+every topic (``--config``) and values for one topic (``--topic-config``). Broker config names
+reach topic configs through Kafka's synonyms (``ServerTopicConfigSynonyms``). Every value is
+parsed and validated here, so that commands fail before touching any file with a
+:class:`~compactor.errors.ConfigError` that names the key, the value, where it came from and the
+rule. The resolved :class:`TopicConfig` remembers where each value came from.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -35,6 +39,13 @@ def _float(text: str) -> float:
     return float(text.strip())
 
 
+def _bool(text: str) -> bool:
+    value = text.strip().lower()
+    if value not in ("true", "false"):
+        raise ValueError(text)
+    return value == "true"
+
+
 def _policy(text: str) -> frozenset[str]:
     return frozenset(p.strip().lower() for p in text.split(",") if p.strip())
 
@@ -48,8 +59,9 @@ SPECS: dict[str, _Spec] = {
     "delete.retention.ms": _Spec(86_400_000, _int, lambda v: 0 <= v <= LONG_MAX, ">= 0"),
     "min.cleanable.dirty.ratio": _Spec(0.5, _float, lambda v: 0.0 <= v <= 1.0,
                                        "between 0 and 1"),
-    "segment.bytes": _Spec(1_073_741_824, _int, lambda v: 14 <= v <= INT_MAX,
-                           ">= 14 and <= 2147483647"),
+    # >= 1 MiB since Kafka 4.0 (KIP-1030, LogConfig.SEGMENT_BYTES_CONFIG's validator)
+    "segment.bytes": _Spec(1_073_741_824, _int, lambda v: 1_048_576 <= v <= INT_MAX,
+                           ">= 1048576 (1 MiB, Kafka 4.0+) and <= 2147483647"),
     "segment.ms": _Spec(604_800_000, _int, lambda v: 1 <= v <= LONG_MAX, ">= 1"),
     "segment.index.bytes": _Spec(10_485_760, _int, lambda v: 4 <= v <= INT_MAX, ">= 4"),
     "index.interval.bytes": _Spec(4096, _int, lambda v: 0 <= v <= INT_MAX, ">= 0"),
@@ -66,7 +78,107 @@ SPECS: dict[str, _Spec] = {
     "compression.zstd.level": _Spec(3, _int, lambda v: -131072 <= v <= 22,
                                     "between -131072 and 22"),
     "producer.id.expiration.ms": _Spec(86_400_000, _int, lambda v: v >= 1, ">= 1"),
+    # tiered storage (KIP-405): -2 = "use retention.ms / retention.bytes"
+    "remote.storage.enable": _Spec(False, _bool, lambda v: True, "true or false"),
+    "local.retention.ms": _Spec(-2, _int, lambda v: v >= -2, ">= -2"),
+    "local.retention.bytes": _Spec(-2, _int, lambda v: v >= -2, ">= -2"),
 }
+
+# Configs that are validated and accepted but that no kafka-compactor decision reads: reports
+# list them as ignored when a layer above Kafka's defaults sets them.
+UNUSED = frozenset({
+    "segment.ms", "file.delete.delay.ms", "max.message.bytes", "message.timestamp.type",
+    "compression.gzip.level", "compression.lz4.level", "compression.zstd.level",
+    "local.retention.ms", "local.retention.bytes",
+})
+# Kafka 4.1 topic configs (TopicConfig, LogConfig) that nothing here parses or uses: accepted
+# under their names with any value, and reported as ignored.
+OTHER_KAFKA_TOPIC_CONFIGS = frozenset({
+    "segment.jitter.ms", "flush.messages", "flush.ms", "unclean.leader.election.enable",
+    "min.insync.replicas", "compression.type", "preallocate", "message.format.version",
+    "message.timestamp.difference.max.ms", "message.timestamp.before.max.ms",
+    "message.timestamp.after.max.ms", "message.downconversion.enable",
+    "leader.replication.throttled.replicas", "follower.replication.throttled.replicas",
+    "remote.log.copy.disable", "remote.log.delete.on.disable",
+})
+
+# Topic config -> its broker configs in priority order, with the factor to milliseconds
+# (ServerTopicConfigSynonyms.ALL_TOPIC_CONFIG_SYNONYMS). A static server.properties uses the
+# first synonym it sets; a dynamic broker config counts only under the first synonym
+# (DynamicLogConfig.ReconfigurableConfigs = ServerTopicConfigSynonyms.TOPIC_CONFIG_SYNONYMS).
+BROKER_SYNONYMS: dict[str, tuple[tuple[str, int], ...]] = {
+    "cleanup.policy": (("log.cleanup.policy", 1),),
+    "min.compaction.lag.ms": (("log.cleaner.min.compaction.lag.ms", 1),),
+    "max.compaction.lag.ms": (("log.cleaner.max.compaction.lag.ms", 1),),
+    "delete.retention.ms": (("log.cleaner.delete.retention.ms", 1),),
+    "min.cleanable.dirty.ratio": (("log.cleaner.min.cleanable.ratio", 1),),
+    "segment.bytes": (("log.segment.bytes", 1),),
+    "segment.ms": (("log.roll.ms", 1), ("log.roll.hours", 3_600_000)),
+    "segment.index.bytes": (("log.index.size.max.bytes", 1),),
+    "index.interval.bytes": (("log.index.interval.bytes", 1),),
+    "retention.ms": (("log.retention.ms", 1), ("log.retention.minutes", 60_000),
+                     ("log.retention.hours", 3_600_000)),
+    "retention.bytes": (("log.retention.bytes", 1),),
+    "file.delete.delay.ms": (("log.segment.delete.delay.ms", 1),),
+    "max.message.bytes": (("message.max.bytes", 1),),
+    "message.timestamp.type": (("log.message.timestamp.type", 1),),
+    "compression.gzip.level": (("compression.gzip.level", 1),),
+    "compression.lz4.level": (("compression.lz4.level", 1),),
+    "compression.zstd.level": (("compression.zstd.level", 1),),
+    "local.retention.ms": (("log.local.retention.ms", 1),),
+    "local.retention.bytes": (("log.local.retention.bytes", 1),),
+    # a broker config, not a topic config (ProducerStateManagerConfig); dynamic since 3.x
+    "producer.id.expiration.ms": (("producer.id.expiration.ms", 1),),
+}
+
+# Where a value came from, lowest precedence first.
+DEFAULT = "default"
+SERVER_PROPERTIES = "server.properties"
+CLUSTER_DEFAULT = "cluster_default"
+BROKER = "broker"
+TOPIC = "topic"
+FLAG = "flag"
+TOPIC_FLAG = "topic_flag"
+SOURCES = (DEFAULT, SERVER_PROPERTIES, CLUSTER_DEFAULT, BROKER, TOPIC, FLAG, TOPIC_FLAG)
+
+
+@dataclass(frozen=True, slots=True)
+class Layer:
+    """Topic configs (Kafka topic config names -> raw text) from one source."""
+
+    source: str
+    values: Mapping[str, str]
+
+
+def broker_layer(source: str, broker: Mapping[str, str], *, dynamic: bool) -> Layer:
+    """The topic configs that broker configs ``broker`` imply, through Kafka's synonyms.
+
+    A static ``server.properties`` uses, per topic config, the first synonym it sets
+    (``log.retention.ms`` > ``.minutes`` > ``.hours``); a dynamic config (``dynamic=True``)
+    counts only under the first synonym, as Kafka's ``DynamicLogConfig`` ignores the others.
+    Broker configs that are no topic config's synonym are not looked at.
+
+    Raises:
+        ConfigError: a value of a unit synonym that is not an integer.
+    """
+    out: dict[str, str] = {}
+    for topic_key, synonyms in BROKER_SYNONYMS.items():
+        for name, factor in synonyms[:1] if dynamic else synonyms:
+            if name not in broker or broker[name] is None:
+                continue
+            raw = broker[name]
+            if factor != 1:
+                try:
+                    raw = str(int(raw.strip()) * factor)
+                except ValueError:
+                    raise ConfigError(f"invalid value {raw!r} for {name} (from {source}): "
+                                      "must be an integer") from None
+            out[topic_key] = raw
+            break
+    return Layer(source, out)
+
+
+
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -92,6 +204,15 @@ class TopicConfig:
     compression_lz4_level: int = SPECS["compression.lz4.level"].default
     compression_zstd_level: int = SPECS["compression.zstd.level"].default
     producer_id_expiration_ms: int = SPECS["producer.id.expiration.ms"].default
+    remote_storage_enable: bool = SPECS["remote.storage.enable"].default
+    local_retention_ms: int = SPECS["local.retention.ms"].default
+    local_retention_bytes: int = SPECS["local.retention.bytes"].default
+    # provenance, not configs: where each value came from (Kafka name -> one of SOURCES; absent
+    # = Kafka's default), whether any source above Kafka's defaults configures the topic, and
+    # the configs set above the defaults that no decision of kafka-compactor reads
+    sources: Mapping[str, str] = field(default_factory=dict, compare=False)
+    configured: bool = field(default=True, compare=False)
+    ignored: tuple[str, ...] = field(default=(), compare=False)
 
     @property
     def compact(self) -> bool:
@@ -105,10 +226,26 @@ class TopicConfig:
         """``{kafka name: value}``, for reports."""
         out = {}
         for f in fields(self):
+            if f.name in _PROVENANCE:
+                continue
             value = getattr(self, f.name)
             out[f.name.replace("_", ".")] = ",".join(sorted(value)) if isinstance(
                 value, frozenset) else value
         return out
+
+
+    def describe(self, keys: Sequence[str] = ()) -> dict[str, dict[str, Any]]:
+        """``{kafka name: {"value": v, "source": s}}`` for reports (default: every config)."""
+        values = self.to_kafka()
+        return {k: {"value": values[k], "source": self.sources.get(k, DEFAULT)}
+                for k in (keys or values)}
+
+
+_PROVENANCE = frozenset({"sources", "configured", "ignored"})
+# What reports show of each partition's configs.
+REPORTED = ("cleanup.policy", "retention.ms", "retention.bytes", "delete.retention.ms",
+            "min.compaction.lag.ms", "max.compaction.lag.ms", "min.cleanable.dirty.ratio",
+            "segment.bytes", "remote.storage.enable")
 
 
 def _attr(key: str) -> str:
@@ -123,39 +260,73 @@ def parse_assignment(text: str) -> tuple[str, str]:
     return key.strip(), value
 
 
+def parse_topic_assignment(text: str) -> tuple[str, str, str]:
+    """Split ``TOPIC:KEY=VALUE`` (as given to ``--topic-config``)."""
+    topic, sep, assignment = text.partition(":")
+    if not sep or not topic:
+        raise ConfigError(f"--topic-config {text!r} is not TOPIC:KEY=VALUE")
+    return (topic, *parse_assignment(assignment))
+
+
 def resolve_topic_config(
     topic: str,
     overrides_all: Mapping[str, str] | None = None,
     overrides_topic: Mapping[str, Mapping[str, str]] | None = None,
+    *,
+    lower: Sequence[Layer] = (),
+    configured: bool = True,
 ) -> TopicConfig:
-    """Effective configs of ``topic``: Kafka defaults < ``overrides_all`` < the topic's own.
+    """Effective configs of ``topic``: Kafka defaults < ``lower`` layers (in order) <
+    ``overrides_all`` (``--config``) < the topic's own (``--topic-config``).
+
+    Args:
+        configured: whether something other than Kafka's defaults makes these the topic's real
+            configs (cluster metadata, ``server.properties``, an explicit assumption); a flag
+            layer that sets anything makes the topic configured too.
 
     Raises:
         ConfigError: unknown key, unparsable value, value outside Kafka's range, or
             ``min.compaction.lag.ms`` > ``max.compaction.lag.ms``.
     """
     values: dict[str, Any] = {}
-    layers = [("every topic", overrides_all or {}),
-              (f"topic {topic}", (overrides_topic or {}).get(topic, {}))]
-    for scope, layer in layers:
-        for key, raw in layer.items():
+    sources: dict[str, str] = {}
+    ignored: set[str] = set()
+    layers = [*lower, Layer(FLAG, overrides_all or {}),
+              Layer(TOPIC_FLAG, (overrides_topic or {}).get(topic, {}))]
+    for layer in layers:
+        scope = {FLAG: "--config", TOPIC_FLAG: f"--topic-config for {topic}"}.get(
+            layer.source, f"{layer.source} of topic {topic}")
+        for key, raw in layer.values.items():
+            if key in OTHER_KAFKA_TOPIC_CONFIGS:
+                ignored.add(key)
+                sources[key] = layer.source
+                continue
             spec = SPECS.get(key)
             if spec is None:
                 raise ConfigError(
-                    f"unknown topic config {key!r} (for {scope}); known: "
-                    f"{', '.join(sorted(SPECS))}"
+                    f"unknown topic config {key!r} (from {scope}); known: "
+                    f"{', '.join(sorted(SPECS | dict.fromkeys(OTHER_KAFKA_TOPIC_CONFIGS)))}"
                 )
+            hint = (" (Kafka allows the value but kafka-compactor refuses it)"
+                    if layer.source not in (FLAG, TOPIC_FLAG) else "")
             try:
                 value = spec.parse(str(raw))
             except ValueError:
                 raise ConfigError(
-                    f"invalid value {raw!r} for {key} (for {scope}): must be {spec.rule}"
+                    f"invalid value {raw!r} for {key} (from {scope}): must be {spec.rule}"
                 ) from None
             if not spec.check(value):
                 raise ConfigError(
-                    f"invalid value {raw!r} for {key} (for {scope}): must be {spec.rule}")
+                    f"invalid value {raw!r} for {key} (from {scope}): must be {spec.rule}"
+                    + hint)
             values[_attr(key)] = value
-    cfg = TopicConfig(**values)
+            sources[key] = layer.source
+            if key in UNUSED:
+                ignored.add(key)
+    configured = configured or any(
+        src in (FLAG, TOPIC_FLAG) for src in sources.values())
+    cfg = TopicConfig(**values, sources=sources, configured=configured,
+                      ignored=tuple(sorted(ignored)))
     if cfg.min_compaction_lag_ms > cfg.max_compaction_lag_ms:
         raise ConfigError(
             f"min.compaction.lag.ms ({cfg.min_compaction_lag_ms}) is greater than "

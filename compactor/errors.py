@@ -165,6 +165,19 @@ class CorruptCheckpointError(CompactorError):
     )
 
 
+class CorruptMetadataError(CompactorError):
+    """The cluster's KRaft metadata log (``__cluster_metadata-0``: snapshots and segments)
+    cannot be decoded, so the topic configs it holds are unknown."""
+
+    code = "CORRUPT_METADATA"
+    exit_code = EXIT_CORRUPT
+    default_remedy = (
+        "nothing was changed; check the metadata log with 'compactor inspect' (a controller "
+        "or broker restores it from the quorum), or give the topic configs with "
+        "--config/--topic-configs and without --metadata-log-dir"
+    )
+
+
 class ConfigError(CompactorError):
     """An invalid topic config or command-line option value."""
 

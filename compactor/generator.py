@@ -19,7 +19,7 @@ import bisect
 import itertools
 import random
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from compactor import storage
@@ -51,8 +51,15 @@ from compactor.codec.records import (
     encode_batch,
     marker_value,
 )
+from compactor.codec.kraft import (
+    RESOURCE_TOPIC,
+    encode_control_value,
+    encode_metadata_record,
+    random_uuid_text,
+)
 from compactor.codec.snapshot import ProducerSnapshotEntry, encode_snapshot
 from compactor.errors import ConfigError
+from compactor.metadata import METADATA_DIR_NAME
 from compactor.model import EpochEntry, TopicPartition, segment_file_prefix
 
 DEFAULT_START_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
@@ -87,6 +94,16 @@ class GeneratorConfig:
     record_interval_ms: int = 50
     log_append_time_topics: Sequence[str] = ()
     seed: int = 0
+    # the cluster around the data: a KRaft metadata log (__cluster_metadata-0, a snapshot and
+    # the log after it) naming every topic, with these topic configs as ConfigRecords
+    metadata_log: bool = True
+    topic_configs: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    # Kafka's internal topics to create (with the configs Kafka creates them with)
+    internal_topics: Sequence[str] = ()
+    # topics whose partition dirs are written but that the metadata then removed, and topics
+    # deleted and re-created (their dirs keep the old topic id)
+    removed_topics: Sequence[str] = ()
+    recreated_topics: Sequence[str] = ()
 
     def validate(self) -> None:
         """Raise :class:`ConfigError` for values that cannot produce a log."""
@@ -237,15 +254,24 @@ def generate(out_dir: str, cfg: GeneratorConfig) -> GenerationSummary:
         fsync=False,
     )
     summary = GenerationSummary(log_dir=out_dir)
-    for topic_index, topic in enumerate(cfg.topics):
+    unknown = (set(cfg.topic_configs) | set(cfg.removed_topics) | set(cfg.recreated_topics)) \
+        - set(cfg.topics) - set(cfg.internal_topics)
+    if unknown:
+        raise ConfigError(f"invalid generator setting: configs or removals for topics that are "
+                          f"not generated: {', '.join(sorted(unknown))}")
+    topic_ids: dict[str, str] = {}
+    for topic_index, topic in enumerate((*cfg.topics, *cfg.internal_topics)):
         topic_id = base64.urlsafe_b64encode(
             uuid.UUID(int=rng.getrandbits(128)).bytes).rstrip(b"=").decode()
+        topic_ids[topic] = topic_id
         for partition in range(cfg.partitions):
             tp = TopicPartition(topic, partition)
             seed = hash((cfg.seed, topic_index, partition)) & 0xFFFFFFFF
             summary.partitions.append(
                 _generate_partition(out_dir, tp, topic_id, cfg, random.Random(seed))
             )
+    if cfg.metadata_log:
+        _write_metadata_log(out_dir, cfg, topic_ids, rng)
     hw = {p.tp: p.log_end_offset for p in summary.partitions}
     storage.write_durable(storage.join(out_dir, REPLICATION_OFFSET_CHECKPOINT),
                           format_offset_checkpoint(hw).encode(), fsync=False)
@@ -451,3 +477,122 @@ def _generate_partition(
     storage.write_durable(storage.join(pdir, LEADER_EPOCH_CHECKPOINT),
                           format_leader_epoch_checkpoint(epochs).encode(), fsync=False)
     return summary
+
+
+# Configs Kafka gives its internal topics at creation (GroupCoordinator / TransactionLog
+# creation configs: compacted; __consumer_offsets with 100 MiB segments).
+INTERNAL_TOPIC_CONFIGS = {
+    "__consumer_offsets": {"cleanup.policy": "compact", "compression.type": "producer",
+                           "segment.bytes": "104857600"},
+    "__transaction_state": {"cleanup.policy": "compact", "compression.type": "uncompressed",
+                            "min.insync.replicas": "2", "segment.bytes": "104857600",
+                            "unclean.leader.election.enable": "false"},
+}
+
+
+def _write_metadata_log(out_dir: str, cfg: GeneratorConfig, topic_ids: dict[str, str],
+                        rng: random.Random) -> None:
+    """``__cluster_metadata-0`` as a single-node KRaft cluster leaves it: the log (leader
+    change, metadata.version, the broker's registration, every topic with its partitions and
+    ConfigRecords), a snapshot of that state, then the log after the snapshot (topic removals
+    and re-creations, a no-op)."""
+    pdir = storage.join(out_dir, METADATA_DIR_NAME)
+    storage.make_dirs(pdir)
+    clock = cfg.start_ms - 3_600_000
+
+    def rec(name: str, fields: dict, version: int = 0) -> bytes:
+        return encode_metadata_record(name, fields, version)
+
+    def topic_records(topic: str, topic_id: str) -> list[bytes]:
+        out = [rec("TopicRecord", {"Name": topic, "TopicId": topic_id})]
+        for p in range(cfg.partitions):
+            out.append(rec("PartitionRecord", {
+                "PartitionId": p, "TopicId": topic_id, "Replicas": [1], "Isr": [1],
+                "RemovingReplicas": [], "AddingReplicas": [], "Leader": 1, "LeaderEpoch": 0,
+                "PartitionEpoch": 0, "Directories": [topic_id]}, 1))
+        configs = {**INTERNAL_TOPIC_CONFIGS.get(topic, {}), **cfg.topic_configs.get(topic, {})}
+        for key, value in configs.items():
+            out.append(rec("ConfigRecord", {"ResourceType": RESOURCE_TOPIC,
+                                            "ResourceName": topic, "Name": key, "Value": value}))
+        return out
+
+    state = [rec("FeatureLevelRecord", {"Name": "metadata.version", "FeatureLevel": 27}),
+             rec("RegisterBrokerRecord", {
+                 "BrokerId": 1, "IncarnationId": random_uuid_text(rng.getrandbits(128)),
+                 "BrokerEpoch": 2, "EndPoints": [{"Name": "PLAINTEXT", "Host": "localhost",
+                                                  "Port": 9092, "SecurityProtocol": 0}],
+                 "Features": [{"Name": "metadata.version", "MinSupportedVersion": 7,
+                               "MaxSupportedVersion": 27}],
+                 "Rack": None, "Fenced": False, "InControlledShutdown": False}, 3)]
+    stale_ids = {}
+    for topic, topic_id in topic_ids.items():
+        if topic in cfg.recreated_topics:  # the dirs hold this id; the metadata moves on
+            stale_ids[topic] = topic_id
+        state.extend(topic_records(topic, topic_id))
+    after = []
+    for topic in cfg.removed_topics:
+        after.append(rec("RemoveTopicRecord", {"TopicId": topic_ids[topic]}))
+    for topic, old in stale_ids.items():
+        new_id = random_uuid_text(rng.getrandbits(128))
+        after += [rec("RemoveTopicRecord", {"TopicId": old}), *topic_records(topic, new_id)]
+    after.append(rec("NoOpRecord", {}))
+
+    def batch(base: int, values: Sequence[bytes]) -> bytes:
+        return encode_batch(NewRecordBatch(
+            base_offset=base, partition_leader_epoch=1,
+            records=[NewRecord(offset_delta=i, timestamp=clock, key=None, value=v)
+                     for i, v in enumerate(values)]))
+
+    def control(base: int, control_type: ControlType, fields: dict) -> bytes:
+        return encode_batch(NewRecordBatch(
+            base_offset=base, is_control=True, partition_leader_epoch=1,
+            records=[NewRecord(offset_delta=0, timestamp=clock, key=control_key(control_type),
+                               value=encode_control_value(control_type, fields))]))
+
+    # the log: a leader change, then the state in batches of up to 10 records, then the rest
+    entries = [control(0, ControlType.LEADER_CHANGE, {
+        "Version": 0, "LeaderId": 1, "Voters": [{"VoterId": 1}],
+        "GrantingVoters": [{"VoterId": 1}]})]
+    offset = 1
+    for i in range(0, len(state), 10):
+        entries.append(batch(offset, state[i:i + 10]))
+        offset += len(state[i:i + 10])
+    snapshot_end = offset
+    entries.append(batch(offset, after))
+    offset += len(after)
+    infos, position = [], 0
+    for e in entries:
+        infos.append(BatchIndexInfo(position=position, size_in_bytes=len(e),
+                                    last_offset=-1, max_timestamp=clock))
+        position += len(e)
+    # last offsets from the batches themselves (a control batch holds one record)
+    last = 0
+    fixed = []
+    for info, e in zip(infos, entries):
+        count = int.from_bytes(e[57:61], "big")
+        fixed.append(BatchIndexInfo(position=info.position, size_in_bytes=info.size_in_bytes,
+                                    last_offset=last + count - 1, max_timestamp=clock))
+        last += count
+    prefix = storage.join(pdir, segment_file_prefix(0))
+    offsets, times = build_indexes(fixed, 0, index_interval_bytes=cfg.index_interval_bytes)
+    storage.write_durable(prefix + ".log", b"".join(entries), mtime_ms=clock, fsync=False)
+    storage.write_durable(prefix + ".index", encode_offset_index(offsets, 0), mtime_ms=clock,
+                          fsync=False)
+    storage.write_durable(prefix + ".timeindex", encode_time_index(times, 0), mtime_ms=clock,
+                          fsync=False)
+    # the snapshot of everything below snapshot_end (Kafka's <end offset>-<epoch>.checkpoint)
+    snap = [control(0, ControlType.SNAPSHOT_HEADER, {"Version": 0,
+                                                     "LastContainedLogTimestamp": clock})]
+    for i in range(0, len(state), 10):
+        snap.append(batch(1 + i, state[i:i + 10]))
+    snap.append(control(1 + len(state), ControlType.SNAPSHOT_FOOTER, {"Version": 0}))
+    storage.write_durable(storage.join(pdir, f"{snapshot_end:020d}-{1:010d}.checkpoint"),
+                          b"".join(snap), mtime_ms=clock, fsync=False)
+    storage.write_durable(storage.join(pdir, LEADER_EPOCH_CHECKPOINT),
+                          format_leader_epoch_checkpoint([EpochEntry(epoch=1, start_offset=0)])
+                          .encode(), fsync=False)
+    storage.write_durable(storage.join(pdir, "partition.metadata"),
+                          b"version: 0\ntopic_id: AAAAAAAAAAAAAAAAAAAAAQ", fsync=False)
+    storage.write_durable(storage.join(pdir, "quorum-state"),
+                          b'{"leaderId":1,"leaderEpoch":1,"votedId":-1,"appliedOffset":0,'
+                          b'"currentVoters":[{"voterId":1}],"data_version":0}', fsync=False)

@@ -12,6 +12,8 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import javaproperties
+
 from compactor import storage
 from compactor.codec.checkpoints import (
     LEADER_EPOCH_CHECKPOINT,
@@ -20,7 +22,20 @@ from compactor.codec.checkpoints import (
 )
 from compactor.codec.indexes import decode_offset_index, decode_time_index
 from compactor.codec.segment import iter_batches
-from compactor.errors import CompactorError, LogDirError, SwapRecoveryError
+from compactor.errors import (
+    CompactorError,
+    ConfigError,
+    CorruptCheckpointError,
+    CorruptMetadataError,
+    LogDirError,
+    SwapRecoveryError,
+)
+from compactor.metadata import (
+    METADATA_DIR_NAME,
+    ClusterMetadata,
+    Replay,
+    parse_snapshot_name,
+)
 from compactor.model import EpochEntry, SegmentInfo, TopicPartition, segment_file_prefix
 
 LOG_SUFFIX = ".log"
@@ -28,6 +43,7 @@ INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
 TXN_INDEX_SUFFIX = ".txnindex"
 SNAPSHOT_SUFFIX = ".snapshot"
+PARTITION_METADATA = "partition.metadata"
 INDEX_FILE_SUFFIXES = (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
@@ -117,13 +133,17 @@ class LogDir:
     """A Kafka ``log.dirs`` entry.
 
     Attributes:
-        partitions: live partition directories, sorted.
+        partitions: live partition directories, sorted. Never the KRaft metadata log.
         ignored: directory names skipped (``-delete``/``-future``/``-stray`` or not a partition).
+        metadata_log: the path of ``__cluster_metadata-0`` when the log dir holds it. Kafka's
+            ``LogManager.loadLogs`` never loads it as a log and no command here lists it
+            among the partitions, so nothing can modify it.
     """
 
     path: str
     partitions: tuple[TopicPartition, ...]
     ignored: tuple[str, ...] = field(default=())
+    metadata_log: str | None = None
 
     def partition_path(self, tp: TopicPartition) -> str:
         return storage.join(self.path, tp.dir_name)
@@ -141,16 +161,101 @@ def open_log_dir(path: str) -> LogDir:
         raise LogDirError("log dir is not a directory", path=path)
     partitions = []
     ignored = []
+    metadata_log = None
     for name in storage.list_dir(path):
         full = storage.join(path, name)
         if not storage.is_dir(full):
             continue
         tp = parse_partition_dir_name(name)
-        if tp is None:
+        if name == METADATA_DIR_NAME:
+            metadata_log = full
+        elif tp is None:
             ignored.append(name)
         else:
             partitions.append(tp)
-    return LogDir(path=path, partitions=tuple(sorted(partitions)), ignored=tuple(ignored))
+    return LogDir(path=path, partitions=tuple(sorted(partitions)), ignored=tuple(ignored),
+                  metadata_log=metadata_log)
+
+
+def read_properties(path: str) -> dict[str, str]:
+    """A Java properties file (``meta.properties``, ``server.properties``), parsed with Java's
+    rules (comments, ``=``/``:``/space separators, continuation lines, escapes).
+
+    Raises:
+        ConfigError: the file is missing, unreadable or not a properties file.
+    """
+    if not storage.exists(path) or storage.is_dir(path):
+        raise ConfigError("properties file does not exist or is not a file", path=path)
+    try:
+        return dict(javaproperties.loads(storage.read_text(path)))
+    except (ValueError, UnicodeDecodeError) as err:
+        raise ConfigError(f"not a Java properties file: {err}", path=path) from None
+
+
+def read_node_id(log_dir: str) -> str | None:
+    """``node.id`` from the log dir's ``meta.properties`` (KRaft); ``None`` without one."""
+    path = storage.join(log_dir, "meta.properties")
+    if not storage.exists(path):
+        return None
+    return read_properties(path).get("node.id")
+
+
+def read_topic_id(partition_dir: str) -> str | None:
+    """The ``topic_id`` of a partition's ``partition.metadata`` (``PartitionMetadataFile``);
+    ``None`` when the file is absent.
+
+    Raises:
+        CorruptCheckpointError: the file is not ``version: 0`` / ``topic_id: <id>``.
+    """
+    path = storage.join(partition_dir, PARTITION_METADATA)
+    if not storage.exists(path):
+        return None
+    lines = storage.read_text(path).splitlines()
+    if len(lines) != 2 or lines[0].strip() != "version: 0" or not lines[1].startswith(
+            "topic_id: "):
+        raise CorruptCheckpointError("partition.metadata is not 'version: 0' then "
+                                     "'topic_id: <id>'", path=path)
+    return lines[1][len("topic_id: "):].strip()
+
+
+def load_cluster_metadata(metadata_dir: str) -> ClusterMetadata:
+    """Replay the KRaft metadata log in ``metadata_dir`` (a ``__cluster_metadata-0``
+    directory): its latest complete snapshot, then the segments' records from the snapshot's
+    end offset on. Reads only.
+
+    Raises:
+        LogDirError: the directory does not exist.
+        CorruptMetadataError: a batch or record cannot be decoded (file, byte position, base
+            offset, record offset and type), a snapshot is incomplete, or the log starts
+            after offset 0 with no snapshot covering the records before it.
+    """
+    if not storage.is_dir(metadata_dir):
+        raise LogDirError("metadata log directory does not exist", path=metadata_dir,
+                          remedy="point --metadata-log-dir at the directory that holds "
+                                 f"{METADATA_DIR_NAME} (Kafka's metadata.log.dir)")
+    names = storage.list_dir(metadata_dir)
+    snapshots = sorted((sid, n) for n in names if (sid := parse_snapshot_name(n)) is not None)
+    replay = Replay()
+    start = 0
+    if snapshots:
+        (start, _), name = snapshots[-1]
+        path = storage.join(metadata_dir, name)
+        replay.feed(iter_batches(storage.read_bytes(path), path=path), path=path,
+                    snapshot=True)
+        replay.state.snapshot = name
+        replay.state.end_offset = start
+    logs = segment_logs(names)
+    if logs and logs[0][0] > start:
+        raise CorruptMetadataError(
+            f"the metadata log starts at offset {logs[0][0]} but no snapshot covers the "
+            f"records before it (latest snapshot ends at {start})",
+            path=storage.join(metadata_dir, logs[0][1]))
+    for _, name in logs:
+        path = storage.join(metadata_dir, name)
+        # read, not mapped: a controller may append to a metadata log outside this log dir
+        replay.feed(iter_batches(storage.read_bytes(path), path=path), path=path,
+                    from_offset=start)
+    return replay.state
 
 
 def read_offset_checkpoint(log_dir: str, name: str) -> dict[TopicPartition, int]:

@@ -15,7 +15,9 @@ from typing import TextIO
 import yaml
 
 from compactor import storage
-from compactor.config import TopicConfig, parse_assignment, resolve_topic_config
+from compactor.catalog import Catalog, build_catalog
+from compactor.config import parse_assignment, parse_topic_assignment
+from compactor.logdir import LogDir, open_log_dir
 from compactor.errors import CompactorError, ConfigError
 from compactor.retention import MIN_RETENTION_BYTES, MIN_RETENTION_MS
 
@@ -31,6 +33,9 @@ class CompactOptions:
     plan_only: bool = False
     fsync: bool = True
     topics: frozenset[str] = frozenset()  # only these topics (empty: every topic)
+    metadata_log_dir: str | None = None  # holds __cluster_metadata-0 (default: the log dir)
+    server_properties: str | None = None
+    assume_kafka_defaults: bool = False
 
     def selects(self, topic: str) -> bool:
         return not self.topics or topic in self.topics
@@ -64,10 +69,27 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
                         help="YAML or JSON map: topic -> {config: value}")
     parser.add_argument("--topics", default=None, metavar="T1,T2",
                         help="only these topics (comma-separated; default: every topic)")
+    add_cluster_arguments(parser)
     parser.add_argument("--state-dir", default=None,
                         help="append one row per partition to the runs Delta table there")
     parser.add_argument("--json", action="store_true",
                         help="print only the JSON report line (no human summary)")
+
+
+def add_metadata_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--metadata-log-dir", default=None, metavar="DIR",
+                        help="the directory holding __cluster_metadata-0 (Kafka's "
+                             "metadata.log.dir; default: the log dir, when it holds one)")
+
+
+def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
+    """Where the cluster's own configs are (every command that decides by topic configs)."""
+    add_metadata_argument(parser)
+    parser.add_argument("--server-properties", default=None, metavar="FILE",
+                        help="the broker's static server.properties (log.* broker defaults)")
+    parser.add_argument("--assume-kafka-defaults", action="store_true",
+                        help="treat topics that nothing configures as having Kafka's "
+                             "defaults (cleanup.policy=delete, retention.ms 7 days)")
 
 
 def options_from_args(args: argparse.Namespace, *, plan_only: bool = False) -> CompactOptions:
@@ -99,25 +121,37 @@ def options_from_args(args: argparse.Namespace, *, plan_only: bool = False) -> C
         for topic, cfg in loaded.items():
             topics.setdefault(str(topic), {}).update({str(k): str(v) for k, v in cfg.items()})
     for item in args.topic_config:
-        topic, sep, assignment = item.partition(":")
-        if not sep or not topic:
-            raise ConfigError(f"--topic-config {item!r} is not TOPIC:KEY=VALUE")
-        key, value = parse_assignment(assignment)
+        topic, key, value = parse_topic_assignment(item)
         topics.setdefault(topic, {})[key] = value
     now_ms = args.now_ms if args.now_ms is not None else int(time.time() * 1000)
     selected = frozenset(t for t in (getattr(args, "topics", None) or "").split(",") if t)
+    def path(name: str) -> str | None:
+        value = getattr(args, name, None)
+        return storage.absolute(value) if value else None
+
     return CompactOptions(log_dir=storage.absolute(args.log_dir), now_ms=now_ms,
                           config_all=config_all,
                           config_topics=topics, plan_only=plan_only or
-                          getattr(args, "plan_only", False), topics=selected)
+                          getattr(args, "plan_only", False), topics=selected,
+                          assume_kafka_defaults=getattr(args, "assume_kafka_defaults", False),
+                          metadata_log_dir=path("metadata_log_dir"),
+                          server_properties=path("server_properties"))
 
 
-def topic_configs(topics: Sequence[str], opts: CompactOptions) -> dict[str, TopicConfig]:
-    unknown = sorted(set(opts.config_topics) - set(topics))
-    configs = {t: resolve_topic_config(t, opts.config_all, opts.config_topics) for t in topics}
-    for t in unknown:  # validate configs of topics absent from this log dir too
-        resolve_topic_config(t, opts.config_all, opts.config_topics)
-    return configs
+def load_catalog(opts: CompactOptions, log_dir: LogDir | None = None) -> Catalog:
+    """The topic configs and untouchable partitions of the options' log dir (reads only).
+
+    Raises:
+        ConfigError: an invalid config, or a topic named on the command line that exists
+            neither in the log dir nor in the cluster metadata.
+        CorruptMetadataError: the metadata log cannot be replayed.
+        LogDirError: the log dir is missing or unreadable.
+    """
+    return build_catalog(log_dir or open_log_dir(opts.log_dir), config_all=opts.config_all,
+                         config_topics=opts.config_topics, named_topics=opts.topics,
+                         metadata_log_dir=opts.metadata_log_dir,
+                         server_properties=opts.server_properties,
+                         assume_kafka_defaults=opts.assume_kafka_defaults)
 
 
 def add_erase_arguments(parser: argparse.ArgumentParser) -> None:
@@ -129,6 +163,7 @@ def add_erase_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the clock in epoch ms (default or empty: wall clock)")
     parser.add_argument("--master", default=None, help="Spark master URL")
     parser.add_argument("--json", action="store_true", help="print only the JSON report")
+    add_metadata_argument(parser)
 
 
 def add_retention_arguments(parser: argparse.ArgumentParser) -> None:

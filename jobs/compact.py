@@ -33,7 +33,8 @@ from compactor.codec.checkpoints import (
     REPLICATION_OFFSET_CHECKPOINT,
 )
 from compactor.codec.indexes import decode_txn_index
-from compactor.config import TopicConfig
+from compactor.catalog import METADATA_LOG, Catalog
+from compactor.config import REPORTED, TopicConfig
 from compactor.errors import (
     EXIT_OK,
     EXIT_PARTIAL,
@@ -49,18 +50,22 @@ from compactor.logdir import (
     recover_partition,
     segment_path,
 )
+from compactor.metadata import METADATA_TOPIC
 from compactor.model import SegmentInfo, TopicPartition
 from compactor.options import (
     run_main,
     CompactOptions,
     add_arguments,
+    load_catalog,
     options_from_args,
-    topic_configs,
 )
 from compactor.policy import CleaningPlan, PartitionInput, SkipReason
 from compactor.rebatch import DROP_REASONS
 from compactor.writer import CommitMessage
 from schemas.spark import GROUP_SLOT, SEGMENT_TASK, SUPERSEDED
+
+
+METADATA_TP = TopicPartition(METADATA_TOPIC, 0)
 
 
 class HasSegments(Protocol):
@@ -102,10 +107,12 @@ class PartitionReport:
     expected_input_bytes: int = 0
     stages_s: dict[str, float] = field(default_factory=dict)
     error: dict | None = None
+    config: dict[str, Any] | None = None  # the effective configs and their sources
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"topic": self.tp.topic, "partition": self.tp.partition,
-                               "status": self.status, "reason": self.reason}
+                               "status": self.status, "reason": self.reason,
+                               "config": self.config}
         if self.plan is not None:
             p = self.plan
             out.update(
@@ -135,6 +142,7 @@ class RoundReport:
     partitions: list[PartitionReport] = field(default_factory=list)
     stages_s: dict[str, float] = field(default_factory=dict)
     recovered: int = 0
+    catalog: Catalog | None = None
 
     @property
     def exit_code(self) -> int:
@@ -149,6 +157,7 @@ class RoundReport:
             "now_ms": self.now_ms, "status": "partial" if self.exit_code else "ok",
             "partitions_by_status": counts, "recovered_partitions": self.recovered,
             "stages_s": {k: round(v, 3) for k, v in self.stages_s.items()},
+            "cluster": self.catalog.to_dict() if self.catalog else None,
             "partitions": [p.to_dict() for p in self.partitions],
         }
 
@@ -165,6 +174,7 @@ class RoundReport:
                              f"base offset {p.error.get('base_offset')})")
             else:
                 lines.append(f"{p.tp}: {p.status} ({p.reason})")
+        lines += self.catalog.hints() if self.catalog else []
         total = sum(self.stages_s.values())
         lines.append(f"{self.command}: {len(self.partitions)} partitions in {total:.1f} s; "
                      + ", ".join(f"{k} {v:.1f} s" for k, v in self.stages_s.items()))
@@ -208,34 +218,41 @@ def run(spark: SparkSession, opts: CompactOptions) -> RoundReport:
         LogDirLockedError: a broker or another run holds the log dir.
         LogDirError: the log dir is missing or unreadable.
     """
-    log_dir = open_log_dir(opts.log_dir)
-    configs = topic_configs(sorted({tp.topic for tp in log_dir.partitions}), opts)
+    catalog = load_catalog(opts)
     with storage.log_dir_lock(opts.log_dir):
-        return run_locked(spark, opts, configs)
+        return run_locked(spark, opts, catalog)
 
 
-def run_locked(spark: SparkSession, opts: CompactOptions,
-               configs: Mapping[str, TopicConfig]) -> RoundReport:
-    """:func:`run` for a caller that holds the log dir lock and resolved the configs."""
+def run_locked(spark: SparkSession, opts: CompactOptions, catalog: Catalog) -> RoundReport:
+    """:func:`run` for a caller that holds the log dir lock and read the catalog."""
     log_dir = open_log_dir(opts.log_dir)
+    configs = catalog.configs
     report = RoundReport(command="plan" if opts.plan_only else "compact",
-                         log_dir=opts.log_dir, now_ms=opts.now_ms)
+                         log_dir=opts.log_dir, now_ms=opts.now_ms, catalog=catalog)
     stages = _Stages(report)
     if not opts.plan_only:
         for tp in log_dir.partitions:
-            if not recover_partition(log_dir.partition_path(tp)).is_empty:
+            if opts.selects(tp.topic) and catalog.skip_reason(tp) is None and \
+                    not recover_partition(log_dir.partition_path(tp)).is_empty:
                 report.recovered += 1
     stages.done("recover")
     checkpoints = {name: read_offset_checkpoint(opts.log_dir, name) for name in
                    (CLEANER_OFFSET_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT,
                     REPLICATION_OFFSET_CHECKPOINT)}
     tps = list(log_dir.partitions)
-    reports = {i: PartitionReport(tp=tp) for i, tp in enumerate(tps)}
+    reports = {i: PartitionReport(tp=tp, config=configs[tp.topic].describe(REPORTED))
+               for i, tp in enumerate(tps)}
     report.partitions = list(reports.values())
+    if log_dir.metadata_log is not None:
+        report.partitions.insert(0, PartitionReport(tp=METADATA_TP, reason=METADATA_LOG))
     inputs: dict[int, PartitionInput] = {}
     for i, tp in enumerate(tps):
         if not opts.selects(tp.topic):
             reports[i].reason = "topic not selected (--topics)"
+            continue
+        skip = catalog.skip_reason(tp)
+        if skip is not None:
+            reports[i].reason = skip
             continue
         if not configs[tp.topic].compact:
             reports[i].reason = "cleanup.policy has no compact"
@@ -480,9 +497,11 @@ def execute(args: argparse.Namespace, out: TextIO, *, plan_only: bool = False) -
     state_dir = getattr(args, "state_dir", None)
     if state_dir:
         ledger.check_state_dir(state_dir, opts.log_dir)
+    catalog = load_catalog(opts)  # config errors before Spark starts
     spark = get_spark(args.master)
     started = int(time.time() * 1000)
-    report = run(spark, opts)
+    with storage.log_dir_lock(opts.log_dir):
+        report = run_locked(spark, opts, catalog)
     result = report.to_dict()
     if state_dir and not opts.plan_only:
         result["run_id"] = ledger.record_report(state_dir, result, started,
@@ -492,8 +511,8 @@ def execute(args: argparse.Namespace, out: TextIO, *, plan_only: bool = False) -
         from jobs.retain import plan_log_dir
 
         log_dir = open_log_dir(opts.log_dir)
-        configs = topic_configs(sorted({tp.topic for tp in log_dir.partitions}), opts)
-        retention = plan_log_dir(opts.log_dir, configs, opts.now_ms, log_dir.partitions)
+        retention = plan_log_dir(opts.log_dir, catalog, opts.now_ms, [
+            tp for tp in log_dir.partitions if opts.selects(tp.topic)])
         by_tp = {(r.tp.topic, r.tp.partition): r.to_dict() for r in retention}
         for p in result["partitions"]:
             p["retention"] = by_tp.get((p["topic"], p["partition"]))

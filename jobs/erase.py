@@ -46,7 +46,7 @@ from compactor.options import (
     add_erase_arguments,
     add_status_arguments,
     run_main,
-    topic_configs,
+    load_catalog,
 )
 from compactor.policy import BatchHeader
 from jobs.compact import get_spark, segment_tasks
@@ -127,7 +127,7 @@ def _start(action: str, log_dir: str, state_dir: str, now_ms: int,
 
 
 def apply(spark: SparkSession | None, log_dir: str, state_dir: str, now_ms: int, *,
-          fsync: bool = True) -> dict[str, Any]:
+          fsync: bool = True, metadata_log_dir: str | None = None) -> dict[str, Any]:
     """Erase every pending request's records from the log dir; returns the JSON report."""
     requests, run_id, report = _start("apply", log_dir, state_dir, now_ms, "pending")
     if not requests:
@@ -143,8 +143,10 @@ def apply(spark: SparkSession | None, log_dir: str, state_dir: str, now_ms: int,
         spark = spark or get_spark(None)
         found = _scan(spark, parts, matchers)
         errors.update(found.errors)
-        configs = topic_configs(sorted({tp.topic for tp in tps.values()}),
-                                CompactOptions(log_dir=log_dir, now_ms=now_ms))
+        # the writer's index settings; erasure itself does not depend on cleanup.policy
+        configs = load_catalog(CompactOptions(
+            log_dir=log_dir, now_ms=now_ms, assume_kafka_defaults=True,
+            metadata_log_dir=metadata_log_dir)).configs
         messages = _rewrite(spark, log_dir, tps, parts, found, errors, configs, fsync=fsync)
         lines: dict[int, dict[str, Any]] = {}
         for i, tp in tps.items():
@@ -329,8 +331,11 @@ def execute(args: argparse.Namespace, out: TextIO) -> int:
         return erase_status_command(args, out)
     now_ms = args.now_ms if args.now_ms is not None else int(time.time() * 1000)
     spark = get_spark(args.master)
-    fn = apply if args.action == "apply" else verify
-    report = fn(spark, storage.absolute(args.log_dir), storage.absolute(args.state_dir), now_ms)
+    log_dir, state_dir = storage.absolute(args.log_dir), storage.absolute(args.state_dir)
+    if args.action == "apply":
+        report = apply(spark, log_dir, state_dir, now_ms, metadata_log_dir=args.metadata_log_dir)
+    else:
+        report = verify(spark, log_dir, state_dir, now_ms)
     out.write(json.dumps(report, separators=(",", ":")) + "\n")
     if not args.json:
         out.write(summary(report) + "\n")

@@ -18,13 +18,15 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from compactor import commit, ledger, storage
 from compactor.codec.checkpoints import LOG_START_OFFSET_CHECKPOINT, REPLICATION_OFFSET_CHECKPOINT
-from compactor.config import TopicConfig
+from compactor.catalog import METADATA_LOG, Catalog
+from compactor.config import REPORTED
+from compactor.metadata import METADATA_TOPIC
 from compactor.errors import EXIT_OK, EXIT_PARTIAL, CompactorError
 from compactor.logdir import (
     load_partition,
@@ -38,9 +40,9 @@ from compactor.options import (
     CompactOptions,
     add_config_arguments,
     add_retention_arguments,
+    load_catalog,
     options_from_args,
     run_main,
-    topic_configs,
 )
 from compactor.retention import RetentionPlan, check_safety_floor, plan_retention
 
@@ -51,14 +53,17 @@ class PartitionRetention:
 
     tp: TopicPartition
     policy: str
-    status: str = "kept"  # deleted | would_delete | kept | corrupt
+    status: str = "kept"  # deleted | would_delete | kept | skipped | corrupt
+    reason: str = ""
     plan: RetentionPlan | None = None
     segments_before: int = 0
     error: dict | None = None
+    config: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"topic": self.tp.topic, "partition": self.tp.partition,
                                "cleanup_policy": self.policy, "status": self.status,
+                               "reason": self.reason, "config": self.config,
                                "segments_before": self.segments_before}
         if self.plan is not None:
             p = self.plan
@@ -81,6 +86,7 @@ class RetentionReport:
     dry_run: bool
     partitions: list[PartitionRetention] = field(default_factory=list)
     recovered: int = 0
+    catalog: Catalog | None = None
 
     @property
     def exit_code(self) -> int:
@@ -93,6 +99,7 @@ class RetentionReport:
             "segments_deleted": sum(len(p.plan.deleted) for p in self.partitions if p.plan),
             "bytes_deleted": sum(p.plan.bytes_deleted for p in self.partitions if p.plan),
             "recovered_partitions": self.recovered,
+            "cluster": self.catalog.to_dict() if self.catalog else None,
             "partitions": [p.to_dict() for p in self.partitions],
         }
 
@@ -109,21 +116,32 @@ class RetentionReport:
                 lines.append(f"{p.tp}: {verb} {len(p.plan.deleted)} segments ({reasons}); log "
                              f"start {p.plan.log_start_offset} -> {p.plan.new_log_start_offset}"
                              + ("; rolled an empty segment at the log end" if p.plan.roll else ""))
+            elif p.status == "skipped":
+                lines.append(f"{p.tp}: left alone ({p.reason})")
             else:
                 lines.append(f"{p.tp}: nothing to delete")
+        lines += self.catalog.hints() if self.catalog else []
         return "\n".join(lines)
 
 
-def plan_log_dir(log_dir: str, configs: Mapping[str, TopicConfig], now_ms: int,
+def plan_log_dir(log_dir: str, catalog: Catalog, now_ms: int,
                  partitions: Sequence[TopicPartition]) -> list[PartitionRetention]:
     """Retention plans of every partition (reads metadata only; changes nothing). A partition
-    whose metadata cannot be read is reported ``corrupt``."""
+    whose metadata cannot be read is reported ``corrupt``; one the catalog says to leave alone
+    (the metadata log, a stale topic id, no config, tiered storage) ``skipped`` with the
+    reason."""
     starts = read_offset_checkpoint(log_dir, LOG_START_OFFSET_CHECKPOINT)
     hws = read_offset_checkpoint(log_dir, REPLICATION_OFFSET_CHECKPOINT)
     out = []
     for tp in partitions:
-        cfg = configs[tp.topic]
-        rep = PartitionRetention(tp=tp, policy=",".join(sorted(cfg.cleanup_policy)))
+        cfg = catalog.configs[tp.topic]
+        rep = PartitionRetention(tp=tp, policy=",".join(sorted(cfg.cleanup_policy)),
+                                 config=cfg.describe(REPORTED))
+        skip = catalog.skip_reason(tp, retention=True)
+        if skip is not None:
+            rep.status, rep.reason = "skipped", skip
+            out.append(rep)
+            continue
         try:
             part = load_partition(storage.join(log_dir, tp.dir_name))
             leo = log_end_offset(part)
@@ -142,19 +160,24 @@ def plan_log_dir(log_dir: str, configs: Mapping[str, TopicConfig], now_ms: int,
     return out
 
 
-def retain_locked(log_dir: str, configs: Mapping[str, TopicConfig], now_ms: int, *,
+def retain_locked(log_dir: str, catalog: Catalog, now_ms: int, *,
                   dry_run: bool = False,
                   topics: frozenset[str] = frozenset()) -> RetentionReport:
     """Retention over a log dir whose lock the caller holds (``compactor run`` holds it
     across compaction and retention)."""
     ld = open_log_dir(log_dir)
-    report = RetentionReport(log_dir=log_dir, now_ms=now_ms, dry_run=dry_run)
+    report = RetentionReport(log_dir=log_dir, now_ms=now_ms, dry_run=dry_run, catalog=catalog)
     partitions = [tp for tp in ld.partitions if not topics or tp.topic in topics]
     if not dry_run:
         for tp in partitions:
-            if not recover_partition(ld.partition_path(tp)).is_empty:
+            if catalog.skip_reason(tp, retention=True) is None and \
+                    not recover_partition(ld.partition_path(tp)).is_empty:
                 report.recovered += 1
-    report.partitions = plan_log_dir(log_dir, configs, now_ms, partitions)
+    report.partitions = plan_log_dir(log_dir, catalog, now_ms, partitions)
+    if ld.metadata_log is not None:
+        report.partitions.insert(0, PartitionRetention(
+            tp=TopicPartition(METADATA_TOPIC, 0), policy="", status="skipped",
+            reason=METADATA_LOG))
     starts: dict[TopicPartition, int | None] = {}
     for rep in report.partitions:
         plan = rep.plan
@@ -176,7 +199,7 @@ def retain_locked(log_dir: str, configs: Mapping[str, TopicConfig], now_ms: int,
 
 
 def prepare(args: argparse.Namespace, *,
-            plan_only: bool = False) -> tuple[CompactOptions, dict[str, TopicConfig]]:
+            plan_only: bool = False) -> tuple[CompactOptions, Catalog]:
     """Options and per-topic configs of a command that may delete segments (``retain``,
     ``run``), checked before the log dir is locked: the safety floor, and a state dir
     outside the log dir.
@@ -187,20 +210,20 @@ def prepare(args: argparse.Namespace, *,
         LogDirError: the log dir is missing or unreadable.
     """
     opts = options_from_args(args, plan_only=plan_only)
-    ld = open_log_dir(opts.log_dir)
-    configs = topic_configs(sorted({tp.topic for tp in ld.partitions}), opts)
-    check_safety_floor(configs, allow_aggressive=args.allow_aggressive_retention)
+    catalog = load_catalog(opts)
+    check_safety_floor({t: c for t, c in catalog.configs.items() if opts.selects(t)},
+                       allow_aggressive=args.allow_aggressive_retention)
     if args.state_dir:
         ledger.check_state_dir(args.state_dir, opts.log_dir)
-    return opts, configs
+    return opts, catalog
 
 
 def execute(args: argparse.Namespace, out: TextIO) -> int:
     """``compactor retain`` from parsed arguments; prints the report, returns the exit code."""
-    opts, configs = prepare(args)
+    opts, catalog = prepare(args)
     started = int(time.time() * 1000)
     with storage.log_dir_lock(opts.log_dir):
-        report = retain_locked(opts.log_dir, configs, opts.now_ms, dry_run=args.dry_run,
+        report = retain_locked(opts.log_dir, catalog, opts.now_ms, dry_run=args.dry_run,
                                topics=opts.topics)
     result = report.to_dict()
     if args.state_dir and not args.dry_run:

@@ -44,13 +44,14 @@ def build_parser() -> argparse.ArgumentParser:
 def execute(args: argparse.Namespace, out: TextIO) -> int:
     """Run both steps from parsed arguments, print one JSON report line (and a summary);
     returns the exit code (the worse of the two steps)."""
-    opts, configs = retain.prepare(args, plan_only=args.dry_run)
+    opts, catalog = retain.prepare(args, plan_only=args.dry_run)
     started = int(time.time() * 1000)
-    compacting = any(cfg.compact for t, cfg in configs.items() if opts.selects(t))
+    compacting = any(cfg.compact and cfg.configured for t, cfg in catalog.configs.items()
+                     if opts.selects(t))
     spark = compact.get_spark(args.master) if compacting else None
     with storage.log_dir_lock(opts.log_dir):
-        round_report = compact.run_locked(spark, opts, configs) if spark else None
-        retention = retain.retain_locked(opts.log_dir, configs, opts.now_ms,
+        round_report = compact.run_locked(spark, opts, catalog) if spark else None
+        retention = retain.retain_locked(opts.log_dir, catalog, opts.now_ms,
                                          dry_run=args.dry_run, topics=opts.topics)
     codes = [retention.exit_code] + ([round_report.exit_code] if round_report else [])
     code = max(codes) if any(c != EXIT_OK for c in codes) else EXIT_OK
