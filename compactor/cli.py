@@ -226,9 +226,12 @@ def _print_segment(report: SegmentReport, out: TextIO, *, records: bool) -> None
         )
         for r in b.get("records", ()):
             headers = ",".join(f"{k}={v}" for k, v in r["headers"])
+            payload = r.get("payload")
             out.write(f"| offset: {r['offset']} timestamp: {r['timestamp']} key: {r['key']} "
                       f"valueSize: {r['value_size']}" + (f" headers: {headers}" if headers
-                                                         else "") + "\n")
+                                                         else "")
+                      + (f" payload: {json.dumps(payload, separators=(',', ':'))}"
+                         if payload is not None else "") + "\n")
 
 
 def _parse_codecs(text: str) -> tuple[Codec, ...]:

@@ -31,10 +31,17 @@ from compactor.codec.indexes import (
     decode_time_index,
     decode_txn_index,
 )
-from compactor.codec.records import ControlType, Record, RecordBatch
+from compactor.codec.kraft import CONTROL_SCHEMAS, decode_control_value, decode_metadata_record
+from compactor.codec.records import ControlType, Record, RecordBatch, parse_control_record
 from compactor.codec.segment import iter_batches
 from compactor.codec.snapshot import decode_snapshot
-from compactor.errors import CompactorError, CorruptIndexError, LogDirError, format_location
+from compactor.errors import (
+    CompactorError,
+    CorruptIndexError,
+    CorruptMetadataError,
+    LogDirError,
+    format_location,
+)
 from compactor.logdir import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
@@ -49,6 +56,7 @@ from compactor.logdir import (
     read_offset_checkpoint,
     segment_logs,
 )
+from compactor.metadata import METADATA_DIR_NAME, parse_snapshot_name
 from compactor.model import segment_file_prefix
 
 
@@ -123,8 +131,11 @@ class _TxnTracker:
     first_data_offset: dict[int, int] = field(default_factory=dict)
 
 
-def batch_to_dict(batch: RecordBatch, records: list[Record] | None = None) -> dict[str, Any]:
-    """A batch's header fields (and, when given, its decoded records) for dumps."""
+def batch_to_dict(batch: RecordBatch, records: list[Record] | None = None, *,
+                  metadata: bool = False) -> dict[str, Any]:
+    """A batch's header fields (and, when given, its decoded records) for dumps; with
+    ``metadata``, each record's payload decoded as a KRaft metadata (or control) record, as
+    ``kafka-dump-log --cluster-metadata-decoder`` prints it."""
     out: dict[str, Any] = {
         "base_offset": batch.base_offset,
         "last_offset": batch.last_offset,
@@ -156,10 +167,42 @@ def batch_to_dict(batch: RecordBatch, records: list[Record] | None = None) -> di
                 "key": _show(r.key),
                 "value_size": None if r.value is None else len(r.value),
                 "headers": [[k, _show(v)] for k, v in r.headers],
+                **({"payload": _payload(batch, r)} if metadata else {}),
             }
             for r in records
         ]
     return out
+
+
+def _payload(batch: RecordBatch, record: Record) -> dict[str, Any]:
+    """A metadata log record's decoded value; a record that does not decode is reported as
+    such here (``--verify`` turns it into a problem)."""
+    try:
+        if batch.is_control:
+            control = parse_control_record(record.key, record.value)
+            decoded = decode_control_value(int(control.type), record.value)
+        else:
+            decoded = decode_metadata_record(record.value)  # type: ignore[arg-type]
+    except CompactorError as err:
+        return {"error": err.message}
+    return {"type": decoded.name, "version": decoded.version, "data": dict(decoded.fields)}
+
+
+def _verify_metadata(batch: RecordBatch, records: list[Record], report: SegmentReport) -> None:
+    for r in records:
+        payload = _payload(batch, r)
+        if "error" in payload and not (batch.is_control and not _kraft_control(r)):
+            report.problems.append(Problem(
+                code=CorruptMetadataError.code, path=report.path, position=batch.position,
+                base_offset=batch.base_offset,
+                message=f"metadata record at offset {r.offset}: {payload['error']}"))
+
+
+def _kraft_control(record: Record) -> bool:
+    try:
+        return int(parse_control_record(record.key, record.value).type) in CONTROL_SCHEMAS
+    except CompactorError:
+        return True
 
 
 def _show(data: bytes | None, limit: int = 64) -> str | None:
@@ -179,8 +222,13 @@ def inspect_segment(
     next_segment_base: int | None = None,
     txn: _TxnTracker | None = None,
 ) -> SegmentReport:
-    """Read one ``.log`` file (and, with ``verify``, its indexes)."""
-    base = file_offset(storage.basename(log_path))
+    """Read one ``.log`` file (and, with ``verify``, its indexes), or a KRaft snapshot
+    (``.checkpoint``: batches from offset 0, no indexes). Records of the metadata log and its
+    snapshots are decoded as metadata records."""
+    name = storage.basename(log_path)
+    snapshot = parse_snapshot_name(name) is not None
+    metadata = snapshot or storage.basename(storage.dirname(log_path)) == METADATA_DIR_NAME
+    base = 0 if snapshot else file_offset(name)
     if base is None:
         raise LogDirError("segment file name does not start with a base offset", path=log_path)
     data = storage.read_bytes(log_path)
@@ -198,18 +246,21 @@ def inspect_segment(
                 report.first_offset = batch.base_offset
             decoded = None
             if records or verify:
-                decoded = _decode_records(batch, report, keep=records)
+                decoded = _decode_records(batch, report, keep=records or metadata)
+            if verify and metadata and decoded is not None:
+                _verify_metadata(batch, decoded, report)
+                decoded = decoded if records else None
             if verify:
                 _verify_offsets(batch, spans[-1] if spans else None, report, base,
                                 next_segment_base)
                 _track_txn(batch, txn, aborts, aborts_with_data, report)
             spans.append(_BatchSpan(batch.position, batch.base_offset, batch.last_offset))
             if dump:
-                report.batches.append(batch_to_dict(batch, decoded))
+                report.batches.append(batch_to_dict(batch, decoded, metadata=metadata))
             report.next_offset = batch.next_offset
     except CompactorError as err:
         report.problems.append(Problem.from_error(err.with_location(path=log_path)))
-    if verify:
+    if verify and not snapshot:
         _verify_indexes(log_path, base, spans, report, is_active, aborts, aborts_with_data)
     return report
 
@@ -361,6 +412,9 @@ def inspect_partition(
     names = storage.list_dir(partition_dir)
     logs = segment_logs(names)
     txn = _TxnTracker()
+    for name in sorted(n for n in names if parse_snapshot_name(n) is not None):
+        yield inspect_segment(storage.join(partition_dir, name), dump=dump, records=records,
+                              verify=verify, is_active=False)
     for i, (_, name) in enumerate(logs):
         nxt = logs[i + 1][0] if i + 1 < len(logs) else None
         yield inspect_segment(storage.join(partition_dir, name), dump=dump, records=records,
@@ -399,14 +453,18 @@ def inspect_path(
     if not storage.exists(path):
         raise LogDirError("path does not exist", path=path)
     if not storage.is_dir(path):
-        if not path.endswith(LOG_SUFFIX):
-            raise LogDirError("not a .log segment, partition directory or log dir", path=path)
+        if not path.endswith(LOG_SUFFIX) and parse_snapshot_name(storage.basename(path)) is None:
+            raise LogDirError("not a .log segment, KRaft snapshot (.checkpoint), partition "
+                              "directory or log dir", path=path)
         yield inspect_segment(path, dump=dump, records=records, verify=verify)
         return
     if is_partition_dir(path):
         yield from inspect_partition(path, dump=dump, records=records, verify=verify)
         return
     log_dir = open_log_dir(path)
+    if log_dir.metadata_log is not None:
+        yield from inspect_partition(log_dir.metadata_log, dump=dump, records=records,
+                                     verify=verify)
     if verify:
         for name in ROOT_CHECKPOINTS:
             yield from _problems_of(functools.partial(read_offset_checkpoint, path, name))

@@ -162,15 +162,15 @@ def check_safety_floor(configs: Mapping[str, TopicConfig], *, allow_aggressive: 
             continue
         if 0 <= cfg.retention_ms < MIN_RETENTION_MS:
             raise ConfigError(
-                f"topic {topic}: retention.ms={cfg.retention_ms} (from "
-                f"{cfg.sources.get('retention.ms', 'default')}) is below kafka-compactor's "
-                f"safety floor of {MIN_RETENTION_MS} ms (1 hour): segments older than that "
+                f"topic {topic}: retention.ms={cfg.retention_ms} is below the safety floor of "
+                f"{MIN_RETENTION_MS} ms (1 hour) that kafka-compactor keeps (value from "
+                f"{cfg.sources.get('retention.ms', 'default')}): segments older than that "
                 "would be deleted. Kafka itself allows any value >= -1",
                 remedy="raise retention.ms, or pass --allow-aggressive-retention if you mean it")
         if 0 <= cfg.retention_bytes < MIN_RETENTION_BYTES:
             raise ConfigError(
-                f"topic {topic}: retention.bytes={cfg.retention_bytes} (from "
-                f"{cfg.sources.get('retention.bytes', 'default')}) is below kafka-compactor's "
-                f"safety floor of {MIN_RETENTION_BYTES} bytes (1 MiB) per partition. Kafka "
-                "itself allows any value >= -1",
+                f"topic {topic}: retention.bytes={cfg.retention_bytes} is below the safety floor "
+                f"of {MIN_RETENTION_BYTES} bytes (1 MiB) per partition that kafka-compactor keeps "
+                f"(value from {cfg.sources.get('retention.bytes', 'default')}). Kafka itself "
+                "allows any value >= -1",
                 remedy="raise retention.bytes, or pass --allow-aggressive-retention if you mean it")

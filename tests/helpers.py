@@ -220,3 +220,11 @@ def read_with_independent_parsers(data: bytes) -> int:
         kp_count += sum(1 for _ in batch)
     assert kp_count == count
     return count
+
+
+def topic_lines(partitions: list[dict]) -> list[dict]:
+    """A report's partition lines without the KRaft metadata log's, which must be there (when
+    the log dir holds one) as ``skipped`` with reason ``metadata_log``."""
+    meta = [p for p in partitions if p.get("reason") == "metadata_log"]
+    assert all(p["topic"] == "__cluster_metadata" and p["status"] == "skipped" for p in meta)
+    return [p for p in partitions if p.get("reason") != "metadata_log"]

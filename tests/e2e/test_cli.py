@@ -36,8 +36,14 @@ def test_generate_then_verify_clean(tmp_path: Path) -> None:
     assert res.returncode == 0, res.stdout + res.stderr
     lines = [json.loads(line) for line in res.stdout.splitlines()]
     assert lines[-1]["type"] == "summary" and lines[-1]["problems"] == 0
-    assert lines[-1]["records"] == sum(p["records"] for p in summary["partitions"]) + sum(
+    topic_records = sum(line["record_count"] for line in lines if line["type"] == "segment"
+                        and "__cluster_metadata-0" not in line["path"])
+    assert topic_records == sum(p["records"] for p in summary["partitions"]) + sum(
         p["aborted_txns"] + p["committed_txns"] for p in summary["partitions"])
+    # the metadata log and its snapshot are inspected too, with every record decoded
+    meta = [line for line in lines if line["type"] == "segment"
+            and "__cluster_metadata-0" in line["path"]]
+    assert sorted(Path(m["path"]).suffix for m in meta) == [".checkpoint", ".log"]
 
 
 def test_inspect_dumps_records_of_one_segment(small_log: Path) -> None:
@@ -113,8 +119,8 @@ def test_verify_reports_a_truncated_segment_and_goes_on(small_log: Path) -> None
     assert res.returncode == EXIT_FAILURE, res.stderr
     lines = [json.loads(line) for line in res.stdout.splitlines()]
     reports = [line for line in lines if line["type"] == "segment"]
-    assert len(reports) == sum(len(list(p.glob("*.log"))) for p in small_log.iterdir()
-                               if p.is_dir())
+    assert len(reports) == sum(len(list(p.glob("*.log"))) + len(list(p.glob("*.checkpoint")))
+                               for p in small_log.iterdir() if p.is_dir())
     broken = [r for r in reports if r["problems"]]
     assert [r["path"] for r in broken] == [str(first)]
     assert broken[0]["problems"][0]["code"] == "TRUNCATED_SEGMENT"

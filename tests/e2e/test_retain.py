@@ -23,7 +23,7 @@ from compactor.errors import EXIT_CONFIG, EXIT_OK
 from compactor.generator import DEFAULT_START_MS, GeneratorConfig, generate
 from compactor.logdir import load_partition, log_end_offset, read_leader_epochs
 from compactor.model import TopicPartition
-from tests.helpers import inspect_problems, segment_bytes, tree_digest
+from tests.helpers import inspect_problems, segment_bytes, tree_digest, topic_lines
 
 GEN = GeneratorConfig(topics=("events",), partitions=2, records_per_partition=1200,
                       distinct_keys=300, segment_bytes=12 * 1024, record_interval_ms=1000,
@@ -67,7 +67,7 @@ def test_time_retention_deletes_an_old_prefix_and_keeps_the_rest_byte_for_byte(
     code, report = _retain(logs, capsys, "--config", "cleanup.policy=delete",
                            "--config", f"retention.ms={retention_ms}")
     assert code == EXIT_OK and report["status"] == "ok"
-    for p in report["partitions"]:
+    for p in topic_lines(report["partitions"]):
         pdir = logs / f"{p['topic']}-{p['partition']}"
         old, new = before[pdir.name], segment_bytes(pdir)
         gone = p["deleted_segments"]
@@ -98,7 +98,7 @@ def test_everything_expired_rolls_an_empty_segment_at_the_log_end(
     code, report = _retain(logs, capsys, "--config", "cleanup.policy=delete",
                            "--config", f"retention.ms={DAY}")
     assert code == EXIT_OK
-    for p in report["partitions"]:
+    for p in topic_lines(report["partitions"]):
         pdir = logs / f"{p['topic']}-{p['partition']}"
         leo = ends[pdir.name]
         assert p["rolled"] and p["new_log_start_offset"] == leo == p["log_end_offset"]
@@ -126,7 +126,7 @@ def test_high_watermark_bounds_deletion(logs: Path, capsys: pytest.CaptureFixtur
     code, report = _retain(logs, capsys, "--config", "cleanup.policy=delete",
                            "--config", f"retention.ms={DAY}")
     assert code == EXIT_OK
-    p0 = next(p for p in report["partitions"] if p["partition"] == 0)
+    p0 = next(p for p in topic_lines(report["partitions"]) if p["partition"] == 0)
     assert p0["deleted_segments"] == bases[:2] and not p0["rolled"]
     assert p0["new_log_start_offset"] == bases[2] <= p0["high_watermark"]
 
@@ -141,12 +141,12 @@ def test_log_start_offset_retention_under_compact_keeps_the_checkpoint_entry(
     code, report = _retain(logs, capsys, "--config", "cleanup.policy=compact",
                            "--config", "retention.ms=1000")  # ignored without delete
     assert code == EXIT_OK
-    p1 = next(p for p in report["partitions"] if p["partition"] == 1)
+    p1 = next(p for p in topic_lines(report["partitions"]) if p["partition"] == 1)
     assert p1["deleted_segments"] == bases[:3]
     assert p1["deleted_by_reason"]["log_start_offset"]["segments"] == 3
     assert p1["new_log_start_offset"] == start
     assert _checkpoint(logs, LOG_START_OFFSET_CHECKPOINT) == {tp: start}
-    p0 = next(p for p in report["partitions"] if p["partition"] == 0)
+    p0 = next(p for p in topic_lines(report["partitions"]) if p["partition"] == 0)
     assert p0["deleted_segments"] == []
 
 
@@ -157,7 +157,7 @@ def test_size_retention_keeps_at_least_retention_bytes(
                            "--config", f"retention.bytes={limit}", "--config",
                            "retention.ms=-1", "--allow-aggressive-retention")
     assert code == EXIT_OK
-    for p in report["partitions"]:
+    for p in topic_lines(report["partitions"]):
         remaining = sum(len(b) for b in segment_bytes(
             logs / f"{p['topic']}-{p['partition']}").values())
         assert remaining >= limit
@@ -188,11 +188,11 @@ def test_dry_run_reports_the_same_plan_and_changes_nothing(
     code, dry = _retain(logs, capsys, *args, "--dry-run")
     assert code == EXIT_OK and dry["dry_run"]
     assert tree_digest(logs) == before
-    assert all(p["status"] == "would_delete" for p in dry["partitions"])
+    assert all(p["status"] == "would_delete" for p in topic_lines(dry["partitions"]))
     code, real = _retain(logs, capsys, *args)
     strip = ("status",)
-    assert [{k: v for k, v in p.items() if k not in strip} for p in dry["partitions"]] == [
-        {k: v for k, v in p.items() if k not in strip} for p in real["partitions"]]
+    assert [{k: v for k, v in p.items() if k not in strip} for p in topic_lines(dry["partitions"])] == [
+        {k: v for k, v in p.items() if k not in strip} for p in topic_lines(real["partitions"])]
 
 
 # Runs retention and kills itself (SIGKILL) before storage operation N.

@@ -11,6 +11,7 @@ from compactor.cli import main as cli_main
 from compactor.errors import EXIT_CONFIG, EXIT_LOCKED, EXIT_OK, EXIT_PARTIAL
 from compactor.generator import DEFAULT_START_MS
 from tests.helpers import (
+    topic_lines,
     inspect_problems,
     lock_held_by_other_process,
     report_line,
@@ -30,14 +31,14 @@ def test_plan_changes_nothing_and_compact_does_what_it_planned(
     plan = report_line(capsys)
     assert tree_digest(small_log) == before
     assert plan["command"] == "plan"
-    planned = {(p["topic"], p["partition"]): p for p in plan["partitions"]}
+    planned = {(p["topic"], p["partition"]): p for p in topic_lines(plan["partitions"])}
     assert all(p["status"] == "would_clean" and p["groups"] for p in planned.values())
 
     assert cli_main(["compact", str(small_log), *COMPACT]) == EXIT_OK
     done = report_line(capsys)
     assert set(done["stages_s"]) >= {"recover", "scan_and_plan", "offset_map", "rewrite",
                                      "commit"}
-    for p in done["partitions"]:
+    for p in topic_lines(done["partitions"]):
         expected = planned[(p["topic"], p["partition"])]
         assert p["status"] == "cleaned"
         assert p["groups"] == expected["groups"]
@@ -61,7 +62,7 @@ def test_corrupt_partition_is_reported_and_untouched_while_others_are_compacted(
     assert cli_main(["compact", str(small_log), *COMPACT]) == EXIT_PARTIAL
     report = report_line(capsys)
     assert report["status"] == "partial"
-    by_dir = {f"{p['topic']}-{p['partition']}": p for p in report["partitions"]}
+    by_dir = {f"{p['topic']}-{p['partition']}": p for p in topic_lines(report["partitions"])}
     bad = by_dir["orders-v2-0"]
     assert bad["status"] == "corrupt"
     assert bad["error"]["code"] == "CRC_MISMATCH"
@@ -95,7 +96,7 @@ def test_topic_configs_file_selects_the_compacted_topics(
                        "  min.cleanable.dirty.ratio: 0.1\n")
     assert cli_main(["compact", str(small_log), "--now-ms", NOW, "--topic-configs",
                      str(configs), "--json"]) == EXIT_OK
-    statuses = {(p["topic"], p["status"]) for p in report_line(capsys)["partitions"]}
+    statuses = {(p["topic"], p["status"]) for p in topic_lines(report_line(capsys)["partitions"])}
     assert statuses == {("user-profiles", "cleaned"), ("orders-v2", "skipped")}
 
 

@@ -40,7 +40,7 @@ CASES = {
                         distinct_keys=60, tombstone_ratio=0.3, transactional_ratio=0.6,
                         abort_ratio=0.5, segment_bytes=8 * 1024, max_batch_records=5,
                         codecs=(Codec.ZSTD, Codec.LZ4, Codec.NONE), seed=5),
-        {"cleanup.policy": "compact", "segment.bytes": "30000"},
+        {"cleanup.policy": "compact", "segment.index.bytes": "72"},
     ),
     "plain-many-keys-min-lag": (
         GeneratorConfig(topics=("clicks",), partitions=1, records_per_partition=2000,
@@ -73,6 +73,9 @@ def test_spark_equalsreference_round(spark, tmp_path: Path, case: str) -> None:
 
     checkpoint = parse_offset_checkpoint((log_dir / CLEANER_OFFSET_CHECKPOINT).read_text())
     for rep in report.partitions:
+        if rep.reason == "metadata_log":
+            assert rep.status == "skipped" and rep.tp.dir_name not in expected
+            continue
         inp, before, ref = expected[rep.tp.dir_name]
         after = segment_bytes(log_dir / rep.tp.dir_name)
         plan = ref.plan

@@ -23,7 +23,7 @@ from tests.helpers import records_of, reference_round, segment_bytes
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 NOW_MS = DEFAULT_START_MS + 3 * 86_400_000
-CONFIGS = {"cleanup.policy": "compact", "segment.bytes": "20000"}
+CONFIGS = {"cleanup.policy": "compact", "segment.index.bytes": "48"}
 GEN = GeneratorConfig(topics=("accounts",), partitions=1, records_per_partition=1500,
                       distinct_keys=80, segment_bytes=8 * 1024, tombstone_ratio=0.2,
                       transactional_ratio=0.5, abort_ratio=0.4, seed=21)

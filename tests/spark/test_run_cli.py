@@ -15,6 +15,7 @@ from compactor.generator import DEFAULT_START_MS
 from compactor.logdir import load_partition, log_end_offset
 from compactor.model import TopicPartition
 from tests.helpers import (
+    topic_lines,
     inspect_problems,
     records_of,
     report_line,
@@ -37,7 +38,7 @@ def test_compact_delete_compacts_then_ages_out_to_one_empty_segment(
     assert cli_main(["run", str(small_log), "--now-ms", str(NOW), *policy,
                      "--config", f"retention.ms={30 * DAY}"]) == EXIT_OK
     first = report_line(capsys)
-    assert all(p["status"] == "cleaned" for p in first["compaction"]["partitions"])
+    assert all(p["status"] == "cleaned" for p in topic_lines(first["compaction"]["partitions"]))
     assert first["retention"]["segments_deleted"] == 0
     assert inspect_problems(small_log) == []
     # everything aged past retention.ms: one empty segment at the log end per partition
@@ -45,7 +46,7 @@ def test_compact_delete_compacts_then_ages_out_to_one_empty_segment(
     assert cli_main(["run", str(small_log), "--now-ms", later, *policy,
                      "--config", f"retention.ms={30 * DAY}"]) == EXIT_OK
     second = report_line(capsys)
-    for p in second["retention"]["partitions"]:
+    for p in topic_lines(second["retention"]["partitions"]):
         pdir = small_log / f"{p['topic']}-{p['partition']}"
         leo = ends[pdir.name]
         assert p["rolled"] and p["new_log_start_offset"] == leo
@@ -57,7 +58,7 @@ def test_compact_delete_compacts_then_ages_out_to_one_empty_segment(
                      "--config", f"retention.ms={30 * DAY}"]) == EXIT_OK
     third = report_line(capsys)
     assert third["retention"]["segments_deleted"] == 0
-    assert all(p["status"] == "skipped" for p in third["compaction"]["partitions"])
+    assert all(p["status"] == "skipped" for p in topic_lines(third["compaction"]["partitions"]))
     assert {k: v for k, v in tree_digest(small_log).items()
             if not k.endswith(CLEANER_OFFSET_CHECKPOINT)} == {
         k: v for k, v in digest.items() if not k.endswith(CLEANER_OFFSET_CHECKPOINT)}
@@ -72,8 +73,8 @@ def test_each_topic_gets_what_its_policy_says(
                      "--topic-config", "user-profiles:cleanup.policy=compact",
                      "--topic-config", f"user-profiles:retention.ms={DAY}"]) == EXIT_OK
     report = report_line(capsys)
-    compaction = {p["topic"]: p for p in report["compaction"]["partitions"]}
-    retention = {(p["topic"], p["partition"]): p for p in report["retention"]["partitions"]}
+    compaction = {p["topic"]: p for p in topic_lines(report["compaction"]["partitions"])}
+    retention = {(p["topic"], p["partition"]): p for p in topic_lines(report["retention"]["partitions"])}
     assert compaction["orders-v2"]["status"] == "skipped"  # delete only: no compaction
     assert compaction["user-profiles"]["status"] == "cleaned"
     for (topic, partition), p in retention.items():
@@ -97,13 +98,13 @@ def test_plan_shows_retention_and_run_dry_run_changes_nothing(
     before = tree_digest(small_log)
     assert cli_main(["plan", str(small_log), *args]) == EXIT_OK
     plan = report_line(capsys)
-    for p in plan["partitions"]:
+    for p in topic_lines(plan["partitions"]):
         assert p["status"] == "would_clean"
         assert p["retention"]["status"] == "would_delete" and p["retention"]["rolled"]
     assert cli_main(["run", str(small_log), *args, "--dry-run"]) == EXIT_OK
     dry = report_line(capsys)
     assert dry["dry_run"] and dry["compaction"]["command"] == "plan"
-    assert all(p["status"] == "would_delete" for p in dry["retention"]["partitions"])
+    assert all(p["status"] == "would_delete" for p in topic_lines(dry["retention"]["partitions"]))
     assert tree_digest(small_log) == before
 
 
@@ -130,13 +131,13 @@ def test_runs_are_recorded_in_the_runs_delta_table(
     rows = DeltaTable(str(state / "runs")).to_pyarrow_table().to_pylist()
     by = {(r["command"], r["topic"], r["partition"]): r for r in rows}
     assert len(rows) == 2 * len(report["compaction"]["partitions"])
-    for p in report["compaction"]["partitions"]:
+    for p in topic_lines(report["compaction"]["partitions"]):
         row = by[("compact", p["topic"], p["partition"])]
         assert row["run_id"] == report["compaction"]["run_id"]
         assert (row["records_in"], row["records_out"], row["status"]) == (
             p["records_in"], p["records_out"], p["status"])
         assert json.loads(row["report_json"]) == p
-    for p in report["retention"]["partitions"]:
+    for p in topic_lines(report["retention"]["partitions"]):
         row = by[("retain", p["topic"], p["partition"])]
         assert row["segments_deleted"] == len(p["deleted_segments"])
         assert row["segments_before"] == p["segments_before"]

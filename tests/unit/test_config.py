@@ -34,7 +34,7 @@ def test_layers_topic_over_all() -> None:
     ("min.cleanable.dirty.ratio", "half", "between 0 and 1"),
     ("retention.ms", "-2", ">= -1"),
     ("max.compaction.lag.ms", "0", ">= 1"),
-    ("segment.bytes", "10", ">= 14"),
+    ("segment.bytes", "1048575", ">= 1048576"),
     ("message.timestamp.type", "WallClock", "CreateTime or LogAppendTime"),
     ("no.such.config", "1", "unknown topic config 'no.such.config'"),
 ])
