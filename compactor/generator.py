@@ -52,6 +52,7 @@ from compactor.codec.records import (
     marker_value,
 )
 from compactor.codec.kraft import (
+    RESOURCE_BROKER,
     RESOURCE_TOPIC,
     encode_control_value,
     encode_metadata_record,
@@ -104,6 +105,9 @@ class GeneratorConfig:
     # deleted and re-created (their dirs keep the old topic id)
     removed_topics: Sequence[str] = ()
     recreated_topics: Sequence[str] = ()
+    # dynamic broker configs as BROKER ConfigRecords: "" = the cluster-wide default, "1" = this
+    # broker (node.id 1 in meta.properties)
+    broker_configs: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
     def validate(self) -> None:
         """Raise :class:`ConfigError` for values that cannot produce a log."""
@@ -524,6 +528,11 @@ def _write_metadata_log(out_dir: str, cfg: GeneratorConfig, topic_ids: dict[str,
                  "Features": [{"Name": "metadata.version", "MinSupportedVersion": 7,
                                "MaxSupportedVersion": 27}],
                  "Rack": None, "Fenced": False, "InControlledShutdown": False}, 3)]
+    for resource, configs in cfg.broker_configs.items():
+        for key, value in configs.items():
+            state.append(rec("ConfigRecord", {"ResourceType": RESOURCE_BROKER,
+                                              "ResourceName": resource, "Name": key,
+                                              "Value": value}))
     stale_ids = {}
     for topic, topic_id in topic_ids.items():
         if topic in cfg.recreated_topics:  # the dirs hold this id; the metadata moves on

@@ -119,7 +119,16 @@ class Replay:
                 the record's offset and type.
         """
         first = last = None
-        for batch in batches:
+        iterator = iter(batches)
+        while True:
+            try:
+                batch = next(iterator)
+            except StopIteration:
+                break
+            except CompactorError as err:  # framing, CRC: the metadata log is corrupt
+                raise CorruptMetadataError(f"{err.message} ({err.code})", path=err.path or path,
+                                           position=err.position,
+                                           base_offset=err.base_offset) from err
             try:
                 if batch.is_control:
                     for rec in batch.records():

@@ -1,0 +1,204 @@
+"""Replay of the KRaft metadata log and the config precedence built on it: the rules of
+Kafka's MetadataDelta, ServerTopicConfigSynonyms and DynamicLogConfig, as expected values
+written out by hand."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from compactor.catalog import NO_CONFIG, STALE_TOPIC_ID, TIERED_STORAGE, UNKNOWN_TOPIC, build_catalog
+from compactor.codec.kraft import MetadataRecord
+from compactor.config import broker_layer
+from compactor.errors import ConfigError, CorruptMetadataError
+from compactor.generator import GeneratorConfig, generate
+from compactor.logdir import load_cluster_metadata, open_log_dir
+from compactor.metadata import Replay, parse_snapshot_name
+from compactor.model import TopicPartition
+
+
+def record(name: str, **fields: object) -> MetadataRecord:
+    return MetadataRecord(name, 0, 0, fields)
+
+
+def config(resource_type: int, resource: str, key: str, value: str | None) -> MetadataRecord:
+    return record("ConfigRecord", ResourceType=resource_type, ResourceName=resource, Name=key,
+                  Value=value)
+
+
+def test_replay_topics_configs_removals_and_null_values() -> None:
+    replay = Replay()
+    for r in (record("TopicRecord", Name="a", TopicId="id-a"),
+              record("TopicRecord", Name="b", TopicId="id-b"),
+              config(2, "a", "cleanup.policy", "compact"),
+              config(2, "a", "retention.ms", "1000"),
+              config(2, "a", "retention.ms", None),  # a null value removes the config
+              config(2, "b", "retention.ms", "5"),
+              config(4, "", "log.retention.ms", "7"),
+              config(4, "3", "log.retention.ms", "8"),
+              config(8, "kafka.server", "DEBUG", "x"),  # BROKER_LOGGER: not a log config
+              record("RemoveTopicRecord", TopicId="id-b")):
+        replay.apply(r)
+    state = replay.state
+    assert state.topic_ids == {"a": "id-a"}
+    assert state.removed_ids == {"id-b"}
+    assert state.topic_configs == {"a": {"cleanup.policy": "compact"}}  # b's went with it
+    assert state.broker_configs == {"": {"log.retention.ms": "7"}, "3": {"log.retention.ms": "8"}}
+
+
+def test_snapshot_names() -> None:
+    assert parse_snapshot_name("00000000000000000042-0000000003.checkpoint") == (42, 3)
+    assert parse_snapshot_name("00000000000000000042-0000000003.checkpoint.part") is None
+    assert parse_snapshot_name("00000000000000000042-0000000003.checkpoint.deleted") is None
+    assert parse_snapshot_name("00000000000000000042.log") is None
+
+
+def test_static_synonyms_prefer_ms_then_minutes_then_hours() -> None:
+    layer = broker_layer("server.properties", {"log.retention.hours": "2",
+                                               "log.retention.minutes": "3"}, dynamic=False)
+    assert layer.values == {"retention.ms": str(3 * 60_000)}
+    layer = broker_layer("server.properties", {"log.retention.hours": "2",
+                                               "log.roll.hours": "1",
+                                               "log.cleaner.min.cleanable.ratio": "0.2",
+                                               "log.cleanup.policy": "compact"}, dynamic=False)
+    assert layer.values == {"retention.ms": "7200000", "segment.ms": "3600000",
+                            "min.cleanable.dirty.ratio": "0.2", "cleanup.policy": "compact"}
+
+
+def test_dynamic_broker_configs_count_only_under_the_first_synonym() -> None:
+    assert broker_layer("cluster_default", {"log.retention.hours": "2"}, dynamic=True).values == {}
+    assert broker_layer("cluster_default", {"log.retention.ms": "9"}, dynamic=True).values == {
+        "retention.ms": "9"}
+    with pytest.raises(ConfigError, match="log.retention.hours"):
+        broker_layer("server.properties", {"log.retention.hours": "two"}, dynamic=False)
+
+
+@pytest.fixture()
+def cluster(tmp_path: Path) -> Path:
+    out = tmp_path / "logs"
+    generate(str(out), GeneratorConfig(
+        topics=("payments", "events", "gone", "reborn", "tiered"), partitions=1,
+        records_per_partition=50, internal_topics=("__consumer_offsets",),
+        topic_configs={"payments": {"cleanup.policy": "compact", "retention.ms": "100000000"},
+                       "tiered": {"remote.storage.enable": "true",
+                                  "local.retention.ms": "3600000"}},
+        broker_configs={"": {"log.retention.ms": "86400000", "log.retention.hours": "1",
+                             "log.cleaner.delete.retention.ms": "5000"},
+                        "1": {"log.cleaner.delete.retention.ms": "6000"},
+                        "2": {"log.cleaner.delete.retention.ms": "7000"}},
+        removed_topics=("gone",), recreated_topics=("reborn",), seed=3))
+    return out
+
+
+def catalog_of(log_dir: Path, **kwargs: object):  # type: ignore[no-untyped-def]
+    args: dict = {"config_all": {}, "config_topics": {}, **kwargs}
+    return build_catalog(open_log_dir(str(log_dir)), **args)
+
+
+def test_precedence_and_sources_from_the_cluster(cluster: Path, tmp_path: Path) -> None:
+    props = tmp_path / "server.properties"
+    props.write_text("# broker\nlog.retention.hours=48\nlog.segment.bytes = 2097152\n"
+                     "log.cleaner.min.cleanable.ratio:0.3\nlog.cleanup.policy=delete\n")
+    cat = catalog_of(cluster, server_properties=str(props),
+                     config_all={"min.cleanable.dirty.ratio": "0.4"},
+                     config_topics={"events": {"min.cleanable.dirty.ratio": "0.6"}})
+    payments, events = cat.configs["payments"], cat.configs["events"]
+    # topic ConfigRecord > cluster default (log.retention.ms) > server.properties (hours)
+    assert payments.retention_ms == 100_000_000 and payments.sources["retention.ms"] == "topic"
+    assert events.retention_ms == 86_400_000 and events.sources["retention.ms"] == "cluster_default"
+    # this broker (node.id 1) > cluster default; another broker's config is not ours
+    assert events.delete_retention_ms == 6000 and events.sources["delete.retention.ms"] == "broker"
+    assert events.segment_bytes == 2_097_152 and events.sources["segment.bytes"] == "server.properties"
+    assert payments.min_cleanable_dirty_ratio == 0.4 and events.min_cleanable_dirty_ratio == 0.6
+    assert payments.sources["min.cleanable.dirty.ratio"] == "flag"
+    assert events.sources["min.cleanable.dirty.ratio"] == "topic_flag"
+    assert payments.cleanup_policy == {"compact"} and events.cleanup_policy == {"delete"}
+    assert events.describe(["max.compaction.lag.ms"]) == {
+        "max.compaction.lag.ms": {"value": 2**63 - 1, "source": "default"}}
+    # Kafka created the internal topic compacted; its unused configs are listed as ignored
+    offsets = cat.configs["__consumer_offsets"]
+    assert offsets.compact and offsets.sources["cleanup.policy"] == "topic"
+    assert offsets.ignored == ("compression.type",)
+    assert cat.to_dict()["ignored_configs"]["__consumer_offsets"] == ["compression.type"]
+
+
+def test_partitions_the_metadata_disowns_are_left_alone(cluster: Path) -> None:
+    cat = catalog_of(cluster)
+    assert cat.skip_reason(TopicPartition("gone", 0)) == STALE_TOPIC_ID
+    assert cat.skip_reason(TopicPartition("reborn", 0)) == STALE_TOPIC_ID
+    assert cat.skip_reason(TopicPartition("payments", 0)) is None
+    assert cat.skip_reason(TopicPartition("tiered", 0)) is None
+    assert cat.skip_reason(TopicPartition("tiered", 0), retention=True) == TIERED_STORAGE
+    # a dir whose topic the metadata never had
+    shutil.copytree(cluster / "events-0", cluster / "stranger-0")
+    assert catalog_of(cluster).skip_reason(TopicPartition("stranger", 0)) == UNKNOWN_TOPIC
+    # the metadata log is never among the partitions
+    assert TopicPartition("__cluster_metadata", 0) not in open_log_dir(str(cluster)).partitions
+
+
+def test_without_metadata_nothing_is_configured_on_a_guess(cluster: Path, tmp_path: Path) -> None:
+    bare = tmp_path / "bare"
+    shutil.copytree(cluster, bare)
+    shutil.rmtree(bare / "__cluster_metadata-0")
+    cat = catalog_of(bare)
+    assert cat.skip_reason(TopicPartition("events", 0)) == NO_CONFIG
+    assert "__consumer_offsets" in cat.to_dict()["unconfigured_topics"]
+    assert any("__consumer_offsets:cleanup.policy=compact" in h for h in cat.hints())
+    # a flag naming the topic, a flag for every topic, or the explicit assumption configure it
+    assert catalog_of(bare, config_topics={"events": {"retention.ms": "-1"}}).skip_reason(
+        TopicPartition("events", 0)) is None
+    assert catalog_of(bare, config_all={"cleanup.policy": "compact"}).skip_reason(
+        TopicPartition("payments", 0)) is None
+    assert catalog_of(bare, assume_kafka_defaults=True).skip_reason(
+        TopicPartition("events", 0)) is None
+    # the metadata found in another directory (Kafka's metadata.log.dir)
+    assert catalog_of(bare, metadata_log_dir=str(cluster)).skip_reason(
+        TopicPartition("events", 0)) is None
+
+
+@pytest.mark.parametrize("kwargs", [{"named_topics": ["paymnts"]},
+                                    {"config_topics": {"paymnts": {"retention.ms": "-1"}}}])
+def test_a_topic_named_nowhere_is_an_error_with_the_closest_name(cluster: Path,
+                                                                 kwargs: dict) -> None:
+    with pytest.raises(ConfigError, match="did you mean 'payments'") as info:
+        catalog_of(cluster, **kwargs)
+    assert info.value.exit_code == 3
+
+
+def test_corrupt_metadata_names_file_position_and_offset(cluster: Path) -> None:
+    log = cluster / "__cluster_metadata-0" / "00000000000000000000.log"
+    data = bytearray(log.read_bytes())
+    data[200] ^= 0x40  # inside the second batch: its CRC no longer matches
+    log.write_bytes(bytes(data))
+    snapshot = next((cluster / "__cluster_metadata-0").glob("*.checkpoint"))
+    snapshot.unlink()  # so the log is replayed from offset 0
+    with pytest.raises(CorruptMetadataError) as info:
+        load_cluster_metadata(str(cluster / "__cluster_metadata-0"))
+    err = info.value
+    assert err.path == str(log) and err.position is not None and err.base_offset == 1
+    assert err.exit_code == 5
+
+
+def test_a_log_that_starts_after_its_snapshot_is_refused(cluster: Path) -> None:
+    meta = cluster / "__cluster_metadata-0"
+    next(meta.glob("*.checkpoint")).unlink()
+    (meta / "00000000000000000000.log").rename(meta / "00000000000000000005.log")
+    for index in list(meta.glob("00000000000000000000.*")):
+        index.unlink()
+    with pytest.raises(CorruptMetadataError, match="no snapshot covers"):
+        load_cluster_metadata(str(meta))
+
+
+def test_incomplete_snapshot_is_refused(cluster: Path) -> None:
+    snapshot = next((cluster / "__cluster_metadata-0").glob("*.checkpoint"))
+    data = snapshot.read_bytes()
+    # drop the last batch (the SnapshotFooter): frame sizes are bytes 8-11 of each entry
+    pos, starts = 0, []
+    while pos < len(data):
+        starts.append(pos)
+        pos += 12 + int.from_bytes(data[pos + 8:pos + 12], "big")
+    snapshot.write_bytes(data[:starts[-1]])
+    with pytest.raises(CorruptMetadataError, match="SnapshotFooter"):
+        load_cluster_metadata(str(cluster / "__cluster_metadata-0"))
