@@ -46,8 +46,18 @@ def spark_job(task_id: str, job: str, args: list[str], **kwargs: Any) -> SparkSu
     )
 
 
+def cluster_args(log_dir: dict) -> list[str]:
+    """Where the cluster's own configs are, when not in the log dir itself."""
+    args = []
+    if log_dir.get("metadata_log_dir"):
+        args += ["--metadata-log-dir", log_dir["metadata_log_dir"]]
+    if log_dir.get("server_properties"):
+        args += ["--server-properties", log_dir["server_properties"]]
+    return args
+
+
 def maintenance_args(log_dir: dict) -> list[str]:
-    args = [log_dir["path"], "--json", "--now-ms", "{{ params.now_ms }}"]
+    args = [log_dir["path"], "--json", "--now-ms", "{{ params.now_ms }}", *cluster_args(log_dir)]
     if log_dir.get("config"):
         args += ["--config-json", json.dumps(log_dir["config"], sort_keys=True)]
     if log_dir.get("topic_configs"):
@@ -86,8 +96,10 @@ with DAG(
                        trigger_rule="all_done")
     for name in SETTINGS.get("erasure", {}).get("log_dirs") or list(LOG_DIRS):
         path = LOG_DIRS[name]["path"]
+        metadata = LOG_DIRS[name].get("metadata_log_dir")
         apply = spark_job(f"erase_apply_{name}", "erase",
-                          ["apply", path, "--state-dir", state, "--json", *now])
+                          ["apply", path, "--state-dir", state, "--json", *now,
+                           *(["--metadata-log-dir", metadata] if metadata else [])])
         verify = spark_job(f"erase_verify_{name}", "erase",
                            ["verify", path, "--state-dir", state, "--json", *now])
         apply >> verify >> status
@@ -99,14 +111,21 @@ with DAG(
     params={
         "log_dir": Param("", type="string", minLength=1, description="the Kafka log dir"),
         "topics": Param("", type="string", description="comma-separated; empty: every topic"),
-        "configs": Param({"cleanup.policy": "compact"}, type="object",
-                         description="topic configs for every selected topic"),
+        "metadata_log_dir": Param("", type="string",
+                                  description="holds __cluster_metadata-0; empty: the log dir"),
+        "server_properties": Param("", type="string",
+                                   description="the broker's server.properties; empty: none"),
+        "configs": Param({}, type="object",
+                         description="overrides for every selected topic; empty: the "
+                                     "cluster's configs"),
         "now_ms": NOW_PARAM,
     },
     tags=["kafka", "compaction"],
 ):
     spark_job("compact", "compact", [
         "{{ params.log_dir }}", "--topics", "{{ params.topics }}",
+        "--metadata-log-dir", "{{ params.metadata_log_dir }}",
+        "--server-properties", "{{ params.server_properties }}",
         "--config-json", "{{ params.configs | tojson }}", "--now-ms", "{{ params.now_ms }}",
         "--json", *(["--state-dir", SETTINGS["state_dir"]] if SETTINGS.get("state_dir") else []),
     ])

@@ -139,7 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
     for name, help_text in (("apply", "erase every pending request's records (Spark)"),
                             ("verify", "rescan and mark applied requests verified (Spark)")):
         p = esub.add_parser(name, help=help_text)
-        add_erase_arguments(p)
+        add_erase_arguments(p, rewrites=name == "apply")
         p.set_defaults(handler=_cmd_erase_job, action=name)
     st = esub.add_parser("status", help="requests by status; exit 1 when one is overdue")
     add_status_arguments(st)

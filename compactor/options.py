@@ -154,8 +154,10 @@ def load_catalog(opts: CompactOptions, log_dir: LogDir | None = None) -> Catalog
                          assume_kafka_defaults=opts.assume_kafka_defaults)
 
 
-def add_erase_arguments(parser: argparse.ArgumentParser) -> None:
-    """The arguments of ``erase apply`` and ``erase verify`` and of ``jobs/erase.py``."""
+def add_erase_arguments(parser: argparse.ArgumentParser, *, rewrites: bool) -> None:
+    """The arguments of ``erase apply`` (``rewrites``: it writes segments with the topics'
+    index settings, so it reads the cluster's metadata) and ``erase verify``, and of
+    ``jobs/erase.py``."""
     parser.add_argument("log_dir", help="the Kafka log dir")
     parser.add_argument("--state-dir", required=True,
                         help="directory of the ledger's Delta tables (outside the log dir)")
@@ -163,7 +165,8 @@ def add_erase_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the clock in epoch ms (default or empty: wall clock)")
     parser.add_argument("--master", default=None, help="Spark master URL")
     parser.add_argument("--json", action="store_true", help="print only the JSON report")
-    add_metadata_argument(parser)
+    if rewrites:
+        add_metadata_argument(parser)
 
 
 def add_retention_arguments(parser: argparse.ArgumentParser) -> None:

@@ -70,8 +70,12 @@ def filter_batch(batch: RecordBatch, decision: BatchDecision, dropped: Container
     records = batch.compiled_records()
     retained = [r for r in records if r.offset not in dropped] if dropped else records
     if batch.magic < 2:
-        return FilteredBatch(data=_legacy_as_v2(batch, retained, decision), records_in=len(records),
-                             records_out=len(retained))
+        # Kafka 4.0+ converts the entry to v2 first, so a kept tombstone gets a delete horizon
+        # like any v2 batch's (KAFKA-13093: filterTo no longer checks the source magic)
+        horizon_ms = now_ms + delete_retention_ms if set_delete_horizon and any(
+            r.value is None for r in retained) else None
+        return FilteredBatch(data=_legacy_as_v2(batch, retained, decision, horizon_ms),
+                             records_in=len(records), records_out=len(retained))
     horizon = batch.delete_horizon_ms
     needs_horizon = set_delete_horizon and horizon is None and retained and (
         decision.marker_horizon or (not batch.is_control
@@ -168,7 +172,8 @@ def _count(batch: RecordBatch) -> int:
     return batch.records_count
 
 
-def _legacy_as_v2(batch: RecordBatch, retained: Sequence, decision: BatchDecision) -> bytes | None:
+def _legacy_as_v2(batch: RecordBatch, retained: Sequence, decision: BatchDecision,
+                  delete_horizon_ms: int | None) -> bytes | None:
     """A v0/v1 entry rewritten as a v2 batch: codec kept, CreateTime for v0, no producer,
     leader epoch -1, base offset = first retained offset. An entry that loses every record is
     dropped, except under RETAIN_EMPTY (the round-bound rule) where Kafka 4.1 throws and marks
@@ -178,7 +183,7 @@ def _legacy_as_v2(batch: RecordBatch, retained: Sequence, decision: BatchDecisio
     if not retained:
         if decision.retention != BatchRetention.RETAIN_EMPTY:
             return None
-        return placeholder_batch(batch)
+        return placeholder_batch(batch, keep_max_timestamp=True)
     base = retained[0].offset
     return encode_batch(NewRecordBatch(
         base_offset=base,
@@ -189,18 +194,26 @@ def _legacy_as_v2(batch: RecordBatch, retained: Sequence, decision: BatchDecisio
         ],
         compression=batch.compression,
         timestamp_type=timestamp_type,
+        delete_horizon_ms=delete_horizon_ms,
     ))
 
 
-def placeholder_batch(batch: RecordBatch) -> bytes:
-    """An empty v2 header spanning ``batch``'s offsets with no producer: it keeps the offsets
-    known without touching producer state."""
+def placeholder_batch(batch: RecordBatch, *, keep_max_timestamp: bool = False) -> bytes:
+    """An empty v2 header spanning ``batch``'s offsets with no producer and no codec: it keeps
+    the offsets known without touching producer state.
+
+    A group-end placeholder carries no timestamp (base and max -1): its records are gone, and
+    a max timestamp would raise the segment's largest timestamp, so a lookup by time
+    (``offsetsForTimes``, ``LogSegment.findOffsetByTimestamp``) would pick the segment, find no
+    record and answer nothing. The legacy entry that must stay because it ends the round keeps
+    its max timestamp, as Kafka's empty header of a retained batch does
+    (``MemoryRecords.filterTo`` -> ``DefaultRecordBatch.writeEmptyHeader``)."""
     return encode_batch(NewRecordBatch(
         base_offset=batch.base_offset,
         last_offset_delta=batch.last_offset - batch.base_offset,
         partition_leader_epoch=batch.partition_leader_epoch,
         base_timestamp=NO_TIMESTAMP,
-        max_timestamp=batch.max_timestamp,
+        max_timestamp=batch.max_timestamp if keep_max_timestamp else NO_TIMESTAMP,
     ))
 
 

@@ -319,7 +319,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="action", required=True)
     for name in ("apply", "verify"):
         p = sub.add_parser(name)
-        add_erase_arguments(p)
+        add_erase_arguments(p, rewrites=name == "apply")
     add_status_arguments(sub.add_parser("status", help="exit 1 when a request is overdue"))
     return parser
 

@@ -18,7 +18,7 @@ from compactor.cli import main as cli_main
 from compactor.dist import build
 from compactor.errors import EXIT_OK
 from compactor.generator import DEFAULT_START_MS, GeneratorConfig, generate
-from tests.helpers import records_of, segment_bytes, tree_digest
+from tests.helpers import records_of, segment_bytes, topic_lines, tree_digest
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -26,7 +26,8 @@ REPO = Path(__file__).resolve().parents[2]
 NOW = str(DEFAULT_START_MS + 3 * 86_400_000)
 GEN = GeneratorConfig(topics=("accounts",), partitions=2, records_per_partition=2000,
                       distinct_keys=100, segment_bytes=16 * 1024, transactional_ratio=0.3,
-                      zipf_exponent=0.0, seed=13)
+                      zipf_exponent=0.0, seed=13,
+                      topic_configs={"accounts": {"cleanup.policy": "compact"}})
 
 
 @pytest.fixture(scope="module")
@@ -57,12 +58,12 @@ def test_compaction_and_erasure_on_a_cluster_equal_local_mode(
     on_cluster, local = tmp_path / "cluster-logs", tmp_path / "local-logs"
     generate(str(on_cluster), GEN)
     shutil.copytree(on_cluster, local)
-    args = ["--now-ms", NOW, "--config", "cleanup.policy=compact", "--json"]
+    args = ["--now-ms", NOW, "--json"]  # the configs come from the cluster's metadata log
 
     remote = _submit(standalone.master_url, py_files, "jobs/compact.py", str(on_cluster), *args)
     here = _submit("local[2]", None, "jobs/compact.py", str(local), *args)
     assert remote["status"] == here["status"] == "ok"
-    assert all(p["status"] == "cleaned" for p in remote["partitions"])
+    assert all(p["status"] == "cleaned" for p in topic_lines(remote["partitions"]))
     assert tree_digest(on_cluster) == tree_digest(local)
 
     subject = b"key-00000042"

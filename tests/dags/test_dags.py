@@ -25,10 +25,12 @@ from tests.helpers import records_of, segment_bytes, tree_digest
 REPO = Path(__file__).resolve().parents[2]
 DAG_IDS = {"kafka_log_maintenance", "kafka_gdpr_erasure", "kafka_compaction_oneoff"}
 NOW = DEFAULT_START_MS + 2 * 3_600_000  # two hours after the first record
-GEN = GeneratorConfig(topics=("accounts", "events"), partitions=1, records_per_partition=1500,
-                      distinct_keys=80, segment_bytes=16 * 1024, zipf_exponent=0.0, seed=17)
+# the cluster's own configs, in its metadata log: the DAG settings name none
 TOPIC_CONFIGS = {"accounts": {"cleanup.policy": "compact"},
-                 "events": {"cleanup.policy": "delete", "retention.ms": 3_600_000}}
+                 "events": {"cleanup.policy": "delete", "retention.ms": "3600000"}}
+GEN = GeneratorConfig(topics=("accounts", "events"), partitions=1, records_per_partition=1500,
+                      distinct_keys=80, segment_bytes=16 * 1024, zipf_exponent=0.0, seed=17,
+                      topic_configs=TOPIC_CONFIGS)
 
 
 @pytest.fixture()
@@ -36,19 +38,21 @@ def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict:
     """A generated log dir and the DAG settings file pointing at it."""
     logs = tmp_path / "logs"
     generate(str(logs), GEN)
-    topic_configs = tmp_path / "topics.yaml"
-    topic_configs.write_text(yaml.safe_dump(TOPIC_CONFIGS))
+    server_properties = tmp_path / "server.properties"
+    server_properties.write_text("log.retention.hours=168\n")
     cfg = {
         "spark_conn_id": "spark_default", "jobs_dir": str(REPO / "jobs"),
         "python": os.environ["PYSPARK_PYTHON"], "state_dir": str(tmp_path / "state"),
         "maintenance": {"schedule": "@hourly", "log_dirs": [
-            {"name": "b1", "path": str(logs), "topic_configs": str(topic_configs)}]},
+            {"name": "b1", "path": str(logs), "server_properties": str(server_properties),
+             "metadata_log_dir": str(logs)}]},
         "erasure": {"schedule": "@daily", "log_dirs": ["b1"]},
     }
     path = tmp_path / "kafka_compactor.yaml"
     path.write_text(yaml.safe_dump(cfg))
     monkeypatch.setenv("KAFKA_COMPACTOR_DAGS_CONFIG", str(path))
-    return {"logs": logs, "state": tmp_path / "state", "topic_configs": topic_configs, **cfg}
+    return {"logs": logs, "state": tmp_path / "state", "server_properties": server_properties,
+            **cfg}
 
 
 def _bag() -> DagBag:
@@ -96,6 +100,10 @@ def test_every_rendered_argv_is_accepted_by_its_job_parser(settings: dict) -> No
                                                "retention.ms": "86400000"}
             if getattr(args, "log_dir", None) and dag.dag_id != "kafka_compaction_oneoff":
                 assert args.log_dir == str(settings["logs"])
+                if hasattr(args, "metadata_log_dir"):  # the commands that read configs
+                    assert args.metadata_log_dir == str(settings["logs"])
+            if getattr(args, "server_properties", None) and dag.dag_id == "kafka_log_maintenance":
+                assert args.server_properties == str(settings["server_properties"])
             if hasattr(args, "state_dir"):
                 assert args.state_dir == settings["state_dir"]
             checked += 1
@@ -108,10 +116,14 @@ def test_log_maintenance_dag_compacts_and_retains_like_compactor_run(
     logs = settings["logs"]
     expected = logs.parent / "expected"
     shutil.copytree(logs, expected)
-    assert cli_main(["run", str(expected), "--now-ms", str(NOW), "--json", "--topic-configs",
-                     str(settings["topic_configs"])]) == EXIT_OK
+    assert cli_main(["run", str(expected), "--now-ms", str(NOW), "--json",
+                     "--server-properties", str(settings["server_properties"])]) == EXIT_OK
     report = json.loads(capsys.readouterr().out.splitlines()[0])
-    assert {p["status"] for p in report["compaction"]["partitions"]} == {"cleaned", "skipped"}
+    statuses = {f"{p['topic']}-{p['partition']}": (p["status"], p["reason"])
+                for p in report["compaction"]["partitions"]}
+    assert statuses == {"__cluster_metadata-0": ("skipped", "metadata_log"),
+                        "accounts-0": ("cleaned", "clean"),
+                        "events-0": ("skipped", "cleanup.policy has no compact")}
     assert report["retention"]["segments_deleted"] > 0
 
     run = _bag().dags["kafka_log_maintenance"].test(run_conf={"now_ms": str(NOW)})
@@ -120,8 +132,8 @@ def test_log_maintenance_dag_compacts_and_retains_like_compactor_run(
     assert segment_bytes(logs / "events-0") == {max(segment_bytes(logs / "events-0")): b""}
     history = DeltaTable(str(settings["state"] / "runs")).to_pyarrow_table().to_pylist()
     assert {(r["command"], r["topic"]) for r in history} == {
-        ("compact", "accounts"), ("compact", "events"), ("retain", "accounts"),
-        ("retain", "events")}
+        (command, topic) for command in ("compact", "retain")
+        for topic in ("__cluster_metadata", "accounts", "events")}
 
 
 @pytest.mark.slow

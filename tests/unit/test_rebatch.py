@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from compactor.codec.compression import Codec
+from compactor.codec.indexes import decode_time_index
 from compactor.codec.legacy import LegacyRecord, encode_message_set
 from compactor.codec.records import NewRecord, NewRecordBatch, encode_batch
 from compactor.codec.segment import iter_batches
@@ -32,6 +33,27 @@ def test_legacy_wrapper_becomes_one_v2_batch_of_the_retained_records() -> None:
     assert [r.offset for r in rebuilt.records()] == [6, 7]
 
 
+def test_legacy_entry_keeping_a_tombstone_gets_a_delete_horizon_when_cleaned() -> None:
+    """Kafka 4.0+ converts v0/v1 entries to v2 before the delete-horizon check (KAFKA-13093),
+    so a kept tombstone is timed like a v2 one: horizon = now + delete.retention.ms."""
+    data = encode_message_set([LegacyRecord(offset=o, key=b"k%d" % o, value=None if o == 6
+                                            else b"v", timestamp=10 + o) for o in (5, 6, 7)],
+                              magic=1, codec=Codec.GZIP)
+    (batch,) = iter_batches(data)
+    cleaned = filter_batch(batch, _decision(BatchRetention.DELETE_EMPTY), {5}, now_ms=1_000,
+                           delete_retention_ms=500)
+    (rebuilt,) = iter_batches(cleaned.data)
+    assert rebuilt.magic == 2 and rebuilt.delete_horizon_ms == 1_500
+    assert [(r.offset, r.value) for r in rebuilt.records()] == [(6, None), (7, b"v")]
+    # an erasure rewrite is no cleaning: no horizon; a cleaning without tombstones: none either
+    erased = filter_batch(batch, _decision(BatchRetention.DELETE_EMPTY), {5}, now_ms=1_000,
+                          delete_retention_ms=500, set_delete_horizon=False)
+    assert next(iter_batches(erased.data)).delete_horizon_ms is None
+    no_tombstone = filter_batch(batch, _decision(BatchRetention.DELETE_EMPTY), {6}, now_ms=1_000,
+                                delete_retention_ms=500)
+    assert next(iter_batches(no_tombstone.data)).delete_horizon_ms is None
+
+
 def test_emptied_legacy_entry_ending_the_round_becomes_an_empty_v2_header() -> None:
     batch = _legacy_wrapper()
     assert filter_batch(batch, _decision(BatchRetention.DELETE_EMPTY), {5, 6, 7}, now_ms=0,
@@ -53,6 +75,9 @@ def test_group_ending_early_keeps_a_placeholder_and_single_segment_groups_do_not
     tail = list(iter_batches(files.log))[-1]
     assert (tail.base_offset, tail.last_offset, tail.records_count, tail.producer_id) == (
         9, 9, 0, -1)
+    # no timestamp and no codec: a lookup by time must not land on a batch without records
+    assert (tail.base_timestamp, tail.max_timestamp, tail.compression) == (-1, -1, 0)
+    assert decode_time_index(files.time_index, 0)[-1].timestamp == 1
     single = assemble_segment(0, [first], [], last_source_batch=last, source_segments=1,
                               index_interval_bytes=4096, segment_index_bytes=1024)
     assert single.log == first
