@@ -178,6 +178,11 @@ def build_catalog(log_dir: LogDir, *, config_all: Mapping[str, str],
     topics = sorted({tp.topic for tp in log_dir.partitions})
     known = set(topics) | (set(meta.topic_ids) if meta else set())
     for name in sorted(set(named_topics) | set(config_topics)):
+        if name == METADATA_TOPIC:
+            raise ConfigError(f"{METADATA_TOPIC} is the KRaft metadata log: kafka-compactor "
+                              "never compacts, retains, erases or configures it",
+                              path=log_dir.path, remedy="leave it out of --topics and the "
+                                                        "topic configs; nothing was changed")
         if name not in known:
             close = difflib.get_close_matches(name, sorted(known), n=1)
             raise ConfigError(
