@@ -103,7 +103,9 @@ class RetentionReport:
             "partitions": [p.to_dict() for p in self.partitions],
         }
 
-    def summary(self) -> str:
+    def summary(self, *, hints: bool = True) -> str:
+        """The human summary; ``hints`` adds the catalog's (off when the compaction summary
+        printed them already)."""
         lines = []
         verb = "would delete" if self.dry_run else "deleted"
         for p in self.partitions:
@@ -120,7 +122,7 @@ class RetentionReport:
                 lines.append(f"{p.tp}: left alone ({p.reason})")
             else:
                 lines.append(f"{p.tp}: nothing to delete")
-        lines += self.catalog.hints() if self.catalog else []
+        lines += self.catalog.hints() if self.catalog and hints else []
         return "\n".join(lines)
 
 

@@ -69,7 +69,7 @@ def execute(args: argparse.Namespace, out: TextIO) -> int:
     if not args.json:
         if round_report:
             out.write(round_report.summary() + "\n")
-        out.write(retention.summary() + "\n")
+        out.write(retention.summary(hints=round_report is None) + "\n")
     return code
 
 

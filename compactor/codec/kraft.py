@@ -31,6 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from compactor.codec.varint import encode_unsigned
 from compactor.errors import CorruptMetadataError
 
 FRAME_VERSION = 1
@@ -385,20 +386,11 @@ def decode_control_value(control_type: int, value: bytes | None) -> MetadataReco
 # Writing (the generator's write model; tests check it against hand-built vectors)
 
 
-def _uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 def _write_value(field: Field, value: Any, version: int) -> bytes:
     if field.array:
         if value is None:
             return b"\x00"
-        return _uvarint(len(value) + 1) + b"".join(
+        return encode_unsigned(len(value) + 1) + b"".join(
             _write_one(field, v, version) for v in value)
     return _write_one(field, value, version)
 
@@ -414,7 +406,7 @@ def _write_one(field: Field, value: Any, version: int) -> bytes:
     if value is None:
         return b"\x00"
     raw = bytes.fromhex(value) if t == "bytes" else value.encode("utf-8")
-    return _uvarint(len(raw) + 1) + raw
+    return encode_unsigned(len(raw) + 1) + raw
 
 
 def _write_struct(fields: Sequence[Field], values: Mapping[str, Any], version: int) -> bytes:
@@ -432,16 +424,16 @@ def _write_struct(fields: Sequence[Field], values: Mapping[str, Any], version: i
                 tagged.append((f.tag, _write_value(f, value, version)))
             continue
         out += _write_value(f, value, version)
-    out += _uvarint(len(tagged))
+    out += encode_unsigned(len(tagged))
     for tag, data in sorted(tagged):
-        out += _uvarint(tag) + _uvarint(len(data)) + data
+        out += encode_unsigned(tag) + encode_unsigned(len(data)) + data
     return bytes(out)
 
 
 def encode_metadata_record(name: str, fields: Mapping[str, Any], version: int = 0) -> bytes:
     """The framed value of a metadata record (frame version 1)."""
     schema = SCHEMAS_BY_NAME[name]
-    return (_uvarint(FRAME_VERSION) + _uvarint(schema.api_key) + _uvarint(version)
+    return (encode_unsigned(FRAME_VERSION) + encode_unsigned(schema.api_key) + encode_unsigned(version)
             + _write_struct(schema.fields, fields, version))
 
 

@@ -12,7 +12,9 @@ from __future__ import annotations
 MAX_VARLONG_BYTES = 10
 
 
-def _slow_encode(unsigned: int) -> bytes:
+def encode_unsigned(unsigned: int) -> bytes:
+    """An unsigned varint, 7 bits a byte, low bits first (Kafka's ``writeUnsignedVarint``:
+    the frame and lengths of KRaft metadata records; zig-zag values below)."""
     out = bytearray()
     while unsigned >= 0x80:
         out.append((unsigned & 0x7F) | 0x80)
@@ -25,7 +27,7 @@ def _slow_encode(unsigned: int) -> bytes:
 # zig-zag values below 2**14 (lengths, offset deltas, header counts: one lookup), and the
 # two continuation bytes of every 14-bit group (timestamp deltas against a delete horizon).
 _SMALL_LIMIT = 1 << 14
-_SMALL = [_slow_encode(u) for u in range(_SMALL_LIMIT)]
+_SMALL = [encode_unsigned(u) for u in range(_SMALL_LIMIT)]
 _GROUP14 = [bytes(((u & 0x7F) | 0x80, (u >> 7) | 0x80)) for u in range(_SMALL_LIMIT)]
 _TWO_GROUPS_LIMIT = 1 << 28
 
@@ -51,7 +53,7 @@ def encode(value: int) -> bytes:
         return b"".join(parts)
     if not -(1 << 63) <= value < (1 << 63):
         raise ValueError(f"varint value {value} does not fit in 64 bits")
-    return _slow_encode(((value << 1) ^ (value >> 63)) & 0xFFFFFFFFFFFFFFFF)
+    return encode_unsigned(((value << 1) ^ (value >> 63)) & 0xFFFFFFFFFFFFFFFF)
 
 
 def size_of(value: int) -> int:
