@@ -13,6 +13,7 @@ import pytest
 from aiokafka.record import MemoryRecords as AioMemoryRecords
 from kafka.record import MemoryRecords as KpMemoryRecords
 
+from compactor.codec.records import NewRecord, NewRecordBatch, encode_batch
 from compactor.errors import EXIT_FAILURE, EXIT_LOCKED
 from compactor.generator import GeneratorConfig, generate
 from tests.helpers import lock_held_by_other_process, tree_digest
@@ -52,6 +53,39 @@ def test_inspect_dumps_records_of_one_segment(small_log: Path) -> None:
     assert res.returncode == 0, res.stderr
     assert "baseOffset:" in res.stdout and "| offset:" in res.stdout
     assert "codec:" in res.stdout and "dumped: 1 segments" in res.stdout
+
+
+def test_inspect_decodes_the_metadata_log_and_verify_flags_a_bad_record(
+        small_log: Path) -> None:
+    meta = small_log / "__cluster_metadata-0"
+    res = run("inspect", str(meta), "--records", "--json")
+    assert res.returncode == 0, res.stderr
+    payloads = [r["payload"] for line in map(json.loads, res.stdout.splitlines())
+                if line["type"] == "segment" for b in line["batches"] for r in b["records"]]
+    kinds = {p["type"] for p in payloads}
+    assert {"SnapshotHeaderRecord", "SnapshotFooterRecord", "LeaderChangeMessage",
+            "FeatureLevelRecord", "RegisterBrokerRecord", "TopicRecord",
+            "PartitionRecord"} <= kinds
+    topics = {p["data"]["Name"]: p["data"]["TopicId"] for p in payloads
+              if p["type"] == "TopicRecord"}
+    ids = {d.name.rsplit("-", 1)[0]: (d / "partition.metadata").read_text().split()[-1]
+           for d in small_log.glob("*-0") if d != meta}
+    assert topics == ids  # the ids the broker's partition dirs hold
+    text = run("inspect", str(next(meta.glob("*.checkpoint"))), "--records")
+    assert 'payload: {"type":"TopicRecord","version":0,"data":{"Name":' in text.stdout
+    # a record of an unknown type in a batch whose CRC is right: verify names it
+    log = meta / "00000000000000000000.log"
+    extra = encode_batch(NewRecordBatch(base_offset=1000, records=[
+        NewRecord(offset_delta=0, timestamp=1, key=None, value=b"\x01\x63\x00\x00")]))
+    position = log.stat().st_size
+    log.write_bytes(log.read_bytes() + extra)
+    res = run("inspect", str(meta), "--verify", "--json")
+    assert res.returncode == EXIT_FAILURE
+    problems = [p for line in map(json.loads, res.stdout.splitlines()) if line["type"] ==
+                "segment" for p in line["problems"] if p["code"] == "CORRUPT_METADATA"]
+    assert [(p["path"], p["position"], p["base_offset"]) for p in problems] == [
+        (str(log), position, 1000)]
+    assert "unknown metadata record type 99" in problems[0]["message"]
 
 
 def test_generated_segments_parse_with_both_independent_parsers(tmp_path: Path) -> None:

@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 
 from compactor.catalog import NO_CONFIG, STALE_TOPIC_ID, TIERED_STORAGE, UNKNOWN_TOPIC, build_catalog
-from compactor.codec.kraft import MetadataRecord
+from compactor.codec.kraft import MetadataRecord, encode_metadata_record, random_uuid_text
+from compactor.codec.records import NewRecord, NewRecordBatch, encode_batch
+from compactor.codec.segment import iter_batches
 from compactor.config import broker_layer
 from compactor.errors import ConfigError, CorruptMetadataError
 from compactor.generator import GeneratorConfig, generate
@@ -202,3 +204,34 @@ def test_incomplete_snapshot_is_refused(cluster: Path) -> None:
     snapshot.write_bytes(data[:starts[-1]])
     with pytest.raises(CorruptMetadataError, match="SnapshotFooter"):
         load_cluster_metadata(str(cluster / "__cluster_metadata-0"))
+
+
+def _log(values: list[bytes]) -> bytes:
+    return encode_batch(NewRecordBatch(base_offset=0, records=[
+        NewRecord(offset_delta=i, timestamp=1, key=None, value=v) for i, v in enumerate(values)]))
+
+
+def test_metadata_transactions_count_only_when_they_end() -> None:
+    """KIP-868: records between BeginTransactionRecord and EndTransactionRecord apply at the
+    end; an aborted or still open transaction changes nothing."""
+    def topic(name: str) -> bytes:
+        return encode_metadata_record("TopicRecord", {"Name": name,
+                                                      "TopicId": random_uuid_text(len(name))})
+
+    begin = encode_metadata_record("BeginTransactionRecord", {"Name": "t"})
+    end = encode_metadata_record("EndTransactionRecord", {})
+    abort = encode_metadata_record("AbortTransactionRecord", {"Reason": "test"})
+    data = _log([topic("plain"), begin, topic("committed"), end, begin, topic("aborted"), abort,
+                 begin, topic("open")])
+    replay = Replay()
+    replay.feed(iter_batches(data), path="mem")
+    assert set(replay.state.topic_ids) == {"plain", "committed"}
+    assert replay.state.end_offset == 9
+
+
+def test_an_unknown_record_type_names_its_offset_and_type() -> None:
+    data = _log([encode_metadata_record("NoOpRecord", {}), b"\x01\x63\x00\x00"])
+    with pytest.raises(CorruptMetadataError, match="record at offset 1: unknown metadata "
+                                                   "record type 99") as info:
+        Replay().feed(iter_batches(data), path="seg.log")
+    assert (info.value.path, info.value.position, info.value.base_offset) == ("seg.log", 0, 0)
