@@ -26,12 +26,16 @@ Never touched, with the reason reports give:
   ``partition.metadata`` topic id is not the metadata's id for that name (a leftover of a deleted
   and re-created topic);
 - ``unknown_topic``: with metadata, a partition dir of a topic the metadata never had;
+- ``invalid_config``: a topic whose configs from the cluster (metadata, ``server.properties``)
+  break a rule here, e.g. ``segment.bytes`` below 1 MiB kept from a Kafka 3.x cluster; the
+  error is in the report, the other topics go on (a bad flag stops the command instead);
 - ``tiered_storage`` (retention only): ``remote.storage.enable=true``, since nothing here can
   prove a segment was uploaded before deleting it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -63,6 +67,7 @@ METADATA_LOG = "metadata_log"
 STALE_TOPIC_ID = "stale_topic_id"
 UNKNOWN_TOPIC = "unknown_topic"
 NO_CONFIG = "no_config"
+INVALID_CONFIG = "invalid_config"
 TIERED_STORAGE = "tiered_storage"
 
 HOW_TO_CONFIGURE = (
@@ -89,11 +94,14 @@ class Catalog:
     metadata: ClusterMetadata | None = None
     metadata_path: str | None = None
     server_properties: str | None = None
+    invalid: Mapping[str, dict[str, Any]] = field(default_factory=dict)
 
     def skip_reason(self, tp: TopicPartition, *, retention: bool = False) -> str | None:
         """Why ``tp`` must be left alone by this command, or ``None``."""
         if tp in self.skips:
             return self.skips[tp]
+        if tp.topic in self.invalid:
+            return INVALID_CONFIG
         cfg = self.configs[tp.topic]
         if not cfg.configured:
             return NO_CONFIG
@@ -113,6 +121,7 @@ class Catalog:
             "server_properties": self.server_properties,
             "unconfigured_topics": self.unconfigured(),
             "ignored_configs": ignored,
+            "invalid_configs": dict(self.invalid),
         }
         if out["unconfigured_topics"]:
             out["how_to_configure"] = HOW_TO_CONFIGURE
@@ -120,7 +129,8 @@ class Catalog:
 
     def hints(self) -> list[str]:
         """Lines for the human summary."""
-        lines = []
+        lines = [f"{t}: left alone, its configs from the cluster are invalid: {e['message']}"
+                 for t, e in sorted(self.invalid.items())]
         unconfigured = self.unconfigured()
         if unconfigured:
             internal = [t for t in unconfigured if t.startswith("__")]
@@ -190,14 +200,21 @@ def build_catalog(log_dir: LogDir, *, config_all: Mapping[str, str],
                 + (f"; did you mean {close[0]!r}?" if close else ""), path=log_dir.path,
                 remedy="fix the topic name; nothing was changed")
     configs = {}
-    for t in sorted(known):
+    invalid: dict[str, dict[str, Any]] = {}
+    for t in sorted(set(topics) | set(config_topics)):
+        # the command line's own values first: a bad flag stops the command (exit 3)
+        flags = resolve_topic_config(t, config_all, config_topics)
         layers = [*base]
         if meta is not None and t in meta.topic_configs:
             layers.append(Layer(TOPIC, meta.topic_configs[t]))
         real = (meta is not None and t in meta.topic_ids) or server_properties is not None \
             or assume_kafka_defaults
-        configs[t] = resolve_topic_config(t, config_all, config_topics, lower=layers,
-                                          configured=real)
+        try:
+            configs[t] = resolve_topic_config(t, config_all, config_topics, lower=layers,
+                                              configured=real)
+        except ConfigError as err:  # the cluster's value: only this topic is left alone
+            invalid[t] = err.to_dict()
+            configs[t] = dataclasses.replace(flags, configured=False)
     skips: dict[TopicPartition, str] = {}
     if meta is not None:
         for tp in log_dir.partitions:
@@ -205,7 +222,8 @@ def build_catalog(log_dir: LogDir, *, config_all: Mapping[str, str],
             if reason:
                 skips[tp] = reason
     return Catalog(configs={t: configs[t] for t in topics}, skips=skips, metadata=meta,
-                   metadata_path=meta_path, server_properties=server_properties)
+                   metadata_path=meta_path, server_properties=server_properties,
+                   invalid={t: e for t, e in invalid.items() if t in topics})
 
 
 def _stale(log_dir: LogDir, tp: TopicPartition, meta: ClusterMetadata) -> str | None:

@@ -294,8 +294,11 @@ def resolve_topic_config(
     layers = [*lower, Layer(FLAG, overrides_all or {}),
               Layer(TOPIC_FLAG, (overrides_topic or {}).get(topic, {}))]
     for layer in layers:
-        scope = {FLAG: "--config", TOPIC_FLAG: f"--topic-config for {topic}"}.get(
-            layer.source, f"{layer.source} of topic {topic}")
+        scope = {FLAG: "--config", TOPIC_FLAG: f"--topic-config for {topic}",
+                 TOPIC: f"the metadata log's ConfigRecords of topic {topic}",
+                 CLUSTER_DEFAULT: "the metadata log's cluster-wide broker default",
+                 BROKER: "the metadata log's configs of this broker",
+                 SERVER_PROPERTIES: "--server-properties"}.get(layer.source, layer.source)
         for key, raw in layer.values.items():
             if key in OTHER_KAFKA_TOPIC_CONFIGS:
                 ignored.add(key)
@@ -307,8 +310,6 @@ def resolve_topic_config(
                     f"unknown topic config {key!r} (from {scope}); known: "
                     f"{', '.join(sorted(SPECS | dict.fromkeys(OTHER_KAFKA_TOPIC_CONFIGS)))}"
                 )
-            hint = (" (Kafka allows the value but kafka-compactor refuses it)"
-                    if layer.source not in (FLAG, TOPIC_FLAG) else "")
             try:
                 value = spec.parse(str(raw))
             except ValueError:
@@ -317,8 +318,7 @@ def resolve_topic_config(
                 ) from None
             if not spec.check(value):
                 raise ConfigError(
-                    f"invalid value {raw!r} for {key} (from {scope}): must be {spec.rule}"
-                    + hint)
+                    f"invalid value {raw!r} for {key} (from {scope}): must be {spec.rule}")
             values[_attr(key)] = value
             sources[key] = layer.source
             if key in UNUSED:

@@ -235,3 +235,21 @@ def test_an_unknown_record_type_names_its_offset_and_type() -> None:
                                                    "record type 99") as info:
         Replay().feed(iter_batches(data), path="seg.log")
     assert (info.value.path, info.value.position, info.value.base_offset) == ("seg.log", 0, 0)
+
+
+def test_an_invalid_config_from_the_cluster_leaves_only_its_topic_alone(tmp_path: Path) -> None:
+    """segment.bytes below 1 MiB (allowed before Kafka 4.0, KIP-1030) kept in the metadata of
+    an upgraded cluster: that topic is skipped with the error, the others go on; the same
+    value given as a flag stops the command."""
+    out = tmp_path / "logs"
+    generate(str(out), GeneratorConfig(topics=("old", "new"), partitions=1,
+                                       records_per_partition=20, seed=1,
+                                       topic_configs={"old": {"segment.bytes": "100000"}}))
+    cat = catalog_of(out)
+    assert cat.skip_reason(TopicPartition("old", 0)) == "invalid_config"
+    assert cat.skip_reason(TopicPartition("new", 0)) is None
+    error = cat.to_dict()["invalid_configs"]["old"]
+    assert "segment.bytes (from the metadata log's ConfigRecords of topic old)" in error["message"]
+    assert any(h.startswith("old: left alone") for h in cat.hints())
+    with pytest.raises(ConfigError, match="from --config"):
+        catalog_of(out, config_all={"segment.bytes": "100000"})
