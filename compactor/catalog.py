@@ -161,8 +161,9 @@ def build_catalog(log_dir: LogDir, *, config_all: Mapping[str, str],
             dir, when it holds one).
 
     Raises:
-        ConfigError: an invalid config in any layer, or a named topic that exists nowhere
-            (with the closest existing name).
+        ConfigError: an invalid flag value or ``server.properties`` file, or a named topic
+            that exists nowhere (with the closest existing name). An invalid value from the
+            metadata log leaves only its topic alone (:data:`INVALID_CONFIG`).
         CorruptMetadataError: the metadata log cannot be replayed.
     """
     meta_path = log_dir.metadata_log
