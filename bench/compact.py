@@ -182,7 +182,8 @@ def _timed_round(spark, work: Path, now_ms: int, master: str, label: str,  # typ
     print(f"job ({master}, {label}): {job_s:.1f} s total; " + ", ".join(
         f"{k} {v:.1f} s" for k, v in report.stages_s.items()))
     groups = sum(len(p.plan.groups) for p in report.partitions if p.plan)
-    print(f"  {groups} groups in {len(report.partitions)} partitions")
+    cleaned = sum(p.status == "cleaned" for p in report.partitions)
+    print(f"  {groups} groups in {cleaned} partitions")
     print(f"  input: {in_records:,} records, {in_bytes / 1e6:,.0f} MB -> "
           f"{out_records:,} records, {out_bytes / 1e6:,.0f} MB")
     print(f"  throughput: {in_records / job_s / 1e6:.2f} M records/s, "
