@@ -96,12 +96,11 @@ with DAG(
                        trigger_rule="all_done")
     for name in SETTINGS.get("erasure", {}).get("log_dirs") or list(LOG_DIRS):
         path = LOG_DIRS[name]["path"]
-        metadata = LOG_DIRS[name].get("metadata_log_dir")
+        cluster = cluster_args(LOG_DIRS[name])
         apply = spark_job(f"erase_apply_{name}", "erase",
-                          ["apply", path, "--state-dir", state, "--json", *now,
-                           *(["--metadata-log-dir", metadata] if metadata else [])])
+                          ["apply", path, "--state-dir", state, "--json", *now, *cluster])
         verify = spark_job(f"erase_verify_{name}", "erase",
-                           ["verify", path, "--state-dir", state, "--json", *now])
+                           ["verify", path, "--state-dir", state, "--json", *now, *cluster])
         apply >> verify >> status
 
 with DAG(

@@ -133,17 +133,28 @@ def build_parser() -> argparse.ArgumentParser:
                     help="the id (default: derived from topic and subject digest)")
     rq.add_argument("--now-ms", type=int, default=None)
     rq.add_argument("--log-dir", default=None,
-                    help="refuse a --state-dir inside this log dir")
+                    help="the log dir the request is for: its topic must exist there (or in "
+                         "the cluster's metadata), and --state-dir must lie outside it")
+    rq.add_argument("--metadata-log-dir", default=None, metavar="DIR",
+                    help="with --log-dir: the directory holding __cluster_metadata-0")
+    rq.add_argument("--leave-tombstone", action="store_true",
+                    help="key erasure on compacted topics: replace the key's last record by a "
+                         "bare tombstone at its offset instead of removing it, so downstream "
+                         "state stores learn of the delete (the key bytes stay until it expires)")
     rq.add_argument("--json", action="store_true")
     rq.set_defaults(handler=_cmd_erase_request)
     for name, help_text in (("apply", "erase every pending request's records (Spark)"),
                             ("verify", "rescan and mark applied requests verified (Spark)")):
         p = esub.add_parser(name, help=help_text)
-        add_erase_arguments(p, rewrites=name == "apply")
+        add_erase_arguments(p, apply=name == "apply")
         p.set_defaults(handler=_cmd_erase_job, action=name)
     st = esub.add_parser("status", help="requests by status; exit 1 when one is overdue")
     add_status_arguments(st)
     st.set_defaults(handler=erase_status_command)
+    ls = esub.add_parser("list", help="every request: id, topic, selector, status, deadline")
+    ls.add_argument("--state-dir", required=True)
+    ls.add_argument("--json", action="store_true")
+    ls.set_defaults(handler=_cmd_erase_list)
     rp = esub.add_parser("report", help="the audit proof of one request")
     rp.add_argument("--state-dir", required=True)
     rp.add_argument("--request-id", required=True)
@@ -374,8 +385,9 @@ def _now(args: argparse.Namespace) -> int:
 def _cmd_erase_request(args: argparse.Namespace, out: TextIO) -> int:
     from compactor import ledger
 
-    if args.log_dir:
-        ledger.check_state_dir(args.state_dir, args.log_dir)
+    ledger.check_state_dir(args.state_dir, args.log_dir)
+    if args.log_dir and args.topic != ALL_TOPICS:
+        _check_request_topic(args)
     selector, header_name = KEY, None
     if args.key is not None:
         subjects = [args.key.encode()]
@@ -396,9 +408,13 @@ def _cmd_erase_request(args: argparse.Namespace, out: TextIO) -> int:
         selector, subjects = HEADER, [value.encode()]
     if args.deadline_days < 0:
         raise ConfigError(f"--deadline-days {args.deadline_days} is negative")
+    if args.leave_tombstone and selector != KEY:
+        raise ConfigError("--leave-tombstone applies to key erasure only (--key, --key-hex, "
+                          "--keys-file): a header names no key to leave a tombstone for")
     requests = new_requests(topic=args.topic, subjects=subjects, selector=selector,
                             header_name=header_name, reason=args.reason, now_ms=_now(args),
-                            deadline_days=args.deadline_days, request_id=args.request_id)
+                            deadline_days=args.deadline_days, request_id=args.request_id,
+                            leave_tombstone=args.leave_tombstone)
     added, existing = ledger.add_requests(
         args.state_dir, requests,
         {"action": "request", "request_ids": ",".join(r.request_id for r in requests)})
@@ -407,6 +423,36 @@ def _cmd_erase_request(args: argparse.Namespace, out: TextIO) -> int:
     else:
         for r in requests:
             out.write(f"{r.request_id} {'added' if r.request_id in added else 'exists'}\n")
+    return EXIT_OK
+
+
+def _check_request_topic(args: argparse.Namespace) -> None:
+    """A request's topic must exist in the log dir or in the cluster's metadata: a typo would
+    otherwise be applied and verified over nothing."""
+    from compactor.catalog import build_catalog
+
+    ld = open_log_dir(storage.absolute(args.log_dir))
+    present = {tp.topic for tp in ld.partitions} | {c.tp.topic for c in ld.copies}
+    if args.topic in present:
+        return
+    # raises with the closest existing name when neither the log dir nor the metadata has it
+    build_catalog(ld, config_all={}, config_topics={}, named_topics=[args.topic],
+                  metadata_log_dir=args.metadata_log_dir)
+
+
+def _cmd_erase_list(args: argparse.Namespace, out: TextIO) -> int:
+    from compactor import ledger
+
+    rows = ledger.list_requests(args.state_dir)
+    if args.json:
+        _emit(out, {"type": "requests", "requests": rows})
+    else:
+        for r in rows:
+            what = r["selector"] + (f" {r['header_name']}" if r["header_name"] else "")
+            out.write(f"{r['request_id']}  topic {r['topic']}  {what}  {r['status']}  "
+                      f"deadline {r['deadline_ms']}"
+                      + ("  leave-tombstone" if r["leave_tombstone"] else "") + "\n")
+        out.write(f"{len(rows)} requests\n")
     return EXIT_OK
 
 

@@ -10,7 +10,7 @@ the value of a named record header (selector ``header``), in one topic or in eve
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from compactor.policy import BatchHeader, replay_producers
@@ -18,7 +18,9 @@ from compactor.policy import BatchHeader, replay_producers
 ALL_TOPICS = "*"
 KEY = "key"
 HEADER = "header"
-STATUSES = ("pending", "applied", "verified", "failed")
+STATUSES = ("pending", "applied", "verified", "verified_local_only", "failed")
+# requests the tool has finished with: no alert once past their deadline
+DONE = frozenset({"verified", "verified_local_only"})
 DAY_MS = 86_400_000
 
 
@@ -47,6 +49,9 @@ class ErasureRequest:
     requested_at_ms: int
     deadline_ms: int
     status: str = "pending"
+    leave_tombstone: bool = False
+    # (directory name, offset) of the bare tombstones an apply left (``leave_tombstone``)
+    tombstones_left: tuple[tuple[str, int], ...] = ()
 
     def applies_to(self, topic: str) -> bool:
         return self.topic in (ALL_TOPICS, topic)
@@ -54,11 +59,13 @@ class ErasureRequest:
 
 def new_requests(*, topic: str, subjects: Sequence[bytes], selector: str,
                  header_name: str | None, reason: str | None, now_ms: int, deadline_days: int,
-                 request_id: str | None) -> list[ErasureRequest]:
+                 request_id: str | None, leave_tombstone: bool = False) -> list[ErasureRequest]:
     """Requests for ``subjects`` (raw bytes, digested here). With ``request_id`` and several
     subjects the ids are ``<request_id>-<n>`` (n from 1, in the given order)."""
     if selector not in (KEY, HEADER) or (selector == HEADER) != bool(header_name):
         raise ValueError("a header selector needs a header name, a key selector none")
+    if leave_tombstone and selector != KEY:
+        raise ValueError("only a key erasure can leave a tombstone")
     out = []
     for n, subject in enumerate(subjects, start=1):
         digest = subject_digest(subject)
@@ -69,8 +76,44 @@ def new_requests(*, topic: str, subjects: Sequence[bytes], selector: str,
         out.append(ErasureRequest(
             request_id=rid, topic=topic, selector=selector, header_name=header_name,
             subject_sha256=digest, reason=reason, requested_at_ms=now_ms,
-            deadline_ms=now_ms + deadline_days * DAY_MS,
+            deadline_ms=now_ms + deadline_days * DAY_MS, leave_tombstone=leave_tombstone,
         ))
+    return out
+
+
+def superseded_by_erased(matched: Mapping[bytes, Collection[int]],
+                         others: Iterable[tuple[bytes, int]]) -> dict[bytes, list[int]]:
+    """On a compacted topic, the records an erasure must take with it so that no older value
+    of a key is ever resurrected.
+
+    For each key: when its latest erased record (``matched``) is newer than every record of
+    the key that stays (``others``, the key's other records), it was the key's current state
+    (``LogCleaner`` keeps only a key's latest record, so every older one is already dead to a
+    compacted reader), and once it is gone the next older one would become the key's state
+    again: every record that stays is then older, and all of them go. When a record of the
+    key newer than every erased one stays, it remains the key's state and nothing more goes.
+
+    Returns:
+        key digest -> offsets to erase too (ascending), only for keys with any.
+    """
+    rest: dict[bytes, list[int]] = {}
+    for key, offset in others:
+        if offset not in matched.get(key, ()):
+            rest.setdefault(key, []).append(offset)
+    out = {}
+    for key, offsets in rest.items():
+        erased = matched.get(key)
+        if erased and max(erased) > max(offsets):
+            out[key] = sorted(offsets)
+    return out
+
+
+def latest_per_key(matched: Iterable[tuple[bytes, int]]) -> dict[bytes, int]:
+    """Each key's latest matched offset (where ``--leave-tombstone`` leaves its tombstone)."""
+    out: dict[bytes, int] = {}
+    for key, offset in matched:
+        if offset > out.get(key, -1):
+            out[key] = offset
     return out
 
 

@@ -462,12 +462,19 @@ def inspect_path(
         yield from inspect_partition(path, dump=dump, records=records, verify=verify)
         return
     log_dir = open_log_dir(path)
+    if verify:
+        copies = {c.name for c in log_dir.copies}
+        for name in sorted(set(log_dir.ignored) - copies):
+            yield Problem(code="FOREIGN_DIRECTORY", path=storage.join(path, name),
+                          message="a directory that is neither a partition nor a replica copy: "
+                                  "a Kafka broker cannot parse its name and takes the whole log "
+                                  "dir offline (LogManager.loadLogs); move it out of the log dir")
     if log_dir.metadata_log is not None:
         yield from inspect_partition(log_dir.metadata_log, dump=dump, records=records,
                                      verify=verify)
     if verify:
         for name in ROOT_CHECKPOINTS:
             yield from _problems_of(functools.partial(read_offset_checkpoint, path, name))
-    for tp in log_dir.partitions:
-        yield from inspect_partition(log_dir.partition_path(tp), dump=dump, records=records,
+    for copy in log_dir.copies_of(lambda _: True):
+        yield from inspect_partition(storage.join(path, copy.name), dump=dump, records=records,
                                      verify=verify)

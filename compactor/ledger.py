@@ -9,34 +9,67 @@ who asked when, which run applied, which run verified.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
 
-from compactor.erasure import ALL_TOPICS, STATUSES, ErasureRequest
+from compactor.erasure import ALL_TOPICS, DONE, STATUSES, ErasureRequest
 from compactor.errors import ConfigError
 from schemas.delta import ERASURE_REQUESTS, ERASURE_REQUESTS_TABLE, RUNS, RUNS_TABLE
 
 
+# What marks a directory as a Kafka log dir (LogManager writes these at its root).
+_LOG_DIR_MARKERS = ("meta.properties", "recovery-point-offset-checkpoint",
+                    "replication-offset-checkpoint", "log-start-offset-checkpoint",
+                    "cleaner-offset-checkpoint", "__cluster_metadata-0")
+
+
 def check_state_dir(state_dir: str, log_dir: str | None = None) -> None:
-    """The state dir must not be inside the Kafka log dir (a broker refuses to start when its
-    log dir holds directories that are not partitions), nor contain it.
+    """The state dir must not be inside a Kafka log dir (a broker refuses to start when its
+    log dir holds directories that are not partitions), nor contain the given one. Without
+    ``log_dir`` too: neither the state dir nor any directory above it may look like a log dir
+    (``meta.properties``, a root checkpoint, the metadata log).
 
     Raises:
-        ConfigError: it is.
+        ConfigError: it does.
     """
-    if log_dir is None:
-        return
     state = os.path.realpath(state_dir)
-    logs = os.path.realpath(log_dir)
-    if os.path.commonpath([state, logs]) in (state, logs):
-        raise ConfigError(
-            f"--state-dir {state_dir} overlaps the log dir {log_dir}",
-            path=state_dir,
-            remedy="keep the ledger outside the Kafka log dir, e.g. /var/lib/kafka-compactor",
-        )
+    remedy = "keep the ledger outside the Kafka log dir, e.g. /var/lib/kafka-compactor"
+    if log_dir is not None:
+        logs = os.path.realpath(log_dir)
+        if os.path.commonpath([state, logs]) in (state, logs):
+            raise ConfigError(f"--state-dir {state_dir} overlaps the log dir {log_dir}",
+                              path=state_dir, remedy=remedy)
+    here = state
+    while True:
+        marker = next((m for m in _LOG_DIR_MARKERS if os.path.exists(os.path.join(here, m))),
+                      None)
+        if marker is not None:
+            raise ConfigError(
+                f"--state-dir {state_dir} is {'' if here == state else 'inside '}a Kafka log dir "
+                f"({os.path.join(here, marker)} exists)", path=state_dir, remedy=remedy)
+        parent = os.path.dirname(here)
+        if parent == here:
+            return
+        here = parent
+
+
+def require_ledger(state_dir: str) -> None:
+    """Commands that read the ledger need one (a mistyped ``--state-dir`` must not look like
+    an empty, healthy ledger).
+
+    Raises:
+        ConfigError: no ``erasure_requests`` table under ``state_dir``.
+    """
+    from deltalake import DeltaTable
+
+    if not DeltaTable.is_deltatable(_table_path(state_dir, ERASURE_REQUESTS_TABLE)):
+        raise ConfigError("no erasure ledger here (no erasure_requests Delta table)",
+                          path=state_dir,
+                          remedy="check --state-dir; `erase request` creates the ledger")
 
 
 def _table_path(state_dir: str, name: str) -> str:
@@ -48,7 +81,15 @@ def _table(state_dir: str, name: str, schema: pa.Schema):  # type: ignore[no-unt
 
     path = _table_path(state_dir, name)
     if DeltaTable.is_deltatable(path):
-        return DeltaTable(path)
+        table = DeltaTable(path)
+        have = {f.name for f in table.schema().fields}
+        missing = [f for f in schema if f.name not in have]
+        if missing:  # a ledger written by an earlier version: add the new columns (nullable)
+            from deltalake.schema import Field
+
+            table.alter.add_columns([Field.from_arrow(f) for f in missing])
+            table = DeltaTable(path)
+        return table
     os.makedirs(state_dir, exist_ok=True)
     return DeltaTable.create(path, schema=schema, mode="ignore", name=name)
 
@@ -84,7 +125,8 @@ def _request_row(r: ErasureRequest) -> dict[str, Any]:
     return {"request_id": r.request_id, "topic": r.topic, "selector": r.selector,
             "header_name": r.header_name, "subject_sha256": r.subject_sha256,
             "reason": r.reason, "requested_at_ms": r.requested_at_ms,
-            "deadline_ms": r.deadline_ms, "status": r.status}
+            "deadline_ms": r.deadline_ms, "status": r.status,
+            "leave_tombstone": r.leave_tombstone}
 
 
 def load_requests(state_dir: str) -> list[dict[str, Any]]:
@@ -103,7 +145,10 @@ def as_request(row: Mapping[str, Any]) -> ErasureRequest:
         request_id=row["request_id"], topic=row["topic"], selector=row["selector"],
         header_name=row["header_name"], subject_sha256=row["subject_sha256"],
         reason=row["reason"], requested_at_ms=row["requested_at_ms"],
-        deadline_ms=row["deadline_ms"], status=row["status"])
+        deadline_ms=row["deadline_ms"], status=row["status"],
+        leave_tombstone=bool(row.get("leave_tombstone")),
+        tombstones_left=tuple((t["dir"], t["offset"])
+                              for t in json.loads(row.get("tombstones_left") or "[]")))
 
 
 def update_requests(state_dir: str, updates: Sequence[Mapping[str, Any]],
@@ -221,14 +266,19 @@ def table_version(state_dir: str, name: str) -> int | None:
 
 
 def status(state_dir: str, now_ms: int) -> dict[str, Any]:
-    """Counts by status and the overdue requests (deadline passed, not verified)."""
+    """Counts by status and the overdue requests (deadline passed, not verified).
+
+    Raises:
+        ConfigError: there is no ledger at ``state_dir``.
+    """
+    require_ledger(state_dir)
     rows = load_requests(state_dir)
     counts = {s: 0 for s in STATUSES}
     for r in rows:
         counts[r["status"]] = counts.get(r["status"], 0) + 1
     overdue = [{"request_id": r["request_id"], "topic": r["topic"], "status": r["status"],
                 "deadline_ms": r["deadline_ms"], "overdue_ms": now_ms - r["deadline_ms"]}
-               for r in rows if r["status"] != "verified" and r["deadline_ms"] < now_ms]
+               for r in rows if r["status"] not in DONE and r["deadline_ms"] < now_ms]
     return {"type": "status", "state_dir": state_dir, "now_ms": now_ms, "requests": len(rows),
             "by_status": counts, "overdue": overdue,
             "ledger_version": table_version(state_dir, ERASURE_REQUESTS_TABLE)}
@@ -239,6 +289,7 @@ def audit(state_dir: str, request_id: str) -> dict[str, Any] | None:
     that applied and verified it (per partition: segments and records scanned, records
     erased, segments rewritten), and the ledger commits that changed it. ``None`` when the
     request id is unknown."""
+    require_ledger(state_dir)
     row = next((r for r in load_requests(state_dir) if r["request_id"] == request_id), None)
     if row is None:
         return None
@@ -249,7 +300,7 @@ def audit(state_dir: str, request_id: str) -> dict[str, Any] | None:
     commits = [c for c in history(state_dir, ERASURE_REQUESTS_TABLE)
                if request_id in (c.get("request_ids") or "").split(",")
                or c.get("run_id") in run_ids]
-    verified = row["status"] == "verified"
+    verified = row["status"] in DONE
     return {
         "type": "audit", "request": row,
         "apply_runs": [r for r in runs if r["run_id"] == row["run_id"]],
@@ -264,5 +315,21 @@ def audit(state_dir: str, request_id: str) -> dict[str, Any] | None:
             "records_rescanned": row["verified_records_scanned"],
             "residual_matches": 0 if verified else None,
             "met_deadline": verified and row["verified_at_ms"] <= row["deadline_ms"],
+            "superseded_by_erased": row.get("superseded_by_erased"),
+            "tombstones_left": json.loads(row.get("tombstones_left") or "[]"),
+            "remote_tier": row.get("remote_tier") or "none",
+            "coverage": json.loads(row.get("coverage") or "[]"),
         },
     }
+
+
+def list_requests(state_dir: str) -> list[dict[str, Any]]:
+    """Every request with what an operator needs to find it (``erase list``).
+
+    Raises:
+        ConfigError: there is no ledger at ``state_dir``.
+    """
+    require_ledger(state_dir)
+    return [{k: r.get(k) for k in ("request_id", "topic", "selector", "header_name", "status",
+                                   "requested_at_ms", "deadline_ms", "leave_tombstone")}
+            for r in load_requests(state_dir)]

@@ -52,6 +52,10 @@ TEMP_SUFFIXES = (CLEANED_SUFFIX, SWAP_SUFFIX, DELETED_SUFFIX)
 IGNORED_DIR_SUFFIXES = ("-delete", "-future", "-stray")
 
 _PARTITION_DIR = re.compile(r"^(?P<topic>.+)-(?P<partition>[0-9]+)$")
+# LocalLog.parseTopicPartitionName: <topic>-<partition>.<uuid without dashes>-<suffix>
+_COPY_DIR = re.compile(r"^(?P<topic>.+)-(?P<partition>[0-9]+)\.(?P<uuid>[^.\s]+)"
+                       r"-(?P<kind>delete|future|stray)$")
+LIVE, FUTURE, DELETE, STRAY = "live", "future", "delete", "stray"
 _OFFSET_FILE = re.compile(r"^(?P<offset>[0-9]+)\.")
 
 
@@ -69,10 +73,34 @@ def parse_partition_dir_name(name: str) -> TopicPartition | None:
     return TopicPartition(match["topic"], int(match["partition"]))
 
 
+@dataclass(frozen=True, slots=True, order=True)
+class PartitionCopy:
+    """A directory holding a replica of a partition's log: the live one (``<topic>-<n>``), or a
+    ``-future`` (a replica being moved between log dirs, which Kafka's
+    ``LogManager.replaceCurrentWithFutureLog`` makes the current log once it caught up),
+    ``-delete`` (a deleted partition awaiting asynchronous removal) or ``-stray`` copy (a replica
+    the controller no longer assigns here)."""
+
+    tp: TopicPartition
+    kind: str
+    name: str
+
+
+def parse_copy_dir_name(name: str) -> PartitionCopy | None:
+    """The partition and kind of a live, ``-future``, ``-delete`` or ``-stray`` directory
+    name, as Kafka's ``LocalLog.parseTopicPartitionName`` reads it; ``None`` otherwise."""
+    match = _COPY_DIR.match(name)
+    if match is not None:
+        return PartitionCopy(TopicPartition(match["topic"], int(match["partition"])),
+                             match["kind"], name)
+    tp = parse_partition_dir_name(name)
+    return PartitionCopy(tp, LIVE, name) if tp is not None else None
+
+
 def is_partition_dir(path: str) -> bool:
     """True for a directory named ``<topic>-<partition>`` that holds no sub-directories (a log
     dir holds partition directories; a partition directory holds only files)."""
-    if not storage.is_dir(path) or parse_partition_dir_name(storage.basename(path)) is None:
+    if not storage.is_dir(path) or parse_copy_dir_name(storage.basename(path)) is None:
         return False
     return not any(storage.is_dir(storage.join(path, n)) for n in storage.list_dir(path))
 
@@ -144,6 +172,14 @@ class LogDir:
     partitions: tuple[TopicPartition, ...]
     ignored: tuple[str, ...] = field(default=())
     metadata_log: str | None = None
+    copies: tuple[PartitionCopy, ...] = ()  # -future, -delete and -stray dirs
+
+    def copies_of(self, topics: Callable[[str], bool]) -> list[PartitionCopy]:
+        """Every directory holding data of the topics ``topics`` accepts: live partitions
+        and their ``-future``, ``-delete`` and ``-stray`` copies, in name order."""
+        live = [PartitionCopy(tp, LIVE, tp.dir_name) for tp in self.partitions]
+        return sorted((c for c in (*live, *self.copies) if topics(c.tp.topic)),
+                      key=lambda c: (c.tp, c.kind != LIVE, c.name))
 
     def partition_path(self, tp: TopicPartition) -> str:
         return storage.join(self.path, tp.dir_name)
@@ -161,20 +197,24 @@ def open_log_dir(path: str) -> LogDir:
         raise LogDirError("log dir is not a directory", path=path)
     partitions = []
     ignored = []
+    copies = []
     metadata_log = None
     for name in storage.list_dir(path):
         full = storage.join(path, name)
         if not storage.is_dir(full):
             continue
-        tp = parse_partition_dir_name(name)
+        copy = parse_copy_dir_name(name)
         if name == METADATA_DIR_NAME:
             metadata_log = full
-        elif tp is None:
+        elif copy is None:
             ignored.append(name)
+        elif copy.kind == LIVE:
+            partitions.append(copy.tp)
         else:
-            partitions.append(tp)
+            ignored.append(name)
+            copies.append(copy)
     return LogDir(path=path, partitions=tuple(sorted(partitions)), ignored=tuple(ignored),
-                  metadata_log=metadata_log)
+                  metadata_log=metadata_log, copies=tuple(sorted(copies)))
 
 
 def read_properties(path: str) -> dict[str, str]:
@@ -281,12 +321,14 @@ def load_partition(partition_dir: str) -> PartitionLog:
     before falling back to the mtime); -1 when the segment has no timestamps.
     """
     name = storage.basename(partition_dir)
-    tp = parse_partition_dir_name(name)
-    if tp is None:
+    copy = parse_copy_dir_name(name)
+    if copy is None:
         raise LogDirError(
-            "directory name is not <topic>-<partition>", path=partition_dir,
+            "directory name is not <topic>-<partition> (or a -future, -delete or -stray copy)",
+            path=partition_dir,
             remedy="point the command at a log dir or at one partition directory in it",
         )
+    tp = copy.tp
     names = storage.list_dir(partition_dir)
     name_set = set(names)
     leftovers = leftover_names(names)

@@ -154,10 +154,10 @@ def load_catalog(opts: CompactOptions, log_dir: LogDir | None = None) -> Catalog
                          assume_kafka_defaults=opts.assume_kafka_defaults)
 
 
-def add_erase_arguments(parser: argparse.ArgumentParser, *, rewrites: bool) -> None:
-    """The arguments of ``erase apply`` (``rewrites``: it writes segments with the topics'
-    index settings, so it reads the cluster's metadata) and ``erase verify``, and of
-    ``jobs/erase.py``."""
+def add_erase_arguments(parser: argparse.ArgumentParser, *, apply: bool) -> None:
+    """The arguments of ``erase apply`` (``apply``) and ``erase verify``, and of
+    ``jobs/erase.py``. Both read the cluster's configs: the compacted-topic rule and tiered
+    storage depend on them."""
     parser.add_argument("log_dir", help="the Kafka log dir")
     parser.add_argument("--state-dir", required=True,
                         help="directory of the ledger's Delta tables (outside the log dir)")
@@ -165,8 +165,15 @@ def add_erase_arguments(parser: argparse.ArgumentParser, *, rewrites: bool) -> N
                         help="the clock in epoch ms (default or empty: wall clock)")
     parser.add_argument("--master", default=None, help="Spark master URL")
     parser.add_argument("--json", action="store_true", help="print only the JSON report")
-    if rewrites:
-        add_metadata_argument(parser)
+    add_metadata_argument(parser)
+    parser.add_argument("--server-properties", default=None, metavar="FILE",
+                        help="the broker's static server.properties (log.* broker defaults)")
+    if apply:
+        parser.add_argument("--exclude-pending-deletes", action="store_true",
+                            help="scan -delete and -stray copies but do not rewrite them: "
+                                 "their matches are reported as residual copies")
+        parser.add_argument("--dry-run", action="store_true",
+                            help="scan and report what would be rewritten; change nothing")
 
 
 def add_retention_arguments(parser: argparse.ArgumentParser) -> None:

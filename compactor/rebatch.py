@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import zlib
 from collections import Counter
-from collections.abc import Callable, Container, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Container, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from compactor.codec.indexes import (
@@ -27,6 +27,7 @@ from compactor.codec.records import (
     NO_TIMESTAMP,
     NewRecord,
     NewRecordBatch,
+    Record,
     RecordBatch,
     V2_HEADER,
     TimestampType,
@@ -56,7 +57,8 @@ class FilteredBatch:
 
 def filter_batch(batch: RecordBatch, decision: BatchDecision, dropped: Container[int], *,
                  now_ms: int, delete_retention_ms: int,
-                 set_delete_horizon: bool = True) -> FilteredBatch:
+                 set_delete_horizon: bool = True,
+                 tombstones: Collection[int] = ()) -> FilteredBatch:
     """Apply the batch and record decisions to one source batch (§4.14).
 
     Args:
@@ -64,11 +66,16 @@ def filter_batch(batch: RecordBatch, decision: BatchDecision, dropped: Container
         set_delete_horizon: a cleaning round sets the delete horizon of a rebuilt batch that
             keeps tombstones or is a marker to horizon (Kafka); an erasure rewrite is not a
             cleaning and keeps the batch's horizon as it was.
+        tombstones: offsets of records kept as bare tombstones (same offset, key and
+            timestamp; no value, no headers): an erasure with ``--leave-tombstone``.
     """
     if decision.retention == BatchRetention.DELETE:
         return FilteredBatch(data=None, records_in=_count(batch), records_out=0)
     records = batch.compiled_records()
-    retained = [r for r in records if r.offset not in dropped] if dropped else records
+    retained: list = [r for r in records if r.offset not in dropped] if dropped else records
+    if tombstones:
+        retained = [Record(offset=r.offset, timestamp=r.timestamp, key=r.key, value=None)
+                    if r.offset in tombstones else r for r in retained]
     if batch.magic < 2:
         # Kafka 4.0+ converts the entry to v2 first, so a kept tombstone gets a delete horizon
         # like any v2 batch's (KAFKA-13093: filterTo no longer checks the source magic)
@@ -80,7 +87,7 @@ def filter_batch(batch: RecordBatch, decision: BatchDecision, dropped: Container
     needs_horizon = set_delete_horizon and horizon is None and retained and (
         decision.marker_horizon or (not batch.is_control
                                     and any(r.value is None for r in retained)))
-    if len(retained) == len(records) and not needs_horizon:
+    if len(retained) == len(records) and not needs_horizon and not tombstones:
         if not records and decision.retention != BatchRetention.RETAIN_EMPTY:
             return FilteredBatch(data=None, records_in=0, records_out=0)
         return FilteredBatch(data=batch.raw, records_in=len(records), records_out=len(records))

@@ -7,7 +7,9 @@ by MD5 digest in ``SkimpyOffsetMap``; both treat a digest collision as the same 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import hashlib
+
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -196,11 +198,24 @@ def select_rows(rows: KeyedRows, mask: np.ndarray) -> KeyedRows:
 
 
 @dataclass(frozen=True, slots=True)
-class ErasureScan:
-    """What an erasure scan found in one segment: ``(batch position, offset, request id)``
-    per match, and how many batches and records it looked at."""
+class ErasureMatch:
+    """One record an erasure request matches: its batch position and offset, the request,
+    the SHA-256 digest of its key (``None`` for a null key) and whether it is a bare tombstone
+    (null value, no headers: what ``--leave-tombstone`` leaves behind)."""
 
-    matches: list[tuple[int, int, str]]
+    position: int
+    offset: int
+    request_id: str
+    key_digest: bytes | None
+    bare_tombstone: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ErasureScan:
+    """What an erasure scan found in one segment, and how many batches and records it looked
+    at."""
+
+    matches: list[ErasureMatch]
     batches: int
     records: int
 
@@ -212,7 +227,7 @@ def erasure_matches(data: bytes, path: str, matcher: Matcher) -> ErasureScan:
     Raises:
         CompactorError: a batch cannot be decoded (with file, position and base offset).
     """
-    matches: list[tuple[int, int, str]] = []
+    matches: list[ErasureMatch] = []
     batches = records = 0
     try:
         for batch in iter_batches(data, path=path):
@@ -221,9 +236,37 @@ def erasure_matches(data: bytes, path: str, matcher: Matcher) -> ErasureScan:
                 continue
             for r in batch.compiled_records():
                 records += 1
-                for request_id in matcher.match(r.key, r.headers):
-                    matches.append((batch.position, r.offset, request_id))
+                found = matcher.match(r.key, r.headers)
+                if not found:
+                    continue
+                digest = None if r.key is None else hashlib.sha256(r.key).digest()
+                bare = r.value is None and not r.headers
+                matches += [ErasureMatch(batch.position, r.offset, rid, digest, bare)
+                            for rid in found]
     except CompactorError as err:
         raise err.with_location(path=path) from None
     return ErasureScan(matches=matches, batches=batches, records=records)
 
+
+def key_offsets(data: bytes, path: str,
+                wanted: Collection[bytes]) -> list[tuple[int, int, bytes]]:
+    """``(batch position, offset, key digest)`` of every data record whose key's SHA-256
+    digest is in ``wanted`` (the other records of keys an erasure matched, for the
+    compacted-topic rule of :func:`compactor.erasure.superseded_by_erased`).
+
+    Raises:
+        CompactorError: a batch cannot be decoded (with file, position and base offset).
+    """
+    out = []
+    try:
+        for batch in iter_batches(data, path=path):
+            if batch.is_control:
+                continue
+            for r in batch.compiled_records():
+                if r.key is not None:
+                    digest = hashlib.sha256(r.key).digest()
+                    if digest in wanted:
+                        out.append((batch.position, r.offset, digest))
+    except CompactorError as err:
+        raise err.with_location(path=path) from None
+    return out

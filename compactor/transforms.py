@@ -47,6 +47,7 @@ from compactor.scan import (
     batch_flags,
     concat_rows,
     erasure_matches,
+    key_offsets,
     keyed_records,
     locally_superseded,
     segment_headers,
@@ -58,6 +59,7 @@ from schemas.spark import (
     COMMIT_MESSAGE,
     DECISION,
     ERASURE_MATCH,
+    KEY_OFFSET,
     KEYED_RECORD,
     PLAN,
     SUPERSEDED,
@@ -68,6 +70,7 @@ Transform = Callable[[DataFrame], DataFrame]
 HEADER_FIELDS = [f.name for f in BATCH_HEADER.fields if f.name not in ("tp_id", "error")]
 _HEADER_ARROW = to_arrow_schema(BATCH_HEADER)
 _ERASURE_ARROW = to_arrow_schema(ERASURE_MATCH)
+_KEY_OFFSET_ARROW = to_arrow_schema(KEY_OFFSET)
 _COMMIT_ARROW = to_arrow_schema(COMMIT_MESSAGE)
 _KEYED_ARROW = to_arrow_schema(KEYED_RECORD)
 
@@ -368,11 +371,36 @@ def scan_erasure(matchers: Mapping[int, Matcher]) -> Transform:
                     rows.append({"tp_id": tp_id, "segment_base": base, "kind": "segment",
                                  "batches": found.batches, "records": found.records})
                     rows += [{"tp_id": tp_id, "segment_base": base, "kind": "match",
-                              "position": pos, "offset": off, "request_id": rid}
-                             for pos, off, rid in found.matches]
+                              "position": m.position, "offset": m.offset,
+                              "request_id": m.request_id, "key_digest": m.key_digest,
+                              "bare_tombstone": m.bare_tombstone}
+                             for m in found.matches]
                 yield pa.RecordBatch.from_pylist(rows, schema=_ERASURE_ARROW)
 
     return lambda tasks: tasks.mapInArrow(scan, ERASURE_MATCH)
+
+
+def scan_key_offsets(wanted: Mapping[int, frozenset[bytes]]) -> Transform:
+    """Segment tasks (``SEGMENT_TASK``) -> ``KEY_OFFSET`` rows: every data record whose key
+    digest is in its partition's ``wanted`` set (:func:`compactor.scan.key_offsets`), or one
+    error row for a segment that cannot be read."""
+
+    def scan(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for tasks in batches:
+            for tp_id, base, path in zip(*(tasks.column(i).to_pylist() for i in range(3)),
+                                         strict=True):
+                try:
+                    with storage.mapped(path) as data:
+                        found = key_offsets(data, path, wanted[tp_id])
+                except CompactorError as err:
+                    rows = [{"tp_id": tp_id, "segment_base": base,
+                             "error": json.dumps(err.to_dict())}]
+                else:
+                    rows = [{"tp_id": tp_id, "segment_base": base, "position": pos,
+                             "offset": off, "key_digest": digest} for pos, off, digest in found]
+                yield pa.RecordBatch.from_pylist(rows, schema=_KEY_OFFSET_ARROW)
+
+    return lambda tasks: tasks.mapInArrow(scan, KEY_OFFSET)
 
 
 def rewrite_erased(segments: Mapping[tuple[int, int], tuple[str, SegmentInfo, TopicConfig]], *,
@@ -389,8 +417,10 @@ def rewrite_erased(segments: Mapping[tuple[int, int], tuple[str, SegmentInfo, To
             for row in tasks.to_pylist():
                 pdir, seg, cfg = segments[(row["tp_id"], row["segment_base"])]
                 erased = {int(p): offsets for p, offsets in json.loads(row["erased_json"]).items()}
+                tombstones = {int(p): offsets
+                              for p, offsets in json.loads(row["tombstone_json"]).items()}
                 m = write_erased_segment(pdir, seg, erased, set(json.loads(row["retain_empty_json"])),
-                                         cfg, fsync=fsync)
+                                         cfg, tombstones=tombstones, fsync=fsync)
                 yield pa.RecordBatch.from_pylist([message_to_row(row["tp_id"], m)],
                                                  schema=_COMMIT_ARROW)
 

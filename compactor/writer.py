@@ -228,6 +228,7 @@ def write_erased_segment(
     retain_empty: Collection[int],
     config: TopicConfig,
     *,
+    tombstones: Mapping[int, Collection[int]] | None = None,
     fsync: bool = True,
 ) -> CommitMessage:
     """Rewrite one segment without the erased records, as a ``.cleaned`` segment (executor
@@ -242,11 +243,14 @@ def write_erased_segment(
 
     Args:
         erased: batch position -> offsets of its records to erase.
+        tombstones: batch position -> offsets of records replaced by a bare tombstone (same
+            offset, key and timestamp; no value, no headers): ``--leave-tombstone``.
     """
     started = time.perf_counter()
     base = segment.base_offset
     try:
-        message = _write_erased(partition_dir, segment, erased, retain_empty, config, fsync)
+        message = _write_erased(partition_dir, segment, erased, retain_empty, config,
+                                tombstones or {}, fsync)
     except CompactorError as err:
         for suffix in CLEANED_FILE_SUFFIXES:
             storage.remove(cleaned_path(partition_dir, base, suffix), missing_ok=True)
@@ -257,7 +261,7 @@ def write_erased_segment(
 
 def _write_erased(partition_dir: str, segment: SegmentInfo, erased: Mapping[int, Collection[int]],
                   retain_empty: Collection[int], config: TopicConfig,
-                  fsync: bool) -> CommitMessage:
+                  tombstones: Mapping[int, Collection[int]], fsync: bool) -> CommitMessage:
     base = segment.base_offset
     tally = _Tally()
 
@@ -267,7 +271,8 @@ def _write_erased(partition_dir: str, segment: SegmentInfo, erased: Mapping[int,
             for batch in iter_batches(data, path=segment.log_path):
                 tally.batches_in += 1
                 goes = erased.get(batch.position)
-                if not goes:
+                bare = tombstones.get(batch.position)
+                if not goes and not bare:
                     n = batch.records_count if batch.magic >= 2 else len(batch.records())
                     tally.records_in += n
                     tally.records_out += n
@@ -278,8 +283,9 @@ def _write_erased(partition_dir: str, segment: SegmentInfo, erased: Mapping[int,
                 decision = BatchDecision(retention=retention, aborted=False, discard_records=False,
                                          retain_deletes=True, marker_horizon=False, txn_entry=None)
                 try:
-                    result = filter_batch(batch, decision, frozenset(goes), now_ms=0,
-                                          delete_retention_ms=0, set_delete_horizon=False)
+                    result = filter_batch(batch, decision, frozenset(goes or ()), now_ms=0,
+                                          delete_retention_ms=0, set_delete_horizon=False,
+                                          tombstones=frozenset(bare or ()))
                 except CompactorError as err:
                     raise err.with_location(path=segment.log_path) from None
                 tally.records_in += result.records_in

@@ -17,6 +17,7 @@ requests verified when no record of theirs remains; a residual match fails the r
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import sys
 import time
@@ -30,10 +31,21 @@ from pyspark.sql import SparkSession
 
 from compactor import commit, ledger, storage, transforms
 from compactor.codec.checkpoints import REPLICATION_OFFSET_CHECKPOINT
+from compactor.catalog import Catalog
 from compactor.config import TopicConfig
-from compactor.erasure import ErasureRequest, Matcher, keep_when_emptied
+from compactor.erasure import (
+    ALL_TOPICS,
+    HEADER,
+    ErasureRequest,
+    Matcher,
+    keep_when_emptied,
+    latest_per_key,
+    superseded_by_erased,
+)
 from compactor.errors import EXIT_FAILURE, EXIT_OK, EXIT_PARTIAL, CompactorError
 from compactor.logdir import (
+    DELETE,
+    STRAY,
     PartitionLog,
     load_partition,
     open_log_dir,
@@ -52,11 +64,37 @@ from compactor.policy import BatchHeader
 from jobs.compact import get_spark, segment_tasks
 from schemas.spark import ERASURE_TASK
 
+
+@dataclass(frozen=True, slots=True)
+class _Dir:
+    """One directory holding a copy of a partition: the live one or a ``-future``, ``-delete``
+    or ``-stray`` copy (:class:`compactor.logdir.PartitionCopy`)."""
+
+    tp: TopicPartition
+    kind: str
+    name: str
+    path: str
+
+    def line(self) -> dict[str, Any]:
+        return {"topic": self.tp.topic, "partition": self.tp.partition, "dir": self.name,
+                "copy": self.kind}
+
+
+@dataclass(frozen=True, slots=True)
+class _Match:
+    segment_base: int
+    position: int
+    offset: int
+    request_id: str
+    key_digest: bytes | None
+    bare_tombstone: bool
+
+
 @dataclass(kw_only=True)
 class _Scan:
-    """What one erasure scan found, per partition id."""
+    """What one erasure scan found, per directory id."""
 
-    matches: dict[int, list[tuple[int, int, int, str]]] = field(default_factory=dict)
+    matches: dict[int, list[_Match]] = field(default_factory=dict)
     segments: dict[int, int] = field(default_factory=dict)
     records: dict[int, int] = field(default_factory=dict)
     errors: dict[int, dict] = field(default_factory=dict)
@@ -76,7 +114,8 @@ def _scan(spark: SparkSession, parts: Mapping[int, PartitionLog],
                 out.segments[r.tp_id] += 1
                 out.records[r.tp_id] += r.records
         else:
-            out.matches[r.tp_id].append((r.segment_base, r.position, r.offset, r.request_id))
+            out.matches[r.tp_id].append(_Match(r.segment_base, r.position, r.offset,
+                                               r.request_id, r.key_digest, r.bare_tombstone))
     return out
 
 
@@ -92,31 +131,130 @@ def _headers(spark: SparkSession, parts: Mapping[int, PartitionLog]) -> dict[int
     return out
 
 
-def _pending(state_dir: str, status: str) -> list[ErasureRequest]:
-    return [ledger.as_request(r) for r in ledger.load_requests(state_dir) if r["status"] == status]
+def _requests_in(state_dir: str, statuses: frozenset[str]) -> list[ErasureRequest]:
+    return [ledger.as_request(r) for r in ledger.load_requests(state_dir)
+            if r["status"] in statuses]
 
 
 def _load(log_dir: str, requests: Sequence[ErasureRequest]) -> tuple[
-        dict[int, TopicPartition], dict[int, PartitionLog], dict[int, dict]]:
+        dict[int, _Dir], dict[int, PartitionLog], dict[int, dict]]:
+    """Every directory holding data of the requests' topics (live partitions and their
+    ``-future``, ``-delete`` and ``-stray`` copies), read."""
     ld = open_log_dir(log_dir)
-    tps = {i: tp for i, tp in enumerate(
-        tp for tp in ld.partitions if any(r.applies_to(tp.topic) for r in requests))}
+    copies = ld.copies_of(lambda t: any(r.applies_to(t) for r in requests))
+    dirs = {i: _Dir(c.tp, c.kind, c.name, storage.join(log_dir, c.name))
+            for i, c in enumerate(copies)}
     parts: dict[int, PartitionLog] = {}
     errors: dict[int, dict] = {}
-    for i, tp in tps.items():
+    for i, d in dirs.items():
         try:
-            parts[i] = load_partition(ld.partition_path(tp))
+            parts[i] = load_partition(d.path)
         except CompactorError as err:
             errors[i] = err.to_dict()
-    return tps, parts, errors
+    return dirs, parts, errors
+
+
+def _unknown_topics(requests: Sequence[ErasureRequest], dirs: Mapping[int, _Dir],
+                    catalog: Catalog) -> dict[str, str]:
+    """Request id -> why its topic is unknown (no directory holds it and the cluster's
+    metadata does not name it): such a request can never be proven erased."""
+    present = {d.tp.topic for d in dirs.values()}
+    known = present | (set(catalog.metadata.topic_ids) if catalog.metadata else set())
+    out = {}
+    for r in requests:
+        if r.topic == ALL_TOPICS or r.topic in present:
+            continue
+        close = difflib.get_close_matches(r.topic, sorted(known), n=1)
+        out[r.request_id] = (f"topic {r.topic!r} has no partition in this log dir"
+                             + (" (the cluster's metadata knows it: its partitions live in "
+                                "another log dir)" if r.topic in known else
+                                f"; did you mean {close[0]!r}?" if close else ""))
+    return out
+
+
+@dataclass(kw_only=True)
+class _Plan:
+    """What an apply erases, per directory id: the matched records, the older records of
+    compacted keys that go with them, and the records left as bare tombstones."""
+
+    erased: dict[int, dict[int, dict[int, set[int]]]] = field(default_factory=dict)
+    tombstones: dict[int, dict[int, dict[int, set[int]]]] = field(default_factory=dict)
+    superseded: dict[int, int] = field(default_factory=dict)
+    superseded_by_request: dict[str, int] = field(default_factory=dict)
+    tombstones_left: dict[str, list[tuple[str, int]]] = field(default_factory=dict)
+
+    def add(self, target: dict[int, dict[int, dict[int, set[int]]]], i: int, base: int,
+            position: int, offset: int) -> None:
+        target.setdefault(i, {}).setdefault(base, {}).setdefault(position, set()).add(offset)
+
+    def segments(self, i: int) -> set[int]:
+        return set(self.erased.get(i, {})) | set(self.tombstones.get(i, {}))
+
+
+def _plan_erasure(spark: SparkSession, dirs: Mapping[int, _Dir],
+                  parts: Mapping[int, PartitionLog], found: _Scan,
+                  requests: Mapping[str, ErasureRequest],
+                  configs: Mapping[str, TopicConfig]) -> _Plan:
+    """Which records go (kafka-semantics §4.11 keeps only a key's latest record, so on a
+    compacted topic an erased latest record takes the key's older records with it,
+    :func:`compactor.erasure.superseded_by_erased`) and which stay as bare tombstones."""
+    plan = _Plan()
+    wanted: dict[int, set[bytes]] = {}
+    for i, matches in found.matches.items():
+        compacted = configs[dirs[i].tp.topic].compact
+        latest = latest_per_key((m.key_digest, m.offset) for m in matches
+                                if m.key_digest is not None
+                                and requests[m.request_id].leave_tombstone and compacted)
+        for m in matches:
+            if m.key_digest is not None and latest.get(m.key_digest) == m.offset:
+                plan.add(plan.tombstones, i, m.segment_base, m.position, m.offset)
+                left = plan.tombstones_left.setdefault(m.request_id, [])
+                if (dirs[i].name, m.offset) not in left:
+                    left.append((dirs[i].name, m.offset))
+            else:
+                plan.add(plan.erased, i, m.segment_base, m.position, m.offset)
+            # a key matched by a header (not by its own digest) may have older records
+            if compacted and m.key_digest is not None and \
+                    requests[m.request_id].selector == HEADER:
+                wanted.setdefault(i, set()).add(m.key_digest)
+    if not wanted:
+        return plan
+    scanned = {i: parts[i] for i in wanted}
+    others: dict[int, list[tuple[int, int, int, bytes]]] = {i: [] for i in wanted}
+    frozen = {i: frozenset(keys) for i, keys in wanted.items()}
+    for r in segment_tasks(spark, scanned).transform(
+            transforms.scan_key_offsets(frozen)).collect():
+        if r.error:
+            found.errors.setdefault(r.tp_id, json.loads(r.error))
+        else:
+            others[r.tp_id].append((r.segment_base, r.position, r.offset, r.key_digest))
+    for i, rows in others.items():
+        matched: dict[bytes, set[int]] = {}
+        owner: dict[tuple[bytes, int], str] = {}
+        for m in found.matches[i]:
+            if m.key_digest is not None:
+                matched.setdefault(m.key_digest, set()).add(m.offset)
+                owner[(m.key_digest, m.offset)] = m.request_id
+        extra = superseded_by_erased(matched, ((k, o) for _, _, o, k in rows))
+        where = {(k, o): (b, p) for b, p, o, k in rows}
+        for key, offsets in extra.items():
+            request_id = owner[(key, max(matched[key]))]
+            for offset in offsets:
+                base, position = where[(key, offset)]
+                plan.add(plan.erased, i, base, position, offset)
+            plan.superseded[i] = plan.superseded.get(i, 0) + len(offsets)
+            plan.superseded_by_request[request_id] = (
+                plan.superseded_by_request.get(request_id, 0) + len(offsets))
+    return plan
 
 
 def _start(action: str, log_dir: str, state_dir: str, now_ms: int,
-           status: str) -> tuple[list[ErasureRequest], str, dict[str, Any]]:
-    """The requests in ``status``, a new run id and the report skeleton (status ``ok``
+           statuses: frozenset[str]) -> tuple[list[ErasureRequest], str, dict[str, Any]]:
+    """The requests in ``statuses``, a new run id and the report skeleton (status ``ok``
     already when there is nothing to do)."""
     ledger.check_state_dir(state_dir, log_dir)
-    requests = _pending(state_dir, status)
+    ledger.require_ledger(state_dir)
+    requests = _requests_in(state_dir, statuses)
     run_id = f"erase-{action}-{now_ms}-{uuid.uuid4().hex[:8]}"
     report: dict[str, Any] = {"type": "report", "command": f"erase_{action}", "run_id": run_id,
                               "log_dir": log_dir, "now_ms": now_ms, "partitions": [],
@@ -126,68 +264,106 @@ def _start(action: str, log_dir: str, state_dir: str, now_ms: int,
     return requests, run_id, report
 
 
+def _catalog(log_dir: str, now_ms: int, metadata_log_dir: str | None,
+             server_properties: str | None) -> Catalog:
+    # erasure applies to every topic; configs matter for the compacted-topic rule, the
+    # writer's index settings and tiered storage
+    return load_catalog(CompactOptions(
+        log_dir=log_dir, now_ms=now_ms, metadata_log_dir=metadata_log_dir,
+        server_properties=server_properties, assume_kafka_defaults=True))
+
+
 def apply(spark: SparkSession | None, log_dir: str, state_dir: str, now_ms: int, *,
-          fsync: bool = True, metadata_log_dir: str | None = None) -> dict[str, Any]:
-    """Erase every pending request's records from the log dir; returns the JSON report."""
-    requests, run_id, report = _start("apply", log_dir, state_dir, now_ms, "pending")
+          fsync: bool = True, metadata_log_dir: str | None = None,
+          server_properties: str | None = None, exclude_pending_deletes: bool = False,
+          dry_run: bool = False) -> dict[str, Any]:
+    """Erase every pending request's records from every copy on disk; returns the JSON
+    report. ``dry_run`` scans and reports what would be rewritten, changing nothing."""
+    requests, run_id, report = _start("apply", log_dir, state_dir, now_ms,
+                                      frozenset({"pending"}))
+    report["dry_run"] = dry_run
     if not requests:
         return report
     started = int(time.time() * 1000)
+    catalog = _catalog(log_dir, now_ms, metadata_log_dir, server_properties)
     with storage.log_dir_lock(log_dir):
         ld = open_log_dir(log_dir)
-        for tp in ld.partitions:
-            if any(r.applies_to(tp.topic) for r in requests):
-                recover_partition(ld.partition_path(tp))
-        tps, parts, errors = _load(log_dir, requests)
-        matchers = {i: Matcher.for_topic(tps[i].topic, requests) for i in parts}
+        if not dry_run:
+            for c in ld.copies_of(lambda t: any(r.applies_to(t) for r in requests)):
+                recover_partition(storage.join(log_dir, c.name))
+        dirs, parts, errors = _load(log_dir, requests)
+        unknown = _unknown_topics(requests, dirs, catalog)
+        matchers = {i: Matcher.for_topic(dirs[i].tp.topic, requests) for i in parts}
         spark = spark or get_spark(None)
         found = _scan(spark, parts, matchers)
         errors.update(found.errors)
-        # the writer's index settings; erasure itself does not depend on cleanup.policy
-        configs = load_catalog(CompactOptions(
-            log_dir=log_dir, now_ms=now_ms, assume_kafka_defaults=True,
-            metadata_log_dir=metadata_log_dir)).configs
-        messages = _rewrite(spark, log_dir, tps, parts, found, errors, configs, fsync=fsync)
+        by_id = {r.request_id: r for r in requests}
+        plan = _plan_erasure(spark, dirs, parts, found, by_id, catalog.configs)
+        errors.update({i: e for i, e in found.errors.items() if i not in errors})
+        held = {i for i, d in dirs.items() if exclude_pending_deletes and d.kind in (DELETE, STRAY)}
+        writable = {i for i in parts if i not in errors and i not in held}
+        messages = {} if dry_run else _rewrite(spark, log_dir, dirs, parts, plan, writable,
+                                               catalog.configs, fsync=fsync)
         lines: dict[int, dict[str, Any]] = {}
-        for i, tp in tps.items():
-            line: dict[str, Any] = {"topic": tp.topic, "partition": tp.partition}
+        for i, d in dirs.items():
+            line: dict[str, Any] = d.line()
             got = messages.get(i, [])
+            touched = plan.segments(i)
             if i in errors:
                 line.update(status="corrupt", error=errors[i])
+            elif i in held and found.matches.get(i):
+                line["status"] = "residual_copy"  # --exclude-pending-deletes: reported, kept
+            elif dry_run:
+                line["status"] = "would_rewrite" if touched else "unchanged"
             elif any(m.error for m in got):
                 for m in got:
-                    commit.abort_group(ld.partition_path(tp), m)
+                    commit.abort_group(d.path, m)
                 line.update(status="failed", error=next(m.error for m in got if m.error))
             else:
-                commit.commit_partition(ld.partition_path(tp), got)
+                commit.commit_partition(d.path, got)
                 line["status"] = "rewritten" if got else "unchanged"
+            done = line["status"] in ("rewritten", "would_rewrite")
             line.update(
                 segments=len(parts[i].segments) if i in parts else 0,
                 segments_scanned=found.segments.get(i, 0),
                 records_scanned=found.records.get(i, 0),
-                segments_rewritten=len(got) if line["status"] == "rewritten" else 0,
+                records_matched=len({m.offset for m in found.matches.get(i, [])}),
+                segments_rewritten=len(touched) if done else 0,
                 records_erased=sum(m.records_in - m.records_out for m in got)
                 if line["status"] == "rewritten" else 0,
+                superseded_by_erased=plan.superseded.get(i, 0) if done else 0,
+                tombstones_left=sum(len(o) for seg in plan.tombstones.get(i, {}).values()
+                                    for o in seg.values()) if done else 0,
                 bytes_in=sum(m.bytes_in for m in got), bytes_out=sum(m.bytes_out for m in got),
                 seconds=round(sum(m.seconds for m in got), 3),
             )
+            if i in held and found.matches.get(i):
+                line["residual_offsets"] = sorted({m.offset for m in found.matches[i]})[:100]
             lines[i] = line
     report["partitions"] = list(lines.values())
-    updates, blocked = _applied_updates(requests, tps, lines, found, run_id, now_ms)
-    report["requests"] = [{k: u[k] for k in ("request_id", "records_erased",
-                                             "partitions_rewritten", "segments_rewritten")}
+    updates, blocked = _applied_updates(requests, dirs, lines, found, plan, unknown, run_id,
+                                        now_ms)
+    report["requests"] = [{k: u[k] for k in ("request_id", "status", "records_erased",
+                                             "superseded_by_erased", "partitions_rewritten",
+                                             "segments_rewritten", "failure")
+                           if u.get(k) is not None}
                           for u in updates] + [{"request_id": r, "status": "pending",
                                                 "blocked_by": b} for r, b in blocked.items()]
+    if dry_run:
+        report["status"] = "ok"
+        return report
     _record(state_dir, "apply", run_id, log_dir, now_ms, started, lines, updates)
-    report["status"] = "partial" if blocked else "ok"
+    failed = any(u["status"] == "failed" for u in updates)
+    report["status"] = "failed" if failed else ("partial" if blocked else "ok")
     return report
 
 
-def _rewrite(spark: SparkSession, log_dir: str, tps: Mapping[int, TopicPartition],
-             parts: Mapping[int, PartitionLog], found: _Scan, errors: Mapping[int, dict],
+def _rewrite(spark: SparkSession, log_dir: str, dirs: Mapping[int, _Dir],
+             parts: Mapping[int, PartitionLog], plan: _Plan, writable: set[int],
              configs: Mapping[str, TopicConfig], *, fsync: bool) -> dict[int, list]:
-    """Write ``.cleaned`` copies of the segments holding matches (partitions without errors)."""
-    hit = {i: parts[i] for i, m in found.matches.items() if m and i not in errors}
+    """Write ``.cleaned`` copies of the segments holding erased records (readable
+    directories only)."""
+    hit = {i: parts[i] for i in writable if plan.segments(i)}
     if not hit:
         return {}
     hws = read_offset_checkpoint(log_dir, REPLICATION_OFFSET_CHECKPOINT)
@@ -197,15 +373,15 @@ def _rewrite(spark: SparkSession, log_dir: str, tps: Mapping[int, TopicPartition
     for i, part in hit.items():
         hdrs = headers[i]
         leo = max((h.next_offset for h in hdrs), default=0)
-        keep = keep_when_emptied(hdrs, min(hws.get(tps[i], leo), leo))
-        by_segment: dict[int, dict[int, set[int]]] = defaultdict(lambda: defaultdict(set))
-        for base, position, offset, _ in found.matches[i]:
-            by_segment[base][position].add(offset)
-        for base, erased in by_segment.items():
+        keep = keep_when_emptied(hdrs, min(hws.get(dirs[i].tp, leo), leo))
+        erased, bare = plan.erased.get(i, {}), plan.tombstones.get(i, {})
+        for base in sorted(plan.segments(i)):
             seg = next(s for s in part.segments if s.base_offset == base)
-            segments[(i, base)] = (part.path, seg, configs[tps[i].topic])
-            tasks.append((i, base, json.dumps({str(p): sorted(o) for p, o in erased.items()}),
-                          json.dumps(sorted(p for b, p in keep if b == base))))
+            segments[(i, base)] = (part.path, seg, configs[dirs[i].tp.topic])
+            tasks.append((i, base,
+                          json.dumps({str(p): sorted(o) for p, o in erased.get(base, {}).items()}),
+                          json.dumps(sorted(p for b, p in keep if b == base)),
+                          json.dumps({str(p): sorted(o) for p, o in bare.get(base, {}).items()})))
     df = spark.createDataFrame(tasks, ERASURE_TASK).repartition(
         max(1, min(len(tasks), spark.sparkContext.defaultParallelism * 2)))
     out: dict[int, list] = defaultdict(list)
@@ -214,47 +390,71 @@ def _rewrite(spark: SparkSession, log_dir: str, tps: Mapping[int, TopicPartition
     return out
 
 
-def _applied_updates(requests: Sequence[ErasureRequest], tps: Mapping[int, TopicPartition],
-                     lines: Mapping[int, Mapping[str, Any]], found: _Scan, run_id: str,
+def _applied_updates(requests: Sequence[ErasureRequest], dirs: Mapping[int, _Dir],
+                     lines: Mapping[int, Mapping[str, Any]], found: _Scan, plan: _Plan,
+                     unknown: Mapping[str, str], run_id: str,
                      now_ms: int) -> tuple[list[dict[str, Any]], dict[str, list[str]]]:
     updates = []
     blocked: dict[str, list[str]] = {}
     for r in requests:
-        mine = [i for i, tp in tps.items() if r.applies_to(tp.topic)]
-        bad = [f"{tps[i]}" for i in mine if lines[i]["status"] in ("corrupt", "failed")]
+        if r.request_id in unknown:  # never provable: refused with the reason
+            updates.append({"request_id": r.request_id, "status": "failed", "run_id": run_id,
+                            "applied_at_ms": now_ms, "records_erased": 0,
+                            "superseded_by_erased": 0, "partitions_rewritten": 0,
+                            "segments_rewritten": 0, "tombstones_left": "[]",
+                            "failure": json.dumps({"unknown_topic": unknown[r.request_id]})})
+            continue
+        mine = [i for i, d in dirs.items() if r.applies_to(d.tp.topic)]
+        bad = [dirs[i].name for i in mine if lines[i]["status"] in ("corrupt", "failed")]
         if bad:
             blocked[r.request_id] = bad
             continue
-        offsets = {(i, base, off) for i in mine for base, _, off, rid in found.matches[i]
-                   if rid == r.request_id}
+        offsets = {(i, m.segment_base, m.offset) for i in mine for m in found.matches[i]
+                   if m.request_id == r.request_id}
+        left = plan.tombstones_left.get(r.request_id, [])
         updates.append({
             "request_id": r.request_id, "status": "applied", "run_id": run_id,
-            "records_erased": len(offsets),
+            "records_erased": len(offsets) - len(left),
+            "superseded_by_erased": plan.superseded_by_request.get(r.request_id, 0),
             "partitions_rewritten": len({i for i, _, _ in offsets}),
             "segments_rewritten": len({(i, b) for i, b, _ in offsets}),
             "applied_at_ms": now_ms,
+            "tombstones_left": json.dumps([{"dir": d, "offset": o} for d, o in left]),
+            "failure": None,
         })
     return updates, blocked
 
 
-def verify(spark: SparkSession | None, log_dir: str, state_dir: str,
-           now_ms: int) -> dict[str, Any]:
-    """Rescan for every applied request; mark it verified (no record left) or failed."""
-    requests, run_id, report = _start("verify", log_dir, state_dir, now_ms, "applied")
+def verify(spark: SparkSession | None, log_dir: str, state_dir: str, now_ms: int, *,
+           metadata_log_dir: str | None = None,
+           server_properties: str | None = None) -> dict[str, Any]:
+    """Rescan every copy on disk for every applied request; mark it verified (no record
+    left but the bare tombstones it asked to leave, and at least one segment scanned),
+    ``verified_local_only`` when a tiered topic's remote segments could not be scanned, or
+    failed (with the directories and offsets found)."""
+    requests, run_id, report = _start("verify", log_dir, state_dir, now_ms,
+                                      frozenset({"applied"}))
     if not requests:
         return report
     started = int(time.time() * 1000)
+    catalog = _catalog(log_dir, now_ms, metadata_log_dir, server_properties)
     with storage.log_dir_lock(log_dir):
-        tps, parts, errors = _load(log_dir, requests)
-        matchers = {i: Matcher.for_topic(tps[i].topic, requests) for i in parts}
+        dirs, parts, errors = _load(log_dir, requests)
+        matchers = {i: Matcher.for_topic(dirs[i].tp.topic, requests) for i in parts}
         found = _scan(spark or get_spark(None), parts, matchers)
     errors.update(found.errors)
+    by_id = {r.request_id: r for r in requests}
+
+    def accepted(i: int, m: _Match) -> bool:  # a tombstone the request asked to leave
+        return m.bare_tombstone and (dirs[i].name, m.offset) in by_id[
+            m.request_id].tombstones_left
+
     lines = {}
-    for i, tp in tps.items():
-        line: dict[str, Any] = {"topic": tp.topic, "partition": tp.partition,
-                                "segments_scanned": found.segments.get(i, 0),
+    for i, d in dirs.items():
+        line: dict[str, Any] = {**d.line(), "segments_scanned": found.segments.get(i, 0),
                                 "records_scanned": found.records.get(i, 0),
-                                "residual_matches": len(found.matches.get(i, []))}
+                                "residual_matches": sum(not accepted(i, m)
+                                                        for m in found.matches.get(i, []))}
         line["status"] = "corrupt" if i in errors else (
             "residual" if line["residual_matches"] else "clean")
         if i in errors:
@@ -262,29 +462,39 @@ def verify(spark: SparkSession | None, log_dir: str, state_dir: str,
         lines[i] = line
     updates = []
     for r in requests:
-        mine = [i for i, tp in tps.items() if r.applies_to(tp.topic)]
+        mine = [i for i, d in dirs.items() if r.applies_to(d.tp.topic)]
         if any(i in errors for i in mine):
             report["requests"].append({"request_id": r.request_id, "status": "applied",
-                                       "unverified_because": [f"{tps[i]}" for i in mine
+                                       "unverified_because": [dirs[i].name for i in mine
                                                               if i in errors]})
             continue
-        residual = [{"topic": tps[i].topic, "partition": tps[i].partition,
-                     "segment_base": base, "position": pos, "offset": off}
-                    for i in mine for base, pos, off, rid in found.matches[i]
-                    if rid == r.request_id]
+        residual = [{**dirs[i].line(), "segment_base": m.segment_base, "position": m.position,
+                     "offset": m.offset}
+                    for i in mine for m in found.matches[i]
+                    if m.request_id == r.request_id and not accepted(i, m)]
+        scanned = sum(found.segments[i] for i in mine)
+        tiered = sorted({dirs[i].tp.topic for i in mine
+                         if catalog.configs[dirs[i].tp.topic].remote_storage_enable})
+        coverage = [{**dirs[i].line(), "segments": found.segments[i],
+                     "records": found.records[i]} for i in mine]
         update = {"request_id": r.request_id, "verify_run_id": run_id,
-                  "verified_segments_scanned": sum(found.segments[i] for i in mine),
-                  "verified_records_scanned": sum(found.records[i] for i in mine)}
-        if residual:
-            update.update(status="failed", verified_at_ms=None,
-                          failure=json.dumps({"residual_matches": len(residual),
-                                              "first": residual[:10]}))
+                  "verified_segments_scanned": scanned,
+                  "verified_records_scanned": sum(found.records[i] for i in mine),
+                  "coverage": json.dumps(coverage),
+                  "remote_tier": "not_covered" if tiered else None}
+        if residual or not scanned:
+            failure = ({"residual_matches": len(residual), "first": residual[:10]} if residual
+                       else {"nothing_scanned": "no segment of the request's topic was "
+                                                "scanned, so nothing proves the erasure"})
+            update.update(status="failed", verified_at_ms=None, failure=json.dumps(failure))
         else:
-            update.update(status="verified", verified_at_ms=now_ms, failure=None)
+            update.update(status="verified_local_only" if tiered else "verified",
+                          verified_at_ms=now_ms, failure=None)
         updates.append(update)
         report["requests"].append({k: update[k] for k in (
             "request_id", "status", "verified_segments_scanned", "verified_records_scanned")}
-            | ({"residual": residual[:10]} if residual else {}))
+            | ({"residual": residual[:10]} if residual else {})
+            | ({"remote_tier": "not_covered", "tiered_topics": tiered} if tiered else {}))
     report["partitions"] = list(lines.values())
     _record(state_dir, "verify", run_id, log_dir, now_ms, started, lines, updates)
     failed = any(u["status"] == "failed" for u in updates)
@@ -319,7 +529,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="action", required=True)
     for name in ("apply", "verify"):
         p = sub.add_parser(name)
-        add_erase_arguments(p, rewrites=name == "apply")
+        add_erase_arguments(p, apply=name == "apply")
     add_status_arguments(sub.add_parser("status", help="exit 1 when a request is overdue"))
     return parser
 
@@ -332,10 +542,15 @@ def execute(args: argparse.Namespace, out: TextIO) -> int:
     now_ms = args.now_ms if args.now_ms is not None else int(time.time() * 1000)
     spark = get_spark(args.master)
     log_dir, state_dir = storage.absolute(args.log_dir), storage.absolute(args.state_dir)
+    metadata = storage.absolute(args.metadata_log_dir) if args.metadata_log_dir else None
+    props = storage.absolute(args.server_properties) if args.server_properties else None
     if args.action == "apply":
-        report = apply(spark, log_dir, state_dir, now_ms, metadata_log_dir=args.metadata_log_dir)
+        report = apply(spark, log_dir, state_dir, now_ms, dry_run=args.dry_run,
+                       exclude_pending_deletes=args.exclude_pending_deletes,
+                       metadata_log_dir=metadata, server_properties=props)
     else:
-        report = verify(spark, log_dir, state_dir, now_ms)
+        report = verify(spark, log_dir, state_dir, now_ms, metadata_log_dir=metadata,
+                        server_properties=props)
     out.write(json.dumps(report, separators=(",", ":")) + "\n")
     if not args.json:
         out.write(summary(report) + "\n")
@@ -343,7 +558,7 @@ def execute(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def summary(report: Mapping[str, Any]) -> str:
-    lines = [f"{p['topic']}-{p['partition']}: {p['status']}"
+    lines = [f"{p['dir']}: {p['status']}"
              + (f", {p['records_erased']} records erased in {p['segments_rewritten']} segments"
                 if p.get("records_erased") else "")
              + (f", {p['records_scanned']} records scanned" if "residual_matches" in p else "")

@@ -21,7 +21,8 @@ ERASURE_REQUESTS = pa.schema([
     pa.field("reason", pa.string()),
     pa.field("requested_at_ms", pa.int64(), nullable=False),
     pa.field("deadline_ms", pa.int64(), nullable=False),
-    pa.field("status", pa.string(), nullable=False),  # pending | applied | verified | failed
+    # pending | applied | verified | verified_local_only | failed
+    pa.field("status", pa.string(), nullable=False),
     pa.field("run_id", pa.string()),  # the apply run that erased it
     pa.field("records_erased", pa.int64()),
     pa.field("partitions_rewritten", pa.int64()),
@@ -32,6 +33,12 @@ ERASURE_REQUESTS = pa.schema([
     pa.field("verified_segments_scanned", pa.int64()),
     pa.field("verified_records_scanned", pa.int64()),
     pa.field("failure", pa.string()),  # what a failed verification found (offsets, files)
+    # columns added later (older ledgers get them on first use, ledger._table)
+    pa.field("leave_tombstone", pa.bool_()),  # key erasure leaving a bare tombstone
+    pa.field("tombstones_left", pa.string()),  # JSON [{dir, offset}] the apply left
+    pa.field("superseded_by_erased", pa.int64()),  # older records of compacted keys erased too
+    pa.field("remote_tier", pa.string()),  # "not_covered" when a tiered topic was involved
+    pa.field("coverage", pa.string()),  # JSON [{dir, copy, segments, records}] the verify scanned
 ])
 
 # One row per partition per run of compaction, retention or erasure: the operational history.

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pyspark.sql.types import (
     ArrayType,
+    BinaryType,
     BooleanType,
     DataType,
     DoubleType,
@@ -144,8 +145,20 @@ ERASURE_MATCH = _schema(
     ("position", LongType(), True),
     ("offset", LongType(), True),
     ("request_id", StringType(), True),
+    ("key_digest", BinaryType(), True),  # SHA-256 of the matched record's key (match rows)
+    ("bare_tombstone", BooleanType(), True),
     ("batches", LongType(), True),
     ("records", LongType(), True),
+    ("error", StringType(), True),
+)
+
+# Other records of the keys an erasure matched (the compacted-topic supersession rule).
+KEY_OFFSET = _schema(
+    ("tp_id", IntegerType(), False),
+    ("segment_base", LongType(), False),
+    ("position", LongType(), True),
+    ("offset", LongType(), True),
+    ("key_digest", BinaryType(), True),
     ("error", StringType(), True),
 )
 
@@ -156,4 +169,5 @@ ERASURE_TASK = _schema(
     ("segment_base", LongType(), False),
     ("erased_json", StringType(), False),
     ("retain_empty_json", StringType(), False),
+    ("tombstone_json", StringType(), False),  # {position: [offsets]} left as bare tombstones
 )

@@ -228,7 +228,8 @@ def test_applying_again_erases_nothing_more_and_rewrites_nothing(
     assert _cli(capsys, *request[:-1], "--request-id", "again", "--json")[0] == EXIT_OK
     code, third = _cli(capsys, *apply)
     assert code == EXIT_OK
-    assert third["requests"] == [{"request_id": "again", "records_erased": 0,
+    assert third["requests"] == [{"request_id": "again", "status": "applied",
+                                  "records_erased": 0, "superseded_by_erased": 0,
                                   "partitions_rewritten": 0, "segments_rewritten": 0}]
     assert all(p["status"] == "unchanged" for p in topic_lines(third["partitions"]))
     assert tree_digest(logs) == digest
