@@ -151,6 +151,10 @@ def build_parser() -> argparse.ArgumentParser:
     st = esub.add_parser("status", help="requests by status; exit 1 when one is overdue")
     add_status_arguments(st)
     st.set_defaults(handler=erase_status_command)
+    ini = esub.add_parser("init", help="create the ledger (before the first request, so "
+                                       "that status and the erasure DAG find one)")
+    ini.add_argument("--state-dir", required=True)
+    ini.set_defaults(handler=_cmd_erase_init)
     ls = esub.add_parser("list", help="every request: id, topic, selector, status, deadline")
     ls.add_argument("--state-dir", required=True)
     ls.add_argument("--json", action="store_true")
@@ -438,6 +442,14 @@ def _check_request_topic(args: argparse.Namespace) -> None:
     # raises with the closest existing name when neither the log dir nor the metadata has it
     build_catalog(ld, config_all={}, config_topics={}, named_topics=[args.topic],
                   metadata_log_dir=args.metadata_log_dir)
+
+
+def _cmd_erase_init(args: argparse.Namespace, out: TextIO) -> int:
+    from compactor import ledger
+
+    created = ledger.init(args.state_dir)
+    out.write(f"{'created' if created else 'already there'}: the ledger in {args.state_dir}\n")
+    return EXIT_OK
 
 
 def _cmd_erase_list(args: argparse.Namespace, out: TextIO) -> int:

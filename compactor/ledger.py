@@ -57,6 +57,21 @@ def check_state_dir(state_dir: str, log_dir: str | None = None) -> None:
         here = parent
 
 
+def init(state_dir: str) -> bool:
+    """Create the ledger's tables (``erase init``); returns whether they were new.
+
+    Raises:
+        ConfigError: the state dir is or lies inside a Kafka log dir.
+    """
+    from deltalake import DeltaTable
+
+    check_state_dir(state_dir)
+    new = not DeltaTable.is_deltatable(_table_path(state_dir, ERASURE_REQUESTS_TABLE))
+    _table(state_dir, ERASURE_REQUESTS_TABLE, ERASURE_REQUESTS)
+    _table(state_dir, RUNS_TABLE, RUNS)
+    return new
+
+
 def require_ledger(state_dir: str) -> None:
     """Commands that read the ledger need one (a mistyped ``--state-dir`` must not look like
     an empty, healthy ledger).
@@ -69,7 +84,8 @@ def require_ledger(state_dir: str) -> None:
     if not DeltaTable.is_deltatable(_table_path(state_dir, ERASURE_REQUESTS_TABLE)):
         raise ConfigError("no erasure ledger here (no erasure_requests Delta table)",
                           path=state_dir,
-                          remedy="check --state-dir; `erase request` creates the ledger")
+                          remedy="check --state-dir; `compactor erase init --state-dir DIR` (or "
+                                 "the first `erase request`) creates the ledger")
 
 
 def _table_path(state_dir: str, name: str) -> str:

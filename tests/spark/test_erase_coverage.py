@@ -287,6 +287,14 @@ def test_a_proof_cannot_be_false_by_mistake(
     for args in (["status", "--now-ms", str(NOW)], ["list"]):
         assert cli_main(["erase", *args, "--state-dir", str(tmp_path / "typo")]) == EXIT_CONFIG
         assert "no erasure ledger" in capsys.readouterr().err
+    assert cli_main(["erase", "init", "--state-dir", str(tmp_path / "fresh")]) == EXIT_OK
+    assert cli(capsys, "erase", "status", "--state-dir", str(tmp_path / "fresh"), "--json")[
+        1]["requests"] == 0
+    # a foreign directory in the log dir is what inspect --verify reports
+    (logs / "ledger").mkdir()
+    problems = [p for p in inspect_problems(logs) if p.code == "FOREIGN_DIRECTORY"]
+    assert [p.path for p in problems] == [str(logs / "ledger")]
+    (logs / "ledger").rmdir()
     # without --log-dir the typo is accepted, then apply refuses it: never verified
     assert request(capsys, state, "--topic", "profile", "--key", "k", "--request-id",
                    "typo") == EXIT_OK
