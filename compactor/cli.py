@@ -321,7 +321,8 @@ def recover_command(args: argparse.Namespace, out: TextIO) -> int:
     else:
         log_dir = open_log_dir(path)
         lock_dir = path
-        partition_dirs = [log_dir.partition_path(tp) for tp in log_dir.partitions]
+        # replica copies too: an erasure swaps segments in -future, -delete and -stray dirs
+        partition_dirs = [storage.join(path, c.name) for c in log_dir.copies_of(lambda _: True)]
     changed = 0
     with storage.log_dir_lock(lock_dir):
         for pdir in partition_dirs:
