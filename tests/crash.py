@@ -30,3 +30,24 @@ def kill_before(crash_at: int, names: Iterable[str] = FILE_OPERATIONS) -> Callab
     for name in names:
         setattr(storage, name, counted(getattr(storage, name)))
     return lambda: count
+
+
+# A subprocess script: `compactor erase apply` (argv[3:]) that kills itself (SIGKILL) before
+# file operation argv[1] of the swap of the first partition directory whose path ends with
+# argv[2] (any directory when empty).
+ERASE_APPLY_CRASHER = r"""
+import os, sys
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+os.environ["PYSPARK_PYTHON"] = sys.executable
+from compactor import commit
+from compactor.cli import main
+from tests.crash import kill_before
+original = commit.commit_partition
+def crashing_commit(path, *args, **kwargs):  # count only that swap's file operations
+    if path.endswith(sys.argv[2]):
+        kill_before(int(sys.argv[1]), ("rename", "remove", "fsync_dir"))
+        commit.commit_partition = original
+    return original(path, *args, **kwargs)
+commit.commit_partition = crashing_commit
+sys.exit(main(sys.argv[3:]))
+"""

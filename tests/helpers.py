@@ -228,3 +228,13 @@ def topic_lines(partitions: list[dict]) -> list[dict]:
     meta = [p for p in partitions if p.get("reason") == "metadata_log"]
     assert all(p["topic"] == "__cluster_metadata" and p["status"] == "skipped" for p in meta)
     return [p for p in partitions if p.get("reason") != "metadata_log"]
+
+
+def cli_json(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict]:
+    """Run the ``compactor`` command in-process: its exit code and its last JSON line."""
+    from compactor.cli import main
+
+    code = main([*args])
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()
+             if line.startswith("{")]
+    return code, lines[-1] if lines else {}

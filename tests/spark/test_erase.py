@@ -5,7 +5,6 @@ pending and the log old or new."""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -26,7 +25,9 @@ from compactor.model import TopicPartition
 from compactor.policy import replay_producers
 from compactor.scan import batch_header
 from schemas.delta import ERASURE_REQUESTS, RUNS
+from tests.crash import ERASE_APPLY_CRASHER
 from tests.helpers import (
+    cli_json,
     topic_lines,
     inspect_problems,
     read_with_independent_parsers,
@@ -66,11 +67,6 @@ def logs(compacted: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     return dest
 
 
-def _cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict]:
-    code = cli_main([*args])
-    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()
-             if line.startswith("{")]
-    return code, lines[-1] if lines else {}
 
 
 def _partitions(logs: Path) -> dict[str, dict[int, bytes]]:
@@ -113,12 +109,12 @@ def test_erasing_a_key_removes_every_record_of_it_and_nothing_else(
                and any(r.key == SUBJECT for r in b.records())
                for segs in before.values() for d in segs.values() for b in iter_batches(d))
 
-    code, out = _cli(capsys, "erase", "request", "--state-dir", str(state), "--topic", "*",
+    code, out = cli_json(capsys, "erase", "request", "--state-dir", str(state), "--topic", "*",
                      "--key", SUBJECT.decode(), "--reason", "art. 17", "--now-ms", str(NOW),
                      "--json", "--log-dir", str(logs))
     assert code == EXIT_OK
     (rid,) = out["added"]
-    code, report = _cli(capsys, "erase", "apply", str(logs), "--state-dir", str(state),
+    code, report = cli_json(capsys, "erase", "apply", str(logs), "--state-dir", str(state),
                         "--now-ms", str(NOW), "--json")
     assert code == EXIT_OK and report["status"] == "ok"
     assert report["requests"][0]["records_erased"] == total
@@ -160,21 +156,21 @@ def test_erasing_a_key_removes_every_record_of_it_and_nothing_else(
             assert SUBJECT not in path.read_bytes(), path
 
     # verify by rescan, then the proof
-    code, verified = _cli(capsys, "erase", "verify", str(logs), "--state-dir", str(state),
+    code, verified = cli_json(capsys, "erase", "verify", str(logs), "--state-dir", str(state),
                           "--now-ms", str(NOW + 1000), "--json")
     assert code == EXIT_OK
     assert verified["requests"][0]["status"] == "verified"
     assert verified["requests"][0]["verified_records_scanned"] == sum(  # markers aside
         len(b.records()) for s in after.values() for d in s.values() for b in iter_batches(d)
         if not b.is_control)
-    code, proof = _cli(capsys, "erase", "report", "--state-dir", str(state), "--request-id",
+    code, proof = cli_json(capsys, "erase", "report", "--state-dir", str(state), "--request-id",
                        rid, "--json")
     assert code == EXIT_OK
     assert proof["proof"]["verified_by_rescan"] and proof["proof"]["residual_matches"] == 0
     assert proof["proof"]["records_erased"] == total and proof["proof"]["met_deadline"]
     assert [c["action"] for c in proof["ledger_commits"]] == ["request", "apply", "verify"]
     assert len(proof["apply_runs"]) == 4 and len(proof["verify_runs"]) == 4
-    code, status = _cli(capsys, "erase", "status", "--state-dir", str(state), "--now-ms",
+    code, status = cli_json(capsys, "erase", "status", "--state-dir", str(state), "--now-ms",
                         str(NOW), "--json")
     assert code == EXIT_OK and status["by_status"]["verified"] == 1 and status["overdue"] == []
 
@@ -188,11 +184,11 @@ def test_erasing_by_header_value_in_one_topic(
         return ("source", b"svc-a") in r.headers
 
     assert any(tagged(r) for s in before.values() for r in records_of(s).values())
-    code, _ = _cli(capsys, "erase", "request", "--state-dir", str(state), "--topic", "clicks",
+    code, _ = cli_json(capsys, "erase", "request", "--state-dir", str(state), "--topic", "clicks",
                    "--header", "source=svc-a", "--request-id", "ticket-42", "--now-ms",
                    str(NOW), "--json")
     assert code == EXIT_OK
-    code, report = _cli(capsys, "erase", "apply", str(logs), "--state-dir", str(state),
+    code, report = cli_json(capsys, "erase", "apply", str(logs), "--state-dir", str(state),
                         "--now-ms", str(NOW), "--json")
     assert code == EXIT_OK
     after = _partitions(logs)
@@ -206,7 +202,7 @@ def test_erasing_by_header_value_in_one_topic(
         1 for n, s in before.items() if n.startswith("clicks")
         for r in records_of(s).values() if tagged(r))
     assert inspect_problems(logs) == []
-    code, _ = _cli(capsys, "erase", "verify", str(logs), "--state-dir", str(state), "--json")
+    code, _ = cli_json(capsys, "erase", "verify", str(logs), "--state-dir", str(state), "--json")
     assert code == EXIT_OK
 
 
@@ -215,18 +211,18 @@ def test_applying_again_erases_nothing_more_and_rewrites_nothing(
     state = tmp_path / "state"
     request = ["erase", "request", "--state-dir", str(state), "--topic", "profiles", "--key",
                SUBJECT.decode(), "--now-ms", str(NOW), "--json"]
-    assert _cli(capsys, *request)[0] == EXIT_OK
-    _, again = _cli(capsys, *request)  # the same subject again: the same request
+    assert cli_json(capsys, *request)[0] == EXIT_OK
+    _, again = cli_json(capsys, *request)  # the same subject again: the same request
     assert again["added"] == [] and len(again["existing"]) == 1
     apply = ["erase", "apply", str(logs), "--state-dir", str(state), "--now-ms", str(NOW),
              "--json"]
-    assert _cli(capsys, *apply)[0] == EXIT_OK
+    assert cli_json(capsys, *apply)[0] == EXIT_OK
     digest = tree_digest(logs)
-    code, second = _cli(capsys, *apply)  # nothing pending
+    code, second = cli_json(capsys, *apply)  # nothing pending
     assert code == EXIT_OK and second["requests"] == []
     # a new request for the same, already erased subject rewrites nothing
-    assert _cli(capsys, *request[:-1], "--request-id", "again", "--json")[0] == EXIT_OK
-    code, third = _cli(capsys, *apply)
+    assert cli_json(capsys, *request[:-1], "--request-id", "again", "--json")[0] == EXIT_OK
+    code, third = cli_json(capsys, *apply)
     assert code == EXIT_OK
     assert third["requests"] == [{"request_id": "again", "status": "applied",
                                   "records_erased": 0, "superseded_by_erased": 0,
@@ -240,22 +236,22 @@ def test_verify_fails_on_a_residual_record_and_status_alerts_when_overdue(
     state = tmp_path / "state"
     pdir = logs / "profiles-0"
     backup = {p.name: p.read_bytes() for p in pdir.glob("*.log")}
-    assert _cli(capsys, "erase", "request", "--state-dir", str(state), "--topic", "profiles",
+    assert cli_json(capsys, "erase", "request", "--state-dir", str(state), "--topic", "profiles",
                 "--key", SUBJECT.decode(), "--request-id", "r1", "--now-ms", str(NOW),
                 "--deadline-days", "30", "--json")[0] == EXIT_OK
-    assert _cli(capsys, "erase", "apply", str(logs), "--state-dir", str(state), "--now-ms",
+    assert cli_json(capsys, "erase", "apply", str(logs), "--state-dir", str(state), "--now-ms",
                 str(NOW), "--json")[0] == EXIT_OK
     first = sorted(backup)[0]  # an old copy of a segment comes back (say, from a backup)
     (pdir / first).write_bytes(backup[first])
     (pdir / first.replace(".log", ".index")).unlink()  # let the loader accept the old bytes
     (pdir / first.replace(".log", ".timeindex")).unlink()
-    code, verified = _cli(capsys, "erase", "verify", str(logs), "--state-dir", str(state),
+    code, verified = cli_json(capsys, "erase", "verify", str(logs), "--state-dir", str(state),
                           "--now-ms", str(NOW), "--json")
     assert code == EXIT_FAILURE and verified["status"] == "failed"
     (req,) = verified["requests"]
     assert req["status"] == "failed"
     assert {r["segment_base"] for r in req["residual"]} == {int(first.split(".")[0])}
-    code, status = _cli(capsys, "erase", "status", "--state-dir", str(state), "--now-ms",
+    code, status = cli_json(capsys, "erase", "status", "--state-dir", str(state), "--now-ms",
                         str(NOW + 31 * 86_400_000), "--json")
     assert code == EXIT_FAILURE
     assert status["overdue"][0]["request_id"] == "r1" and status["by_status"]["failed"] == 1
@@ -264,28 +260,10 @@ def test_verify_fails_on_a_residual_record_and_status_alerts_when_overdue(
 def test_state_dir_inside_the_log_dir_is_refused(
         logs: Path, capsys: pytest.CaptureFixture[str]) -> None:
     before = tree_digest(logs)
-    code, err = _cli(capsys, "erase", "apply", str(logs), "--state-dir", str(logs / "ledger"),
+    code, err = cli_json(capsys, "erase", "apply", str(logs), "--state-dir", str(logs / "ledger"),
                      "--json")
     assert code == EXIT_CONFIG and "overlaps the log dir" in err["message"]
     assert tree_digest(logs) == before
-
-
-# Runs `erase apply` and kills itself (SIGKILL) before storage operation N of the swap.
-CRASHER = r"""
-import os, sys
-os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-os.environ["PYSPARK_PYTHON"] = sys.executable
-from compactor import commit
-from compactor.cli import main
-from tests.crash import kill_before
-original = commit.commit_partition
-def crashing_commit(*args, **kwargs):  # count only the swap's file operations
-    kill_before(int(sys.argv[1]), ("rename", "remove", "fsync_dir"))
-    commit.commit_partition = original
-    return original(*args, **kwargs)
-commit.commit_partition = crashing_commit
-sys.exit(main(sys.argv[2:]))
-"""
 
 
 @pytest.mark.slow
@@ -294,16 +272,17 @@ def test_a_crash_mid_apply_leaves_the_request_pending_and_the_next_apply_complet
         logs: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], crash_at: int) -> None:
     state = tmp_path / "state"
     before = _partitions(logs)
-    assert _cli(capsys, "erase", "request", "--state-dir", str(state), "--topic", "profiles",
+    assert cli_json(capsys, "erase", "request", "--state-dir", str(state), "--topic", "profiles",
                 "--key", SUBJECT.decode(), "--request-id", "r1", "--now-ms", str(NOW),
                 "--json")[0] == EXIT_OK
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
-    proc = subprocess.run([sys.executable, "-c", CRASHER, str(crash_at), "erase", "apply",
+    proc = subprocess.run([sys.executable, "-c", ERASE_APPLY_CRASHER, str(crash_at), "",
+                           "erase", "apply",
                            str(logs), "--state-dir", str(state), "--now-ms", str(NOW), "--json",
                            "--master", "local[1]"], capture_output=True, text=True, env=env,
                           check=False)
     assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
-    code, status = _cli(capsys, "erase", "status", "--state-dir", str(state), "--now-ms",
+    code, status = cli_json(capsys, "erase", "status", "--state-dir", str(state), "--now-ms",
                         str(NOW), "--json")
     assert status["by_status"]["pending"] == 1  # the crashed run marked nothing
     assert cli_main(["recover", str(logs)]) == EXIT_OK
@@ -316,7 +295,7 @@ def test_a_crash_mid_apply_leaves_the_request_pending_and_the_next_apply_complet
             kept = {o: r for o, r in records_of({base: data}).items()}
             original = records_of({base: old[base]})
             assert kept in (original, {o: r for o, r in original.items() if o not in subject})
-    code, report = _cli(capsys, "erase", "apply", str(logs), "--state-dir", str(state),
+    code, report = cli_json(capsys, "erase", "apply", str(logs), "--state-dir", str(state),
                         "--now-ms", str(NOW), "--json")
     assert code == EXIT_OK and report["requests"][0]["request_id"] == "r1"
     after = _partitions(logs)

@@ -5,7 +5,6 @@ swapped. Records that remain are read back with kafka-python (an independent par
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -21,7 +20,8 @@ from compactor.codec.checkpoints import CLEANER_OFFSET_CHECKPOINT, parse_offset_
 from compactor.errors import EXIT_CONFIG, EXIT_FAILURE, EXIT_OK
 from compactor.generator import DEFAULT_START_MS, GeneratorConfig, generate
 from compactor.model import TopicPartition
-from tests.helpers import inspect_problems, records_of, segment_bytes, tree_digest
+from tests.crash import ERASE_APPLY_CRASHER
+from tests.helpers import cli_json, inspect_problems, records_of, segment_bytes, tree_digest
 
 pytestmark = pytest.mark.spark
 
@@ -57,11 +57,6 @@ def logs(compacted: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     return dest
 
 
-def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict]:
-    code = cli_main([*args])
-    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()
-             if line.startswith("{")]
-    return code, lines[-1] if lines else {}
 
 
 def kp_records(pdir: Path) -> list[tuple[int, int, bytes | None, bytes | None, list]]:
@@ -78,13 +73,13 @@ def kp_records(pdir: Path) -> list[tuple[int, int, bytes | None, bytes | None, l
 
 
 def request(capsys: pytest.CaptureFixture[str], state: Path, *args: str) -> int:
-    return cli(capsys, "erase", "request", "--state-dir", str(state), "--now-ms", str(NOW),
+    return cli_json(capsys, "erase", "request", "--state-dir", str(state), "--now-ms", str(NOW),
                "--json", *args)[0]
 
 
 def erase(capsys: pytest.CaptureFixture[str], action: str, logs: Path, state: Path,
           *args: str) -> tuple[int, dict]:
-    return cli(capsys, "erase", action, str(logs), "--state-dir", str(state), "--now-ms",
+    return cli_json(capsys, "erase", action, str(logs), "--state-dir", str(state), "--now-ms",
                str(NOW), "--json", *args)
 
 
@@ -106,7 +101,7 @@ def test_every_copy_on_disk_is_erased_and_the_proof_lists_each_directory(
     code, verified = erase(capsys, "verify", logs, state)
     # every topic: the tiered one's remote segments could not be scanned
     assert code == EXIT_OK and verified["requests"][0]["status"] == "verified_local_only"
-    code, audit = cli(capsys, "erase", "report", "--state-dir", str(state), "--request-id",
+    code, audit = cli_json(capsys, "erase", "report", "--state-dir", str(state), "--request-id",
                       "r1", "--json")
     coverage = {c["dir"]: c for c in audit["proof"]["coverage"]}
     assert set(coverage) == {*copies, "vault-0"}
@@ -228,7 +223,7 @@ def test_leave_tombstone_replaces_the_last_record_and_verify_accepts_only_it(
     shutil.copytree(pdir, original)
     mine = [r for r in kp_records(pdir) if r[2] == SUBJECT]
     state = tmp_path / "state"
-    assert cli(capsys, "erase", "request", "--state-dir", str(state), "--topic", "clicks",
+    assert cli_json(capsys, "erase", "request", "--state-dir", str(state), "--topic", "clicks",
                "--header", "trace-id=x", "--leave-tombstone")[0] == EXIT_CONFIG
     assert request(capsys, state, "--topic", "profiles", "--key", SUBJECT.decode(),
                    "--leave-tombstone", "--request-id", "t1") == EXIT_OK
@@ -237,12 +232,12 @@ def test_leave_tombstone_replaces_the_last_record_and_verify_accepts_only_it(
     assert left == [(mine[-1][0], mine[-1][1], SUBJECT, None, [])]  # offset and time kept
     code, verified = erase(capsys, "verify", logs, state)
     assert code == EXIT_OK and verified["requests"][0]["status"] == "verified"
-    code, audit = cli(capsys, "erase", "report", "--state-dir", str(state), "--request-id",
+    code, audit = cli_json(capsys, "erase", "report", "--state-dir", str(state), "--request-id",
                       "t1", "--json")
     assert audit["proof"]["tombstones_left"] == [{"dir": "profiles-0", "offset": mine[-1][0]}]
     # the same key's value anywhere else is not accepted
     shutil.copytree(original, logs / FUTURE)
-    assert cli(capsys, "erase", "request", "--state-dir", str(state), "--topic", "profiles",
+    assert cli_json(capsys, "erase", "request", "--state-dir", str(state), "--topic", "profiles",
                "--key", SUBJECT.decode(), "--leave-tombstone", "--request-id", "t2")[0] == 0
     assert erase(capsys, "apply", logs, state)[0] == EXIT_OK
     shutil.rmtree(logs / FUTURE)
@@ -262,10 +257,10 @@ def test_a_tiered_topic_is_verified_locally_only(
     assert code == EXIT_OK
     assert verified["requests"][0]["status"] == "verified_local_only"
     assert verified["requests"][0]["remote_tier"] == "not_covered"
-    code, audit = cli(capsys, "erase", "report", "--state-dir", str(state), "--request-id",
+    code, audit = cli_json(capsys, "erase", "report", "--state-dir", str(state), "--request-id",
                       "v1", "--json")
     assert audit["proof"]["remote_tier"] == "not_covered"
-    code, status = cli(capsys, "erase", "status", "--state-dir", str(state), "--now-ms",
+    code, status = cli_json(capsys, "erase", "status", "--state-dir", str(state), "--now-ms",
                        str(NOW + 86_400_000), "--json")
     assert code == EXIT_OK and status["by_status"]["verified_local_only"] == 1
     assert status["overdue"] == []
@@ -288,7 +283,7 @@ def test_a_proof_cannot_be_false_by_mistake(
         assert cli_main(["erase", *args, "--state-dir", str(tmp_path / "typo")]) == EXIT_CONFIG
         assert "no erasure ledger" in capsys.readouterr().err
     assert cli_main(["erase", "init", "--state-dir", str(tmp_path / "fresh")]) == EXIT_OK
-    assert cli(capsys, "erase", "status", "--state-dir", str(tmp_path / "fresh"), "--json")[
+    assert cli_json(capsys, "erase", "status", "--state-dir", str(tmp_path / "fresh"), "--json")[
         1]["requests"] == 0
     # a foreign directory in the log dir is what inspect --verify reports
     (logs / "ledger").mkdir()
@@ -300,7 +295,7 @@ def test_a_proof_cannot_be_false_by_mistake(
                    "typo") == EXIT_OK
     assert request(capsys, state, "--topic", "profiles", "--key", SUBJECT.decode(),
                    "--request-id", "ok") == EXIT_OK
-    code, listed = cli(capsys, "erase", "list", "--state-dir", str(state), "--json")
+    code, listed = cli_json(capsys, "erase", "list", "--state-dir", str(state), "--json")
     assert [(r["request_id"], r["topic"], r["status"]) for r in listed["requests"]] == [
         ("ok", "profiles", "pending"), ("typo", "profile", "pending")]
     before = tree_digest(logs)
@@ -308,32 +303,13 @@ def test_a_proof_cannot_be_false_by_mistake(
     assert code == EXIT_OK and dry["dry_run"]
     assert tree_digest(logs) == before
     assert {p["dir"]: p["status"] for p in dry["partitions"]}["profiles-0"] == "would_rewrite"
-    code, listed = cli(capsys, "erase", "list", "--state-dir", str(state), "--json")
+    code, listed = cli_json(capsys, "erase", "list", "--state-dir", str(state), "--json")
     assert {r["status"] for r in listed["requests"]} == {"pending"}
     code, applied = erase(capsys, "apply", logs, state)
     assert code == EXIT_FAILURE
     typo = next(r for r in applied["requests"] if r["request_id"] == "typo")
     assert typo["status"] == "failed" and "did you mean 'profiles'" in typo["failure"]
     assert erase(capsys, "verify", logs, state)[0] == EXIT_OK  # "ok" verifies; typo never
-
-
-# Runs `erase apply` and kills itself (SIGKILL) before file operation N of the -future
-# copy's swap.
-CRASHER = r"""
-import os, sys
-os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-os.environ["PYSPARK_PYTHON"] = sys.executable
-from compactor import commit
-from compactor.cli import main
-from tests.crash import kill_before
-original = commit.commit_partition
-def crashing_commit(path, *args, **kwargs):
-    if path.endswith("-future"):
-        kill_before(int(sys.argv[1]), ("rename", "remove", "fsync_dir"))
-    return original(path, *args, **kwargs)
-commit.commit_partition = crashing_commit
-sys.exit(main(sys.argv[2:]))
-"""
 
 
 @pytest.mark.slow
@@ -346,7 +322,8 @@ def test_a_crash_while_a_future_copy_is_swapped_recovers_like_a_live_partition(
     assert request(capsys, state, "--topic", "profiles", "--key", SUBJECT.decode(),
                    "--request-id", "r1") == EXIT_OK
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
-    proc = subprocess.run([sys.executable, "-c", CRASHER, str(crash_at), "erase", "apply",
+    proc = subprocess.run([sys.executable, "-c", ERASE_APPLY_CRASHER, str(crash_at), "-future",
+                           "erase", "apply",
                            str(logs), "--state-dir", str(state), "--now-ms", str(NOW), "--json",
                            "--master", "local[1]"], capture_output=True, text=True, env=env,
                           check=False)

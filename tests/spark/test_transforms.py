@@ -23,7 +23,7 @@ from compactor.logdir import load_partition
 from compactor.policy import BatchRetention, PartitionInput
 from compactor.codec.segment import iter_batches
 from compactor.erasure import Matcher
-from compactor.scan import erasure_matches, key_digest, segment_headers
+from compactor.scan import erasure_matches, key_offsets, key_digest, segment_headers
 from compactor.writer import write_erased_segment, write_group
 from jobs.compact import group_slots
 from schemas.spark import (
@@ -31,6 +31,7 @@ from schemas.spark import (
     COMMIT_MESSAGE,
     DECISION,
     ERASURE_MATCH,
+    KEY_OFFSET,
     ERASURE_TASK,
     GROUP_SLOT,
     KEYED_RECORD,
@@ -288,13 +289,26 @@ def test_scan_erasure_equals_the_pure_scan(spark, partition: PartitionInput) -> 
     expected = []
     for s in partition.segments:
         found = erasure_matches(Path(s.log_path).read_bytes(), s.log_path, matcher)
-        expected.append((0, s.base_offset, "segment", None, None, None, found.batches,
-                         found.records, None))
-        expected += [(0, s.base_offset, "match", position, offset, request_id, None, None, None)
-                     for position, offset, request_id in found.matches]
+        expected.append((0, s.base_offset, "segment", None, None, None, None, None,
+                         found.batches, found.records, None))
+        expected += [(0, s.base_offset, "match", m.position, m.offset, m.request_id,
+                      m.key_digest, m.bare_tombstone, None, None, None) for m in found.matches]
     assert any(row[2] == "match" for row in expected)
     assert_df_equality(got, spark.createDataFrame(expected, ERASURE_MATCH),
                        ignore_row_order=True)
+
+
+def test_scan_key_offsets_equals_the_pure_scan(spark, partition: PartitionInput) -> None:
+    wanted = frozenset({hashlib.sha256(_erasure_subject(partition)).digest()})
+    tasks = spark.createDataFrame(
+        [(0, s.base_offset, s.log_path) for s in partition.segments], SEGMENT_TASK)
+    got = tasks.transform(transforms.scan_key_offsets({0: wanted}))
+    expected = [(0, s.base_offset, position, offset, digest, None)
+                for s in partition.segments
+                for position, offset, digest in key_offsets(Path(s.log_path).read_bytes(),
+                                                            s.log_path, wanted)]
+    assert expected
+    assert_df_equality(got, spark.createDataFrame(expected, KEY_OFFSET), ignore_row_order=True)
 
 
 def test_rewrite_erased_equals_the_writer_called_directly(spark, partition: PartitionInput,
@@ -307,13 +321,18 @@ def test_rewrite_erased_equals_the_writer_called_directly(spark, partition: Part
         if not found.matches:
             continue
         erased: dict[int, list[int]] = {}
-        for position, offset, _ in found.matches:
-            erased.setdefault(position, []).append(offset)
-        tasks.append((0, seg.base_offset, json.dumps(erased), json.dumps([])))
+        tombstones: dict[int, list[int]] = {}
+        last = found.matches[-1]  # the segment's last match stays as a bare tombstone
+        for m in found.matches[:-1]:
+            erased.setdefault(m.position, []).append(m.offset)
+        tombstones[last.position] = [last.offset]
+        tasks.append((0, seg.base_offset, json.dumps(erased), json.dumps([]),
+                      json.dumps(tombstones)))
         segments[(0, seg.base_offset)] = (partition.path, seg, partition.config)
         message = write_erased_segment(twin.path, twin_seg, erased, set(), twin.config,
-                                       fsync=False)
-        assert message.error is None and message.dropped["erased"] == len(found.matches)
+                                       tombstones=tombstones, fsync=False)
+        assert message.error is None
+        assert message.dropped.get("erased", 0) == len(found.matches) - 1
         expected.append(transforms.message_to_row(0, message))
     assert tasks
     got = (spark.createDataFrame(tasks, ERASURE_TASK)
