@@ -220,8 +220,9 @@ def log_dir_lock(log_dir: str) -> Iterator[None]:
 
     Kafka locks the file with ``FileChannel.tryLock()``, a POSIX ``fcntl`` record lock over
     the whole file; ``fcntl.lockf`` takes the same kind of lock, so a running broker and
-    kafka-compactor exclude each other. The lock file is removed on release only when this call
-    created it.
+    kafka-compactor exclude each other. The lock file is never removed, as Kafka never
+    removes it: a process that opened it before an unlink would lock an orphaned inode while a
+    third one locks a new file, and both would believe they hold the log dir.
 
     Raises:
         LogDirError: the log dir does not exist or the lock file cannot be created.
@@ -230,7 +231,6 @@ def log_dir_lock(log_dir: str) -> Iterator[None]:
     if not os.path.isdir(log_dir):
         raise LogDirError("log dir does not exist or is not a directory", path=log_dir)
     lock_path = os.path.join(log_dir, LOCK_FILE)
-    created = not os.path.exists(lock_path)
     try:
         fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as err:
@@ -249,11 +249,6 @@ def log_dir_lock(log_dir: str) -> Iterator[None]:
         try:
             yield
         finally:
-            if created:
-                try:
-                    os.remove(lock_path)
-                except FileNotFoundError:
-                    pass
             fcntl.lockf(fd, fcntl.LOCK_UN)
     finally:
         os.close(fd)

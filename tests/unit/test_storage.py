@@ -55,3 +55,14 @@ def test_open_durable_in_a_missing_dir_names_the_file(tmp_path: Path) -> None:
     with pytest.raises(LogDirError) as err, storage.open_durable(str(path)):
         pass
     assert err.value.path == str(path)
+
+
+def test_the_lock_file_is_never_unlinked(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Unlinking on release let a process that had opened the old file lock an orphaned
+    inode while another locked a new file: two holders at once. Kafka never removes .lock."""
+    with storage.log_dir_lock(str(tmp_path)):
+        inode = (tmp_path / ".lock").stat().st_ino
+    assert (tmp_path / ".lock").stat().st_ino == inode
+    with storage.log_dir_lock(str(tmp_path)):  # and it can be taken again
+        assert (tmp_path / ".lock").stat().st_ino == inode
+    assert (tmp_path / ".lock").exists()
