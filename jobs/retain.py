@@ -27,11 +27,12 @@ from compactor.codec.checkpoints import LOG_START_OFFSET_CHECKPOINT, REPLICATION
 from compactor.catalog import METADATA_LOG, Catalog
 from compactor.config import REPORTED
 from compactor.metadata import METADATA_TOPIC
-from compactor.errors import EXIT_OK, EXIT_PARTIAL, CompactorError
+from compactor.errors import EXIT_OK, EXIT_PARTIAL, CompactorError, CorruptCheckpointError
 from compactor.logdir import (
     load_partition,
     log_end_offset,
     open_log_dir,
+    read_leader_epochs,
     read_offset_checkpoint,
     recover_partition,
 )
@@ -90,7 +91,8 @@ class RetentionReport:
 
     @property
     def exit_code(self) -> int:
-        return EXIT_PARTIAL if any(p.status == "corrupt" for p in self.partitions) else EXIT_OK
+        return EXIT_PARTIAL if any(p.status in ("corrupt", "failed")
+                                   for p in self.partitions) else EXIT_OK
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -111,6 +113,10 @@ class RetentionReport:
         for p in self.partitions:
             if p.status == "corrupt" and p.error:
                 lines.append(f"{p.tp}: CORRUPT, left untouched: {p.error.get('message')} "
+                             f"({p.error.get('path')})")
+            elif p.status == "failed" and p.error:
+                lines.append(f"{p.tp}: FAILED while deleting (a prefix of its segments may be "
+                             f"gone; the next run finishes): {p.error.get('message')} "
                              f"({p.error.get('path')})")
             elif p.plan is not None and p.plan.deleted:
                 reasons = ", ".join(f"{r} {v['segments']} ({v['bytes']} bytes)"
@@ -144,9 +150,13 @@ def plan_log_dir(log_dir: str, catalog: Catalog, now_ms: int,
             rep.status, rep.reason = "skipped", skip
             out.append(rep)
             continue
+        pdir = storage.join(log_dir, tp.dir_name)
         try:
-            part = load_partition(storage.join(log_dir, tp.dir_name))
+            # everything the deletion will read is validated before anything changes
+            part = load_partition(pdir)
             leo = log_end_offset(part)
+            read_leader_epochs(pdir)
+            _check_start(tp, starts.get(tp), leo, log_dir)
         except CompactorError as err:
             rep.status, rep.error = "corrupt", err.to_dict()
             out.append(rep)
@@ -160,6 +170,22 @@ def plan_log_dir(log_dir: str, catalog: Catalog, now_ms: int,
             rep.status = "would_delete" if rep.plan.deleted else "kept"
         out.append(rep)
     return out
+
+
+def _check_start(tp: TopicPartition, start: int | None, log_end: int, log_dir: str) -> None:
+    """A ``log-start-offset-checkpoint`` entry must lie in ``[0, log end offset]``: anything
+    else would make retention delete segments on a value the log cannot have.
+
+    Raises:
+        CorruptCheckpointError: it does not.
+    """
+    if start is not None and not 0 <= start <= log_end:
+        raise CorruptCheckpointError(
+            f"log-start-offset-checkpoint says {tp} starts at {start}, outside the log's "
+            f"offsets [0, {log_end}] (its log end offset)",
+            path=storage.join(log_dir, LOG_START_OFFSET_CHECKPOINT),
+            remedy="the partition was left untouched; correct or remove its entry (a broker "
+                   "rewrites the file) and run again")
 
 
 def retain_locked(log_dir: str, catalog: Catalog, now_ms: int, *,
@@ -188,11 +214,16 @@ def retain_locked(log_dir: str, catalog: Catalog, now_ms: int, *,
         if dry_run:
             continue
         pdir = ld.partition_path(rep.tp)
-        if plan.deleted:
-            commit.delete_segments(pdir, plan)
-            rep.status = "deleted"
-        # idempotent: a run after a crash finishes what the crashed one left
-        commit.truncate_leader_epochs(pdir, plan.new_log_start_offset)
+        try:
+            if plan.deleted:
+                commit.delete_segments(pdir, plan)
+                rep.status = "deleted"
+            # idempotent: a run after a crash finishes what the crashed one left
+            commit.truncate_leader_epochs(pdir, plan.new_log_start_offset)
+        except CompactorError as err:  # the others go on; this one says what happened
+            rep.error = err.to_dict()
+            rep.status = "failed"  # a prefix may be gone: never reported as untouched
+            continue
         starts[rep.tp] = (plan.new_log_start_offset
                           if plan.new_log_start_offset > plan.first_segment_base else None)
     if not dry_run:
