@@ -98,21 +98,25 @@ def compress(codec: int, data: bytes, *, level: int | None = None, magic: int = 
 
 def decompress(codec: int, data: bytes, *, magic: int = 2) -> bytes:
     """Inverse of :func:`compress`; raises :class:`DecompressionError` on bad input."""
+    # Only what each decoder raises on bad bytes becomes a DecompressionError: anything else
+    # (an I/O error, a bug) is not evidence of a corrupt segment and propagates as itself.
     try:
         if codec == Codec.GZIP:
             return gzip.decompress(data)
         if codec == Codec.SNAPPY:
             return _snappy_decompress(data)
-        if codec == Codec.LZ4:
-            if magic == 0:
-                data = _with_lz4_header_checksum(data, broken=False)
-            return bytes(lz4.frame.decompress(data))
         if codec == Codec.ZSTD:
             return _zstd_decompress(data)
-    except (OSError, EOFError, zlib.error, RuntimeError, ValueError, zstandard.ZstdError) as err:
+    except (gzip.BadGzipFile, EOFError, zlib.error, zstandard.ZstdError,
+            cramjam.DecompressionError) as err:
         raise DecompressionError(f"{codec_name(codec)} stream cannot be decoded: {err}") from err
-    except cramjam.DecompressionError as err:
-        raise DecompressionError(f"snappy stream cannot be decoded: {err}") from err
+    if codec == Codec.LZ4:
+        if magic == 0:
+            data = _with_lz4_header_checksum(data, broken=False)
+        try:
+            return bytes(lz4.frame.decompress(data))
+        except RuntimeError as err:  # python-lz4 reports every frame error as RuntimeError
+            raise DecompressionError(f"lz4 frame cannot be decoded: {err}") from err
     raise DecompressionError(f"unknown compression codec id {codec}")
 
 

@@ -212,3 +212,33 @@ def test_rebuilt_batch_keeps_the_header_and_exactly_the_retained_records(
         base_sequence=source.base_sequence, last_offset_delta=source.last_offset_delta,
         max_timestamp=(source.max_timestamp if source.timestamp_type == TimestampType.LOG_APPEND_TIME
                        else None)))
+
+
+@given(new_batches(), st.data())
+def test_damage_under_a_valid_crc_is_reported_as_a_corrupt_segment_and_nothing_else(
+        batch: NewRecordBatch, data: st.DataObject) -> None:
+    """Bytes damaged after the header, then given a CRC that matches them (what a buggy
+    producer or a bit flip before checksumming leaves): decoding raises the codec's own error
+    with the batch's position and base offset, never a stray library exception (the codec
+    catches exactly what its decoders raise on bad bytes, not every RuntimeError/OSError)."""
+    import crc32c
+
+    from compactor.codec.records import CRC_START, RECORD_BATCH_OVERHEAD
+    from compactor.errors import CorruptSegmentError
+
+    raw = bytearray(encode_batch(batch))
+    if len(raw) <= RECORD_BATCH_OVERHEAD:
+        return
+    for _ in range(data.draw(st.integers(1, 4))):
+        at = data.draw(st.integers(RECORD_BATCH_OVERHEAD, len(raw) - 1))
+        raw[at] = data.draw(st.integers(0, 255))
+    if data.draw(st.booleans()):
+        raw = raw[:data.draw(st.integers(RECORD_BATCH_OVERHEAD, len(raw)))]
+        struct.pack_into(">i", raw, 8, len(raw) - 12)
+    struct.pack_into(">I", raw, 17, crc32c.crc32c(bytes(raw[CRC_START:])))
+    try:
+        decoded = decode_segment(bytes(raw), path="/t-0/0.log")
+    except CorruptSegmentError as err:
+        assert (err.path, err.position, err.base_offset) == ("/t-0/0.log", 0, batch.base_offset)
+        return
+    assert len(decoded) == 1  # damage that still decodes (a changed value byte) is legal
