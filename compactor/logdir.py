@@ -9,7 +9,7 @@ segments, a crash after leaves the new ones.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import javaproperties
@@ -20,7 +20,13 @@ from compactor.codec.checkpoints import (
     parse_leader_epoch_checkpoint,
     parse_offset_checkpoint,
 )
-from compactor.codec.indexes import decode_offset_index, decode_time_index
+from compactor.codec.indexes import (
+    AbortedTxn,
+    decode_offset_index,
+    decode_time_index,
+    decode_txn_index,
+)
+from compactor.codec.records import RecordBatch
 from compactor.codec.segment import iter_batches
 from compactor.errors import (
     CompactorError,
@@ -392,10 +398,48 @@ def _largest_timestamp(
         if offsets and offsets[-1].position < size:
             tail_start = offsets[-1].position
     log_path = storage.join(partition_dir, prefix + LOG_SUFFIX)
-    tail = storage.read_bytes(log_path, tail_start)
-    for batch in iter_batches(tail, path=log_path, verify_crc=False):
+    for batch in _tail_batches(log_path, tail_start):
         largest = max(largest, batch.max_timestamp)
     return largest
+
+
+def _tail_batches(log_path: str, start: int) -> Iterator[RecordBatch]:
+    """The batches of a segment from byte ``start`` on (CRCs unchecked: only headers are
+    read), reading only that tail; an error's position is from the start of the file.
+
+    Raises:
+        CompactorError: the tail cannot be framed.
+    """
+    try:
+        yield from iter_batches(storage.read_bytes(log_path, start), path=log_path,
+                                verify_crc=False)
+    except CompactorError as err:
+        if err.position is not None:
+            err.position += start
+        raise
+
+
+def read_aborted_txns(part: PartitionLog) -> list[AbortedTxn]:
+    """Every ``.txnindex`` entry of a partition, in segment order.
+
+    Raises:
+        CorruptIndexError: a transaction index cannot be decoded.
+    """
+    out: list[AbortedTxn] = []
+    for seg in part.segments:
+        if seg.has_txn_index:
+            path = segment_path(part.path, seg.base_offset, TXN_INDEX_SUFFIX)
+            out += decode_txn_index(storage.read_bytes(path), seg.base_offset, path=path)
+    return out
+
+
+def index_files(log_path: str) -> dict[str, bytes | None]:
+    """The bytes of a segment's ``.index``, ``.timeindex`` and ``.txnindex`` (``None`` for a
+    missing one), by the argument names of :func:`compactor.verify.index_problems`."""
+    prefix = log_path[: -len(LOG_SUFFIX)]
+    return {arg: storage.read_bytes(prefix + suffix) if storage.exists(prefix + suffix) else None
+            for arg, suffix in (("index", INDEX_SUFFIX), ("time_index", TIME_INDEX_SUFFIX),
+                                ("txn_index", TXN_INDEX_SUFFIX))}
 
 
 def log_end_offset(part: PartitionLog) -> int:
@@ -417,8 +461,7 @@ def log_end_offset(part: PartitionLog) -> int:
             if entries and entries[-1].position < seg.size_bytes:
                 start = entries[-1].position
         last = None
-        for batch in iter_batches(storage.read_bytes(seg.log_path, start), path=seg.log_path,
-                                  verify_crc=False):
+        for batch in _tail_batches(seg.log_path, start):
             last = batch
         if last is not None:
             return last.next_offset
