@@ -131,6 +131,13 @@ class CrcMismatchError(CorruptSegmentError):
     code = "CRC_MISMATCH"
 
 
+class BadOffsetsError(CorruptSegmentError):
+    """Batch offsets that Kafka could not have written: going backwards, below the segment's
+    base, into the next segment, or more than 2^31-1 above the segment's base."""
+
+    code = "BAD_OFFSETS"
+
+
 class UnsupportedFormatError(CompactorError):
     """Well-framed bytes in a format we do not handle: unknown magic or compression codec."""
 

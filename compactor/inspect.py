@@ -4,18 +4,15 @@
 Verification (``verify=True``) collects every problem it finds instead of stopping at the first:
 
 * each batch frames, its CRC matches and its records decode to the declared count;
-* batch offsets increase within a segment and stay within ``[segment base, next segment base)``;
-* every ``.index`` entry points at a batch start, offsets and positions increase, the batch at
-  the position starts at or before the entry's offset and the batch before it ends below it;
-* every ``.timeindex`` entry is monotone, names an offset of the segment and a timestamp that
-  the segment holds;
-* every ``.txnindex`` entry names an ABORT marker of the same producer at its last offset, and
-  every ABORT marker whose transaction still has data in the partition has an entry;
-* leftovers of an interrupted swap, unreadable checkpoints and producer snapshots are reported.
+* the offset and index checks of :mod:`compactor.verify`, the same that gate ``plan``,
+  ``compact`` and ``erase apply``;
+* leftovers of an interrupted swap, unreadable checkpoints and producer snapshots, orphan
+  indexes, directories and files that do not belong in a log dir are reported.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 
 from collections.abc import Callable, Iterator
@@ -25,19 +22,13 @@ from typing import Any
 from compactor import storage
 from compactor.codec.checkpoints import ROOT_CHECKPOINTS
 from compactor.codec.compression import codec_name
-from compactor.codec.indexes import (
-    AbortedTxn,
-    decode_offset_index,
-    decode_time_index,
-    decode_txn_index,
-)
+from compactor.codec.indexes import decode_txn_index
 from compactor.codec.kraft import CONTROL_SCHEMAS, decode_control_value, decode_metadata_record
-from compactor.codec.records import ControlType, Record, RecordBatch, parse_control_record
+from compactor.codec.records import Record, RecordBatch, parse_control_record
 from compactor.codec.segment import iter_batches
 from compactor.codec.snapshot import decode_snapshot
 from compactor.errors import (
     CompactorError,
-    CorruptIndexError,
     CorruptMetadataError,
     LogDirError,
     format_location,
@@ -49,15 +40,20 @@ from compactor.logdir import (
     TIME_INDEX_SUFFIX,
     TXN_INDEX_SUFFIX,
     file_offset,
+    index_files,
     is_partition_dir,
     leftover_names,
     open_log_dir,
     read_leader_epochs,
     read_offset_checkpoint,
     segment_logs,
+    segment_path,
 )
 from compactor.metadata import METADATA_DIR_NAME, parse_snapshot_name
 from compactor.model import segment_file_prefix
+from compactor.policy import BatchHeader
+from compactor.scan import batch_header
+from compactor.verify import index_problems, offset_problems, txn_problems
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -115,20 +111,12 @@ class SegmentReport:
         }
 
 
-@dataclass(frozen=True, slots=True)
-class _BatchSpan:
-    """What index verification needs of a batch (the batch's bytes are not kept)."""
-
-    position: int
-    base_offset: int
-    last_offset: int
-
-
 @dataclass(slots=True, kw_only=True)
 class _TxnTracker:
-    """Partition-wide transaction state for the txn-index check."""
+    """The transactional batches of a partition's segments, for the partition-wide
+    txn-index check (:func:`compactor.verify.txn_problems`)."""
 
-    first_data_offset: dict[int, int] = field(default_factory=dict)
+    headers: list[BatchHeader] = field(default_factory=list)
 
 
 def batch_to_dict(batch: RecordBatch, records: list[Record] | None = None, *,
@@ -233,10 +221,7 @@ def inspect_segment(
         raise LogDirError("segment file name does not start with a base offset", path=log_path)
     data = storage.read_bytes(log_path)
     report = SegmentReport(path=log_path, base_offset=base, size_bytes=len(data))
-    txn = txn if txn is not None else _TxnTracker()
-    spans: list[_BatchSpan] = []
-    aborts: dict[int, int] = {}  # ABORT marker offset -> producer id
-    aborts_with_data: dict[int, int] = {}
+    headers: list[BatchHeader] = []
     try:
         for batch in iter_batches(data, path=log_path):
             report.batch_count += 1
@@ -251,17 +236,20 @@ def inspect_segment(
                 _verify_metadata(batch, decoded, report)
                 decoded = decoded if records else None
             if verify:
-                _verify_offsets(batch, spans[-1] if spans else None, report, base,
-                                next_segment_base)
-                _track_txn(batch, txn, aborts, aborts_with_data, report)
-            spans.append(_BatchSpan(batch.position, batch.base_offset, batch.last_offset))
+                headers.append(batch_header(batch, base))
             if dump:
                 report.batches.append(batch_to_dict(batch, decoded, metadata=metadata))
             report.next_offset = batch.next_offset
     except CompactorError as err:
         report.problems.append(Problem.from_error(err.with_location(path=log_path)))
-    if verify and not snapshot:
-        _verify_indexes(log_path, base, spans, report, is_active, aborts, aborts_with_data)
+    if verify:
+        found = offset_problems(log_path, base, next_segment_base, headers)
+        if not snapshot:
+            found += index_problems(log_path, base, headers, is_active=is_active,
+                                    **index_files(log_path))
+            if txn is not None:
+                txn.headers += [h for h in headers if h.is_transactional]
+        report.problems += [Problem.from_error(e) for e in found]
     return report
 
 
@@ -278,127 +266,6 @@ def _decode_records(
     except CompactorError as err:
         report.problems.append(Problem.from_error(err.with_location(path=report.path)))
     return None
-
-
-def _verify_offsets(
-    batch: RecordBatch,
-    previous: _BatchSpan | None,
-    report: SegmentReport,
-    base: int,
-    next_segment_base: int | None,
-) -> None:
-    """Offsets increase and stay in ``[base, next_segment_base)``; with every segment checked
-    this way, segments cannot overlap either."""
-
-    def problem(message: str) -> None:
-        report.problems.append(Problem(code="BAD_OFFSETS", message=message, path=report.path,
-                                       position=batch.position, base_offset=batch.base_offset))
-
-    if previous is None and batch.base_offset < base:
-        problem(f"first batch starts below the segment base offset {base}")
-    if previous is not None and batch.base_offset <= previous.last_offset:
-        problem(f"batch does not follow the previous batch's last offset {previous.last_offset}")
-    if next_segment_base is not None and batch.last_offset >= next_segment_base:
-        problem(f"batch runs into the next segment, which starts at {next_segment_base}")
-
-
-def _track_txn(
-    batch: RecordBatch,
-    txn: _TxnTracker,
-    aborts: dict[int, int],
-    aborts_with_data: dict[int, int],
-    report: SegmentReport,
-) -> None:
-    if not batch.is_transactional:
-        return
-    if not batch.is_control:
-        txn.first_data_offset.setdefault(batch.producer_id, batch.base_offset)
-        return
-    try:
-        control = batch.control_record()
-    except CompactorError as err:
-        report.problems.append(Problem.from_error(err.with_location(path=report.path)))
-        return
-    if control is None:  # an emptied marker: carries no type
-        return
-    first = txn.first_data_offset.pop(batch.producer_id, None)
-    if control.type == ControlType.ABORT:
-        aborts[batch.base_offset] = batch.producer_id
-        if first is not None:
-            aborts_with_data[batch.base_offset] = first
-
-
-def _verify_indexes(
-    log_path: str,
-    base: int,
-    batches: list[_BatchSpan],
-    report: SegmentReport,
-    is_active: bool,
-    aborts: dict[int, int],
-    aborts_with_data: dict[int, int],
-) -> None:
-    prefix = log_path[: -len(LOG_SUFFIX)]
-    starts = {b.position: i for i, b in enumerate(batches)}
-    last_offset = batches[-1].last_offset if batches else base - 1
-
-    def problem(path: str, message: str, position: int | None = None) -> None:
-        report.problems.append(Problem(code=CorruptIndexError.code, message=message, path=path,
-                                       position=position, base_offset=base))
-
-    def read(path: str, decode: Callable[..., list[Any]], **kwargs: Any) -> list[Any]:
-        if not storage.exists(path):
-            return []
-        try:
-            return decode(storage.read_bytes(path), base, path=path, **kwargs)
-        except CompactorError as err:
-            report.problems.append(Problem.from_error(err))
-            return []
-
-    index_path = prefix + INDEX_SUFFIX
-    for slot, entry in enumerate(read(index_path, decode_offset_index,
-                                  allow_preallocated=is_active)):
-        at = slot * 8
-        i = starts.get(entry.position)
-        if i is None:
-            problem(index_path, f"entry ({entry.offset}, position {entry.position}) does not "
-                    "point at a batch start", at)
-        elif batches[i].base_offset > entry.offset:
-            problem(index_path, f"entry offset {entry.offset} is below the base offset "
-                    f"{batches[i].base_offset} of the batch it points at", at)
-        elif i > 0 and batches[i - 1].last_offset >= entry.offset:
-            problem(index_path, f"entry offset {entry.offset} is not above the previous "
-                    f"batch's last offset {batches[i - 1].last_offset}", at)
-        elif entry.offset > last_offset:
-            problem(index_path, f"entry offset {entry.offset} is past the segment's last "
-                    f"offset {last_offset}", at)
-
-    time_path = prefix + TIME_INDEX_SUFFIX
-    for slot, t in enumerate(read(time_path, decode_time_index, allow_preallocated=is_active)):
-        if not base <= t.offset <= max(last_offset, base):
-            problem(time_path, f"entry offset {t.offset} is outside the segment "
-                    f"[{base}, {last_offset}]", slot * 12)
-        elif t.timestamp > report.max_timestamp:
-            problem(time_path, f"entry timestamp {t.timestamp} exceeds the segment's max "
-                    f"timestamp {report.max_timestamp}", slot * 12)
-
-    txn_path = prefix + TXN_INDEX_SUFFIX
-    txn_entries: list[AbortedTxn] = read(txn_path, decode_txn_index)
-    indexed = {}
-    for slot, entry in enumerate(txn_entries):
-        indexed[entry.last_offset] = entry
-        if aborts.get(entry.last_offset) != entry.producer_id:
-            problem(txn_path, f"entry for producer {entry.producer_id} names offset "
-                    f"{entry.last_offset}, which is not an ABORT marker of that producer",
-                    slot * 34)
-    for offset, first in aborts_with_data.items():
-        entry = indexed.get(offset)
-        if entry is None:
-            problem(txn_path, f"ABORT marker at offset {offset} (producer "
-                    f"{aborts[offset]}) has aborted data from offset {first} but no "
-                    "transaction index entry")
-        elif entry.first_offset > first:
-            problem(txn_path, f"entry for the ABORT marker at {offset} starts at "
-                    f"{entry.first_offset}, after the transaction's first data offset {first}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -422,6 +289,14 @@ def inspect_partition(
                               txn=txn)
     if not verify:
         return
+    entries = []
+    for base, _ in logs:
+        path = segment_path(partition_dir, base, TXN_INDEX_SUFFIX)
+        if storage.exists(path):
+            with contextlib.suppress(CompactorError):  # reported with its segment
+                entries += decode_txn_index(storage.read_bytes(path), base, path=path)
+    for err in txn_problems(partition_dir, txn.headers, entries):
+        yield Problem.from_error(err)
     for name in leftover_names(names):
         yield Problem(code="SWAP_LEFTOVER", path=storage.join(partition_dir, name),
                       message="leftover of an interrupted swap or deletion; run "

@@ -218,20 +218,24 @@ class ErasureScan:
     matches: list[ErasureMatch]
     batches: int
     records: int
+    headers: list[BatchHeader]
 
 
-def erasure_matches(data: bytes, path: str, matcher: Matcher) -> ErasureScan:
+def erasure_matches(data: bytes, path: str, segment_base: int, matcher: Matcher) -> ErasureScan:
     """Every record of a segment that an erasure request matches (by key digest or header
-    value digest); control batches hold no user records and are skipped.
+    value digest), and the headers of its batches; control batches hold no user records and
+    are skipped.
 
     Raises:
         CompactorError: a batch cannot be decoded (with file, position and base offset).
     """
     matches: list[ErasureMatch] = []
+    headers: list[BatchHeader] = []
     batches = records = 0
     try:
         for batch in iter_batches(data, path=path):
             batches += 1
+            headers.append(batch_header(batch, segment_base))
             if batch.is_control:
                 continue
             for r in batch.compiled_records():
@@ -245,7 +249,7 @@ def erasure_matches(data: bytes, path: str, matcher: Matcher) -> ErasureScan:
                             for rid in found]
     except CompactorError as err:
         raise err.with_location(path=path) from None
-    return ErasureScan(matches=matches, batches=batches, records=records)
+    return ErasureScan(matches=matches, batches=batches, records=records, headers=headers)
 
 
 def key_offsets(data: bytes, path: str,

@@ -19,7 +19,7 @@ that every group is a task of its own. Transforms never collect, count or cache:
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -33,6 +33,7 @@ from compactor.codec.indexes import AbortedTxn
 from compactor.config import TopicConfig
 from compactor.erasure import Matcher
 from compactor.errors import CompactorError
+from compactor.logdir import index_files
 from compactor.model import SegmentInfo
 from compactor.policy import (
     BatchDecision,
@@ -53,6 +54,7 @@ from compactor.scan import (
     segment_headers,
     select_rows,
 )
+from compactor.verify import index_problems, offset_problems, txn_problems
 from compactor.writer import CommitMessage, write_erased_segment, write_group
 from schemas.spark import (
     BATCH_HEADER,
@@ -79,10 +81,28 @@ _KEYED_ARROW = to_arrow_schema(KEYED_RECORD)
 # Scan of batch headers
 
 
-def _header_batch(tp_id: int, segment_base: int, path: str) -> pa.RecordBatch:
+def check_segment(path: str, base: int, next_base: int | None,
+                  headers: Sequence[BatchHeader]) -> None:
+    """The checks of ``inspect --verify`` on a segment's offsets and indexes
+    (:mod:`compactor.verify`), on the executor that read it: a partition that fails them is
+    never rewritten.
+
+    Raises:
+        CompactorError: the first problem found.
+    """
+    problems = offset_problems(path, base, next_base, headers)
+    problems += index_problems(path, base, headers, is_active=next_base is None,
+                               **index_files(path))
+    if problems:
+        raise problems[0]
+
+
+def _header_batch(tp_id: int, segment_base: int, path: str,
+                  next_base: int | None) -> pa.RecordBatch:
     try:
         with storage.mapped(path) as data:
             headers = segment_headers(data, path, segment_base)
+        check_segment(path, segment_base, next_base, headers)
     except CompactorError as err:
         row: dict[str, list] = {name: [None] for name in _HEADER_ARROW.names}
         row.update(tp_id=[tp_id], segment_base=[segment_base], error=[json.dumps(err.to_dict())])
@@ -96,9 +116,9 @@ def _header_batch(tp_id: int, segment_base: int, path: str) -> pa.RecordBatch:
 
 def _scan_header_partitions(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     for tasks in batches:
-        for tp_id, base, path in zip(*(tasks.column(i).to_pylist() for i in range(3)),
-                                     strict=True):
-            yield _header_batch(tp_id, base, path)
+        for tp_id, base, path, next_base in zip(
+                *(tasks.column(i).to_pylist() for i in range(4)), strict=True):
+            yield _header_batch(tp_id, base, path, next_base)
 
 
 def scan_headers(tasks: DataFrame) -> DataFrame:
@@ -159,8 +179,13 @@ def plan_rounds(inputs: Mapping[int, PartitionInput]) -> Transform:
 
     def plan(pdf: pd.DataFrame) -> pd.DataFrame:
         tp_id = int(pdf["tp_id"].iloc[0])
-        result = inputs[tp_id].plan(_headers_from_pandas(pdf))
-        return pd.DataFrame([plan_to_row(tp_id, result)])
+        inp = inputs[tp_id]
+        headers = _headers_from_pandas(pdf)
+        result = inp.plan(headers)
+        problems = txn_problems(inp.path, headers, inp.aborted_txns)
+        row = plan_to_row(tp_id, result)
+        row["error"] = json.dumps(problems[0].to_dict()) if problems else None
+        return pd.DataFrame([row])
 
     return lambda headers: headers.groupBy("tp_id").applyInPandas(plan, PLAN)
 
@@ -358,12 +383,13 @@ def scan_erasure(matchers: Mapping[int, Matcher]) -> Transform:
 
     def scan(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for tasks in batches:
-            for tp_id, base, path in zip(*(tasks.column(i).to_pylist() for i in range(3)),
-                                         strict=True):
+            for tp_id, base, path, next_base in zip(
+                    *(tasks.column(i).to_pylist() for i in range(4)), strict=True):
                 rows = []
                 try:
                     with storage.mapped(path) as data:
-                        found = erasure_matches(data, path, matchers[tp_id])
+                        found = erasure_matches(data, path, base, matchers[tp_id])
+                    check_segment(path, base, next_base, found.headers)
                 except CompactorError as err:
                     rows.append({"tp_id": tp_id, "segment_base": base, "kind": "segment",
                                  "error": json.dumps(err.to_dict())})

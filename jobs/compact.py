@@ -32,7 +32,6 @@ from compactor.codec.checkpoints import (
     LOG_START_OFFSET_CHECKPOINT,
     REPLICATION_OFFSET_CHECKPOINT,
 )
-from compactor.codec.indexes import decode_txn_index
 from compactor.catalog import METADATA_LOG, Catalog
 from compactor.config import REPORTED, TopicConfig
 from compactor.errors import (
@@ -43,12 +42,11 @@ from compactor.errors import (
     SparkUnavailableError,
 )
 from compactor.logdir import (
-    TXN_INDEX_SUFFIX,
     load_partition,
     open_log_dir,
+    read_aborted_txns,
     read_offset_checkpoint,
     recover_partition,
-    segment_path,
 )
 from compactor.metadata import METADATA_TOPIC
 from compactor.model import SegmentInfo, TopicPartition
@@ -196,11 +194,7 @@ def load_partition_input(log_dir: str, tp: TopicPartition, cfg: TopicConfig, opt
                 checkpoints: Mapping[str, Mapping[TopicPartition, int]]) -> PartitionInput:
     pdir = storage.join(log_dir, tp.dir_name)
     part = load_partition(pdir)
-    aborted = []
-    for seg in part.segments:
-        if seg.has_txn_index:
-            path = segment_path(pdir, seg.base_offset, TXN_INDEX_SUFFIX)
-            aborted.extend(decode_txn_index(storage.read_bytes(path), seg.base_offset, path=path))
+    aborted = read_aborted_txns(part)
     return PartitionInput(
         path=pdir, segments=part.segments, config=cfg,
         cleaner_checkpoint=checkpoints[CLEANER_OFFSET_CHECKPOINT].get(tp),
@@ -343,7 +337,9 @@ def group_slots(spark: SparkSession, groups: Sequence[tuple[int, int]]) -> DataF
 
 def segment_tasks(spark: SparkSession, partitions: Mapping[int, HasSegments]) -> DataFrame:
     """One ``SEGMENT_TASK`` row per segment of the partitions, spread over the cores."""
-    rows = [(i, s.base_offset, s.log_path) for i, p in partitions.items() for s in p.segments]
+    rows = [(i, s.base_offset, s.log_path, nxt.base_offset if nxt else None)
+            for i, p in partitions.items()
+            for s, nxt in zip(p.segments, [*p.segments[1:], None], strict=True)]
     parallelism = max(1, min(len(rows), spark.sparkContext.defaultParallelism * 4))
     return spark.createDataFrame(rows, SEGMENT_TASK).repartition(parallelism)
 
@@ -365,6 +361,12 @@ def _plan(spark: SparkSession, inputs: dict[int, PartitionInput],
                 reports[row.tp_id].reason = error["code"]
         valid = headers.where(F.col("tp_id").isin(list(inputs)))
         for row in valid.transform(transforms.plan_rounds(inputs)).collect():
+            if row.error is not None:  # a partition-wide check failed: never rewritten
+                del inputs[row.tp_id]
+                error = json.loads(row.error)
+                reports[row.tp_id].status, reports[row.tp_id].error = "corrupt", error
+                reports[row.tp_id].reason = error["code"]
+                continue
             plans[row.tp_id] = transforms.plan_from_row(row.asDict())
     for i, inp in inputs.items():
         if i not in plans:  # no batch at all

@@ -49,10 +49,12 @@ from compactor.logdir import (
     PartitionLog,
     load_partition,
     open_log_dir,
+    read_aborted_txns,
     read_offset_checkpoint,
     recover_partition,
 )
 from compactor.model import TopicPartition
+from compactor.verify import txn_problems
 from compactor.options import (
     CompactOptions,
     add_erase_arguments,
@@ -303,7 +305,7 @@ def apply(spark: SparkSession | None, log_dir: str, state_dir: str, now_ms: int,
         held = {i for i, d in dirs.items() if exclude_pending_deletes and d.kind in (DELETE, STRAY)}
         writable = {i for i in parts if i not in errors and i not in held}
         messages = {} if dry_run else _rewrite(spark, log_dir, dirs, parts, plan, writable,
-                                               catalog.configs, fsync=fsync)
+                                               catalog.configs, errors, fsync=fsync)
         lines: dict[int, dict[str, Any]] = {}
         for i, d in dirs.items():
             line: dict[str, Any] = d.line()
@@ -360,9 +362,11 @@ def apply(spark: SparkSession | None, log_dir: str, state_dir: str, now_ms: int,
 
 def _rewrite(spark: SparkSession, log_dir: str, dirs: Mapping[int, _Dir],
              parts: Mapping[int, PartitionLog], plan: _Plan, writable: set[int],
-             configs: Mapping[str, TopicConfig], *, fsync: bool) -> dict[int, list]:
+             configs: Mapping[str, TopicConfig], errors: dict[int, dict], *,
+             fsync: bool) -> dict[int, list]:
     """Write ``.cleaned`` copies of the segments holding erased records (readable
-    directories only)."""
+    directories only); a directory whose transaction index fails the partition-wide check
+    (:func:`compactor.verify.txn_problems`) is added to ``errors`` and left alone."""
     hit = {i: parts[i] for i in writable if plan.segments(i)}
     if not hit:
         return {}
@@ -372,6 +376,13 @@ def _rewrite(spark: SparkSession, log_dir: str, dirs: Mapping[int, _Dir],
     segments = {}
     for i, part in hit.items():
         hdrs = headers[i]
+        try:
+            problems = txn_problems(part.path, hdrs, read_aborted_txns(part))
+        except CompactorError as err:
+            problems = [err]
+        if problems:
+            errors[i] = problems[0].to_dict()
+            continue
         leo = max((h.next_offset for h in hdrs), default=0)
         keep = keep_when_emptied(hdrs, min(hws.get(dirs[i].tp, leo), leo))
         erased, bare = plan.erased.get(i, {}), plan.tombstones.get(i, {})

@@ -30,6 +30,7 @@ SEGMENT_TASK = _schema(
     ("tp_id", IntegerType(), False),
     ("segment_base", LongType(), False),
     ("path", StringType(), False),
+    ("next_base", LongType(), True),  # the next segment's base; null for the active segment
 )
 
 # One row per group of a round: the value its grouped stages (key scan, rewrite) group by, chosen
@@ -76,6 +77,7 @@ PLAN = _schema(
     ("dirty_ratio", DoubleType(), False),
     ("reason", IntegerType(), False),
     ("groups", ArrayType(ArrayType(LongType(), False), False), False),
+    ("error", StringType(), True),  # a partition-wide check failed (JSON of the error)
 )
 
 # One row per batch of the round: its decision (policy.BatchDecision) and output group.

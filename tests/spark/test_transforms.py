@@ -91,6 +91,13 @@ def partition(small_log: Path) -> PartitionInput:
                           now_ms=DEFAULT_START_MS + 86_400_000)
 
 
+def _tasks(inp: PartitionInput) -> list[tuple]:
+    """``SEGMENT_TASK`` rows of a partition, written out by hand."""
+    bases = [s.base_offset for s in inp.segments]
+    return [(0, s.base_offset, s.log_path, bases[k + 1] if k + 1 < len(bases) else None)
+            for k, s in enumerate(inp.segments)]
+
+
 def _pure_headers(inp: PartitionInput) -> list:
     return [h for s in inp.segments
             for h in segment_headers(Path(s.log_path).read_bytes(), s.log_path, s.base_offset)]
@@ -98,7 +105,7 @@ def _pure_headers(inp: PartitionInput) -> list:
 
 def test_scan_headers_equals_the_pure_scan(spark, partition: PartitionInput) -> None:
     tasks = spark.createDataFrame(
-        [(0, s.base_offset, s.log_path) for s in partition.segments], SEGMENT_TASK)
+        _tasks(partition), SEGMENT_TASK)
     got = tasks.transform(transforms.scan_headers)
     expected = spark.createDataFrame(
         [(0, *(getattr(h, f) for f in transforms.HEADER_FIELDS), None)
@@ -284,11 +291,12 @@ def _erasure_subject(partition: PartitionInput) -> bytes:
 def test_scan_erasure_equals_the_pure_scan(spark, partition: PartitionInput) -> None:
     matcher = Matcher(keys={hashlib.sha256(_erasure_subject(partition)).digest(): ("er-1",)})
     tasks = spark.createDataFrame(
-        [(0, s.base_offset, s.log_path) for s in partition.segments], SEGMENT_TASK)
+        _tasks(partition), SEGMENT_TASK)
     got = tasks.transform(transforms.scan_erasure({0: matcher}))
     expected = []
     for s in partition.segments:
-        found = erasure_matches(Path(s.log_path).read_bytes(), s.log_path, matcher)
+        found = erasure_matches(Path(s.log_path).read_bytes(), s.log_path, s.base_offset,
+                                matcher)
         expected.append((0, s.base_offset, "segment", None, None, None, None, None,
                          found.batches, found.records, None))
         expected += [(0, s.base_offset, "match", m.position, m.offset, m.request_id,
@@ -301,7 +309,7 @@ def test_scan_erasure_equals_the_pure_scan(spark, partition: PartitionInput) -> 
 def test_scan_key_offsets_equals_the_pure_scan(spark, partition: PartitionInput) -> None:
     wanted = frozenset({hashlib.sha256(_erasure_subject(partition)).digest()})
     tasks = spark.createDataFrame(
-        [(0, s.base_offset, s.log_path) for s in partition.segments], SEGMENT_TASK)
+        _tasks(partition), SEGMENT_TASK)
     got = tasks.transform(transforms.scan_key_offsets({0: wanted}))
     expected = [(0, s.base_offset, position, offset, digest, None)
                 for s in partition.segments
@@ -317,7 +325,8 @@ def test_rewrite_erased_equals_the_writer_called_directly(spark, partition: Part
     twin = _copy_partition(partition, tmp_path / "twin" / "orders-v2-0")
     tasks, expected, segments = [], [], {}
     for seg, twin_seg in zip(partition.segments, twin.segments, strict=True):
-        found = erasure_matches(Path(seg.log_path).read_bytes(), seg.log_path, matcher)
+        found = erasure_matches(Path(seg.log_path).read_bytes(), seg.log_path, seg.base_offset,
+                                matcher)
         if not found.matches:
             continue
         erased: dict[int, list[int]] = {}

@@ -1,0 +1,167 @@
+"""The checks a segment and its indexes must pass, one definition for every command.
+
+``inspect --verify`` reports them; ``plan``, ``compact`` and ``erase apply`` refuse a partition
+that fails any of them (a rewrite would otherwise turn corrupt input into valid-looking output
+and erase the evidence). Pure: batch headers and index bytes in, errors out; callers read the
+files.
+
+* batch offsets increase within a segment and stay in ``[segment base, next segment base)``,
+  and no offset lies more than ``Integer.MAX_VALUE`` above the segment base (Kafka's
+  ``LogSegment`` keeps offsets relative to the base in 4 bytes: ``LogSegment.append`` refuses
+  such a batch, ``LogCleaner.groupSegmentsBySize`` never groups past it);
+* every ``.index`` entry points at a batch start, the batch there starts at or before the
+  entry's offset and the batch before it ends below it;
+* every ``.timeindex`` entry names an offset of the segment and a timestamp the segment holds;
+* every ``.txnindex`` entry names an ABORT marker of the same producer at its last offset, and
+  every ABORT marker whose transaction has data in the partition has an entry starting at or
+  before that data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from compactor.codec.indexes import (
+    AbortedTxn,
+    decode_offset_index,
+    decode_time_index,
+    decode_txn_index,
+)
+from compactor.codec.records import ControlType
+from compactor.errors import BadOffsetsError, CompactorError, CorruptIndexError
+from compactor.model import segment_file_prefix
+from compactor.policy import BatchHeader
+
+MAX_RELATIVE_OFFSET = 2**31 - 1  # Integer.MAX_VALUE
+
+
+def offset_problems(path: str, base: int, next_base: int | None,
+                    headers: Sequence[BatchHeader]) -> list[CompactorError]:
+    """Offsets of a segment's batches (in file order) against each other, the segment's base
+    and the next segment's base (``None`` for the last segment)."""
+    out: list[CompactorError] = []
+
+    def problem(h: BatchHeader, message: str) -> None:
+        out.append(BadOffsetsError(message, path=path, position=h.position,
+                                   base_offset=h.base_offset))
+
+    previous: BatchHeader | None = None
+    for h in headers:
+        if previous is None and h.base_offset < base:
+            problem(h, f"first batch starts below the segment base offset {base} (a misnamed "
+                       "segment file)")
+        if previous is not None and h.base_offset <= previous.last_offset:
+            problem(h, f"batch does not follow the previous batch's last offset "
+                       f"{previous.last_offset} (offsets go backwards)")
+        if next_base is not None and h.last_offset >= next_base:
+            problem(h, f"batch runs into the next segment, which starts at {next_base} "
+                       "(overlapping segments)")
+        if h.last_offset - base > MAX_RELATIVE_OFFSET:
+            problem(h, f"last offset {h.last_offset} is more than 2^31-1 above the segment "
+                       f"base {base}: Kafka cannot index it (LogSegment keeps 4-byte "
+                       "relative offsets)")
+        previous = h
+    return out
+
+
+def index_problems(log_path: str, base: int, headers: Sequence[BatchHeader], *,
+                   is_active: bool, index: bytes | None = None, time_index: bytes | None = None,
+                   txn_index: bytes | None = None) -> list[CompactorError]:
+    """A segment's ``.index``, ``.timeindex`` and ``.txnindex`` (``None``: the file does not
+    exist) against its batches. The active segment's indexes may keep preallocated zero
+    slots; a rolled segment's may not (``LogSegment.onBecomeInactiveSegment`` trims them)."""
+    prefix = log_path[: -len(".log")]
+    out: list[CompactorError] = []
+    starts = {h.position: i for i, h in enumerate(headers)}
+    last_offset = headers[-1].last_offset if headers else base - 1
+    max_timestamp = max((h.max_timestamp for h in headers), default=-1)
+
+    def problem(path: str, message: str, position: int | None = None) -> None:
+        out.append(CorruptIndexError(message, path=path, position=position, base_offset=base))
+
+    def decoded(path: str, data: bytes | None, decode: Any, **kwargs: Any) -> list[Any]:
+        if data is None:
+            return []
+        try:
+            return list(decode(data, base, path=path, **kwargs))
+        except CompactorError as err:
+            out.append(err)
+            return []
+
+    index_path = prefix + ".index"
+    for slot, entry in enumerate(decoded(index_path, index, decode_offset_index,
+                                         allow_preallocated=is_active)):
+        at = slot * 8
+        i = starts.get(entry.position)
+        if i is None:
+            problem(index_path, f"entry ({entry.offset}, position {entry.position}) does not "
+                    "point at a batch start", at)
+        elif headers[i].base_offset > entry.offset:
+            problem(index_path, f"entry offset {entry.offset} is below the base offset "
+                    f"{headers[i].base_offset} of the batch it points at", at)
+        elif i > 0 and headers[i - 1].last_offset >= entry.offset:
+            problem(index_path, f"entry offset {entry.offset} is not above the previous "
+                    f"batch's last offset {headers[i - 1].last_offset}", at)
+        elif entry.offset > last_offset:
+            problem(index_path, f"entry offset {entry.offset} is past the segment's last "
+                    f"offset {last_offset}", at)
+
+    time_path = prefix + ".timeindex"
+    for slot, t in enumerate(decoded(time_path, time_index, decode_time_index,
+                                     allow_preallocated=is_active)):
+        if not base <= t.offset <= max(last_offset, base):
+            problem(time_path, f"entry offset {t.offset} is outside the segment "
+                    f"[{base}, {last_offset}]", slot * 12)
+        elif t.timestamp > max_timestamp:
+            problem(time_path, f"entry timestamp {t.timestamp} exceeds the segment's max "
+                    f"timestamp {max_timestamp}", slot * 12)
+
+    txn_path = prefix + ".txnindex"
+    aborts = {h.base_offset: h.producer_id for h in headers if _is_abort(h)}
+    for slot, entry in enumerate(decoded(txn_path, txn_index, decode_txn_index)):
+        if aborts.get(entry.last_offset) != entry.producer_id:
+            problem(txn_path, f"entry for producer {entry.producer_id} names offset "
+                    f"{entry.last_offset}, which is not an ABORT marker of that producer",
+                    slot * 34)
+    return out
+
+
+def txn_problems(partition_dir: str, headers: Iterable[BatchHeader],
+                 entries: Iterable[AbortedTxn]) -> list[CompactorError]:
+    """Every ABORT marker whose transaction has data in the partition needs a ``.txnindex``
+    entry (in the marker's segment) starting at or before that data: without it a reader
+    (and a cleaner) would take the aborted data for committed (``LogCleaner`` learns aborted
+    transactions only from the index). ``headers`` in offset order; ``entries`` by segment
+    base."""
+    out: list[CompactorError] = []
+    first_data: dict[int, int] = {}
+    by_marker = {e.last_offset: e for e in entries}
+    for h in headers:
+        if not h.is_transactional:
+            continue
+        if not h.is_control:
+            first_data.setdefault(h.producer_id, h.base_offset)
+            continue
+        if h.control_type < 0:  # an emptied marker carries no type
+            continue
+        first = first_data.pop(h.producer_id, None)
+        if first is None or not _is_abort(h):
+            continue
+        path = f"{partition_dir}/{segment_file_prefix(h.segment_base)}.txnindex"
+        entry = by_marker.get(h.base_offset)
+        if entry is None:
+            out.append(CorruptIndexError(
+                f"ABORT marker at offset {h.base_offset} (producer {h.producer_id}) has "
+                f"aborted data from offset {first} but no transaction index entry",
+                path=path, base_offset=h.segment_base))
+        elif entry.first_offset > first:
+            out.append(CorruptIndexError(
+                f"entry for the ABORT marker at {h.base_offset} starts at "
+                f"{entry.first_offset}, after the transaction's first data offset {first}",
+                path=path, base_offset=h.segment_base))
+    return out
+
+
+def _is_abort(h: BatchHeader) -> bool:
+    return h.is_control and h.control_type == int(ControlType.ABORT)
