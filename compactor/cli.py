@@ -16,7 +16,14 @@ from typing import Any, TextIO
 from compactor import storage
 from compactor.codec.compression import Codec
 from compactor.config import parse_topic_assignment, resolve_topic_config
-from compactor.errors import EXIT_FAILURE, EXIT_OK, CompactorError, ConfigError, LogDirError
+from compactor.errors import (
+    EXIT_FAILURE,
+    EXIT_OK,
+    EXIT_PARTIAL,
+    CompactorError,
+    ConfigError,
+    LogDirError,
+)
 from compactor.generator import GeneratorConfig, generate
 from compactor.inspect import Problem, SegmentReport, inspect_path
 from compactor.options import (
@@ -26,6 +33,7 @@ from compactor.options import (
     add_recover_arguments,
     add_retention_arguments,
     add_status_arguments,
+    run_guarded,
 )
 from compactor.metadata import METADATA_DIR_NAME
 from compactor.erasure import ALL_TOPICS, HEADER, KEY, new_requests
@@ -170,13 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``compactor`` console script."""
     args = build_parser().parse_args(argv)
-    try:
-        return int(args.handler(args, sys.stdout))
-    except CompactorError as err:
-        if getattr(args, "json", False):
-            print(json.dumps({"type": "error", **err.to_dict()}), file=sys.stdout)
-        print(f"compactor: {err}", file=sys.stderr)
-        return err.exit_code
+    return run_guarded("compactor", args.handler, args, json_line=getattr(args, "json", False))
 
 
 def _emit(out: TextIO, obj: dict[str, Any]) -> None:
@@ -324,9 +326,19 @@ def recover_command(args: argparse.Namespace, out: TextIO) -> int:
         # replica copies too: an erasure swaps segments in -future, -delete and -stray dirs
         partition_dirs = [storage.join(path, c.name) for c in log_dir.copies_of(lambda _: True)]
     changed = 0
+    failed: list[CompactorError] = []
     with storage.log_dir_lock(lock_dir):
         for pdir in partition_dirs:
-            plan = recover_partition(pdir, dry_run=args.dry_run)
+            try:
+                plan = recover_partition(pdir, dry_run=args.dry_run)
+            except CompactorError as err:  # that directory is left as it was; the others go on
+                failed.append(err)
+                if args.json:
+                    _emit(out, {"type": "recover", "partition_dir": pdir, "status": "failed",
+                                "error": err.to_dict()})
+                else:
+                    out.write(f"{pdir}: NOT recovered, left as it was: {err}\n")
+                continue
             if plan.is_empty:
                 continue
             changed += 1
@@ -339,10 +351,12 @@ def recover_command(args: argparse.Namespace, out: TextIO) -> int:
                 out.write(f"{pdir}: {verb} delete {len(plan.deletes)} and rename "
                           f"{len(plan.renames)} files\n")
     if args.json:
-        _emit(out, {"type": "summary", "partitions_recovered": changed, "dry_run": args.dry_run})
+        _emit(out, {"type": "summary", "partitions_recovered": changed,
+                    "partitions_failed": len(failed), "dry_run": args.dry_run})
     else:
-        out.write(f"recover: {changed} partition(s) had leftovers of interrupted swaps\n")
-    return EXIT_OK
+        out.write(f"recover: {changed} partition(s) had leftovers of interrupted swaps"
+                  + (f", {len(failed)} could not be recovered" if failed else "") + "\n")
+    return EXIT_PARTIAL if failed else EXIT_OK
 
 
 def _cmd_compact(args: argparse.Namespace, out: TextIO) -> int:

@@ -40,7 +40,7 @@ from compactor.codec.checkpoints import (
     parse_offset_checkpoint,
     truncate_epochs_from_start,
 )
-from compactor.errors import CommitConflictError
+from compactor.errors import CommitConflictError, CompactorError
 from compactor.logdir import (
     DELETED_SUFFIX,
     INDEX_FILE_SUFFIXES,
@@ -49,6 +49,7 @@ from compactor.logdir import (
     SNAPSHOT_SUFFIX,
     SWAP_SUFFIX,
     TIME_INDEX_SUFFIX,
+    recover_partition,
     segment_path,
 )
 from compactor.model import TopicPartition
@@ -102,6 +103,28 @@ def commit_partition(partition_dir: str, messages: Sequence[CommitMessage]) -> N
     """Swap every group of one partition, in offset order."""
     for message in sorted(messages, key=lambda m: m.group_base):
         swap_group(partition_dir, message)
+
+
+def commit_isolated(partition_dir: str,
+                    messages: Sequence[CommitMessage]) -> CompactorError | None:
+    """:func:`commit_partition`, with a failure kept to this partition: the groups not yet
+    swapped are aborted and an interrupted swap is settled at once as Kafka's loader would
+    (:func:`compactor.logdir.recover_partition`), so that every group is old or new when the
+    caller goes on to the next partition. Returns the failure, ``None`` on success."""
+    try:
+        commit_partition(partition_dir, messages)
+    except CompactorError as err:
+        for message in messages:
+            try:
+                abort_group(partition_dir, message)
+            except CompactorError:
+                pass  # what stays is a .cleaned file, which the next run's recovery removes
+        try:
+            recover_partition(partition_dir)
+        except CompactorError:
+            pass  # left for the next run (or a broker's start) to recover
+        return err
+    return None
 
 
 def update_cleaner_checkpoint(log_dir: str, offsets: Mapping[TopicPartition, int]) -> None:

@@ -240,3 +240,30 @@ class SparkUnavailableError(CompactorError):
         "make Java 17 reachable (JAVA_HOME or java on PATH) and check --master; nothing was "
         "changed"
     )
+
+
+class LedgerError(CompactorError):
+    """The Delta tables under ``--state-dir`` could not be written or read (delta-rs refused a
+    commit because another writer committed first, or the table is damaged)."""
+
+    code = "LEDGER_ERROR"
+    exit_code = EXIT_FAILURE
+    default_remedy = (
+        "run the command again (two commands wrote the ledger at the same time; delta-rs "
+        "commits optimistically and the loser retries by being run again); if it keeps "
+        "failing, check the state dir with 'compactor erase status'"
+    )
+
+
+class InternalError(CompactorError):
+    """An exception kafka-compactor did not expect: a bug, or a failure of a component
+    (Spark, the JVM) that has no error of its own here. Commands end with it instead of a
+    traceback."""
+
+    code = "INTERNAL_ERROR"
+    exit_code = EXIT_FAILURE
+    default_remedy = (
+        "every partition is left old or new by the swap protocol (run 'compactor recover' to "
+        "resolve leftovers); run again with COMPACTOR_DEBUG=1 to print the traceback, and "
+        "report it if it persists"
+    )

@@ -219,7 +219,12 @@ def inspect_segment(
     base = 0 if snapshot else file_offset(name)
     if base is None:
         raise LogDirError("segment file name does not start with a base offset", path=log_path)
-    data = storage.read_bytes(log_path)
+    try:
+        data = storage.read_bytes(log_path)
+    except CompactorError as err:  # a dangling symlink, a permission: this segment's problem
+        report = SegmentReport(path=log_path, base_offset=base, size_bytes=0)
+        report.problems.append(Problem.from_error(err))
+        return report
     report = SegmentReport(path=log_path, base_offset=base, size_bytes=len(data))
     headers: list[BatchHeader] = []
     try:
@@ -245,8 +250,11 @@ def inspect_segment(
     if verify:
         found = offset_problems(log_path, base, next_segment_base, headers)
         if not snapshot:
-            found += index_problems(log_path, base, headers, is_active=is_active,
-                                    **index_files(log_path))
+            try:
+                found += index_problems(log_path, base, headers, is_active=is_active,
+                                        **index_files(log_path))
+            except CompactorError as err:  # an index that cannot be read at all
+                found.append(err)
             if txn is not None:
                 txn.headers += [h for h in headers if h.is_transactional]
         report.problems += [Problem.from_error(e) for e in found]
@@ -338,18 +346,29 @@ def inspect_path(
         return
     log_dir = open_log_dir(path)
     if verify:
-        copies = {c.name for c in log_dir.copies}
-        for name in sorted(set(log_dir.ignored) - copies):
-            yield Problem(code="FOREIGN_DIRECTORY", path=storage.join(path, name),
-                          message="a directory that is neither a partition nor a replica copy: "
-                                  "a Kafka broker cannot parse its name and takes the whole log "
-                                  "dir offline (LogManager.loadLogs); move it out of the log dir")
+        for entry in log_dir.foreign:
+            code = {"directory": "FOREIGN_DIRECTORY", "file": "FOREIGN_FILE"}.get(
+                entry.kind, "DANGLING_SYMLINK")
+            yield Problem(code=code, path=storage.join(path, entry.name),
+                          message=f"{entry.reason}; move it out of the log dir")
+        for refused in log_dir.refused:
+            yield Problem.from_error(refused.error)
+    dirs = [c.name for c in log_dir.copies_of(lambda _: True)]
+    dirs += [r.name for r in log_dir.refused]  # still data on disk: checked all the same
     if log_dir.metadata_log is not None:
-        yield from inspect_partition(log_dir.metadata_log, dump=dump, records=records,
-                                     verify=verify)
+        dirs.insert(0, storage.basename(log_dir.metadata_log))
     if verify:
         for name in ROOT_CHECKPOINTS:
             yield from _problems_of(functools.partial(read_offset_checkpoint, path, name))
-    for copy in log_dir.copies_of(lambda _: True):
-        yield from inspect_partition(storage.join(path, copy.name), dump=dump, records=records,
-                                     verify=verify)
+    for name in dirs:
+        yield from _isolated(storage.join(path, name), dump=dump, records=records,
+                             verify=verify)
+
+
+def _isolated(partition_dir: str, **kwargs: Any) -> Iterator[SegmentReport | Problem]:
+    """:func:`inspect_partition`, with a failure to read the directory or one of its files
+    (a dangling symlink, a permission) reported as a problem of that directory alone."""
+    try:
+        yield from inspect_partition(partition_dir, **kwargs)
+    except CompactorError as err:
+        yield Problem.from_error(err.with_location(path=partition_dir))

@@ -9,16 +9,47 @@ who asked when, which run applied, which run verified.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, ParamSpec, TypeVar
 
 import pyarrow as pa
 
 from compactor.erasure import ALL_TOPICS, DONE, STATUSES, ErasureRequest
-from compactor.errors import ConfigError
+from compactor.errors import ConfigError, LedgerError
 from schemas.delta import ERASURE_REQUESTS, ERASURE_REQUESTS_TABLE, RUNS, RUNS_TABLE
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _ledger_errors(action: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """Turn delta-rs errors of a ledger function into :class:`LedgerError` naming the state
+    dir (the function's first argument) and what was being done."""
+
+    def wrap(fn: Callable[P, R]) -> Callable[P, R]:
+        @functools.wraps(fn)
+        def inner(*args: P.args, **kwargs: P.kwargs) -> R:
+            from deltalake.exceptions import CommitFailedError, DeltaError
+
+            try:
+                return fn(*args, **kwargs)
+            except DeltaError as err:
+                # delta-rs appends a native backtrace to some messages: the first line says it
+                first = (str(err).strip().splitlines() or [""])[0]
+                raise LedgerError(
+                    f"cannot {action}: {type(err).__name__}: {first}",
+                    path=str(args[0]) if args else None,
+                    remedy=None if isinstance(err, CommitFailedError) else (
+                        "the ledger's Delta table cannot be read as it is: restore the state "
+                        "dir from a backup (or let delta-spark's RESTORE return it to an earlier "
+                        "version); every partition of the log dir is old or new whatever the ledger says")) from err
+
+        return inner
+
+    return wrap
 
 
 # What marks a directory as a Kafka log dir (LogManager writes these at its root).
@@ -57,6 +88,7 @@ def check_state_dir(state_dir: str, log_dir: str | None = None) -> None:
         here = parent
 
 
+@_ledger_errors("create the ledger")
 def init(state_dir: str) -> bool:
     """Create the ledger's tables (``erase init``); returns whether they were new.
 
@@ -121,6 +153,7 @@ def _commit(meta: Mapping[str, str] | None):  # type: ignore[no-untyped-def]
     return CommitProperties(custom_metadata=dict(meta)) if meta else None
 
 
+@_ledger_errors("add erasure requests to the ledger")
 def add_requests(state_dir: str, requests: Sequence[ErasureRequest],
                  meta: Mapping[str, str] | None = None) -> tuple[list[str], list[str]]:
     """Insert requests whose id is new (one commit; ids already present are left as they
@@ -145,6 +178,7 @@ def _request_row(r: ErasureRequest) -> dict[str, Any]:
             "leave_tombstone": r.leave_tombstone}
 
 
+@_ledger_errors("read the erasure request ledger")
 def load_requests(state_dir: str) -> list[dict[str, Any]]:
     """Every request row (empty when the ledger does not exist yet)."""
     from deltalake import DeltaTable
@@ -167,6 +201,7 @@ def as_request(row: Mapping[str, Any]) -> ErasureRequest:
                               for t in json.loads(row.get("tombstones_left") or "[]")))
 
 
+@_ledger_errors("update erasure requests in the ledger")
 def update_requests(state_dir: str, updates: Sequence[Mapping[str, Any]],
                     meta: Mapping[str, str] | None = None) -> None:
     """Set columns of existing requests, matched by ``request_id`` (one commit). Every
@@ -183,6 +218,7 @@ def update_requests(state_dir: str, updates: Sequence[Mapping[str, Any]],
      .when_matched_update(updates={c: f"s.{c}" for c in columns}).execute())
 
 
+@_ledger_errors("append to the runs table")
 def append_runs(state_dir: str, rows: Iterable[Mapping[str, Any]]) -> None:
     """Append run rows (one commit)."""
     rows = list(rows)
@@ -241,6 +277,7 @@ def _json(line: Mapping[str, Any]) -> str:
     return json.dumps(line, sort_keys=True, separators=(",", ":"))
 
 
+@_ledger_errors("read the runs table")
 def load_runs(state_dir: str, run_ids: Iterable[str] | None = None) -> list[dict[str, Any]]:
     from deltalake import DeltaTable
 
@@ -254,6 +291,7 @@ def load_runs(state_dir: str, run_ids: Iterable[str] | None = None) -> list[dict
     return sorted(rows, key=lambda r: (r["started_at_ms"], r["topic"], r["partition"]))
 
 
+@_ledger_errors("read a ledger table's history")
 def history(state_dir: str, name: str) -> list[dict[str, Any]]:
     """The Delta commit history of a table, oldest first: version, timestamp, operation and
     the metadata our commits carry (``action``, ``run_id``, ``request_ids``)."""
@@ -270,6 +308,7 @@ def history(state_dir: str, name: str) -> list[dict[str, Any]]:
     return sorted(out, key=lambda e: e["version"])
 
 
+@_ledger_errors("read a ledger table's version")
 def table_version(state_dir: str, name: str) -> int | None:
     from deltalake import DeltaTable
 

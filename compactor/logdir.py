@@ -9,7 +9,7 @@ segments, a crash after leaves the new ones.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 import javaproperties
@@ -162,16 +162,56 @@ class PartitionLog:
         return sum(s.size_bytes for s in self.segments)
 
 
+@dataclass(frozen=True, slots=True)
+class RefusedDir:
+    """A directory that names a partition but that no command may touch: its name is not
+    the one Kafka writes (``t-01`` for partition 1), or another directory holds the same
+    partition (``LogManager.loadLog`` refuses to start with "Duplicate log directories")."""
+
+    name: str
+    tp: TopicPartition
+    error: LogDirError
+
+
+@dataclass(frozen=True, slots=True)
+class ForeignEntry:
+    """Something in a log dir that is not part of Kafka's layout (reported, never touched)."""
+
+    name: str
+    kind: str  # directory | file | dangling symlink
+    reason: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"name": self.name, "kind": self.kind, "reason": self.reason}
+
+    def __str__(self) -> str:
+        return f"{self.name}: left alone, {self.kind} not part of Kafka's layout ({self.reason})"
+
+
+# Files Kafka keeps at a log dir's root (LogManager, CleanShutdownFileHandler,
+# BrokerMetadataCheckpoint/MetaPropertiesEnsemble, LogCleanerManager).
+KNOWN_ROOT_FILES = frozenset({
+    ".lock", "meta.properties", ".kafka_cleanshutdown", "recovery-point-offset-checkpoint",
+    "log-start-offset-checkpoint", "replication-offset-checkpoint", "cleaner-offset-checkpoint",
+    "bootstrap.checkpoint",
+})
+# Directories Kafka keeps at a log dir's root that are not logs (RemoteIndexCache.DIR_NAME).
+KNOWN_ROOT_DIRS = frozenset({"remote-log-index-cache"})
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LogDir:
     """A Kafka ``log.dirs`` entry.
 
     Attributes:
-        partitions: live partition directories, sorted. Never the KRaft metadata log.
+        partitions: live partition directories, sorted. Never the KRaft metadata log, never
+            a refused directory.
         ignored: directory names skipped (``-delete``/``-future``/``-stray`` or not a partition).
         metadata_log: the path of ``__cluster_metadata-0`` when the log dir holds it. Kafka's
             ``LogManager.loadLogs`` never loads it as a log and no command here lists it
             among the partitions, so nothing can modify it.
+        refused: partition directories no command touches (non-canonical names, duplicates).
+        foreign: entries that are not part of Kafka's layout.
     """
 
     path: str
@@ -179,6 +219,11 @@ class LogDir:
     ignored: tuple[str, ...] = field(default=())
     metadata_log: str | None = None
     copies: tuple[PartitionCopy, ...] = ()  # -future, -delete and -stray dirs
+    refused: tuple[RefusedDir, ...] = ()
+    foreign: tuple[ForeignEntry, ...] = ()
+
+    def refused_of(self, topics: Callable[[str], bool]) -> list[RefusedDir]:
+        return [r for r in self.refused if topics(r.tp.topic)]
 
     def copies_of(self, topics: Callable[[str], bool]) -> list[PartitionCopy]:
         """Every directory holding data of the topics ``topics`` accepts: live partitions
@@ -201,26 +246,60 @@ def open_log_dir(path: str) -> LogDir:
         raise LogDirError("log dir does not exist", path=path)
     if not storage.is_dir(path):
         raise LogDirError("log dir is not a directory", path=path)
-    partitions = []
+    live: dict[TopicPartition, list[str]] = {}
     ignored = []
     copies = []
+    foreign = []
     metadata_log = None
     for name in storage.list_dir(path):
         full = storage.join(path, name)
         if not storage.is_dir(full):
+            if storage.is_link(full) and not storage.exists(full):
+                foreign.append(ForeignEntry(name, "dangling symlink",
+                                            "a symbolic link to nothing"))
+            elif name not in KNOWN_ROOT_FILES:
+                foreign.append(ForeignEntry(name, "file", "not a file Kafka keeps in a log dir"))
             continue
         copy = parse_copy_dir_name(name)
         if name == METADATA_DIR_NAME:
             metadata_log = full
         elif copy is None:
             ignored.append(name)
+            if name not in KNOWN_ROOT_DIRS:
+                foreign.append(ForeignEntry(
+                    name, "directory", "neither a partition nor a replica copy: a Kafka broker "
+                    "cannot parse its name and takes the whole log dir offline "
+                    "(LogManager.loadLogs)"))
         elif copy.kind == LIVE:
-            partitions.append(copy.tp)
+            live.setdefault(copy.tp, []).append(name)
         else:
             ignored.append(name)
             copies.append(copy)
+    partitions = []
+    refused = []
+    for tp, names in live.items():
+        if names == [tp.dir_name]:
+            partitions.append(tp)
+            continue
+        for name in names:
+            others = [n for n in names if n != name]
+            if others:
+                message = (f"duplicate log directories for {tp}: {name} and "
+                           f"{', '.join(others)} hold the same partition (a Kafka broker "
+                           "refuses to start: LogManager.loadLog)")
+                remedy = ("nothing was changed; keep the directory the broker should use, "
+                          "move the other out of the log dir, then run again")
+            else:
+                message = (f"directory name is not the one Kafka writes for {tp} "
+                           f"({tp.dir_name}): the partition number has leading zeros")
+                remedy = (f"nothing was changed; with the broker stopped, rename it to "
+                          f"{tp.dir_name} or move it out of the log dir")
+            refused.append(RefusedDir(name, tp, LogDirError(
+                message, path=storage.join(path, name), remedy=remedy)))
     return LogDir(path=path, partitions=tuple(sorted(partitions)), ignored=tuple(ignored),
-                  metadata_log=metadata_log, copies=tuple(sorted(copies)))
+                  metadata_log=metadata_log, copies=tuple(sorted(copies)),
+                  refused=tuple(sorted(refused, key=lambda r: (r.tp, r.name))),
+                  foreign=tuple(foreign))
 
 
 def read_properties(path: str) -> dict[str, str]:
@@ -581,3 +660,22 @@ def recover_partition(partition_dir: str, *, dry_run: bool = False) -> RecoveryP
         storage.rename(storage.join(partition_dir, src), storage.join(partition_dir, dst))
     storage.fsync_dir(partition_dir)
     return plan
+
+
+def recover_partitions(log_dir: str, names: Iterable[str]) -> tuple[int, dict[str, CompactorError]]:
+    """:func:`recover_partition` on each named directory of a log dir, each on its own: a
+    directory whose leftovers cannot be resolved is returned with its error (and changed in
+    no way), and the others are recovered.
+
+    Returns:
+        how many directories had leftovers, and the error of each that could not be recovered.
+    """
+    recovered = 0
+    failed: dict[str, CompactorError] = {}
+    for name in names:
+        try:
+            if not recover_partition(storage.join(log_dir, name)).is_empty:
+                recovered += 1
+        except CompactorError as err:
+            failed[name] = err
+    return recovered, failed

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import traceback
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -18,7 +20,7 @@ from compactor import storage
 from compactor.catalog import Catalog, build_catalog
 from compactor.config import parse_assignment, parse_topic_assignment
 from compactor.logdir import LogDir, open_log_dir
-from compactor.errors import CompactorError, ConfigError
+from compactor.errors import CompactorError, ConfigError, InternalError
 from compactor.retention import MIN_RETENTION_BYTES, MIN_RETENTION_MS
 
 
@@ -205,10 +207,28 @@ def run_main(name: str, parser: argparse.ArgumentParser,
     """The ``main`` of a job: parse, execute, and turn a :class:`CompactorError` into one JSON
     error line, a message on stderr and the error's exit code."""
     args = parser.parse_args(argv)
+    return run_guarded(name, execute, args, json_line=True)
+
+
+def run_guarded(name: str, execute: Callable[[argparse.Namespace, TextIO], int],
+                args: argparse.Namespace, *, json_line: bool) -> int:
+    """Run a command; a :class:`CompactorError` (or any exception not expected, as an
+    :class:`~compactor.errors.InternalError`) becomes a JSON error line on stdout (with
+    ``json_line``), one message on stderr and the error's exit code: no command ends with a
+    traceback (``COMPACTOR_DEBUG=1`` prints it for bug reports)."""
     try:
-        return execute(args, sys.stdout)
-    except CompactorError as err:
-        print(json.dumps({"type": "error", **err.to_dict()}))
-        print(f"{name}: {err}", file=sys.stderr)
+        return int(execute(args, sys.stdout))
+    except Exception as exc:  # noqa: BLE001 - the one place every failure is turned into a message
+        if isinstance(exc, CompactorError):
+            err = exc
+        else:
+            if os.environ.get("COMPACTOR_DEBUG"):
+                traceback.print_exc()
+            first = (str(exc).strip().splitlines() or [""])[0]
+            err = InternalError(f"unexpected {type(exc).__name__}: {first}")
+        sys.stdout.flush()
+        if json_line:
+            print(json.dumps({"type": "error", **err.to_dict()}), flush=True)
+        print(f"{name}: {err}", file=sys.stderr, flush=True)
         return err.exit_code
 

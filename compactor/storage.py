@@ -88,6 +88,10 @@ def is_dir(path: str) -> bool:
     return os.path.isdir(path)
 
 
+def is_link(path: str) -> bool:
+    return os.path.islink(path)
+
+
 def stat(path: str) -> FileStat:
     try:
         st = os.stat(path)

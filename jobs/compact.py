@@ -42,11 +42,12 @@ from compactor.errors import (
     SparkUnavailableError,
 )
 from compactor.logdir import (
+    ForeignEntry,
     load_partition,
     open_log_dir,
     read_aborted_txns,
     read_offset_checkpoint,
-    recover_partition,
+    recover_partitions,
 )
 from compactor.metadata import METADATA_TOPIC
 from compactor.model import SegmentInfo, TopicPartition
@@ -90,7 +91,7 @@ class PartitionReport:
     """One partition's line of the JSON report."""
 
     tp: TopicPartition
-    status: str = "skipped"  # cleaned | skipped | corrupt | would_clean
+    status: str = "skipped"  # cleaned | skipped | corrupt | refused | failed | would_clean
     reason: str = ""
     plan: CleaningPlan | None = None
     segments_before: int = 0
@@ -142,9 +143,12 @@ class RoundReport:
     recovered: int = 0
     catalog: Catalog | None = None
 
+    foreign: tuple[ForeignEntry, ...] = ()
+
     @property
     def exit_code(self) -> int:
-        return EXIT_PARTIAL if any(p.status == "corrupt" for p in self.partitions) else EXIT_OK
+        return EXIT_PARTIAL if any(p.status in ("corrupt", "refused", "failed")
+                                   for p in self.partitions) else EXIT_OK
 
     def to_dict(self) -> dict[str, Any]:
         counts: dict[str, int] = {}
@@ -156,6 +160,7 @@ class RoundReport:
             "partitions_by_status": counts, "recovered_partitions": self.recovered,
             "stages_s": {k: round(v, 3) for k, v in self.stages_s.items()},
             "cluster": self.catalog.to_dict() if self.catalog else None,
+            "foreign": [f.to_dict() for f in self.foreign],
             "partitions": [p.to_dict() for p in self.partitions],
         }
 
@@ -166,12 +171,17 @@ class RoundReport:
                 lines.append(f"{p.tp}: cleaned {p.records_in} -> {p.records_out} records, "
                              f"{p.bytes_in} -> {p.bytes_out} bytes, segments "
                              f"{p.segments_before} -> {p.segments_after}")
-            elif p.status == "corrupt" and p.error:
-                lines.append(f"{p.tp}: CORRUPT, left untouched: {p.error.get('message')} "
+            elif p.status == "failed" and p.error:
+                lines.append(f"{p.tp}: FAILED to swap in, each group left old or new: "
+                             f"{p.error.get('message')} ({p.error.get('path')})")
+            elif p.status in ("corrupt", "refused") and p.error:
+                lines.append(f"{p.tp}: {p.status.upper()}, left untouched: "
+                             f"{p.error.get('message')} "
                              f"({p.error.get('path')}, position {p.error.get('position')}, "
                              f"base offset {p.error.get('base_offset')})")
             else:
                 lines.append(f"{p.tp}: {p.status} ({p.reason})")
+        lines += [str(f) for f in self.foreign]
         lines += self.catalog.hints() if self.catalog else []
         total = sum(self.stages_s.values())
         lines.append(f"{self.command}: {len(self.partitions)} partitions in {total:.1f} s; "
@@ -224,11 +234,11 @@ def run_locked(spark: SparkSession, opts: CompactOptions, catalog: Catalog) -> R
     report = RoundReport(command="plan" if opts.plan_only else "compact",
                          log_dir=opts.log_dir, now_ms=opts.now_ms, catalog=catalog)
     stages = _Stages(report)
+    unrecovered: dict[str, CompactorError] = {}
     if not opts.plan_only:
-        for tp in log_dir.partitions:
-            if opts.selects(tp.topic) and catalog.skip_reason(tp) is None and \
-                    not recover_partition(log_dir.partition_path(tp)).is_empty:
-                report.recovered += 1
+        report.recovered, unrecovered = recover_partitions(opts.log_dir, [
+            tp.dir_name for tp in log_dir.partitions
+            if opts.selects(tp.topic) and catalog.skip_reason(tp) is None])
     stages.done("recover")
     checkpoints = {name: read_offset_checkpoint(opts.log_dir, name) for name in
                    (CLEANER_OFFSET_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT,
@@ -239,6 +249,10 @@ def run_locked(spark: SparkSession, opts: CompactOptions, catalog: Catalog) -> R
     report.partitions = list(reports.values())
     if log_dir.metadata_log is not None:
         report.partitions.insert(0, PartitionReport(tp=METADATA_TP, reason=METADATA_LOG))
+    report.foreign = log_dir.foreign
+    for r in log_dir.refused_of(opts.selects):
+        report.partitions.append(PartitionReport(tp=r.tp, status="refused", reason=r.error.code,
+                                                 error=r.error.to_dict()))
     inputs: dict[int, PartitionInput] = {}
     for i, tp in enumerate(tps):
         if not opts.selects(tp.topic):
@@ -252,6 +266,8 @@ def run_locked(spark: SparkSession, opts: CompactOptions, catalog: Catalog) -> R
             reports[i].reason = "cleanup.policy has no compact"
             continue
         try:
+            if tp.dir_name in unrecovered:
+                raise unrecovered[tp.dir_name]
             inputs[i] = load_partition_input(opts.log_dir, tp, configs[tp.topic], opts, checkpoints)
         except CompactorError as err:
             reports[i].status, reports[i].error = "corrupt", err.to_dict()
@@ -451,7 +467,10 @@ def _commit(inputs: Mapping[int, PartitionInput], plans: Mapping[int, CleaningPl
             rep.status, rep.error, rep.reason = "corrupt", problem, problem.get("code", "")
             continue
         started = time.perf_counter()
-        commit.commit_partition(inputs[i].path, got)
+        failure = commit.commit_isolated(inputs[i].path, got)
+        if failure is not None:  # the others go on; this one is old or new per group
+            rep.status, rep.error, rep.reason = "failed", failure.to_dict(), failure.code
+            continue
         # the partition's own share of the round: its groups' executor time, its swap
         rep.stages_s = {"rewrite": sum(m.seconds for m in got),
                         "commit": time.perf_counter() - started}

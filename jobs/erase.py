@@ -45,13 +45,14 @@ from compactor.erasure import (
 from compactor.errors import EXIT_FAILURE, EXIT_OK, EXIT_PARTIAL, CompactorError
 from compactor.logdir import (
     DELETE,
+    LIVE,
     STRAY,
     PartitionLog,
     load_partition,
     open_log_dir,
     read_aborted_txns,
     read_offset_checkpoint,
-    recover_partition,
+    recover_partitions,
 )
 from compactor.model import TopicPartition
 from compactor.verify import txn_problems
@@ -138,18 +139,31 @@ def _requests_in(state_dir: str, statuses: frozenset[str]) -> list[ErasureReques
             if r["status"] in statuses]
 
 
-def _load(log_dir: str, requests: Sequence[ErasureRequest]) -> tuple[
+def _load(log_dir: str, requests: Sequence[ErasureRequest],
+          unrecovered: Mapping[str, CompactorError] | None = None) -> tuple[
         dict[int, _Dir], dict[int, PartitionLog], dict[int, dict]]:
     """Every directory holding data of the requests' topics (live partitions and their
-    ``-future``, ``-delete`` and ``-stray`` copies), read."""
+    ``-future``, ``-delete`` and ``-stray`` copies), read; those in ``unrecovered`` (by name)
+    and those that cannot be read come back as errors."""
     ld = open_log_dir(log_dir)
-    copies = ld.copies_of(lambda t: any(r.applies_to(t) for r in requests))
+    wanted = lambda t: any(r.applies_to(t) for r in requests)  # noqa: E731
+    copies = ld.copies_of(wanted)
     dirs = {i: _Dir(c.tp, c.kind, c.name, storage.join(log_dir, c.name))
             for i, c in enumerate(copies)}
     parts: dict[int, PartitionLog] = {}
     errors: dict[int, dict] = {}
+    # a directory no command may touch (a duplicate, a non-canonical name) still holds the
+    # subject's data: it blocks apply and verify of the requests on its topic
+    for r in ld.refused_of(wanted):
+        i = len(dirs)
+        dirs[i] = _Dir(r.tp, LIVE, r.name, storage.join(log_dir, r.name))
+        errors[i] = r.error.to_dict()
     for i, d in dirs.items():
+        if i in errors:
+            continue
         try:
+            if unrecovered and d.name in unrecovered:
+                raise unrecovered[d.name]
             parts[i] = load_partition(d.path)
         except CompactorError as err:
             errors[i] = err.to_dict()
@@ -290,10 +304,11 @@ def apply(spark: SparkSession | None, log_dir: str, state_dir: str, now_ms: int,
     catalog = _catalog(log_dir, now_ms, metadata_log_dir, server_properties)
     with storage.log_dir_lock(log_dir):
         ld = open_log_dir(log_dir)
+        unrecovered: dict[str, CompactorError] = {}
         if not dry_run:
-            for c in ld.copies_of(lambda t: any(r.applies_to(t) for r in requests)):
-                recover_partition(storage.join(log_dir, c.name))
-        dirs, parts, errors = _load(log_dir, requests)
+            _, unrecovered = recover_partitions(log_dir, [
+                c.name for c in ld.copies_of(lambda t: any(r.applies_to(t) for r in requests))])
+        dirs, parts, errors = _load(log_dir, requests, unrecovered)
         unknown = _unknown_topics(requests, dirs, catalog)
         matchers = {i: Matcher.for_topic(dirs[i].tp.topic, requests) for i in parts}
         spark = spark or get_spark(None)
@@ -321,8 +336,9 @@ def apply(spark: SparkSession | None, log_dir: str, state_dir: str, now_ms: int,
                 for m in got:
                     commit.abort_group(d.path, m)
                 line.update(status="failed", error=next(m.error for m in got if m.error))
+            elif (failure := commit.commit_isolated(d.path, got)) is not None:
+                line.update(status="failed", error=failure.to_dict())
             else:
-                commit.commit_partition(d.path, got)
                 line["status"] = "rewritten" if got else "unchanged"
             done = line["status"] in ("rewritten", "would_rewrite")
             line.update(

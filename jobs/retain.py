@@ -18,7 +18,7 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
@@ -29,12 +29,13 @@ from compactor.config import REPORTED
 from compactor.metadata import METADATA_TOPIC
 from compactor.errors import EXIT_OK, EXIT_PARTIAL, CompactorError, CorruptCheckpointError
 from compactor.logdir import (
+    ForeignEntry,
     load_partition,
     log_end_offset,
     open_log_dir,
     read_leader_epochs,
     read_offset_checkpoint,
-    recover_partition,
+    recover_partitions,
 )
 from compactor.model import TopicPartition
 from compactor.options import (
@@ -54,7 +55,7 @@ class PartitionRetention:
 
     tp: TopicPartition
     policy: str
-    status: str = "kept"  # deleted | would_delete | kept | skipped | corrupt
+    status: str = "kept"  # deleted | would_delete | kept | skipped | corrupt | failed | refused
     reason: str = ""
     plan: RetentionPlan | None = None
     segments_before: int = 0
@@ -88,10 +89,11 @@ class RetentionReport:
     partitions: list[PartitionRetention] = field(default_factory=list)
     recovered: int = 0
     catalog: Catalog | None = None
+    foreign: tuple[ForeignEntry, ...] = ()
 
     @property
     def exit_code(self) -> int:
-        return EXIT_PARTIAL if any(p.status in ("corrupt", "failed")
+        return EXIT_PARTIAL if any(p.status in ("corrupt", "failed", "refused")
                                    for p in self.partitions) else EXIT_OK
 
     def to_dict(self) -> dict[str, Any]:
@@ -102,6 +104,7 @@ class RetentionReport:
             "bytes_deleted": sum(p.plan.bytes_deleted for p in self.partitions if p.plan),
             "recovered_partitions": self.recovered,
             "cluster": self.catalog.to_dict() if self.catalog else None,
+            "foreign": [f.to_dict() for f in self.foreign],
             "partitions": [p.to_dict() for p in self.partitions],
         }
 
@@ -111,9 +114,9 @@ class RetentionReport:
         lines = []
         verb = "would delete" if self.dry_run else "deleted"
         for p in self.partitions:
-            if p.status == "corrupt" and p.error:
-                lines.append(f"{p.tp}: CORRUPT, left untouched: {p.error.get('message')} "
-                             f"({p.error.get('path')})")
+            if p.status in ("corrupt", "refused") and p.error:
+                lines.append(f"{p.tp}: {p.status.upper()}, left untouched: "
+                             f"{p.error.get('message')} ({p.error.get('path')})")
             elif p.status == "failed" and p.error:
                 lines.append(f"{p.tp}: FAILED while deleting (a prefix of its segments may be "
                              f"gone; the next run finishes): {p.error.get('message')} "
@@ -128,16 +131,20 @@ class RetentionReport:
                 lines.append(f"{p.tp}: left alone ({p.reason})")
             else:
                 lines.append(f"{p.tp}: nothing to delete")
+        lines += [str(f) for f in self.foreign]
         lines += self.catalog.hints() if self.catalog and hints else []
         return "\n".join(lines)
 
 
 def plan_log_dir(log_dir: str, catalog: Catalog, now_ms: int,
-                 partitions: Sequence[TopicPartition]) -> list[PartitionRetention]:
+                 partitions: Sequence[TopicPartition], *,
+                 unrecovered: Mapping[str, CompactorError] | None = None,
+                 ) -> list[PartitionRetention]:
     """Retention plans of every partition (reads metadata only; changes nothing). A partition
-    whose metadata cannot be read is reported ``corrupt``; one the catalog says to leave alone
-    (the metadata log, a stale topic id, no config, tiered storage) ``skipped`` with the
-    reason."""
+    whose metadata cannot be read, or whose interrupted swap could not be recovered
+    (``unrecovered``, by directory name), is reported ``corrupt``; one the catalog says to
+    leave alone (the metadata log, a stale topic id, no config, tiered storage) ``skipped``
+    with the reason."""
     starts = read_offset_checkpoint(log_dir, LOG_START_OFFSET_CHECKPOINT)
     hws = read_offset_checkpoint(log_dir, REPLICATION_OFFSET_CHECKPOINT)
     out = []
@@ -152,6 +159,8 @@ def plan_log_dir(log_dir: str, catalog: Catalog, now_ms: int,
             continue
         pdir = storage.join(log_dir, tp.dir_name)
         try:
+            if unrecovered and tp.dir_name in unrecovered:
+                raise unrecovered[tp.dir_name]
             # everything the deletion will read is validated before anything changes
             part = load_partition(pdir)
             leo = log_end_offset(part)
@@ -196,12 +205,18 @@ def retain_locked(log_dir: str, catalog: Catalog, now_ms: int, *,
     ld = open_log_dir(log_dir)
     report = RetentionReport(log_dir=log_dir, now_ms=now_ms, dry_run=dry_run, catalog=catalog)
     partitions = [tp for tp in ld.partitions if not topics or tp.topic in topics]
+    unrecovered: dict[str, CompactorError] = {}
     if not dry_run:
-        for tp in partitions:
-            if catalog.skip_reason(tp, retention=True) is None and \
-                    not recover_partition(ld.partition_path(tp)).is_empty:
-                report.recovered += 1
-    report.partitions = plan_log_dir(log_dir, catalog, now_ms, partitions)
+        report.recovered, unrecovered = recover_partitions(log_dir, [
+            tp.dir_name for tp in partitions if catalog.skip_reason(tp, retention=True) is None])
+    report.partitions = plan_log_dir(log_dir, catalog, now_ms, partitions,
+                                     unrecovered=unrecovered)
+    report.foreign = ld.foreign
+    for r in ld.refused_of(lambda t: not topics or t in topics):
+        report.partitions.append(PartitionRetention(
+            tp=r.tp, policy=",".join(sorted(catalog.configs[r.tp.topic].cleanup_policy))
+            if r.tp.topic in catalog.configs else "", status="refused",
+            reason=r.error.code, error=r.error.to_dict()))
     if ld.metadata_log is not None:
         report.partitions.insert(0, PartitionRetention(
             tp=TopicPartition(METADATA_TOPIC, 0), policy="", status="skipped",
