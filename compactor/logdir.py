@@ -17,6 +17,7 @@ import javaproperties
 from compactor import storage
 from compactor.codec.checkpoints import (
     LEADER_EPOCH_CHECKPOINT,
+    LOG_START_OFFSET_CHECKPOINT,
     parse_leader_epoch_checkpoint,
     parse_offset_checkpoint,
 )
@@ -28,10 +29,12 @@ from compactor.codec.indexes import (
 )
 from compactor.codec.records import RecordBatch
 from compactor.codec.segment import iter_batches
+from compactor.codec.snapshot import decode_snapshot
 from compactor.errors import (
     CompactorError,
     ConfigError,
     CorruptCheckpointError,
+    CorruptIndexError,
     CorruptMetadataError,
     LogDirError,
     SwapRecoveryError,
@@ -461,7 +464,7 @@ def _largest_timestamp(
     partition_dir: str, prefix: str, base: int, size: int, is_active: bool
 ) -> int:
     largest = -1
-    tail_start = 0
+    tail_start = slot = 0
     time_path = storage.join(partition_dir, prefix + TIME_INDEX_SUFFIX)
     if storage.exists(time_path):
         entries = decode_time_index(
@@ -476,26 +479,63 @@ def _largest_timestamp(
         )
         if offsets and offsets[-1].position < size:
             tail_start = offsets[-1].position
+            slot = len(offsets) - 1
     log_path = storage.join(partition_dir, prefix + LOG_SUFFIX)
-    for batch in _tail_batches(log_path, tail_start):
+    for batch in _tail_batches(log_path, tail_start, slot):
         largest = max(largest, batch.max_timestamp)
     return largest
 
 
-def _tail_batches(log_path: str, start: int) -> Iterator[RecordBatch]:
+def _tail_batches(log_path: str, start: int, slot: int = 0) -> Iterator[RecordBatch]:
     """The batches of a segment from byte ``start`` on (CRCs unchecked: only headers are
     read), reading only that tail; an error's position is from the start of the file.
+    ``start`` comes from entry ``slot`` of the segment's ``.index``: when the tail cannot be
+    framed but the whole segment can, the index is what is wrong.
 
     Raises:
-        CompactorError: the tail cannot be framed.
+        CompactorError: the tail cannot be framed (``CorruptIndexError`` when the index
+            pointed at a place where no batch starts).
     """
     try:
-        yield from iter_batches(storage.read_bytes(log_path, start), path=log_path,
-                                verify_crc=False)
+        batches = list(iter_batches(storage.read_bytes(log_path, start), path=log_path,
+                                    verify_crc=False))
     except CompactorError as err:
         if err.position is not None:
             err.position += start
+        if start:  # the index pointed there: is it the index that is wrong, or the segment?
+            list(iter_batches(storage.read_bytes(log_path), path=log_path, verify_crc=False))
+            index_path = log_path[: -len(LOG_SUFFIX)] + INDEX_SUFFIX
+            raise CorruptIndexError(
+                f"the last entry points at byte position {start} of the segment, which is "
+                f"not where a batch starts ({err.message})", path=index_path,
+                position=slot * 8, base_offset=file_offset(storage.basename(log_path))) from None
         raise
+    yield from batches
+
+
+def check_partition_files(part: PartitionLog, log_start: int | None, log_dir: str) -> int:
+    """Validate what a command reads of a partition besides its segments before it changes
+    anything: the leader epoch file, every producer snapshot, and the partition's
+    ``log-start-offset-checkpoint`` entry, which must lie in ``[0, log end offset]`` (a
+    command must never delete or clean on a value the log cannot have). Returns the log end
+    offset.
+
+    Raises:
+        CompactorError: the first file that fails (its path, position where known).
+    """
+    read_leader_epochs(part.path)
+    for base in part.snapshots:
+        path = segment_path(part.path, base, SNAPSHOT_SUFFIX)
+        decode_snapshot(storage.read_bytes(path), path=path)
+    leo = log_end_offset(part)
+    if log_start is not None and not 0 <= log_start <= leo:
+        raise CorruptCheckpointError(
+            f"log-start-offset-checkpoint says {part.tp} starts at {log_start}, outside the "
+            f"log's offsets [0, {leo}] (its log end offset)",
+            path=storage.join(log_dir, LOG_START_OFFSET_CHECKPOINT),
+            remedy="the partition was left untouched; correct or remove its entry (a broker "
+                   "rewrites the file) and run again")
+    return leo
 
 
 def read_aborted_txns(part: PartitionLog) -> list[AbortedTxn]:
@@ -532,15 +572,15 @@ def log_end_offset(part: PartitionLog) -> int:
     for seg in reversed(part.segments):
         if seg.size_bytes == 0:
             continue
-        start = 0
+        start = slot = 0
         index_path = segment_path(part.path, seg.base_offset, INDEX_SUFFIX)
         if seg.has_index:
             entries = decode_offset_index(storage.read_bytes(index_path), seg.base_offset,
                                           path=index_path, allow_preallocated=True)
             if entries and entries[-1].position < seg.size_bytes:
-                start = entries[-1].position
+                start, slot = entries[-1].position, len(entries) - 1
         last = None
-        for batch in _tail_batches(seg.log_path, start):
+        for batch in _tail_batches(seg.log_path, start, slot):
             last = batch
         if last is not None:
             return last.next_offset

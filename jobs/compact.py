@@ -42,6 +42,7 @@ from compactor.errors import (
     SparkUnavailableError,
 )
 from compactor.logdir import (
+    check_partition_files,
     ForeignEntry,
     load_partition,
     open_log_dir,
@@ -204,6 +205,7 @@ def load_partition_input(log_dir: str, tp: TopicPartition, cfg: TopicConfig, opt
                 checkpoints: Mapping[str, Mapping[TopicPartition, int]]) -> PartitionInput:
     pdir = storage.join(log_dir, tp.dir_name)
     part = load_partition(pdir)
+    check_partition_files(part, checkpoints[LOG_START_OFFSET_CHECKPOINT].get(tp), log_dir)
     aborted = read_aborted_txns(part)
     return PartitionInput(
         path=pdir, segments=part.segments, config=cfg,

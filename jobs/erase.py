@@ -44,6 +44,7 @@ from compactor.erasure import (
 )
 from compactor.errors import EXIT_FAILURE, EXIT_OK, EXIT_PARTIAL, CompactorError
 from compactor.logdir import (
+    check_partition_files,
     DELETE,
     LIVE,
     STRAY,
@@ -164,7 +165,9 @@ def _load(log_dir: str, requests: Sequence[ErasureRequest],
         try:
             if unrecovered and d.name in unrecovered:
                 raise unrecovered[d.name]
-            parts[i] = load_partition(d.path)
+            part = load_partition(d.path)
+            check_partition_files(part, None, log_dir)  # erasure never moves the log start
+            parts[i] = part
         except CompactorError as err:
             errors[i] = err.to_dict()
     return dirs, parts, errors

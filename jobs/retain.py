@@ -27,13 +27,12 @@ from compactor.codec.checkpoints import LOG_START_OFFSET_CHECKPOINT, REPLICATION
 from compactor.catalog import METADATA_LOG, Catalog
 from compactor.config import REPORTED
 from compactor.metadata import METADATA_TOPIC
-from compactor.errors import EXIT_OK, EXIT_PARTIAL, CompactorError, CorruptCheckpointError
+from compactor.errors import EXIT_OK, EXIT_PARTIAL, CompactorError
 from compactor.logdir import (
     ForeignEntry,
     load_partition,
-    log_end_offset,
+    check_partition_files,
     open_log_dir,
-    read_leader_epochs,
     read_offset_checkpoint,
     recover_partitions,
 )
@@ -163,9 +162,7 @@ def plan_log_dir(log_dir: str, catalog: Catalog, now_ms: int,
                 raise unrecovered[tp.dir_name]
             # everything the deletion will read is validated before anything changes
             part = load_partition(pdir)
-            leo = log_end_offset(part)
-            read_leader_epochs(pdir)
-            _check_start(tp, starts.get(tp), leo, log_dir)
+            leo = check_partition_files(part, starts.get(tp), log_dir)
         except CompactorError as err:
             rep.status, rep.error = "corrupt", err.to_dict()
             out.append(rep)
@@ -179,22 +176,6 @@ def plan_log_dir(log_dir: str, catalog: Catalog, now_ms: int,
             rep.status = "would_delete" if rep.plan.deleted else "kept"
         out.append(rep)
     return out
-
-
-def _check_start(tp: TopicPartition, start: int | None, log_end: int, log_dir: str) -> None:
-    """A ``log-start-offset-checkpoint`` entry must lie in ``[0, log end offset]``: anything
-    else would make retention delete segments on a value the log cannot have.
-
-    Raises:
-        CorruptCheckpointError: it does not.
-    """
-    if start is not None and not 0 <= start <= log_end:
-        raise CorruptCheckpointError(
-            f"log-start-offset-checkpoint says {tp} starts at {start}, outside the log's "
-            f"offsets [0, {log_end}] (its log end offset)",
-            path=storage.join(log_dir, LOG_START_OFFSET_CHECKPOINT),
-            remedy="the partition was left untouched; correct or remove its entry (a broker "
-                   "rewrites the file) and run again")
 
 
 def retain_locked(log_dir: str, catalog: Catalog, now_ms: int, *,
