@@ -59,7 +59,7 @@ from compactor.codec.kraft import (
     random_uuid_text,
 )
 from compactor.codec.snapshot import ProducerSnapshotEntry, encode_snapshot
-from compactor.errors import ConfigError
+from compactor.errors import ConfigError, LogDirError
 from compactor.metadata import METADATA_DIR_NAME
 from compactor.model import EpochEntry, TopicPartition, segment_file_prefix
 
@@ -245,8 +245,17 @@ class _KeyChooser:
 
 
 def generate(out_dir: str, cfg: GeneratorConfig) -> GenerationSummary:
-    """Write a log dir under ``out_dir`` (created; must not hold partitions already)."""
+    """Write a log dir under ``out_dir`` (created when missing).
+
+    Raises:
+        ConfigError: an invalid setting.
+        LogDirError: ``out_dir`` exists and is not empty (generated files would mix with
+            what is there: a real log dir, a partition directory).
+    """
     cfg.validate()
+    if storage.exists(out_dir) and (not storage.is_dir(out_dir) or storage.list_dir(out_dir)):
+        raise LogDirError("the target exists and is not an empty directory", path=out_dir,
+                          remedy="nothing was written; give a new or empty directory")
     storage.make_dirs(out_dir)
     rng = random.Random(cfg.seed)
     cluster_id = base64.urlsafe_b64encode(uuid.UUID(int=rng.getrandbits(128)).bytes).rstrip(

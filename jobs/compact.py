@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -502,6 +503,7 @@ def get_spark(master: str | None, app_name: str = "kafka-compactor") -> SparkSes
         return active
     builder = SparkSession.builder.appName(app_name)
     if master:
+        check_master_reachable(master)
         builder = builder.master(master)
     elif "PYSPARK_GATEWAY_PORT" not in os.environ:  # not under spark-submit
         builder = builder.master("local[*]")
@@ -512,6 +514,34 @@ def get_spark(master: str | None, app_name: str = "kafka-compactor") -> SparkSes
                 .config("spark.ui.showConsoleProgress", "false").getOrCreate())
     except PySparkRuntimeError as err:
         raise SparkUnavailableError(f"Spark cannot start: {err}") from err
+
+
+MASTER_CONNECT_TIMEOUT_S = 10.0
+
+
+def check_master_reachable(master: str, timeout_s: float = MASTER_CONNECT_TIMEOUT_S) -> None:
+    """For a standalone master (``spark://host:port[,host:port]``), a TCP connection to one of
+    its hosts within ``timeout_s`` seconds. Spark itself retries registration for about a
+    minute and then fails with a Java stack trace; this says at once what is wrong.
+
+    Raises:
+        SparkUnavailableError: no host of the master URL accepts a connection.
+    """
+    if not master.startswith("spark://"):
+        return
+    failures = []
+    for hostport in master[len("spark://"):].split(","):
+        host, _, port = hostport.rpartition(":")
+        try:
+            with socket.create_connection((host, int(port)), timeout=timeout_s):
+                return
+        except (OSError, ValueError) as err:
+            failures.append(f"{hostport}: {getattr(err, 'strerror', None) or err}")
+    raise SparkUnavailableError(
+        f"the Spark master {master} cannot be reached within {timeout_s:.0f} s "
+        f"({'; '.join(failures)})",
+        remedy="check the --master URL and that the master is running and reachable from "
+               "this host (firewall, DNS); nothing was changed")
 
 
 def execute(args: argparse.Namespace, out: TextIO, *, plan_only: bool = False) -> int:

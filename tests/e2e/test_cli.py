@@ -246,3 +246,78 @@ def test_run_starts_spark_only_when_a_topic_compacts(small_log: Path, tmp_path: 
     report = json.loads(delete.stdout.splitlines()[0])
     assert report["compaction"] is None
     assert report["retention"]["segments_deleted"] > 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Hardening: clean exits and isolation of the commands that need no Spark work
+
+
+def test_generate_refuses_a_non_empty_target_and_writes_nothing(small_log: Path) -> None:
+    target = small_log / "orders-v2-0"
+    before = tree_digest(small_log)
+    result = run("generate", str(target), "--partitions", "1", "--records", "10")
+    assert result.returncode == 3, result.stderr
+    assert "not an empty directory" in result.stderr and str(target) in result.stderr
+    assert "Traceback" not in result.stderr
+    assert tree_digest(small_log) == before
+
+
+def test_an_unreachable_spark_master_is_spark_unavailable_within_a_bounded_wait(
+        small_log: Path) -> None:
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    before = tree_digest(small_log)
+    result = run("compact", str(small_log), "--master", f"spark://127.0.0.1:{port}", "--json")
+    assert result.returncode == EXIT_FAILURE
+    (line,) = [json.loads(x) for x in result.stdout.splitlines() if x.startswith("{")]
+    assert line["code"] == "SPARK_UNAVAILABLE" and "within 10 s" in line["message"]
+    assert "Traceback" not in result.stderr
+    assert tree_digest(small_log) == before
+
+
+def test_recover_isolates_a_partition_whose_leftover_cannot_be_read(small_log: Path) -> None:
+    bad = small_log / "orders-v2-0"
+    garbage = bad / "00000000000000000005.log.swap"
+    garbage.write_bytes(b"\x00" * 7)
+    good = small_log / "user-profiles-1"
+    cleaned = good / "00000000000000000000.log.cleaned"
+    cleaned.write_bytes(b"half-written")
+    before = tree_digest(bad)
+    result = run("recover", str(small_log), "--json")
+    assert result.returncode == 6, result.stderr
+    lines = [json.loads(x) for x in result.stdout.splitlines()]
+    failed = [x for x in lines if x.get("status") == "failed"]
+    assert [x["partition_dir"] for x in failed] == [str(bad)]
+    assert failed[0]["error"]["code"] == "SWAP_RECOVERY"
+    assert failed[0]["error"]["path"] == str(garbage)
+    assert tree_digest(bad) == before
+    assert not cleaned.exists()  # the other partition was recovered in the same run
+    assert "Traceback" not in result.stderr
+
+
+def test_a_damaged_ledger_is_a_ledger_error_not_a_traceback(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    assert run("erase", "init", "--state-dir", str(state)).returncode == 0
+    log = state / "erasure_requests" / "_delta_log"
+    (log / "00000000000000000001.json").write_text("not json\n")
+    result = run("erase", "list", "--state-dir", str(state), "--json")
+    assert result.returncode == EXIT_FAILURE
+    assert "[LEDGER_ERROR]" in result.stderr and "Traceback" not in result.stderr
+    assert "\n   0: " not in result.stderr  # delta-rs's native backtrace is cut off
+
+
+def test_ledger_commands_never_end_in_a_native_abort(tmp_path: Path) -> None:
+    """Arrow's scanner threads still alive at interpreter exit used to abort the process
+    (exit 134, "terminate called without an active exception") in most runs of these."""
+    state = str(tmp_path / "state")
+    assert run("erase", "init", "--state-dir", state).returncode == 0
+    request = ["erase", "request", "--state-dir", state, "--topic", "t", "--key", "k",
+               "--reason", "r", "--request-id", "r1"]
+    assert run(*request).returncode == 0
+    for command in [request] * 6 + [["erase", "status", "--state-dir", state]] * 4:
+        result = run(*command)
+        assert result.returncode in (0, 1), (command, result.returncode, result.stderr)
+        assert "terminate called" not in result.stderr
