@@ -34,6 +34,12 @@ def format_location(path: str | None, position: int | None, base_offset: int | N
     return "at " + ", ".join(where) if where else ""
 
 
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message (native libraries such as delta-rs append
+    backtraces that do not belong in a one-line error)."""
+    return (str(exc).strip().splitlines() or [""])[0]
+
+
 class CompactorError(Exception):
     """Base of every error raised on purpose by kafka-compactor.
 

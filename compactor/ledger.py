@@ -18,7 +18,7 @@ from typing import Any, ParamSpec, TypeVar
 import pyarrow as pa
 
 from compactor.erasure import ALL_TOPICS, DONE, STATUSES, ErasureRequest
-from compactor.errors import ConfigError, LedgerError
+from compactor.errors import ConfigError, LedgerError, first_line
 from schemas.delta import ERASURE_REQUESTS, ERASURE_REQUESTS_TABLE, RUNS, RUNS_TABLE
 
 P = ParamSpec("P")
@@ -37,15 +37,14 @@ def _ledger_errors(action: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
             try:
                 return fn(*args, **kwargs)
             except DeltaError as err:
-                # delta-rs appends a native backtrace to some messages: the first line says it
-                first = (str(err).strip().splitlines() or [""])[0]
                 raise LedgerError(
-                    f"cannot {action}: {type(err).__name__}: {first}",
+                    f"cannot {action}: {type(err).__name__}: {first_line(err)}",
                     path=str(args[0]) if args else None,
                     remedy=None if isinstance(err, CommitFailedError) else (
                         "the ledger's Delta table cannot be read as it is: restore the state "
                         "dir from a backup (or let delta-spark's RESTORE return it to an earlier "
-                        "version); every partition of the log dir is old or new whatever the ledger says")) from err
+                        "version); every partition of the log dir is old or new whatever "
+                        "the ledger says")) from err
 
         return inner
 

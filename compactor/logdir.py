@@ -9,8 +9,8 @@ segments, a crash after leaves the new ones.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 import javaproperties
 
@@ -209,7 +209,6 @@ class LogDir:
     Attributes:
         partitions: live partition directories, sorted. Never the KRaft metadata log, never
             a refused directory.
-        ignored: directory names skipped (``-delete``/``-future``/``-stray`` or not a partition).
         metadata_log: the path of ``__cluster_metadata-0`` when the log dir holds it. Kafka's
             ``LogManager.loadLogs`` never loads it as a log and no command here lists it
             among the partitions, so nothing can modify it.
@@ -219,7 +218,6 @@ class LogDir:
 
     path: str
     partitions: tuple[TopicPartition, ...]
-    ignored: tuple[str, ...] = field(default=())
     metadata_log: str | None = None
     copies: tuple[PartitionCopy, ...] = ()  # -future, -delete and -stray dirs
     refused: tuple[RefusedDir, ...] = ()
@@ -250,7 +248,6 @@ def open_log_dir(path: str) -> LogDir:
     if not storage.is_dir(path):
         raise LogDirError("log dir is not a directory", path=path)
     live: dict[TopicPartition, list[str]] = {}
-    ignored = []
     copies = []
     foreign = []
     metadata_log = None
@@ -267,7 +264,6 @@ def open_log_dir(path: str) -> LogDir:
         if name == METADATA_DIR_NAME:
             metadata_log = full
         elif copy is None:
-            ignored.append(name)
             if name not in KNOWN_ROOT_DIRS:
                 foreign.append(ForeignEntry(
                     name, "directory", "neither a partition nor a replica copy: a Kafka broker "
@@ -276,7 +272,6 @@ def open_log_dir(path: str) -> LogDir:
         elif copy.kind == LIVE:
             live.setdefault(copy.tp, []).append(name)
         else:
-            ignored.append(name)
             copies.append(copy)
     partitions = []
     refused = []
@@ -299,8 +294,7 @@ def open_log_dir(path: str) -> LogDir:
                           f"{tp.dir_name} or move it out of the log dir")
             refused.append(RefusedDir(name, tp, LogDirError(
                 message, path=storage.join(path, name), remedy=remedy)))
-    return LogDir(path=path, partitions=tuple(sorted(partitions)), ignored=tuple(ignored),
-                  metadata_log=metadata_log, copies=tuple(sorted(copies)),
+    return LogDir(path=path, partitions=tuple(sorted(partitions)), metadata_log=metadata_log, copies=tuple(sorted(copies)),
                   refused=tuple(sorted(refused, key=lambda r: (r.tp, r.name))),
                   foreign=tuple(foreign))
 
@@ -464,7 +458,6 @@ def _largest_timestamp(
     partition_dir: str, prefix: str, base: int, size: int, is_active: bool
 ) -> int:
     largest = -1
-    tail_start = slot = 0
     time_path = storage.join(partition_dir, prefix + TIME_INDEX_SUFFIX)
     if storage.exists(time_path):
         entries = decode_time_index(
@@ -472,53 +465,48 @@ def _largest_timestamp(
         )
         if entries:
             largest = entries[-1].timestamp
-    index_path = storage.join(partition_dir, prefix + INDEX_SUFFIX)
-    if storage.exists(index_path):
-        offsets = decode_offset_index(
-            storage.read_bytes(index_path), base, path=index_path, allow_preallocated=is_active
-        )
-        if offsets and offsets[-1].position < size:
-            tail_start = offsets[-1].position
-            slot = len(offsets) - 1
     log_path = storage.join(partition_dir, prefix + LOG_SUFFIX)
-    for batch in _tail_batches(log_path, tail_start, slot):
+    for batch in _tail_batches(log_path, base, size, allow_preallocated=is_active):
         largest = max(largest, batch.max_timestamp)
     return largest
 
 
-def _tail_batches(log_path: str, start: int, slot: int = 0) -> Iterator[RecordBatch]:
-    """The batches of a segment from byte ``start`` on (CRCs unchecked: only headers are
-    read), reading only that tail; an error's position is from the start of the file.
-    ``start`` comes from entry ``slot`` of the segment's ``.index``: when the tail cannot be
-    framed but the whole segment can, the index is what is wrong.
+def _tail_batches(log_path: str, base: int, size: int, *,
+                  allow_preallocated: bool) -> list[RecordBatch]:
+    """The batches of a segment from its last ``.index`` entry on (the whole segment without
+    one; CRCs unchecked: only headers are read), reading only that tail. An error's position
+    is from the start of the file; when the tail cannot be framed but the whole segment can,
+    the index is what is wrong.
 
     Raises:
         CompactorError: the tail cannot be framed (``CorruptIndexError`` when the index
             pointed at a place where no batch starts).
     """
+    start = slot = 0
+    index_path = log_path[: -len(LOG_SUFFIX)] + INDEX_SUFFIX
+    if storage.exists(index_path):
+        entries = decode_offset_index(storage.read_bytes(index_path), base, path=index_path,
+                                      allow_preallocated=allow_preallocated)
+        if entries and entries[-1].position < size:
+            start, slot = entries[-1].position, len(entries) - 1
     try:
-        batches = list(iter_batches(storage.read_bytes(log_path, start), path=log_path,
-                                    verify_crc=False))
+        return list(iter_batches(storage.read_bytes(log_path, start), path=log_path,
+                                 verify_crc=False))
     except CompactorError as err:
         if err.position is not None:
             err.position += start
         if start:  # the index pointed there: is it the index that is wrong, or the segment?
             list(iter_batches(storage.read_bytes(log_path), path=log_path, verify_crc=False))
-            index_path = log_path[: -len(LOG_SUFFIX)] + INDEX_SUFFIX
             raise CorruptIndexError(
                 f"the last entry points at byte position {start} of the segment, which is "
                 f"not where a batch starts ({err.message})", path=index_path,
-                position=slot * 8, base_offset=file_offset(storage.basename(log_path))) from None
+                position=slot * 8, base_offset=base) from None
         raise
-    yield from batches
 
 
-def check_partition_files(part: PartitionLog, log_start: int | None, log_dir: str) -> int:
-    """Validate what a command reads of a partition besides its segments before it changes
-    anything: the leader epoch file, every producer snapshot, and the partition's
-    ``log-start-offset-checkpoint`` entry, which must lie in ``[0, log end offset]`` (a
-    command must never delete or clean on a value the log cannot have). Returns the log end
-    offset.
+def check_partition_files(part: PartitionLog) -> None:
+    """Validate what a command reads of a partition besides its segments and indexes before
+    it changes anything: the leader epoch file and every producer snapshot.
 
     Raises:
         CompactorError: the first file that fails (its path, position where known).
@@ -527,15 +515,23 @@ def check_partition_files(part: PartitionLog, log_start: int | None, log_dir: st
     for base in part.snapshots:
         path = segment_path(part.path, base, SNAPSHOT_SUFFIX)
         decode_snapshot(storage.read_bytes(path), path=path)
-    leo = log_end_offset(part)
-    if log_start is not None and not 0 <= log_start <= leo:
+
+
+def check_log_start(part: PartitionLog, log_start: int | None, log_end: int,
+                    log_dir: str) -> None:
+    """A ``log-start-offset-checkpoint`` entry must lie in ``[0, log end offset]``: a command
+    must never delete or clean on a value the log cannot have.
+
+    Raises:
+        CorruptCheckpointError: it does not.
+    """
+    if log_start is not None and not 0 <= log_start <= log_end:
         raise CorruptCheckpointError(
             f"log-start-offset-checkpoint says {part.tp} starts at {log_start}, outside the "
-            f"log's offsets [0, {leo}] (its log end offset)",
+            f"log's offsets [0, {log_end}] (its log end offset)",
             path=storage.join(log_dir, LOG_START_OFFSET_CHECKPOINT),
             remedy="the partition was left untouched; correct or remove its entry (a broker "
                    "rewrites the file) and run again")
-    return leo
 
 
 def read_aborted_txns(part: PartitionLog) -> list[AbortedTxn]:
@@ -572,18 +568,10 @@ def log_end_offset(part: PartitionLog) -> int:
     for seg in reversed(part.segments):
         if seg.size_bytes == 0:
             continue
-        start = slot = 0
-        index_path = segment_path(part.path, seg.base_offset, INDEX_SUFFIX)
-        if seg.has_index:
-            entries = decode_offset_index(storage.read_bytes(index_path), seg.base_offset,
-                                          path=index_path, allow_preallocated=True)
-            if entries and entries[-1].position < seg.size_bytes:
-                start, slot = entries[-1].position, len(entries) - 1
-        last = None
-        for batch in _tail_batches(seg.log_path, start, slot):
-            last = batch
-        if last is not None:
-            return last.next_offset
+        batches = _tail_batches(seg.log_path, seg.base_offset, seg.size_bytes,
+                                allow_preallocated=True)
+        if batches:
+            return batches[-1].next_offset
     return part.segments[-1].base_offset if part.segments else 0
 
 

@@ -20,7 +20,7 @@ from compactor import storage
 from compactor.catalog import Catalog, build_catalog
 from compactor.config import parse_assignment, parse_topic_assignment
 from compactor.logdir import LogDir, open_log_dir
-from compactor.errors import CompactorError, ConfigError, InternalError
+from compactor.errors import CompactorError, ConfigError, InternalError, first_line
 from compactor.retention import MIN_RETENTION_BYTES, MIN_RETENTION_MS
 
 
@@ -224,8 +224,7 @@ def run_guarded(name: str, execute: Callable[[argparse.Namespace, TextIO], int],
         else:
             if os.environ.get("COMPACTOR_DEBUG"):
                 traceback.print_exc()
-            first = (str(exc).strip().splitlines() or [""])[0]
-            err = InternalError(f"unexpected {type(exc).__name__}: {first}")
+            err = InternalError(f"unexpected {type(exc).__name__}: {first_line(exc)}")
         sys.stdout.flush()
         if json_line:
             print(json.dumps({"type": "error", **err.to_dict()}), flush=True)

@@ -43,7 +43,9 @@ from compactor.errors import (
     SparkUnavailableError,
 )
 from compactor.logdir import (
+    check_log_start,
     check_partition_files,
+    log_end_offset,
     ForeignEntry,
     load_partition,
     open_log_dir,
@@ -206,7 +208,10 @@ def load_partition_input(log_dir: str, tp: TopicPartition, cfg: TopicConfig, opt
                 checkpoints: Mapping[str, Mapping[TopicPartition, int]]) -> PartitionInput:
     pdir = storage.join(log_dir, tp.dir_name)
     part = load_partition(pdir)
-    check_partition_files(part, checkpoints[LOG_START_OFFSET_CHECKPOINT].get(tp), log_dir)
+    check_partition_files(part)
+    log_start = checkpoints[LOG_START_OFFSET_CHECKPOINT].get(tp)
+    if log_start is not None:
+        check_log_start(part, log_start, log_end_offset(part), log_dir)
     aborted = read_aborted_txns(part)
     return PartitionInput(
         path=pdir, segments=part.segments, config=cfg,

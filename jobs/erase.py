@@ -166,7 +166,7 @@ def _load(log_dir: str, requests: Sequence[ErasureRequest],
             if unrecovered and d.name in unrecovered:
                 raise unrecovered[d.name]
             part = load_partition(d.path)
-            check_partition_files(part, None, log_dir)  # erasure never moves the log start
+            check_partition_files(part)
             parts[i] = part
         except CompactorError as err:
             errors[i] = err.to_dict()

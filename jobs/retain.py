@@ -31,7 +31,9 @@ from compactor.errors import EXIT_OK, EXIT_PARTIAL, CompactorError
 from compactor.logdir import (
     ForeignEntry,
     load_partition,
+    check_log_start,
     check_partition_files,
+    log_end_offset,
     open_log_dir,
     read_offset_checkpoint,
     recover_partitions,
@@ -162,7 +164,9 @@ def plan_log_dir(log_dir: str, catalog: Catalog, now_ms: int,
                 raise unrecovered[tp.dir_name]
             # everything the deletion will read is validated before anything changes
             part = load_partition(pdir)
-            leo = check_partition_files(part, starts.get(tp), log_dir)
+            leo = log_end_offset(part)
+            check_partition_files(part)
+            check_log_start(part, starts.get(tp), leo, log_dir)
         except CompactorError as err:
             rep.status, rep.error = "corrupt", err.to_dict()
             out.append(rep)

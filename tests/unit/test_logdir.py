@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -36,13 +37,31 @@ def test_partition_dir_names(name: str, expected: TopicPartition | None) -> None
     assert parse_partition_dir_name(name) == expected
 
 
-def test_open_log_dir_ignores_non_partitions(small_log: Path) -> None:
+def test_open_log_dir_lists_copies_and_foreign_entries_apart_from_partitions(
+        small_log: Path) -> None:
     (small_log / "orders-v2-0.abc-delete").mkdir()
     (small_log / "orders-v2-1.abc-future").mkdir()
+    (small_log / "backup").mkdir()
+    (small_log / "remote-log-index-cache").mkdir()  # Kafka's own (RemoteIndexCache)
+    (small_log / "notes.txt").write_text("x")
     log_dir = open_log_dir(str(small_log))
     assert log_dir.partitions == tuple(sorted(
         TopicPartition(t, p) for t in ("orders-v2", "user-profiles") for p in (0, 1)))
-    assert set(log_dir.ignored) == {"orders-v2-0.abc-delete", "orders-v2-1.abc-future"}
+    assert {c.name for c in log_dir.copies} == {"orders-v2-0.abc-delete",
+                                                "orders-v2-1.abc-future"}
+    assert {(f.name, f.kind) for f in log_dir.foreign} == {("backup", "directory"),
+                                                          ("notes.txt", "file")}
+
+
+def test_duplicate_and_non_canonical_partition_dirs_are_refused(small_log: Path) -> None:
+    shutil.copytree(small_log / "orders-v2-1", small_log / "orders-v2-01")
+    (small_log / "user-profiles-0").rename(small_log / "user-profiles-00")
+    log_dir = open_log_dir(str(small_log))
+    assert log_dir.partitions == (TopicPartition("orders-v2", 0), TopicPartition("user-profiles", 1))
+    refused = {r.name: r.error.message for r in log_dir.refused}
+    assert set(refused) == {"orders-v2-01", "orders-v2-1", "user-profiles-00"}
+    assert "duplicate log directories" in refused["orders-v2-1"]
+    assert "leading zeros" in refused["user-profiles-00"]
 
 
 def test_load_partition_lists_segments(small_log: Path) -> None:

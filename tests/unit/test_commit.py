@@ -1,0 +1,56 @@
+"""A failed swap is kept to its partition: the partition is settled old (or new) at once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from compactor import commit
+from compactor.codec.records import NewRecord, NewRecordBatch, encode_batch
+from compactor.codec.segment import iter_batches
+from compactor.config import TopicConfig
+from compactor.errors import CommitConflictError
+from compactor.logdir import load_partition
+from compactor.policy import BatchDecision, BatchRetention, PartitionInput
+from compactor.writer import write_group
+from tests.helpers import tree_digest
+
+
+def _cleaned(tmp_path: Path) -> tuple[Path, object]:
+    """A one-segment partition and the commit message of its rewritten group."""
+    pdir = tmp_path / "t-0"
+    pdir.mkdir()
+    data = encode_batch(NewRecordBatch(base_offset=0, records=[
+        NewRecord(offset_delta=i, timestamp=1_700_000_000_000 + i, key=b"k%d" % i, value=b"v")
+        for i in range(3)]))
+    (pdir / f"{0:020d}.log").write_bytes(data)
+    (pdir / f"{3:020d}.log").write_bytes(b"")  # the active segment
+    part = load_partition(str(pdir))
+    inp = PartitionInput(path=str(pdir), segments=part.segments,
+                         config=TopicConfig(cleanup_policy=frozenset({"compact"})),
+                         cleaner_checkpoint=None, log_start_checkpoint=None,
+                         replication_checkpoint=None, aborted_txns=(), now_ms=10)
+    keep = BatchDecision(retention=BatchRetention.DELETE_EMPTY, aborted=False,
+                         discard_records=False, retain_deletes=True, marker_horizon=False)
+    decisions = {(0, b.position): keep for b in iter_batches(data)}
+    message = write_group(inp, [0], decisions, {1}, first_dirty=0, fsync=False)
+    assert message.error is None and list(pdir.glob("*.cleaned"))
+    return pdir, message
+
+
+def test_a_failed_swap_leaves_the_partition_as_it_was_and_no_leftover(tmp_path: Path) -> None:
+    pdir, message = _cleaned(tmp_path)
+    cleaned = next(pdir.glob("*.log.cleaned"))
+    cleaned.write_bytes(cleaned.read_bytes()[:-1])  # not what the executor reported
+    before = {k: v for k, v in tree_digest(pdir).items() if not k.endswith(".cleaned")}
+    failure = commit.commit_isolated(str(pdir), [message])
+    assert isinstance(failure, CommitConflictError)
+    assert failure.path == str(cleaned)
+    assert tree_digest(pdir) == before  # the .cleaned files are gone, the old ones untouched
+
+
+def test_a_successful_swap_reports_no_failure(tmp_path: Path) -> None:
+    pdir, message = _cleaned(tmp_path)
+    assert commit.commit_isolated(str(pdir), [message]) is None
+    (batch,) = iter_batches((pdir / f"{0:020d}.log").read_bytes())
+    assert [r.offset for r in batch.records()] == [0, 2]  # offset 1 was superseded
+    assert not [p for p in pdir.iterdir() if p.suffix in (".cleaned", ".swap", ".deleted")]
