@@ -273,3 +273,16 @@ class InternalError(CompactorError):
         "resolve leftovers); run again with COMPACTOR_DEBUG=1 to print the traceback, and "
         "report it if it persists"
     )
+
+
+def is_data_problem(code: str) -> bool:
+    """Whether an error code (``CompactorError.code``) says the partition's data is corrupt
+    or unsupported (the partition is reported ``corrupt``), rather than that the run could not
+    do its work (I/O, a full disk, a conflict: reported ``failed``)."""
+    pending: list[type[CompactorError]] = [CompactorError]
+    while pending:
+        cls = pending.pop()
+        if cls.code == code:
+            return cls.exit_code == EXIT_CORRUPT
+        pending.extend(cls.__subclasses__())
+    return False

@@ -29,8 +29,24 @@ class FileStat:
     is_dir: bool
 
 
+# What an operator can do about the OS errors a run meets most, by errno.
+_REMEDIES = {
+    errno.ENOSPC: "the file system is full: free space (a round needs room for one cleaned copy "
+                  "of the groups it rewrites) and rerun; the partial file was removed and "
+                  "nothing was swapped",
+    errno.EDQUOT: "the disk quota is exhausted: raise it or free space and rerun; the partial "
+                  "file was removed and nothing was swapped",
+    errno.EROFS: "the file system is mounted read-only: remount it read-write and rerun",
+    errno.EACCES: "this user may not change the file: run as the user that owns the log dir",
+    errno.EPERM: "this user may not change the file: run as the user that owns the log dir",
+    errno.EIO: "the device reported an I/O error: check the disk (dmesg, SMART) before "
+               "rerunning",
+}
+
+
 def _fail(err: OSError, path: str, action: str) -> LogDirError:
-    return LogDirError(f"cannot {action}: {err.strerror or err}", path=path)
+    return LogDirError(f"cannot {action}: {err.strerror or err}", path=path,
+                       remedy=_REMEDIES.get(err.errno or 0))
 
 
 def read_bytes(path: str, start: int = 0, end: int | None = None) -> bytes:
@@ -172,14 +188,28 @@ def open_durable(path: str, *, mtime_ms: int | None = None,
         except OSError as err:
             raise _fail(err, path, "write file") from err
 
-    with handle:
+    try:
         yield write
+    except BaseException:
+        # the first error is the one to report: closing a file whose buffer cannot be flushed
+        # (ENOSPC again) must not replace it
         try:
-            handle.flush()
-            if fsync:
-                os.fsync(handle.fileno())
-        except OSError as err:
-            raise _fail(err, path, "write file") from err
+            handle.close()
+        except OSError:
+            pass
+        raise
+    try:
+        # flush and close are where a full disk shows when the last writes fit the buffer
+        handle.flush()
+        if fsync:
+            os.fsync(handle.fileno())
+        handle.close()
+    except OSError as err:
+        try:
+            handle.close()
+        except OSError:
+            pass
+        raise _fail(err, path, "write file") from err
     if mtime_ms is not None:
         set_mtime(path, mtime_ms)
 

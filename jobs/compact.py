@@ -41,6 +41,7 @@ from compactor.errors import (
     CompactorError,
     CorruptSegmentError,
     SparkUnavailableError,
+    is_data_problem,
 )
 from compactor.logdir import (
     check_log_start,
@@ -176,8 +177,10 @@ class RoundReport:
                              f"{p.bytes_in} -> {p.bytes_out} bytes, segments "
                              f"{p.segments_before} -> {p.segments_after}")
             elif p.status == "failed" and p.error:
-                lines.append(f"{p.tp}: FAILED to swap in, each group left old or new: "
-                             f"{p.error.get('message')} ({p.error.get('path')})")
+                left = ("FAILED to swap in, each group left old or new"
+                        if p.error.get("stage") == "swap" else "FAILED, left untouched")
+                lines.append(f"{p.tp}: {left}: {p.error.get('message')} "
+                             f"({p.error.get('path')}); remedy: {p.error.get('remedy')}")
             elif p.status in ("corrupt", "refused") and p.error:
                 lines.append(f"{p.tp}: {p.status.upper()}, left untouched: "
                              f"{p.error.get('message')} "
@@ -472,12 +475,15 @@ def _commit(inputs: Mapping[int, PartitionInput], plans: Mapping[int, CleaningPl
         if problem is not None:
             for m in got:
                 commit.abort_group(inputs[i].path, m)
-            rep.status, rep.error, rep.reason = "corrupt", problem, problem.get("code", "")
+            code = problem.get("code", "")
+            rep.status = "corrupt" if is_data_problem(code) else "failed"
+            rep.error, rep.reason = {**problem, "stage": "rewrite"}, code
             continue
         started = time.perf_counter()
         failure = commit.commit_isolated(inputs[i].path, got)
         if failure is not None:  # the others go on; this one is old or new per group
-            rep.status, rep.error, rep.reason = "failed", failure.to_dict(), failure.code
+            rep.status, rep.reason = "failed", failure.code
+            rep.error = {**failure.to_dict(), "stage": "swap"}
             continue
         # the partition's own share of the round: its groups' executor time, its swap
         rep.stages_s = {"rewrite": sum(m.seconds for m in got),

@@ -66,3 +66,21 @@ def test_the_lock_file_is_never_unlinked(tmp_path) -> None:  # type: ignore[no-u
     with storage.log_dir_lock(str(tmp_path)):  # and it can be taken again
         assert (tmp_path / ".lock").stat().st_ino == inode
     assert (tmp_path / ".lock").exists()
+
+
+@pytest.mark.parametrize("chunk", [10, 1 << 20])  # buffered (fails at flush) / direct write
+def test_a_full_device_is_a_clear_error_whether_it_shows_at_write_or_at_close(chunk: int) -> None:
+    # /dev/full answers every write with ENOSPC: a real full disk, without filling one
+    with pytest.raises(LogDirError) as caught:
+        with storage.open_durable("/dev/full", fsync=False) as write:
+            write(b"x" * chunk)
+    assert "No space left on device" in caught.value.message
+    assert caught.value.path == "/dev/full"
+    assert "file system is full" in caught.value.remedy
+
+
+def test_an_error_inside_the_block_is_not_replaced_by_the_failing_close() -> None:
+    with pytest.raises(ZeroDivisionError):
+        with storage.open_durable("/dev/full", fsync=False) as write:
+            write(b"x")  # buffered: closing the file fails with ENOSPC
+            raise ZeroDivisionError
