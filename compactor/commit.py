@@ -26,7 +26,6 @@ re-clean from the previous checkpoint, which is harmless.
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Mapping, Sequence
 
 from compactor import storage
@@ -71,7 +70,7 @@ def swap_group(partition_dir: str, message: CommitMessage) -> None:
     """
     base = message.group_base
     log = cleaned_path(partition_dir, base, LOG_SUFFIX)
-    if not storage.exists(log) or zlib.crc32(storage.read_bytes(log)) != message.log_checksum:
+    if not storage.exists(log) or storage.crc32(log) != message.log_checksum:
         raise CommitConflictError(
             "cleaned segment is missing or differs from what the executor reported",
             path=log, base_offset=base,

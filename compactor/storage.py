@@ -13,6 +13,7 @@ import fcntl
 import mmap
 import os
 import stat as stat_module
+import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -58,6 +59,19 @@ def read_bytes(path: str, start: int = 0, end: int | None = None) -> bytes:
             return handle.read() if end is None else handle.read(max(0, end - start))
     except OSError as err:
         raise _fail(err, path, "read file") from err
+
+
+def crc32(path: str, chunk_bytes: int = 1 << 20) -> int:
+    """CRC-32 (``zlib.crc32``) of a whole file, read in chunks of ``chunk_bytes``: checking a
+    1 GiB segment costs one chunk of memory, not the file's size."""
+    value = 0
+    try:
+        with open(path, "rb") as handle:
+            while chunk := handle.read(chunk_bytes):
+                value = zlib.crc32(chunk, value)
+    except OSError as err:
+        raise _fail(err, path, "read file") from err
+    return value
 
 
 @contextmanager

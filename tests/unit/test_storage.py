@@ -84,3 +84,17 @@ def test_an_error_inside_the_block_is_not_replaced_by_the_failing_close() -> Non
         with storage.open_durable("/dev/full", fsync=False) as write:
             write(b"x")  # buffered: closing the file fails with ENOSPC
             raise ZeroDivisionError
+
+
+def test_crc32_streams_the_file_in_chunks_and_matches_zlib(tmp_path: Path) -> None:
+    import zlib
+
+    path = tmp_path / "data"
+    data = os.urandom(300_001)
+    path.write_bytes(data)
+    for chunk in (13, 4096, 1 << 20):
+        assert storage.crc32(str(path), chunk) == zlib.crc32(data)
+    path.write_bytes(b"")
+    assert storage.crc32(str(path)) == 0
+    with pytest.raises(LogDirError):
+        storage.crc32(str(tmp_path / "missing"))
