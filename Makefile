@@ -42,7 +42,7 @@ demo: venv
 # What spark-submit --py-files needs to run jobs/*.py on a cluster: our three packages, zipped.
 # (Executors also need the dependencies of pyproject.toml installed in their Python.)
 dist: venv
-	$(BIN)/python -m compactor.dist dist/kafka_compactor.zip
+	$(BIN)/python -m compactor.tools.dist dist/kafka_compactor.zip
 
 test: venv
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

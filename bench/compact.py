@@ -30,8 +30,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from compactor.codec.compression import Codec  # noqa: E402
 from compactor.codec.segment import iter_batches  # noqa: E402
-from compactor.generator import DEFAULT_START_MS, GeneratorConfig, generate  # noqa: E402
-from compactor.scan import key_digest  # noqa: E402
+from compactor.tools.generator import DEFAULT_START_MS, GeneratorConfig, generate  # noqa: E402
+from compactor.cleaner.scan import key_digest  # noqa: E402
 
 
 class MemorySampler(threading.Thread):
@@ -163,12 +163,13 @@ def main() -> int:
 
 def _timed_round(spark, work: Path, now_ms: int, master: str, label: str,  # type: ignore[no-untyped-def]
                  parse_s: float, configs: dict[str, str]) -> int:
-    from jobs.compact import CompactOptions, run
+    from compactor.maintenance.compact import run
+    from compactor.maintenance.options import MaintenanceOptions
 
     sampler = MemorySampler()
     sampler.start()
     start = time.perf_counter()
-    report = run(spark, CompactOptions(log_dir=str(work), now_ms=now_ms,
+    report = run(spark, MaintenanceOptions(log_dir=str(work), now_ms=now_ms,
                                        config_all=configs,
                                        fsync=True))
     job_s = time.perf_counter() - start

@@ -2,7 +2,7 @@
 
 :func:`resolve_topic_config` layers, lowest first: Kafka's defaults, then any lower layers the
 caller found (the broker's ``server.properties``, the cluster's dynamic defaults, this broker's
-dynamic configs, the topic's own ConfigRecords, see :mod:`compactor.metadata`), then values for
+dynamic configs, the topic's own ConfigRecords, see :mod:`compactor.cluster.metadata`), then values for
 every topic (``--config``) and values for one topic (``--topic-config``). Broker config names
 reach topic configs through Kafka's synonyms (``ServerTopicConfigSynonyms``). Every value is
 parsed and validated here, so that commands fail before touching any file with a

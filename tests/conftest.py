@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
-from compactor.generator import GeneratorConfig, generate
+from compactor.tools.generator import GeneratorConfig, generate
 
 settings.register_profile(
     "ci", max_examples=200, derandomize=True, deadline=None,

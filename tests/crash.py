@@ -8,13 +8,13 @@ import signal
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from compactor import storage
+from compactor.log import storage
 
 FILE_OPERATIONS = ("rename", "remove", "fsync_dir", "write_atomic", "write_durable")
 
 
 def kill_before(crash_at: int, names: Iterable[str] = FILE_OPERATIONS) -> Callable[[], int]:
-    """Count calls to the named ``compactor.storage`` functions and SIGKILL this process
+    """Count calls to the named ``compactor.log.storage`` functions and SIGKILL this process
     before call number ``crash_at``. Returns a function giving the count so far."""
     count = 0
 
@@ -39,15 +39,15 @@ ERASE_APPLY_CRASHER = r"""
 import os, sys
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ["PYSPARK_PYTHON"] = sys.executable
-from compactor import commit
+from compactor.log import swap
 from compactor.cli import main
 from tests.crash import kill_before
-original = commit.commit_partition
+original = swap.commit_partition
 def crashing_commit(path, *args, **kwargs):  # count only that swap's file operations
     if path.endswith(sys.argv[2]):
         kill_before(int(sys.argv[1]), ("rename", "remove", "fsync_dir"))
-        commit.commit_partition = original
+        swap.commit_partition = original
     return original(path, *args, **kwargs)
-commit.commit_partition = crashing_commit
+swap.commit_partition = crashing_commit
 sys.exit(main(sys.argv[3:]))
 """

@@ -16,12 +16,12 @@ from aiokafka.record.memory_records import MemoryRecords as AioMemoryRecords
 from kafka.record.memory_records import MemoryRecords as KpMemoryRecords
 import pytest
 
-from compactor import storage
+from compactor.log import storage
 from compactor.codec.indexes import decode_txn_index
 from compactor.codec.records import RecordBatch
 from compactor.codec.segment import iter_batches
-from compactor.inspect import Problem, inspect_path
-from compactor.logdir import segment_logs
+from compactor.tools.inspect import Problem, inspect_path
+from compactor.log.layout import segment_logs
 
 
 def inspect_problems(path: Path) -> list[Problem]:
@@ -167,11 +167,12 @@ def check_invariants(before: Mapping[int, bytes], after: Mapping[int, bytes], *,
 def reference_round(log_dir: Path, configs: Mapping[str, str], now_ms: int) -> dict:
     """``{partition dir name: (PartitionInput, .log bytes by base, ReferenceRound)}``."""
     from compactor.config import resolve_topic_config
-    from compactor.logdir import open_log_dir, read_offset_checkpoint
-    from compactor.reference import compact_partition
-    from jobs.compact import CompactOptions, load_partition_input
+    from compactor.log.layout import open_log_dir, read_offset_checkpoint
+    from compactor.cleaner.reference import compact_partition
+    from compactor.maintenance.compact import load_partition_input
+    from compactor.maintenance.options import MaintenanceOptions
 
-    opts = CompactOptions(log_dir=str(log_dir), now_ms=now_ms, config_all=dict(configs))
+    opts = MaintenanceOptions(log_dir=str(log_dir), now_ms=now_ms, config_all=dict(configs))
     checkpoints = {name: read_offset_checkpoint(str(log_dir), name) for name in (
         "cleaner-offset-checkpoint", "log-start-offset-checkpoint",
         "replication-offset-checkpoint")}
@@ -187,7 +188,7 @@ def reference_round(log_dir: Path, configs: Mapping[str, str], now_ms: int) -> d
 @contextmanager
 def lock_held_by_other_process(log_dir: Path) -> Iterator[None]:
     """Another Python process holds the log dir's broker lock for the duration."""
-    code = ("import sys\nfrom compactor import storage\n"
+    code = ("import sys\nfrom compactor.log import storage\n"
             "with storage.log_dir_lock(sys.argv[1]):\n print('LOCKED', flush=True)\n"
             " sys.stdin.read()\n")
     holder = subprocess.Popen([sys.executable, "-c", code, str(log_dir)],

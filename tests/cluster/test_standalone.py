@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from compactor import cluster
+from compactor.tools import local_cluster
 from compactor.cli import main as cli_main
-from compactor.dist import build
+from compactor.tools.dist import build
 from compactor.errors import EXIT_OK
-from compactor.generator import DEFAULT_START_MS, GeneratorConfig, generate
+from compactor.tools.generator import DEFAULT_START_MS, GeneratorConfig, generate
 from tests.helpers import records_of, segment_bytes, topic_lines, tree_digest
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -34,10 +34,10 @@ GEN = GeneratorConfig(topics=("accounts",), partitions=2, records_per_partition=
 def standalone(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
     state = str(tmp_path_factory.mktemp("cluster"))
     try:
-        yield cluster.start(state, workers=2, cores=1, memory="1g")
+        yield local_cluster.start(state, workers=2, cores=1, memory="1g")
     finally:
-        cluster.stop(state)
-        assert cluster.load(state) is None
+        local_cluster.stop(state)
+        assert local_cluster.load(state) is None
 
 
 def _submit(master: str, py_files: str | None, *args: str) -> dict:
@@ -52,7 +52,7 @@ def _submit(master: str, py_files: str | None, *args: str) -> dict:
 
 
 def test_compaction_and_erasure_on_a_cluster_equal_local_mode(
-        standalone: cluster.Cluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        standalone: local_cluster.Cluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     py_files = str(tmp_path / "kafka_compactor.zip")
     assert "jobs/compact.py" in build(py_files)
     on_cluster, local = tmp_path / "cluster-logs", tmp_path / "local-logs"

@@ -18,8 +18,8 @@ from deltalake import DeltaTable
 
 from compactor.cli import main as cli_main
 from compactor.errors import EXIT_OK
-from compactor.generator import DEFAULT_START_MS, GeneratorConfig, generate
-from compactor.options import options_from_args
+from compactor.tools.generator import DEFAULT_START_MS, GeneratorConfig, generate
+from compactor.cli.args import options_from_args
 from tests.helpers import records_of, segment_bytes, tree_digest
 
 REPO = Path(__file__).resolve().parents[2]

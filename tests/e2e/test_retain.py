@@ -20,8 +20,8 @@ from compactor.codec.checkpoints import (
     parse_offset_checkpoint,
 )
 from compactor.errors import EXIT_CONFIG, EXIT_OK
-from compactor.generator import DEFAULT_START_MS, GeneratorConfig, generate
-from compactor.logdir import load_partition, log_end_offset, read_leader_epochs
+from compactor.tools.generator import DEFAULT_START_MS, GeneratorConfig, generate
+from compactor.log.layout import load_partition, log_end_offset, read_leader_epochs
 from compactor.model import TopicPartition
 from tests.helpers import inspect_problems, segment_bytes, tree_digest, topic_lines
 

@@ -14,7 +14,7 @@ import pytest
 from compactor.cli import main as cli_main
 from compactor.codec.checkpoints import LOG_START_OFFSET_CHECKPOINT, parse_offset_checkpoint
 from compactor.errors import EXIT_CONFIG, EXIT_OK
-from compactor.generator import DEFAULT_START_MS, GeneratorConfig, generate
+from compactor.tools.generator import DEFAULT_START_MS, GeneratorConfig, generate
 from compactor.model import TopicPartition
 from tests.helpers import inspect_problems, report_line, segment_bytes, tree_digest
 

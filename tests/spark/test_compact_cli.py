@@ -9,7 +9,7 @@ import pytest
 
 from compactor.cli import main as cli_main
 from compactor.errors import EXIT_CONFIG, EXIT_LOCKED, EXIT_OK, EXIT_PARTIAL
-from compactor.generator import DEFAULT_START_MS
+from compactor.tools.generator import DEFAULT_START_MS
 from tests.helpers import (
     topic_lines,
     inspect_problems,

@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from compactor import commit
+from compactor.log import swap
 from compactor.cli import main as cli_main
-from compactor.generator import DEFAULT_START_MS, GeneratorConfig, generate
-from jobs.compact import CompactOptions, run, write_cleaned_segments
+from compactor.tools.generator import DEFAULT_START_MS, GeneratorConfig, generate
+from compactor.maintenance.compact import run, write_cleaned_segments
+from compactor.maintenance.options import MaintenanceOptions
 from tests.helpers import records_of, reference_round, segment_bytes
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -31,12 +32,12 @@ GEN = GeneratorConfig(topics=("accounts",), partitions=1, records_per_partition=
 # Runs the swap of the given commit messages and kills itself before file operation N.
 CRASHER = r"""
 import pickle, sys
-from compactor import commit
+from compactor.log import swap
 from tests.crash import kill_before
 partition_dir, messages_file, crash_at = sys.argv[1], sys.argv[2], int(sys.argv[3])
 messages = pickle.load(open(messages_file, "rb"))
 ops = kill_before(crash_at, ("rename", "remove", "fsync_dir", "write_atomic"))
-commit.commit_partition(partition_dir, messages)
+swap.commit_partition(partition_dir, messages)
 print(ops())
 """
 
@@ -54,7 +55,7 @@ def staged(spark, tmp_path_factory: pytest.TempPathFactory) -> dict:
     messages_file.write_bytes(pickle.dumps(messages))
     committed = root / "committed"
     shutil.copytree(log_dir, committed)
-    commit.commit_partition(str(committed / tp_dir), messages)
+    swap.commit_partition(str(committed / tp_dir), messages)
     return {"log_dir": log_dir, "tp_dir": tp_dir, "before": before, "plan": ref.plan,
             "messages_file": messages_file, "new": segment_bytes(committed / tp_dir)}
 
@@ -103,6 +104,6 @@ def test_next_run_completes_the_round(spark, staged, tmp_path: Path, crash_at: i
     work = tmp_path / "logs"
     shutil.copytree(staged["log_dir"], work)
     _crash(work / staged["tp_dir"], staged["messages_file"], crash_at)
-    report = run(spark, CompactOptions(log_dir=str(work), now_ms=NOW_MS, config_all=CONFIGS))
+    report = run(spark, MaintenanceOptions(log_dir=str(work), now_ms=NOW_MS, config_all=CONFIGS))
     assert report.exit_code == 0
     assert records_of(segment_bytes(work / staged["tp_dir"])) == records_of(staged["new"])

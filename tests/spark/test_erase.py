@@ -20,10 +20,10 @@ from compactor.codec.checkpoints import CLEANER_OFFSET_CHECKPOINT, parse_offset_
 from compactor.codec.compression import Codec
 from compactor.codec.segment import iter_batches
 from compactor.errors import EXIT_CONFIG, EXIT_FAILURE, EXIT_OK
-from compactor.generator import DEFAULT_START_MS, GeneratorConfig, generate
+from compactor.tools.generator import DEFAULT_START_MS, GeneratorConfig, generate
 from compactor.model import TopicPartition
-from compactor.policy import replay_producers
-from compactor.scan import batch_header
+from compactor.cleaner.policy import replay_producers
+from compactor.cleaner.scan import batch_header
 from schemas.delta import ERASURE_REQUESTS, RUNS
 from tests.crash import ERASE_APPLY_CRASHER
 from tests.helpers import (

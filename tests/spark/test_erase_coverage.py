@@ -18,7 +18,7 @@ from kafka.record.memory_records import MemoryRecords as KpMemoryRecords
 from compactor.cli import main as cli_main
 from compactor.codec.checkpoints import CLEANER_OFFSET_CHECKPOINT, parse_offset_checkpoint
 from compactor.errors import EXIT_CONFIG, EXIT_FAILURE, EXIT_OK
-from compactor.generator import DEFAULT_START_MS, GeneratorConfig, generate
+from compactor.tools.generator import DEFAULT_START_MS, GeneratorConfig, generate
 from compactor.model import TopicPartition
 from tests.crash import ERASE_APPLY_CRASHER
 from tests.helpers import cli_json, inspect_problems, records_of, segment_bytes, tree_digest

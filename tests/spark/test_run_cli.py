@@ -11,8 +11,8 @@ import pytest
 from compactor.cli import main as cli_main
 from compactor.codec.checkpoints import CLEANER_OFFSET_CHECKPOINT, parse_offset_checkpoint
 from compactor.errors import EXIT_CONFIG, EXIT_OK
-from compactor.generator import DEFAULT_START_MS
-from compactor.logdir import load_partition, log_end_offset
+from compactor.tools.generator import DEFAULT_START_MS
+from compactor.log.layout import load_partition, log_end_offset
 from compactor.model import TopicPartition
 from tests.helpers import (
     topic_lines,

@@ -15,17 +15,17 @@ from chispa import assert_df_equality
 from pyspark import TaskContext
 from pyspark.sql import DataFrame
 
-from compactor import transforms
+from compactor.spark import transforms
 from compactor.codec.records import ControlType
 from compactor.config import TopicConfig
-from compactor.generator import DEFAULT_START_MS
-from compactor.logdir import load_partition
-from compactor.policy import BatchRetention, PartitionInput
+from compactor.tools.generator import DEFAULT_START_MS
+from compactor.log.layout import load_partition
+from compactor.cleaner.policy import BatchRetention, PartitionInput
 from compactor.codec.segment import iter_batches
-from compactor.erasure import Matcher
-from compactor.scan import erasure_matches, key_offsets, key_digest, segment_headers
-from compactor.writer import write_erased_segment, write_group
-from jobs.compact import group_slots
+from compactor.erasure.rules import Matcher
+from compactor.cleaner.scan import erasure_matches, key_offsets, key_digest, segment_headers
+from compactor.spark.writer import write_erased_segment, write_group
+from compactor.maintenance.compact import group_slots
 from schemas.spark import (
     BATCH_HEADER,
     COMMIT_MESSAGE,

@@ -24,7 +24,7 @@ from compactor.errors import (
     TruncatedSegmentError,
     UnsupportedFormatError,
 )
-from compactor.logdir import load_partition, open_log_dir
+from compactor.log.layout import load_partition, open_log_dir
 
 PATH = "/logs/t-0/00000000000000000000.log"
 

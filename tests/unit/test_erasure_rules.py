@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from compactor.erasure import latest_per_key, new_requests, superseded_by_erased
-from compactor.logdir import parse_copy_dir_name
+from compactor.erasure.rules import latest_per_key, new_requests, superseded_by_erased
+from compactor.log.layout import parse_copy_dir_name
 from compactor.model import TopicPartition
 
 A, B, C = b"a" * 32, b"b" * 32, b"c" * 32

@@ -9,7 +9,7 @@ import pytest
 from compactor.codec.indexes import build_indexes, encode_offset_index, encode_time_index
 from compactor.codec.records import NewRecord, NewRecordBatch, encode_batch
 from compactor.codec.segment import decode_segment, iter_batches
-from compactor.logdir import (
+from compactor.log.layout import (
     load_partition,
     open_log_dir,
     parse_partition_dir_name,

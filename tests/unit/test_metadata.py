@@ -9,15 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from compactor.catalog import NO_CONFIG, STALE_TOPIC_ID, TIERED_STORAGE, UNKNOWN_TOPIC, build_catalog
+from compactor.cluster.catalog import NO_CONFIG, STALE_TOPIC_ID, TIERED_STORAGE, UNKNOWN_TOPIC, build_catalog
 from compactor.codec.kraft import MetadataRecord, encode_metadata_record, random_uuid_text
 from compactor.codec.records import NewRecord, NewRecordBatch, encode_batch
 from compactor.codec.segment import iter_batches
 from compactor.config import broker_layer
 from compactor.errors import ConfigError, CorruptMetadataError
-from compactor.generator import GeneratorConfig, generate
-from compactor.logdir import load_cluster_metadata, open_log_dir
-from compactor.metadata import Replay, parse_snapshot_name
+from compactor.tools.generator import GeneratorConfig, generate
+from compactor.log.layout import load_cluster_metadata, open_log_dir
+from compactor.cluster.metadata import Replay, parse_snapshot_name
 from compactor.model import TopicPartition
 
 

@@ -11,7 +11,7 @@ from compactor.codec.indexes import AbortedTxn
 from compactor.codec.records import ControlType, NewRecord, NewRecordBatch, encode_batch
 from compactor.config import TopicConfig
 from compactor.model import SegmentInfo
-from compactor.policy import (
+from compactor.cleaner.policy import (
     NO_CONTROL_TYPE,
     BatchHeader,
     BatchRetention,
@@ -22,7 +22,7 @@ from compactor.policy import (
     group_segments,
     replay_producers,
 )
-from compactor.reference import compact_partition
+from compactor.cleaner.reference import compact_partition
 from tests.helpers import check_invariants
 
 NOW = 1_000_000_000

@@ -7,8 +7,8 @@ from compactor.codec.indexes import decode_time_index
 from compactor.codec.legacy import LegacyRecord, encode_message_set
 from compactor.codec.records import NewRecord, NewRecordBatch, encode_batch
 from compactor.codec.segment import iter_batches
-from compactor.policy import BatchDecision, BatchRetention
-from compactor.rebatch import assemble_segment, filter_batch
+from compactor.cleaner.policy import BatchDecision, BatchRetention
+from compactor.cleaner.rebatch import assemble_segment, filter_batch
 
 
 def _decision(retention: BatchRetention) -> BatchDecision:
@@ -87,9 +87,9 @@ def test_a_segment_beyond_the_relative_offset_range_is_a_clear_error(tmp_path) -
     """A legacy segment whose offsets lie more than 2^31 - 1 above its base (Kafka splits it
     when cleaning, §4.19) is refused with a located error and leaves no .cleaned file."""
     from compactor.config import TopicConfig
-    from compactor.logdir import load_partition
-    from compactor.policy import PartitionInput
-    from compactor.writer import write_group
+    from compactor.log.layout import load_partition
+    from compactor.cleaner.policy import PartitionInput
+    from compactor.spark.writer import write_group
 
     far = 2**31 + 10
     pdir = tmp_path / "t-0"

@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 
 from compactor.codec.records import NewRecord, NewRecordBatch, RecordBatch, encode_batch
 from compactor.codec.segment import iter_batches
-from compactor.policy import BatchDecision, BatchRetention
-from compactor.rebatch import BatchDrops, iter_drops
-from compactor.scan import (
+from compactor.cleaner.policy import BatchDecision, BatchRetention
+from compactor.cleaner.rebatch import BatchDrops, iter_drops
+from compactor.cleaner.scan import (
     BatchFlags,
     KeyedRows,
     concat_rows,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from compactor import storage
+from compactor.log import storage
 from compactor.errors import LogDirError
 
 

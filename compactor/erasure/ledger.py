@@ -17,7 +17,7 @@ from typing import Any, ParamSpec, TypeVar
 
 import pyarrow as pa
 
-from compactor.erasure import ALL_TOPICS, DONE, STATUSES, ErasureRequest
+from compactor.erasure.rules import ALL_TOPICS, DONE, STATUSES, ErasureRequest
 from compactor.errors import ConfigError, LedgerError, first_line
 from schemas.delta import ERASURE_REQUESTS, ERASURE_REQUESTS_TABLE, RUNS, RUNS_TABLE
 

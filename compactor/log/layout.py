@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import javaproperties
 
-from compactor import storage
+from compactor.log import storage
 from compactor.codec.checkpoints import (
     LEADER_EPOCH_CHECKPOINT,
     LOG_START_OFFSET_CHECKPOINT,
@@ -39,7 +39,7 @@ from compactor.errors import (
     LogDirError,
     SwapRecoveryError,
 )
-from compactor.metadata import (
+from compactor.cluster.metadata import (
     METADATA_DIR_NAME,
     ClusterMetadata,
     Replay,
@@ -550,7 +550,7 @@ def read_aborted_txns(part: PartitionLog) -> list[AbortedTxn]:
 
 def index_files(log_path: str) -> dict[str, bytes | None]:
     """The bytes of a segment's ``.index``, ``.timeindex`` and ``.txnindex`` (``None`` for a
-    missing one), by the argument names of :func:`compactor.verify.index_problems`."""
+    missing one), by the argument names of :func:`compactor.cleaner.verify.index_problems`."""
     prefix = log_path[: -len(LOG_SUFFIX)]
     return {arg: storage.read_bytes(prefix + suffix) if storage.exists(prefix + suffix) else None
             for arg, suffix in (("index", INDEX_SUFFIX), ("time_index", TIME_INDEX_SUFFIX),

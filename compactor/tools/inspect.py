@@ -4,7 +4,7 @@
 Verification (``verify=True``) collects every problem it finds instead of stopping at the first:
 
 * each batch frames, its CRC matches and its records decode to the declared count;
-* the offset and index checks of :mod:`compactor.verify`, the same that gate ``plan``,
+* the offset and index checks of :mod:`compactor.cleaner.verify`, the same that gate ``plan``,
   ``compact`` and ``erase apply``;
 * leftovers of an interrupted swap, unreadable checkpoints and producer snapshots, orphan
   indexes, directories and files that do not belong in a log dir are reported.
@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from compactor import storage
+from compactor.log import storage
 from compactor.codec.checkpoints import ROOT_CHECKPOINTS
 from compactor.codec.compression import codec_name
 from compactor.codec.indexes import decode_txn_index
@@ -33,7 +33,7 @@ from compactor.errors import (
     LogDirError,
     format_location,
 )
-from compactor.logdir import (
+from compactor.log.layout import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
     SNAPSHOT_SUFFIX,
@@ -49,11 +49,11 @@ from compactor.logdir import (
     segment_logs,
     segment_path,
 )
-from compactor.metadata import METADATA_DIR_NAME, parse_snapshot_name
+from compactor.cluster.metadata import METADATA_DIR_NAME, parse_snapshot_name
 from compactor.model import segment_file_prefix
-from compactor.policy import BatchHeader
-from compactor.scan import batch_header
-from compactor.verify import index_problems, offset_problems, txn_problems
+from compactor.cleaner.policy import BatchHeader
+from compactor.cleaner.scan import batch_header
+from compactor.cleaner.verify import index_problems, offset_problems, txn_problems
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -114,7 +114,7 @@ class SegmentReport:
 @dataclass(slots=True, kw_only=True)
 class _TxnTracker:
     """The transactional batches of a partition's segments, for the partition-wide
-    txn-index check (:func:`compactor.verify.txn_problems`)."""
+    txn-index check (:func:`compactor.cleaner.verify.txn_problems`)."""
 
     headers: list[BatchHeader] = field(default_factory=list)
 

@@ -22,7 +22,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from compactor import storage
+from compactor.log import storage
 from compactor.codec.checkpoints import (
     LEADER_EPOCH_CHECKPOINT,
     LOG_START_OFFSET_CHECKPOINT,
@@ -60,7 +60,7 @@ from compactor.codec.kraft import (
 )
 from compactor.codec.snapshot import ProducerSnapshotEntry, encode_snapshot
 from compactor.errors import ConfigError, LogDirError
-from compactor.metadata import METADATA_DIR_NAME
+from compactor.cluster.metadata import METADATA_DIR_NAME
 from compactor.model import EpochEntry, TopicPartition, segment_file_prefix
 
 DEFAULT_START_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z

@@ -11,11 +11,11 @@ from collections import Counter
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from compactor import storage
+from compactor.log import storage
 from compactor.codec.records import RecordBatch
 from compactor.codec.segment import iter_batches
 from compactor.errors import CompactorError, CorruptSegmentError, UnsupportedFormatError
-from compactor.logdir import (
+from compactor.log.layout import (
     CLEANED_SUFFIX,
     INDEX_SUFFIX,
     LOG_SUFFIX,
@@ -26,8 +26,8 @@ from compactor.logdir import (
 from compactor.codec.indexes import AbortedTxn, decode_txn_index
 from compactor.config import TopicConfig
 from compactor.model import SegmentInfo
-from compactor.policy import BatchDecision, BatchRetention, PartitionInput
-from compactor.rebatch import SegmentBuilder, filter_batch, iter_drops
+from compactor.cleaner.policy import BatchDecision, BatchRetention, PartitionInput
+from compactor.cleaner.rebatch import SegmentBuilder, filter_batch, iter_drops
 
 CLEANED_FILE_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 
@@ -79,7 +79,7 @@ def write_group(
         decisions: by ``(segment base, batch position)``, every batch of the group.
         superseded: offsets of the group's records that the offset map supersedes across
             groups; the ones superseded within the group and every other reason a record
-            goes for are decided here (:func:`compactor.rebatch.iter_drops`).
+            goes for are decided here (:func:`compactor.cleaner.rebatch.iter_drops`).
         first_dirty: the round's first dirty offset (where the offset map starts).
 
     Returns:
@@ -113,7 +113,7 @@ def _write(inp: PartitionInput, source_bases: tuple[int, ...],
            decisions: Mapping[tuple[int, int], BatchDecision], superseded: Collection[int],
            first_dirty: int, fsync: bool) -> CommitMessage:
     """Two passes over the group. Newest batch first, every record's fate is decided with
-    the keys seen later in the group (:func:`compactor.rebatch.iter_drops`); only the offsets
+    the keys seen later in the group (:func:`compactor.cleaner.rebatch.iter_drops`); only the offsets
     that go are kept. Then oldest first, the batches are filtered and streamed into the
     ``.cleaned`` log, so neither a source segment nor the output is held in memory whole."""
     by_base = {s.base_offset: s for s in inp.segments}

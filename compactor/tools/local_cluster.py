@@ -22,7 +22,7 @@ import time
 import urllib.request
 from dataclasses import asdict, dataclass
 
-from compactor import storage
+from compactor.log import storage
 from compactor.errors import CompactorError
 
 STATE_FILE = "cluster.json"

@@ -9,7 +9,7 @@ with base offset ``S1``), in this order, each step durable before the next:
 3. rename the new files ``.swap`` -> final name, fsync the directory;
 4. delete the ``.deleted`` files and the producer snapshots of ``S2..Sn``.
 
-What recovery (:func:`compactor.logdir.recover_partition`, Kafka's ``LogLoader``) does after a
+What recovery (:func:`compactor.log.layout.recover_partition`, Kafka's ``LogLoader``) does after a
 crash at each point:
 
 * during 1 (some files still ``.cleaned``): every ``.swap`` at or above the smallest
@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from compactor import storage
+from compactor.log import storage
 from compactor.codec.checkpoints import (
     CLEANER_OFFSET_CHECKPOINT,
     LEADER_EPOCH_CHECKPOINT,
@@ -40,7 +40,7 @@ from compactor.codec.checkpoints import (
     truncate_epochs_from_start,
 )
 from compactor.errors import CommitConflictError, CompactorError
-from compactor.logdir import (
+from compactor.log.layout import (
     DELETED_SUFFIX,
     INDEX_FILE_SUFFIXES,
     INDEX_SUFFIX,
@@ -53,7 +53,7 @@ from compactor.logdir import (
 )
 from compactor.model import TopicPartition
 from compactor.retention import RetentionPlan
-from compactor.writer import CLEANED_FILE_SUFFIXES, CommitMessage, cleaned_path
+from compactor.spark.writer import CLEANED_FILE_SUFFIXES, CommitMessage, cleaned_path
 
 
 def abort_group(partition_dir: str, message: CommitMessage) -> None:
@@ -108,7 +108,7 @@ def commit_isolated(partition_dir: str,
                     messages: Sequence[CommitMessage]) -> CompactorError | None:
     """:func:`commit_partition`, with a failure kept to this partition: the groups not yet
     swapped are aborted and an interrupted swap is settled at once as Kafka's loader would
-    (:func:`compactor.logdir.recover_partition`), so that every group is old or new when the
+    (:func:`compactor.log.layout.recover_partition`), so that every group is old or new when the
     caller goes on to the next partition. Returns the failure, ``None`` on success."""
     try:
         commit_partition(partition_dir, messages)

@@ -1,6 +1,6 @@
-"""Options shared by every maintenance command (``compact``, ``plan``, ``retain``, ``run``,
-``erase``) and their jobs: log dir, clock and Kafka topic configs. No Spark here, so driver-only
-commands start fast."""
+"""The arguments the ``compactor`` sub-commands and the spark-submit jobs share, their
+validation into :class:`~compactor.maintenance.options.MaintenanceOptions`, and the one place
+where an error becomes an exit code and a message (:func:`run_guarded`)."""
 
 from __future__ import annotations
 
@@ -8,39 +8,18 @@ import argparse
 import json
 import os
 import sys
-import traceback
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+import traceback
+from collections.abc import Callable, Sequence
 from typing import TextIO
 
 import yaml
 
-from compactor import storage
-from compactor.catalog import Catalog, build_catalog
 from compactor.config import parse_assignment, parse_topic_assignment
-from compactor.logdir import LogDir, open_log_dir
 from compactor.errors import CompactorError, ConfigError, InternalError, first_line
+from compactor.log import storage
+from compactor.maintenance.options import MaintenanceOptions
 from compactor.retention import MIN_RETENTION_BYTES, MIN_RETENTION_MS
-
-
-@dataclass(frozen=True, kw_only=True)
-class CompactOptions:
-    """Arguments of a round (the command line, parsed)."""
-
-    log_dir: str
-    now_ms: int
-    config_all: Mapping[str, str] = field(default_factory=dict)
-    config_topics: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
-    plan_only: bool = False
-    fsync: bool = True
-    topics: frozenset[str] = frozenset()  # only these topics (empty: every topic)
-    metadata_log_dir: str | None = None  # holds __cluster_metadata-0 (default: the log dir)
-    server_properties: str | None = None
-    assume_kafka_defaults: bool = False
-
-    def selects(self, topic: str) -> bool:
-        return not self.topics or topic in self.topics
 
 
 def optional_int(text: str) -> int | None:
@@ -94,8 +73,8 @@ def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
                              "defaults (cleanup.policy=delete, retention.ms 7 days)")
 
 
-def options_from_args(args: argparse.Namespace, *, plan_only: bool = False) -> CompactOptions:
-    """Validate the config arguments into :class:`CompactOptions`.
+def options_from_args(args: argparse.Namespace, *, dry_run: bool = False) -> MaintenanceOptions:
+    """Validate the config arguments into :class:`MaintenanceOptions`.
 
     Raises:
         ConfigError: malformed ``KEY=VALUE``, unreadable or malformed ``--topic-configs``.
@@ -131,29 +110,11 @@ def options_from_args(args: argparse.Namespace, *, plan_only: bool = False) -> C
         value = getattr(args, name, None)
         return storage.absolute(value) if value else None
 
-    return CompactOptions(log_dir=storage.absolute(args.log_dir), now_ms=now_ms,
-                          config_all=config_all,
-                          config_topics=topics, plan_only=plan_only or
-                          getattr(args, "plan_only", False), topics=selected,
-                          assume_kafka_defaults=getattr(args, "assume_kafka_defaults", False),
-                          metadata_log_dir=path("metadata_log_dir"),
-                          server_properties=path("server_properties"))
-
-
-def load_catalog(opts: CompactOptions, log_dir: LogDir | None = None) -> Catalog:
-    """The topic configs and untouchable partitions of the options' log dir (reads only).
-
-    Raises:
-        ConfigError: an invalid config, or a topic named on the command line that exists
-            neither in the log dir nor in the cluster metadata.
-        CorruptMetadataError: the metadata log cannot be replayed.
-        LogDirError: the log dir is missing or unreadable.
-    """
-    return build_catalog(log_dir or open_log_dir(opts.log_dir), config_all=opts.config_all,
-                         config_topics=opts.config_topics, named_topics=opts.topics,
-                         metadata_log_dir=opts.metadata_log_dir,
-                         server_properties=opts.server_properties,
-                         assume_kafka_defaults=opts.assume_kafka_defaults)
+    return MaintenanceOptions(
+        log_dir=storage.absolute(args.log_dir), now_ms=now_ms, config_all=config_all,
+        config_topics=topics, dry_run=dry_run or getattr(args, "dry_run", False),
+        topics=selected, assume_kafka_defaults=getattr(args, "assume_kafka_defaults", False),
+        metadata_log_dir=path("metadata_log_dir"), server_properties=path("server_properties"))
 
 
 def add_erase_arguments(parser: argparse.ArgumentParser, *, apply: bool) -> None:
@@ -230,4 +191,3 @@ def run_guarded(name: str, execute: Callable[[argparse.Namespace, TextIO], int],
             print(json.dumps({"type": "error", **err.to_dict()}), flush=True)
         print(f"{name}: {err}", file=sys.stderr, flush=True)
         return err.exit_code
-

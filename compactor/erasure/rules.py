@@ -1,6 +1,6 @@
 """GDPR erasure, pure part: subjects as SHA-256 digests, erasure requests, and the matcher
 executors use to find a subject's records. Nothing here touches files, Delta or Spark; the
-ledger lives in :mod:`compactor.ledger`, the Spark pass in ``jobs/erase.py``.
+ledger lives in :mod:`compactor.erasure.ledger`, the Spark pass in ``jobs/erase.py``.
 
 A request names a subject by the SHA-256 digest of the record key (selector ``key``) or of
 the value of a named record header (selector ``header``), in one topic or in every topic
@@ -13,7 +13,7 @@ import hashlib
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from compactor.policy import BatchHeader, replay_producers
+from compactor.cleaner.policy import BatchHeader, replay_producers
 
 ALL_TOPICS = "*"
 KEY = "key"

@@ -3,7 +3,7 @@
 It follows kafka-semantics Appendix A.2 literally for one partition: the offset map is a plain
 dict keyed by the raw key bytes, built by walking the dirty section in offset order, and every
 record is decided in the same walk that rewrites it. It shares the per-batch rules
-(:mod:`compactor.policy`) and the byte-level re-batching (:mod:`compactor.rebatch`) with the
+(:mod:`compactor.cleaner.policy`) and the byte-level re-batching (:mod:`compactor.cleaner.rebatch`) with the
 Spark job, but none of the distributed machinery: no digests, no shuffles, no DataFrames.
 """
 
@@ -15,9 +15,9 @@ from dataclasses import dataclass
 
 from compactor.codec.records import Record
 from compactor.codec.segment import iter_batches
-from compactor.policy import BatchRetention, CleaningPlan, PartitionInput
-from compactor.rebatch import SegmentFiles, assemble_segment, filter_batch
-from compactor.scan import batch_header
+from compactor.cleaner.policy import BatchRetention, CleaningPlan, PartitionInput
+from compactor.cleaner.rebatch import SegmentFiles, assemble_segment, filter_batch
+from compactor.cleaner.scan import batch_header
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

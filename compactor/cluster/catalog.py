@@ -21,7 +21,7 @@ the tool never deletes or rewrites on a guess.
 Never touched, with the reason reports give:
 
 - ``metadata_log``: ``__cluster_metadata-0`` (not even listed among the partitions, see
-  :class:`compactor.logdir.LogDir`);
+  :class:`compactor.log.layout.LogDir`);
 - ``stale_topic_id``: a partition dir whose topic the metadata removed, or whose
   ``partition.metadata`` topic id is not the metadata's id for that name (a leftover of a deleted
   and re-created topic);
@@ -41,7 +41,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from compactor import storage
+from compactor.log import storage
 from compactor.config import (
     BROKER,
     CLUSTER_DEFAULT,
@@ -53,14 +53,14 @@ from compactor.config import (
     resolve_topic_config,
 )
 from compactor.errors import CompactorError, ConfigError
-from compactor.logdir import (
+from compactor.log.layout import (
     LogDir,
     load_cluster_metadata,
     read_node_id,
     read_properties,
     read_topic_id,
 )
-from compactor.metadata import METADATA_DIR_NAME, METADATA_TOPIC, ClusterMetadata, topic_layers_of
+from compactor.cluster.metadata import METADATA_DIR_NAME, METADATA_TOPIC, ClusterMetadata, topic_layers_of
 from compactor.model import TopicPartition
 
 METADATA_LOG = "metadata_log"

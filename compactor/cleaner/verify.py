@@ -31,7 +31,7 @@ from compactor.codec.indexes import (
 from compactor.codec.records import ControlType
 from compactor.errors import BadOffsetsError, CompactorError, CorruptIndexError
 from compactor.model import segment_file_prefix
-from compactor.policy import BatchHeader
+from compactor.cleaner.policy import BatchHeader
 
 MAX_RELATIVE_OFFSET = 2**31 - 1  # Integer.MAX_VALUE
 

@@ -28,14 +28,14 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from compactor import storage
+from compactor.log import storage
 from compactor.codec.indexes import AbortedTxn
 from compactor.config import TopicConfig
-from compactor.erasure import Matcher
+from compactor.erasure.rules import Matcher
 from compactor.errors import CompactorError
-from compactor.logdir import index_files
+from compactor.log.layout import index_files
 from compactor.model import SegmentInfo
-from compactor.policy import (
+from compactor.cleaner.policy import (
     BatchDecision,
     BatchHeader,
     BatchRetention,
@@ -43,7 +43,7 @@ from compactor.policy import (
     PartitionInput,
     SkipReason,
 )
-from compactor.scan import (
+from compactor.cleaner.scan import (
     BatchFlags,
     batch_flags,
     concat_rows,
@@ -54,8 +54,8 @@ from compactor.scan import (
     segment_headers,
     select_rows,
 )
-from compactor.verify import index_problems, offset_problems, txn_problems
-from compactor.writer import CommitMessage, write_erased_segment, write_group
+from compactor.cleaner.verify import index_problems, offset_problems, txn_problems
+from compactor.spark.writer import CommitMessage, write_erased_segment, write_group
 from schemas.spark import (
     BATCH_HEADER,
     COMMIT_MESSAGE,
@@ -84,7 +84,7 @@ _KEYED_ARROW = to_arrow_schema(KEYED_RECORD)
 def check_segment(path: str, base: int, next_base: int | None,
                   headers: Sequence[BatchHeader]) -> None:
     """The checks of ``inspect --verify`` on a segment's offsets and indexes
-    (:mod:`compactor.verify`), on the executor that read it: a partition that fails them is
+    (:mod:`compactor.cleaner.verify`), on the executor that read it: a partition that fails them is
     never rewritten.
 
     Raises:
@@ -244,7 +244,7 @@ def scan_keys(inputs: Mapping[int, PartitionInput], plans: Mapping[int, Cleaning
               slots: DataFrame) -> Transform:
     """Batch decisions -> one ``KEYED_RECORD`` row per keyed record of the round's data
     batches that is not discarded and not already superseded within its own group (one task
-    per group, :func:`compactor.scan.locally_superseded`); a group whose records cannot be
+    per group, :func:`compactor.cleaner.scan.locally_superseded`); a group whose records cannot be
     decoded gives one row with ``error`` set.
 
     Args:
@@ -408,7 +408,7 @@ def scan_erasure(matchers: Mapping[int, Matcher]) -> Transform:
 
 def scan_key_offsets(wanted: Mapping[int, frozenset[bytes]]) -> Transform:
     """Segment tasks (``SEGMENT_TASK``) -> ``KEY_OFFSET`` rows: every data record whose key
-    digest is in its partition's ``wanted`` set (:func:`compactor.scan.key_offsets`), or one
+    digest is in its partition's ``wanted`` set (:func:`compactor.cleaner.scan.key_offsets`), or one
     error row for a segment that cannot be read."""
 
     def scan(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -432,7 +432,7 @@ def scan_key_offsets(wanted: Mapping[int, frozenset[bytes]]) -> Transform:
 def rewrite_erased(segments: Mapping[tuple[int, int], tuple[str, SegmentInfo, TopicConfig]], *,
                    fsync: bool = True) -> Transform:
     """``ERASURE_TASK`` rows -> one ``COMMIT_MESSAGE`` row per segment, written by the executor
-    (:func:`compactor.writer.write_erased_segment`).
+    (:func:`compactor.spark.writer.write_erased_segment`).
 
     Args:
         segments: (tp id, segment base) -> (partition dir, segment, topic config).

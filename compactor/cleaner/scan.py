@@ -17,9 +17,9 @@ import xxhash
 
 from compactor.codec.records import RecordBatch
 from compactor.codec.segment import iter_batches
-from compactor.erasure import Matcher
+from compactor.erasure.rules import Matcher
 from compactor.errors import CompactorError
-from compactor.policy import NO_CONTROL_TYPE, BatchHeader
+from compactor.cleaner.policy import NO_CONTROL_TYPE, BatchHeader
 
 _MASK64 = (1 << 64) - 1
 _SIGN64 = 1 << 63
@@ -154,7 +154,7 @@ def locally_superseded(rows: KeyedRows) -> np.ndarray:
     """Mask of the rows superseded by a row of the same key among ``rows`` themselves (one
     with ``in_map`` and a larger offset): the map-side combine of the offset map. What a
     group's scan can decide alone never travels through the shuffle; the writer reaches the
-    same verdict from the same records (:func:`compactor.rebatch.iter_drops`)."""
+    same verdict from the same records (:func:`compactor.cleaner.rebatch.iter_drops`)."""
     n = len(rows)
     if n == 0:
         return np.zeros(0, dtype=bool)
@@ -256,7 +256,7 @@ def key_offsets(data: bytes, path: str,
                 wanted: Collection[bytes]) -> list[tuple[int, int, bytes]]:
     """``(batch position, offset, key digest)`` of every data record whose key's SHA-256
     digest is in ``wanted`` (the other records of keys an erasure matched, for the
-    compacted-topic rule of :func:`compactor.erasure.superseded_by_erased`).
+    compacted-topic rule of :func:`compactor.erasure.rules.superseded_by_erased`).
 
     Raises:
         CompactorError: a batch cannot be decoded (with file, position and base offset).

@@ -2,7 +2,7 @@
 ``jobs`` packages, zipped (sources only, no bytecode), so executors of any cluster import the
 same code as the driver.
 
-    python -m compactor.dist dist/kafka_compactor.zip
+    python -m compactor.tools.dist dist/kafka_compactor.zip
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ PACKAGES = ("compactor", "schemas", "jobs")
 
 def build(out: str, root: str | None = None) -> list[str]:
     """Write the archive; returns the names it holds."""
-    base = Path(root) if root else Path(__file__).resolve().parent.parent
+    base = Path(root) if root else Path(__file__).resolve().parents[2]
     names = []
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     tmp = out + ".tmp"

@@ -1,7 +1,7 @@
 """Re-batching of retained records and assembly of a cleaned segment (kafka-semantics §4.14,
 §4.15, §3.5). Pure: batches and decisions in, bytes out.
 
-Given a source batch, its :class:`~compactor.policy.BatchDecision` and the offsets of its
+Given a source batch, its :class:`~compactor.cleaner.policy.BatchDecision` and the offsets of its
 records that go, :func:`filter_batch` returns the bytes Kafka 4.1 writes for it: nothing, the
 original bytes verbatim, a rebuilt batch (same base offset and ``lastOffsetDelta``, producer
 fields, leader epoch, codec; new CRC; delete horizon when newly needed) or the bare empty header.
@@ -35,7 +35,7 @@ from compactor.codec.records import (
     encode_batch,
     rebuild_batch,
 )
-from compactor.policy import BatchDecision, BatchRetention
+from compactor.cleaner.policy import BatchDecision, BatchRetention
 
 DROP_REASONS = ("superseded", "tombstone_expired", "null_key", "aborted", "marker_expired")
 
@@ -119,7 +119,7 @@ def iter_drops(batches: Iterable[tuple[RecordBatch, BatchDecision]],
     A record is superseded when the offset map says so across groups (``superseded``) or
     when a later record of the same key in the same group enters the map (keyed, batch not
     aborted, at or above ``first_dirty``): the map-side combine of the scan
-    (:func:`compactor.scan.locally_superseded`), decided here by key instead of by digest. The
+    (:func:`compactor.cleaner.scan.locally_superseded`), decided here by key instead of by digest. The
     other reasons (null key, expired tombstone, aborted data, expired marker) are local to
     the batch. Walking backwards decides each record in one look, each batch decoded once.
 

@@ -9,24 +9,21 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-from compactor import storage
+from compactor.log import storage
 from compactor.codec.compression import Codec
 from compactor.config import parse_topic_assignment, resolve_topic_config
 from compactor.errors import (
     EXIT_FAILURE,
     EXIT_OK,
-    EXIT_PARTIAL,
-    CompactorError,
     ConfigError,
-    LogDirError,
 )
-from compactor.generator import GeneratorConfig, generate
-from compactor.inspect import Problem, SegmentReport, inspect_path
-from compactor.options import (
+from compactor.tools.generator import GeneratorConfig, generate
+from compactor.tools.inspect import Problem, SegmentReport, inspect_path
+from compactor.cli import jobs
+from compactor.cli.args import (
     add_arguments,
     add_config_arguments,
     add_erase_arguments,
@@ -35,13 +32,10 @@ from compactor.options import (
     add_status_arguments,
     run_guarded,
 )
-from compactor.metadata import METADATA_DIR_NAME
-from compactor.erasure import ALL_TOPICS, HEADER, KEY, new_requests
-from compactor.logdir import (
-    is_partition_dir,
+from compactor.erasure.rules import ALL_TOPICS, HEADER, KEY, new_requests
+from compactor.log.layout import (
     open_log_dir,
     parse_partition_dir_name,
-    recover_partition,
 )
 
 
@@ -95,25 +89,25 @@ def build_parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("recover", help="resolve interrupted swaps as a Kafka broker's loader does")
     add_recover_arguments(r)
-    r.set_defaults(handler=recover_command)
+    r.set_defaults(handler=jobs.execute_recover)
 
     c = sub.add_parser("compact", help="one compaction round over a log dir, on Spark")
     add_arguments(c)
-    c.set_defaults(handler=_cmd_compact)
+    c.set_defaults(handler=jobs.execute_compact)
     pl = sub.add_parser("plan", help="dry run of compact: ranges, dirty ratio, groups")
     add_arguments(pl)
-    pl.set_defaults(handler=_cmd_plan)
+    pl.set_defaults(handler=jobs.execute_plan)
 
     rt = sub.add_parser("retain", help="Kafka retention: delete old segments by time, size and "
                                        "log start offset")
     add_config_arguments(rt)
     add_retention_arguments(rt)
-    rt.set_defaults(handler=_cmd_retain)
+    rt.set_defaults(handler=jobs.execute_retain)
     rn = sub.add_parser("run", help="compaction and retention per topic cleanup.policy "
                                     "(what schedulers call)")
     add_arguments(rn)
     add_retention_arguments(rn)
-    rn.set_defaults(handler=_cmd_run)
+    rn.set_defaults(handler=jobs.execute_run)
 
     cl = sub.add_parser("cluster", help="start/stop a local Spark standalone cluster "
                                         "(master + workers) from the pyspark package")
@@ -155,10 +149,10 @@ def build_parser() -> argparse.ArgumentParser:
                             ("verify", "rescan and mark applied requests verified (Spark)")):
         p = esub.add_parser(name, help=help_text)
         add_erase_arguments(p, apply=name == "apply")
-        p.set_defaults(handler=_cmd_erase_job, action=name)
+        p.set_defaults(handler=jobs.execute_erase, action=name)
     st = esub.add_parser("status", help="requests by status; exit 1 when one is overdue")
     add_status_arguments(st)
-    st.set_defaults(handler=erase_status_command)
+    st.set_defaults(handler=jobs.execute_erase_status)
     ini = esub.add_parser("init", help="create the ledger (before the first request, so "
                                        "that status and the erasure DAG find one)")
     ini.add_argument("--state-dir", required=True)
@@ -308,101 +302,22 @@ def _cmd_generate(args: argparse.Namespace, out: TextIO) -> int:
     return EXIT_OK
 
 
-def recover_command(args: argparse.Namespace, out: TextIO) -> int:
-    """``compactor recover`` (also ``jobs/recover.py``)."""
-    path = args.log_dir
-    if not storage.is_dir(path):
-        raise LogDirError("log dir does not exist or is not a directory", path=path)
-    if storage.basename(storage.absolute(path)) == METADATA_DIR_NAME:
-        raise LogDirError(
-            "this is the KRaft metadata log, which kafka-compactor never modifies", path=path,
-            remedy="a Kafka controller or broker recovers it on start; point recover at a log "
-                   "dir or at a topic's partition directory")
-    if is_partition_dir(path):
-        lock_dir, partition_dirs = storage.dirname(path), [path]
-    else:
-        log_dir = open_log_dir(path)
-        lock_dir = path
-        # replica copies too: an erasure swaps segments in -future, -delete and -stray dirs
-        partition_dirs = [storage.join(path, c.name) for c in log_dir.copies_of(lambda _: True)]
-    changed = 0
-    failed: list[CompactorError] = []
-    with storage.log_dir_lock(lock_dir):
-        for pdir in partition_dirs:
-            try:
-                plan = recover_partition(pdir, dry_run=args.dry_run)
-            except CompactorError as err:  # that directory is left as it was; the others go on
-                failed.append(err)
-                if args.json:
-                    _emit(out, {"type": "recover", "partition_dir": pdir, "status": "failed",
-                                "error": err.to_dict()})
-                else:
-                    out.write(f"{pdir}: NOT recovered, left as it was: {err}\n")
-                continue
-            if plan.is_empty:
-                continue
-            changed += 1
-            if args.json:
-                _emit(out, {"type": "recover", "partition_dir": pdir, "dry_run": args.dry_run,
-                            "deleted": list(plan.deletes), "renamed": [list(r) for r in
-                                                                        plan.renames]})
-            else:
-                verb = "would" if args.dry_run else "did"
-                out.write(f"{pdir}: {verb} delete {len(plan.deletes)} and rename "
-                          f"{len(plan.renames)} files\n")
-    if args.json:
-        _emit(out, {"type": "summary", "partitions_recovered": changed,
-                    "partitions_failed": len(failed), "dry_run": args.dry_run})
-    else:
-        out.write(f"recover: {changed} partition(s) had leftovers of interrupted swaps"
-                  + (f", {len(failed)} could not be recovered" if failed else "") + "\n")
-    return EXIT_PARTIAL if failed else EXIT_OK
-
-
-def _cmd_compact(args: argparse.Namespace, out: TextIO) -> int:
-    from jobs import compact as compact_job
-
-    return compact_job.execute(args, out)
-
-
-def _cmd_plan(args: argparse.Namespace, out: TextIO) -> int:
-    from jobs import compact as compact_job
-
-    return compact_job.execute(args, out, plan_only=True)
-
-
-def _cmd_retain(args: argparse.Namespace, out: TextIO) -> int:
-    from jobs import retain as retain_job
-
-    return retain_job.execute(args, out)
-
-
-def _cmd_run(args: argparse.Namespace, out: TextIO) -> int:
-    from jobs import run as run_job
-
-    return run_job.execute(args, out)
-
-
 def _cmd_cluster(args: argparse.Namespace, out: TextIO) -> int:
-    from compactor import cluster
+    from compactor.tools import local_cluster
 
     if args.action == "start":
-        c = cluster.start(args.dir, workers=args.workers, cores=args.cores, memory=args.memory)
+        c = local_cluster.start(args.dir, workers=args.workers, cores=args.cores, memory=args.memory)
         _emit(out, {"type": "cluster", "master_url": c.master_url, "web_url": c.web_url,
                     "workers": c.workers})
     elif args.action == "stop":
-        _emit(out, {"type": "cluster", "stopped": cluster.stop(args.dir)})
+        _emit(out, {"type": "cluster", "stopped": local_cluster.stop(args.dir)})
     else:
-        _emit(out, {"type": "cluster", **cluster.status(args.dir)})
+        _emit(out, {"type": "cluster", **local_cluster.status(args.dir)})
     return EXIT_OK
 
 
-def _now(args: argparse.Namespace) -> int:
-    return args.now_ms if args.now_ms is not None else int(time.time() * 1000)
-
-
 def _cmd_erase_request(args: argparse.Namespace, out: TextIO) -> int:
-    from compactor import ledger
+    from compactor.erasure import ledger
 
     ledger.check_state_dir(args.state_dir, args.log_dir)
     if args.log_dir and args.topic != ALL_TOPICS:
@@ -431,7 +346,7 @@ def _cmd_erase_request(args: argparse.Namespace, out: TextIO) -> int:
         raise ConfigError("--leave-tombstone applies to key erasure only (--key, --key-hex, "
                           "--keys-file): a header names no key to leave a tombstone for")
     requests = new_requests(topic=args.topic, subjects=subjects, selector=selector,
-                            header_name=header_name, reason=args.reason, now_ms=_now(args),
+                            header_name=header_name, reason=args.reason, now_ms=jobs.now_ms(args),
                             deadline_days=args.deadline_days, request_id=args.request_id,
                             leave_tombstone=args.leave_tombstone)
     added, existing = ledger.add_requests(
@@ -448,7 +363,7 @@ def _cmd_erase_request(args: argparse.Namespace, out: TextIO) -> int:
 def _check_request_topic(args: argparse.Namespace) -> None:
     """A request's topic must exist in the log dir or in the cluster's metadata: a typo would
     otherwise be applied and verified over nothing."""
-    from compactor.catalog import build_catalog
+    from compactor.cluster.catalog import build_catalog
 
     ld = open_log_dir(storage.absolute(args.log_dir))
     present = {tp.topic for tp in ld.partitions} | {c.tp.topic for c in ld.copies}
@@ -460,7 +375,7 @@ def _check_request_topic(args: argparse.Namespace) -> None:
 
 
 def _cmd_erase_init(args: argparse.Namespace, out: TextIO) -> int:
-    from compactor import ledger
+    from compactor.erasure import ledger
 
     created = ledger.init(args.state_dir)
     out.write(f"{'created' if created else 'already there'}: the ledger in {args.state_dir}\n")
@@ -468,7 +383,7 @@ def _cmd_erase_init(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _cmd_erase_list(args: argparse.Namespace, out: TextIO) -> int:
-    from compactor import ledger
+    from compactor.erasure import ledger
 
     rows = ledger.list_requests(args.state_dir)
     if args.json:
@@ -483,30 +398,8 @@ def _cmd_erase_list(args: argparse.Namespace, out: TextIO) -> int:
     return EXIT_OK
 
 
-def _cmd_erase_job(args: argparse.Namespace, out: TextIO) -> int:
-    from jobs import erase as erase_job
-
-    return erase_job.execute(args, out)
-
-
-def erase_status_command(args: argparse.Namespace, out: TextIO) -> int:
-    """``compactor erase status`` (also ``jobs/erase.py status``)."""
-    from compactor import ledger
-
-    result = ledger.status(args.state_dir, _now(args))
-    if args.json:
-        _emit(out, result)
-    else:
-        out.write(f"{result['requests']} requests: " + ", ".join(
-            f"{k} {v}" for k, v in result["by_status"].items()) + "\n")
-        for o in result["overdue"]:
-            out.write(f"OVERDUE {o['request_id']} ({o['topic']}, {o['status']}) by "
-                      f"{o['overdue_ms'] // 3_600_000} h\n")
-    return EXIT_FAILURE if result["overdue"] else EXIT_OK
-
-
 def _cmd_erase_report(args: argparse.Namespace, out: TextIO) -> int:
-    from compactor import ledger
+    from compactor.erasure import ledger
 
     result = ledger.audit(args.state_dir, args.request_id)
     if result is None:

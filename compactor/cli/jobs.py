@@ -1,0 +1,252 @@
+"""The maintenance commands as both the ``compactor`` sub-commands and the spark-submit jobs
+(``jobs/*.py``) run them: one parser and one ``execute`` (parse, call
+:mod:`compactor.maintenance`, render) per command.
+
+    spark-submit jobs/compact.py LOG_DIR [--now-ms MS] [--config KEY=VALUE ...] [--dry-run]
+    spark-submit jobs/retain.py  LOG_DIR [--now-ms MS] [--config KEY=VALUE ...] [--dry-run]
+    spark-submit jobs/run.py     LOG_DIR [--now-ms MS] [--config KEY=VALUE ...] [--dry-run]
+    spark-submit jobs/erase.py   apply|verify LOG_DIR --state-dir DIR [--now-ms MS] [--json]
+    spark-submit jobs/erase.py   status --state-dir DIR [--now-ms MS] [--json]  (exit 1: overdue)
+    spark-submit jobs/recover.py LOG_DIR [--dry-run] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TextIO
+
+from compactor.cli.args import (
+    add_arguments,
+    add_config_arguments,
+    add_erase_arguments,
+    add_recover_arguments,
+    add_retention_arguments,
+    add_status_arguments,
+    options_from_args,
+    run_main,
+)
+from compactor.errors import EXIT_FAILURE, EXIT_OK, EXIT_PARTIAL
+from compactor.log import storage
+
+Execute = Callable[[argparse.Namespace, TextIO], int]
+
+
+def emit(out: TextIO, obj: Mapping[str, Any]) -> None:
+    """One JSON object on one line."""
+    out.write(json.dumps(obj, separators=(",", ":")) + "\n")
+
+
+@dataclass(frozen=True)
+class Job:
+    """A spark-submit job: its name (for messages), parser and ``execute``."""
+
+    name: str
+    build_parser: Callable[[], argparse.ArgumentParser]
+    execute: Execute
+
+    def main(self, argv: Sequence[str] | None = None) -> int:
+        return run_main(self.name, self.build_parser(), self.execute, argv)
+
+
+# -- compact and plan -------------------------------------------------------------------------
+
+
+def compact_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="jobs/compact.py",
+                                     description="One compaction round over a Kafka log dir.")
+    add_arguments(parser)
+    parser.add_argument("--dry-run", "--plan-only", dest="dry_run", action="store_true",
+                        help="plan, change nothing (--plan-only: the same, for old scripts)")
+    return parser
+
+
+def execute_compact(args: argparse.Namespace, out: TextIO, *, dry_run: bool = False) -> int:
+    """``compact`` (``plan`` with ``dry_run``): run the round, print the report."""
+    from compactor.maintenance import compact
+
+    outcome = compact.perform(options_from_args(args, dry_run=dry_run), master=args.master,
+                              state_dir=getattr(args, "state_dir", None))
+    emit(out, outcome.result)
+    if not args.json:
+        out.write(outcome.report.summary() + "\n")
+        for r in outcome.retention:
+            if r.plan is not None and r.plan.deleted:
+                out.write(f"{r.tp}: retention would delete {len(r.plan.deleted)} segments "
+                          f"({r.plan.bytes_deleted} bytes), log start -> "
+                          f"{r.plan.new_log_start_offset}\n")
+    return outcome.report.exit_code
+
+
+def execute_plan(args: argparse.Namespace, out: TextIO) -> int:
+    return execute_compact(args, out, dry_run=True)
+
+
+# -- retain and run ---------------------------------------------------------------------------
+
+
+def retain_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="jobs/retain.py",
+                                     description="Kafka retention over a log dir.")
+    add_config_arguments(parser)
+    add_retention_arguments(parser)
+    return parser
+
+
+def execute_retain(args: argparse.Namespace, out: TextIO) -> int:
+    from compactor.maintenance import retain
+
+    opts = options_from_args(args)
+    catalog = retain.prepare(opts, allow_aggressive=args.allow_aggressive_retention,
+                             state_dir=args.state_dir)
+    report, result = retain.perform(opts, catalog, state_dir=args.state_dir)
+    emit(out, result)
+    if not args.json:
+        out.write(report.summary() + "\n")
+    return report.exit_code
+
+
+def run_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="jobs/run.py",
+        description="Compaction and retention over a Kafka log dir, per topic cleanup.policy.")
+    add_arguments(parser)
+    add_retention_arguments(parser)
+    return parser
+
+
+def execute_run(args: argparse.Namespace, out: TextIO) -> int:
+    """Both steps; one JSON report line (and a summary); the worse of the two exit codes."""
+    from compactor.maintenance import run
+
+    outcome = run.perform(options_from_args(args), master=args.master,
+                          allow_aggressive=args.allow_aggressive_retention,
+                          state_dir=args.state_dir)
+    emit(out, outcome.result)
+    if not args.json:
+        if outcome.compaction:
+            out.write(outcome.compaction.summary() + "\n")
+        out.write(outcome.retention.summary(hints=outcome.compaction is None) + "\n")
+    return outcome.exit_code
+
+
+# -- erase --------------------------------------------------------------------------------------
+
+
+def erase_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="jobs/erase.py",
+                                     description="GDPR erasure over a Kafka log dir.")
+    sub = parser.add_subparsers(dest="action", required=True)
+    for name in ("apply", "verify"):
+        p = sub.add_parser(name)
+        add_erase_arguments(p, apply=name == "apply")
+    add_status_arguments(sub.add_parser("status", help="exit 1 when a request is overdue"))
+    return parser
+
+
+def now_ms(args: argparse.Namespace) -> int:
+    return args.now_ms if args.now_ms is not None else int(time.time() * 1000)
+
+
+def execute_erase(args: argparse.Namespace, out: TextIO) -> int:
+    """``erase apply``, ``erase verify`` and (the ledger only, no Spark) ``erase status``."""
+    if args.action == "status":
+        return execute_erase_status(args, out)
+    from compactor.maintenance import erase
+
+    def path(value: str | None) -> str | None:
+        return storage.absolute(value) if value else None
+
+    report = erase.perform(args.action, storage.absolute(args.log_dir),
+                           storage.absolute(args.state_dir), now_ms(args), master=args.master,
+                           dry_run=getattr(args, "dry_run", False),
+                           exclude_pending_deletes=getattr(args, "exclude_pending_deletes",
+                                                           False),
+                           metadata_log_dir=path(args.metadata_log_dir),
+                           server_properties=path(args.server_properties))
+    emit(out, report)
+    if not args.json:
+        out.write(erase_summary(report) + "\n")
+    return erase.report_exit_code(report)
+
+
+def erase_summary(report: Mapping[str, Any]) -> str:
+    lines = [f"{p['dir']}: {p['status']}"
+             + (f", {p['records_erased']} records erased in {p['segments_rewritten']} segments"
+                if p.get("records_erased") else "")
+             + (f", {p['records_scanned']} records scanned" if "residual_matches" in p else "")
+             for p in report["partitions"]]
+    lines += [f"request {r['request_id']}: " + ", ".join(
+        f"{k} {v}" for k, v in r.items() if k != "request_id") for r in report["requests"]]
+    lines.append(f"{report['command']} ({report['run_id']}): {report['status']}")
+    return "\n".join(lines)
+
+
+def execute_erase_status(args: argparse.Namespace, out: TextIO) -> int:
+    """``erase status``: exit 1 when a request is overdue (for alerting)."""
+    from compactor.erasure import ledger
+
+    result = ledger.status(args.state_dir, now_ms(args))
+    if args.json:
+        emit(out, result)
+    else:
+        out.write(f"{result['requests']} requests: " + ", ".join(
+            f"{k} {v}" for k, v in result["by_status"].items()) + "\n")
+        for o in result["overdue"]:
+            out.write(f"OVERDUE {o['request_id']} ({o['topic']}, {o['status']}) by "
+                      f"{o['overdue_ms'] // 3_600_000} h\n")
+    return EXIT_FAILURE if result["overdue"] else EXIT_OK
+
+
+# -- recover ------------------------------------------------------------------------------------
+
+
+def recover_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="jobs/recover.py",
+                                     description="Recover interrupted swaps in a Kafka log dir.")
+    add_recover_arguments(parser)
+    return parser
+
+
+def execute_recover(args: argparse.Namespace, out: TextIO) -> int:
+    from compactor.maintenance.recover import recover
+
+    changed = failed = 0
+    for r in recover(args.log_dir, dry_run=args.dry_run):
+        if r.error is not None:
+            failed += 1
+            if args.json:
+                emit(out, {"type": "recover", "partition_dir": r.partition_dir,
+                           "status": "failed", "error": r.error.to_dict()})
+            else:
+                out.write(f"{r.partition_dir}: NOT recovered, left as it was: {r.error}\n")
+            continue
+        assert r.plan is not None
+        if r.plan.is_empty:
+            continue
+        changed += 1
+        if args.json:
+            emit(out, {"type": "recover", "partition_dir": r.partition_dir,
+                       "dry_run": args.dry_run, "deleted": list(r.plan.deletes),
+                       "renamed": [list(x) for x in r.plan.renames]})
+        else:
+            verb = "would" if args.dry_run else "did"
+            out.write(f"{r.partition_dir}: {verb} delete {len(r.plan.deletes)} and rename "
+                      f"{len(r.plan.renames)} files\n")
+    if args.json:
+        emit(out, {"type": "summary", "partitions_recovered": changed,
+                   "partitions_failed": failed, "dry_run": args.dry_run})
+    else:
+        out.write(f"recover: {changed} partition(s) had leftovers of interrupted swaps"
+                  + (f", {failed} could not be recovered" if failed else "") + "\n")
+    return EXIT_PARTIAL if failed else EXIT_OK
+
+
+COMPACT = Job("compact", compact_parser, execute_compact)
+RETAIN = Job("retain", retain_parser, execute_retain)
+RUN = Job("run", run_parser, execute_run)
+ERASE = Job("erase", erase_parser, execute_erase)
+RECOVER = Job("recover", recover_parser, execute_recover)

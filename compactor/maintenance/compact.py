@@ -1,0 +1,522 @@
+"""A compaction round over a Kafka log dir, on the driver: ``compactor compact``, ``compactor
+plan`` and ``jobs/compact.py``.
+
+The driver locks the log dir, recovers interrupted swaps, plans each partition, lets the
+executors write ``.cleaned`` segments, then commits partition by partition (counts must
+balance) and moves ``cleaner-offset-checkpoint``. A corrupt partition is reported and left
+untouched while the others are compacted (exit code 6).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from compactor.log import swap
+from compactor.erasure import ledger
+from compactor.log import storage
+from compactor.spark import transforms
+from compactor.codec.checkpoints import (
+    CLEANER_OFFSET_CHECKPOINT,
+    LOG_START_OFFSET_CHECKPOINT,
+    REPLICATION_OFFSET_CHECKPOINT,
+)
+from compactor.cluster.catalog import METADATA_LOG, Catalog
+from compactor.config import REPORTED, TopicConfig
+from compactor.errors import (
+    EXIT_OK,
+    EXIT_PARTIAL,
+    CompactorError,
+    CorruptSegmentError,
+    is_data_problem,
+)
+from compactor.log.layout import (
+    check_log_start,
+    check_partition_files,
+    log_end_offset,
+    ForeignEntry,
+    load_partition,
+    open_log_dir,
+    read_aborted_txns,
+    read_offset_checkpoint,
+    recover_partitions,
+)
+from compactor.cluster.metadata import METADATA_TOPIC
+from compactor.model import SegmentInfo, TopicPartition
+from compactor.maintenance.options import MaintenanceOptions, load_catalog
+from compactor.maintenance.retain import PartitionRetention, plan_log_dir
+from compactor.spark.session import get_spark
+from compactor.cleaner.policy import CleaningPlan, PartitionInput, SkipReason
+from compactor.cleaner.rebatch import DROP_REASONS
+from compactor.spark.writer import CommitMessage
+from schemas.spark import GROUP_SLOT, SEGMENT_TASK, SUPERSEDED
+
+
+METADATA_TP = TopicPartition(METADATA_TOPIC, 0)
+
+
+class HasSegments(Protocol):
+    """A partition as far as the segment scans care (``PartitionInput``, ``PartitionLog``)."""
+
+    @property
+    def segments(self) -> Sequence[SegmentInfo]: ...
+
+
+# ---------------------------------------------------------------------------------------------
+# The round
+
+
+@dataclass(kw_only=True)
+class PartitionReport:
+    """One partition's line of the JSON report."""
+
+    tp: TopicPartition
+    status: str = "skipped"  # cleaned | skipped | corrupt | refused | failed | would_clean
+    reason: str = ""
+    plan: CleaningPlan | None = None
+    segments_before: int = 0
+    segments_after: int = 0
+    records_in: int = 0
+    records_out: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    batches_in: int = 0
+    batches_out: int = 0
+    dropped: dict[str, int] = field(default_factory=dict)
+    expected_input_bytes: int = 0
+    stages_s: dict[str, float] = field(default_factory=dict)
+    error: dict | None = None
+    config: dict[str, Any] | None = None  # the effective configs and their sources
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"topic": self.tp.topic, "partition": self.tp.partition,
+                               "status": self.status, "reason": self.reason,
+                               "config": self.config}
+        if self.plan is not None:
+            p = self.plan
+            out.update(
+                log_start_offset=p.log_start_offset, log_end_offset=p.log_end_offset,
+                high_watermark=p.high_watermark, last_stable_offset=p.last_stable_offset,
+                first_dirty_offset=p.first_dirty_offset,
+                first_uncleanable_offset=p.first_uncleanable_offset,
+                dirty_ratio=round(p.dirty_ratio, 6), compaction_delay_ms=p.compaction_delay_ms,
+                groups=[list(g) for g in p.groups], expected_input_bytes=self.expected_input_bytes,
+            )
+        out.update(segments_before=self.segments_before, segments_after=self.segments_after,
+                   records_in=self.records_in, records_out=self.records_out,
+                   bytes_in=self.bytes_in, bytes_out=self.bytes_out,
+                   batches_in=self.batches_in, batches_out=self.batches_out,
+                   dropped={r: self.dropped.get(r, 0) for r in DROP_REASONS},
+                   stages_s={k: round(v, 3) for k, v in self.stages_s.items()})
+        if self.error is not None:
+            out["error"] = self.error
+        return out
+
+
+@dataclass(kw_only=True)
+class RoundReport:
+    command: str
+    log_dir: str
+    now_ms: int
+    partitions: list[PartitionReport] = field(default_factory=list)
+    stages_s: dict[str, float] = field(default_factory=dict)
+    recovered: int = 0
+    catalog: Catalog | None = None
+
+    foreign: tuple[ForeignEntry, ...] = ()
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_PARTIAL if any(p.status in ("corrupt", "refused", "failed")
+                                   for p in self.partitions) else EXIT_OK
+
+    def to_dict(self) -> dict[str, Any]:
+        counts: dict[str, int] = {}
+        for p in self.partitions:
+            counts[p.status] = counts.get(p.status, 0) + 1
+        return {
+            "type": "report", "command": self.command, "log_dir": self.log_dir,
+            "now_ms": self.now_ms, "status": "partial" if self.exit_code else "ok",
+            "partitions_by_status": counts, "recovered_partitions": self.recovered,
+            "stages_s": {k: round(v, 3) for k, v in self.stages_s.items()},
+            "cluster": self.catalog.to_dict() if self.catalog else None,
+            "foreign": [f.to_dict() for f in self.foreign],
+            "partitions": [p.to_dict() for p in self.partitions],
+        }
+
+    def summary(self) -> str:
+        lines = []
+        for p in self.partitions:
+            if p.status == "cleaned":
+                lines.append(f"{p.tp}: cleaned {p.records_in} -> {p.records_out} records, "
+                             f"{p.bytes_in} -> {p.bytes_out} bytes, segments "
+                             f"{p.segments_before} -> {p.segments_after}")
+            elif p.status == "failed" and p.error:
+                left = ("FAILED to swap in, each group left old or new"
+                        if p.error.get("stage") == "swap" else "FAILED, left untouched")
+                lines.append(f"{p.tp}: {left}: {p.error.get('message')} "
+                             f"({p.error.get('path')}); remedy: {p.error.get('remedy')}")
+            elif p.status in ("corrupt", "refused") and p.error:
+                lines.append(f"{p.tp}: {p.status.upper()}, left untouched: "
+                             f"{p.error.get('message')} "
+                             f"({p.error.get('path')}, position {p.error.get('position')}, "
+                             f"base offset {p.error.get('base_offset')})")
+            else:
+                lines.append(f"{p.tp}: {p.status} ({p.reason})")
+        lines += [str(f) for f in self.foreign]
+        lines += self.catalog.hints() if self.catalog else []
+        total = sum(self.stages_s.values())
+        lines.append(f"{self.command}: {len(self.partitions)} partitions in {total:.1f} s; "
+                     + ", ".join(f"{k} {v:.1f} s" for k, v in self.stages_s.items()))
+        return "\n".join(lines)
+
+
+class _Stages:
+    def __init__(self, report: RoundReport) -> None:
+        self.report = report
+        self.t = time.perf_counter()
+
+    def done(self, name: str) -> None:
+        now = time.perf_counter()
+        self.report.stages_s[name] = self.report.stages_s.get(name, 0.0) + now - self.t
+        self.t = now
+
+
+def load_partition_input(log_dir: str, tp: TopicPartition, cfg: TopicConfig, opts: MaintenanceOptions,
+                checkpoints: Mapping[str, Mapping[TopicPartition, int]]) -> PartitionInput:
+    pdir = storage.join(log_dir, tp.dir_name)
+    part = load_partition(pdir)
+    check_partition_files(part)
+    log_start = checkpoints[LOG_START_OFFSET_CHECKPOINT].get(tp)
+    if log_start is not None:
+        check_log_start(part, log_start, log_end_offset(part), log_dir)
+    aborted = read_aborted_txns(part)
+    return PartitionInput(
+        path=pdir, segments=part.segments, config=cfg,
+        cleaner_checkpoint=checkpoints[CLEANER_OFFSET_CHECKPOINT].get(tp),
+        log_start_checkpoint=checkpoints[LOG_START_OFFSET_CHECKPOINT].get(tp),
+        replication_checkpoint=checkpoints[REPLICATION_OFFSET_CHECKPOINT].get(tp),
+        aborted_txns=tuple(aborted), now_ms=opts.now_ms,
+    )
+
+
+def run(spark: SparkSession, opts: MaintenanceOptions) -> RoundReport:
+    """One round over the log dir; see the module docstring.
+
+    Raises:
+        ConfigError: invalid topic configs (nothing is read or changed).
+        LogDirLockedError: a broker or another run holds the log dir.
+        LogDirError: the log dir is missing or unreadable.
+    """
+    catalog = load_catalog(opts)
+    with storage.log_dir_lock(opts.log_dir):
+        return run_locked(spark, opts, catalog)
+
+
+def run_locked(spark: SparkSession, opts: MaintenanceOptions, catalog: Catalog) -> RoundReport:
+    """:func:`run` for a caller that holds the log dir lock and read the catalog."""
+    log_dir = open_log_dir(opts.log_dir)
+    configs = catalog.configs
+    report = RoundReport(command="plan" if opts.dry_run else "compact",
+                         log_dir=opts.log_dir, now_ms=opts.now_ms, catalog=catalog)
+    stages = _Stages(report)
+    unrecovered: dict[str, CompactorError] = {}
+    if not opts.dry_run:
+        report.recovered, unrecovered = recover_partitions(opts.log_dir, [
+            tp.dir_name for tp in log_dir.partitions
+            if opts.selects(tp.topic) and catalog.skip_reason(tp) is None])
+    stages.done("recover")
+    checkpoints = {name: read_offset_checkpoint(opts.log_dir, name) for name in
+                   (CLEANER_OFFSET_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT,
+                    REPLICATION_OFFSET_CHECKPOINT)}
+    tps = list(log_dir.partitions)
+    reports = {i: PartitionReport(tp=tp, config=configs[tp.topic].describe(REPORTED))
+               for i, tp in enumerate(tps)}
+    report.partitions = list(reports.values())
+    if log_dir.metadata_log is not None:
+        report.partitions.insert(0, PartitionReport(tp=METADATA_TP, reason=METADATA_LOG))
+    report.foreign = log_dir.foreign
+    for r in log_dir.refused_of(opts.selects):
+        report.partitions.append(PartitionReport(tp=r.tp, status="refused", reason=r.error.code,
+                                                 error=r.error.to_dict()))
+    inputs: dict[int, PartitionInput] = {}
+    for i, tp in enumerate(tps):
+        if not opts.selects(tp.topic):
+            reports[i].reason = "topic not selected (--topics)"
+            continue
+        skip = catalog.skip_reason(tp)
+        if skip is not None:
+            reports[i].reason = skip
+            continue
+        if not configs[tp.topic].compact:
+            reports[i].reason = "cleanup.policy has no compact"
+            continue
+        try:
+            if tp.dir_name in unrecovered:
+                raise unrecovered[tp.dir_name]
+            inputs[i] = load_partition_input(opts.log_dir, tp, configs[tp.topic], opts, checkpoints)
+        except CompactorError as err:
+            reports[i].status, reports[i].error = "corrupt", err.to_dict()
+            reports[i].reason = err.code
+            continue
+        reports[i].segments_before = reports[i].segments_after = len(inputs[i].segments)
+    shuffle_conf = {key: spark.conf.get(key) for key in _SHUFFLE_SETTINGS}
+    headers = None
+    try:
+        _size_shuffles(spark, inputs)
+        plans, headers = _plan(spark, inputs, reports, stages)
+        to_clean = {i: p for i, p in plans.items() if p.will_clean}
+        resets = {tps[i]: p.first_dirty_offset for i, p in plans.items()
+                  if p.checkpoint_reset and not p.will_clean}
+        if opts.dry_run:
+            for i in to_clean:
+                reports[i].status = "would_clean"
+            return report
+        if to_clean:
+            messages = write_cleaned_segments(spark, inputs, to_clean, fsync=opts.fsync,
+                                              stages=stages, headers=headers)
+            done = _commit(inputs, to_clean, messages, reports)
+            resets.update({tps[i]: to_clean[i].first_uncleanable_offset for i in done})
+    finally:
+        if headers is not None:
+            headers.unpersist()
+        for key, value in shuffle_conf.items():
+            if value is not None:
+                spark.conf.set(key, value)
+    swap.update_cleaner_checkpoint(opts.log_dir, resets)
+    stages.done("commit")
+    return report
+
+
+_SHUFFLE_SETTINGS = ("spark.sql.adaptive.coalescePartitions.enabled",
+                     "spark.sql.shuffle.partitions")
+
+
+def _size_shuffles(spark: SparkSession, inputs: Mapping[int, PartitionInput]) -> None:
+    """Shuffle settings for a round (the session's own are restored after it).
+
+    Adaptive execution must not coalesce shuffle partitions: the grouped stages (plan,
+    decide, scan, rewrite — one Python task per partition or group) shuffle little data but do
+    heavy work per key, and coalescing them by bytes runs them all in one task, on one core.
+    Spark's default of 200 shuffle partitions costs seconds of task overhead on small log dirs;
+    when the session still has that default, size it to the input: two per core, or one per
+    64 MiB of segments when that is more."""
+    spark.conf.set("spark.sql.adaptive.coalescePartitions.enabled", "false")
+    if spark.conf.get("spark.sql.shuffle.partitions") != "200":
+        return
+    total = sum(s.size_bytes for inp in inputs.values() for s in inp.segments)
+    wanted = max(2 * spark.sparkContext.defaultParallelism, -(-total // (64 << 20)))
+    spark.conf.set("spark.sql.shuffle.partitions", str(wanted))
+
+
+def group_slots(spark: SparkSession, groups: Sequence[tuple[int, int]]) -> DataFrame:
+    """``GROUP_SLOT`` rows for ``(tp id, group base)`` pairs: slot values that Spark's hash
+    partitioning sends to shuffle partitions of their own.
+
+    The grouped stages (key scan, rewrite) run one Python task per group, and a group is
+    heavy. Hashing the groups themselves into the shuffle partitions puts two of them in one
+    task every so often (birthday odds: two out of four groups in 17 partitions about a third
+    of the time), and that task then doubles the stage's time while cores idle. Slots are
+    found by asking Spark which partition each candidate value hashes to (the same hash its
+    shuffles use); the session's shuffle partitions are raised to the number of groups when
+    lower, and adaptive execution must not coalesce them (the round's setting, see
+    :func:`_size_shuffles`)."""
+    n = max(len(groups), int(spark.conf.get("spark.sql.shuffle.partitions") or 0))
+    spark.conf.set("spark.sql.shuffle.partitions", str(n))
+    spark.conf.set("spark.sql.adaptive.coalescePartitions.enabled", "false")
+    slot_of: dict[int, int] = {}
+    start = 0
+    while len(slot_of) < len(groups):
+        probe = spark.range(start, start + 8 * n).select(
+            "id", F.pmod(F.hash("id"), F.lit(n)).alias("partition"))
+        for row in probe.collect():
+            slot_of.setdefault(row.partition, row.id)
+        start += 8 * n
+    slots = list(slot_of.values())
+    return spark.createDataFrame([(tp_id, base, slots[k])
+                                  for k, (tp_id, base) in enumerate(groups)], GROUP_SLOT)
+
+
+def segment_tasks(spark: SparkSession, partitions: Mapping[int, HasSegments]) -> DataFrame:
+    """One ``SEGMENT_TASK`` row per segment of the partitions, spread over the cores."""
+    rows = [(i, s.base_offset, s.log_path, nxt.base_offset if nxt else None)
+            for i, p in partitions.items()
+            for s, nxt in zip(p.segments, [*p.segments[1:], None], strict=True)]
+    parallelism = max(1, min(len(rows), spark.sparkContext.defaultParallelism * 4))
+    return spark.createDataFrame(rows, SEGMENT_TASK).repartition(parallelism)
+
+
+def _plan(spark: SparkSession, inputs: dict[int, PartitionInput],
+          reports: Mapping[int, PartitionReport],
+          stages: _Stages) -> tuple[dict[int, CleaningPlan], DataFrame | None]:
+    """Scan headers (kept cached for the rewrite) and plan every readable partition."""
+    plans: dict[int, CleaningPlan] = {}
+    headers = None
+    if inputs:
+        headers = segment_tasks(spark, inputs).transform(transforms.scan_headers).persist()
+        for row in headers.where(F.col("error").isNotNull()).select("tp_id", "error").collect():
+            if row.tp_id in inputs:
+                del inputs[row.tp_id]
+                error = json.loads(row.error)
+                reports[row.tp_id].status = "corrupt"
+                reports[row.tp_id].error = error
+                reports[row.tp_id].reason = error["code"]
+        valid = headers.where(F.col("tp_id").isin(list(inputs)))
+        for row in valid.transform(transforms.plan_rounds(inputs)).collect():
+            if row.error is not None:  # a partition-wide check failed: never rewritten
+                del inputs[row.tp_id]
+                error = json.loads(row.error)
+                reports[row.tp_id].status, reports[row.tp_id].error = "corrupt", error
+                reports[row.tp_id].reason = error["code"]
+                continue
+            plans[row.tp_id] = transforms.plan_from_row(row.asDict())
+    for i, inp in inputs.items():
+        if i not in plans:  # no batch at all
+            plans[i] = inp.plan([])
+        plan = plans[i]
+        reports[i].plan = plan
+        reports[i].reason = SkipReason(plan.reason).name.lower()
+        by_base = {s.base_offset: s.size_bytes for s in inp.segments}
+        reports[i].expected_input_bytes = sum(by_base[b] for g in plan.groups for b in g)
+    stages.done("scan_and_plan")
+    return plans, headers
+
+
+def write_cleaned_segments(spark: SparkSession, inputs: Mapping[int, PartitionInput],
+                           plans: Mapping[int, CleaningPlan], *, fsync: bool = True,
+                           stages: _Stages | None = None,
+                           headers: DataFrame | None = None) -> list[CommitMessage]:
+    """The executor part of a round: ``.cleaned`` segments written next to the live ones,
+    one commit message per group (nothing is swapped yet).
+
+    The distributed offset map only serves partitions whose round has several groups: in a
+    one-group round every key's latest record is in the group itself, so the map-side combine
+    of the scan would leave nothing for the shuffle to supersede, and the writer decides the
+    whole group alone (:func:`compactor.cleaner.rebatch.iter_drops`); those partitions skip the key
+    scan."""
+    cleaning = {i: inputs[i] for i in plans}
+    if headers is None:
+        headers = segment_tasks(spark, cleaning).transform(transforms.scan_headers)
+    slots = group_slots(spark, [(i, g[0]) for i, p in plans.items() for g in p.groups])
+    decisions = headers.transform(transforms.decide_batches(cleaning, plans))
+    mapped = [i for i, p in plans.items() if len(p.groups) > 1]
+    if mapped:
+        decisions = decisions.persist()
+        superseded = (decisions.where(F.col("tp_id").isin(mapped))
+                      .transform(transforms.scan_keys(cleaning, plans, slots))
+                      .transform(transforms.latest_per_key)
+                      .transform(transforms.superseded_records)).persist()
+        superseded.count()
+    else:
+        superseded = spark.createDataFrame([], SUPERSEDED)
+    if stages:
+        stages.done("offset_map")
+    rows = (transforms.rewrite_groups(cleaning, plans, slots, fsync=fsync)(decisions, superseded)
+            .collect())
+    decisions.unpersist()
+    superseded.unpersist()
+    if stages:
+        stages.done("rewrite")
+    return [transforms.message_from_row(r) for r in rows]
+
+
+def _commit(inputs: Mapping[int, PartitionInput], plans: Mapping[int, CleaningPlan],
+            messages: Sequence[CommitMessage], reports: Mapping[int, PartitionReport]) -> list[int]:
+    """Swap in every partition whose groups all succeeded with balanced counts; abort the
+    others. Returns the committed partition ids."""
+    by_tp: dict[int, list[CommitMessage]] = {}
+    for m in messages:
+        by_tp.setdefault(m.tp_id, []).append(m)
+    done = []
+    for i, plan in plans.items():
+        got = by_tp.get(i, [])
+        rep = reports[i]
+        problem = next((m.error for m in got if m.error), None)
+        if problem is None and sorted(m.group_base for m in got) != sorted(g[0] for g in plan.groups):
+            problem = CorruptSegmentError(
+                "not every group of the partition produced a cleaned segment",
+                path=inputs[i].path).to_dict()
+        if problem is None:
+            dropped: dict[str, int] = {}
+            for m in got:
+                for reason, n in m.dropped.items():
+                    dropped[reason] = dropped.get(reason, 0) + n
+            records_in = sum(m.records_in for m in got)
+            records_out = sum(m.records_out for m in got)
+            if records_in != records_out + sum(dropped.values()):
+                problem = CorruptSegmentError(
+                    f"counts do not balance: {records_in} records in, {records_out} retained, "
+                    f"{sum(dropped.values())} dropped", path=inputs[i].path).to_dict()
+        if problem is not None:
+            for m in got:
+                swap.abort_group(inputs[i].path, m)
+            code = problem.get("code", "")
+            rep.status = "corrupt" if is_data_problem(code) else "failed"
+            rep.error, rep.reason = {**problem, "stage": "rewrite"}, code
+            continue
+        started = time.perf_counter()
+        failure = swap.commit_isolated(inputs[i].path, got)
+        if failure is not None:  # the others go on; this one is old or new per group
+            rep.status, rep.reason = "failed", failure.code
+            rep.error = {**failure.to_dict(), "stage": "swap"}
+            continue
+        # the partition's own share of the round: its groups' executor time, its swap
+        rep.stages_s = {"rewrite": sum(m.seconds for m in got),
+                        "commit": time.perf_counter() - started}
+        rep.status, rep.dropped = "cleaned", dropped
+        rep.records_in, rep.records_out = records_in, records_out
+        rep.bytes_in = sum(m.bytes_in for m in got)
+        rep.bytes_out = sum(m.bytes_out for m in got)
+        rep.batches_in = sum(m.batches_in for m in got)
+        rep.batches_out = sum(m.batches_out for m in got)
+        rep.segments_after = rep.segments_before - sum(len(m.source_bases) - 1 for m in got)
+        done.append(i)
+    return done
+
+
+# ---------------------------------------------------------------------------------------------
+# The command
+
+
+@dataclass(frozen=True)
+class CompactOutcome:
+    """What ``compact`` and ``plan`` produced: the round, its JSON report (with the ledger's
+    run id, and for a plan each partition's retention preview) and that preview."""
+
+    report: RoundReport
+    result: dict[str, Any]
+    retention: Sequence[PartitionRetention] = ()
+
+
+def perform(opts: MaintenanceOptions, *, master: str | None,
+            state_dir: str | None = None) -> CompactOutcome:
+    """``compactor compact`` (``plan`` when ``opts.dry_run``): configs and the state dir are
+    checked before Spark starts; the round runs under the log dir lock; the report is recorded
+    in the ledger's ``runs`` table when a state dir is given (not for a plan)."""
+    if state_dir:
+        ledger.check_state_dir(state_dir, opts.log_dir)
+    catalog = load_catalog(opts)  # config errors before Spark starts
+    spark = get_spark(master)
+    started = int(time.time() * 1000)
+    with storage.log_dir_lock(opts.log_dir):
+        report = run_locked(spark, opts, catalog)
+    result = report.to_dict()
+    if state_dir and not opts.dry_run:
+        result["run_id"] = ledger.record_report(state_dir, result, started,
+                                                int(time.time() * 1000))
+    if not opts.dry_run:
+        return CompactOutcome(report, result)
+    # the plan shows what retention would delete, on today's segments
+    log_dir = open_log_dir(opts.log_dir)
+    retention = plan_log_dir(opts.log_dir, catalog, opts.now_ms, [
+        tp for tp in log_dir.partitions if opts.selects(tp.topic)])
+    by_tp = {(r.tp.topic, r.tp.partition): r.to_dict() for r in retention}
+    for p in result["partitions"]:
+        p["retention"] = by_tp.get((p["topic"], p["partition"]))
+    return CompactOutcome(report, result, retention)

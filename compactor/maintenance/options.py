@@ -1,0 +1,46 @@
+"""What every maintenance command (``compact``, ``plan``, ``retain``, ``run``, ``erase``) is
+told: log dir, clock, topic configs and where the cluster's own configs are. Parsed from a
+command line by :mod:`compactor.cli.args`; no Spark here, so driver-only commands start fast."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from compactor.cluster.catalog import Catalog, build_catalog
+from compactor.log.layout import LogDir, open_log_dir
+
+
+@dataclass(frozen=True, kw_only=True)
+class MaintenanceOptions:
+    """The arguments of a maintenance command, validated."""
+
+    log_dir: str
+    now_ms: int
+    config_all: Mapping[str, str] = field(default_factory=dict)
+    config_topics: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    dry_run: bool = False  # plan and report, change nothing
+    fsync: bool = True
+    topics: frozenset[str] = frozenset()  # only these topics (empty: every topic)
+    metadata_log_dir: str | None = None  # holds __cluster_metadata-0 (default: the log dir)
+    server_properties: str | None = None
+    assume_kafka_defaults: bool = False
+
+    def selects(self, topic: str) -> bool:
+        return not self.topics or topic in self.topics
+
+
+def load_catalog(opts: MaintenanceOptions, log_dir: LogDir | None = None) -> Catalog:
+    """The topic configs and untouchable partitions of the options' log dir (reads only).
+
+    Raises:
+        ConfigError: an invalid config, or a topic named on the command line that exists
+            neither in the log dir nor in the cluster metadata.
+        CorruptMetadataError: the metadata log cannot be replayed.
+        LogDirError: the log dir is missing or unreadable.
+    """
+    return build_catalog(log_dir or open_log_dir(opts.log_dir), config_all=opts.config_all,
+                         config_topics=opts.config_topics, named_topics=opts.topics,
+                         metadata_log_dir=opts.metadata_log_dir,
+                         server_properties=opts.server_properties,
+                         assume_kafka_defaults=opts.assume_kafka_defaults)

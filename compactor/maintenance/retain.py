@@ -1,0 +1,253 @@
+"""Retention over a Kafka log dir, on the driver: ``compactor retain``, ``jobs/retain.py`` and
+the retention step of ``run``. Retention reads only metadata (file names, sizes, mtimes, index
+tails), as Kafka's ``UnifiedLog.deleteOldSegments`` does, so it needs no Spark.
+
+Per partition: recover interrupted swaps, plan with :func:`compactor.retention.plan_retention`
+(log start offset for every policy; ``retention.bytes`` and ``retention.ms`` when
+``cleanup.policy`` contains ``delete``), delete the prefix (:func:`compactor.log.swap.delete_segments`),
+then rewrite ``log-start-offset-checkpoint`` once for the log dir.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from compactor.log import swap
+from compactor.erasure import ledger
+from compactor.log import storage
+from compactor.codec.checkpoints import LOG_START_OFFSET_CHECKPOINT, REPLICATION_OFFSET_CHECKPOINT
+from compactor.cluster.catalog import METADATA_LOG, Catalog
+from compactor.config import REPORTED
+from compactor.cluster.metadata import METADATA_TOPIC
+from compactor.errors import EXIT_OK, EXIT_PARTIAL, CompactorError
+from compactor.log.layout import (
+    ForeignEntry,
+    load_partition,
+    check_log_start,
+    check_partition_files,
+    log_end_offset,
+    open_log_dir,
+    read_offset_checkpoint,
+    recover_partitions,
+)
+from compactor.model import TopicPartition
+from compactor.maintenance.options import MaintenanceOptions, load_catalog
+from compactor.retention import RetentionPlan, check_safety_floor, plan_retention
+
+
+@dataclass(kw_only=True)
+class PartitionRetention:
+    """One partition's line of the retention report."""
+
+    tp: TopicPartition
+    policy: str
+    status: str = "kept"  # deleted | would_delete | kept | skipped | corrupt | failed | refused
+    reason: str = ""
+    plan: RetentionPlan | None = None
+    segments_before: int = 0
+    error: dict | None = None
+    config: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"topic": self.tp.topic, "partition": self.tp.partition,
+                               "cleanup_policy": self.policy, "status": self.status,
+                               "reason": self.reason, "config": self.config,
+                               "segments_before": self.segments_before}
+        if self.plan is not None:
+            p = self.plan
+            out.update(
+                log_start_offset=p.log_start_offset, new_log_start_offset=p.new_log_start_offset,
+                log_end_offset=p.log_end_offset, high_watermark=p.high_watermark,
+                segments_after=self.segments_before - len(p.deleted) + int(p.roll),
+                rolled=p.roll, deleted_by_reason=p.by_reason(),
+                deleted_segments=[s.base_offset for s, _ in p.deleted],
+            )
+        if self.error is not None:
+            out["error"] = self.error
+        return out
+
+
+@dataclass(kw_only=True)
+class RetentionReport:
+    log_dir: str
+    now_ms: int
+    dry_run: bool
+    partitions: list[PartitionRetention] = field(default_factory=list)
+    recovered: int = 0
+    catalog: Catalog | None = None
+    foreign: tuple[ForeignEntry, ...] = ()
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_PARTIAL if any(p.status in ("corrupt", "failed", "refused")
+                                   for p in self.partitions) else EXIT_OK
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "type": "report", "command": "retain", "log_dir": self.log_dir, "now_ms": self.now_ms,
+            "dry_run": self.dry_run, "status": "partial" if self.exit_code else "ok",
+            "segments_deleted": sum(len(p.plan.deleted) for p in self.partitions if p.plan),
+            "bytes_deleted": sum(p.plan.bytes_deleted for p in self.partitions if p.plan),
+            "recovered_partitions": self.recovered,
+            "cluster": self.catalog.to_dict() if self.catalog else None,
+            "foreign": [f.to_dict() for f in self.foreign],
+            "partitions": [p.to_dict() for p in self.partitions],
+        }
+
+    def summary(self, *, hints: bool = True) -> str:
+        """The human summary; ``hints`` adds the catalog's (off when the compaction summary
+        printed them already)."""
+        lines = []
+        verb = "would delete" if self.dry_run else "deleted"
+        for p in self.partitions:
+            if p.status in ("corrupt", "refused") and p.error:
+                lines.append(f"{p.tp}: {p.status.upper()}, left untouched: "
+                             f"{p.error.get('message')} ({p.error.get('path')})")
+            elif p.status == "failed" and p.error:
+                lines.append(f"{p.tp}: FAILED while deleting (a prefix of its segments may be "
+                             f"gone; the next run finishes): {p.error.get('message')} "
+                             f"({p.error.get('path')})")
+            elif p.plan is not None and p.plan.deleted:
+                reasons = ", ".join(f"{r} {v['segments']} ({v['bytes']} bytes)"
+                                    for r, v in p.plan.by_reason().items() if v["segments"])
+                lines.append(f"{p.tp}: {verb} {len(p.plan.deleted)} segments ({reasons}); log "
+                             f"start {p.plan.log_start_offset} -> {p.plan.new_log_start_offset}"
+                             + ("; rolled an empty segment at the log end" if p.plan.roll else ""))
+            elif p.status == "skipped":
+                lines.append(f"{p.tp}: left alone ({p.reason})")
+            else:
+                lines.append(f"{p.tp}: nothing to delete")
+        lines += [str(f) for f in self.foreign]
+        lines += self.catalog.hints() if self.catalog and hints else []
+        return "\n".join(lines)
+
+
+def plan_log_dir(log_dir: str, catalog: Catalog, now_ms: int,
+                 partitions: Sequence[TopicPartition], *,
+                 unrecovered: Mapping[str, CompactorError] | None = None,
+                 ) -> list[PartitionRetention]:
+    """Retention plans of every partition (reads metadata only; changes nothing). A partition
+    whose metadata cannot be read, or whose interrupted swap could not be recovered
+    (``unrecovered``, by directory name), is reported ``corrupt``; one the catalog says to
+    leave alone (the metadata log, a stale topic id, no config, tiered storage) ``skipped``
+    with the reason."""
+    starts = read_offset_checkpoint(log_dir, LOG_START_OFFSET_CHECKPOINT)
+    hws = read_offset_checkpoint(log_dir, REPLICATION_OFFSET_CHECKPOINT)
+    out = []
+    for tp in partitions:
+        cfg = catalog.configs[tp.topic]
+        rep = PartitionRetention(tp=tp, policy=",".join(sorted(cfg.cleanup_policy)),
+                                 config=cfg.describe(REPORTED))
+        skip = catalog.skip_reason(tp, retention=True)
+        if skip is not None:
+            rep.status, rep.reason = "skipped", skip
+            out.append(rep)
+            continue
+        pdir = storage.join(log_dir, tp.dir_name)
+        try:
+            if unrecovered and tp.dir_name in unrecovered:
+                raise unrecovered[tp.dir_name]
+            # everything the deletion will read is validated before anything changes
+            part = load_partition(pdir)
+            leo = log_end_offset(part)
+            check_partition_files(part)
+            check_log_start(part, starts.get(tp), leo, log_dir)
+        except CompactorError as err:
+            rep.status, rep.error = "corrupt", err.to_dict()
+            out.append(rep)
+            continue
+        rep.segments_before = len(part.segments)
+        if part.segments:
+            start = max(starts.get(tp, 0), part.segments[0].base_offset)
+            hw = leo if tp not in hws else min(hws[tp], leo)
+            rep.plan = plan_retention(part.segments, config=cfg, log_start_offset=start,
+                                      log_end_offset=leo, high_watermark=hw, now_ms=now_ms)
+            rep.status = "would_delete" if rep.plan.deleted else "kept"
+        out.append(rep)
+    return out
+
+
+def retain_locked(log_dir: str, catalog: Catalog, now_ms: int, *,
+                  dry_run: bool = False,
+                  topics: frozenset[str] = frozenset()) -> RetentionReport:
+    """Retention over a log dir whose lock the caller holds (``compactor run`` holds it
+    across compaction and retention)."""
+    ld = open_log_dir(log_dir)
+    report = RetentionReport(log_dir=log_dir, now_ms=now_ms, dry_run=dry_run, catalog=catalog)
+    partitions = [tp for tp in ld.partitions if not topics or tp.topic in topics]
+    unrecovered: dict[str, CompactorError] = {}
+    if not dry_run:
+        report.recovered, unrecovered = recover_partitions(log_dir, [
+            tp.dir_name for tp in partitions if catalog.skip_reason(tp, retention=True) is None])
+    report.partitions = plan_log_dir(log_dir, catalog, now_ms, partitions,
+                                     unrecovered=unrecovered)
+    report.foreign = ld.foreign
+    for r in ld.refused_of(lambda t: not topics or t in topics):
+        report.partitions.append(PartitionRetention(
+            tp=r.tp, policy=",".join(sorted(catalog.configs[r.tp.topic].cleanup_policy))
+            if r.tp.topic in catalog.configs else "", status="refused",
+            reason=r.error.code, error=r.error.to_dict()))
+    if ld.metadata_log is not None:
+        report.partitions.insert(0, PartitionRetention(
+            tp=TopicPartition(METADATA_TOPIC, 0), policy="", status="skipped",
+            reason=METADATA_LOG))
+    starts: dict[TopicPartition, int | None] = {}
+    for rep in report.partitions:
+        plan = rep.plan
+        if plan is None:
+            continue
+        if dry_run:
+            continue
+        pdir = ld.partition_path(rep.tp)
+        try:
+            if plan.deleted:
+                swap.delete_segments(pdir, plan)
+                rep.status = "deleted"
+            # idempotent: a run after a crash finishes what the crashed one left
+            swap.truncate_leader_epochs(pdir, plan.new_log_start_offset)
+        except CompactorError as err:  # the others go on; this one says what happened
+            rep.error = err.to_dict()
+            rep.status = "failed"  # a prefix may be gone: never reported as untouched
+            continue
+        starts[rep.tp] = (plan.new_log_start_offset
+                          if plan.new_log_start_offset > plan.first_segment_base else None)
+    if not dry_run:
+        swap.update_log_start_checkpoint(log_dir, starts)
+    return report
+
+
+def prepare(opts: MaintenanceOptions, *, allow_aggressive: bool,
+            state_dir: str | None) -> Catalog:
+    """The per-topic configs of a command that may delete segments (``retain``, ``run``),
+    checked before the log dir is locked: the safety floor, and a state dir outside the log
+    dir.
+
+    Raises:
+        ConfigError: an invalid config, or retention below the floor without
+            ``allow_aggressive``.
+        LogDirError: the log dir is missing or unreadable.
+    """
+    catalog = load_catalog(opts)
+    check_safety_floor({t: c for t, c in catalog.configs.items() if opts.selects(t)},
+                       allow_aggressive=allow_aggressive)
+    if state_dir:
+        ledger.check_state_dir(state_dir, opts.log_dir)
+    return catalog
+
+
+def perform(opts: MaintenanceOptions, catalog: Catalog, *,
+            state_dir: str | None) -> tuple[RetentionReport, dict[str, Any]]:
+    """``compactor retain`` under the log dir lock; the report and its JSON form (with the
+    ledger's run id when a state dir is given and this is no dry run)."""
+    started = int(time.time() * 1000)
+    with storage.log_dir_lock(opts.log_dir):
+        report = retain_locked(opts.log_dir, catalog, opts.now_ms, dry_run=opts.dry_run,
+                               topics=opts.topics)
+    result = report.to_dict()
+    if state_dir and not opts.dry_run:
+        result["run_id"] = ledger.record_report(state_dir, result, started,
+                                                int(time.time() * 1000))
+    return report, result

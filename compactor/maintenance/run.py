@@ -1,0 +1,61 @@
+"""``compactor run`` and ``jobs/run.py``: what a scheduler calls. Per topic, by its
+``cleanup.policy`` (Kafka's ``LogCleaner`` cleans compacted logs, ``UnifiedLog.deleteOldSegments``
+applies retention; a ``compact,delete`` topic gets both):
+
+* ``delete``: retention by log start offset, ``retention.bytes`` and ``retention.ms``;
+* ``compact``: a compaction round, then log-start-offset retention;
+* ``compact,delete``: a compaction round, then full retention.
+
+The log dir lock is held across both steps. A dry run plans the compaction round and the
+retention (on the segments as they are now) and changes nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from compactor.erasure import ledger
+from compactor.errors import EXIT_OK
+from compactor.log import storage
+from compactor.maintenance import compact, retain
+from compactor.maintenance.options import MaintenanceOptions
+from compactor.spark.session import get_spark
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """Both steps: the compaction round (``None`` when no selected topic compacts), the
+    retention, the combined JSON report and exit code (the worse of the two steps)."""
+
+    compaction: compact.RoundReport | None
+    retention: retain.RetentionReport
+    result: dict[str, Any]
+    exit_code: int
+
+
+def perform(opts: MaintenanceOptions, *, master: str | None, allow_aggressive: bool,
+            state_dir: str | None) -> RunOutcome:
+    catalog = retain.prepare(opts, allow_aggressive=allow_aggressive, state_dir=state_dir)
+    started = int(time.time() * 1000)
+    compacting = any(cfg.compact and cfg.configured for t, cfg in catalog.configs.items()
+                     if opts.selects(t))
+    spark = get_spark(master) if compacting else None
+    with storage.log_dir_lock(opts.log_dir):
+        round_report = compact.run_locked(spark, opts, catalog) if spark else None
+        retention = retain.retain_locked(opts.log_dir, catalog, opts.now_ms,
+                                         dry_run=opts.dry_run, topics=opts.topics)
+    codes = [retention.exit_code] + ([round_report.exit_code] if round_report else [])
+    code = max(codes) if any(c != EXIT_OK for c in codes) else EXIT_OK
+    result: dict[str, Any] = {
+        "type": "report", "command": "run", "log_dir": opts.log_dir, "now_ms": opts.now_ms,
+        "dry_run": opts.dry_run, "status": "ok" if code == EXIT_OK else "partial",
+        "compaction": round_report.to_dict() if round_report else None,
+        "retention": retention.to_dict()}
+    if state_dir and not opts.dry_run:
+        finished = int(time.time() * 1000)
+        for part in (result["compaction"], result["retention"]):
+            if part is not None:
+                part["run_id"] = ledger.record_report(state_dir, part, started, finished)
+    return RunOutcome(round_report, retention, result, code)
