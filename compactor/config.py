@@ -1,4 +1,5 @@
-"""Topic configs under Kafka's names, with Kafka's defaults declared once (kafka-semantics §6).
+"""Topic configs under Kafka's names, with Kafka's defaults declared once (Kafka's ``LogConfig``,
+``ServerLogConfigs``).
 
 :func:`resolve_topic_config` layers, lowest first: Kafka's defaults, then any lower layers the
 caller found (the broker's ``server.properties``, the cluster's dynamic defaults, this broker's

@@ -3,7 +3,8 @@ epoch milliseconds in ``int`` fields named ``*_ms``."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 SEGMENT_NAME_DIGITS = 20
 
@@ -73,7 +74,7 @@ class SegmentInfo:
 
 
 def segment_file_prefix(base_offset: int) -> str:
-    """The 20-digit zero-padded file-name prefix of a segment (kafka-semantics §1.2)."""
+    """The 20-digit zero-padded file-name prefix of a segment (Kafka's ``LogFileUtils.filenamePrefixFromOffset``)."""
     return f"{base_offset:0{SEGMENT_NAME_DIGITS}d}"
 
 
@@ -83,3 +84,31 @@ class EpochEntry:
 
     epoch: int
     start_offset: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CommitMessage:
+    """What an executor reports for one group (see ``schemas.spark.COMMIT_MESSAGE``).
+
+    Attributes:
+        source_bases: base offsets of the group's source segments, ascending.
+        cleaned_suffixes: which files were written as ``<base><suffix>.cleaned``.
+        log_checksum: CRC-32 of the cleaned ``.log`` bytes (checked again before the swap).
+        dropped: records dropped, by reason.
+        error: the failure, as ``CompactorError.to_dict()``; nothing was left behind.
+    """
+
+    group_base: int
+    source_bases: tuple[int, ...]
+    tp_id: int = -1
+    cleaned_suffixes: tuple[str, ...] = ()
+    log_checksum: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    batches_in: int = 0
+    batches_out: int = 0
+    records_in: int = 0
+    records_out: int = 0
+    dropped: Mapping[str, int] = field(default_factory=dict)
+    seconds: float = 0.0
+    error: dict | None = None

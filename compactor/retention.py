@@ -1,4 +1,4 @@
-"""Kafka's retention rules (kafka-semantics §5), pure: segment metadata in, the prefix of
+"""Kafka's retention rules (Kafka's ``UnifiedLog.deleteOldSegments``), pure: segment metadata in, the prefix of
 segments to delete and the new log start offset out.
 
     plan_retention(segments, ...) -> RetentionPlan(deleted=[(segment, reason)], roll, ...)
@@ -8,7 +8,7 @@ The passes run in Kafka's order, each on what the previous one left: log start o
 contains ``delete``). A segment is deletable only when every offset it holds is below the
 high watermark, deletion is always a prefix, and an empty last segment is never deleted. When
 every segment goes, an empty segment is rolled at the log end offset so the partition keeps
-its offsets (§5.7).
+its offsets (``UnifiedLog.deleteSegments``).
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ class RetentionPlan:
 
 
 def segment_timestamp(seg: SegmentInfo) -> int:
-    """The time a segment is aged by: its largest timestamp, else its mtime (§5.4)."""
+    """The time a segment is aged by: its largest timestamp, else its mtime (``UnifiedLog.deleteRetentionMsBreachedSegments``)."""
     return seg.largest_timestamp_ms if seg.largest_timestamp_ms >= 0 else seg.mtime_ms
 
 
@@ -93,7 +93,7 @@ def deletable_segments(segments: Sequence[SegmentInfo], predicate: Predicate, *,
 def plan_retention(segments: Sequence[SegmentInfo], *, config: TopicConfig,
                    log_start_offset: int, log_end_offset: int, high_watermark: int,
                    now_ms: int) -> RetentionPlan:
-    """Kafka's ``deleteOldSegments`` for one partition (§5.2-§5.7).
+    """Kafka's ``deleteOldSegments`` for one partition.
 
     Args:
         segments: the partition's segments, ascending.

@@ -1,5 +1,5 @@
 """Helpers shared by the compaction tests: reading partitions back, comparing batches, and
-the invariants of kafka-semantics Appendix A.3."""
+the invariants every cleaned log satisfies (what Kafka's ``LogCleanerTest`` asserts)."""
 
 from __future__ import annotations
 
@@ -105,7 +105,7 @@ def aborted_offsets(logs: Mapping[int, bytes]) -> set[int]:
 def check_invariants(before: Mapping[int, bytes], after: Mapping[int, bytes], *,
                      first_dirty: int, end_offset: int, now_ms: int,
                      legacy_retain: Mapping[int, bool]) -> None:
-    """Assert Appendix A.3 items 1-4 for one round with an unlimited map."""
+    """Assert the round's invariants (untouched tail, base offsets only disappear, ...) for one round with an unlimited map."""
     # 1. untouched tail, base offsets only disappear
     assert set(after) <= set(before)
     for base, data in before.items():

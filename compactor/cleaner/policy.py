@@ -1,5 +1,5 @@
 """Pure compaction decisions: cleanable range, dirty ratio, groups, producer state,
-transaction bookkeeping and per-batch retention (kafka-semantics §4.1-§4.13, Appendix A).
+transaction bookkeeping and per-batch retention (Kafka's ``LogCleanerManager.cleanableOffsets``, ``Cleaner.doClean``).
 
 Everything here is a function of file metadata, batch headers and ``now_ms``: no files, no
 Spark, no clock. The Spark job and the reference compactor both call these functions for the
@@ -59,7 +59,7 @@ class BatchHeader:
 
 
 # ---------------------------------------------------------------------------------------------
-# Producer state (ProducerStateManager replayed from the log; Appendix A.1)
+# Producer state (Kafka's ProducerStateManager, replayed from the log)
 
 
 @dataclass(slots=True)
@@ -143,7 +143,7 @@ def first_dirty_offset(checkpoint: int | None, log_start_offset: int,
                        log_end_offset: int) -> tuple[int, bool]:
     """``(first dirty offset, reset)``: the cleaner checkpoint, or the log start offset when
     there is none or it lies outside ``[log start, log end]`` (then ``reset`` is true and the
-    checkpoint must be rewritten even if nothing is cleaned; §4.2)."""
+    checkpoint must be rewritten even if nothing is cleaned; ``LogCleanerManager.cleanableOffsets``)."""
     if checkpoint is None:
         return log_start_offset, False
     if checkpoint < log_start_offset or checkpoint > log_end_offset:
@@ -175,7 +175,7 @@ def first_uncleanable_offset(
     min_compaction_lag_ms: int,
     now_ms: int,
 ) -> int:
-    """The segment-aligned first uncleanable offset F (§4.3).
+    """The segment-aligned first uncleanable offset F (``LogCleanerManager.cleanableOffsets``).
 
     ``min(LSO, active base, first young segment)`` bounded below by the first dirty offset,
     then moved down to the base offset of the non-active segment that contains it (or the
@@ -270,7 +270,7 @@ def compaction_delay_ms(segments: Sequence[SegmentInfo], first_batch_timestamps:
 
 def group_segments(segments: Sequence[SegmentInfo], first_uncleanable: int, segment_bytes: int,
                    segment_index_bytes: int) -> tuple[tuple[int, ...], ...]:
-    """Greedy grouping of ``segments`` (in offset order) into output segments (§4.8)."""
+    """Greedy grouping of ``segments`` (in offset order) into output segments (``Cleaner.groupSegmentsBySize``)."""
     groups: list[tuple[int, ...]] = []
     i = 0
     while i < len(segments):
@@ -307,7 +307,8 @@ def plan_partition(
     replication_checkpoint: int | None,
     now_ms: int,
 ) -> CleaningPlan:
-    """Plan one round for one partition (§4.1-§4.5, §4.8; Appendix A.2 up to the groups).
+    """Plan one round for one partition (``LogCleanerManager.grabFilthiestCompactedLog``,
+``cleanableOffsets``, ``LogToClean``, ``Cleaner.groupSegmentsBySize``).
 
     Args:
         segments: the partition's segments in offset order (the last one is active).
@@ -364,7 +365,7 @@ def plan_partition(
 def legacy_horizon_ms(segments: Sequence[SegmentInfo], first_dirty: int,
                       delete_retention_ms: int) -> int:
     """mtime of the last segment below the first dirty offset minus ``delete.retention.ms``;
-    0 when there is none (v0/v1 tombstones, §4.12)."""
+    0 when there is none (v0/v1 tombstones, ``Cleaner.cleanSegments``' legacy horizon)."""
     below = [s for s in segments if s.base_offset < first_dirty]
     return below[-1].mtime_ms - delete_retention_ms if below else 0
 
@@ -408,7 +409,7 @@ class BatchDecision:
 class TransactionTracker:
     """``CleanedTransactionMetadata``: aborted transactions are popped from a heap by first
     offset as batches go by; markers learn whether any batch of their transaction was seen in
-    this round (§4.9)."""
+    this round (``CleanedTransactionMetadata``)."""
 
     def __init__(self, aborted: Iterable[AbortedTxn]) -> None:
         unique = {(t.first_offset, t.producer_id, t.last_offset): t for t in aborted}
@@ -460,7 +461,8 @@ def decide_batches(
     legacy_retain_deletes: Mapping[int, bool],
     now_ms: int,
 ) -> list[BatchDecision]:
-    """Decide every batch of the round, in offset order (§4.9, §4.10, §4.12, §4.13).
+    """Decide every batch of the round, in offset order (``CleanedTransactionMetadata``,
+``Cleaner.cleanInto``'s batch retention, KIP-534 delete horizons).
 
     Args:
         batches: headers of the batches of the round (all segments below the round's end

@@ -1,5 +1,5 @@
-"""Re-batching of retained records and assembly of a cleaned segment (kafka-semantics §4.14,
-§4.15, §3.5). Pure: batches and decisions in, bytes out.
+"""Re-batching of retained records and assembly of a cleaned segment (Kafka's
+``MemoryRecords.filterTo``, ``Cleaner.cleanInto``, ``LogSegment.recover``). Pure: batches and decisions in, bytes out.
 
 Given a source batch, its :class:`~compactor.cleaner.policy.BatchDecision` and the offsets of its
 records that go, :func:`filter_batch` returns the bytes Kafka 4.1 writes for it: nothing, the
@@ -59,10 +59,10 @@ def filter_batch(batch: RecordBatch, decision: BatchDecision, dropped: Container
                  now_ms: int, delete_retention_ms: int,
                  set_delete_horizon: bool = True,
                  tombstones: Collection[int] = ()) -> FilteredBatch:
-    """Apply the batch and record decisions to one source batch (§4.14).
+    """Apply the batch and record decisions to one source batch (``MemoryRecords.filterTo``).
 
     Args:
-        dropped: offsets of the batch's records that go (the record-level decision, §4.11).
+        dropped: offsets of the batch's records that go (the record-level decision, ``Cleaner.shouldRetainRecord``).
         set_delete_horizon: a cleaning round sets the delete horizon of a rebuilt batch that
             keeps tombstones or is a marker to horizon (Kafka); an erasure rewrite is not a
             cleaning and keeps the batch's horizon as it was.
@@ -113,7 +113,7 @@ class BatchDrops:
 def iter_drops(batches: Iterable[tuple[RecordBatch, BatchDecision]],
                superseded: Container[int], first_dirty: int,
                later: set[bytes] | None = None) -> Iterator[BatchDrops]:
-    """Which records of a segment's batches go, and why (§4.11), for ``(batch, decision)``
+    """Which records of a segment's batches go, and why (``Cleaner.shouldRetainRecord``), for ``(batch, decision)``
     pairs given **newest first**, one :class:`BatchDrops` per pair.
 
     A record is superseded when the offset map says so across groups (``superseded``) or
@@ -254,7 +254,7 @@ class SegmentBuilder:
     """Assembles one cleaned segment batch by batch: each output batch goes to ``sink`` as
     soon as it is appended (so a segment never has to be held in memory whole), and what the
     indexes need is kept on the way. :meth:`finish` adds the placeholder of a multi-segment
-    group when needed and builds the indexes the way Kafka's recovery path does (§3.4, §3.5).
+    group when needed and builds the indexes the way Kafka's recovery path does (``LogSegment.recover``).
 
     Deliberate difference from Kafka: when a group of several source segments would produce a
     segment that ends before the group's last source offset (its trailing batches all went, or

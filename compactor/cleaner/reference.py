@@ -1,6 +1,6 @@
 """A small, sequential, pure-Python compactor: the oracle of the differential tests.
 
-It follows kafka-semantics Appendix A.2 literally for one partition: the offset map is a plain
+It follows Kafka's ``Cleaner.doClean`` literally for one partition: the offset map is a plain
 dict keyed by the raw key bytes, built by walking the dirty section in offset order, and every
 record is decided in the same walk that rewrites it. It shares the per-batch rules
 (:mod:`compactor.cleaner.policy`) and the byte-level re-batching (:mod:`compactor.cleaner.rebatch`) with the
@@ -97,7 +97,7 @@ def compact_partition(inp: PartitionInput, logs: Mapping[int, bytes]) -> Referen
 
 def _drop_reason(record: Record, is_control: bool, discard: bool, retain_deletes: bool,
                  latest: Mapping[bytes, int]) -> str | None:
-    """§4.11 for one record; ``None`` when it stays."""
+    """Kafka's ``Cleaner.shouldRetainRecord`` for one record; ``None`` when it stays."""
     if discard:
         return "marker_expired" if is_control else "aborted"
     if is_control:

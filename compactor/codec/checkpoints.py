@@ -1,4 +1,4 @@
-"""Checkpoint text files (kafka-semantics §1.3).
+"""Checkpoint text files (Kafka's ``CheckpointFile``).
 
 Grammar (UTF-8, ``\\n`` line separator, one trailing newline)::
 

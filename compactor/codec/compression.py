@@ -1,4 +1,4 @@
-"""The five Kafka compression codecs (kafka-semantics §2.9), for writing and for legacy reads.
+"""The five Kafka compression codecs (Kafka's ``CompressionType``), for writing and for legacy reads.
 
 Stream formats follow Kafka's own writers so that every Kafka client can read what we write:
 

@@ -1,4 +1,4 @@
-"""Segment indexes (kafka-semantics §3): ``.index``, ``.timeindex``, ``.txnindex``.
+"""Segment indexes (Kafka's ``OffsetIndex``, ``TimeIndex``, ``TransactionIndex``): ``.index``, ``.timeindex``, ``.txnindex``.
 
 Grammar (big-endian, no header, entries back to back)::
 

@@ -1,4 +1,4 @@
-"""Legacy v0/v1 messages ("message sets", kafka-semantics §2.10-§2.11).
+"""Legacy v0/v1 messages ("message sets", Kafka's ``LegacyRecord``, ``AbstractLegacyRecordBatch``).
 
 Wire grammar (every integer big-endian)::
 

@@ -1,4 +1,4 @@
-"""Producer state snapshots ``<offset>.snapshot`` (kafka-semantics §3.7).
+"""Producer state snapshots ``<offset>.snapshot`` (Kafka's ``ProducerStateManager``, ``ProducerSnapshot.json``).
 
 Grammar (big-endian)::
 

@@ -1,4 +1,4 @@
-"""Zig-zag base-128 varints as used inside v2 records (kafka-semantics §2.6).
+"""Zig-zag base-128 varints as used inside v2 records (Kafka's ``ByteUtils.writeVarint``).
 
 ``encode`` writes signed values (protobuf ``sint32``/``sint64``): ``(n << 1) ^ (n >> 63)``, then
 7 bits per byte, least-significant group first, high bit set on every byte but the last. ``-1`` is

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, ParamSpec, TypeVar
 
 import pyarrow as pa
 
 from compactor.erasure.rules import ALL_TOPICS, DONE, STATUSES, ErasureRequest
+from compactor.log import storage
 from compactor.errors import ConfigError, LedgerError, first_line
 from schemas.delta import ERASURE_REQUESTS, ERASURE_REQUESTS_TABLE, RUNS, RUNS_TABLE
 
@@ -66,22 +66,21 @@ def check_state_dir(state_dir: str, log_dir: str | None = None) -> None:
     Raises:
         ConfigError: it does.
     """
-    state = os.path.realpath(state_dir)
+    state = storage.real_path(state_dir)
     remedy = "keep the ledger outside the Kafka log dir, e.g. /var/lib/kafka-compactor"
     if log_dir is not None:
-        logs = os.path.realpath(log_dir)
-        if os.path.commonpath([state, logs]) in (state, logs):
+        if storage.contains(state_dir, log_dir) or storage.contains(log_dir, state_dir):
             raise ConfigError(f"--state-dir {state_dir} overlaps the log dir {log_dir}",
                               path=state_dir, remedy=remedy)
     here = state
     while True:
-        marker = next((m for m in _LOG_DIR_MARKERS if os.path.exists(os.path.join(here, m))),
+        marker = next((m for m in _LOG_DIR_MARKERS if storage.exists(storage.join(here, m))),
                       None)
         if marker is not None:
             raise ConfigError(
                 f"--state-dir {state_dir} is {'' if here == state else 'inside '}a Kafka log dir "
-                f"({os.path.join(here, marker)} exists)", path=state_dir, remedy=remedy)
-        parent = os.path.dirname(here)
+                f"({storage.join(here, marker)} exists)", path=state_dir, remedy=remedy)
+        parent = storage.dirname(here)
         if parent == here:
             return
         here = parent
@@ -130,7 +129,7 @@ def _read(table: Any, columns: Sequence[str] | None = None) -> pa.Table:
 
 
 def _table_path(state_dir: str, name: str) -> str:
-    return os.path.join(state_dir, name)
+    return storage.join(state_dir, name)
 
 
 def _table(state_dir: str, name: str, schema: pa.Schema):  # type: ignore[no-untyped-def]
@@ -147,7 +146,7 @@ def _table(state_dir: str, name: str, schema: pa.Schema):  # type: ignore[no-unt
             table.alter.add_columns([Field.from_arrow(f) for f in missing])
             table = DeltaTable(path)
         return table
-    os.makedirs(state_dir, exist_ok=True)
+    storage.make_dirs(state_dir)
     return DeltaTable.create(path, schema=schema, mode="ignore", name=name)
 
 

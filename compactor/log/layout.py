@@ -1,5 +1,6 @@
 """Kafka log directories on storage: partitions, segments, checkpoints, the lock, and the
-recovery of interrupted swaps (kafka-semantics §1, §4.17).
+recovery of interrupted swaps (Kafka's ``LogManager``,
+``LogLoader.load``).
 
 Reading never modifies anything. :func:`recover_partition` is the only writer here and follows
 Kafka's ``LogLoader``: a crash before every new file was renamed ``.swap`` leaves the old
@@ -585,7 +586,7 @@ def next_offset_of_segment(log_path: str) -> int | None:
 
 
 # ---------------------------------------------------------------------------------------------
-# Recovery of interrupted swaps (Kafka's LogLoader, kafka-semantics §4.17)
+# Recovery of interrupted swaps (Kafka's LogLoader.load)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -707,3 +708,19 @@ def recover_partitions(log_dir: str, names: Iterable[str]) -> tuple[int, dict[st
         except CompactorError as err:
             failed[name] = err
     return recovered, failed
+
+
+# The files a group's rewrite may leave as ``<base><suffix>.cleaned`` (Kafka's
+# ``LocalLog.CleanedFileSuffix``) until the driver swaps them in.
+CLEANED_FILE_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
+
+
+def cleaned_path(partition_dir: str, base_offset: int, suffix: str) -> str:
+    return segment_path(partition_dir, base_offset, suffix + CLEANED_SUFFIX)
+
+
+def remove_cleaned(partition_dir: str, base_offset: int) -> None:
+    """Remove whatever ``.cleaned`` files of the group at ``base_offset`` exist (a rewrite
+    that failed, or a group that will not be committed)."""
+    for suffix in CLEANED_FILE_SUFFIXES:
+        storage.remove(cleaned_path(partition_dir, base_offset, suffix), missing_ok=True)

@@ -145,6 +145,17 @@ def absolute(path: str) -> str:
     return os.path.abspath(path)
 
 
+def real_path(path: str) -> str:
+    """``path`` absolute with every symlink resolved (to compare locations)."""
+    return os.path.realpath(path)
+
+
+def contains(outer: str, inner: str) -> bool:
+    """Whether ``inner`` is ``outer`` or lies under it (both resolved)."""
+    a, b = real_path(outer), real_path(inner)
+    return os.path.commonpath([a, b]) == a
+
+
 def join(*parts: str) -> str:
     return os.path.join(*parts)
 

@@ -1,5 +1,7 @@
 """Driver side of a round: swap cleaned segments in with Kafka's protocol, then move the
-cleaner checkpoint (kafka-semantics §4.16, §4.18); and retention's segment deletion (§5.7).
+cleaner checkpoint (Kafka's
+``LocalLog.replaceSegments``, ``LogCleanerManager.doneCleaning``); and retention's segment
+deletion (``UnifiedLog.deleteSegments``).
 
 For one group (one new segment replacing source segments ``S1 < S2 < ... < Sn``, the new one
 with base offset ``S1``), in this order, each step durable before the next:
@@ -48,18 +50,18 @@ from compactor.log.layout import (
     SNAPSHOT_SUFFIX,
     SWAP_SUFFIX,
     TIME_INDEX_SUFFIX,
+    cleaned_path,
     recover_partition,
+    remove_cleaned,
     segment_path,
 )
-from compactor.model import TopicPartition
+from compactor.model import CommitMessage, TopicPartition
 from compactor.retention import RetentionPlan
-from compactor.spark.writer import CLEANED_FILE_SUFFIXES, CommitMessage, cleaned_path
 
 
 def abort_group(partition_dir: str, message: CommitMessage) -> None:
     """Remove the ``.cleaned`` files of a group that will not be committed."""
-    for suffix in CLEANED_FILE_SUFFIXES:
-        storage.remove(cleaned_path(partition_dir, message.group_base, suffix), missing_ok=True)
+    remove_cleaned(partition_dir, message.group_base)
 
 
 def swap_group(partition_dir: str, message: CommitMessage) -> None:
@@ -138,7 +140,7 @@ def update_cleaner_checkpoint(log_dir: str, offsets: Mapping[TopicPartition, int
 
 
 # ---------------------------------------------------------------------------------------------
-# Retention (kafka-semantics §5.7)
+# Retention (Kafka's UnifiedLog.deleteSegments)
 
 
 def delete_segments(partition_dir: str, plan: RetentionPlan) -> None:
@@ -178,7 +180,7 @@ def delete_segments(partition_dir: str, plan: RetentionPlan) -> None:
 
 
 def truncate_leader_epochs(partition_dir: str, log_start_offset: int) -> None:
-    """Truncate ``leader-epoch-checkpoint`` from the log start offset (§1.3); idempotent, so
+    """Truncate ``leader-epoch-checkpoint`` from the log start offset (``LeaderEpochFileCache.truncateFromStartAsyncFlush``); idempotent, so
     a run after a crash finishes what the crashed one left."""
     epochs_path = storage.join(partition_dir, LEADER_EPOCH_CHECKPOINT)
     if storage.exists(epochs_path):

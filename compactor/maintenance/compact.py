@@ -9,19 +9,14 @@ untouched while the others are compacted (exit code 6).
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
-
-from compactor.log import swap
 from compactor.erasure import ledger
-from compactor.log import storage
-from compactor.spark import transforms
+from compactor.log import storage, swap
+from compactor.spark import stages as spark_stages
 from compactor.codec.checkpoints import (
     CLEANER_OFFSET_CHECKPOINT,
     LOG_START_OFFSET_CHECKPOINT,
@@ -48,24 +43,18 @@ from compactor.log.layout import (
     recover_partitions,
 )
 from compactor.cluster.metadata import METADATA_TOPIC
-from compactor.model import SegmentInfo, TopicPartition
+from compactor.model import CommitMessage, TopicPartition
 from compactor.maintenance.options import MaintenanceOptions, load_catalog
 from compactor.maintenance.retain import PartitionRetention, plan_log_dir
 from compactor.spark.session import get_spark
 from compactor.cleaner.policy import CleaningPlan, PartitionInput, SkipReason
 from compactor.cleaner.rebatch import DROP_REASONS
-from compactor.spark.writer import CommitMessage
-from schemas.spark import GROUP_SLOT, SEGMENT_TASK, SUPERSEDED
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
 
 
 METADATA_TP = TopicPartition(METADATA_TOPIC, 0)
-
-
-class HasSegments(Protocol):
-    """A partition as far as the segment scans care (``PartitionInput``, ``PartitionLog``)."""
-
-    @property
-    def segments(self) -> Sequence[SegmentInfo]: ...
 
 
 # ---------------------------------------------------------------------------------------------
@@ -266,116 +255,42 @@ def run_locked(spark: SparkSession, opts: MaintenanceOptions, catalog: Catalog) 
             reports[i].reason = err.code
             continue
         reports[i].segments_before = reports[i].segments_after = len(inputs[i].segments)
-    shuffle_conf = {key: spark.conf.get(key) for key in _SHUFFLE_SETTINGS}
     headers = None
     try:
-        _size_shuffles(spark, inputs)
-        plans, headers = _plan(spark, inputs, reports, stages)
-        to_clean = {i: p for i, p in plans.items() if p.will_clean}
-        resets = {tps[i]: p.first_dirty_offset for i, p in plans.items()
-                  if p.checkpoint_reset and not p.will_clean}
-        if opts.dry_run:
-            for i in to_clean:
-                reports[i].status = "would_clean"
-            return report
-        if to_clean:
-            messages = write_cleaned_segments(spark, inputs, to_clean, fsync=opts.fsync,
-                                              stages=stages, headers=headers)
-            done = _commit(inputs, to_clean, messages, reports)
-            resets.update({tps[i]: to_clean[i].first_uncleanable_offset for i in done})
+        with spark_stages.round_settings(spark, inputs):
+            plans, headers = _plan(spark, inputs, reports, stages)
+            to_clean = {i: p for i, p in plans.items() if p.will_clean}
+            resets = {tps[i]: p.first_dirty_offset for i, p in plans.items()
+                      if p.checkpoint_reset and not p.will_clean}
+            if opts.dry_run:
+                for i in to_clean:
+                    reports[i].status = "would_clean"
+                return report
+            if to_clean:
+                messages = spark_stages.write_cleaned_segments(
+                    spark, inputs, to_clean, fsync=opts.fsync, on_stage=stages.done,
+                    headers=headers)
+                done = _commit(inputs, to_clean, messages, reports)
+                resets.update({tps[i]: to_clean[i].first_uncleanable_offset for i in done})
     finally:
         if headers is not None:
             headers.unpersist()
-        for key, value in shuffle_conf.items():
-            if value is not None:
-                spark.conf.set(key, value)
     swap.update_cleaner_checkpoint(opts.log_dir, resets)
     stages.done("commit")
     return report
 
 
-_SHUFFLE_SETTINGS = ("spark.sql.adaptive.coalescePartitions.enabled",
-                     "spark.sql.shuffle.partitions")
-
-
-def _size_shuffles(spark: SparkSession, inputs: Mapping[int, PartitionInput]) -> None:
-    """Shuffle settings for a round (the session's own are restored after it).
-
-    Adaptive execution must not coalesce shuffle partitions: the grouped stages (plan,
-    decide, scan, rewrite — one Python task per partition or group) shuffle little data but do
-    heavy work per key, and coalescing them by bytes runs them all in one task, on one core.
-    Spark's default of 200 shuffle partitions costs seconds of task overhead on small log dirs;
-    when the session still has that default, size it to the input: two per core, or one per
-    64 MiB of segments when that is more."""
-    spark.conf.set("spark.sql.adaptive.coalescePartitions.enabled", "false")
-    if spark.conf.get("spark.sql.shuffle.partitions") != "200":
-        return
-    total = sum(s.size_bytes for inp in inputs.values() for s in inp.segments)
-    wanted = max(2 * spark.sparkContext.defaultParallelism, -(-total // (64 << 20)))
-    spark.conf.set("spark.sql.shuffle.partitions", str(wanted))
-
-
-def group_slots(spark: SparkSession, groups: Sequence[tuple[int, int]]) -> DataFrame:
-    """``GROUP_SLOT`` rows for ``(tp id, group base)`` pairs: slot values that Spark's hash
-    partitioning sends to shuffle partitions of their own.
-
-    The grouped stages (key scan, rewrite) run one Python task per group, and a group is
-    heavy. Hashing the groups themselves into the shuffle partitions puts two of them in one
-    task every so often (birthday odds: two out of four groups in 17 partitions about a third
-    of the time), and that task then doubles the stage's time while cores idle. Slots are
-    found by asking Spark which partition each candidate value hashes to (the same hash its
-    shuffles use); the session's shuffle partitions are raised to the number of groups when
-    lower, and adaptive execution must not coalesce them (the round's setting, see
-    :func:`_size_shuffles`)."""
-    n = max(len(groups), int(spark.conf.get("spark.sql.shuffle.partitions") or 0))
-    spark.conf.set("spark.sql.shuffle.partitions", str(n))
-    spark.conf.set("spark.sql.adaptive.coalescePartitions.enabled", "false")
-    slot_of: dict[int, int] = {}
-    start = 0
-    while len(slot_of) < len(groups):
-        probe = spark.range(start, start + 8 * n).select(
-            "id", F.pmod(F.hash("id"), F.lit(n)).alias("partition"))
-        for row in probe.collect():
-            slot_of.setdefault(row.partition, row.id)
-        start += 8 * n
-    slots = list(slot_of.values())
-    return spark.createDataFrame([(tp_id, base, slots[k])
-                                  for k, (tp_id, base) in enumerate(groups)], GROUP_SLOT)
-
-
-def segment_tasks(spark: SparkSession, partitions: Mapping[int, HasSegments]) -> DataFrame:
-    """One ``SEGMENT_TASK`` row per segment of the partitions, spread over the cores."""
-    rows = [(i, s.base_offset, s.log_path, nxt.base_offset if nxt else None)
-            for i, p in partitions.items()
-            for s, nxt in zip(p.segments, [*p.segments[1:], None], strict=True)]
-    parallelism = max(1, min(len(rows), spark.sparkContext.defaultParallelism * 4))
-    return spark.createDataFrame(rows, SEGMENT_TASK).repartition(parallelism)
 
 
 def _plan(spark: SparkSession, inputs: dict[int, PartitionInput],
           reports: Mapping[int, PartitionReport],
           stages: _Stages) -> tuple[dict[int, CleaningPlan], DataFrame | None]:
-    """Scan headers (kept cached for the rewrite) and plan every readable partition."""
-    plans: dict[int, CleaningPlan] = {}
-    headers = None
-    if inputs:
-        headers = segment_tasks(spark, inputs).transform(transforms.scan_headers).persist()
-        for row in headers.where(F.col("error").isNotNull()).select("tp_id", "error").collect():
-            if row.tp_id in inputs:
-                del inputs[row.tp_id]
-                error = json.loads(row.error)
-                reports[row.tp_id].status = "corrupt"
-                reports[row.tp_id].error = error
-                reports[row.tp_id].reason = error["code"]
-        valid = headers.where(F.col("tp_id").isin(list(inputs)))
-        for row in valid.transform(transforms.plan_rounds(inputs)).collect():
-            if row.error is not None:  # a partition-wide check failed: never rewritten
-                del inputs[row.tp_id]
-                error = json.loads(row.error)
-                reports[row.tp_id].status, reports[row.tp_id].error = "corrupt", error
-                reports[row.tp_id].reason = error["code"]
-                continue
-            plans[row.tp_id] = transforms.plan_from_row(row.asDict())
+    """Scan headers (kept cached for the rewrite) and plan every readable partition; a
+    partition a check refuses is reported corrupt and dropped from ``inputs``."""
+    plans, errors, headers = spark_stages.scan_and_plan(spark, inputs)
+    for i, error in errors.items():
+        del inputs[i]
+        reports[i].status, reports[i].error, reports[i].reason = "corrupt", error, error["code"]
     for i, inp in inputs.items():
         if i not in plans:  # no batch at all
             plans[i] = inp.plan([])
@@ -386,44 +301,6 @@ def _plan(spark: SparkSession, inputs: dict[int, PartitionInput],
         reports[i].expected_input_bytes = sum(by_base[b] for g in plan.groups for b in g)
     stages.done("scan_and_plan")
     return plans, headers
-
-
-def write_cleaned_segments(spark: SparkSession, inputs: Mapping[int, PartitionInput],
-                           plans: Mapping[int, CleaningPlan], *, fsync: bool = True,
-                           stages: _Stages | None = None,
-                           headers: DataFrame | None = None) -> list[CommitMessage]:
-    """The executor part of a round: ``.cleaned`` segments written next to the live ones,
-    one commit message per group (nothing is swapped yet).
-
-    The distributed offset map only serves partitions whose round has several groups: in a
-    one-group round every key's latest record is in the group itself, so the map-side combine
-    of the scan would leave nothing for the shuffle to supersede, and the writer decides the
-    whole group alone (:func:`compactor.cleaner.rebatch.iter_drops`); those partitions skip the key
-    scan."""
-    cleaning = {i: inputs[i] for i in plans}
-    if headers is None:
-        headers = segment_tasks(spark, cleaning).transform(transforms.scan_headers)
-    slots = group_slots(spark, [(i, g[0]) for i, p in plans.items() for g in p.groups])
-    decisions = headers.transform(transforms.decide_batches(cleaning, plans))
-    mapped = [i for i, p in plans.items() if len(p.groups) > 1]
-    if mapped:
-        decisions = decisions.persist()
-        superseded = (decisions.where(F.col("tp_id").isin(mapped))
-                      .transform(transforms.scan_keys(cleaning, plans, slots))
-                      .transform(transforms.latest_per_key)
-                      .transform(transforms.superseded_records)).persist()
-        superseded.count()
-    else:
-        superseded = spark.createDataFrame([], SUPERSEDED)
-    if stages:
-        stages.done("offset_map")
-    rows = (transforms.rewrite_groups(cleaning, plans, slots, fsync=fsync)(decisions, superseded)
-            .collect())
-    decisions.unpersist()
-    superseded.unpersist()
-    if stages:
-        stages.done("rewrite")
-    return [transforms.message_from_row(r) for r in rows]
 
 
 def _commit(inputs: Mapping[int, PartitionInput], plans: Mapping[int, CleaningPlan],

@@ -19,14 +19,13 @@ import uuid
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pyspark.sql import SparkSession
 
 from compactor.log import swap
 from compactor.erasure import ledger
 from compactor.log import storage
-from compactor.spark import transforms
+from compactor.spark import stages as spark_stages
 from compactor.codec.checkpoints import REPLICATION_OFFSET_CHECKPOINT
 from compactor.cluster.catalog import Catalog
 from compactor.config import TopicConfig
@@ -55,10 +54,10 @@ from compactor.log.layout import (
 from compactor.model import TopicPartition
 from compactor.cleaner.verify import txn_problems
 from compactor.maintenance.options import MaintenanceOptions, load_catalog
-from compactor.cleaner.policy import BatchHeader
-from compactor.maintenance.compact import segment_tasks
 from compactor.spark.session import get_spark
-from schemas.spark import ERASURE_TASK
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +101,7 @@ def _scan(spark: SparkSession, parts: Mapping[int, PartitionLog],
                 records={i: 0 for i in parts})
     if not any(p.segments for p in parts.values()):
         return out
-    for r in segment_tasks(spark, parts).transform(transforms.scan_erasure(matchers)).collect():
+    for r in spark_stages.erasure_scan(spark, parts, matchers):
         if r.kind == "segment":
             if r.error:
                 out.errors.setdefault(r.tp_id, json.loads(r.error))
@@ -112,18 +111,6 @@ def _scan(spark: SparkSession, parts: Mapping[int, PartitionLog],
         else:
             out.matches[r.tp_id].append(_Match(r.segment_base, r.position, r.offset,
                                                r.request_id, r.key_digest, r.bare_tombstone))
-    return out
-
-
-def _headers(spark: SparkSession, parts: Mapping[int, PartitionLog]) -> dict[int, list[BatchHeader]]:
-    out: dict[int, list[BatchHeader]] = {i: [] for i in parts}
-    if not any(p.segments for p in parts.values()):
-        return out
-    for r in segment_tasks(spark, parts).transform(transforms.scan_headers).collect():
-        if r.error is None:
-            out[r.tp_id].append(transforms.header_from_row(r))
-    for headers in out.values():
-        headers.sort(key=lambda h: (h.segment_base, h.position))
     return out
 
 
@@ -206,7 +193,7 @@ def _plan_erasure(spark: SparkSession, dirs: Mapping[int, _Dir],
                   parts: Mapping[int, PartitionLog], found: _Scan,
                   requests: Mapping[str, ErasureRequest],
                   configs: Mapping[str, TopicConfig]) -> _Plan:
-    """Which records go (kafka-semantics §4.11 keeps only a key's latest record, so on a
+    """Which records go (Kafka's ``Cleaner.shouldRetainRecord`` keeps only a key's latest record, so on a
     compacted topic an erased latest record takes the key's older records with it,
     :func:`compactor.erasure.rules.superseded_by_erased`) and which stay as bare tombstones."""
     plan = _Plan()
@@ -233,8 +220,7 @@ def _plan_erasure(spark: SparkSession, dirs: Mapping[int, _Dir],
     scanned = {i: parts[i] for i in wanted}
     others: dict[int, list[tuple[int, int, int, bytes]]] = {i: [] for i in wanted}
     frozen = {i: frozenset(keys) for i, keys in wanted.items()}
-    for r in segment_tasks(spark, scanned).transform(
-            transforms.scan_key_offsets(frozen)).collect():
+    for r in spark_stages.key_offsets(spark, scanned, frozen):
         if r.error:
             found.errors.setdefault(r.tp_id, json.loads(r.error))
         else:
@@ -382,7 +368,7 @@ def _rewrite(spark: SparkSession, log_dir: str, dirs: Mapping[int, _Dir],
     if not hit:
         return {}
     hws = read_offset_checkpoint(log_dir, REPLICATION_OFFSET_CHECKPOINT)
-    headers = _headers(spark, hit)
+    headers = spark_stages.batch_headers(spark, hit)
     tasks = []
     segments = {}
     for i, part in hit.items():
@@ -404,11 +390,9 @@ def _rewrite(spark: SparkSession, log_dir: str, dirs: Mapping[int, _Dir],
                           json.dumps({str(p): sorted(o) for p, o in erased.get(base, {}).items()}),
                           json.dumps(sorted(p for b, p in keep if b == base)),
                           json.dumps({str(p): sorted(o) for p, o in bare.get(base, {}).items()})))
-    df = spark.createDataFrame(tasks, ERASURE_TASK).repartition(
-        max(1, min(len(tasks), spark.sparkContext.defaultParallelism * 2)))
     out: dict[int, list] = defaultdict(list)
-    for r in df.transform(transforms.rewrite_erased(segments, fsync=fsync)).collect():
-        out[r.tp_id].append(transforms.message_from_row(r))
+    for message in spark_stages.rewrite_segments(spark, tasks, segments, fsync=fsync):
+        out[message.tp_id].append(message)
     return out
 
 

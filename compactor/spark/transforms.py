@@ -1,4 +1,5 @@
-"""The compaction round as a chain of DataFrame transforms (kafka-semantics Appendix A.2).
+"""The compaction round as a chain of DataFrame transforms (Kafka's ``Cleaner.doClean``,
+distributed).
 
     segment tasks --scan_headers--> batch headers --plan_rounds--> one plan per partition
     batch headers --decide_batches--> batch decisions --scan_keys--> keyed record rows
@@ -309,7 +310,7 @@ def latest_per_key(keyed: DataFrame) -> DataFrame:
 
 def superseded_records(keyed: DataFrame) -> DataFrame:
     """Keyed rows with ``latest`` -> ``SUPERSEDED`` rows: records with a later record of their
-    key in the dirty section of another group (§4.11; the writer adds the ones superseded
+    key in the dirty section of another group (``Cleaner.shouldRetainRecord``; the writer adds the ones superseded
     within their own group). Error rows are left out: the writer meets the same defect and
     reports it."""
     return (keyed.where(F.col("error").isNull() & (F.col("offset") < F.col("latest")))

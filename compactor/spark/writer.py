@@ -16,7 +16,8 @@ from compactor.codec.records import RecordBatch
 from compactor.codec.segment import iter_batches
 from compactor.errors import CompactorError, CorruptSegmentError, UnsupportedFormatError
 from compactor.log.layout import (
-    CLEANED_SUFFIX,
+    cleaned_path,
+    remove_cleaned,
     INDEX_SUFFIX,
     LOG_SUFFIX,
     TIME_INDEX_SUFFIX,
@@ -25,44 +26,9 @@ from compactor.log.layout import (
 )
 from compactor.codec.indexes import AbortedTxn, decode_txn_index
 from compactor.config import TopicConfig
-from compactor.model import SegmentInfo
+from compactor.model import CommitMessage, SegmentInfo
 from compactor.cleaner.policy import BatchDecision, BatchRetention, PartitionInput
 from compactor.cleaner.rebatch import SegmentBuilder, filter_batch, iter_drops
-
-CLEANED_FILE_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class CommitMessage:
-    """What an executor reports for one group (see ``schemas.spark.COMMIT_MESSAGE``).
-
-    Attributes:
-        source_bases: base offsets of the group's source segments, ascending.
-        cleaned_suffixes: which files were written as ``<base><suffix>.cleaned``.
-        log_checksum: CRC-32 of the cleaned ``.log`` bytes (checked again before the swap).
-        dropped: records dropped, by reason.
-        error: the failure, as ``CompactorError.to_dict()``; nothing was left behind.
-    """
-
-    group_base: int
-    source_bases: tuple[int, ...]
-    tp_id: int = -1
-    cleaned_suffixes: tuple[str, ...] = ()
-    log_checksum: int = 0
-    bytes_in: int = 0
-    bytes_out: int = 0
-    batches_in: int = 0
-    batches_out: int = 0
-    records_in: int = 0
-    records_out: int = 0
-    dropped: Mapping[str, int] = field(default_factory=dict)
-    seconds: float = 0.0
-    error: dict | None = None
-
-
-def cleaned_path(partition_dir: str, base_offset: int, suffix: str) -> str:
-    return segment_path(partition_dir, base_offset, suffix + CLEANED_SUFFIX)
-
 
 def write_group(
     inp: PartitionInput,
@@ -91,8 +57,7 @@ def write_group(
     try:
         message = _write(inp, tuple(source_bases), decisions, superseded, first_dirty, fsync)
     except CompactorError as err:
-        for suffix in CLEANED_FILE_SUFFIXES:
-            storage.remove(cleaned_path(inp.path, group_base, suffix), missing_ok=True)
+        remove_cleaned(inp.path, group_base)
         return CommitMessage(group_base=group_base, source_bases=tuple(source_bases),
                              error=err.to_dict(), seconds=time.perf_counter() - started)
     return replace(message, seconds=time.perf_counter() - started)
@@ -252,8 +217,7 @@ def write_erased_segment(
         message = _write_erased(partition_dir, segment, erased, retain_empty, config,
                                 tombstones or {}, fsync)
     except CompactorError as err:
-        for suffix in CLEANED_FILE_SUFFIXES:
-            storage.remove(cleaned_path(partition_dir, base, suffix), missing_ok=True)
+        remove_cleaned(partition_dir, base)
         return CommitMessage(group_base=base, source_bases=(base,), error=err.to_dict(),
                              seconds=time.perf_counter() - started)
     return replace(message, seconds=time.perf_counter() - started)
@@ -342,7 +306,7 @@ def _write_cleaned(partition_dir: str, source_bases: tuple[int, ...], log_path: 
                                    segment_index_bytes=config.segment_index_bytes)
         except ValueError as err:
             # offsets more than 2^31 - 1 above the base (a legacy segment Kafka would split on
-            # cleaning, §4.19), or more index entries than segment.index.bytes holds
+            # cleaning, ``LocalLog.splitOverflowedSegment``), or more index entries than segment.index.bytes holds
             raise UnsupportedFormatError(
                 f"the cleaned segment cannot be indexed: {err}", path=log_path, base_offset=base,
                 remedy="the partition was left untouched; Kafka splits such a segment when it "

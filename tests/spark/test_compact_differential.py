@@ -1,6 +1,6 @@
 """Differential tests: the Spark job's output equals the pure-Python reference compactor's,
 batch by batch and record by record (decompressed), over generated logs covering every
-feature of the generator; both satisfy the invariants of kafka-semantics Appendix A.3, and the
+feature of the generator; both satisfy the invariants of :func:`tests.helpers.check_invariants`, and the
 output is read by aiokafka and kafka-python and passes ``inspect --verify``."""
 
 from __future__ import annotations

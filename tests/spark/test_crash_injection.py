@@ -17,7 +17,8 @@ import pytest
 from compactor.log import swap
 from compactor.cli import main as cli_main
 from compactor.tools.generator import DEFAULT_START_MS, GeneratorConfig, generate
-from compactor.maintenance.compact import run, write_cleaned_segments
+from compactor.maintenance.compact import run
+from compactor.spark.stages import write_cleaned_segments
 from compactor.maintenance.options import MaintenanceOptions
 from tests.helpers import records_of, reference_round, segment_bytes
 

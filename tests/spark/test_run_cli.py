@@ -31,7 +31,7 @@ NOW = DEFAULT_START_MS + 3 * DAY
 
 def test_compact_delete_compacts_then_ages_out_to_one_empty_segment(
         spark, small_log: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """Kafka's testCleansCombinedCompactAndDeleteTopic (§7 case 71)."""
+    """Kafka's testCleansCombinedCompactAndDeleteTopic (``LogCleanerIntegrationTest``)."""
     policy = ["--config", "cleanup.policy=compact,delete", "--json"]
     ends = {p.name: log_end_offset(load_partition(str(p))) for p in small_log.glob("*-[0-9]")}
     # retention.ms far away: compaction only

@@ -25,7 +25,7 @@ from compactor.codec.segment import iter_batches
 from compactor.erasure.rules import Matcher
 from compactor.cleaner.scan import erasure_matches, key_offsets, key_digest, segment_headers
 from compactor.spark.writer import write_erased_segment, write_group
-from compactor.maintenance.compact import group_slots
+from compactor.spark.stages import group_slots
 from schemas.spark import (
     BATCH_HEADER,
     COMMIT_MESSAGE,

@@ -1,6 +1,6 @@
-"""The pure compaction rules against the scenarios of Kafka's own tests (kafka-semantics §7),
-plus a Hypothesis property: the reference round satisfies the Appendix A.3 invariants on random
-logs."""
+"""The pure compaction rules against the scenarios of Kafka's own tests (``LogCleanerTest``,
+``LogCleanerManagerTest``), plus a Hypothesis property: the reference round satisfies the
+invariants of :func:`tests.helpers.check_invariants` on random logs."""
 
 from __future__ import annotations
 
@@ -46,14 +46,14 @@ def batch(base: int, last: int | None = None, *, pid: int = -1, epoch: int = 0,
                        records_count=1)
 
 
-def test_first_dirty_offset_resets() -> None:  # §7 53-55
+def test_first_dirty_offset_resets() -> None:  # LogCleanerManagerTest: cleanable offsets reset
     assert first_dirty_offset(None, 0, 100) == (0, False)
     assert first_dirty_offset(40, 0, 100) == (40, False)
     assert first_dirty_offset(200, 0, 100) == (0, True)
     assert first_dirty_offset(0, 10, 100) == (10, True)
 
 
-def test_first_uncleanable_offset_bounds() -> None:  # §7 58-60
+def test_first_uncleanable_offset_bounds() -> None:  # LogCleanerManagerTest: first uncleanable offset
     segments = [seg(0, largest=100), seg(30, largest=200), seg(60, largest=300), seg(90)]
     # HW/LSO 50 falls inside the segment at 30: that whole segment is uncleanable
     assert first_uncleanable_offset(segments, 0, 50, 0, NOW) == 30
@@ -66,7 +66,7 @@ def test_first_uncleanable_offset_bounds() -> None:  # §7 58-60
     assert first_uncleanable_offset(segments, 60, 50, 0, NOW) == 60
 
 
-def test_open_transaction_bounds_the_last_stable_offset() -> None:  # §7 47
+def test_open_transaction_bounds_the_last_stable_offset() -> None:  # LogCleanerTest: an open transaction bounds the LSO
     batches = [batch(0, pid=1, txn=True), batch(1), batch(2, pid=1, control=ControlType.ABORT),
                batch(3, pid=2, txn=True)]
     replay = replay_producers(batches, high_watermark=4)
@@ -75,7 +75,7 @@ def test_open_transaction_bounds_the_last_stable_offset() -> None:  # §7 47
     assert replay_producers(batches[:3], high_watermark=2).unstable_txn_firsts == (0,)
 
 
-def test_segment_grouping() -> None:  # §7 27-28
+def test_segment_grouping() -> None:  # LogCleanerTest: testSegmentGrouping
     segments = [seg(i * 10, size=100) for i in range(7)]
     assert group_segments(segments, 70, 10**9, 10**9) == (tuple(range(0, 70, 10)),)
     assert group_segments(segments, 70, 1, 10**9) == tuple((i * 10,) for i in range(7))
@@ -85,7 +85,7 @@ def test_segment_grouping() -> None:  # §7 27-28
     assert group_segments(sparse, 2**32 + 10, 10**9, 10**9) == ((0,), (2**31 - 5,), (2**32,))
 
 
-def test_basic_transaction_aware_cleaning_decisions() -> None:  # §7 36
+def test_basic_transaction_aware_cleaning_decisions() -> None:  # LogCleanerTest: transaction-aware cleaning
     batches = [batch(0, 1, pid=1, txn=True), batch(2, 3, pid=2, txn=True),
                batch(4, 5, pid=1, txn=True), batch(6, pid=1, control=ControlType.ABORT),
                batch(7, pid=2, control=ControlType.COMMIT), batch(8, pid=1, txn=True),
@@ -100,7 +100,7 @@ def test_basic_transaction_aware_cleaning_decisions() -> None:  # §7 36
     assert d[9 - 3].retention == BatchRetention.RETAIN_EMPTY  # last entry of producer 1
 
 
-def test_lone_commit_marker_is_kept_empty_for_the_epoch() -> None:  # §7 42
+def test_lone_commit_marker_is_kept_empty_for_the_epoch() -> None:  # LogCleanerTest: a lone commit marker
     batches = [batch(0, pid=1, control=ControlType.COMMIT, ts=NOW), batch(1), batch(2)]
     active = replay_producers(batches, 3).active(NOW, 86_400_000)
     (marker, *_) = decide_batches(batches, aborted_txns=[], active_producers=active,
@@ -117,7 +117,7 @@ def test_expired_producer_batches_are_not_kept() -> None:  # producer.id.expirat
                                         BatchRetention.DELETE_EMPTY]
 
 
-# --- property: random logs through the reference round satisfy Appendix A.3
+# --- property: random logs through the reference round satisfy the invariants
 
 records_strategy = st.lists(
     st.tuples(st.one_of(st.none(), st.sampled_from([b"a", b"b", b"c", b"d"])),

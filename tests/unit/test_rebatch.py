@@ -1,4 +1,4 @@
-"""Re-batching rules of kafka-semantics §4.14 for cases the generated logs rarely reach."""
+"""Re-batching rules of Kafka's ``MemoryRecords.filterTo`` for cases the generated logs rarely reach."""
 
 from __future__ import annotations
 
@@ -85,7 +85,7 @@ def test_group_ending_early_keeps_a_placeholder_and_single_segment_groups_do_not
 
 def test_a_segment_beyond_the_relative_offset_range_is_a_clear_error(tmp_path) -> None:
     """A legacy segment whose offsets lie more than 2^31 - 1 above its base (Kafka splits it
-    when cleaning, §4.19) is refused with a located error and leaves no .cleaned file."""
+    when cleaning, ``LocalLog.splitOverflowedSegment``) is refused with a located error and leaves no .cleaned file."""
     from compactor.config import TopicConfig
     from compactor.log.layout import load_partition
     from compactor.cleaner.policy import PartitionInput

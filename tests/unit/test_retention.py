@@ -1,5 +1,6 @@
-"""Kafka's retention rules (kafka-semantics §5) on segment metadata, one test per scenario of
-§7 I (cases 74-84) and of §5, plus a Hypothesis property of Appendix A.3 item 10."""
+"""Kafka's retention rules (``UnifiedLog.deleteOldSegments``) on segment metadata, one test per
+retention scenario of Kafka's ``UnifiedLogTest``, plus a Hypothesis property (deleted segments
+are always a prefix)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,213 @@
+"""The Spark stages the driver runs, each returning collected Python values: what a round
+and an erasure need from the executors (header scans, plans, the offset map, rewrites), built
+from the DataFrame transforms of :mod:`compactor.spark.transforms`. The driver modules
+(:mod:`compactor.maintenance`) decide what to do with the results; nothing here swaps or
+deletes a live file."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any, Protocol
+
+from pyspark.sql import DataFrame, Row, SparkSession
+from pyspark.sql import functions as F
+
+from compactor.cleaner.policy import BatchHeader, CleaningPlan, PartitionInput
+from compactor.config import TopicConfig
+from compactor.erasure.rules import Matcher
+from compactor.model import CommitMessage, SegmentInfo
+from compactor.spark import transforms
+from schemas.spark import ERASURE_TASK, GROUP_SLOT, SEGMENT_TASK, SUPERSEDED
+
+SHUFFLE_SETTINGS = ("spark.sql.adaptive.coalescePartitions.enabled",
+                    "spark.sql.shuffle.partitions")
+
+
+class HasSegments(Protocol):
+    """A partition as far as the segment scans care (``PartitionInput``, ``PartitionLog``)."""
+
+    @property
+    def segments(self) -> Sequence[SegmentInfo]: ...
+
+
+def size_shuffles(spark: SparkSession, inputs: Mapping[int, PartitionInput]) -> None:
+    """Shuffle settings for a round (the session's own are restored after it).
+
+    Adaptive execution must not coalesce shuffle partitions: the grouped stages (plan,
+    decide, scan, rewrite — one Python task per partition or group) shuffle little data but do
+    heavy work per key, and coalescing them by bytes runs them all in one task, on one core.
+    Spark's default of 200 shuffle partitions costs seconds of task overhead on small log dirs;
+    when the session still has that default, size it to the input: two per core, or one per
+    64 MiB of segments when that is more."""
+    spark.conf.set("spark.sql.adaptive.coalescePartitions.enabled", "false")
+    if spark.conf.get("spark.sql.shuffle.partitions") != "200":
+        return
+    total = sum(s.size_bytes for inp in inputs.values() for s in inp.segments)
+    wanted = max(2 * spark.sparkContext.defaultParallelism, -(-total // (64 << 20)))
+    spark.conf.set("spark.sql.shuffle.partitions", str(wanted))
+
+
+def group_slots(spark: SparkSession, groups: Sequence[tuple[int, int]]) -> DataFrame:
+    """``GROUP_SLOT`` rows for ``(tp id, group base)`` pairs: slot values that Spark's hash
+    partitioning sends to shuffle partitions of their own.
+
+    The grouped stages (key scan, rewrite) run one Python task per group, and a group is
+    heavy. Hashing the groups themselves into the shuffle partitions puts two of them in one
+    task every so often (birthday odds: two out of four groups in 17 partitions about a third
+    of the time), and that task then doubles the stage's time while cores idle. Slots are
+    found by asking Spark which partition each candidate value hashes to (the same hash its
+    shuffles use); the session's shuffle partitions are raised to the number of groups when
+    lower, and adaptive execution must not coalesce them (the round's setting, see
+    :func:`size_shuffles`)."""
+    n = max(len(groups), int(spark.conf.get("spark.sql.shuffle.partitions") or 0))
+    spark.conf.set("spark.sql.shuffle.partitions", str(n))
+    spark.conf.set("spark.sql.adaptive.coalescePartitions.enabled", "false")
+    slot_of: dict[int, int] = {}
+    start = 0
+    while len(slot_of) < len(groups):
+        probe = spark.range(start, start + 8 * n).select(
+            "id", F.pmod(F.hash("id"), F.lit(n)).alias("partition"))
+        for row in probe.collect():
+            slot_of.setdefault(row.partition, row.id)
+        start += 8 * n
+    slots = list(slot_of.values())
+    return spark.createDataFrame([(tp_id, base, slots[k])
+                                  for k, (tp_id, base) in enumerate(groups)], GROUP_SLOT)
+
+
+def segment_tasks(spark: SparkSession, partitions: Mapping[int, HasSegments]) -> DataFrame:
+    """One ``SEGMENT_TASK`` row per segment of the partitions, spread over the cores."""
+    rows = [(i, s.base_offset, s.log_path, nxt.base_offset if nxt else None)
+            for i, p in partitions.items()
+            for s, nxt in zip(p.segments, [*p.segments[1:], None], strict=True)]
+    parallelism = max(1, min(len(rows), spark.sparkContext.defaultParallelism * 4))
+    return spark.createDataFrame(rows, SEGMENT_TASK).repartition(parallelism)
+
+
+def write_cleaned_segments(spark: SparkSession, inputs: Mapping[int, PartitionInput],
+                           plans: Mapping[int, CleaningPlan], *, fsync: bool = True,
+                           on_stage: Callable[[str], None] | None = None,
+                           headers: DataFrame | None = None) -> list[CommitMessage]:
+    """The executor part of a round: ``.cleaned`` segments written next to the live ones,
+    one commit message per group (nothing is swapped yet).
+
+    The distributed offset map only serves partitions whose round has several groups: in a
+    one-group round every key's latest record is in the group itself, so the map-side combine
+    of the scan would leave nothing for the shuffle to supersede, and the writer decides the
+    whole group alone (:func:`compactor.cleaner.rebatch.iter_drops`); those partitions skip the key
+    scan."""
+    cleaning = {i: inputs[i] for i in plans}
+    if headers is None:
+        headers = segment_tasks(spark, cleaning).transform(transforms.scan_headers)
+    slots = group_slots(spark, [(i, g[0]) for i, p in plans.items() for g in p.groups])
+    decisions = headers.transform(transforms.decide_batches(cleaning, plans))
+    mapped = [i for i, p in plans.items() if len(p.groups) > 1]
+    if mapped:
+        decisions = decisions.persist()
+        superseded = (decisions.where(F.col("tp_id").isin(mapped))
+                      .transform(transforms.scan_keys(cleaning, plans, slots))
+                      .transform(transforms.latest_per_key)
+                      .transform(transforms.superseded_records)).persist()
+        superseded.count()
+    else:
+        superseded = spark.createDataFrame([], SUPERSEDED)
+    if on_stage:
+        on_stage("offset_map")
+    rows = (transforms.rewrite_groups(cleaning, plans, slots, fsync=fsync)(decisions, superseded)
+            .collect())
+    decisions.unpersist()
+    superseded.unpersist()
+    if on_stage:
+        on_stage("rewrite")
+    return [transforms.message_from_row(r) for r in rows]
+
+
+
+@contextmanager
+def round_settings(spark: SparkSession,
+                   inputs: Mapping[int, PartitionInput]) -> Iterator[None]:
+    """Shuffle settings sized for one round (:func:`size_shuffles`), the session's own
+    restored afterwards."""
+    saved = {key: spark.conf.get(key) for key in SHUFFLE_SETTINGS}
+    try:
+        size_shuffles(spark, inputs)
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is not None:
+                spark.conf.set(key, value)
+
+
+def scan_and_plan(spark: SparkSession, inputs: Mapping[int, PartitionInput]
+                  ) -> tuple[dict[int, CleaningPlan], dict[int, dict], DataFrame | None]:
+    """Scan every batch header of the partitions and plan their rounds on the executors.
+
+    Returns:
+        The plans of the partitions with at least one batch, the first error (as
+        ``CompactorError.to_dict()``) of each partition a segment check or a partition-wide
+        check refused, and the header rows, cached for the rewrite (the caller unpersists
+        them).
+    """
+    plans: dict[int, CleaningPlan] = {}
+    errors: dict[int, dict] = {}
+    if not inputs:
+        return plans, errors, None
+    headers = segment_tasks(spark, inputs).transform(transforms.scan_headers).persist()
+    for row in headers.where(F.col("error").isNotNull()).select("tp_id", "error").collect():
+        if row.tp_id in inputs and row.tp_id not in errors:
+            errors[row.tp_id] = json.loads(row.error)
+    readable = {i: inp for i, inp in inputs.items() if i not in errors}
+    valid = headers.where(F.col("tp_id").isin(list(readable)))
+    for row in valid.transform(transforms.plan_rounds(readable)).collect():
+        if row.error is not None:  # a partition-wide check failed: never rewritten
+            errors[row.tp_id] = json.loads(row.error)
+        else:
+            plans[row.tp_id] = transforms.plan_from_row(row.asDict())
+    return plans, errors, headers
+
+
+# -- erasure ------------------------------------------------------------------------------------
+
+
+def erasure_scan(spark: SparkSession, parts: Mapping[int, HasSegments],
+                 matchers: Mapping[int, Matcher]) -> list[Row]:
+    """Every segment of the partitions scanned for the matchers' subjects: one ``segment``
+    row per segment (records, or the segment's error) and one row per matched record
+    (``schemas.spark.ERASURE_SCAN``)."""
+    if not any(p.segments for p in parts.values()):
+        return []
+    return segment_tasks(spark, parts).transform(transforms.scan_erasure(matchers)).collect()
+
+
+def batch_headers(spark: SparkSession,
+                  parts: Mapping[int, HasSegments]) -> dict[int, list[BatchHeader]]:
+    """The readable batch headers of each partition, in log order."""
+    out: dict[int, list[BatchHeader]] = {i: [] for i in parts}
+    if not any(p.segments for p in parts.values()):
+        return out
+    for r in segment_tasks(spark, parts).transform(transforms.scan_headers).collect():
+        if r.error is None:
+            out[r.tp_id].append(transforms.header_from_row(r))
+    for headers in out.values():
+        headers.sort(key=lambda h: (h.segment_base, h.position))
+    return out
+
+
+def key_offsets(spark: SparkSession, parts: Mapping[int, HasSegments],
+                keys: Mapping[int, frozenset[bytes]]) -> list[Row]:
+    """Offsets (segment base, batch position, offset, key digest) of every record of the
+    partitions whose key digest is in ``keys``; rows with ``error`` for unreadable segments."""
+    return segment_tasks(spark, parts).transform(transforms.scan_key_offsets(keys)).collect()
+
+
+def rewrite_segments(spark: SparkSession, tasks: Sequence[tuple[Any, ...]],
+                     segments: Mapping[tuple[int, int], tuple[str, SegmentInfo, TopicConfig]],
+                     *, fsync: bool) -> list[CommitMessage]:
+    """Write the erased copy of each segment of ``tasks`` (``schemas.spark.ERASURE_TASK``
+    rows) as ``.cleaned`` files; one commit message per segment."""
+    df = spark.createDataFrame(list(tasks), ERASURE_TASK).repartition(
+        max(1, min(len(tasks), spark.sparkContext.defaultParallelism * 2)))
+    return [transforms.message_from_row(r)
+            for r in df.transform(transforms.rewrite_erased(segments, fsync=fsync)).collect()]

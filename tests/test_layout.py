@@ -1,0 +1,230 @@
+"""The layout's rules, checked by reading every module's imports (``ast``, nothing imported):
+
+- the pure layers (codec, cleaner rules, retention, erasure rules, metadata replay, configs,
+  value types, errors) import neither ``compactor.log`` nor ``compactor.spark`` nor pyspark,
+  nor the clock, nor anything that touches files;
+- only ``compactor/log/storage.py`` touches files (``open``, ``os``/``shutil``/``pathlib``
+  file calls); the tools that launch JVMs or build archives are the declared exceptions;
+- pyspark is imported (at run time) only under ``compactor/spark/`` and by the local-cluster
+  tool; the driver modules name Spark types under ``TYPE_CHECKING`` only;
+- nothing under ``compactor/`` imports ``jobs``;
+- executor code (``compactor.spark.writer``, ``compactor.spark.transforms`` and everything
+  they import) never reaches the ledger or the driver's swap;
+- ``compactor/maintenance`` neither parses arguments nor prints;
+- no import cycles among the project's modules (imports inside functions count).
+
+Each rule is also run against a copy of the tree with one forbidden import added, which it
+must report: the checks can fail.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PROJECT = ("compactor", "jobs", "schemas")
+
+PURE = ("compactor.codec", "compactor.cleaner", "compactor.retention", "compactor.erasure.rules",
+        "compactor.cluster.metadata", "compactor.config", "compactor.model", "compactor.errors")
+FORBIDDEN_IN_PURE = ("compactor.log", "compactor.spark", "compactor.maintenance", "compactor.cli",
+                     "compactor.erasure.ledger", "pyspark", "time", "datetime", "os", "shutil",
+                     "pathlib", "io", "mmap", "fcntl", "deltalake")
+FILE_TOUCHERS = ("compactor.log.storage", "compactor.tools.local_cluster", "compactor.tools.dist")
+SPARK_IMPORTERS = ("compactor.spark", "compactor.tools.local_cluster")
+EXECUTOR_ROOTS = ("compactor.spark.writer", "compactor.spark.transforms")
+DRIVER_ONLY = ("compactor.erasure.ledger", "compactor.log.swap")
+FILE_CALLS = {"open"}
+FILE_MODULE_CALLS = {"os": {"remove", "rename", "replace", "unlink", "listdir", "scandir", "stat",
+                            "lstat", "makedirs", "mkdir", "rmdir", "open", "fsync", "utime",
+                            "symlink", "link"},
+                     "os.path": {"exists", "isdir", "isfile", "islink", "getsize", "getmtime",
+                                 "realpath"},
+                     "shutil": {"copy", "copy2", "copyfile", "copytree", "rmtree", "move"}}
+
+
+@dataclass
+class Module:
+    name: str
+    path: Path
+    imports: set[str] = field(default_factory=set)  # run-time imports (absolute names)
+    typing_only: set[str] = field(default_factory=set)  # under TYPE_CHECKING
+    file_calls: list[str] = field(default_factory=list)
+    argparse_or_print: list[str] = field(default_factory=list)
+
+
+def _module_name(path: Path, root: Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _walk(tree: ast.AST, typing_only: bool = False) -> Iterator[tuple[ast.AST, bool]]:
+    for node in ast.iter_child_nodes(tree):
+        guarded = typing_only or (isinstance(node, ast.If) and _is_type_checking(node))
+        yield node, guarded
+        yield from _walk(node, guarded)
+
+
+def parse_module(name: str, path: Path, source: str) -> Module:
+    mod = Module(name, path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for node, guarded in _walk(ast.parse(source)):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1]
+                                + ([base] if base else []))
+            # `from a import b` may import the module a.b
+            names = [base] + [f"{base}.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Call):
+            func = node.func
+            if isinstance(func, ast.Name) and func.id in FILE_CALLS:
+                mod.file_calls.append(f"{func.id}() at line {node.lineno}")
+            if isinstance(func, ast.Name) and func.id == "print":
+                mod.argparse_or_print.append(f"print() at line {node.lineno}")
+            if isinstance(func, ast.Attribute):
+                owner = ast.unparse(func.value)
+                if func.attr in FILE_MODULE_CALLS.get(owner, ()):
+                    mod.file_calls.append(f"{owner}.{func.attr}() at line {node.lineno}")
+        (mod.typing_only if guarded else mod.imports).update(names)
+    if "argparse" in mod.imports:
+        mod.argparse_or_print.append("imports argparse")
+    return mod
+
+
+def load_tree(overrides: Mapping[str, str] | None = None) -> dict[str, Module]:
+    """Every project module, parsed; ``overrides`` replaces a module's source by name."""
+    mods = {}
+    for top in PROJECT:
+        for path in sorted((REPO / top).rglob("*.py")):
+            name = _module_name(path, REPO)
+            source = (overrides or {}).get(name, path.read_text())
+            mods[name] = parse_module(name, path, source)
+    return mods
+
+
+def _under(name: str, prefixes: tuple[str, ...]) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in prefixes)
+
+
+def _project_edges(mods: Mapping[str, Module], name: str) -> set[str]:
+    """Project modules ``name`` imports at run time (a ``from pkg import sub`` edge goes to
+    ``pkg.sub`` when that is a module, else to ``pkg``)."""
+    out = set()
+    for imp in mods[name].imports:
+        if imp in mods and imp != name:
+            out.add(imp)
+    return out
+
+
+def violations(mods: Mapping[str, Module]) -> list[str]:
+    found = []
+    for name, mod in mods.items():
+        if _under(name, PURE):
+            found += [f"{name} (pure) imports {i}" for i in sorted(mod.imports)
+                      if _under(i, FORBIDDEN_IN_PURE)]
+        if not _under(name, FILE_TOUCHERS) and name.startswith("compactor"):
+            found += [f"{name} touches files: {c}" for c in mod.file_calls]
+        if not _under(name, SPARK_IMPORTERS):
+            found += [f"{name} imports {i} at run time" for i in sorted(mod.imports)
+                      if _under(i, ("pyspark",)) and name.startswith("compactor")]
+        if name.startswith("compactor"):
+            found += [f"{name} imports {i}" for i in sorted(mod.imports) if _under(i, ("jobs",))]
+        if _under(name, ("compactor.maintenance",)):
+            found += [f"{name}: {what}" for what in mod.argparse_or_print]
+    for root in EXECUTOR_ROOTS:  # the executor side's whole import closure
+        seen, todo = {root}, [root]
+        while todo:
+            for nxt in _project_edges(mods, todo.pop()):
+                if nxt not in seen:
+                    seen.add(nxt)
+                    todo.append(nxt)
+        found += [f"executor code {root} reaches {d}" for d in DRIVER_ONLY if d in seen]
+    found += [f"import cycle: {' -> '.join(c)}" for c in cycles(mods)]
+    return found
+
+
+def cycles(mods: Mapping[str, Module]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in _project_edges(mods, v):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            # a package importing its own submodule is not a cycle of concern
+            if len(comp) > 1 and not all(c.startswith(min(comp, key=len)) for c in comp):
+                out.append(sorted(comp))
+
+    for v in sorted(mods):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_the_layout_rules_hold() -> None:
+    assert violations(load_tree()) == []
+
+
+def _source(name: str) -> str:
+    return (REPO / (name.replace(".", "/") + ".py")).read_text()
+
+
+@pytest.mark.parametrize("module, added, expected", [
+    ("compactor.cleaner.policy", "from compactor.log import storage", "(pure) imports"),
+    ("compactor.codec.records", "import time", "(pure) imports time"),
+    ("compactor.retention", "from compactor.spark import stages", "(pure) imports"),
+    ("compactor.erasure.rules", "import pyspark.sql", "(pure) imports pyspark"),
+    ("compactor.maintenance.retain", "from pyspark.sql import SparkSession",
+     "imports pyspark.sql at run time"),
+    ("compactor.log.layout", "from jobs import compact", "imports jobs"),
+    ("compactor.codec.records", "from compactor.cleaner import rebatch", "import cycle"),
+    ("compactor.cleaner.verify", "from compactor.erasure import ledger",
+     "executor code compactor.spark.transforms reaches compactor.erasure.ledger"),
+    ("compactor.maintenance.run", "import argparse", "imports argparse"),
+    ("compactor.maintenance.compact", "def f():\n    open('x')", "touches files: open()"),
+    ("compactor.cluster.catalog", "def f(p):\n    os.remove(p)", "touches files: os.remove()"),
+])
+def test_a_forbidden_import_is_reported(module: str, added: str, expected: str) -> None:
+    tree = load_tree({module: _source(module) + "\n" + added + "\n"})
+    assert any(expected in v for v in violations(tree)), violations(tree)
+
+
+def test_type_checking_imports_are_not_run_time_imports() -> None:
+    mod = parse_module("compactor.x", REPO / "compactor/x.py",
+                       "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                       "    from pyspark.sql import SparkSession\n")
+    assert "pyspark.sql" in mod.typing_only and "pyspark.sql" not in mod.imports
