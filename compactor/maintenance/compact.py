@@ -25,8 +25,6 @@ from compactor.codec.checkpoints import (
 from compactor.cluster.catalog import METADATA_LOG, Catalog
 from compactor.config import REPORTED, TopicConfig
 from compactor.errors import (
-    EXIT_OK,
-    EXIT_PARTIAL,
     CompactorError,
     CorruptSegmentError,
     is_data_problem,
@@ -45,6 +43,7 @@ from compactor.log.layout import (
 from compactor.cluster.metadata import METADATA_TOPIC
 from compactor.model import CommitMessage, TopicPartition
 from compactor.maintenance.options import MaintenanceOptions, load_catalog
+from compactor.maintenance.report import Outcome, exit_code, problem_line
 from compactor.maintenance.retain import PartitionRetention, plan_log_dir
 from compactor.spark.session import get_spark
 from compactor.cleaner.policy import CleaningPlan, PartitionInput, SkipReason
@@ -66,7 +65,7 @@ class PartitionReport:
     """One partition's line of the JSON report."""
 
     tp: TopicPartition
-    status: str = "skipped"  # cleaned | skipped | corrupt | refused | failed | would_clean
+    status: Outcome = Outcome.SKIPPED
     reason: str = ""
     plan: CleaningPlan | None = None
     segments_before: int = 0
@@ -122,8 +121,7 @@ class RoundReport:
 
     @property
     def exit_code(self) -> int:
-        return EXIT_PARTIAL if any(p.status in ("corrupt", "refused", "failed")
-                                   for p in self.partitions) else EXIT_OK
+        return exit_code(p.status for p in self.partitions)
 
     def to_dict(self) -> dict[str, Any]:
         counts: dict[str, int] = {}
@@ -142,20 +140,14 @@ class RoundReport:
     def summary(self) -> str:
         lines = []
         for p in self.partitions:
-            if p.status == "cleaned":
+            if p.status == Outcome.CLEANED:
                 lines.append(f"{p.tp}: cleaned {p.records_in} -> {p.records_out} records, "
                              f"{p.bytes_in} -> {p.bytes_out} bytes, segments "
                              f"{p.segments_before} -> {p.segments_after}")
-            elif p.status == "failed" and p.error:
-                left = ("FAILED to swap in, each group left old or new"
-                        if p.error.get("stage") == "swap" else "FAILED, left untouched")
-                lines.append(f"{p.tp}: {left}: {p.error.get('message')} "
-                             f"({p.error.get('path')}); remedy: {p.error.get('remedy')}")
-            elif p.status in ("corrupt", "refused") and p.error:
-                lines.append(f"{p.tp}: {p.status.upper()}, left untouched: "
-                             f"{p.error.get('message')} "
-                             f"({p.error.get('path')}, position {p.error.get('position')}, "
-                             f"base offset {p.error.get('base_offset')})")
+            elif Outcome(p.status).is_problem and p.error:
+                left = ("each group left old or new" if p.error.get("stage") == "swap"
+                        else "left untouched")
+                lines.append(problem_line(p.tp, p.status, p.error, left=left))
             else:
                 lines.append(f"{p.tp}: {p.status} ({p.reason})")
         lines += [str(f) for f in self.foreign]
@@ -232,7 +224,7 @@ def run_locked(spark: SparkSession, opts: MaintenanceOptions, catalog: Catalog) 
         report.partitions.insert(0, PartitionReport(tp=METADATA_TP, reason=METADATA_LOG))
     report.foreign = log_dir.foreign
     for r in log_dir.refused_of(opts.selects):
-        report.partitions.append(PartitionReport(tp=r.tp, status="refused", reason=r.error.code,
+        report.partitions.append(PartitionReport(tp=r.tp, status=Outcome.REFUSED, reason=r.error.code,
                                                  error=r.error.to_dict()))
     inputs: dict[int, PartitionInput] = {}
     for i, tp in enumerate(tps):
@@ -251,7 +243,7 @@ def run_locked(spark: SparkSession, opts: MaintenanceOptions, catalog: Catalog) 
                 raise unrecovered[tp.dir_name]
             inputs[i] = load_partition_input(opts.log_dir, tp, configs[tp.topic], opts, checkpoints)
         except CompactorError as err:
-            reports[i].status, reports[i].error = "corrupt", err.to_dict()
+            reports[i].status, reports[i].error = Outcome.CORRUPT, err.to_dict()
             reports[i].reason = err.code
             continue
         reports[i].segments_before = reports[i].segments_after = len(inputs[i].segments)
@@ -264,7 +256,7 @@ def run_locked(spark: SparkSession, opts: MaintenanceOptions, catalog: Catalog) 
                       if p.checkpoint_reset and not p.will_clean}
             if opts.dry_run:
                 for i in to_clean:
-                    reports[i].status = "would_clean"
+                    reports[i].status = Outcome.WOULD_CLEAN
                 return report
             if to_clean:
                 messages = spark_stages.write_cleaned_segments(
@@ -290,7 +282,7 @@ def _plan(spark: SparkSession, inputs: dict[int, PartitionInput],
     plans, errors, headers = spark_stages.scan_and_plan(spark, inputs)
     for i, error in errors.items():
         del inputs[i]
-        reports[i].status, reports[i].error, reports[i].reason = "corrupt", error, error["code"]
+        reports[i].status, reports[i].error, reports[i].reason = Outcome.CORRUPT, error, error["code"]
     for i, inp in inputs.items():
         if i not in plans:  # no batch at all
             plans[i] = inp.plan([])
@@ -334,19 +326,19 @@ def _commit(inputs: Mapping[int, PartitionInput], plans: Mapping[int, CleaningPl
             for m in got:
                 swap.abort_group(inputs[i].path, m)
             code = problem.get("code", "")
-            rep.status = "corrupt" if is_data_problem(code) else "failed"
+            rep.status = Outcome.CORRUPT if is_data_problem(code) else Outcome.FAILED
             rep.error, rep.reason = {**problem, "stage": "rewrite"}, code
             continue
         started = time.perf_counter()
         failure = swap.commit_isolated(inputs[i].path, got)
         if failure is not None:  # the others go on; this one is old or new per group
-            rep.status, rep.reason = "failed", failure.code
+            rep.status, rep.reason = Outcome.FAILED, failure.code
             rep.error = {**failure.to_dict(), "stage": "swap"}
             continue
         # the partition's own share of the round: its groups' executor time, its swap
         rep.stages_s = {"rewrite": sum(m.seconds for m in got),
                         "commit": time.perf_counter() - started}
-        rep.status, rep.dropped = "cleaned", dropped
+        rep.status, rep.dropped = Outcome.CLEANED, dropped
         rep.records_in, rep.records_out = records_in, records_out
         rep.bytes_in = sum(m.bytes_in for m in got)
         rep.bytes_out = sum(m.bytes_out for m in got)

@@ -54,6 +54,7 @@ from compactor.log.layout import (
 from compactor.model import TopicPartition
 from compactor.cleaner.verify import txn_problems
 from compactor.maintenance.options import MaintenanceOptions, load_catalog
+from compactor.maintenance.report import Outcome
 from compactor.spark.session import get_spark
 
 if TYPE_CHECKING:
@@ -308,7 +309,7 @@ def apply(spark: SparkSession | None, log_dir: str, state_dir: str, now_ms: int,
             got = messages.get(i, [])
             touched = plan.segments(i)
             if i in errors:
-                line.update(status="corrupt", error=errors[i])
+                line.update(status=Outcome.CORRUPT, error=errors[i])
             elif i in held and found.matches.get(i):
                 line["status"] = "residual_copy"  # --exclude-pending-deletes: reported, kept
             elif dry_run:
@@ -316,9 +317,9 @@ def apply(spark: SparkSession | None, log_dir: str, state_dir: str, now_ms: int,
             elif any(m.error for m in got):
                 for m in got:
                     swap.abort_group(d.path, m)
-                line.update(status="failed", error=next(m.error for m in got if m.error))
+                line.update(status=Outcome.FAILED, error=next(m.error for m in got if m.error))
             elif (failure := swap.commit_isolated(d.path, got)) is not None:
-                line.update(status="failed", error=failure.to_dict())
+                line.update(status=Outcome.FAILED, error=failure.to_dict())
             else:
                 line["status"] = "rewritten" if got else "unchanged"
             done = line["status"] in ("rewritten", "would_rewrite")
@@ -411,7 +412,7 @@ def _applied_updates(requests: Sequence[ErasureRequest], dirs: Mapping[int, _Dir
                             "failure": json.dumps({"unknown_topic": unknown[r.request_id]})})
             continue
         mine = [i for i, d in dirs.items() if r.applies_to(d.tp.topic)]
-        bad = [dirs[i].name for i in mine if lines[i]["status"] in ("corrupt", "failed")]
+        bad = [dirs[i].name for i in mine if lines[i]["status"] in (Outcome.CORRUPT, Outcome.FAILED)]
         if bad:
             blocked[r.request_id] = bad
             continue
@@ -461,7 +462,7 @@ def verify(spark: SparkSession | None, log_dir: str, state_dir: str, now_ms: int
                                 "records_scanned": found.records.get(i, 0),
                                 "residual_matches": sum(not accepted(i, m)
                                                         for m in found.matches.get(i, []))}
-        line["status"] = "corrupt" if i in errors else (
+        line["status"] = Outcome.CORRUPT if i in errors else (
             "residual" if line["residual_matches"] else "clean")
         if i in errors:
             line["error"] = errors[i]

@@ -22,7 +22,7 @@ from compactor.codec.checkpoints import LOG_START_OFFSET_CHECKPOINT, REPLICATION
 from compactor.cluster.catalog import METADATA_LOG, Catalog
 from compactor.config import REPORTED
 from compactor.cluster.metadata import METADATA_TOPIC
-from compactor.errors import EXIT_OK, EXIT_PARTIAL, CompactorError
+from compactor.errors import CompactorError
 from compactor.log.layout import (
     ForeignEntry,
     load_partition,
@@ -35,6 +35,7 @@ from compactor.log.layout import (
 )
 from compactor.model import TopicPartition
 from compactor.maintenance.options import MaintenanceOptions, load_catalog
+from compactor.maintenance.report import Outcome, exit_code, problem_line
 from compactor.retention import RetentionPlan, check_safety_floor, plan_retention
 
 
@@ -44,7 +45,7 @@ class PartitionRetention:
 
     tp: TopicPartition
     policy: str
-    status: str = "kept"  # deleted | would_delete | kept | skipped | corrupt | failed | refused
+    status: Outcome = Outcome.KEPT
     reason: str = ""
     plan: RetentionPlan | None = None
     segments_before: int = 0
@@ -82,8 +83,7 @@ class RetentionReport:
 
     @property
     def exit_code(self) -> int:
-        return EXIT_PARTIAL if any(p.status in ("corrupt", "failed", "refused")
-                                   for p in self.partitions) else EXIT_OK
+        return exit_code(p.status for p in self.partitions)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -103,20 +103,17 @@ class RetentionReport:
         lines = []
         verb = "would delete" if self.dry_run else "deleted"
         for p in self.partitions:
-            if p.status in ("corrupt", "refused") and p.error:
-                lines.append(f"{p.tp}: {p.status.upper()}, left untouched: "
-                             f"{p.error.get('message')} ({p.error.get('path')})")
-            elif p.status == "failed" and p.error:
-                lines.append(f"{p.tp}: FAILED while deleting (a prefix of its segments may be "
-                             f"gone; the next run finishes): {p.error.get('message')} "
-                             f"({p.error.get('path')})")
+            if Outcome(p.status).is_problem and p.error:
+                left = ("a prefix of its segments may be gone; the next run finishes"
+                        if p.status == Outcome.FAILED else "left untouched")
+                lines.append(problem_line(p.tp, p.status, p.error, left=left))
             elif p.plan is not None and p.plan.deleted:
                 reasons = ", ".join(f"{r} {v['segments']} ({v['bytes']} bytes)"
                                     for r, v in p.plan.by_reason().items() if v["segments"])
                 lines.append(f"{p.tp}: {verb} {len(p.plan.deleted)} segments ({reasons}); log "
                              f"start {p.plan.log_start_offset} -> {p.plan.new_log_start_offset}"
                              + ("; rolled an empty segment at the log end" if p.plan.roll else ""))
-            elif p.status == "skipped":
+            elif p.status == Outcome.SKIPPED:
                 lines.append(f"{p.tp}: left alone ({p.reason})")
             else:
                 lines.append(f"{p.tp}: nothing to delete")
@@ -143,7 +140,7 @@ def plan_log_dir(log_dir: str, catalog: Catalog, now_ms: int,
                                  config=cfg.describe(REPORTED))
         skip = catalog.skip_reason(tp, retention=True)
         if skip is not None:
-            rep.status, rep.reason = "skipped", skip
+            rep.status, rep.reason = Outcome.SKIPPED, skip
             out.append(rep)
             continue
         pdir = storage.join(log_dir, tp.dir_name)
@@ -156,7 +153,7 @@ def plan_log_dir(log_dir: str, catalog: Catalog, now_ms: int,
             check_partition_files(part)
             check_log_start(part, starts.get(tp), leo, log_dir)
         except CompactorError as err:
-            rep.status, rep.error = "corrupt", err.to_dict()
+            rep.status, rep.error = Outcome.CORRUPT, err.to_dict()
             out.append(rep)
             continue
         rep.segments_before = len(part.segments)
@@ -165,7 +162,7 @@ def plan_log_dir(log_dir: str, catalog: Catalog, now_ms: int,
             hw = leo if tp not in hws else min(hws[tp], leo)
             rep.plan = plan_retention(part.segments, config=cfg, log_start_offset=start,
                                       log_end_offset=leo, high_watermark=hw, now_ms=now_ms)
-            rep.status = "would_delete" if rep.plan.deleted else "kept"
+            rep.status = Outcome.WOULD_DELETE if rep.plan.deleted else Outcome.KEPT
         out.append(rep)
     return out
 
@@ -188,11 +185,11 @@ def retain_locked(log_dir: str, catalog: Catalog, now_ms: int, *,
     for r in ld.refused_of(lambda t: not topics or t in topics):
         report.partitions.append(PartitionRetention(
             tp=r.tp, policy=",".join(sorted(catalog.configs[r.tp.topic].cleanup_policy))
-            if r.tp.topic in catalog.configs else "", status="refused",
+            if r.tp.topic in catalog.configs else "", status=Outcome.REFUSED,
             reason=r.error.code, error=r.error.to_dict()))
     if ld.metadata_log is not None:
         report.partitions.insert(0, PartitionRetention(
-            tp=TopicPartition(METADATA_TOPIC, 0), policy="", status="skipped",
+            tp=TopicPartition(METADATA_TOPIC, 0), policy="", status=Outcome.SKIPPED,
             reason=METADATA_LOG))
     starts: dict[TopicPartition, int | None] = {}
     for rep in report.partitions:
@@ -205,12 +202,12 @@ def retain_locked(log_dir: str, catalog: Catalog, now_ms: int, *,
         try:
             if plan.deleted:
                 swap.delete_segments(pdir, plan)
-                rep.status = "deleted"
+                rep.status = Outcome.DELETED
             # idempotent: a run after a crash finishes what the crashed one left
             swap.truncate_leader_epochs(pdir, plan.new_log_start_offset)
         except CompactorError as err:  # the others go on; this one says what happened
             rep.error = err.to_dict()
-            rep.status = "failed"  # a prefix may be gone: never reported as untouched
+            rep.status = Outcome.FAILED  # a prefix may be gone: never reported as untouched
             continue
         starts[rep.tp] = (plan.new_log_start_offset
                           if plan.new_log_start_offset > plan.first_segment_base else None)

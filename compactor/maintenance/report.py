@@ -1,0 +1,43 @@
+"""What every maintenance report shares: the outcome of one partition (its line's ``status``),
+the exit-code rule and the human line for a partition left alone because of a problem."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from enum import StrEnum
+from typing import Any
+
+from compactor.errors import EXIT_OK, EXIT_PARTIAL
+
+
+class Outcome(StrEnum):
+    """What a command did with one partition (the ``status`` of its report line; the values
+    are the strings of the JSON report)."""
+
+    CLEANED = "cleaned"  # compact: swapped in
+    WOULD_CLEAN = "would_clean"  # plan / dry run
+    DELETED = "deleted"  # retain: a prefix of segments deleted
+    WOULD_DELETE = "would_delete"
+    KEPT = "kept"  # retain: nothing to delete
+    SKIPPED = "skipped"  # not this command's business (policy, selection, metadata log, ...)
+    CORRUPT = "corrupt"  # a check refused the partition's data: left untouched
+    REFUSED = "refused"  # a duplicate or non-canonical directory: left untouched
+    FAILED = "failed"  # the work could not be done (I/O, a full disk, a failed swap)
+
+    @property
+    def is_problem(self) -> bool:
+        return self in (Outcome.CORRUPT, Outcome.REFUSED, Outcome.FAILED)
+
+
+def exit_code(statuses: Iterable[str]) -> int:
+    """Exit 6 (partial) when any partition is corrupt, refused or failed, else 0."""
+    return EXIT_PARTIAL if any(Outcome(s).is_problem for s in statuses) else EXIT_OK
+
+
+def problem_line(tp: object, status: str, error: Mapping[str, Any], *, left: str) -> str:
+    """The summary line of a partition a problem stopped: what was left, the error, where."""
+    where = ", ".join(f"{k.replace('_', ' ')} {error[k]}" for k in ("position", "base_offset")
+                      if error.get(k) is not None)
+    return (f"{tp}: {str(status).upper()}, {left}: {error.get('message')} "
+            f"({error.get('path')}{', ' + where if where else ''})"
+            + (f"; remedy: {error['remedy']}" if error.get("remedy") else ""))
