@@ -33,7 +33,6 @@ from compactor.log.layout import (
     check_log_start,
     check_partition_files,
     log_end_offset,
-    ForeignEntry,
     load_partition,
     open_log_dir,
     read_aborted_txns,
@@ -43,7 +42,7 @@ from compactor.log.layout import (
 from compactor.cluster.metadata import METADATA_TOPIC
 from compactor.model import CommitMessage, TopicPartition
 from compactor.maintenance.options import MaintenanceOptions, load_catalog
-from compactor.maintenance.report import Outcome, exit_code, problem_line
+from compactor.maintenance.report import LogDirReport, Outcome, problem_line
 from compactor.maintenance.retain import PartitionRetention, plan_log_dir
 from compactor.spark.session import get_spark
 from compactor.cleaner.policy import CleaningPlan, PartitionInput, SkipReason
@@ -108,34 +107,22 @@ class PartitionReport:
 
 
 @dataclass(kw_only=True)
-class RoundReport:
+class RoundReport(LogDirReport):
+    """A compaction round (``compact``) or its plan (``plan``)."""
+
     command: str
-    log_dir: str
-    now_ms: int
     partitions: list[PartitionReport] = field(default_factory=list)
     stages_s: dict[str, float] = field(default_factory=dict)
-    recovered: int = 0
-    catalog: Catalog | None = None
 
-    foreign: tuple[ForeignEntry, ...] = ()
-
-    @property
-    def exit_code(self) -> int:
-        return exit_code(p.status for p in self.partitions)
+    def lines(self) -> Sequence[PartitionReport]:
+        return self.partitions
 
     def to_dict(self) -> dict[str, Any]:
         counts: dict[str, int] = {}
         for p in self.partitions:
             counts[p.status] = counts.get(p.status, 0) + 1
-        return {
-            "type": "report", "command": self.command, "log_dir": self.log_dir,
-            "now_ms": self.now_ms, "status": "partial" if self.exit_code else "ok",
-            "partitions_by_status": counts, "recovered_partitions": self.recovered,
-            "stages_s": {k: round(v, 3) for k, v in self.stages_s.items()},
-            "cluster": self.catalog.to_dict() if self.catalog else None,
-            "foreign": [f.to_dict() for f in self.foreign],
-            "partitions": [p.to_dict() for p in self.partitions],
-        }
+        return self.envelope(self.command, partitions_by_status=counts,
+                             stages_s={k: round(v, 3) for k, v in self.stages_s.items()})
 
     def summary(self) -> str:
         lines = []
@@ -150,8 +137,7 @@ class RoundReport:
                 lines.append(problem_line(p.tp, p.status, p.error, left=left))
             else:
                 lines.append(f"{p.tp}: {p.status} ({p.reason})")
-        lines += [str(f) for f in self.foreign]
-        lines += self.catalog.hints() if self.catalog else []
+        lines += self.footer()
         total = sum(self.stages_s.values())
         lines.append(f"{self.command}: {len(self.partitions)} partitions in {total:.1f} s; "
                      + ", ".join(f"{k} {v:.1f} s" for k, v in self.stages_s.items()))

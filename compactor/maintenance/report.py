@@ -3,11 +3,14 @@ the exit-code rule and the human line for a partition left alone because of a pr
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, Protocol
 
+from compactor.cluster.catalog import Catalog
 from compactor.errors import EXIT_OK, EXIT_PARTIAL
+from compactor.log.layout import ForeignEntry
 
 
 class Outcome(StrEnum):
@@ -41,3 +44,47 @@ def problem_line(tp: object, status: str, error: Mapping[str, Any], *, left: str
     return (f"{tp}: {str(status).upper()}, {left}: {error.get('message')} "
             f"({error.get('path')}{', ' + where if where else ''})"
             + (f"; remedy: {error['remedy']}" if error.get("remedy") else ""))
+
+
+class PartitionLine(Protocol):
+    """One partition's line of a report."""
+
+    status: Outcome
+
+    def to_dict(self) -> dict[str, Any]: ...
+
+
+@dataclass(kw_only=True)
+class LogDirReport:
+    """What every maintenance report of a log dir holds: where and when, the partitions'
+    lines, how many partitions recovery touched, the cluster as the run saw it, and what in
+    the log dir is not Kafka's. Subclasses add their own totals to :meth:`envelope`."""
+
+    log_dir: str
+    now_ms: int
+    recovered: int = 0
+    catalog: Catalog | None = None
+    foreign: tuple[ForeignEntry, ...] = ()
+
+    def lines(self) -> Sequence[PartitionLine]:
+        raise NotImplementedError
+
+    @property
+    def exit_code(self) -> int:
+        return exit_code(p.status for p in self.lines())
+
+    def envelope(self, command: str, **totals: Any) -> dict[str, Any]:
+        """The JSON report: the common head, ``totals``, the common tail."""
+        return {
+            "type": "report", "command": command, "log_dir": self.log_dir,
+            "now_ms": self.now_ms, **totals, "status": "partial" if self.exit_code else "ok",
+            "recovered_partitions": self.recovered,
+            "cluster": self.catalog.to_dict() if self.catalog else None,
+            "foreign": [f.to_dict() for f in self.foreign],
+            "partitions": [p.to_dict() for p in self.lines()],
+        }
+
+    def footer(self, *, hints: bool = True) -> list[str]:
+        """The summary's last lines: foreign entries, then the catalog's hints."""
+        return [str(f) for f in self.foreign] + (
+            self.catalog.hints() if self.catalog and hints else [])

@@ -24,7 +24,6 @@ from compactor.config import REPORTED
 from compactor.cluster.metadata import METADATA_TOPIC
 from compactor.errors import CompactorError
 from compactor.log.layout import (
-    ForeignEntry,
     load_partition,
     check_log_start,
     check_partition_files,
@@ -35,7 +34,7 @@ from compactor.log.layout import (
 )
 from compactor.model import TopicPartition
 from compactor.maintenance.options import MaintenanceOptions, load_catalog
-from compactor.maintenance.report import Outcome, exit_code, problem_line
+from compactor.maintenance.report import LogDirReport, Outcome, problem_line
 from compactor.retention import RetentionPlan, check_safety_floor, plan_retention
 
 
@@ -72,30 +71,20 @@ class PartitionRetention:
 
 
 @dataclass(kw_only=True)
-class RetentionReport:
-    log_dir: str
-    now_ms: int
+class RetentionReport(LogDirReport):
+    """Retention over a log dir (``retain``, and the second step of ``run``)."""
+
     dry_run: bool
     partitions: list[PartitionRetention] = field(default_factory=list)
-    recovered: int = 0
-    catalog: Catalog | None = None
-    foreign: tuple[ForeignEntry, ...] = ()
 
-    @property
-    def exit_code(self) -> int:
-        return exit_code(p.status for p in self.partitions)
+    def lines(self) -> Sequence[PartitionRetention]:
+        return self.partitions
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "type": "report", "command": "retain", "log_dir": self.log_dir, "now_ms": self.now_ms,
-            "dry_run": self.dry_run, "status": "partial" if self.exit_code else "ok",
-            "segments_deleted": sum(len(p.plan.deleted) for p in self.partitions if p.plan),
-            "bytes_deleted": sum(p.plan.bytes_deleted for p in self.partitions if p.plan),
-            "recovered_partitions": self.recovered,
-            "cluster": self.catalog.to_dict() if self.catalog else None,
-            "foreign": [f.to_dict() for f in self.foreign],
-            "partitions": [p.to_dict() for p in self.partitions],
-        }
+        return self.envelope(
+            "retain", dry_run=self.dry_run,
+            segments_deleted=sum(len(p.plan.deleted) for p in self.partitions if p.plan),
+            bytes_deleted=sum(p.plan.bytes_deleted for p in self.partitions if p.plan))
 
     def summary(self, *, hints: bool = True) -> str:
         """The human summary; ``hints`` adds the catalog's (off when the compaction summary
@@ -117,8 +106,7 @@ class RetentionReport:
                 lines.append(f"{p.tp}: left alone ({p.reason})")
             else:
                 lines.append(f"{p.tp}: nothing to delete")
-        lines += [str(f) for f in self.foreign]
-        lines += self.catalog.hints() if self.catalog and hints else []
+        lines += self.footer(hints=hints)
         return "\n".join(lines)
 
 
