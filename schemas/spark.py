@@ -125,7 +125,7 @@ COMMIT_MESSAGE = _schema(
     ("tp_id", IntegerType(), False),
     ("group_base", LongType(), False),
     ("source_bases", ArrayType(LongType(), False), False),
-    ("cleaned_log", StringType(), True),
+    ("cleaned_suffixes", ArrayType(StringType(), False), False),
     ("log_checksum", LongType(), True),
     ("bytes_in", LongType(), False),
     ("bytes_out", LongType(), False),
@@ -133,7 +133,7 @@ COMMIT_MESSAGE = _schema(
     ("batches_out", LongType(), False),
     ("records_in", LongType(), False),
     ("records_out", LongType(), False),
-    ("dropped_json", StringType(), False),
+    ("dropped", StringType(), False),  # JSON: reason -> records
     ("seconds", DoubleType(), False),
     ("error", StringType(), True),
 )

@@ -42,7 +42,6 @@ from compactor.cleaner.policy import (
     BatchRetention,
     CleaningPlan,
     PartitionInput,
-    SkipReason,
 )
 from compactor.cleaner.scan import (
     BatchFlags,
@@ -57,6 +56,7 @@ from compactor.cleaner.scan import (
 )
 from compactor.cleaner.verify import index_problems, offset_problems, txn_problems
 from compactor.spark.writer import CommitMessage, write_erased_segment, write_group
+from compactor.spark import rows
 from schemas.spark import (
     BATCH_HEADER,
     COMMIT_MESSAGE,
@@ -150,29 +150,12 @@ def _py(value: object) -> object:
 
 
 def plan_to_row(tp_id: int, plan: CleaningPlan) -> dict:
-    return {
-        "tp_id": tp_id, "log_start_offset": plan.log_start_offset,
-        "log_end_offset": plan.log_end_offset, "high_watermark": plan.high_watermark,
-        "last_stable_offset": plan.last_stable_offset,
-        "first_dirty_offset": plan.first_dirty_offset,
-        "first_uncleanable_offset": plan.first_uncleanable_offset,
-        "checkpoint_reset": plan.checkpoint_reset, "clean_bytes": plan.clean_bytes,
-        "cleanable_bytes": plan.cleanable_bytes, "compaction_delay_ms": plan.compaction_delay_ms,
-        "dirty_ratio": plan.dirty_ratio, "reason": int(plan.reason),
-        "groups": [list(g) for g in plan.groups],
-    }
+    """A plan as a ``PLAN`` row (without error)."""
+    return rows.to_row(plan, PLAN, tp_id=tp_id, error=None)
 
 
 def plan_from_row(row: Mapping) -> CleaningPlan:
-    return CleaningPlan(
-        log_start_offset=row["log_start_offset"], log_end_offset=row["log_end_offset"],
-        high_watermark=row["high_watermark"], last_stable_offset=row["last_stable_offset"],
-        first_dirty_offset=row["first_dirty_offset"],
-        first_uncleanable_offset=row["first_uncleanable_offset"],
-        checkpoint_reset=row["checkpoint_reset"], clean_bytes=row["clean_bytes"],
-        cleanable_bytes=row["cleanable_bytes"], compaction_delay_ms=row["compaction_delay_ms"],
-        groups=tuple(tuple(g) for g in row["groups"]), reason=SkipReason(row["reason"]),
-    )
+    return rows.from_row(CleaningPlan, row)
 
 
 def plan_rounds(inputs: Mapping[int, PartitionInput]) -> Transform:
@@ -349,28 +332,12 @@ def rewrite_groups(inputs: Mapping[int, PartitionInput], plans: Mapping[int, Cle
 
 def message_to_row(tp_id: int, m: CommitMessage) -> dict:
     """A commit message as a ``COMMIT_MESSAGE`` row."""
-    return {
-        "tp_id": tp_id, "group_base": m.group_base, "source_bases": list(m.source_bases),
-        "cleaned_log": ",".join(m.cleaned_suffixes), "log_checksum": m.log_checksum,
-        "bytes_in": m.bytes_in, "bytes_out": m.bytes_out, "batches_in": m.batches_in,
-        "batches_out": m.batches_out, "records_in": m.records_in,
-        "records_out": m.records_out, "dropped_json": json.dumps(dict(m.dropped)),
-        "seconds": m.seconds, "error": json.dumps(m.error) if m.error else None,
-    }
+    return rows.to_row(m, COMMIT_MESSAGE, tp_id=tp_id)
 
 
 def message_from_row(r: object) -> CommitMessage:
     """A collected ``COMMIT_MESSAGE`` row as the commit message the driver acts on."""
-    return CommitMessage(
-        group_base=r.group_base, source_bases=tuple(r.source_bases),  # type: ignore[attr-defined]
-        cleaned_suffixes=tuple(s for s in (r.cleaned_log or "").split(",") if s),  # type: ignore[attr-defined]
-        log_checksum=r.log_checksum or 0, bytes_in=r.bytes_in,  # type: ignore[attr-defined]
-        bytes_out=r.bytes_out, batches_in=r.batches_in,  # type: ignore[attr-defined]
-        batches_out=r.batches_out, records_in=r.records_in,  # type: ignore[attr-defined]
-        records_out=r.records_out, dropped=json.loads(r.dropped_json),  # type: ignore[attr-defined]
-        seconds=r.seconds, error=json.loads(r.error) if r.error else None,  # type: ignore[attr-defined]
-        tp_id=r.tp_id,  # type: ignore[attr-defined]
-    )
+    return rows.from_row(CommitMessage, r.asDict() if hasattr(r, "asDict") else r)  # type: ignore[arg-type]
 
 
 # ---------------------------------------------------------------------------------------------

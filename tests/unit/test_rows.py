@@ -1,0 +1,65 @@
+"""The generated row converters: every dataclass the Spark stages ship survives the trip to a
+row of its schema and back (Hypothesis), and a row has the column values Spark expects."""
+
+from __future__ import annotations
+
+import json
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from compactor.cleaner.policy import CleaningPlan, SkipReason
+from compactor.model import CommitMessage
+from compactor.spark import rows
+from schemas.spark import COMMIT_MESSAGE, PLAN
+
+offsets = st.integers(min_value=0, max_value=2**62)
+plans = st.builds(
+    CleaningPlan, log_start_offset=offsets, log_end_offset=offsets, high_watermark=offsets,
+    last_stable_offset=offsets, first_dirty_offset=offsets, first_uncleanable_offset=offsets,
+    checkpoint_reset=st.booleans(), clean_bytes=offsets, cleanable_bytes=offsets,
+    compaction_delay_ms=st.integers(min_value=0, max_value=2**40),
+    groups=st.lists(st.lists(offsets, min_size=1, max_size=4).map(tuple), max_size=4).map(tuple),
+    reason=st.sampled_from(SkipReason))
+errors = st.none() | st.fixed_dictionaries({"code": st.text(max_size=8),
+                                            "position": st.none() | offsets})
+messages = st.builds(
+    CommitMessage, group_base=offsets, source_bases=st.lists(offsets, max_size=4).map(tuple),
+    tp_id=st.integers(min_value=0, max_value=1000),
+    cleaned_suffixes=st.lists(st.sampled_from([".log", ".index", ".timeindex", ".txnindex"]),
+                              unique=True).map(tuple),
+    log_checksum=st.integers(min_value=0, max_value=2**32 - 1), bytes_in=offsets,
+    records_in=offsets, dropped=st.dictionaries(st.sampled_from(["superseded", "aborted"]),
+                                                offsets),
+    seconds=st.floats(min_value=0, max_value=1e6), error=errors)
+
+
+@given(plans)
+def test_a_plan_survives_its_row(plan: CleaningPlan) -> None:
+    row = rows.to_row(plan, PLAN, tp_id=3, error=None)
+    assert list(row) == PLAN.fieldNames()
+    assert rows.from_row(CleaningPlan, row) == plan
+
+
+@given(messages)
+def test_a_commit_message_survives_its_row(message: CommitMessage) -> None:
+    row = rows.to_row(message, COMMIT_MESSAGE, tp_id=message.tp_id)
+    assert list(row) == COMMIT_MESSAGE.fieldNames()
+    assert rows.from_row(CommitMessage, row) == message
+
+
+def test_column_values_are_what_spark_expects() -> None:
+    plan = CleaningPlan(log_start_offset=0, log_end_offset=10, high_watermark=10,
+                        last_stable_offset=10, first_dirty_offset=0, first_uncleanable_offset=8,
+                        checkpoint_reset=False, clean_bytes=0, cleanable_bytes=100,
+                        compaction_delay_ms=0, groups=((0, 4), (8,)),
+                        reason=SkipReason.BELOW_DIRTY_RATIO)
+    row = rows.to_row(plan, PLAN, tp_id=1, error=None)
+    assert row["groups"] == [[0, 4], [8]] and row["reason"] == 4 and row["error"] is None
+    assert row["dirty_ratio"] == plan.dirty_ratio  # a property becomes its column
+    message = CommitMessage(group_base=0, source_bases=(0, 4), dropped={"superseded": 2},
+                            error={"code": "X"})
+    row = rows.to_row(message, COMMIT_MESSAGE, tp_id=7)
+    assert row["tp_id"] == 7 and row["source_bases"] == [0, 4]
+    assert json.loads(row["dropped"]) == {"superseded": 2} and json.loads(row["error"]) == {
+        "code": "X"}
