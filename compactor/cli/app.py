@@ -10,7 +10,7 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
-from typing import Any, TextIO
+from typing import TextIO
 
 from compactor.log import storage
 from compactor.codec.compression import Codec
@@ -24,6 +24,7 @@ from compactor.tools.generator import GeneratorConfig, generate
 from compactor.tools.inspect import Problem, SegmentReport, inspect_path
 from compactor.cli import jobs
 from compactor.cli.args import (
+    now_ms,
     add_arguments,
     add_config_arguments,
     add_erase_arguments,
@@ -175,10 +176,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     return run_guarded("compactor", args.handler, args, json_line=getattr(args, "json", False))
 
 
-def _emit(out: TextIO, obj: dict[str, Any]) -> None:
-    out.write(json.dumps(obj, separators=(",", ":")) + "\n")
-
-
 def _cmd_inspect(args: argparse.Namespace, out: TextIO) -> int:
     segments = batches = records = 0
     problems: list[Problem] = []
@@ -187,20 +184,20 @@ def _cmd_inspect(args: argparse.Namespace, out: TextIO) -> int:
         if isinstance(item, Problem):
             problems.append(item)
             if args.json:
-                _emit(out, {"type": "problem", **item.to_dict()})
+                jobs.emit(out, {"type": "problem", **item.to_dict()})
             continue
         segments += 1
         batches += item.batch_count
         records += item.record_count
         problems.extend(item.problems)
         if args.json:
-            _emit(out, item.to_dict())
+            jobs.emit(out, item.to_dict())
         else:
             _print_segment(item, out, records=args.records)
     summary = {"type": "summary", "segments": segments, "batches": batches,
                "records": records, "problems": len(problems), "verified": args.verify}
     if args.json:
-        _emit(out, summary)
+        jobs.emit(out, summary)
     else:
         for p in problems:
             out.write(f"PROBLEM {p}\n")
@@ -293,7 +290,7 @@ def _cmd_generate(args: argparse.Namespace, out: TextIO) -> int:
     )
     summary = generate(args.out_dir, cfg)
     if args.json:
-        _emit(out, {"type": "generate", **summary.to_dict()})
+        jobs.emit(out, {"type": "generate", **summary.to_dict()})
     else:
         total = sum(p.records for p in summary.partitions)
         size = sum(p.bytes for p in summary.partitions)
@@ -307,12 +304,12 @@ def _cmd_cluster(args: argparse.Namespace, out: TextIO) -> int:
 
     if args.action == "start":
         c = local_cluster.start(args.dir, workers=args.workers, cores=args.cores, memory=args.memory)
-        _emit(out, {"type": "cluster", "master_url": c.master_url, "web_url": c.web_url,
+        jobs.emit(out, {"type": "cluster", "master_url": c.master_url, "web_url": c.web_url,
                     "workers": c.workers})
     elif args.action == "stop":
-        _emit(out, {"type": "cluster", "stopped": local_cluster.stop(args.dir)})
+        jobs.emit(out, {"type": "cluster", "stopped": local_cluster.stop(args.dir)})
     else:
-        _emit(out, {"type": "cluster", **local_cluster.status(args.dir)})
+        jobs.emit(out, {"type": "cluster", **local_cluster.status(args.dir)})
     return EXIT_OK
 
 
@@ -346,14 +343,14 @@ def _cmd_erase_request(args: argparse.Namespace, out: TextIO) -> int:
         raise ConfigError("--leave-tombstone applies to key erasure only (--key, --key-hex, "
                           "--keys-file): a header names no key to leave a tombstone for")
     requests = new_requests(topic=args.topic, subjects=subjects, selector=selector,
-                            header_name=header_name, reason=args.reason, now_ms=jobs.now_ms(args),
+                            header_name=header_name, reason=args.reason, now_ms=now_ms(args),
                             deadline_days=args.deadline_days, request_id=args.request_id,
                             leave_tombstone=args.leave_tombstone)
     added, existing = ledger.add_requests(
         args.state_dir, requests,
         {"action": "request", "request_ids": ",".join(r.request_id for r in requests)})
     if args.json:
-        _emit(out, {"type": "requests", "added": added, "existing": existing})
+        jobs.emit(out, {"type": "requests", "added": added, "existing": existing})
     else:
         for r in requests:
             out.write(f"{r.request_id} {'added' if r.request_id in added else 'exists'}\n")
@@ -387,7 +384,7 @@ def _cmd_erase_list(args: argparse.Namespace, out: TextIO) -> int:
 
     rows = ledger.list_requests(args.state_dir)
     if args.json:
-        _emit(out, {"type": "requests", "requests": rows})
+        jobs.emit(out, {"type": "requests", "requests": rows})
     else:
         for r in rows:
             what = r["selector"] + (f" {r['header_name']}" if r["header_name"] else "")
@@ -406,7 +403,7 @@ def _cmd_erase_report(args: argparse.Namespace, out: TextIO) -> int:
         raise ConfigError(f"no erasure request {args.request_id!r} in the ledger",
                           path=args.state_dir)
     if args.json:
-        _emit(out, result)
+        jobs.emit(out, result)
     else:
         proof, req = result["proof"], result["request"]
         out.write(f"request {req['request_id']} ({req['selector']} sha256 "

@@ -73,6 +73,16 @@ def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
                              "defaults (cleanup.policy=delete, retention.ms 7 days)")
 
 
+def now_ms(args: argparse.Namespace) -> int:
+    """``--now-ms``, or the wall clock when it is not given."""
+    return args.now_ms if args.now_ms is not None else int(time.time() * 1000)
+
+
+def optional_path(value: str | None) -> str | None:
+    """An optional path argument made absolute (executors run elsewhere)."""
+    return storage.absolute(value) if value else None
+
+
 def options_from_args(args: argparse.Namespace, *, dry_run: bool = False) -> MaintenanceOptions:
     """Validate the config arguments into :class:`MaintenanceOptions`.
 
@@ -104,17 +114,13 @@ def options_from_args(args: argparse.Namespace, *, dry_run: bool = False) -> Mai
     for item in args.topic_config:
         topic, key, value = parse_topic_assignment(item)
         topics.setdefault(topic, {})[key] = value
-    now_ms = args.now_ms if args.now_ms is not None else int(time.time() * 1000)
     selected = frozenset(t for t in (getattr(args, "topics", None) or "").split(",") if t)
-    def path(name: str) -> str | None:
-        value = getattr(args, name, None)
-        return storage.absolute(value) if value else None
-
     return MaintenanceOptions(
-        log_dir=storage.absolute(args.log_dir), now_ms=now_ms, config_all=config_all,
+        log_dir=storage.absolute(args.log_dir), now_ms=now_ms(args), config_all=config_all,
         config_topics=topics, dry_run=dry_run or getattr(args, "dry_run", False),
         topics=selected, assume_kafka_defaults=getattr(args, "assume_kafka_defaults", False),
-        metadata_log_dir=path("metadata_log_dir"), server_properties=path("server_properties"))
+        metadata_log_dir=optional_path(getattr(args, "metadata_log_dir", None)),
+        server_properties=optional_path(getattr(args, "server_properties", None)))
 
 
 def add_erase_arguments(parser: argparse.ArgumentParser, *, apply: bool) -> None:

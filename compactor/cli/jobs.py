@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
@@ -26,6 +25,8 @@ from compactor.cli.args import (
     add_recover_arguments,
     add_retention_arguments,
     add_status_arguments,
+    now_ms,
+    optional_path,
     options_from_args,
     run_main,
 )
@@ -147,26 +148,19 @@ def erase_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def now_ms(args: argparse.Namespace) -> int:
-    return args.now_ms if args.now_ms is not None else int(time.time() * 1000)
-
-
 def execute_erase(args: argparse.Namespace, out: TextIO) -> int:
     """``erase apply``, ``erase verify`` and (the ledger only, no Spark) ``erase status``."""
     if args.action == "status":
         return execute_erase_status(args, out)
     from compactor.maintenance import erase
 
-    def path(value: str | None) -> str | None:
-        return storage.absolute(value) if value else None
-
     report = erase.perform(args.action, storage.absolute(args.log_dir),
                            storage.absolute(args.state_dir), now_ms(args), master=args.master,
                            dry_run=getattr(args, "dry_run", False),
                            exclude_pending_deletes=getattr(args, "exclude_pending_deletes",
                                                            False),
-                           metadata_log_dir=path(args.metadata_log_dir),
-                           server_properties=path(args.server_properties))
+                           metadata_log_dir=optional_path(args.metadata_log_dir),
+                           server_properties=optional_path(args.server_properties))
     emit(out, report)
     if not args.json:
         out.write(erase_summary(report) + "\n")
