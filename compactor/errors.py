@@ -207,6 +207,13 @@ class LogDirError(CompactorError):
     default_remedy = "check the path and its permissions; nothing was changed"
 
 
+class ConditionFailedError(LogDirError):
+    """An object store refused a conditional write (``If-None-Match`` / ``If-Match``): the
+    object is not in the state the write was made for."""
+
+    code = "CONDITION_FAILED"
+
+
 class LogDirLockedError(CompactorError):
     """Another process (a Kafka broker or another compactor) holds the log dir's ``.lock``."""
 

@@ -34,7 +34,8 @@ PURE = ("compactor.codec", "compactor.cleaner", "compactor.retention", "compacto
 FORBIDDEN_IN_PURE = ("compactor.log", "compactor.spark", "compactor.maintenance", "compactor.cli",
                      "compactor.erasure.ledger", "pyspark", "time", "datetime", "os", "shutil",
                      "pathlib", "io", "mmap", "fcntl", "deltalake")
-FILE_TOUCHERS = ("compactor.log.storage", "compactor.tools.local_cluster", "compactor.tools.dist")
+FILE_TOUCHERS = ("compactor.log.storage", "compactor.tools.local_cluster", "compactor.tools.dist",
+                 "compactor.tools.s3_server")
 SPARK_IMPORTERS = ("compactor.spark", "compactor.tools.local_cluster")
 EXECUTOR_ROOTS = ("compactor.spark.writer", "compactor.spark.transforms")
 DRIVER_ONLY = ("compactor.erasure.ledger", "compactor.log.swap")

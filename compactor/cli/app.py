@@ -29,6 +29,7 @@ from compactor.cli.args import (
     add_config_arguments,
     add_erase_arguments,
     add_recover_arguments,
+    add_storage_arguments,
     add_retention_arguments,
     add_status_arguments,
     run_guarded,
@@ -53,6 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--verify", action="store_true",
                    help="check CRCs, offsets, indexes and txn indexes; exit non-zero on problems")
     p.add_argument("--json", action="store_true", help="one JSON object per line")
+    add_storage_arguments(p, lease=False)
     p.set_defaults(handler=_cmd_inspect)
 
     g = sub.add_parser("generate", help="write a realistic sample Kafka log dir")
@@ -145,6 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "bare tombstone at its offset instead of removing it, so downstream "
                          "state stores learn of the delete (the key bytes stay until it expires)")
     rq.add_argument("--json", action="store_true")
+    add_storage_arguments(rq, lease=False)
     rq.set_defaults(handler=_cmd_erase_request)
     for name, help_text in (("apply", "erase every pending request's records (Spark)"),
                             ("verify", "rescan and mark applied requests verified (Spark)")):
@@ -157,15 +160,18 @@ def build_parser() -> argparse.ArgumentParser:
     ini = esub.add_parser("init", help="create the ledger (before the first request, so "
                                        "that status and the erasure DAG find one)")
     ini.add_argument("--state-dir", required=True)
+    add_storage_arguments(ini, lease=False)
     ini.set_defaults(handler=_cmd_erase_init)
     ls = esub.add_parser("list", help="every request: id, topic, selector, status, deadline")
     ls.add_argument("--state-dir", required=True)
     ls.add_argument("--json", action="store_true")
+    add_storage_arguments(ls, lease=False)
     ls.set_defaults(handler=_cmd_erase_list)
     rp = esub.add_parser("report", help="the audit proof of one request")
     rp.add_argument("--state-dir", required=True)
     rp.add_argument("--request-id", required=True)
     rp.add_argument("--json", action="store_true")
+    add_storage_arguments(rp, lease=False)
     rp.set_defaults(handler=_cmd_erase_report)
     return parser
 

@@ -36,7 +36,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     """Log dir, clock, topic configs and output format (every maintenance command)."""
-    parser.add_argument("log_dir", help="the Kafka log dir (on storage every executor reaches)")
+    parser.add_argument("log_dir", help="the Kafka log dir: a path every executor reaches or "
+                                        "s3://bucket/prefix")
     parser.add_argument("--now-ms", type=optional_int, default=None,
                         help="the round's clock in epoch ms (default or empty: wall clock)")
     parser.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
@@ -51,10 +52,42 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--topics", default=None, metavar="T1,T2",
                         help="only these topics (comma-separated; default: every topic)")
     add_cluster_arguments(parser)
+    add_storage_arguments(parser)
     parser.add_argument("--state-dir", default=None,
                         help="append one row per partition to the runs Delta table there")
     parser.add_argument("--json", action="store_true",
                         help="print only the JSON report line (no human summary)")
+
+
+def add_storage_arguments(parser: argparse.ArgumentParser, *, lease: bool = True) -> None:
+    """How to reach object storage (every command that takes a log dir or a state dir);
+    ``lease`` for the commands that hold a log dir."""
+    parser.add_argument("--storage-option", action="append", default=[], metavar="KEY=VALUE",
+                        help="object-store setting, e.g. endpoint_url=http://127.0.0.1:8333 "
+                             "(keys: " + ", ".join(sorted(storage.STORAGE_OPTIONS)) +
+                             "); repeatable; credentials come from the AWS environment")
+    if not lease:
+        return
+    parser.add_argument("--break-lease", action="store_true",
+                        help="take an object-store log dir's lease even if another run holds "
+                             "it (only after that run crashed)")
+
+
+def configure_storage(args: argparse.Namespace) -> None:
+    """Apply ``--storage-option`` and ``--break-lease`` to this process (and, through
+    :func:`compactor.log.storage.portable`, to its executors).
+
+    Raises:
+        ConfigError: a malformed pair or an unknown key.
+    """
+    pairs = {}
+    for item in getattr(args, "storage_option", None) or ():
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--storage-option {item!r}: expected KEY=VALUE")
+        pairs[key.strip()] = value.strip()
+    storage.configure(storage.StorageSettings(
+        options=pairs, break_lease=bool(getattr(args, "break_lease", False))))
 
 
 def add_metadata_argument(parser: argparse.ArgumentParser) -> None:
@@ -137,6 +170,7 @@ def add_erase_arguments(parser: argparse.ArgumentParser, *, apply: bool) -> None
     add_metadata_argument(parser)
     parser.add_argument("--server-properties", default=None, metavar="FILE",
                         help="the broker's static server.properties (log.* broker defaults)")
+    add_storage_arguments(parser)
     if apply:
         parser.add_argument("--exclude-pending-deletes", action="store_true",
                             help="scan -delete and -stray copies but do not rewrite them: "
@@ -159,6 +193,7 @@ def add_recover_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("log_dir", help="a log dir or one partition directory")
     parser.add_argument("--dry-run", action="store_true", help="print what would change")
     parser.add_argument("--json", action="store_true")
+    add_storage_arguments(parser)
 
 
 def add_status_arguments(parser: argparse.ArgumentParser) -> None:
@@ -166,6 +201,7 @@ def add_status_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--state-dir", required=True)
     parser.add_argument("--now-ms", type=optional_int, default=None)
     parser.add_argument("--json", action="store_true")
+    add_storage_arguments(parser)
 
 
 def run_main(name: str, parser: argparse.ArgumentParser,
@@ -184,6 +220,7 @@ def run_guarded(name: str, execute: Callable[[argparse.Namespace, TextIO], int],
     ``json_line``), one message on stderr and the error's exit code: no command ends with a
     traceback (``COMPACTOR_DEBUG=1`` prints it for bug reports)."""
     try:
+        configure_storage(args)
         return int(execute(args, sys.stdout))
     except Exception as exc:  # noqa: BLE001 - the one place every failure is turned into a message
         if isinstance(exc, CompactorError):

@@ -112,29 +112,29 @@ def _read_bytes(data: bytes, cursor: int, end: int, what: str) -> tuple[bytes | 
     return bytes(data[cursor : cursor + length]), cursor + length
 
 
-def decode_legacy_entry(
-    data: bytes, pos: int, end: int, *, verify_crc: bool = True
-) -> RecordBatch:
-    """Decode the legacy entry ``data[pos:end]`` into the common read model.
+def decode_legacy_entry(entry: bytes, pos: int, *, verify_crc: bool = True) -> RecordBatch:
+    """Decode the legacy entry ``entry`` (its whole bytes), found at byte ``pos`` of its file,
+    into the common read model.
 
     The returned batch's records are decoded eagerly (legacy data is rare and small).
-    Errors carry the entry's position (relative to ``data``) and offset.
+    Errors carry the entry's file position and offset.
     """
+    end = len(entry)
     try:
-        message = _parse_message(data, pos, end, verify_crc)
+        message = _parse_message(entry, 0, end, verify_crc)
         codec = message.attributes & CODEC_MASK
         if codec == Codec.NONE:
             inner = [_to_record(message, message.offset, message.timestamp)]
         else:
             inner = _decode_wrapper(message, codec)
     except (CorruptSegmentError, UnsupportedFormatError) as err:
-        offset = _INT64.unpack_from(data, pos)[0] if end - pos >= 8 else None
+        offset = _INT64.unpack_from(entry, 0)[0] if end >= 8 else None
         raise err.with_location(position=pos, base_offset=offset)
     base_offset = inner[0].offset
     return RecordBatch(
         position=pos,
         base_offset=base_offset,
-        size_in_bytes=end - pos,
+        size_in_bytes=end,
         partition_leader_epoch=NO_PARTITION_LEADER_EPOCH,
         magic=message.magic,
         crc=message.crc,
@@ -146,7 +146,7 @@ def decode_legacy_entry(
         producer_epoch=NO_PRODUCER_EPOCH,
         base_sequence=NO_SEQUENCE,
         records_count=len(inner),
-        raw=bytes(data[pos:end]),
+        raw=entry,
         legacy_records=tuple(inner),
     )
 

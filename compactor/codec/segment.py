@@ -47,7 +47,8 @@ def iter_batches(
     """Yield every entry of ``data[start_position:end_position]`` in file order.
 
     Args:
-        data: the segment's bytes (or a prefix of them).
+        data: the segment's bytes (or a prefix of them): anything that slices into ``bytes``
+            and has a length (bytes, an mmap, a ranged object reader).
         path: file name used in error messages.
         start_position: byte position of the first entry (inclusive).
         end_position: byte position where entries stop (exclusive); default: end of ``data``.
@@ -61,15 +62,18 @@ def iter_batches(
     end = len(data) if end_position is None else end_position
     pos = start_position
     while pos < end:
-        if end - pos < MAGIC_POSITION + 1:
+        # one small slice for the frame, one for the entry: ``data`` may be an mmap or an
+        # object read by ranges (storage.mapped), so nothing here indexes into it directly
+        head = data[pos:min(pos + MAGIC_POSITION + 1, end)]
+        if len(head) < MAGIC_POSITION + 1:
             raise TruncatedSegmentError(
                 f"{end - pos} trailing bytes are too short to be an entry header "
                 f"(a partial write or trailing garbage)",
                 path=path,
                 position=pos,
-                base_offset=_OFFSET.unpack_from(data, pos)[0] if end - pos >= 8 else None,
+                base_offset=_OFFSET.unpack_from(head, 0)[0] if len(head) >= 8 else None,
             )
-        base_offset, size = _FRAME.unpack_from(data, pos)
+        base_offset, size = _FRAME.unpack_from(head, 0)
         if size < V0_OVERHEAD:
             hint = " (zero-filled tail of a preallocated segment?)" if size == 0 else ""
             raise CorruptSegmentError(
@@ -87,12 +91,13 @@ def iter_batches(
                 position=pos,
                 base_offset=base_offset,
             )
-        magic = data[pos + MAGIC_POSITION]
+        magic = head[MAGIC_POSITION]
         if magic == 2:
-            yield _decode_v2_header(data, pos, entry_end, path, verify_crc)
+            yield _decode_v2_header(bytes(data[pos:entry_end]), pos, path, verify_crc)
         elif magic in (0, 1):
             try:
-                batch = decode_legacy_entry(data, pos, entry_end, verify_crc=verify_crc)
+                batch = decode_legacy_entry(bytes(data[pos:entry_end]), pos,
+                                            verify_crc=verify_crc)
             except (CorruptSegmentError, UnsupportedFormatError) as err:
                 raise err.with_location(path=path)
             yield batch
@@ -106,17 +111,16 @@ def iter_batches(
         pos = entry_end
 
 
-def _decode_v2_header(
-    data: bytes, pos: int, entry_end: int, path: str | None, verify_crc: bool
-) -> RecordBatch:
-    size_in_bytes = entry_end - pos
+def _decode_v2_header(raw: bytes, pos: int, path: str | None, verify_crc: bool) -> RecordBatch:
+    """The v2 batch ``raw`` (its whole entry), found at byte ``pos`` of the file."""
+    size_in_bytes = len(raw)
     if size_in_bytes < RECORD_BATCH_OVERHEAD:
         raise CorruptSegmentError(
             f"v2 batch of {size_in_bytes} bytes is shorter than its "
             f"{RECORD_BATCH_OVERHEAD}-byte header",
             path=path,
             position=pos,
-            base_offset=_FRAME.unpack_from(data, pos)[0],
+            base_offset=_FRAME.unpack_from(raw, 0)[0],
         )
     (
         base_offset,
@@ -132,8 +136,7 @@ def _decode_v2_header(
         producer_epoch,
         base_sequence,
         records_count,
-    ) = V2_HEADER.unpack_from(data, pos)
-    raw = bytes(data[pos:entry_end])
+    ) = V2_HEADER.unpack_from(raw, 0)
     if verify_crc:
         computed = crc32c.crc32c(memoryview(raw)[CRC_START:])
         if computed != crc:

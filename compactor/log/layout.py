@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 import javaproperties
 
-from compactor.log import storage
+from compactor.log import manifest, storage
+from compactor.log.manifest import MANIFEST_NAME
 from compactor.codec.checkpoints import (
     LEADER_EPOCH_CHECKPOINT,
     LOG_START_OFFSET_CHECKPOINT,
@@ -131,9 +132,9 @@ def segment_logs(names: list[str]) -> list[tuple[int, str]]:
 
 
 def leftover_names(names: list[str]) -> tuple[str, ...]:
-    """Names with a ``.cleaned``, ``.swap`` or ``.deleted`` suffix (an interrupted swap or
-    deletion)."""
-    return tuple(n for n in names if n.endswith(TEMP_SUFFIXES))
+    """Names with a ``.cleaned``, ``.swap`` or ``.deleted`` suffix, and an object store's swap
+    manifest (an interrupted swap or deletion)."""
+    return tuple(n for n in names if n.endswith(TEMP_SUFFIXES) or n == MANIFEST_NAME)
 
 
 def segment_path(partition_dir: str, base_offset: int, suffix: str = LOG_SUFFIX) -> str:
@@ -197,7 +198,7 @@ class ForeignEntry:
 KNOWN_ROOT_FILES = frozenset({
     ".lock", "meta.properties", ".kafka_cleanshutdown", "recovery-point-offset-checkpoint",
     "log-start-offset-checkpoint", "replication-offset-checkpoint", "cleaner-offset-checkpoint",
-    "bootstrap.checkpoint",
+    "bootstrap.checkpoint", storage.LEASE_NAME,
 })
 # Directories Kafka keeps at a log dir's root that are not logs (RemoteIndexCache.DIR_NAME).
 KNOWN_ROOT_DIRS = frozenset({"remote-log-index-cache"})
@@ -601,6 +602,13 @@ class RecoveryPlan:
     def is_empty(self) -> bool:
         return not self.deletes and not self.renames
 
+    def then(self, other: RecoveryPlan) -> RecoveryPlan:
+        """This plan followed by ``other``."""
+        if self.is_empty:
+            return other
+        return RecoveryPlan(deletes=self.deletes + other.deletes,
+                            renames=self.renames + other.renames)
+
 
 def plan_recovery(
     names: list[str], next_offset_of_swap: Callable[[str], int | None]
@@ -663,10 +671,25 @@ def recover_partition(partition_dir: str, *, dry_run: bool = False) -> RecoveryP
     unreadable ``.swap`` segment) changes nothing. Applying the plan is itself crash-safe:
     running it again after a crash reaches the same end state.
 
+    On an object store, a swap manifest (:mod:`compactor.log.manifest`) is rolled forward
+    first; the plan then shows its copies as renames and its deletes.
+
     Raises:
-        SwapRecoveryError: a ``.log.swap`` file that must win cannot be read.
+        SwapRecoveryError: a ``.log.swap`` file that must win cannot be read, or a swap
+            manifest cannot be carried out.
     """
     names = storage.list_dir(partition_dir)
+    pending = manifest.read(partition_dir) if MANIFEST_NAME in names else None
+    rolled = RecoveryPlan()
+    if pending is not None:
+        rolled = RecoveryPlan(
+            deletes=(*pending.deletes, MANIFEST_NAME),
+            renames=tuple((c.source, c.target) for c in pending.copies))
+        if dry_run:
+            names = manifest.names_after(names, pending)
+        else:
+            manifest.roll_forward(partition_dir, pending)
+            names = storage.list_dir(partition_dir)
 
     def next_offset(name: str) -> int | None:
         path = storage.join(partition_dir, name)
@@ -682,13 +705,13 @@ def recover_partition(partition_dir: str, *, dry_run: bool = False) -> RecoveryP
 
     plan = plan_recovery(names, next_offset)
     if dry_run or plan.is_empty:
-        return plan
+        return rolled.then(plan)
     for name in plan.deletes:
         storage.remove(storage.join(partition_dir, name), missing_ok=True)
     for src, dst in plan.renames:
         storage.rename(storage.join(partition_dir, src), storage.join(partition_dir, dst))
     storage.fsync_dir(partition_dir)
-    return plan
+    return rolled.then(plan)
 
 
 def recover_partitions(log_dir: str, names: Iterable[str]) -> tuple[int, dict[str, CompactorError]]:

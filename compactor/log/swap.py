@@ -24,13 +24,16 @@ crash at each point:
 So every crash leaves exactly the old or exactly the new segments. The checkpoint moves only
 after every group of the partition is swapped; a crash before that makes the next round
 re-clean from the previous checkpoint, which is harmless.
+
+On an object store, where nothing can be renamed, a partition's groups are swapped together
+under one swap manifest instead (:mod:`compactor.log.manifest`), with the same guarantee.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from compactor.log import storage
+from compactor.log import manifest, storage
 from compactor.codec.checkpoints import (
     CLEANER_OFFSET_CHECKPOINT,
     LEADER_EPOCH_CHECKPOINT,
@@ -55,6 +58,7 @@ from compactor.log.layout import (
     remove_cleaned,
     segment_path,
 )
+from compactor.log.manifest import Copy, SwapManifest
 from compactor.model import CommitMessage, TopicPartition
 from compactor.retention import RetentionPlan
 
@@ -64,12 +68,9 @@ def abort_group(partition_dir: str, message: CommitMessage) -> None:
     remove_cleaned(partition_dir, message.group_base)
 
 
-def swap_group(partition_dir: str, message: CommitMessage) -> None:
-    """Replace the group's source segments by its cleaned segment (module docstring).
-
-    Raises:
-        CommitConflictError: the cleaned log is missing or not what the executor wrote.
-    """
+def _check_cleaned(partition_dir: str, message: CommitMessage) -> None:
+    """Raises: CommitConflictError: the cleaned log is missing or not what the executor
+    wrote."""
     base = message.group_base
     log = cleaned_path(partition_dir, base, LOG_SUFFIX)
     if not storage.exists(log) or storage.crc32(log) != message.log_checksum:
@@ -78,6 +79,16 @@ def swap_group(partition_dir: str, message: CommitMessage) -> None:
             path=log, base_offset=base,
             remedy="another run may be working on this log dir; rerun when it is done",
         )
+
+
+def swap_group(partition_dir: str, message: CommitMessage) -> None:
+    """Replace the group's source segments by its cleaned segment (module docstring).
+
+    Raises:
+        CommitConflictError: the cleaned log is missing or not what the executor wrote.
+    """
+    base = message.group_base
+    _check_cleaned(partition_dir, message)
     for suffix in message.cleaned_suffixes:  # .log first: a .log.swap marks a complete set
         storage.rename(cleaned_path(partition_dir, base, suffix),
                        segment_path(partition_dir, base, suffix + SWAP_SUFFIX))
@@ -101,9 +112,45 @@ def swap_group(partition_dir: str, message: CommitMessage) -> None:
 
 
 def commit_partition(partition_dir: str, messages: Sequence[CommitMessage]) -> None:
-    """Swap every group of one partition, in offset order."""
-    for message in sorted(messages, key=lambda m: m.group_base):
+    """Swap every group of one partition, in offset order (on an object store, all of them
+    under one swap manifest)."""
+    ordered = sorted(messages, key=lambda m: m.group_base)
+    if not storage.supports_rename(partition_dir):
+        manifest.commit(partition_dir, swap_manifest(partition_dir, ordered))
+        return
+    for message in ordered:
         swap_group(partition_dir, message)
+
+
+def swap_manifest(partition_dir: str, messages: Sequence[CommitMessage]) -> SwapManifest:
+    """The manifest of an object-store swap (:mod:`compactor.log.manifest`): each group's
+    ``.cleaned`` objects copied over their final names, then every other file of its source
+    segments deleted, with the producer snapshots of all but the first.
+
+    Raises:
+        CommitConflictError: a cleaned log is missing or not what its executor wrote.
+    """
+    present = set(storage.list_dir(partition_dir))
+    copies: list[Copy] = []
+    deletes: list[str] = []
+    for message in messages:
+        _check_cleaned(partition_dir, message)
+        base = message.group_base
+        targets = set()
+        for suffix in message.cleaned_suffixes:
+            source = cleaned_path(partition_dir, base, suffix)
+            target = segment_path(partition_dir, base, suffix)
+            copies.append(Copy(storage.basename(source), storage.basename(target),
+                               storage.object_etag(source)))
+            targets.add(storage.basename(target))
+        for old in message.source_bases:
+            suffixes = (LOG_SUFFIX, *INDEX_FILE_SUFFIXES) + ((SNAPSHOT_SUFFIX,) if old != base
+                                                             else ())
+            for suffix in suffixes:
+                name = storage.basename(segment_path(partition_dir, old, suffix))
+                if name in present and name not in targets:
+                    deletes.append(name)
+    return SwapManifest(tuple(copies), tuple(deletes))
 
 
 def commit_isolated(partition_dir: str,
@@ -166,6 +213,14 @@ def delete_segments(partition_dir: str, plan: RetentionPlan) -> None:
         for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, LOG_SUFFIX):  # the .log makes it exist
             storage.write_durable(segment_path(partition_dir, plan.log_end_offset, suffix), b"")
         storage.fsync_dir(partition_dir)
+    if not storage.supports_rename(partition_dir):
+        # an object store: each DELETE is atomic, so delete in the order the renames follow
+        # (snapshot, .log, indexes): a crash leaves a shorter deleted prefix and orphan indexes
+        for seg, _ in plan.deleted:
+            for suffix in (SNAPSHOT_SUFFIX, LOG_SUFFIX, *INDEX_FILE_SUFFIXES):
+                storage.remove(segment_path(partition_dir, seg.base_offset, suffix),
+                               missing_ok=True)
+        return
     renamed = []
     for seg, _ in plan.deleted:
         for suffix in (SNAPSHOT_SUFFIX, LOG_SUFFIX, *INDEX_FILE_SUFFIXES):

@@ -125,7 +125,7 @@ def _scan_header_partitions(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.Re
 def scan_headers(tasks: DataFrame) -> DataFrame:
     """Segment tasks (``SEGMENT_TASK``) -> one ``BATCH_HEADER`` row per batch, CRCs checked;
     a segment that cannot be read gives one row with ``error`` set instead."""
-    return tasks.mapInArrow(_scan_header_partitions, BATCH_HEADER)
+    return tasks.mapInArrow(storage.portable(_scan_header_partitions), BATCH_HEADER)
 
 
 def header_from_row(row: object) -> BatchHeader:
@@ -272,7 +272,7 @@ def scan_keys(inputs: Mapping[int, PartitionInput], plans: Mapping[int, Cleaning
 
     keyed = ~F.col("is_control") & ~F.col("discard_records")
     return lambda decisions: (decisions.where(keyed).transform(with_slots(slots))
-                              .groupBy("slot").applyInArrow(scan, KEYED_RECORD))
+                              .groupBy("slot").applyInArrow(storage.portable(scan), KEYED_RECORD))
 
 
 def with_slots(slots: DataFrame) -> Transform:
@@ -327,7 +327,7 @@ def rewrite_groups(inputs: Mapping[int, PartitionInput], plans: Mapping[int, Cle
     return lambda decisions, superseded: (
         decisions.transform(slotted).groupBy("slot")
         .cogroup(superseded.transform(slotted).groupBy("slot"))
-        .applyInPandas(rewrite, COMMIT_MESSAGE))
+        .applyInPandas(storage.portable(rewrite), COMMIT_MESSAGE))
 
 
 def message_to_row(tp_id: int, m: CommitMessage) -> dict:
@@ -371,7 +371,7 @@ def scan_erasure(matchers: Mapping[int, Matcher]) -> Transform:
                              for m in found.matches]
                 yield pa.RecordBatch.from_pylist(rows, schema=_ERASURE_ARROW)
 
-    return lambda tasks: tasks.mapInArrow(scan, ERASURE_MATCH)
+    return lambda tasks: tasks.mapInArrow(storage.portable(scan), ERASURE_MATCH)
 
 
 def scan_key_offsets(wanted: Mapping[int, frozenset[bytes]]) -> Transform:
@@ -394,7 +394,7 @@ def scan_key_offsets(wanted: Mapping[int, frozenset[bytes]]) -> Transform:
                              "offset": off, "key_digest": digest} for pos, off, digest in found]
                 yield pa.RecordBatch.from_pylist(rows, schema=_KEY_OFFSET_ARROW)
 
-    return lambda tasks: tasks.mapInArrow(scan, KEY_OFFSET)
+    return lambda tasks: tasks.mapInArrow(storage.portable(scan), KEY_OFFSET)
 
 
 def rewrite_erased(segments: Mapping[tuple[int, int], tuple[str, SegmentInfo, TopicConfig]], *,
@@ -418,4 +418,4 @@ def rewrite_erased(segments: Mapping[tuple[int, int], tuple[str, SegmentInfo, To
                 yield pa.RecordBatch.from_pylist([message_to_row(row["tp_id"], m)],
                                                  schema=_COMMIT_ARROW)
 
-    return lambda tasks: tasks.mapInArrow(rewrite, COMMIT_MESSAGE)
+    return lambda tasks: tasks.mapInArrow(storage.portable(rewrite), COMMIT_MESSAGE)

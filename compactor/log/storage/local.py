@@ -1,9 +1,9 @@
-"""The one module that touches files.
+"""Log dirs on a local (POSIX) file system.
 
-Everything else works on bytes and paths handed in. Writes that must survive a crash go through
-:func:`write_durable` (file fsynced) or :func:`write_atomic` (temporary file, fsync, rename,
-directory fsync), renames that commit a state change are followed by :func:`fsync_dir`.
-``OSError`` is translated into :class:`~compactor.errors.LogDirError` naming the path.
+Writes that must survive a crash go through :func:`write_durable` (file fsynced) or
+:func:`write_atomic` (temporary file, fsync, rename, directory fsync), renames that commit a
+state change are followed by :func:`fsync_dir`. ``OSError`` is translated into
+:class:`~compactor.errors.LogDirError` naming the path.
 """
 
 from __future__ import annotations
@@ -154,18 +154,6 @@ def contains(outer: str, inner: str) -> bool:
     """Whether ``inner`` is ``outer`` or lies under it (both resolved)."""
     a, b = real_path(outer), real_path(inner)
     return os.path.commonpath([a, b]) == a
-
-
-def join(*parts: str) -> str:
-    return os.path.join(*parts)
-
-
-def basename(path: str) -> str:
-    return os.path.basename(os.path.normpath(path))
-
-
-def dirname(path: str) -> str:
-    return os.path.dirname(os.path.normpath(path))
 
 
 def make_dirs(path: str) -> None:

@@ -1,0 +1,311 @@
+"""The one place that touches files: local disks and object stores.
+
+Everything else works on bytes and locations handed in. A location is a string: a local path
+(:mod:`.local`) or an ``s3://bucket/key`` URL (:mod:`.objects`); each function here sends it to
+the right one. Joining and splitting locations is :mod:`.locations` (no I/O).
+
+Configuration is per process: :func:`configure` sets the ``--storage-option`` pairs and
+``--break-lease``; :func:`portable` wraps a function that runs on executors so that the
+driver's configuration travels with it.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from compactor.errors import LogDirError
+from compactor.log.storage import local
+from compactor.log.storage.local import LOCK_FILE, FileStat
+from compactor.log.storage.locations import (
+    basename,
+    check_location,
+    dirname,
+    is_url,
+    join,
+    STORAGE_OPTIONS,
+    parse_storage_options,
+    url_contains,
+)
+from compactor.log.storage.objects import LEASE_NAME, ObjectStore
+
+__all__ = [
+    "LEASE_NAME", "LOCK_FILE", "STORAGE_OPTIONS", "FileStat", "StorageSettings", "absolute", "basename",
+    "check_location", "configure", "contains", "crc32", "dirname", "exists", "is_dir",
+    "is_link", "is_url", "join", "list_dir", "log_dir_lock", "make_dirs", "mapped",
+    "open_durable", "parse_storage_options", "portable", "read_bytes", "read_text",
+    "real_path", "remove", "rename", "settings", "stat", "supports_rename", "write_atomic",
+    "write_durable", "write_new", "copy", "delta_options", "object_etag", "fsync_dir",
+    "set_mtime",
+]
+
+R = TypeVar("R")
+
+
+@dataclass(frozen=True, slots=True)
+class StorageSettings:
+    """What a process needs to reach object stores (picklable: it travels to executors)."""
+
+    options: Mapping[str, str] = field(default_factory=dict)
+    break_lease: bool = False
+
+    @property
+    def key(self) -> tuple:
+        return tuple(sorted(self.options.items()))
+
+
+_settings = StorageSettings()
+_stores: dict[tuple, ObjectStore] = {}
+
+
+def configure(new: StorageSettings) -> None:
+    """Use ``new`` from now on in this process (validated: unknown options are errors)."""
+    global _settings
+    parse_storage_options(new.options)
+    _settings = new
+
+
+def settings() -> StorageSettings:
+    return _settings
+
+
+def portable(fn: Callable[..., R]) -> Callable[..., R]:
+    """``fn`` with this process's storage settings applied wherever it runs (the settings are
+    captured now, on the driver, and travel inside the pickled function). The wrapper takes
+    as many positional arguments as ``fn`` (one or two): Spark tells a cogroup's
+    ``(left, right)`` function from ``(key, left, right)`` by counting them."""
+    captured = _settings
+
+    def use() -> None:
+        if _settings != captured:
+            configure(captured)
+
+    if fn.__code__.co_argcount == 2:
+        def run2(a: Any, b: Any) -> R:
+            use()
+            return fn(a, b)
+
+        return functools.update_wrapper(run2, fn, updated=())
+
+    def run1(a: Any) -> R:
+        use()
+        return fn(a)
+
+    return functools.update_wrapper(run1, fn, updated=())
+
+
+def _store() -> ObjectStore:
+    key = _settings.key
+    store = _stores.get(key)
+    if store is None:
+        store = _stores[key] = ObjectStore(_settings.options)
+    return store
+
+
+# --- reading -------------------------------------------------------------------------------
+
+
+def read_bytes(path: str, start: int = 0, end: int | None = None) -> bytes:
+    """Bytes ``[start, end)`` of a file (``end`` = end of file when ``None``)."""
+    return _store().read_bytes(path, start, end) if is_url(path) else \
+        local.read_bytes(path, start, end)
+
+
+def crc32(path: str) -> int:
+    """CRC-32 (``zlib.crc32``) of a whole file, streamed in chunks."""
+    return _store().crc32(path) if is_url(path) else local.crc32(path)
+
+
+@contextmanager
+def mapped(path: str) -> Iterator[Any]:
+    """The file's bytes for the duration of the block, without reading them all up front:
+    memory-mapped on a local disk (:func:`.local.mapped`), fetched by ranged GETs with bounded
+    read-ahead from an object store (:class:`.objects.RangedObject`). Either slices into
+    ``bytes`` and has a length."""
+    if is_url(path):
+        yield _store().ranged(path)
+    else:
+        with local.mapped(path) as data:
+            yield data
+
+
+def read_text(path: str) -> str:
+    if not is_url(path):
+        return local.read_text(path)
+    try:
+        return read_bytes(path).decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise LogDirError(f"file is not UTF-8 text: {err}", path=path) from err
+
+
+def exists(path: str) -> bool:
+    return _store().exists(path) if is_url(path) else local.exists(path)
+
+
+def is_dir(path: str) -> bool:
+    return _store().is_dir(path) if is_url(path) else local.is_dir(path)
+
+
+def is_link(path: str) -> bool:
+    return False if is_url(path) else local.is_link(path)
+
+
+def stat(path: str) -> FileStat:
+    """Size and modification time (an object's ``mtime-ms`` metadata, else Last-Modified)."""
+    if not is_url(path):
+        return local.stat(path)
+    st = _store().stat(path)
+    return FileStat(size=st.size, mtime_ms=st.mtime_ms, is_dir=st.is_dir)
+
+
+def object_etag(path: str) -> str:
+    """The ETag of an object (its version, for conditional copies)."""
+    return _store().stat(path).etag
+
+
+def list_dir(path: str) -> list[str]:
+    """Sorted entry names of a directory (objects and sub-prefixes under a prefix)."""
+    return _store().list_dir(path) if is_url(path) else local.list_dir(path)
+
+
+# --- locations -----------------------------------------------------------------------------
+
+
+def absolute(path: str) -> str:
+    """``path`` in the form every command passes on: a URL checked and kept, a local path made
+    absolute against the driver's working directory (executors of a cluster run elsewhere).
+
+    Raises:
+        ConfigError: an unknown or unsupported URL scheme.
+    """
+    path = check_location(path)
+    return path if is_url(path) else local.absolute(path)
+
+
+def real_path(path: str) -> str:
+    """``path`` absolute with every symlink resolved (to compare locations)."""
+    return path if is_url(path) else local.real_path(path)
+
+
+def contains(outer: str, inner: str) -> bool:
+    """Whether ``inner`` is ``outer`` or lies under it."""
+    if is_url(outer) or is_url(inner):
+        return is_url(outer) and is_url(inner) and url_contains(outer, inner)
+    return local.contains(outer, inner)
+
+
+def supports_rename(path: str) -> bool:
+    """Whether renames under ``path`` are atomic (local disks; object stores have none)."""
+    return not is_url(path)
+
+
+# --- writing -------------------------------------------------------------------------------
+
+
+def make_dirs(path: str) -> None:
+    """Create a directory (nothing to do under an object-store prefix)."""
+    if not is_url(path):
+        local.make_dirs(path)
+
+
+def fsync_dir(path: str) -> None:
+    """Make renames and creations inside ``path`` durable (an object PUT already is)."""
+    if not is_url(path):
+        local.fsync_dir(path)
+
+
+def write_durable(path: str, data: bytes, *, mtime_ms: int | None = None,
+                  fsync: bool = True) -> None:
+    """Create or replace ``path`` with ``data``, durable (fsynced / one PUT) unless ``fsync``
+    is false (generated test data on a local disk only)."""
+    if is_url(path):
+        _store().put(path, data, mtime_ms=mtime_ms)
+    else:
+        local.write_durable(path, data, mtime_ms=mtime_ms, fsync=fsync)
+
+
+@contextmanager
+def open_durable(path: str, *, mtime_ms: int | None = None,
+                 fsync: bool = True) -> Iterator[Callable[[bytes], None]]:
+    """Create or replace ``path`` and yield a function that appends bytes to it; durable and
+    given ``mtime_ms`` when the block ends normally (a local file is fsynced, an object is
+    completed as a multipart upload). On an exception a local file is closed as it is (the
+    caller removes it); an object upload is aborted and nothing appears."""
+    if is_url(path):
+        with _store().open_write(path, mtime_ms=mtime_ms) as write:
+            yield write
+    else:
+        with local.open_durable(path, mtime_ms=mtime_ms, fsync=fsync) as write:
+            yield write
+
+
+def write_atomic(path: str, data: bytes) -> None:
+    """Replace ``path`` so that readers see the old or the new content: Kafka's checkpoint
+    write (temporary file, fsync, rename, directory fsync) locally, one PUT on an object
+    store."""
+    if is_url(path):
+        _store().put(path, data)
+    else:
+        local.write_atomic(path, data)
+
+
+def write_new(path: str, data: bytes) -> None:
+    """Create ``path`` only if nothing is there (``If-None-Match: *``); object stores only.
+
+    Raises:
+        ConditionFailedError: something is already there.
+    """
+    _store().put(path, data, if_none_match=True)
+
+
+def copy(src: str, dst: str, *, if_source_etag: str | None = None) -> None:
+    """Copy an object server-side, refused when the source is no longer ``if_source_etag``."""
+    _store().copy(src, dst, if_source_etag=if_source_etag)
+
+
+def set_mtime(path: str, mtime_ms: int) -> None:
+    if is_url(path):
+        _store().set_mtime(path, mtime_ms)
+    else:
+        local.set_mtime(path, mtime_ms)
+
+
+def rename(src: str, dst: str) -> None:
+    """Atomic rename on a local disk; copy-then-delete on an object store (not atomic: use
+    only where running the step again after a crash is harmless)."""
+    if is_url(src):
+        _store().rename(src, dst)
+    else:
+        local.rename(src, dst)
+
+
+def remove(path: str, *, missing_ok: bool = False) -> None:
+    if is_url(path):
+        _store().remove(path, missing_ok=missing_ok)
+    else:
+        local.remove(path, missing_ok=missing_ok)
+
+
+@contextmanager
+def log_dir_lock(log_dir: str) -> Iterator[None]:
+    """Hold the log dir exclusively: Kafka's ``.lock`` (an fcntl lock a broker honours) on a
+    local disk, a lease object on an object store (:class:`.objects._Lease`).
+
+    Raises:
+        LogDirError: the log dir does not exist or the lock cannot be taken.
+        LogDirLockedError: another process holds the lock or a live lease.
+    """
+    if is_url(log_dir):
+        with _store().lease(log_dir, break_lease=_settings.break_lease):
+            yield
+    else:
+        with local.log_dir_lock(log_dir):
+            yield
+
+
+def delta_options(path: str) -> dict[str, str] | None:
+    """``storage_options`` for a ``deltalake`` table at ``path`` (``None`` on a local disk)."""
+    return _store().delta_options() if is_url(path) else None
