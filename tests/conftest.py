@@ -77,3 +77,14 @@ def spark():  # type: ignore[no-untyped-def]
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """A real S3 server (SeaweedFS ``weed mini``) on 127.0.0.1 for the whole run, with a
+    ``logs`` bucket; stopped when the run ends."""
+    from compactor.tools import s3_server as server_tool
+
+    with server_tool.running(str(tmp_path_factory.mktemp("weed"))) as server:
+        server_tool.create_bucket(server, "logs")
+        yield server

@@ -93,10 +93,8 @@ def init(state_dir: str) -> bool:
     Raises:
         ConfigError: the state dir is or lies inside a Kafka log dir.
     """
-    from deltalake import DeltaTable
-
     check_state_dir(state_dir)
-    new = not DeltaTable.is_deltatable(_table_path(state_dir, ERASURE_REQUESTS_TABLE))
+    new = not _is_table(_table_path(state_dir, ERASURE_REQUESTS_TABLE))
     _table(state_dir, ERASURE_REQUESTS_TABLE, ERASURE_REQUESTS)
     _table(state_dir, RUNS_TABLE, RUNS)
     return new
@@ -109,9 +107,7 @@ def require_ledger(state_dir: str) -> None:
     Raises:
         ConfigError: no ``erasure_requests`` table under ``state_dir``.
     """
-    from deltalake import DeltaTable
-
-    if not DeltaTable.is_deltatable(_table_path(state_dir, ERASURE_REQUESTS_TABLE)):
+    if not _is_table(_table_path(state_dir, ERASURE_REQUESTS_TABLE)):
         raise ConfigError("no erasure ledger here (no erasure_requests Delta table)",
                           path=state_dir,
                           remedy="check --state-dir; `compactor erase init --state-dir DIR` (or "
@@ -132,22 +128,37 @@ def _table_path(state_dir: str, name: str) -> str:
     return storage.join(state_dir, name)
 
 
+def _is_table(path: str) -> bool:
+    from deltalake import DeltaTable
+
+    return bool(DeltaTable.is_deltatable(path, storage_options=storage.delta_options(path)))
+
+
+def _open(path: str):  # type: ignore[no-untyped-def]
+    """The Delta table at ``path``; on an object store with the endpoint and credentials the
+    log dir's commands use (:func:`compactor.log.storage.delta_options`)."""
+    from deltalake import DeltaTable
+
+    return DeltaTable(path, storage_options=storage.delta_options(path))
+
+
 def _table(state_dir: str, name: str, schema: pa.Schema):  # type: ignore[no-untyped-def]
     from deltalake import DeltaTable
 
     path = _table_path(state_dir, name)
-    if DeltaTable.is_deltatable(path):
-        table = DeltaTable(path)
+    if _is_table(path):
+        table = _open(path)
         have = {f.name for f in table.schema().fields}
         missing = [f for f in schema if f.name not in have]
         if missing:  # a ledger written by an earlier version: add the new columns (nullable)
             from deltalake.schema import Field
 
             table.alter.add_columns([Field.from_arrow(f) for f in missing])
-            table = DeltaTable(path)
+            table = _open(path)
         return table
     storage.make_dirs(state_dir)
-    return DeltaTable.create(path, schema=schema, mode="ignore", name=name)
+    return DeltaTable.create(path, schema=schema, mode="ignore", name=name,
+                             storage_options=storage.delta_options(path))
 
 
 def _rows_table(rows: Sequence[Mapping[str, Any]], schema: pa.Schema) -> pa.Table:
@@ -189,12 +200,10 @@ def _request_row(r: ErasureRequest) -> dict[str, Any]:
 @_ledger_errors("read the erasure request ledger")
 def load_requests(state_dir: str) -> list[dict[str, Any]]:
     """Every request row (empty when the ledger does not exist yet)."""
-    from deltalake import DeltaTable
-
     path = _table_path(state_dir, ERASURE_REQUESTS_TABLE)
-    if not DeltaTable.is_deltatable(path):
+    if not _is_table(path):
         return []
-    rows = _read(DeltaTable(path)).to_pylist()
+    rows = _read(_open(path)).to_pylist()
     return sorted(rows, key=lambda r: (r["requested_at_ms"], r["request_id"]))
 
 
@@ -287,12 +296,11 @@ def _json(line: Mapping[str, Any]) -> str:
 
 @_ledger_errors("read the runs table")
 def load_runs(state_dir: str, run_ids: Iterable[str] | None = None) -> list[dict[str, Any]]:
-    from deltalake import DeltaTable
 
     path = _table_path(state_dir, RUNS_TABLE)
-    if not DeltaTable.is_deltatable(path):
+    if not _is_table(path):
         return []
-    rows = _read(DeltaTable(path)).to_pylist()
+    rows = _read(_open(path)).to_pylist()
     if run_ids is not None:
         wanted = set(run_ids)
         rows = [r for r in rows if r["run_id"] in wanted]
@@ -303,13 +311,11 @@ def load_runs(state_dir: str, run_ids: Iterable[str] | None = None) -> list[dict
 def history(state_dir: str, name: str) -> list[dict[str, Any]]:
     """The Delta commit history of a table, oldest first: version, timestamp, operation and
     the metadata our commits carry (``action``, ``run_id``, ``request_ids``)."""
-    from deltalake import DeltaTable
-
     path = _table_path(state_dir, name)
-    if not DeltaTable.is_deltatable(path):
+    if not _is_table(path):
         return []
     out = []
-    for entry in DeltaTable(path).history():
+    for entry in _open(path).history():
         meta = {k: v for k, v in entry.items() if k in ("action", "run_id", "request_ids")}
         out.append({"version": entry.get("version"), "timestamp_ms": entry.get("timestamp"),
                     "operation": entry.get("operation"), **meta})
@@ -318,10 +324,9 @@ def history(state_dir: str, name: str) -> list[dict[str, Any]]:
 
 @_ledger_errors("read a ledger table's version")
 def table_version(state_dir: str, name: str) -> int | None:
-    from deltalake import DeltaTable
 
     path = _table_path(state_dir, name)
-    return DeltaTable(path).version() if DeltaTable.is_deltatable(path) else None
+    return _open(path).version() if _is_table(path) else None
 
 
 # ---------------------------------------------------------------------------------------------

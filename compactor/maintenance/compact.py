@@ -27,7 +27,6 @@ from compactor.config import REPORTED, TopicConfig
 from compactor.errors import (
     CompactorError,
     CorruptSegmentError,
-    is_data_problem,
 )
 from compactor.log.layout import (
     check_log_start,
@@ -229,8 +228,8 @@ def run_locked(spark: SparkSession, opts: MaintenanceOptions, catalog: Catalog) 
                 raise unrecovered[tp.dir_name]
             inputs[i] = load_partition_input(opts.log_dir, tp, configs[tp.topic], opts, checkpoints)
         except CompactorError as err:
-            reports[i].status, reports[i].error = Outcome.CORRUPT, err.to_dict()
-            reports[i].reason = err.code
+            reports[i].status = Outcome.of_error(err.code)
+            reports[i].error, reports[i].reason = err.to_dict(), err.code
             continue
         reports[i].segments_before = reports[i].segments_after = len(inputs[i].segments)
     headers = None
@@ -268,7 +267,8 @@ def _plan(spark: SparkSession, inputs: dict[int, PartitionInput],
     plans, errors, headers = spark_stages.scan_and_plan(spark, inputs)
     for i, error in errors.items():
         del inputs[i]
-        reports[i].status, reports[i].error, reports[i].reason = Outcome.CORRUPT, error, error["code"]
+        reports[i].status = Outcome.of_error(error["code"])
+        reports[i].error, reports[i].reason = error, error["code"]
     for i, inp in inputs.items():
         if i not in plans:  # no batch at all
             plans[i] = inp.plan([])
@@ -312,7 +312,7 @@ def _commit(inputs: Mapping[int, PartitionInput], plans: Mapping[int, CleaningPl
             for m in got:
                 swap.abort_group(inputs[i].path, m)
             code = problem.get("code", "")
-            rep.status = Outcome.CORRUPT if is_data_problem(code) else Outcome.FAILED
+            rep.status = Outcome.of_error(code)
             rep.error, rep.reason = {**problem, "stage": "rewrite"}, code
             continue
         started = time.perf_counter()

@@ -9,7 +9,7 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 from compactor.cluster.catalog import Catalog
-from compactor.errors import EXIT_OK, EXIT_PARTIAL
+from compactor.errors import EXIT_OK, EXIT_PARTIAL, is_data_problem
 from compactor.log.layout import ForeignEntry
 
 
@@ -30,6 +30,12 @@ class Outcome(StrEnum):
     @property
     def is_problem(self) -> bool:
         return self in (Outcome.CORRUPT, Outcome.REFUSED, Outcome.FAILED)
+
+    @staticmethod
+    def of_error(code: str) -> Outcome:
+        """``corrupt`` for an error about the data, ``failed`` for one about doing the work
+        (storage unreachable, a full disk, a conflict)."""
+        return Outcome.CORRUPT if is_data_problem(code) else Outcome.FAILED
 
 
 def exit_code(statuses: Iterable[str]) -> int:

@@ -78,23 +78,25 @@ def portable(fn: Callable[..., R]) -> Callable[..., R]:
     as many positional arguments as ``fn`` (one or two): Spark tells a cogroup's
     ``(left, right)`` function from ``(key, left, right)`` by counting them."""
     captured = _settings
-
-    def use() -> None:
-        if _settings != captured:
-            configure(captured)
-
     if fn.__code__.co_argcount == 2:
         def run2(a: Any, b: Any) -> R:
-            use()
+            _use(captured)
             return fn(a, b)
 
         return functools.update_wrapper(run2, fn, updated=())
 
     def run1(a: Any) -> R:
-        use()
+        _use(captured)
         return fn(a)
 
     return functools.update_wrapper(run1, fn, updated=())
+
+
+def _use(wanted: StorageSettings) -> None:
+    # module level on purpose: cloudpickle ships a closure with a copy of the globals it reads,
+    # so only a function pickled by reference sees (and sets) this module's settings
+    if _settings != wanted:
+        configure(wanted)
 
 
 def _store() -> ObjectStore:
