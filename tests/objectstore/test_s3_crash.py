@@ -1,0 +1,137 @@
+"""Crash injection on the object-store swap: the driver is killed (SIGKILL, a real process
+death) before each of its object operations (the manifest PUT, each copy, each delete) while
+swapping a partition of several groups in a real S3 server. ``recover`` must then leave the
+partition exactly old or exactly new, with no ``.cleaned`` object and no manifest left."""
+
+from __future__ import annotations
+
+import pickle
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from compactor.config import resolve_topic_config
+from compactor.log import storage, swap
+from compactor.log.layout import open_log_dir, read_offset_checkpoint, recover_partition
+from compactor.log.manifest import MANIFEST_NAME
+from compactor.maintenance.compact import load_partition_input
+from compactor.maintenance.options import MaintenanceOptions
+from compactor.spark.stages import write_cleaned_segments
+from compactor.tools.generator import DEFAULT_START_MS, GeneratorConfig, generate
+from compactor.tools.s3_server import S3Server
+from tests.helpers import reference_round
+from tests.objectstore.conftest import download, fresh_url, settings_of, tree, upload
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+NOW_MS = DEFAULT_START_MS + 3 * 86_400_000
+CONFIGS = {"cleanup.policy": "compact", "segment.index.bytes": "48"}
+GEN = GeneratorConfig(topics=("accounts",), partitions=1, records_per_partition=500,
+                      distinct_keys=80, segment_bytes=4 * 1024, tombstone_ratio=0.2,
+                      transactional_ratio=0.5, abort_ratio=0.4, seed=21, metadata_log=False)
+OBJECT_OPERATIONS = ("write_new", "copy", "remove")
+
+# Swaps the pickled commit messages into a partition on S3, SIGKILLed before object operation
+# N (never when N is 0; then it prints how many there were).
+CRASHER = r"""
+import json, pickle, sys
+from compactor.log import storage, swap
+from tests.crash import kill_before
+partition_dir, messages_file, options, crash_at = sys.argv[1:5]
+storage.configure(storage.StorageSettings(options=json.loads(options)))
+messages = pickle.load(open(messages_file, "rb"))
+ops = kill_before(int(crash_at), ("write_new", "copy", "remove"))
+swap.commit_partition(partition_dir, messages)
+print(ops())
+"""
+
+
+def _copy_prefix(server: S3Server, source: str, target: str) -> None:
+    client = server.client()
+    src_key, dst_key = source.split("/", 3)[3], target.split("/", 3)[3]
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket="logs",
+                                                                 Prefix=src_key + "/"):
+        for obj in page.get("Contents", ()):
+            client.copy_object(Bucket="logs", Key=dst_key + obj["Key"][len(src_key):],
+                               CopySource={"Bucket": "logs", "Key": obj["Key"]})
+
+
+@pytest.fixture(scope="module")
+def staged(spark, s3_server: S3Server, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """A partition on S3 with its cleaned objects written by Spark executors, not swapped."""
+    root = tmp_path_factory.mktemp("s3crash")
+    local = root / "logs"
+    generate(str(local), GEN)
+    (tp_dir, (_, _, ref)), = reference_round(local, CONFIGS, NOW_MS).items()
+    assert len(ref.plan.groups) >= 3 and any(len(g) > 1 for g in ref.plan.groups)
+    url = upload(s3_server, local, "staged")
+    before = storage.settings()
+    storage.configure(settings_of(s3_server))
+    try:
+        tp = open_log_dir(url).partitions[0]
+        opts = MaintenanceOptions(log_dir=url, now_ms=NOW_MS, config_all=CONFIGS)
+        checkpoints = {name: read_offset_checkpoint(url, name) for name in (
+            "cleaner-offset-checkpoint", "log-start-offset-checkpoint",
+            "replication-offset-checkpoint")}
+        inp = load_partition_input(url, tp, resolve_topic_config(tp.topic, CONFIGS), opts,
+                                   checkpoints)
+        messages = write_cleaned_segments(spark, {0: inp}, {0: ref.plan})
+        assert not any(m.error for m in messages)
+        committed = fresh_url("committed")
+        _copy_prefix(s3_server, url, committed)
+        swap.commit_partition(f"{committed}/{tp_dir}", messages)
+    finally:
+        storage.configure(before)
+    messages_file = root / "messages.pickle"
+    messages_file.write_bytes(pickle.dumps(messages))
+    download(s3_server, committed, root / "new")
+    return {"url": url, "tp_dir": tp_dir, "messages_file": messages_file,
+            "old": tree(local / tp_dir), "new": tree(root / "new" / tp_dir), "root": root}
+
+
+def _crash(server: S3Server, partition_dir: str, staged: dict,
+           crash_at: int) -> subprocess.CompletedProcess:
+    import json
+
+    return subprocess.run(
+        [sys.executable, "-c", CRASHER, partition_dir, str(staged["messages_file"]),
+         json.dumps(settings_of(server).options), str(crash_at)],
+        capture_output=True, text=True, cwd=REPO)
+
+
+def test_a_kill_before_any_object_operation_of_the_swap_recovers_to_old_or_new(
+        s3_server: S3Server, staged: dict) -> None:
+    trial = fresh_url("count")
+    _copy_prefix(s3_server, staged["url"], trial)
+    counted = _crash(s3_server, f"{trial}/{staged['tp_dir']}", staged, 0)
+    assert counted.returncode == 0, counted.stderr[-2000:]
+    total = int(counted.stdout.strip())
+    print(f"{total} object operations")
+    assert total > 10  # the manifest, a copy per new file, the deletes, the cleanup
+    outcomes = []
+    for crash_at in range(1, total + 1):
+        trial = fresh_url(f"crash{crash_at}")
+        _copy_prefix(s3_server, staged["url"], trial)
+        pdir = f"{trial}/{staged['tp_dir']}"
+        crashed = _crash(s3_server, pdir, staged, crash_at)
+        assert crashed.returncode == -signal.SIGKILL, (crash_at, crashed.stderr[-2000:])
+        before = storage.settings()
+        storage.configure(settings_of(s3_server))
+        try:
+            recover_partition(pdir)
+            left = storage.list_dir(pdir)
+        finally:
+            storage.configure(before)
+        assert not [n for n in left if n.endswith(".cleaned") or n == MANIFEST_NAME], crash_at
+        out = staged["root"] / f"after-{crash_at}"
+        download(s3_server, pdir, out)
+        after = tree(out)
+        assert after in (staged["old"], staged["new"]), f"a mix after a kill at step {crash_at}"
+        outcomes.append("old" if after == staged["old"] else "new")
+    # the manifest PUT is the first operation and the commit point: a kill before it leaves
+    # the old partition, a kill at any later step the new one
+    assert outcomes == ["old"] + ["new"] * (total - 1)
