@@ -81,3 +81,25 @@ def test_compaction_and_erasure_on_a_cluster_equal_local_mode(
     assert tree_digest(on_cluster) == tree_digest(local)
     for pdir in on_cluster.glob("accounts-*"):
         assert not any(r.key == subject for r in records_of(segment_bytes(pdir)).values())
+
+
+def test_compaction_on_a_cluster_against_s3_equals_local_mode(
+        standalone: local_cluster.Cluster, s3_server, tmp_path: Path) -> None:
+    """The executors on the workers read the segments by ranged GETs and upload the cleaned
+    ones themselves; the endpoint and credentials reach them inside the job's functions
+    (``--storage-option``), not through their environment."""
+    from tests.objectstore.conftest import download, storage_args, tree, upload
+
+    py_files = str(tmp_path / "kafka_compactor.zip")
+    build(py_files)
+    local = tmp_path / "local-logs"
+    generate(str(local), GEN)
+    url = upload(s3_server, local, "cluster")
+    args = ["--now-ms", NOW, "--json"]
+    remote = _submit(standalone.master_url, py_files, "jobs/compact.py", url, *args,
+                     *storage_args(s3_server))
+    here = _submit("local[2]", None, "jobs/compact.py", str(local), *args)
+    assert remote["status"] == here["status"] == "ok"
+    assert all(p["status"] == "cleaned" for p in topic_lines(remote["partitions"]))
+    download(s3_server, url, tmp_path / "down")
+    assert tree(tmp_path / "down") == tree(local)
