@@ -4,6 +4,8 @@ a parse-only pass over the same files with our codec as the in-run baseline.
 Usage: python bench/compact.py [--records 10000000] [--keys 1000000] [--value-bytes 110]
            [--partitions 4] [--tombstone-ratio 0.2] [--master local[2]] [--data-dir DIR]
            [--group-bytes 134217728]
+       python bench/compact.py --data-dir s3://bucket/prefix [--storage-option KEY=VALUE ...]
+       python bench/compact.py --data-dir s3://bench/data --local-s3   # a SeaweedFS here
 
 Prints, for a round in a fresh session, the same round again in the warm session, and a round
 with groups of ``--group-bytes`` (several groups per partition: records are superseded across
@@ -12,6 +14,13 @@ the ratio job/parse, and the peak resident memory of the driver (Python and JVM)
 Python workers (summed over the workers alive at the same moment), sampled every 100 ms.
 The generated log dir is cached in ``--data-dir`` (default: a temp dir) and copied before the
 run, since the job rewrites it in place.
+
+With ``--data-dir s3://...`` the log dir is generated locally (in a temp dir), uploaded once
+under the prefix, and the warm round runs a second time on a server-side copy of it in the
+object store, beside the same round on the local copy: the ratio S3 / local is the measured
+cost of object storage. ``--local-s3`` starts a SeaweedFS server on 127.0.0.1 for it (and stops
+it at the end); otherwise the endpoint and credentials come from ``--storage-option`` and the
+AWS environment, as for every command.
 """
 
 from __future__ import annotations
@@ -24,6 +33,8 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -97,7 +108,13 @@ def main() -> int:
     ap.add_argument("--tombstone-ratio", type=float, default=0.2)
     ap.add_argument("--segment-bytes", type=int, default=64 * 1024 * 1024)
     ap.add_argument("--master", default="local[2]")
-    ap.add_argument("--data-dir", default=None, help="cache of generated log dirs")
+    ap.add_argument("--data-dir", default=None,
+                    help="cache of generated log dirs (a directory, or s3://bucket/prefix to "
+                         "measure the round on object storage too)")
+    ap.add_argument("--storage-option", action="append", default=[], metavar="KEY=VALUE",
+                    help="object-store setting, as for the compactor commands")
+    ap.add_argument("--local-s3", action="store_true",
+                    help="with --data-dir s3://: start a SeaweedFS server on 127.0.0.1 for it")
     ap.add_argument("--group-bytes", type=int, default=128 * 1024 * 1024,
                     help="segment.bytes of the third round, so partitions clean in several "
                          "groups and the offset map goes through the shuffle")
@@ -115,9 +132,10 @@ def main() -> int:
         # a cluster's metadata log says the topic is compacted, as on a real broker
         topic_configs={"bench": {"cleanup.policy": "compact"}},
     )
-    cache = Path(args.data_dir or tempfile.gettempdir()) / (
-        f"bench-compact-v2-{args.records}-{args.keys}-{args.value_bytes}-{args.partitions}-"
-        f"{args.tombstone_ratio}-{args.segment_bytes}")
+    s3_dir = args.data_dir if args.data_dir and args.data_dir.startswith("s3://") else None
+    name = (f"bench-compact-v2-{args.records}-{args.keys}-{args.value_bytes}-{args.partitions}-"
+            f"{args.tombstone_ratio}-{args.segment_bytes}")
+    cache = Path(tempfile.gettempdir() if s3_dir or not args.data_dir else args.data_dir) / name
     if not (cache / ".complete").exists():
         shutil.rmtree(cache, ignore_errors=True)
         start = time.perf_counter()
@@ -151,25 +169,80 @@ def main() -> int:
     rounds = [("cold session", {}), ("warm session", {}),
               (f"warm session, segment.bytes={args.group_bytes}",
                {"segment.bytes": str(args.group_bytes)})]
+    seconds = {}
     for n, (label, configs) in enumerate(rounds):
         if n:
             shutil.rmtree(work)
             shutil.copytree(cache, work, ignore=shutil.ignore_patterns(".complete"))
-        exit_code |= _timed_round(spark, work, now_ms, args.master, label, parse_s, configs)
+        code, seconds[label] = _timed_round(spark, str(work), now_ms, args.master, label,
+                                            parse_s, configs)
+        exit_code |= code
+    if s3_dir:
+        with _object_store(args) as options:
+            exit_code |= _s3_round(spark, args, options, cache, f"{s3_dir}/{name}", now_ms,
+                                   parse_s, seconds[rounds[1][0]])
     spark.stop()
     shutil.rmtree(work.parent, ignore_errors=True)
     return exit_code
 
 
-def _timed_round(spark, work: Path, now_ms: int, master: str, label: str,  # type: ignore[no-untyped-def]
-                 parse_s: float, configs: dict[str, str]) -> int:
+@contextmanager
+def _object_store(args: argparse.Namespace) -> Iterator[dict[str, str]]:
+    """The ``--storage-option`` pairs, with a SeaweedFS server of our own under ``--local-s3``
+    (its bucket created; stopped when the block ends)."""
+    from compactor.tools import s3_server
+
+    options = dict(item.split("=", 1) for item in args.storage_option)
+    if not args.local_s3:
+        yield options
+        return
+    bucket = args.data_dir[len("s3://"):].split("/", 1)[0]
+    with s3_server.running(tempfile.mkdtemp(prefix="bench-weed-")) as server:
+        s3_server.create_bucket(server, bucket)
+        yield {**options, "endpoint_url": server.endpoint_url,
+               "access_key_id": server.access_key, "secret_access_key": server.secret_key,
+               "region": server.region}
+
+
+def _s3_round(spark, args: argparse.Namespace, options: dict[str, str],  # type: ignore[no-untyped-def]
+              cache: Path, url: str, now_ms: int, parse_s: float, local_s: float) -> int:
+    """The warm round again on a copy of the log dir in the object store."""
+    import uuid
+
+    from compactor.log import storage
+    from compactor.log.storage.objects import ObjectStore
+    from compactor.tools.s3_server import copy_prefix, delete_prefix, upload_dir
+
+    storage.configure(storage.StorageSettings(options=options))
+    client = ObjectStore(options).client
+    uploaded = f"{url}.uploaded"  # written last: a cache whose upload was cut short is redone
+    if not storage.exists(uploaded):
+        start = time.perf_counter()
+        count = upload_dir(client, str(cache), url)
+        storage.write_durable(uploaded, b"")
+        print(f"uploaded {count} objects to {url} in {time.perf_counter() - start:.1f} s")
+    run_url = f"{url}-run-{uuid.uuid4().hex[:8]}"
+    copy_prefix(client, url, run_url)
+    storage.remove(f"{run_url}/.complete")
+    try:
+        code, s3_s = _timed_round(spark, run_url, now_ms, args.master, "warm session, on S3",
+                                  parse_s, {})
+    finally:
+        delete_prefix(client, run_url)
+    print(f"  ratio S3 / local disk, same round: {s3_s / local_s:.2f} "
+          f"({s3_s:.1f} s / {local_s:.1f} s)")
+    return code
+
+
+def _timed_round(spark, work: str, now_ms: int, master: str, label: str,  # type: ignore[no-untyped-def]
+                 parse_s: float, configs: dict[str, str]) -> tuple[int, float]:
     from compactor.maintenance.compact import run
     from compactor.maintenance.options import MaintenanceOptions
 
     sampler = MemorySampler()
     sampler.start()
     start = time.perf_counter()
-    report = run(spark, MaintenanceOptions(log_dir=str(work), now_ms=now_ms,
+    report = run(spark, MaintenanceOptions(log_dir=work, now_ms=now_ms,
                                        config_all=configs,
                                        fsync=True))
     job_s = time.perf_counter() - start
@@ -194,7 +267,7 @@ def _timed_round(spark, work: Path, now_ms: int, master: str, label: str,  # typ
     print(f"  peak memory: driver Python {driver_py:.0f} MiB, driver JVM "
           f"{sampler.peak_jvm / 1024:.0f} MiB, Python workers {sampler.peak_workers / 1024:.0f} "
           f"MiB (sum of concurrent workers)")
-    return 0 if report.exit_code == 0 else 1
+    return (0 if report.exit_code == 0 else 1), job_s
 
 
 if __name__ == "__main__":

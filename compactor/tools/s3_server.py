@@ -22,6 +22,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 from compactor.errors import CompactorError
 from compactor.log.storage.locations import split
@@ -51,7 +52,8 @@ class S3Server:
         return {"AWS_ACCESS_KEY_ID": self.access_key, "AWS_SECRET_ACCESS_KEY": self.secret_key,
                 "AWS_REGION": self.region, "AWS_ENDPOINT_URL": self.endpoint_url}
 
-    def client(self):  # type: ignore[no-untyped-def]
+    def client(self) -> Any:
+        """A boto3 S3 client of this server."""
         import boto3
 
         return boto3.client("s3", endpoint_url=self.endpoint_url, region_name=self.region,
@@ -133,11 +135,38 @@ def create_bucket(server: S3Server, bucket: str) -> None:
     server.client().create_bucket(Bucket=bucket)
 
 
-def upload_dir(server: S3Server, local_dir: str, url: str) -> int:
-    """Copy every file under ``local_dir`` to ``url`` (``s3://bucket/prefix``), each with its
-    mtime as ``mtime-ms`` metadata, as ``aws s3 cp --metadata mtime-ms=...`` would. Returns the
-    number of objects."""
-    client = server.client()
+def copy_prefix(client: Any, source: str, target: str) -> int:
+    """Server-side copy of every object under ``source`` to the same name under ``target``
+    (both ``s3://bucket/prefix``, same bucket or not). Returns the number of objects."""
+    src_bucket, src_key = split(source)
+    dst_bucket, dst_key = split(target)
+    count = 0
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=src_bucket,
+                                                                 Prefix=src_key + "/"):
+        for obj in page.get("Contents", ()):
+            client.copy_object(Bucket=dst_bucket, Key=dst_key + obj["Key"][len(src_key):],
+                               CopySource={"Bucket": src_bucket, "Key": obj["Key"]})
+            count += 1
+    return count
+
+
+def delete_prefix(client: Any, url: str) -> int:
+    """Delete every object under ``url``. Returns how many there were."""
+    bucket, key = split(url)
+    count = 0
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket,
+                                                                 Prefix=key + "/"):
+        objects = [{"Key": o["Key"]} for o in page.get("Contents", ())]
+        if objects:
+            client.delete_objects(Bucket=bucket, Delete={"Objects": objects})
+            count += len(objects)
+    return count
+
+
+def upload_dir(client: Any, local_dir: str, url: str) -> int:
+    """Copy every file under ``local_dir`` to ``url`` (``s3://bucket/prefix``) with a boto3 S3
+    ``client``, each with its mtime as ``mtime-ms`` metadata, as ``aws s3 cp --metadata
+    mtime-ms=...`` would. Returns the number of objects."""
     bucket, prefix = split(url)
     count = 0
     for root, _, files in os.walk(local_dir):
@@ -153,10 +182,9 @@ def upload_dir(server: S3Server, local_dir: str, url: str) -> int:
     return count
 
 
-def download_dir(server: S3Server, url: str, local_dir: str) -> dict[str, int]:
-    """Copy every object under ``url`` into ``local_dir``, setting each file's mtime from its
-    ``mtime-ms``. Returns ``{relative path: mtime_ms}``."""
-    client = server.client()
+def download_dir(client: Any, url: str, local_dir: str) -> dict[str, int]:
+    """Copy every object under ``url`` into ``local_dir`` with a boto3 S3 ``client``, setting
+    each file's mtime from its ``mtime-ms``. Returns ``{relative path: mtime_ms}``."""
     bucket, prefix = split(url)
     base = f"{prefix}/" if prefix else ""
     times = {}

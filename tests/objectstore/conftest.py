@@ -34,13 +34,13 @@ def fresh_url(name: str) -> str:
 
 def upload(server: S3Server, local_dir: Path, name: str) -> str:
     url = fresh_url(name)
-    upload_dir(server, str(local_dir), url)
+    upload_dir(server.client(), str(local_dir), url)
     return url
 
 
 def download(server: S3Server, url: str, dest: Path) -> dict[str, int]:
     """The objects under ``url`` as files under ``dest``; ``{relative path: mtime_ms}``."""
-    return download_dir(server, url, str(dest))
+    return download_dir(server.client(), url, str(dest))
 
 
 def tree(root: Path) -> dict[str, bytes]:

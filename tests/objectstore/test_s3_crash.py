@@ -21,7 +21,7 @@ from compactor.maintenance.compact import load_partition_input
 from compactor.maintenance.options import MaintenanceOptions
 from compactor.spark.stages import write_cleaned_segments
 from compactor.tools.generator import DEFAULT_START_MS, GeneratorConfig, generate
-from compactor.tools.s3_server import S3Server
+from compactor.tools.s3_server import S3Server, copy_prefix
 from tests.helpers import reference_round
 from tests.objectstore.conftest import download, fresh_url, settings_of, tree, upload
 
@@ -50,16 +50,6 @@ print(ops())
 """
 
 
-def _copy_prefix(server: S3Server, source: str, target: str) -> None:
-    client = server.client()
-    src_key, dst_key = source.split("/", 3)[3], target.split("/", 3)[3]
-    for page in client.get_paginator("list_objects_v2").paginate(Bucket="logs",
-                                                                 Prefix=src_key + "/"):
-        for obj in page.get("Contents", ()):
-            client.copy_object(Bucket="logs", Key=dst_key + obj["Key"][len(src_key):],
-                               CopySource={"Bucket": "logs", "Key": obj["Key"]})
-
-
 @pytest.fixture(scope="module")
 def staged(spark, s3_server: S3Server, tmp_path_factory: pytest.TempPathFactory) -> dict:
     """A partition on S3 with its cleaned objects written by Spark executors, not swapped."""
@@ -82,7 +72,7 @@ def staged(spark, s3_server: S3Server, tmp_path_factory: pytest.TempPathFactory)
         messages = write_cleaned_segments(spark, {0: inp}, {0: ref.plan})
         assert not any(m.error for m in messages)
         committed = fresh_url("committed")
-        _copy_prefix(s3_server, url, committed)
+        copy_prefix(s3_server.client(), url, committed)
         swap.commit_partition(f"{committed}/{tp_dir}", messages)
     finally:
         storage.configure(before)
@@ -106,7 +96,7 @@ def _crash(server: S3Server, partition_dir: str, staged: dict,
 def test_a_kill_before_any_object_operation_of_the_swap_recovers_to_old_or_new(
         s3_server: S3Server, staged: dict) -> None:
     trial = fresh_url("count")
-    _copy_prefix(s3_server, staged["url"], trial)
+    copy_prefix(s3_server.client(), staged["url"], trial)
     counted = _crash(s3_server, f"{trial}/{staged['tp_dir']}", staged, 0)
     assert counted.returncode == 0, counted.stderr[-2000:]
     total = int(counted.stdout.strip())
@@ -115,7 +105,7 @@ def test_a_kill_before_any_object_operation_of_the_swap_recovers_to_old_or_new(
     outcomes = []
     for crash_at in range(1, total + 1):
         trial = fresh_url(f"crash{crash_at}")
-        _copy_prefix(s3_server, staged["url"], trial)
+        copy_prefix(s3_server.client(), staged["url"], trial)
         pdir = f"{trial}/{staged['tp_dir']}"
         crashed = _crash(s3_server, pdir, staged, crash_at)
         assert crashed.returncode == -signal.SIGKILL, (crash_at, crashed.stderr[-2000:])
