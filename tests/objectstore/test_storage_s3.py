@@ -48,6 +48,13 @@ def test_a_ranged_scan_fetches_one_window_at_a_time_and_reads_the_same_bytes(
     assert view[250_000:290_000] == data[250_000:290_000]  # a jump: one more window
     big = view[0:200_000]  # wider than a window: fetched exactly, once
     assert big == data[:200_000] and fetched[-1] == (0, 200_000)
+    # newest first, as the writer walks a segment's batches: windows end where reading is
+    backward = RangedObject(fetch, len(data), read_ahead=64_000)
+    fetched.clear()
+    got = b"".join(reversed([backward[i:i + 1000] for i in range(len(data) - 1000, -1, -1000)]))
+    # (the first read cannot know the direction: it reads forward, to the end here)
+    assert got == data and len(fetched) == -(-len(data) // 64_000) + 1
+    assert all(end - start <= 64_000 for start, end in fetched)
 
 
 def test_segments_read_by_ranges_frame_exactly_as_local_bytes(
@@ -67,6 +74,36 @@ def test_segments_read_by_ranges_frame_exactly_as_local_bytes(
                    [(b.position, b.base_offset, b.raw) for b in local]
     finally:
         storage.configure(before)
+
+
+def test_walking_a_segment_newest_batch_first_fetches_each_window_once(
+        s3_storage: S3Server, tmp_path: Path) -> None:
+    """The writer's access pattern: frame forward, then each batch newest first (its 17-byte
+    header, then the whole entry)."""
+    generate(str(tmp_path / "logs"), GeneratorConfig(
+        topics=("t",), partitions=1, records_per_partition=3000, segment_bytes=1 << 30,
+        metadata_log=False, seed=6))
+    data = next((tmp_path / "logs" / "t-0").glob("*.log")).read_bytes()
+    url = fresh_url("newest-first") + "/0.log"
+    storage.write_durable(url, data)
+    fetched: list[tuple[int, int]] = []
+
+    def fetch(start: int, end: int) -> bytes:
+        fetched.append((start, end))
+        return storage.read_bytes(url, start, end)
+
+    window = 16_000
+    view = RangedObject(fetch, len(data), read_ahead=window)
+    frames = [(b.position, b.size_in_bytes) for b in iter_batches(view, verify_crc=False)]
+    forward = len(fetched)
+    newest_first = [next(iter_batches(view, start_position=pos, end_position=pos + size))
+                    for pos, size in reversed(frames)]
+    assert [b.raw for b in reversed(newest_first)] == [b.raw for b in iter_batches(data)]
+    # a window ends inside some batch, which the next window starts with: each window brings at
+    # least (window - largest batch) new bytes
+    largest = max(size for _, size in frames)
+    windows = -(-len(data) // (window - largest))
+    assert forward <= windows and len(fetched) - forward <= windows + 1, fetched
 
 
 def test_a_large_write_is_a_multipart_upload_with_its_mtime(s3_server: S3Server) -> None:

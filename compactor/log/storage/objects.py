@@ -49,10 +49,12 @@ class ObjectStat:
 
 
 class RangedObject:
-    """An object's bytes read by ranged GETs, sliceable like ``bytes``: each miss fetches
-    ``max(wanted, read_ahead)`` bytes from the missed position on, so a sequential scan costs
-    one request per ``read_ahead`` bytes and holds at most one window (or one entry larger
-    than it) in memory, never the whole segment."""
+    """An object's bytes read by ranged GETs, sliceable like ``bytes``: each miss fetches one
+    window of ``read_ahead`` bytes (or the slice, when wider) in the direction of travel --
+    from the missed position on when reading forward, ending where the current window begins
+    when reading backward (the writer walks a segment's batches newest first) -- so a scan
+    either way costs about one request per ``read_ahead`` bytes and holds at most 1.25
+    windows in memory, never the whole segment."""
 
     def __init__(self, fetch: Callable[[int, int], bytes], size: int, read_ahead: int) -> None:
         self._fetch, self._size, self._read_ahead = fetch, size, read_ahead
@@ -73,8 +75,17 @@ class RangedObject:
         if start >= stop:
             return b""
         if not (self._start <= start and stop <= self._start + len(self._window)):
-            end = min(self._size, max(stop, start + self._read_ahead))
-            self._start, self._window = start, self._fetch(start, end)
+            keep = min(len(self._window), self._read_ahead // 4)
+            if (self._window and self._start - self._read_ahead <= start < self._start
+                    and stop <= self._start + keep):
+                # backward, just before the window: fetch the window before it and keep its
+                # first quarter, so the batch that straddles its start is whole
+                begin = max(0, self._start - self._read_ahead)
+                self._window = self._fetch(begin, self._start) + self._window[:keep]
+                self._start = begin
+            else:
+                end = min(self._size, max(stop, start + self._read_ahead))
+                self._start, self._window = start, self._fetch(start, end)
         return self._window[start - self._start:stop - self._start]
 
 
