@@ -185,7 +185,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _cmd_inspect(args: argparse.Namespace, out: TextIO) -> int:
     segments = batches = records = 0
     problems: list[Problem] = []
-    for item in inspect_path(args.path, dump=not args.verify or args.records or args.json,
+    for item in inspect_path(storage.absolute(args.path),
+                             dump=not args.verify or args.records or args.json,
                              records=args.records, verify=args.verify):
         if isinstance(item, Problem):
             problems.append(item)

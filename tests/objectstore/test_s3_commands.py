@@ -131,11 +131,13 @@ def test_every_command_on_s3_matches_the_same_command_on_a_local_copy(
     compare_reports(a, b, "requests")
     assert [r["status"] for r in b["requests"]] == ["verified"]
 
-    # nothing left to recover on either
+    # nothing left to recover on either, and every segment, index and checkpoint checks out
     a, b = both("recover", "--json")
     assert a["partitions_recovered"] == b["partitions_recovered"] == 0
     _same(s3_server, url, local, tmp_path, "recover")
     assert not storage.exists(f"{url}/{storage.LEASE_NAME}")
+    code, _ = cli_json(capsys, "inspect", url, "--verify", "--json", *s3)
+    assert code == EXIT_OK
 
 
 def test_recover_finishes_a_swap_whose_manifest_was_written(
