@@ -207,6 +207,15 @@ class LogDirError(CompactorError):
     default_remedy = "check the path and its permissions; nothing was changed"
 
 
+class StorageError(LogDirError):
+    """An object store could not be reached or refused a request (network, credentials,
+    permissions, throttling): the run could not do its work; the data may be fine."""
+
+    code = "STORAGE_ERROR"
+    exit_code = EXIT_FAILURE
+    default_remedy = "check the endpoint, the credentials and the network, then run again"
+
+
 class ConditionFailedError(LogDirError):
     """An object store refused a conditional write (``If-None-Match`` / ``If-Match``): the
     object is not in the state the write was made for."""

@@ -162,17 +162,30 @@ def commit_isolated(partition_dir: str,
     try:
         commit_partition(partition_dir, messages)
     except CompactorError as err:
-        for message in messages:
-            try:
-                abort_group(partition_dir, message)
-            except CompactorError:
-                pass  # what stays is a .cleaned file, which the next run's recovery removes
+        if not _past_commit_point(partition_dir):
+            for message in messages:
+                try:
+                    abort_group(partition_dir, message)
+                except CompactorError:
+                    pass  # what stays is a .cleaned file, which the next run's recovery removes
         try:
             recover_partition(partition_dir)
         except CompactorError:
             pass  # left for the next run (or a broker's start) to recover
         return err
     return None
+
+
+def _past_commit_point(partition_dir: str) -> bool:
+    """Whether an object-store swap wrote its manifest: its ``.cleaned`` objects are then the
+    sources of the roll-forward and must not be aborted. (When that cannot be told, they are
+    kept: an orphan costs a delete in the next recovery, a lost source the partition.)"""
+    if storage.supports_rename(partition_dir):
+        return False
+    try:
+        return storage.exists(manifest.manifest_path(partition_dir))
+    except CompactorError:
+        return True
 
 
 def update_cleaner_checkpoint(log_dir: str, offsets: Mapping[TopicPartition, int]) -> None:

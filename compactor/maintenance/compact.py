@@ -228,7 +228,7 @@ def run_locked(spark: SparkSession, opts: MaintenanceOptions, catalog: Catalog) 
                 raise unrecovered[tp.dir_name]
             inputs[i] = load_partition_input(opts.log_dir, tp, configs[tp.topic], opts, checkpoints)
         except CompactorError as err:
-            reports[i].status = Outcome.of_error(err.code)
+            reports[i].status = Outcome.of_read_error(err.code)
             reports[i].error, reports[i].reason = err.to_dict(), err.code
             continue
         reports[i].segments_before = reports[i].segments_after = len(inputs[i].segments)
@@ -267,7 +267,7 @@ def _plan(spark: SparkSession, inputs: dict[int, PartitionInput],
     plans, errors, headers = spark_stages.scan_and_plan(spark, inputs)
     for i, error in errors.items():
         del inputs[i]
-        reports[i].status = Outcome.of_error(error["code"])
+        reports[i].status = Outcome.of_read_error(error["code"])
         reports[i].error, reports[i].reason = error, error["code"]
     for i, inp in inputs.items():
         if i not in plans:  # no batch at all
@@ -312,7 +312,7 @@ def _commit(inputs: Mapping[int, PartitionInput], plans: Mapping[int, CleaningPl
             for m in got:
                 swap.abort_group(inputs[i].path, m)
             code = problem.get("code", "")
-            rep.status = Outcome.of_error(code)
+            rep.status = Outcome.of_write_error(code)
             rep.error, rep.reason = {**problem, "stage": "rewrite"}, code
             continue
         started = time.perf_counter()

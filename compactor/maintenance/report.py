@@ -9,7 +9,7 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 from compactor.cluster.catalog import Catalog
-from compactor.errors import EXIT_OK, EXIT_PARTIAL, is_data_problem
+from compactor.errors import EXIT_OK, EXIT_PARTIAL, StorageError, is_data_problem
 from compactor.log.layout import ForeignEntry
 
 
@@ -32,9 +32,15 @@ class Outcome(StrEnum):
         return self in (Outcome.CORRUPT, Outcome.REFUSED, Outcome.FAILED)
 
     @staticmethod
-    def of_error(code: str) -> Outcome:
-        """``corrupt`` for an error about the data, ``failed`` for one about doing the work
-        (storage unreachable, a full disk, a conflict)."""
+    def of_read_error(code: str) -> Outcome:
+        """A partition whose files could not be read or checked: ``corrupt``, unless the
+        object store could not be reached (``failed``: the data may be fine)."""
+        return Outcome.FAILED if code == StorageError.code else Outcome.CORRUPT
+
+    @staticmethod
+    def of_write_error(code: str) -> Outcome:
+        """A partition whose rewrite or swap failed: ``corrupt`` when a check refused its data,
+        else ``failed`` (storage, a full disk, a conflict)."""
         return Outcome.CORRUPT if is_data_problem(code) else Outcome.FAILED
 
 

@@ -141,7 +141,7 @@ def plan_log_dir(log_dir: str, catalog: Catalog, now_ms: int,
             check_partition_files(part)
             check_log_start(part, starts.get(tp), leo, log_dir)
         except CompactorError as err:
-            rep.status, rep.error = Outcome.of_error(err.code), err.to_dict()
+            rep.status, rep.error = Outcome.of_read_error(err.code), err.to_dict()
             out.append(rep)
             continue
         rep.segments_before = len(part.segments)

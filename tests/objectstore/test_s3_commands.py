@@ -190,3 +190,12 @@ def test_recover_finishes_a_swap_whose_manifest_was_written(
            {n: d for n, d in new.items() if n.startswith(swapped)}
     assert {n: d for n, d in got.items() if not n.startswith(swapped)} == \
            {n: d for n, d in old.items() if not n.startswith(swapped)}
+
+
+def test_an_unreachable_or_refusing_store_is_a_storage_error_not_corrupt_data(
+        spark, s3_server: S3Server, capsys: pytest.CaptureFixture[str]) -> None:
+    wrong = [a.replace(s3_server.secret_key, "wrong") for a in storage_args(s3_server)]
+    code, report = cli_json(capsys, "compact", "s3://logs/anything", "--json", *wrong)
+    assert code == 1 and report["code"] == "STORAGE_ERROR"
+    assert report["path"].startswith("s3://logs/anything")
+    assert "AWS_SECRET_ACCESS_KEY" in report["remedy"]

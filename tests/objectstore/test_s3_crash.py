@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from compactor.config import resolve_topic_config
+from compactor.errors import LogDirError
 from compactor.log import storage, swap
 from compactor.log.layout import open_log_dir, read_offset_checkpoint, recover_partition
 from compactor.log.manifest import MANIFEST_NAME
@@ -39,6 +40,7 @@ OBJECT_OPERATIONS = ("write_new", "copy", "remove")
 # N (never when N is 0; then it prints how many there were).
 CRASHER = r"""
 import json, pickle, sys
+from compactor.errors import LogDirError
 from compactor.log import storage, swap
 from tests.crash import kill_before
 partition_dir, messages_file, options, crash_at = sys.argv[1:5]
@@ -125,3 +127,35 @@ def test_a_kill_before_any_object_operation_of_the_swap_recovers_to_old_or_new(
     # the manifest PUT is the first operation and the commit point: a kill before it leaves
     # the old partition, a kill at any later step the new one
     assert outcomes == ["old"] + ["new"] * (total - 1)
+
+
+def test_a_failure_after_the_commit_point_rolls_forward_and_never_aborts(
+        s3_server: S3Server, staged: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An S3 error in the middle of the roll-forward (a copy refused once): the partition's
+    ``.cleaned`` objects are the sources the manifest needs, so the failed commit must not
+    abort them; the immediate recovery finishes the swap."""
+    trial = fresh_url("failing-copy")
+    copy_prefix(s3_server.client(), staged["url"], trial)
+    pdir = f"{trial}/{staged['tp_dir']}"
+    real_copy = storage.copy
+    calls = []
+
+    def copy_failing_once(src: str, dst: str, **kwargs: object) -> None:
+        calls.append(src)
+        if len(calls) == 3:
+            raise LogDirError("cannot copy object: SlowDown (HTTP 503)", path=src)
+        real_copy(src, dst, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(storage, "copy", copy_failing_once)
+    before = storage.settings()
+    storage.configure(settings_of(s3_server))
+    try:
+        failure = swap.commit_isolated(pdir, pickle.loads(staged["messages_file"].read_bytes()))
+        assert failure is not None and "SlowDown" in str(failure)
+        left = storage.list_dir(pdir)
+    finally:
+        storage.configure(before)
+    assert not [n for n in left if n.endswith(".cleaned") or n == MANIFEST_NAME]
+    out = staged["root"] / "after-failing-copy"
+    download(s3_server, pdir, out)
+    assert tree(out) == staged["new"]

@@ -32,7 +32,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from compactor.errors import ConditionFailedError, LogDirError, LogDirLockedError
+from compactor.errors import ConditionFailedError, LogDirError, LogDirLockedError, StorageError
 from compactor.log.storage.locations import split
 
 MTIME_KEY = "mtime-ms"
@@ -120,6 +120,8 @@ class ObjectStore:
     # --- errors --------------------------------------------------------------------------
 
     def _fail(self, err: Exception, url: str, action: str) -> LogDirError:
+        """The error for a failed request: :class:`ConditionFailedError` for a refused
+        condition, else :class:`StorageError` with what to check."""
         code, status = _error_code(err)
         remedy = {
             "NoSuchBucket": "the bucket does not exist: check the URL (s3://bucket/prefix) and "
@@ -129,6 +131,8 @@ class ObjectStore:
             "InvalidAccessKeyId": "the access key is unknown to this endpoint: check "
                                   "AWS_ACCESS_KEY_ID and --storage-option endpoint_url",
             "SignatureDoesNotMatch": "the secret key is wrong: check AWS_SECRET_ACCESS_KEY",
+            "Forbidden": "the request was refused: check the credentials (AWS_ACCESS_KEY_ID, "
+                         "AWS_SECRET_ACCESS_KEY or the profile) and the bucket policy",
         }.get(code)
         if remedy is None and code in ("EndpointConnectionError", "ConnectionClosedError",
                                        "ConnectTimeoutError", "ReadTimeoutError"):
@@ -141,7 +145,7 @@ class ObjectStore:
         detail = f"{code}" + (f" (HTTP {status})" if status else "")
         if code in ("PreconditionFailed", "ConditionalRequestConflict"):
             return ConditionFailedError(f"cannot {action}: {detail}", path=url)
-        return LogDirError(f"cannot {action}: {detail}: {err}", path=url, remedy=remedy)
+        return StorageError(f"cannot {action}: {detail}: {err}", path=url, remedy=remedy)
 
     def _check_lease(self, url: str) -> None:
         """Refuse a driver's change under a log dir whose lease this process has lost."""
@@ -503,6 +507,8 @@ def _error_code(err: Exception) -> tuple[str, int | None]:
         code = str(error.get("Code", ""))
         if code in ("404", "NoSuchKey", "NotFound"):
             return "NoSuchKey", 404
+        if code == "403":  # a HEAD's refusal has no body to say why
+            return "Forbidden", 403
         return code or type(err).__name__, status
     return type(err).__name__, None
 
