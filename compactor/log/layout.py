@@ -243,17 +243,25 @@ def open_log_dir(path: str) -> LogDir:
     """List the partitions of a log dir.
 
     Raises:
-        LogDirError: the path is missing, unreadable or not a directory.
+        LogDirError: the path is missing, unreadable, not a directory, or a partition
+            directory (which would otherwise look like a log dir with no partitions).
     """
     if not storage.exists(path):
         raise LogDirError("log dir does not exist", path=path)
     if not storage.is_dir(path):
         raise LogDirError("log dir is not a directory", path=path)
+    names = storage.list_dir(path)
+    own = parse_copy_dir_name(storage.basename(path))
+    if own is not None and segment_logs(names):
+        raise LogDirError(
+            f"this is the partition directory of {own.tp}, not a log dir", path=path,
+            remedy=f"point the command at the log dir that holds it ({storage.dirname(path)}) "
+                   f"and select the topic with --topics {own.tp.topic}; nothing was changed")
     live: dict[TopicPartition, list[str]] = {}
     copies = []
     foreign = []
     metadata_log = None
-    for name in storage.list_dir(path):
+    for name in names:
         full = storage.join(path, name)
         if not storage.is_dir(full):
             if storage.is_link(full) and not storage.exists(full):

@@ -43,7 +43,7 @@ from compactor.model import CommitMessage, TopicPartition
 from compactor.maintenance.options import MaintenanceOptions, load_catalog
 from compactor.maintenance.report import LogDirReport, Outcome, problem_line
 from compactor.maintenance.retain import PartitionRetention, plan_log_dir
-from compactor.spark.session import get_spark
+from compactor.spark.session import LazySession
 from compactor.cleaner.policy import CleaningPlan, PartitionInput, SkipReason
 from compactor.cleaner.rebatch import DROP_REASONS
 
@@ -182,11 +182,12 @@ def run(spark: SparkSession, opts: MaintenanceOptions) -> RoundReport:
     """
     catalog = load_catalog(opts)
     with storage.log_dir_lock(opts.log_dir):
-        return run_locked(spark, opts, catalog)
+        return run_locked(LazySession(existing=spark), opts, catalog)
 
 
-def run_locked(spark: SparkSession, opts: MaintenanceOptions, catalog: Catalog) -> RoundReport:
-    """:func:`run` for a caller that holds the log dir lock and read the catalog."""
+def run_locked(session: LazySession, opts: MaintenanceOptions, catalog: Catalog) -> RoundReport:
+    """:func:`run` for a caller that holds the log dir lock and read the catalog; the Spark
+    session is started only when a selected partition has segments to scan."""
     log_dir = open_log_dir(opts.log_dir)
     configs = catalog.configs
     report = RoundReport(command="plan" if opts.dry_run else "compact",
@@ -233,6 +234,11 @@ def run_locked(spark: SparkSession, opts: MaintenanceOptions, catalog: Catalog) 
             continue
         reports[i].segments_before = reports[i].segments_after = len(inputs[i].segments)
     headers = None
+    if not inputs:  # nothing to scan: no session
+        if not opts.dry_run:
+            stages.done("commit")
+        return report
+    spark = session()
     try:
         with spark_stages.round_settings(spark, inputs):
             plans, headers = _plan(spark, inputs, reports, stages)
@@ -357,10 +363,9 @@ def perform(opts: MaintenanceOptions, *, master: str | None,
     if state_dir:
         ledger.check_state_dir(state_dir, opts.log_dir)
     catalog = load_catalog(opts)  # config errors before Spark starts
-    spark = get_spark(master)
     started = int(time.time() * 1000)
-    with storage.log_dir_lock(opts.log_dir):
-        report = run_locked(spark, opts, catalog)
+    with storage.log_dir_lock(opts.log_dir):  # a held lock before Spark starts too
+        report = run_locked(LazySession(master), opts, catalog)
     result = report.to_dict()
     if state_dir and not opts.dry_run:
         result["run_id"] = ledger.record_report(state_dir, result, started,

@@ -55,7 +55,7 @@ from compactor.model import TopicPartition
 from compactor.cleaner.verify import txn_problems
 from compactor.maintenance.options import MaintenanceOptions, load_catalog
 from compactor.maintenance.report import Outcome
-from compactor.spark.session import get_spark
+from compactor.spark.session import LazySession
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -96,13 +96,13 @@ class _Scan:
     errors: dict[int, dict] = field(default_factory=dict)
 
 
-def _scan(spark: SparkSession, parts: Mapping[int, PartitionLog],
+def _scan(spark: LazySession, parts: Mapping[int, PartitionLog],
           matchers: Mapping[int, Matcher]) -> _Scan:
     out = _Scan(matches={i: [] for i in parts}, segments={i: 0 for i in parts},
                 records={i: 0 for i in parts})
     if not any(p.segments for p in parts.values()):
         return out
-    for r in spark_stages.erasure_scan(spark, parts, matchers):
+    for r in spark_stages.erasure_scan(spark(), parts, matchers):
         if r.kind == "segment":
             if r.error:
                 out.errors.setdefault(r.tp_id, json.loads(r.error))
@@ -190,7 +190,7 @@ class _Plan:
         return set(self.erased.get(i, {})) | set(self.tombstones.get(i, {}))
 
 
-def _plan_erasure(spark: SparkSession, dirs: Mapping[int, _Dir],
+def _plan_erasure(spark: LazySession, dirs: Mapping[int, _Dir],
                   parts: Mapping[int, PartitionLog], found: _Scan,
                   requests: Mapping[str, ErasureRequest],
                   configs: Mapping[str, TopicConfig]) -> _Plan:
@@ -221,7 +221,7 @@ def _plan_erasure(spark: SparkSession, dirs: Mapping[int, _Dir],
     scanned = {i: parts[i] for i in wanted}
     others: dict[int, list[tuple[int, int, int, bytes]]] = {i: [] for i in wanted}
     frozen = {i: frozenset(keys) for i, keys in wanted.items()}
-    for r in spark_stages.key_offsets(spark, scanned, frozen):
+    for r in spark_stages.key_offsets(spark(), scanned, frozen):
         if r.error:
             found.errors.setdefault(r.tp_id, json.loads(r.error))
         else:
@@ -272,11 +272,13 @@ def _catalog(log_dir: str, now_ms: int, metadata_log_dir: str | None,
 
 
 def apply(spark: SparkSession | None, log_dir: str, state_dir: str, now_ms: int, *,
-          fsync: bool = True, metadata_log_dir: str | None = None,
+          master: str | None = None, fsync: bool = True, metadata_log_dir: str | None = None,
           server_properties: str | None = None, exclude_pending_deletes: bool = False,
           dry_run: bool = False) -> dict[str, Any]:
     """Erase every pending request's records from every copy on disk; returns the JSON
-    report. ``dry_run`` scans and reports what would be rewritten, changing nothing."""
+    report. ``dry_run`` scans and reports what would be rewritten, changing nothing. A Spark
+    session (``spark``, else a new one on ``master``) starts only when there is something to
+    scan."""
     requests, run_id, report = _start("apply", log_dir, state_dir, now_ms,
                                       frozenset({"pending"}))
     report["dry_run"] = dry_run
@@ -293,15 +295,15 @@ def apply(spark: SparkSession | None, log_dir: str, state_dir: str, now_ms: int,
         dirs, parts, errors = _load(log_dir, requests, unrecovered)
         unknown = _unknown_topics(requests, dirs, catalog)
         matchers = {i: Matcher.for_topic(dirs[i].tp.topic, requests) for i in parts}
-        spark = spark or get_spark(None)
-        found = _scan(spark, parts, matchers)
+        session = LazySession(master, spark)
+        found = _scan(session, parts, matchers)
         errors.update(found.errors)
         by_id = {r.request_id: r for r in requests}
-        plan = _plan_erasure(spark, dirs, parts, found, by_id, catalog.configs)
+        plan = _plan_erasure(session, dirs, parts, found, by_id, catalog.configs)
         errors.update({i: e for i, e in found.errors.items() if i not in errors})
         held = {i for i, d in dirs.items() if exclude_pending_deletes and d.kind in (DELETE, STRAY)}
         writable = {i for i in parts if i not in errors and i not in held}
-        messages = {} if dry_run else _rewrite(spark, log_dir, dirs, parts, plan, writable,
+        messages = {} if dry_run else _rewrite(session, log_dir, dirs, parts, plan, writable,
                                                catalog.configs, errors, fsync=fsync)
         lines: dict[int, dict[str, Any]] = {}
         for i, d in dirs.items():
@@ -358,7 +360,7 @@ def apply(spark: SparkSession | None, log_dir: str, state_dir: str, now_ms: int,
     return report
 
 
-def _rewrite(spark: SparkSession, log_dir: str, dirs: Mapping[int, _Dir],
+def _rewrite(spark: LazySession, log_dir: str, dirs: Mapping[int, _Dir],
              parts: Mapping[int, PartitionLog], plan: _Plan, writable: set[int],
              configs: Mapping[str, TopicConfig], errors: dict[int, dict], *,
              fsync: bool) -> dict[int, list]:
@@ -369,7 +371,7 @@ def _rewrite(spark: SparkSession, log_dir: str, dirs: Mapping[int, _Dir],
     if not hit:
         return {}
     hws = read_offset_checkpoint(log_dir, REPLICATION_OFFSET_CHECKPOINT)
-    headers = spark_stages.batch_headers(spark, hit)
+    headers = spark_stages.batch_headers(spark(), hit)
     tasks = []
     segments = {}
     for i, part in hit.items():
@@ -392,7 +394,7 @@ def _rewrite(spark: SparkSession, log_dir: str, dirs: Mapping[int, _Dir],
                           json.dumps(sorted(p for b, p in keep if b == base)),
                           json.dumps({str(p): sorted(o) for p, o in bare.get(base, {}).items()})))
     out: dict[int, list] = defaultdict(list)
-    for message in spark_stages.rewrite_segments(spark, tasks, segments, fsync=fsync):
+    for message in spark_stages.rewrite_segments(spark(), tasks, segments, fsync=fsync):
         out[message.tp_id].append(message)
     return out
 
@@ -433,7 +435,7 @@ def _applied_updates(requests: Sequence[ErasureRequest], dirs: Mapping[int, _Dir
 
 
 def verify(spark: SparkSession | None, log_dir: str, state_dir: str, now_ms: int, *,
-           metadata_log_dir: str | None = None,
+           master: str | None = None, metadata_log_dir: str | None = None,
            server_properties: str | None = None) -> dict[str, Any]:
     """Rescan every copy on disk for every applied request; mark it verified (no record
     left but the bare tombstones it asked to leave, and at least one segment scanned),
@@ -448,7 +450,7 @@ def verify(spark: SparkSession | None, log_dir: str, state_dir: str, now_ms: int
     with storage.log_dir_lock(log_dir):
         dirs, parts, errors = _load(log_dir, requests)
         matchers = {i: Matcher.for_topic(dirs[i].tp.topic, requests) for i in parts}
-        found = _scan(spark or get_spark(None), parts, matchers)
+        found = _scan(LazySession(master, spark), parts, matchers)
     errors.update(found.errors)
     by_id = {r.request_id: r for r in requests}
 
@@ -530,12 +532,13 @@ def perform(action: str, log_dir: str, state_dir: str, now_ms: int, *, master: s
             dry_run: bool = False, exclude_pending_deletes: bool = False,
             metadata_log_dir: str | None = None,
             server_properties: str | None = None) -> dict[str, Any]:
-    """``erase apply`` or ``erase verify`` (``action``) in a Spark session on ``master``;
-    returns the JSON report (its exit code: :func:`report_exit_code`)."""
-    spark = get_spark(master)
+    """``erase apply`` or ``erase verify`` (``action``), in a Spark session on ``master`` when
+    there is something to scan; returns the JSON report (its exit code:
+    :func:`report_exit_code`)."""
     if action == "apply":
-        return apply(spark, log_dir, state_dir, now_ms, dry_run=dry_run,
+        return apply(None, log_dir, state_dir, now_ms, master=master, dry_run=dry_run,
                      exclude_pending_deletes=exclude_pending_deletes,
                      metadata_log_dir=metadata_log_dir, server_properties=server_properties)
-    return verify(spark, log_dir, state_dir, now_ms, metadata_log_dir=metadata_log_dir,
+    return verify(None, log_dir, state_dir, now_ms, master=master,
+                  metadata_log_dir=metadata_log_dir,
                   server_properties=server_properties)

@@ -21,7 +21,7 @@ from compactor.errors import EXIT_OK
 from compactor.log import storage
 from compactor.maintenance import compact, retain
 from compactor.maintenance.options import MaintenanceOptions
-from compactor.spark.session import get_spark
+from compactor.spark.session import LazySession
 
 
 @dataclass(frozen=True)
@@ -41,9 +41,9 @@ def perform(opts: MaintenanceOptions, *, master: str | None, allow_aggressive: b
     started = int(time.time() * 1000)
     compacting = any(cfg.compact and cfg.configured for t, cfg in catalog.configs.items()
                      if opts.selects(t))
-    spark = get_spark(master) if compacting else None
     with storage.log_dir_lock(opts.log_dir):
-        round_report = compact.run_locked(spark, opts, catalog) if spark else None
+        round_report = (compact.run_locked(LazySession(master), opts, catalog) if compacting
+                        else None)
         retention = retain.retain_locked(opts.log_dir, catalog, opts.now_ms,
                                          dry_run=opts.dry_run, topics=opts.topics)
     codes = [retention.exit_code] + ([round_report.exit_code] if round_report else [])

@@ -40,6 +40,24 @@ def get_spark(master: str | None, app_name: str = "kafka-compactor") -> SparkSes
         raise SparkUnavailableError(f"Spark cannot start: {err}") from err
 
 
+class LazySession:
+    """A Spark session created on first use: commands validate everything and find out
+    whether there is work at all before paying for a JVM (no session when nothing compacts,
+    no request is pending, or the selection is empty)."""
+
+    def __init__(self, master: str | None = None, existing: SparkSession | None = None) -> None:
+        self._master, self._session = master, existing
+
+    def __call__(self) -> SparkSession:
+        if self._session is None:
+            self._session = get_spark(self._master)
+        return self._session
+
+    @property
+    def started(self) -> bool:
+        return self._session is not None
+
+
 def check_master_reachable(master: str, timeout_s: float = MASTER_CONNECT_TIMEOUT_S) -> None:
     """For a standalone master (``spark://host:port[,host:port]``), a TCP connection to one of
     its hosts within ``timeout_s`` seconds. Spark itself retries registration for about a

@@ -270,7 +270,8 @@ def test_an_unreachable_spark_master_is_spark_unavailable_within_a_bounded_wait(
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     before = tree_digest(small_log)
-    result = run("compact", str(small_log), "--master", f"spark://127.0.0.1:{port}", "--json")
+    result = run("compact", str(small_log), "--master", f"spark://127.0.0.1:{port}",
+                 "--config", "cleanup.policy=compact", "--json")
     assert result.returncode == EXIT_FAILURE
     (line,) = [json.loads(x) for x in result.stdout.splitlines() if x.startswith("{")]
     assert line["code"] == "SPARK_UNAVAILABLE" and "within 10 s" in line["message"]
