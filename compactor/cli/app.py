@@ -30,6 +30,7 @@ from compactor.cli.args import (
     add_erase_arguments,
     add_recover_arguments,
     add_storage_arguments,
+    add_verbosity_arguments,
     add_retention_arguments,
     add_status_arguments,
     run_guarded,
@@ -173,7 +174,19 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--json", action="store_true")
     add_storage_arguments(rp, lease=False)
     rp.set_defaults(handler=_cmd_erase_report)
+    for command in _leaf_parsers(parser):
+        add_verbosity_arguments(command)
     return parser
+
+
+def _leaf_parsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    """Every sub-command's parser, nested ones (``erase apply``) included."""
+    found = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in dict.fromkeys(action.choices.values()):  # aliases share a parser
+                found += _leaf_parsers(sub) or [sub]
+    return found
 
 
 def main(argv: Sequence[str] | None = None) -> int:

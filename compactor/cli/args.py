@@ -5,7 +5,9 @@ where an error becomes an exit code and a message (:func:`run_guarded`)."""
 from __future__ import annotations
 
 import argparse
+import io
 import json
+import logging
 import os
 import sys
 import time
@@ -55,8 +57,7 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     add_storage_arguments(parser)
     parser.add_argument("--state-dir", default=None,
                         help="append one row per partition to the runs Delta table there")
-    parser.add_argument("--json", action="store_true",
-                        help="print only the JSON report line (no human summary)")
+    add_report_arguments(parser)
 
 
 def add_storage_arguments(parser: argparse.ArgumentParser, *, lease: bool = True) -> None:
@@ -88,6 +89,14 @@ def configure_storage(args: argparse.Namespace) -> None:
         pairs[key.strip()] = value.strip()
     storage.configure(storage.StorageSettings(
         options=pairs, break_lease=bool(getattr(args, "break_lease", False))))
+
+
+def add_report_arguments(parser: argparse.ArgumentParser) -> None:
+    """How the report comes out (the commands that produce one)."""
+    parser.add_argument("--json", action="store_true",
+                        help="print the JSON report line instead of the human summary")
+    parser.add_argument("--report-file", default=None, metavar="FILE",
+                        help="also write the JSON report to FILE (with or without --json)")
 
 
 def add_metadata_argument(parser: argparse.ArgumentParser) -> None:
@@ -166,7 +175,7 @@ def add_erase_arguments(parser: argparse.ArgumentParser, *, apply: bool) -> None
     parser.add_argument("--now-ms", type=optional_int, default=None,
                         help="the clock in epoch ms (default or empty: wall clock)")
     parser.add_argument("--master", default=None, help="Spark master URL")
-    parser.add_argument("--json", action="store_true", help="print only the JSON report")
+    add_report_arguments(parser)
     add_metadata_argument(parser)
     parser.add_argument("--server-properties", default=None, metavar="FILE",
                         help="the broker's static server.properties (log.* broker defaults)")
@@ -204,11 +213,26 @@ def add_status_arguments(parser: argparse.ArgumentParser) -> None:
     add_storage_arguments(parser)
 
 
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: the reader went away (`| head`)
+
+
+def add_verbosity_arguments(parser: argparse.ArgumentParser) -> None:
+    """``-q`` and ``-v`` (every command and job)."""
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("-q", "--quiet", action="store_true",
+                       help="print only errors (the JSON report still, with --json)")
+    group.add_argument("-v", "--verbose", action="store_true",
+                       help="show Spark's own logging (its default log4j profile, WARN and up) "
+                            "instead of errors only")
+
+
 def run_main(name: str, parser: argparse.ArgumentParser,
              execute: Callable[[argparse.Namespace, TextIO], int],
              argv: Sequence[str] | None) -> int:
     """The ``main`` of a job: parse, execute, and turn a :class:`CompactorError` into one JSON
     error line, a message on stderr and the error's exit code."""
+    add_verbosity_arguments(parser)
     args = parser.parse_args(argv)
     return run_guarded(name, execute, args, json_line=True)
 
@@ -218,10 +242,39 @@ def run_guarded(name: str, execute: Callable[[argparse.Namespace, TextIO], int],
     """Run a command; a :class:`CompactorError` (or any exception not expected, as an
     :class:`~compactor.errors.InternalError`) becomes a JSON error line on stdout (with
     ``json_line``), one message on stderr and the error's exit code: no command ends with a
-    traceback (``COMPACTOR_DEBUG=1`` prints it for bug reports)."""
+    traceback (``COMPACTOR_DEBUG=1`` prints it for bug reports). Ctrl-C ends with one line
+    saying what state the log dir is in (exit 130); a reader that goes away (``| head``) ends
+    it quietly (exit 141). ``-q`` keeps everything but errors and ``--json`` output off
+    stdout; ``-v`` lets Spark log."""
+    if getattr(args, "verbose", False):
+        from compactor.spark.session import set_verbose
+
+        set_verbose(True)
+    else:
+        # py4j logs "closing down clientserver connection" at exit, and through the root
+        # logger the tracebacks of the calls a Ctrl-C interrupts; a root handler of our own
+        # keeps logging from installing its stderr default for them
+        logging.getLogger("py4j").setLevel(logging.CRITICAL)
+        if not logging.getLogger().handlers:
+            logging.getLogger().addHandler(logging.NullHandler())
+    out: TextIO = sys.stdout
+    if getattr(args, "quiet", False) and not json_line:
+        out = io.StringIO()
     try:
         configure_storage(args)
-        return int(execute(args, sys.stdout))
+        return int(execute(args, out))
+    except KeyboardInterrupt:
+        print(f"{name}: interrupted. Nothing half-done is left in place: each partition is "
+              f"as it was or fully swapped; leftovers (.cleaned files, an unfinished swap) "
+              f"are resolved by the next run or `compactor recover LOG_DIR`.",
+              file=sys.stderr, flush=True)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # nobody reads any more: point stdout at /dev/null so that the interpreter's final
+        # flush does not fail again, and say nothing
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
     except Exception as exc:  # noqa: BLE001 - the one place every failure is turned into a message
         if isinstance(exc, CompactorError):
             err = exc

@@ -41,6 +41,21 @@ def emit(out: TextIO, obj: Mapping[str, Any]) -> None:
     out.write(json.dumps(obj, separators=(",", ":")) + "\n")
 
 
+def render(out: TextIO, args: argparse.Namespace, result: Mapping[str, Any],
+           summary: Callable[[], str]) -> None:
+    """A command's report: with ``--json`` the JSON report line only, else the human summary
+    only; ``--report-file FILE`` also writes the JSON report there (in both modes, for
+    schedulers and scripts; one atomic write)."""
+    report_file = getattr(args, "report_file", None)
+    if report_file:
+        storage.write_atomic(storage.absolute(report_file),
+                             (json.dumps(result, separators=(",", ":")) + "\n").encode())
+    if args.json:
+        emit(out, result)
+    else:
+        out.write(summary() + "\n")
+
+
 @dataclass(frozen=True)
 class Job:
     """A spark-submit job: its name (for messages), parser and ``execute``."""
@@ -71,14 +86,17 @@ def execute_compact(args: argparse.Namespace, out: TextIO, *, dry_run: bool = Fa
 
     outcome = compact.perform(options_from_args(args, dry_run=dry_run), master=args.master,
                               state_dir=getattr(args, "state_dir", None))
-    emit(out, outcome.result)
-    if not args.json:
-        out.write(outcome.report.summary() + "\n")
+
+    def summary() -> str:
+        lines = [outcome.report.summary()]
         for r in outcome.retention:
             if r.plan is not None and r.plan.deleted:
-                out.write(f"{r.tp}: retention would delete {len(r.plan.deleted)} segments "
-                          f"({r.plan.bytes_deleted} bytes), log start -> "
-                          f"{r.plan.new_log_start_offset}\n")
+                lines.append(f"{r.tp}: retention would delete {len(r.plan.deleted)} segments "
+                             f"({r.plan.bytes_deleted} bytes), log start -> "
+                             f"{r.plan.new_log_start_offset}")
+        return "\n".join(lines)
+
+    render(out, args, outcome.result, summary)
     return outcome.report.exit_code
 
 
@@ -104,9 +122,7 @@ def execute_retain(args: argparse.Namespace, out: TextIO) -> int:
     catalog = retain.prepare(opts, allow_aggressive=args.allow_aggressive_retention,
                              state_dir=args.state_dir)
     report, result = retain.perform(opts, catalog, state_dir=args.state_dir)
-    emit(out, result)
-    if not args.json:
-        out.write(report.summary() + "\n")
+    render(out, args, result, report.summary)
     return report.exit_code
 
 
@@ -120,17 +136,18 @@ def run_parser() -> argparse.ArgumentParser:
 
 
 def execute_run(args: argparse.Namespace, out: TextIO) -> int:
-    """Both steps; one JSON report line (and a summary); the worse of the two exit codes."""
+    """Both steps; one report; the worse of the two exit codes."""
     from compactor.maintenance import run
 
     outcome = run.perform(options_from_args(args), master=args.master,
                           allow_aggressive=args.allow_aggressive_retention,
                           state_dir=args.state_dir)
-    emit(out, outcome.result)
-    if not args.json:
-        if outcome.compaction:
-            out.write(outcome.compaction.summary() + "\n")
-        out.write(outcome.retention.summary(hints=outcome.compaction is None) + "\n")
+
+    def summary() -> str:
+        parts = [outcome.compaction.summary()] if outcome.compaction else []
+        return "\n".join([*parts, outcome.retention.summary(hints=outcome.compaction is None)])
+
+    render(out, args, outcome.result, summary)
     return outcome.exit_code
 
 
@@ -161,9 +178,7 @@ def execute_erase(args: argparse.Namespace, out: TextIO) -> int:
                                                            False),
                            metadata_log_dir=optional_path(args.metadata_log_dir),
                            server_properties=optional_path(args.server_properties))
-    emit(out, report)
-    if not args.json:
-        out.write(erase_summary(report) + "\n")
+    render(out, args, report, lambda: erase_summary(report))
     return erase.report_exit_code(report)
 
 

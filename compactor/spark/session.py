@@ -14,6 +14,15 @@ from pyspark.sql import SparkSession
 from compactor.errors import SparkUnavailableError
 
 MASTER_CONNECT_TIMEOUT_S = 10.0
+QUIET_LOG4J = os.path.join(os.path.dirname(os.path.abspath(__file__)), "log4j2-quiet.properties")
+_verbose = False
+
+
+def set_verbose(verbose: bool) -> None:
+    """``-v``: Spark's own logging (its default log4j profile, WARN and up) instead of errors
+    only."""
+    global _verbose
+    _verbose = verbose
 
 
 def get_spark(master: str | None, app_name: str = "kafka-compactor") -> SparkSession:
@@ -26,18 +35,28 @@ def get_spark(master: str | None, app_name: str = "kafka-compactor") -> SparkSes
     if active is not None:
         return active
     builder = SparkSession.builder.appName(app_name)
+    submitted = "PYSPARK_GATEWAY_PORT" in os.environ  # the JVM is spark-submit's, running
     if master:
         check_master_reachable(master)
         builder = builder.master(master)
-    elif "PYSPARK_GATEWAY_PORT" not in os.environ:  # not under spark-submit
+    elif not submitted:
         builder = builder.master("local[*]")
+    if not submitted and (master or "local").startswith("local"):
+        # Spark picks the first non-loopback address otherwise, and warns about it
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    if not submitted and not _verbose:
+        builder = builder.config("spark.driver.extraJavaOptions",
+                                 f"-Dlog4j2.configurationFile=file:{QUIET_LOG4J}")
     # local Python workers must run the interpreter that has this package installed
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     try:
-        return (builder.config("spark.sql.session.timeZone", "UTC")
-                .config("spark.ui.showConsoleProgress", "false").getOrCreate())
+        session = (builder.config("spark.sql.session.timeZone", "UTC")
+                   .config("spark.ui.showConsoleProgress", "false").getOrCreate())
     except PySparkRuntimeError as err:
         raise SparkUnavailableError(f"Spark cannot start: {err}") from err
+    if submitted and not _verbose:  # spark-submit's log4j config is the cluster's: WARN here
+        session.sparkContext.setLogLevel("WARN")
+    return session
 
 
 class LazySession:
