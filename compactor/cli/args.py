@@ -270,10 +270,7 @@ def run_guarded(name: str, execute: Callable[[argparse.Namespace, TextIO], int],
               file=sys.stderr, flush=True)
         return EXIT_INTERRUPTED
     except BrokenPipeError:
-        # nobody reads any more: point stdout at /dev/null so that the interpreter's final
-        # flush does not fail again, and say nothing
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        storage.discard_stdout(sys.stdout.fileno())  # nobody reads any more: say nothing
         return EXIT_BROKEN_PIPE
     except Exception as exc:  # noqa: BLE001 - the one place every failure is turned into a message
         if isinstance(exc, CompactorError):

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 from compactor.errors import LogDirError
 from compactor.log.storage import local
-from compactor.log.storage.local import LOCK_FILE, FileStat
+from compactor.log.storage.local import LOCK_FILE, FileStat, discard_stdout
 from compactor.log.storage.locations import (
     basename,
     check_location,
@@ -39,7 +39,7 @@ __all__ = [
     "open_durable", "parse_storage_options", "portable", "read_bytes", "read_text",
     "real_path", "remove", "rename", "settings", "stat", "supports_rename", "write_atomic",
     "write_durable", "write_new", "copy", "delta_options", "object_etag", "fsync_dir",
-    "set_mtime",
+    "set_mtime", "discard_stdout",
 ]
 
 R = TypeVar("R")

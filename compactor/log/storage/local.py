@@ -299,3 +299,11 @@ def log_dir_lock(log_dir: str) -> Iterator[None]:
             fcntl.lockf(fd, fcntl.LOCK_UN)
     finally:
         os.close(fd)
+
+
+def discard_stdout(fileno: int) -> None:
+    """Point file descriptor ``fileno`` (stdout) at ``/dev/null``: its reader went away
+    (``| head``), and the interpreter's last flush must not fail on it again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fileno)
+    os.close(devnull)
