@@ -47,7 +47,17 @@ def build_parser() -> argparse.ArgumentParser:
         prog="compactor",
         description="Offline compaction, retention and GDPR erasure for Kafka log directories.",
     )
+    parser.add_argument("--version", action="version", version=f"kafka-compactor {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
+
+    hi = sub.add_parser("history", help="the runs recorded in a state dir, newest first "
+                                        "(like Delta's DESCRIBE HISTORY)")
+    hi.add_argument("--state-dir", required=True, help="the ledger's directory")
+    hi.add_argument("--limit", type=int, default=None, help="at most this many runs "
+                                                            "(default: all)")
+    hi.add_argument("--json", action="store_true", help="one JSON object per run")
+    add_storage_arguments(hi, lease=False)
+    hi.set_defaults(handler=jobs.execute_history)
 
     p = sub.add_parser("inspect", help="dump and verify segments (like kafka-dump-log)")
     p.add_argument("path", help="a .log segment, a partition directory or a log dir")
@@ -177,6 +187,15 @@ def build_parser() -> argparse.ArgumentParser:
     for command in _leaf_parsers(parser):
         add_verbosity_arguments(command)
     return parser
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("kafka-compactor")
+    except PackageNotFoundError:  # running from a source tree that was never installed
+        return "unknown"
 
 
 def _leaf_parsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:

@@ -97,6 +97,9 @@ def add_report_arguments(parser: argparse.ArgumentParser) -> None:
                         help="print the JSON report line instead of the human summary")
     parser.add_argument("--report-file", default=None, metavar="FILE",
                         help="also write the JSON report to FILE (with or without --json)")
+    parser.add_argument("--metrics-file", default=None, metavar="FILE",
+                        help="write the run's metrics to FILE in Prometheus' text format "
+                             "(node_exporter's textfile collector: FILE ends in .prom)")
 
 
 def add_metadata_argument(parser: argparse.ArgumentParser) -> None:
@@ -207,9 +210,13 @@ def add_recover_arguments(parser: argparse.ArgumentParser) -> None:
 
 def add_status_arguments(parser: argparse.ArgumentParser) -> None:
     """The arguments of ``erase status`` and of ``jobs/erase.py status``."""
-    parser.add_argument("--state-dir", required=True)
-    parser.add_argument("--now-ms", type=optional_int, default=None)
-    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--state-dir", required=True, help="the ledger's directory")
+    parser.add_argument("--now-ms", type=optional_int, default=None,
+                        help="the clock in epoch ms (default: wall clock)")
+    parser.add_argument("--json", action="store_true", help="print the JSON result")
+    parser.add_argument("--metrics-file", default=None, metavar="FILE",
+                        help="write the overdue and total request counts to FILE in "
+                             "Prometheus' text format")
     add_storage_arguments(parser)
 
 

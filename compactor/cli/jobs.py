@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
@@ -50,6 +51,12 @@ def render(out: TextIO, args: argparse.Namespace, result: Mapping[str, Any],
     if report_file:
         storage.write_atomic(storage.absolute(report_file),
                              (json.dumps(result, separators=(",", ":")) + "\n").encode())
+    metrics_file = getattr(args, "metrics_file", None)
+    if metrics_file:
+        from compactor.maintenance import metrics
+
+        storage.write_atomic(storage.absolute(metrics_file), metrics.text(
+            metrics.registry_of(result, finished_at_s=time.time())))
     if args.json:
         emit(out, result)
     else:
@@ -199,6 +206,11 @@ def execute_erase_status(args: argparse.Namespace, out: TextIO) -> int:
     from compactor.erasure import ledger
 
     result = ledger.status(args.state_dir, now_ms(args))
+    if getattr(args, "metrics_file", None):
+        from compactor.maintenance import metrics
+
+        storage.write_atomic(storage.absolute(args.metrics_file), metrics.text(
+            metrics.overdue_registry(len(result["overdue"]), result["requests"])))
     if args.json:
         emit(out, result)
     else:
@@ -252,6 +264,46 @@ def execute_recover(args: argparse.Namespace, out: TextIO) -> int:
         out.write(f"recover: {changed} partition(s) had leftovers of interrupted swaps"
                   + (f", {failed} could not be recovered" if failed else "") + "\n")
     return EXIT_PARTIAL if failed else EXIT_OK
+
+
+# -- history ----------------------------------------------------------------------------------
+
+
+def execute_history(args: argparse.Namespace, out: TextIO) -> int:
+    """``compactor history``: the runs recorded in the state dir, newest first."""
+    from compactor.maintenance.history import history
+
+    runs = history(storage.absolute(args.state_dir), limit=args.limit)
+    if args.json:
+        for run in runs:
+            emit(out, {"type": "run", **run})
+        return EXIT_OK
+    out.write(f"{'started (UTC)':<20} {'command':<13} {'partitions':>10}  {'in':>10} "
+              f"{'out':>10}  status  run id\n")
+    for run in runs:
+        statuses = ", ".join(f"{n} {s}" for s, n in sorted(run["by_status"].items()))
+        out.write(f"{format_time_ms(run['started_at_ms']):<20} {run['command']:<13} "
+                  f"{run['partitions']:>10}  {format_bytes(run['bytes_in']):>10} "
+                  f"{format_bytes(run['bytes_out']):>10}  {statuses}  {run['run_id']}\n")
+    if not runs:
+        out.write("no runs recorded yet (commands record them with --state-dir)\n")
+    return EXIT_OK
+
+
+def format_bytes(n: int | None) -> str:
+    """``1.5 GB``-style sizes (decimal units, as Kafka's own tools print them)."""
+    if n is None:
+        return "-"
+    for unit in ("B", "kB", "MB", "GB", "TB"):
+        if abs(n) < 1000 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000  # type: ignore[assignment]
+    return f"{n} B"
+
+
+def format_time_ms(ms: int) -> str:
+    """Epoch milliseconds as ``YYYY-MM-DD HH:MM:SS`` UTC."""
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(ms / 1000))
 
 
 COMPACT = Job("compact", compact_parser, execute_compact)

@@ -1,0 +1,48 @@
+"""``compactor history``: the runs table of a state dir, one line per run (like Delta's
+``DESCRIBE HISTORY``), newest first."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from compactor.erasure import ledger
+from compactor.errors import ConfigError
+
+_SUMMED = ("records_in", "records_out", "bytes_in", "bytes_out", "segments_deleted",
+           "records_erased")
+
+
+def summarize(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The ``runs`` rows (one per partition and run) grouped by run, newest first: command,
+    log dir, start and end, partitions by status and the summed figures (``None`` where no
+    partition of the run has the figure)."""
+    runs: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        run = runs.setdefault(row["run_id"], {
+            "run_id": row["run_id"], "command": row["command"], "log_dir": row["log_dir"],
+            "started_at_ms": row["started_at_ms"], "finished_at_ms": row["finished_at_ms"],
+            "now_ms": row["now_ms"], "partitions": 0, "by_status": {},
+            **{k: None for k in _SUMMED}})
+        run["partitions"] += 1
+        run["by_status"][row["status"]] = run["by_status"].get(row["status"], 0) + 1
+        run["started_at_ms"] = min(run["started_at_ms"], row["started_at_ms"])
+        run["finished_at_ms"] = max(run["finished_at_ms"], row["finished_at_ms"])
+        for key in _SUMMED:
+            if row.get(key) is not None:
+                run[key] = (run[key] or 0) + row[key]
+    return sorted(runs.values(), key=lambda r: (r["started_at_ms"], r["run_id"]), reverse=True)
+
+
+def history(state_dir: str, *, limit: int | None = None) -> list[dict[str, Any]]:
+    """The runs recorded under ``state_dir``, newest first (at most ``limit``).
+
+    Raises:
+        ConfigError: no runs table there (a mistyped ``--state-dir`` is not an empty history).
+    """
+    if ledger.table_version(state_dir, ledger.RUNS_TABLE) is None:
+        raise ConfigError("no runs recorded here (no runs Delta table)", path=state_dir,
+                          remedy="check --state-dir; commands given --state-dir record their "
+                                 "runs there")
+    runs = summarize(ledger.load_runs(state_dir))
+    return runs[:limit] if limit is not None else runs
