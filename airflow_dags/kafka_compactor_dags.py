@@ -25,7 +25,10 @@ with open(CONFIG_PATH, encoding="utf-8") as handle:
     SETTINGS = yaml.safe_load(handle) or {}
 
 START = datetime(2026, 1, 1)
-DEFAULT_ARGS = {"retries": 0, "retry_delay": timedelta(minutes=5)}
+# a job that fails is retried (a lock held by a broker restart, a storage hiccup); retries and
+# their delay come from the settings
+DEFAULT_ARGS = {"retries": int(SETTINGS.get("retries", 2)),
+                "retry_delay": timedelta(minutes=float(SETTINGS.get("retry_delay_minutes", 5)))}
 LOG_DIRS = {d["name"]: d for d in SETTINGS.get("maintenance", {}).get("log_dirs", [])}
 
 
@@ -118,11 +121,13 @@ with DAG(
                          description="overrides for every selected topic; empty: the "
                                      "cluster's configs"),
         "now_ms": NOW_PARAM,
+        "dry_run": Param(False, type="boolean",
+                         description="plan only: report what would be cleaned, change nothing"),
     },
     tags=["kafka", "compaction"],
 ):
     spark_job("compact", "compact", [
-        "{{ params.log_dir }}", "--topics", "{{ params.topics }}",
+        "{{ params.log_dir }}", "--dry-run={{ params.dry_run }}", "--topics", "{{ params.topics }}",
         "--metadata-log-dir", "{{ params.metadata_log_dir }}",
         "--server-properties", "{{ params.server_properties }}",
         "--config-json", "{{ params.configs | tojson }}", "--now-ms", "{{ params.now_ms }}",

@@ -24,6 +24,14 @@ from compactor.maintenance.options import MaintenanceOptions
 from compactor.retention import MIN_RETENTION_BYTES, MIN_RETENTION_MS
 
 
+def flag_value(text: str) -> bool:
+    """A boolean option's value as schedulers render it (``True``/``False``, any case)."""
+    value = {"true": True, "false": False}.get(text.strip().lower())
+    if value is None:
+        raise argparse.ArgumentTypeError(f"expected true or false, not {text!r}")
+    return value
+
+
 def optional_int(text: str) -> int | None:
     """An integer argument that may be empty (a scheduler's unset parameter)."""
     return int(text) if text.strip() and text.strip() != "None" else None

@@ -26,6 +26,7 @@ from compactor.cli.args import (
     add_recover_arguments,
     add_retention_arguments,
     add_status_arguments,
+    flag_value,
     now_ms,
     optional_path,
     options_from_args,
@@ -82,8 +83,10 @@ def compact_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="jobs/compact.py",
                                      description="One compaction round over a Kafka log dir.")
     add_arguments(parser)
-    parser.add_argument("--dry-run", "--plan-only", dest="dry_run", action="store_true",
-                        help="plan, change nothing (--plan-only: the same, for old scripts)")
+    parser.add_argument("--dry-run", "--plan-only", dest="dry_run", nargs="?", const=True,
+                        default=False, type=flag_value, metavar="true|false",
+                        help="plan, change nothing (--plan-only: the same, for old scripts; "
+                             "--dry-run=false for schedulers that always pass it)")
     return parser
 
 

@@ -43,6 +43,7 @@ def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict:
     cfg = {
         "spark_conn_id": "spark_default", "jobs_dir": str(REPO / "jobs"),
         "python": os.environ["PYSPARK_PYTHON"], "state_dir": str(tmp_path / "state"),
+        "retries": 0,  # dag.test() of a failing job must fail at once
         "maintenance": {"schedule": "@hourly", "log_dirs": [
             {"name": "b1", "path": str(logs), "server_properties": str(server_properties),
              "metadata_log_dir": str(logs)}]},
@@ -175,3 +176,28 @@ def test_a_failing_job_fails_its_task(settings: dict, airflow_db: str, tmp_path:
     assert run.state == "failed"
     (ti,) = run.get_task_instances()
     assert ti.state == "failed"
+
+
+def test_retries_come_from_the_settings(settings: dict, tmp_path: Path,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "retrying.yaml"
+    path.write_text(yaml.safe_dump({**{k: v for k, v in settings.items()
+                                       if k not in ("logs", "state", "server_properties")},
+                                    "retries": 3, "retry_delay_minutes": 0.5}))
+    monkeypatch.setenv("KAFKA_COMPACTOR_DAGS_CONFIG", str(path))
+    bag = _bag()
+    assert set(bag.dags) == DAG_IDS
+    for dag in bag.dags.values():
+        for task in dag.tasks:
+            assert task.retries == 3 and task.retry_delay.total_seconds() == 30
+
+
+def test_the_one_off_dag_plans_only_when_asked(settings: dict) -> None:
+    dag = _bag().dags["kafka_compaction_oneoff"]
+    (task,) = dag.tasks
+    job = importlib.import_module(f"jobs.{Path(task.application).stem}")
+    for dry_run in (True, False):
+        params = {k: v.value if hasattr(v, "value") else v for k, v in dag.params.items()}
+        params.update(log_dir=str(settings["logs"]), dry_run=dry_run, now_ms=str(NOW))
+        argv = task.render_template(task.application_args, {"params": params})
+        assert job.build_parser().parse_args(argv).dry_run is dry_run
