@@ -20,6 +20,8 @@ EXIT_CONFIG = 3
 EXIT_LOCKED = 4
 EXIT_CORRUPT = 5
 EXIT_PARTIAL = 6  # some partitions done, some skipped as corrupt
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it: Ctrl-C
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: the reader of stdout went away (`| head`)
 
 
 def format_location(path: str | None, position: int | None, base_offset: int | None) -> str:

@@ -18,7 +18,14 @@ from typing import TextIO
 import yaml
 
 from compactor.config import parse_assignment, parse_topic_assignment
-from compactor.errors import CompactorError, ConfigError, InternalError, first_line
+from compactor.errors import (
+    EXIT_BROKEN_PIPE,
+    EXIT_INTERRUPTED,
+    CompactorError,
+    ConfigError,
+    InternalError,
+    first_line,
+)
 from compactor.log import storage
 from compactor.maintenance.options import MaintenanceOptions
 from compactor.retention import MIN_RETENTION_BYTES, MIN_RETENTION_MS
@@ -226,10 +233,6 @@ def add_status_arguments(parser: argparse.ArgumentParser) -> None:
                         help="write the overdue and total request counts to FILE in "
                              "Prometheus' text format")
     add_storage_arguments(parser)
-
-
-EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
-EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: the reader went away (`| head`)
 
 
 def add_verbosity_arguments(parser: argparse.ArgumentParser) -> None:

@@ -297,11 +297,17 @@ def format_bytes(n: int | None) -> str:
     """``1.5 GB``-style sizes (decimal units, as Kafka's own tools print them)."""
     if n is None:
         return "-"
-    for unit in ("B", "kB", "MB", "GB", "TB"):
-        if abs(n) < 1000 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000  # type: ignore[assignment]
-    return f"{n} B"
+    if abs(n) < 1000:
+        return f"{n} B"
+    size = float(n)
+    for unit in ("kB", "MB", "GB"):
+        size /= 1000
+        if abs(size) < 1000:
+            break
+    else:
+        size /= 1000
+        unit = "TB"
+    return f"{size:.1f} {unit}"
 
 
 def format_time_ms(ms: int) -> str:

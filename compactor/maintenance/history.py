@@ -26,8 +26,6 @@ def summarize(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
             **{k: None for k in _SUMMED}})
         run["partitions"] += 1
         run["by_status"][row["status"]] = run["by_status"].get(row["status"], 0) + 1
-        run["started_at_ms"] = min(run["started_at_ms"], row["started_at_ms"])
-        run["finished_at_ms"] = max(run["finished_at_ms"], row["finished_at_ms"])
         for key in _SUMMED:
             if row.get(key) is not None:
                 run[key] = (run[key] or 0) + row[key]

@@ -72,10 +72,6 @@ class LazySession:
             self._session = get_spark(self._master)
         return self._session
 
-    @property
-    def started(self) -> bool:
-        return self._session is not None
-
 
 def check_master_reachable(master: str, timeout_s: float = MASTER_CONNECT_TIMEOUT_S) -> None:
     """For a standalone master (``spark://host:port[,host:port]``), a TCP connection to one of
