@@ -194,6 +194,33 @@ def first_uncleanable_offset(
     return segments[_containing_index(segments, bound)].base_offset
 
 
+def uncleanable_cause(segments: Sequence[SegmentInfo], first_dirty: int, last_stable_offset: int,
+                      min_compaction_lag_ms: int, now_ms: int) -> str:
+    """Which bound of :func:`first_uncleanable_offset` held the round back, in words with its
+    numbers (for explanations; the same order of checks as ``cleanableOffsets``)."""
+    active = segments[-1]
+    if min_compaction_lag_ms > 0:
+        for seg in segments[_containing_index(segments, first_dirty):-1]:
+            newest = segment_largest_timestamp(seg)
+            if (newest > now_ms - min_compaction_lag_ms
+                    and seg.base_offset <= min(last_stable_offset, active.base_offset)):
+                return (f"min.compaction.lag.ms={min_compaction_lag_ms} "
+                        f"({_duration(min_compaction_lag_ms)}): segment {seg.base_offset}'s newest "
+                        f"record is {_duration(max(now_ms - newest, 0))} old")
+    if last_stable_offset < active.base_offset:
+        return (f"the last stable offset {last_stable_offset} (an open transaction or the high "
+                f"watermark)")
+    return f"the active segment (base offset {active.base_offset}), which is never cleaned"
+
+
+def _duration(ms: int) -> str:
+    """``2592000000`` -> ``30d``; the largest unit that divides, else one decimal of it."""
+    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("min", 60_000), ("s", 1_000)):
+        if ms >= size:
+            return f"{ms // size}{unit}" if ms % size == 0 else f"{ms / size:.1f}{unit}"
+    return f"{ms}ms"
+
+
 def segments_in_range(segments: Sequence[SegmentInfo], start: int,
                       end: int) -> list[SegmentInfo]:
     """Kafka's ``logSegments(start, end)``: from the segment containing ``start`` up to the last
@@ -225,6 +252,7 @@ class CleaningPlan:
         checkpoint_reset: the cleaner checkpoint was invalid and is rewritten to D.
         groups: base offsets of the source segments of each output segment.
         reason: why it is (not) cleaned.
+        held_by: what set the first uncleanable offset (:func:`uncleanable_cause`).
     """
 
     log_start_offset: int
@@ -239,6 +267,7 @@ class CleaningPlan:
     compaction_delay_ms: int
     groups: tuple[tuple[int, ...], ...] = field(default=())
     reason: SkipReason = SkipReason.CLEAN
+    held_by: str = ""
 
     @property
     def total_bytes(self) -> int:
@@ -343,10 +372,12 @@ def plan_partition(
         last_stable_offset=lso, first_dirty_offset=first_dirty,
         first_uncleanable_offset=first_uncleanable, checkpoint_reset=reset,
         clean_bytes=clean_bytes, cleanable_bytes=cleanable_bytes, compaction_delay_ms=delay,
+        held_by=uncleanable_cause(segments, first_dirty, lso, config.min_compaction_lag_ms,
+                                  now_ms),
     )
     if not config.compact:
         reason = SkipReason.NOT_COMPACTED
-    elif plan.total_bytes == 0:
+    elif log_end <= log_start or not any(s.size_bytes for s in segments):
         reason = SkipReason.EMPTY
     elif cleanable_bytes == 0 or first_uncleanable <= first_dirty:
         reason = SkipReason.NOTHING_CLEANABLE
@@ -560,3 +591,29 @@ class PartitionInput:
             legacy_retain_deletes=legacy_retain, now_ms=self.now_ms,
         )
         return list(zip(in_round, decisions, strict=True))
+
+
+def explain(plan: CleaningPlan, config: TopicConfig) -> str:
+    """Why the plan cleans or skips the partition, with the numbers it compared (the report's
+    ``explanation`` and the human summary)."""
+    ratio = (f"dirty ratio {plan.dirty_ratio:.2f} ({plan.cleanable_bytes:,} cleanable of "
+             f"{plan.total_bytes:,} bytes)")
+    threshold = f"min.cleanable.dirty.ratio {config.min_cleanable_dirty_ratio:g}"
+    span = f"offsets [{plan.first_dirty_offset}, {plan.first_uncleanable_offset})"
+    if plan.reason == SkipReason.CLEAN:
+        if plan.compaction_delay_ms > 0:
+            why = (f"max.compaction.lag.ms={config.max_compaction_lag_ms} passed "
+                   f"{plan.compaction_delay_ms:,} ms ago for the oldest dirty segment ({ratio})")
+        else:
+            why = f"{ratio} > {threshold}"
+        return f"{why}: cleans {span} in {len(plan.groups)} output segment(s)"
+    if plan.reason == SkipReason.BELOW_DIRTY_RATIO:
+        return f"{ratio} <= {threshold}, and no dirty segment is past max.compaction.lag.ms"
+    if plan.reason == SkipReason.NOTHING_CLEANABLE:
+        dirty = plan.log_end_offset - plan.first_dirty_offset
+        return (f"nothing cleanable: the {dirty:,} dirty offsets [{plan.first_dirty_offset}, "
+                f"{plan.log_end_offset}) are held back by {plan.held_by}")
+    if plan.reason == SkipReason.EMPTY:
+        return (f"no records (log start offset {plan.log_start_offset}, log end offset "
+                f"{plan.log_end_offset})")
+    return f"cleanup.policy={','.join(sorted(config.cleanup_policy))} has no compact"

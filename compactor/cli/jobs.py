@@ -34,6 +34,7 @@ from compactor.cli.args import (
 )
 from compactor.errors import EXIT_FAILURE, EXIT_OK, EXIT_PARTIAL
 from compactor.log import storage
+from compactor.maintenance.report import human_bytes, human_time
 
 Execute = Callable[[argparse.Namespace, TextIO], int]
 
@@ -99,11 +100,14 @@ def execute_compact(args: argparse.Namespace, out: TextIO, *, dry_run: bool = Fa
 
     def summary() -> str:
         lines = [outcome.report.summary()]
-        for r in outcome.retention:
-            if r.plan is not None and r.plan.deleted:
-                lines.append(f"{r.tp}: retention would delete {len(r.plan.deleted)} segments "
-                             f"({r.plan.bytes_deleted} bytes), log start -> "
-                             f"{r.plan.new_log_start_offset}")
+        preview = [r for r in outcome.retention if r.plan is not None and r.plan.deleted]
+        if preview:
+            lines.append(f"retention preview, on {compact.RETENTION_BASIS}:")
+        for r in preview:
+            assert r.plan is not None
+            lines.append(f"  {r.tp}: would delete {len(r.plan.deleted)} segments "
+                         f"({human_bytes(r.plan.bytes_deleted)}), log start offset -> "
+                         f"{r.plan.new_log_start_offset}")
         return "\n".join(lines)
 
     render(out, args, outcome.result, summary)
@@ -285,34 +289,12 @@ def execute_history(args: argparse.Namespace, out: TextIO) -> int:
               f"{'out':>10}  status  run id\n")
     for run in runs:
         statuses = ", ".join(f"{n} {s}" for s, n in sorted(run["by_status"].items()))
-        out.write(f"{format_time_ms(run['started_at_ms']):<20} {run['command']:<13} "
-                  f"{run['partitions']:>10}  {format_bytes(run['bytes_in']):>10} "
-                  f"{format_bytes(run['bytes_out']):>10}  {statuses}  {run['run_id']}\n")
+        out.write(f"{human_time(run['started_at_ms'])[:19]:<20} {run['command']:<13} "
+                  f"{run['partitions']:>10}  {human_bytes(run['bytes_in']):>10} "
+                  f"{human_bytes(run['bytes_out']):>10}  {statuses}  {run['run_id']}\n")
     if not runs:
         out.write("no runs recorded yet (commands record them with --state-dir)\n")
     return EXIT_OK
-
-
-def format_bytes(n: int | None) -> str:
-    """``1.5 GB``-style sizes (decimal units, as Kafka's own tools print them)."""
-    if n is None:
-        return "-"
-    if abs(n) < 1000:
-        return f"{n} B"
-    size = float(n)
-    for unit in ("kB", "MB", "GB"):
-        size /= 1000
-        if abs(size) < 1000:
-            break
-    else:
-        size /= 1000
-        unit = "TB"
-    return f"{size:.1f} {unit}"
-
-
-def format_time_ms(ms: int) -> str:
-    """Epoch milliseconds as ``YYYY-MM-DD HH:MM:SS`` UTC."""
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(ms / 1000))
 
 
 COMPACT = Job("compact", compact_parser, execute_compact)

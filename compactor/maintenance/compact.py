@@ -41,10 +41,17 @@ from compactor.log.layout import (
 from compactor.cluster.metadata import METADATA_TOPIC
 from compactor.model import CommitMessage, TopicPartition
 from compactor.maintenance.options import MaintenanceOptions, load_catalog
-from compactor.maintenance.report import LogDirReport, Outcome, problem_line
+from compactor.maintenance.report import (
+    REASONS,
+    LogDirReport,
+    Outcome,
+    human_bytes,
+    human_time,
+    problem_line,
+)
 from compactor.maintenance.retain import PartitionRetention, plan_log_dir
 from compactor.spark.session import LazySession
-from compactor.cleaner.policy import CleaningPlan, PartitionInput, SkipReason
+from compactor.cleaner.policy import CleaningPlan, PartitionInput, SkipReason, explain
 from compactor.cleaner.rebatch import DROP_REASONS
 
 if TYPE_CHECKING:
@@ -65,6 +72,7 @@ class PartitionReport:
     tp: TopicPartition
     status: Outcome = Outcome.SKIPPED
     reason: str = ""
+    explanation: str = ""  # the numbers behind the reason (policy.explain)
     plan: CleaningPlan | None = None
     segments_before: int = 0
     segments_after: int = 0
@@ -79,11 +87,14 @@ class PartitionReport:
     stages_s: dict[str, float] = field(default_factory=dict)
     error: dict | None = None
     config: dict[str, Any] | None = None  # the effective configs and their sources
+    measured: bool = True  # False in a plan: no output figures exist (null, not 0)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"topic": self.tp.topic, "partition": self.tp.partition,
                                "status": self.status, "reason": self.reason,
                                "config": self.config}
+        if self.explanation:
+            out["explanation"] = self.explanation
         if self.plan is not None:
             p = self.plan
             out.update(
@@ -94,12 +105,18 @@ class PartitionReport:
                 dirty_ratio=round(p.dirty_ratio, 6), compaction_delay_ms=p.compaction_delay_ms,
                 groups=[list(g) for g in p.groups], expected_input_bytes=self.expected_input_bytes,
             )
-        out.update(segments_before=self.segments_before, segments_after=self.segments_after,
-                   records_in=self.records_in, records_out=self.records_out,
-                   bytes_in=self.bytes_in, bytes_out=self.bytes_out,
-                   batches_in=self.batches_in, batches_out=self.batches_out,
-                   dropped={r: self.dropped.get(r, 0) for r in DROP_REASONS},
-                   stages_s={k: round(v, 3) for k, v in self.stages_s.items()})
+        out["segments_before"] = self.segments_before
+        if self.measured:
+            out.update(segments_after=self.segments_after,
+                       records_in=self.records_in, records_out=self.records_out,
+                       bytes_in=self.bytes_in, bytes_out=self.bytes_out,
+                       batches_in=self.batches_in, batches_out=self.batches_out,
+                       dropped={r: self.dropped.get(r, 0) for r in DROP_REASONS},
+                       stages_s={k: round(v, 3) for k, v in self.stages_s.items()})
+        else:  # a plan predicts no output: the figures are unknown, not zero
+            out.update(dict.fromkeys(("segments_after", "records_in", "records_out", "bytes_in",
+                                      "bytes_out", "batches_in", "batches_out", "dropped",
+                                      "stages_s")))
         if self.error is not None:
             out["error"] = self.error
         return out
@@ -127,20 +144,41 @@ class RoundReport(LogDirReport):
         lines = []
         for p in self.partitions:
             if p.status == Outcome.CLEANED:
-                lines.append(f"{p.tp}: cleaned {p.records_in} -> {p.records_out} records, "
-                             f"{p.bytes_in} -> {p.bytes_out} bytes, segments "
+                lines.append(f"{p.tp}: cleaned {p.records_in:,} -> {p.records_out:,} records, "
+                             f"{human_bytes(p.bytes_in)} -> {human_bytes(p.bytes_out)}, segments "
                              f"{p.segments_before} -> {p.segments_after}")
+            elif p.status == Outcome.WOULD_CLEAN:
+                lines.append(f"{p.tp}: would clean ({p.explanation})")
             elif Outcome(p.status).is_problem and p.error:
                 left = ("each group left old or new" if p.error.get("stage") == "swap"
                         else "left untouched")
                 lines.append(problem_line(p.tp, p.status, p.error, left=left))
             else:
-                lines.append(f"{p.tp}: {p.status} ({p.reason})")
+                lines.append(f"{p.tp}: {p.status} ({p.reason}: "
+                             f"{p.explanation or REASONS.get(p.reason, '')})")
         lines += self.footer()
-        total = sum(self.stages_s.values())
-        lines.append(f"{self.command}: {len(self.partitions)} partitions in {total:.1f} s; "
-                     + ", ".join(f"{k} {v:.1f} s" for k, v in self.stages_s.items()))
+        lines.append(self.totals_line())
         return "\n".join(lines)
+
+    def totals_line(self) -> str:
+        """The run in one line: when (the clock the rules used), partitions by status, bytes
+        and records in and out, time by stage."""
+        counts: dict[str, int] = {}
+        for p in self.partitions:
+            counts[p.status] = counts.get(p.status, 0) + 1
+        by_status = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+        cleaned = [p for p in self.partitions if p.status == Outcome.CLEANED]
+        moved = ""
+        if cleaned:
+            moved = (f"; {human_bytes(sum(p.bytes_in for p in cleaned))} -> "
+                     f"{human_bytes(sum(p.bytes_out for p in cleaned))}, "
+                     f"{sum(p.records_in for p in cleaned):,} -> "
+                     f"{sum(p.records_out for p in cleaned):,} records")
+        total = sum(self.stages_s.values())
+        stages = ", ".join(f"{k} {v:.1f} s" for k, v in self.stages_s.items())
+        return (f"{self.command} as of {human_time(self.now_ms)}: {len(self.partitions)} "
+                f"partitions ({by_status}){moved}; {total:.1f} s"
+                + (f" ({stages})" if stages else ""))
 
 
 class _Stages:
@@ -203,26 +241,32 @@ def run_locked(session: LazySession, opts: MaintenanceOptions, catalog: Catalog)
                    (CLEANER_OFFSET_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT,
                     REPLICATION_OFFSET_CHECKPOINT)}
     tps = list(log_dir.partitions)
-    reports = {i: PartitionReport(tp=tp, config=configs[tp.topic].describe(REPORTED))
+    reports = {i: PartitionReport(tp=tp, config=configs[tp.topic].describe(REPORTED),
+                                  measured=not opts.dry_run)
                for i, tp in enumerate(tps)}
     report.partitions = list(reports.values())
     if log_dir.metadata_log is not None:
-        report.partitions.insert(0, PartitionReport(tp=METADATA_TP, reason=METADATA_LOG))
+        report.partitions.insert(0, PartitionReport(tp=METADATA_TP, reason=METADATA_LOG,
+                                                    measured=not opts.dry_run))
     report.foreign = log_dir.foreign
     for r in log_dir.refused_of(opts.selects):
-        report.partitions.append(PartitionReport(tp=r.tp, status=Outcome.REFUSED, reason=r.error.code,
-                                                 error=r.error.to_dict()))
+        report.partitions.append(PartitionReport(tp=r.tp, status=Outcome.REFUSED,
+                                                 reason=r.error.code, error=r.error.to_dict(),
+                                                 measured=not opts.dry_run))
     inputs: dict[int, PartitionInput] = {}
     for i, tp in enumerate(tps):
         if not opts.selects(tp.topic):
-            reports[i].reason = "topic not selected (--topics)"
+            reports[i].reason = "not_selected"
             continue
         skip = catalog.skip_reason(tp)
         if skip is not None:
             reports[i].reason = skip
             continue
         if not configs[tp.topic].compact:
-            reports[i].reason = "cleanup.policy has no compact"
+            reports[i].reason = "not_compacted"
+            reports[i].explanation = (f"cleanup.policy="
+                                      f"{','.join(sorted(configs[tp.topic].cleanup_policy))} "
+                                      f"has no compact")
             continue
         try:
             if tp.dir_name in unrecovered:
@@ -281,6 +325,7 @@ def _plan(spark: SparkSession, inputs: dict[int, PartitionInput],
         plan = plans[i]
         reports[i].plan = plan
         reports[i].reason = SkipReason(plan.reason).name.lower()
+        reports[i].explanation = explain(plan, inp.config)
         by_base = {s.base_offset: s.size_bytes for s in inp.segments}
         reports[i].expected_input_bytes = sum(by_base[b] for g in plan.groups for b in g)
     stages.done("scan_and_plan")
@@ -345,6 +390,11 @@ def _commit(inputs: Mapping[int, PartitionInput], plans: Mapping[int, CleaningPl
 # The command
 
 
+#: How a plan's retention preview is computed (in the report and the human summary).
+RETENTION_BASIS = ("today's segments, before compaction: a round that cleans a partition "
+                   "leaves fewer bytes and segments, so retention may then delete less")
+
+
 @dataclass(frozen=True)
 class CompactOutcome:
     """What ``compact`` and ``plan`` produced: the round, its JSON report (with the ledger's
@@ -367,16 +417,18 @@ def perform(opts: MaintenanceOptions, *, master: str | None,
     with storage.log_dir_lock(opts.log_dir):  # a held lock before Spark starts too
         report = run_locked(LazySession(master), opts, catalog)
     result = report.to_dict()
-    if state_dir and not opts.dry_run:
+    retention: list[PartitionRetention] = []
+    if opts.dry_run:
+        # what retention would delete, computed on today's segments (not on what the round
+        # would leave: that needs the rewrite itself; RETENTION_BASIS says so in the report)
+        log_dir = open_log_dir(opts.log_dir)
+        retention = plan_log_dir(opts.log_dir, catalog, opts.now_ms, [
+            tp for tp in log_dir.partitions if opts.selects(tp.topic)])
+        by_tp = {(r.tp.topic, r.tp.partition): r.to_dict() for r in retention}
+        result["retention_basis"] = RETENTION_BASIS
+        for p in result["partitions"]:
+            p["retention"] = by_tp.get((p["topic"], p["partition"]))
+    if state_dir:  # a plan is recorded too (command "plan", no output figures)
         result["run_id"] = ledger.record_report(state_dir, result, started,
                                                 int(time.time() * 1000))
-    if not opts.dry_run:
-        return CompactOutcome(report, result)
-    # the plan shows what retention would delete, on today's segments
-    log_dir = open_log_dir(opts.log_dir)
-    retention = plan_log_dir(opts.log_dir, catalog, opts.now_ms, [
-        tp for tp in log_dir.partitions if opts.selects(tp.topic)])
-    by_tp = {(r.tp.topic, r.tp.partition): r.to_dict() for r in retention}
-    for p in result["partitions"]:
-        p["retention"] = by_tp.get((p["topic"], p["partition"]))
     return CompactOutcome(report, result, retention)

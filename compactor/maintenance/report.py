@@ -1,11 +1,13 @@
-"""What every maintenance report shares: the outcome of one partition (its line's ``status``),
-the exit-code rule and the human line for a partition left alone because of a problem."""
+"""What every maintenance report shares: the outcome of one partition (its line's ``status``)
+and the codes of its ``reason``, the exit-code rule, sizes and times for people, and the human
+line for a partition left alone because of a problem."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+import time
 from typing import Any, Protocol
 
 from compactor.cluster.catalog import Catalog
@@ -42,6 +44,55 @@ class Outcome(StrEnum):
         """A partition whose rewrite or swap failed: ``corrupt`` when a check refused its data,
         else ``failed`` (storage, a full disk, a conflict)."""
         return Outcome.CORRUPT if is_data_problem(code) else Outcome.FAILED
+
+
+#: Every ``reason`` a partition line can carry that is not an error code (a ``corrupt``,
+#: ``refused`` or ``failed`` line's reason is its error's ``code``, :mod:`compactor.errors`).
+#: The README's table and ``schemas/report.schema.json`` list the same codes (a test checks).
+REASONS: Mapping[str, str] = {
+    # compact and plan (cleaner.policy.SkipReason)
+    "clean": "the round cleans the partition (its dirty ratio passed the threshold, or a dirty "
+             "segment is past max.compaction.lag.ms)",
+    "below_dirty_ratio": "dirty ratio at or below min.cleanable.dirty.ratio, and no dirty "
+                         "segment past max.compaction.lag.ms",
+    "nothing_cleanable": "no dirty segment may be cleaned yet (min.compaction.lag.ms, an open "
+                         "transaction, the high watermark or the active segment holds it)",
+    "empty": "the partition holds no records",
+    "not_compacted": "cleanup.policy has no compact",
+    "not_selected": "--topics does not name the topic",
+    # the cluster catalog (compactor.cluster.catalog): left alone by every command
+    "metadata_log": "the KRaft metadata log __cluster_metadata-0, never changed",
+    "stale_topic_id": "the directory's topic id is not the cluster's (a deleted and re-created "
+                      "topic's leftover)",
+    "unknown_topic": "the cluster's metadata has no such topic",
+    "no_config": "no configs known for the topic (no cluster metadata, --config or "
+                 "--topic-configs)",
+    "invalid_config": "a config of the topic has an invalid value",
+    "tiered_storage": "remote.storage.enable=true: retention is the broker's (tiered copies)",
+}
+
+
+def human_bytes(n: int | None) -> str:
+    """``1.5 GB``-style sizes (decimal units, as Kafka's own tools print them); ``-`` for
+    none."""
+    if n is None:
+        return "-"
+    if abs(n) < 1000:
+        return f"{n} B"
+    size = float(n)
+    for unit in ("kB", "MB", "GB"):
+        size /= 1000
+        if abs(size) < 1000:
+            break
+    else:
+        size /= 1000
+        unit = "TB"
+    return f"{size:.1f} {unit}"
+
+
+def human_time(ms: int) -> str:
+    """Epoch milliseconds as ``YYYY-MM-DD HH:MM:SS UTC``."""
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ms / 1000))
 
 
 def exit_code(statuses: Iterable[str]) -> int:

@@ -34,7 +34,14 @@ from compactor.log.layout import (
 )
 from compactor.model import TopicPartition
 from compactor.maintenance.options import MaintenanceOptions, load_catalog
-from compactor.maintenance.report import LogDirReport, Outcome, problem_line
+from compactor.maintenance.report import (
+    REASONS,
+    LogDirReport,
+    Outcome,
+    human_bytes,
+    human_time,
+    problem_line,
+)
 from compactor.retention import RetentionPlan, check_safety_floor, plan_retention
 
 
@@ -97,16 +104,21 @@ class RetentionReport(LogDirReport):
                         if p.status == Outcome.FAILED else "left untouched")
                 lines.append(problem_line(p.tp, p.status, p.error, left=left))
             elif p.plan is not None and p.plan.deleted:
-                reasons = ", ".join(f"{r} {v['segments']} ({v['bytes']} bytes)"
+                reasons = ", ".join(f"{r} {v['segments']} ({human_bytes(v['bytes'])})"
                                     for r, v in p.plan.by_reason().items() if v["segments"])
                 lines.append(f"{p.tp}: {verb} {len(p.plan.deleted)} segments ({reasons}); log "
                              f"start {p.plan.log_start_offset} -> {p.plan.new_log_start_offset}"
                              + ("; rolled an empty segment at the log end" if p.plan.roll else ""))
             elif p.status == Outcome.SKIPPED:
-                lines.append(f"{p.tp}: left alone ({p.reason})")
+                lines.append(f"{p.tp}: left alone ({p.reason}: {REASONS.get(p.reason, '')})")
             else:
                 lines.append(f"{p.tp}: nothing to delete")
         lines += self.footer(hints=hints)
+        plans = [p.plan for p in self.partitions if p.plan is not None]
+        lines.append(f"retain{' (dry run)' if self.dry_run else ''} as of "
+                     f"{human_time(self.now_ms)}: {len(self.partitions)} partitions; {verb} "
+                     f"{sum(len(p.deleted) for p in plans)} segments, "
+                     f"{human_bytes(sum(p.bytes_deleted for p in plans))}")
         return "\n".join(lines)
 
 

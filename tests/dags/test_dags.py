@@ -124,7 +124,7 @@ def test_log_maintenance_dag_compacts_and_retains_like_compactor_run(
                 for p in report["compaction"]["partitions"]}
     assert statuses == {"__cluster_metadata-0": ("skipped", "metadata_log"),
                         "accounts-0": ("cleaned", "clean"),
-                        "events-0": ("skipped", "cleanup.policy has no compact")}
+                        "events-0": ("skipped", "not_compacted")}
     assert report["retention"]["segments_deleted"] > 0
 
     run = _bag().dags["kafka_log_maintenance"].test(run_conf={"now_ms": str(NOW)})

@@ -85,7 +85,7 @@ def test_run_with_no_flags_follows_the_cluster(spark, cluster: Path,
     assert set(segment_bytes(cluster / "__consumer_offsets-0")) <= set(offsets_before)
     # a compacted user topic likewise; a delete topic retained by its own retention.ms
     assert compaction["payments-0"]["status"] == "cleaned"
-    assert compaction["events-0"]["reason"] == "cleanup.policy has no compact"
+    assert compaction["events-0"]["reason"] == "not_compacted"
     events = retention["events-0"]
     assert events["config"]["retention.ms"] == {"value": 20 * DAY, "source": "topic"}
     assert events["status"] == "deleted" and events["rolled"]  # 30 days old > 20 days

@@ -3,6 +3,7 @@ session): reports, exit codes and bad inputs. Nothing is changed when a run is r
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ from compactor.cli import main as cli_main
 from compactor.errors import EXIT_CONFIG, EXIT_LOCKED, EXIT_OK, EXIT_PARTIAL
 from compactor.tools.generator import DEFAULT_START_MS
 from tests.helpers import (
+    cli_json,
     topic_lines,
     inspect_problems,
     lock_held_by_other_process,
@@ -107,3 +109,45 @@ def test_locked_log_dir_is_refused(spark, small_log: Path,
         assert cli_main(["compact", str(small_log), *COMPACT]) == EXIT_LOCKED
         assert report_line(capsys)["code"] == "LOG_DIR_LOCKED"
         assert tree_digest(small_log) == before
+
+
+def test_a_plan_tells_its_numbers_predicts_no_figures_and_is_recorded(
+        spark, small_log: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Each line explains with the dirty ratio it compared; output figures are null (a plan
+    has none); the retention preview says what it is computed on and covers the selected
+    topics only; ``--state-dir`` records a ``plan`` run."""
+    topics = sorted({p.name.rsplit("-", 1)[0] for p in small_log.iterdir() if p.is_dir()
+                     and not p.name.startswith("__")})
+    chosen = topics[0]
+    state = tmp_path / "state"
+    args = ["--now-ms", str(int(NOW) + 30 * 86_400_000), "--config",
+            "cleanup.policy=compact,delete", "--topics", chosen, "--state-dir", str(state)]
+    code, plan = cli_json(capsys, "plan", str(small_log), *args, "--json")
+    assert code == EXIT_OK
+    assert "before compaction" in plan["retention_basis"]
+    for p in topic_lines(plan["partitions"]):
+        if p["topic"] != chosen:
+            assert (p["status"], p["reason"], p["retention"]) == ("skipped", "not_selected",
+                                                                  None)
+            continue
+        assert p["status"] == "would_clean"
+        threshold = p["config"]["min.cleanable.dirty.ratio"]["value"]
+        assert p["explanation"].startswith(f"dirty ratio {p['dirty_ratio']:.2f} (")
+        assert f"> min.cleanable.dirty.ratio {float(threshold):g}" in p["explanation"]
+        assert all(p[k] is None for k in ("records_in", "records_out", "bytes_in",
+                                          "bytes_out", "segments_after", "dropped"))
+        assert p["retention"]["topic"] == chosen
+    assert cli_main(["history", "--state-dir", str(state), "--json"]) == EXIT_OK
+    runs = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(r["command"], r["run_id"], r["bytes_in"]) for r in runs] == [
+        ("plan", plan["run_id"], None)]
+
+    # the human summary: the same explanations, the preview's basis, a totals line
+    assert cli_main(["plan", str(small_log), *args[:-2]]) == EXIT_OK
+    text = capsys.readouterr().out
+    for p in topic_lines(plan["partitions"]):
+        if p["topic"] == chosen:
+            assert f"{p['topic']}-{p['partition']}: would clean ({p['explanation']})" in text
+    assert plan["retention_basis"] in text
+    assert text.splitlines()[-1 if "retention preview" not in text else 0]
+    assert "plan as of " in text and " UTC: " in text
