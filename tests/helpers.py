@@ -30,10 +30,27 @@ def inspect_problems(path: Path) -> list[Problem]:
             for i in ([i] if isinstance(i, Problem) else i.problems)]
 
 
+REPORT_SCHEMA = json.loads((Path(__file__).resolve().parents[1] / "schemas"
+                            / "report.schema.json").read_text())
+
+
+def check_report(report: Mapping) -> Mapping:
+    """``report`` against the published JSON Schema (``schemas/report.schema.json``); every
+    report a test parses through these helpers is checked."""
+    import jsonschema
+
+    if report.get("type") == "report":
+        jsonschema.validate(report, REPORT_SCHEMA,
+                            cls=jsonschema.Draft202012Validator)
+    return report
+
+
 def report_line(capsys: pytest.CaptureFixture[str]) -> dict:
-    """The one JSON report (or error) line a command printed."""
+    """The one JSON report (or error) line a command printed (a report checked against the
+    published schema)."""
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line]
     (report,) = [line for line in lines if line.get("type") in ("report", "error")]
+    check_report(report)
     return report
 
 
@@ -238,4 +255,6 @@ def cli_json(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict]
     code = main([*args])
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()
              if line.startswith("{")]
+    if lines:
+        check_report(lines[-1])
     return code, lines[-1] if lines else {}

@@ -60,6 +60,10 @@ REASONS: Mapping[str, str] = {
     "empty": "the partition holds no records",
     "not_compacted": "cleanup.policy has no compact",
     "not_selected": "--topics does not name the topic",
+    # retain (compactor.retention.RetentionReason: deleted_by_reason holds the split)
+    "expired": "segments past retention.ms or retention.bytes, or below the log start offset",
+    "nothing_expired": "no segment past retention.ms or retention.bytes or below the log start "
+                       "offset",
     # the cluster catalog (compactor.cluster.catalog): left alone by every command
     "metadata_log": "the KRaft metadata log __cluster_metadata-0, never changed",
     "stale_topic_id": "the directory's topic id is not the cluster's (a deleted and re-created "

@@ -154,6 +154,7 @@ def plan_log_dir(log_dir: str, catalog: Catalog, now_ms: int,
             check_log_start(part, starts.get(tp), leo, log_dir)
         except CompactorError as err:
             rep.status, rep.error = Outcome.of_read_error(err.code), err.to_dict()
+            rep.reason = err.code
             out.append(rep)
             continue
         rep.segments_before = len(part.segments)
@@ -163,6 +164,7 @@ def plan_log_dir(log_dir: str, catalog: Catalog, now_ms: int,
             rep.plan = plan_retention(part.segments, config=cfg, log_start_offset=start,
                                       log_end_offset=leo, high_watermark=hw, now_ms=now_ms)
             rep.status = Outcome.WOULD_DELETE if rep.plan.deleted else Outcome.KEPT
+        rep.reason = "expired" if rep.plan and rep.plan.deleted else "nothing_expired"
         out.append(rep)
     return out
 
@@ -206,7 +208,7 @@ def retain_locked(log_dir: str, catalog: Catalog, now_ms: int, *,
             # idempotent: a run after a crash finishes what the crashed one left
             swap.truncate_leader_epochs(pdir, plan.new_log_start_offset)
         except CompactorError as err:  # the others go on; this one says what happened
-            rep.error = err.to_dict()
+            rep.error, rep.reason = err.to_dict(), err.code
             rep.status = Outcome.FAILED  # a prefix may be gone: never reported as untouched
             continue
         starts[rep.tp] = (plan.new_log_start_offset
