@@ -12,6 +12,7 @@ import sys
 from collections.abc import Sequence
 from typing import TextIO
 
+from compactor import progress
 from compactor.log import storage
 from compactor.codec.compression import Codec
 from compactor.config import parse_topic_assignment, resolve_topic_config
@@ -215,6 +216,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _cmd_inspect(args: argparse.Namespace, out: TextIO) -> int:
+    if args.progress == progress.Mode.AUTO and sys.stdout.isatty():
+        progress.configure(progress.Mode.OFF)  # the dump streams to the same terminal
     segments = batches = records = 0
     problems: list[Problem] = []
     for item in inspect_path(storage.absolute(args.path),

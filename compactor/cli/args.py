@@ -17,6 +17,7 @@ from typing import TextIO
 
 import yaml
 
+from compactor import progress
 from compactor.config import parse_assignment, parse_topic_assignment
 from compactor.errors import (
     EXIT_BROKEN_PIPE,
@@ -243,6 +244,11 @@ def add_verbosity_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("-v", "--verbose", action="store_true",
                        help="show Spark's own logging (its default log4j profile, WARN and up) "
                             "instead of errors only")
+    parser.add_argument("--progress", choices=[m.value for m in progress.Mode],
+                        default=progress.Mode.AUTO.value,
+                        help="progress on stderr: a live bar (stage, tasks done/total, bytes, "
+                             "ETA), a line per finished step, or none; -q turns it off "
+                             "(default: auto, a bar on a terminal, lines otherwise)")
 
 
 def run_main(name: str, parser: argparse.ArgumentParser,
@@ -275,13 +281,19 @@ def run_guarded(name: str, execute: Callable[[argparse.Namespace, TextIO], int],
         logging.getLogger("py4j").setLevel(logging.CRITICAL)
         if not logging.getLogger().handlers:
             logging.getLogger().addHandler(logging.NullHandler())
+    quiet = getattr(args, "quiet", False)
+    progress.configure(progress.Mode.OFF if quiet else getattr(args, "progress", "auto"))
     out: TextIO = sys.stdout
-    if getattr(args, "quiet", False) and not json_line:
+    if quiet and not json_line:
         out = io.StringIO()
     try:
         configure_storage(args)
         return int(execute(args, out))
     except KeyboardInterrupt:
+        if "pyspark" in sys.modules:  # a JVM may be starting: it ignores the SIGINT
+            from compactor.spark.session import stop_child_processes
+
+            stop_child_processes()
         print(f"{name}: interrupted. Nothing half-done is left in place: each partition is "
               f"as it was or fully swapped; leftovers (.cleaned files, an unfinished swap) "
               f"are resolved by the next run or `compactor recover LOG_DIR`.",

@@ -34,7 +34,7 @@ from compactor.cli.args import (
 )
 from compactor.errors import EXIT_FAILURE, EXIT_OK, EXIT_PARTIAL
 from compactor.log import storage
-from compactor.maintenance.report import human_bytes, human_time
+from compactor.human import human_bytes, human_time
 
 Execute = Callable[[argparse.Namespace, TextIO], int]
 

@@ -41,12 +41,11 @@ from compactor.log.layout import (
 from compactor.cluster.metadata import METADATA_TOPIC
 from compactor.model import CommitMessage, TopicPartition
 from compactor.maintenance.options import MaintenanceOptions, load_catalog
+from compactor.human import human_bytes, human_time
 from compactor.maintenance.report import (
     REASONS,
     LogDirReport,
     Outcome,
-    human_bytes,
-    human_time,
     problem_line,
 )
 from compactor.maintenance.retain import PartitionRetention, plan_log_dir

@@ -1,13 +1,12 @@
 """What every maintenance report shares: the outcome of one partition (its line's ``status``)
-and the codes of its ``reason``, the exit-code rule, sizes and times for people, and the human
-line for a partition left alone because of a problem."""
+and the codes of its ``reason``, the exit-code rule and the human line for a partition left
+alone because of a problem."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-import time
 from typing import Any, Protocol
 
 from compactor.cluster.catalog import Catalog
@@ -74,29 +73,6 @@ REASONS: Mapping[str, str] = {
     "invalid_config": "a config of the topic has an invalid value",
     "tiered_storage": "remote.storage.enable=true: retention is the broker's (tiered copies)",
 }
-
-
-def human_bytes(n: int | None) -> str:
-    """``1.5 GB``-style sizes (decimal units, as Kafka's own tools print them); ``-`` for
-    none."""
-    if n is None:
-        return "-"
-    if abs(n) < 1000:
-        return f"{n} B"
-    size = float(n)
-    for unit in ("kB", "MB", "GB"):
-        size /= 1000
-        if abs(size) < 1000:
-            break
-    else:
-        size /= 1000
-        unit = "TB"
-    return f"{size:.1f} {unit}"
-
-
-def human_time(ms: int) -> str:
-    """Epoch milliseconds as ``YYYY-MM-DD HH:MM:SS UTC``."""
-    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ms / 1000))
 
 
 def exit_code(statuses: Iterable[str]) -> int:

@@ -34,12 +34,11 @@ from compactor.log.layout import (
 )
 from compactor.model import TopicPartition
 from compactor.maintenance.options import MaintenanceOptions, load_catalog
+from compactor.human import human_bytes, human_time
 from compactor.maintenance.report import (
     REASONS,
     LogDirReport,
     Outcome,
-    human_bytes,
-    human_time,
     problem_line,
 )
 from compactor.retention import RetentionPlan, check_safety_floor, plan_retention

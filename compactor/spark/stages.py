@@ -19,6 +19,7 @@ from compactor.config import TopicConfig
 from compactor.erasure.rules import Matcher
 from compactor.model import CommitMessage, SegmentInfo
 from compactor.spark import transforms
+from compactor.spark.progress import spark_step
 from schemas.spark import ERASURE_TASK, GROUP_SLOT, SEGMENT_TASK, SUPERSEDED
 
 SHUFFLE_SETTINGS = ("spark.sql.adaptive.coalescePartitions.enabled",
@@ -106,23 +107,39 @@ def write_cleaned_segments(spark: SparkSession, inputs: Mapping[int, PartitionIn
     mapped = [i for i, p in plans.items() if len(p.groups) > 1]
     if mapped:
         decisions = decisions.persist()
-        superseded = (decisions.where(F.col("tp_id").isin(mapped))
-                      .transform(transforms.scan_keys(cleaning, plans, slots))
-                      .transform(transforms.latest_per_key)
-                      .transform(transforms.superseded_records)).persist()
-        superseded.count()
+        with spark_step(spark, "offset_map",
+                        total_bytes=_group_bytes({i: inputs[i] for i in mapped}, plans)):
+            superseded = (decisions.where(F.col("tp_id").isin(mapped))
+                          .transform(transforms.scan_keys(cleaning, plans, slots))
+                          .transform(transforms.latest_per_key)
+                          .transform(transforms.superseded_records)).persist()
+            superseded.count()
     else:
         superseded = spark.createDataFrame([], SUPERSEDED)
     if on_stage:
         on_stage("offset_map")
-    rows = (transforms.rewrite_groups(cleaning, plans, slots, fsync=fsync)(decisions, superseded)
-            .collect())
+    with spark_step(spark, "rewrite", total_bytes=_group_bytes(cleaning, plans)):
+        rows = (transforms.rewrite_groups(cleaning, plans, slots, fsync=fsync)(
+            decisions, superseded).collect())
     decisions.unpersist()
     superseded.unpersist()
     if on_stage:
         on_stage("rewrite")
     return [transforms.message_from_row(r) for r in rows]
 
+
+
+def _group_bytes(inputs: Mapping[int, HasSegments], plans: Mapping[int, CleaningPlan]) -> int:
+    """The bytes of the source segments of the plans' groups (a round's input)."""
+    total = 0
+    for i, inp in inputs.items():
+        sizes = {s.base_offset: s.size_bytes for s in inp.segments}
+        total += sum(sizes[b] for g in plans[i].groups for b in g)
+    return total
+
+
+def _bytes(parts: Mapping[int, HasSegments]) -> int:
+    return sum(s.size_bytes for p in parts.values() for s in p.segments)
 
 
 @contextmanager
@@ -155,12 +172,16 @@ def scan_and_plan(spark: SparkSession, inputs: Mapping[int, PartitionInput]
     if not inputs:
         return plans, errors, None
     headers = segment_tasks(spark, inputs).transform(transforms.scan_headers).persist()
-    for row in headers.where(F.col("error").isNotNull()).select("tp_id", "error").collect():
+    with spark_step(spark, "scan", total_bytes=_bytes(inputs)):
+        failed = headers.where(F.col("error").isNotNull()).select("tp_id", "error").collect()
+    for row in failed:
         if row.tp_id in inputs and row.tp_id not in errors:
             errors[row.tp_id] = json.loads(row.error)
     readable = {i: inp for i, inp in inputs.items() if i not in errors}
     valid = headers.where(F.col("tp_id").isin(list(readable)))
-    for row in valid.transform(transforms.plan_rounds(readable)).collect():
+    with spark_step(spark, "plan"):
+        planned = valid.transform(transforms.plan_rounds(readable)).collect()
+    for row in planned:
         if row.error is not None:  # a partition-wide check failed: never rewritten
             errors[row.tp_id] = json.loads(row.error)
         else:
@@ -178,7 +199,8 @@ def erasure_scan(spark: SparkSession, parts: Mapping[int, HasSegments],
     (``schemas.spark.ERASURE_SCAN``)."""
     if not any(p.segments for p in parts.values()):
         return []
-    return segment_tasks(spark, parts).transform(transforms.scan_erasure(matchers)).collect()
+    with spark_step(spark, "erase_scan", total_bytes=_bytes(parts)):
+        return segment_tasks(spark, parts).transform(transforms.scan_erasure(matchers)).collect()
 
 
 def batch_headers(spark: SparkSession,
@@ -187,7 +209,9 @@ def batch_headers(spark: SparkSession,
     out: dict[int, list[BatchHeader]] = {i: [] for i in parts}
     if not any(p.segments for p in parts.values()):
         return out
-    for r in segment_tasks(spark, parts).transform(transforms.scan_headers).collect():
+    with spark_step(spark, "scan_headers", total_bytes=_bytes(parts)):
+        rows = segment_tasks(spark, parts).transform(transforms.scan_headers).collect()
+    for r in rows:
         if r.error is None:
             out[r.tp_id].append(transforms.header_from_row(r))
     for headers in out.values():
@@ -199,7 +223,8 @@ def key_offsets(spark: SparkSession, parts: Mapping[int, HasSegments],
                 keys: Mapping[int, frozenset[bytes]]) -> list[Row]:
     """Offsets (segment base, batch position, offset, key digest) of every record of the
     partitions whose key digest is in ``keys``; rows with ``error`` for unreadable segments."""
-    return segment_tasks(spark, parts).transform(transforms.scan_key_offsets(keys)).collect()
+    with spark_step(spark, "scan_keys", total_bytes=_bytes(parts)):
+        return segment_tasks(spark, parts).transform(transforms.scan_key_offsets(keys)).collect()
 
 
 def rewrite_segments(spark: SparkSession, tasks: Sequence[tuple[Any, ...]],
@@ -209,5 +234,8 @@ def rewrite_segments(spark: SparkSession, tasks: Sequence[tuple[Any, ...]],
     rows) as ``.cleaned`` files; one commit message per segment."""
     df = spark.createDataFrame(list(tasks), ERASURE_TASK).repartition(
         max(1, min(len(tasks), spark.sparkContext.defaultParallelism * 2)))
-    return [transforms.message_from_row(r)
-            for r in df.transform(transforms.rewrite_erased(segments, fsync=fsync)).collect()]
+    total = sum(segments[(t[0], t[1])][1].size_bytes for t in tasks
+                if (t[0], t[1]) in segments)
+    with spark_step(spark, "erase_rewrite", total_bytes=total):
+        rows = df.transform(transforms.rewrite_erased(segments, fsync=fsync)).collect()
+    return [transforms.message_from_row(r) for r in rows]

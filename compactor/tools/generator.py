@@ -22,6 +22,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from compactor import progress
 from compactor.log import storage
 from compactor.codec.checkpoints import (
     LEADER_EPOCH_CHECKPOINT,
@@ -273,16 +274,19 @@ def generate(out_dir: str, cfg: GeneratorConfig) -> GenerationSummary:
         raise ConfigError(f"invalid generator setting: configs or removals for topics that are "
                           f"not generated: {', '.join(sorted(unknown))}")
     topic_ids: dict[str, str] = {}
-    for topic_index, topic in enumerate((*cfg.topics, *cfg.internal_topics)):
-        topic_id = base64.urlsafe_b64encode(
-            uuid.UUID(int=rng.getrandbits(128)).bytes).rstrip(b"=").decode()
-        topic_ids[topic] = topic_id
-        for partition in range(cfg.partitions):
-            tp = TopicPartition(topic, partition)
-            seed = hash((cfg.seed, topic_index, partition)) & 0xFFFFFFFF
-            summary.partitions.append(
-                _generate_partition(out_dir, tp, topic_id, cfg, random.Random(seed))
-            )
+    all_topics = (*cfg.topics, *cfg.internal_topics)
+    with progress.step("generate", total=len(all_topics) * cfg.partitions,
+                       unit="partitions") as step:
+        for topic_index, topic in enumerate(all_topics):
+            topic_id = base64.urlsafe_b64encode(
+                uuid.UUID(int=rng.getrandbits(128)).bytes).rstrip(b"=").decode()
+            topic_ids[topic] = topic_id
+            for partition in range(cfg.partitions):
+                tp = TopicPartition(topic, partition)
+                seed = hash((cfg.seed, topic_index, partition)) & 0xFFFFFFFF
+                summary.partitions.append(
+                    _generate_partition(out_dir, tp, topic_id, cfg, random.Random(seed)))
+                step.advance()
     if cfg.metadata_log:
         _write_metadata_log(out_dir, cfg, topic_ids, rng)
     hw = {p.tp: p.log_end_offset for p in summary.partitions}

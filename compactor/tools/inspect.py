@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from compactor import progress
 from compactor.log import storage
 from compactor.codec.checkpoints import ROOT_CHECKPOINTS
 from compactor.codec.compression import codec_name
@@ -360,9 +361,11 @@ def inspect_path(
     if verify:
         for name in ROOT_CHECKPOINTS:
             yield from _problems_of(functools.partial(read_offset_checkpoint, path, name))
-    for name in dirs:
-        yield from _isolated(storage.join(path, name), dump=dump, records=records,
-                             verify=verify)
+    with progress.step("inspect", total=len(dirs), unit="partitions") as step:
+        for name in dirs:
+            yield from _isolated(storage.join(path, name), dump=dump, records=records,
+                                 verify=verify)
+            step.advance()
 
 
 def _isolated(partition_dir: str, **kwargs: Any) -> Iterator[SegmentReport | Problem]:

@@ -7,13 +7,18 @@ from __future__ import annotations
 
 import json
 import os
+import pty
+import re
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from compactor.errors import EXIT_OK
+from compactor.human import human_bytes
 from compactor.tools.generator import DEFAULT_START_MS
 
 COMPACTOR = str(Path(sys.executable).parent / "compactor")
@@ -38,6 +43,16 @@ def test_a_round_prints_its_summary_and_nothing_of_spark(small_log: Path,
     report = json.loads(report_file.read_text())
     assert report["command"] == "compact" and any(
         p["status"] == "cleaned" for p in report["partitions"])
+    # stderr is no terminal: one progress line per step, every task of it done, the step's
+    # input bytes in the report's units
+    steps = {line.split(":")[0]: line for line in res.stderr.splitlines()
+             if re.match(r"^[a-z_]+: \d+/\d+ tasks", line)}
+    assert {"scan", "plan", "rewrite"} <= set(steps), res.stderr
+    for line in steps.values():
+        done, total = re.search(r"(\d+)/(\d+) tasks", line).groups()  # type: ignore[union-attr]
+        assert done == total and int(total) > 0, line
+    cleaned_in = sum(p["bytes_in"] for p in report["partitions"] if p["status"] == "cleaned")
+    assert f", {human_bytes(cleaned_in)}, " in steps["rewrite"]
 
 
 def test_json_prints_only_the_report_and_the_report_file_holds_the_same(
@@ -54,6 +69,9 @@ def test_verbose_shows_spark_logging_and_quiet_shows_nothing(small_log: Path) ->
     assert loud.returncode == EXIT_OK and "log4j" in loud.stderr
     quiet = _run("plan", str(small_log), *COMPACT, "-q")
     assert quiet.returncode == EXIT_OK and quiet.stdout == ""
+    assert " tasks" not in quiet.stderr  # no progress either
+    off = _run("plan", str(small_log), *COMPACT, "--progress", "off")
+    assert off.returncode == EXIT_OK and " tasks" not in off.stderr and "would clean" in off.stdout
     failing = _run("plan", str(small_log / "missing"), "-q")
     assert failing.returncode == 3 and "does not exist" in failing.stderr
 
@@ -69,15 +87,75 @@ def test_a_reader_that_goes_away_ends_the_command_quietly(small_log: Path) -> No
     assert "Traceback" not in err and "BrokenPipe" not in err, err
 
 
-def test_ctrl_c_says_what_state_the_log_dir_is_in(small_log: Path) -> None:
+def _children(pid: int) -> list[tuple[int, str]]:
+    """(pid, command name) of the processes whose parent is ``pid``."""
+    out = []
+    for name in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            head, tail = Path(f"/proc/{name}/stat").read_text().rsplit(")", 1)
+        except OSError:
+            continue
+        if int(tail.split()[1]) == pid:
+            out.append((int(name), head.split("(", 1)[1]))
+    return out
+
+
+def _group_gone(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+@pytest.mark.parametrize("when", ["jvm_starting", "running"])
+def test_ctrl_c_says_what_state_the_log_dir_is_in_and_leaves_no_process(
+        small_log: Path, when: str) -> None:
+    """Ctrl-C to the whole process group (as a terminal sends it) while the Spark JVM starts
+    (pyspark starts it ignoring SIGINT: it must not outlive the command) and while the round
+    runs: one line, exit 130, no process of the command left."""
     proc = subprocess.Popen([COMPACTOR, "compact", str(small_log), *COMPACT],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
-    # after the imports, while Spark starts (its JVM alone takes longer than this): the round
-    # cannot have finished
-    time.sleep(4)
-    os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the JVM and workers get it too
+    deadline = time.monotonic() + 120
+    while not any(cmd == "java" for _, cmd in _children(proc.pid)):
+        assert proc.poll() is None and time.monotonic() < deadline, "no JVM started"
+        time.sleep(0.05)
+    if when == "running":
+        time.sleep(4)
+    os.killpg(proc.pid, signal.SIGINT)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err[-2000:]
     assert "interrupted" in err and "compactor recover" in err
     assert "Traceback" not in err, err[-3000:]
+    while not _group_gone(proc.pid):  # the JVM and its Python workers end too
+        assert time.monotonic() < deadline, "processes of the command outlived it"
+        time.sleep(0.1)
+
+
+def test_a_terminal_gets_a_live_bar_with_tasks_and_eta(small_log: Path) -> None:
+    """stderr on a pseudo-terminal: rich redraws a bar (carriage returns, tasks done/total,
+    ETA) and leaves each finished step as a line."""
+    leader, follower = pty.openpty()
+    try:
+        proc = subprocess.Popen([COMPACTOR, "compact", str(small_log), *COMPACT],
+                                stdout=subprocess.PIPE, stderr=follower,
+                                env={**os.environ, "TERM": "xterm", "COLUMNS": "120"})
+        os.close(follower)
+        chunks = []
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # the terminal closed with the process
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+        assert proc.wait(timeout=300) == EXIT_OK
+    finally:
+        os.close(leader)
+    screen = b"".join(chunks).decode(errors="replace")
+    plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", screen)
+    assert "\r" in screen and "ETA" in plain
+    assert re.search(r"rewrite .*\d+/\d+ tasks", plain), plain[-2000:]
+    assert re.search(r"rewrite: (\d+)/\1 tasks", plain), plain[-2000:]

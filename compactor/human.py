@@ -1,0 +1,28 @@
+"""Sizes and times as people read them (summaries, progress, history); pure."""
+
+from __future__ import annotations
+
+import time
+
+
+def human_bytes(n: int | None) -> str:
+    """``1.5 GB``-style sizes (decimal units, as Kafka's own tools print them); ``-`` for
+    none."""
+    if n is None:
+        return "-"
+    if abs(n) < 1000:
+        return f"{n} B"
+    size = float(n)
+    for unit in ("kB", "MB", "GB"):
+        size /= 1000
+        if abs(size) < 1000:
+            break
+    else:
+        size /= 1000
+        unit = "TB"
+    return f"{size:.1f} {unit}"
+
+
+def human_time(ms: int) -> str:
+    """Epoch milliseconds as ``YYYY-MM-DD HH:MM:SS UTC``."""
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ms / 1000))
