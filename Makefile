@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYSPARK_PYTHON ?= $(abspath $(BIN)/python)
 
-.PHONY: venv demo test test-fast bench bench-compact dist clean
+.PHONY: venv browser demo test test-fast bench bench-compact dist clean
 
 venv: $(STAMP)
 
@@ -38,16 +38,23 @@ demo: venv
 	$(BIN)/compactor erase status --state-dir $(DEMO_STATE)
 	$(BIN)/compactor inspect $(DEMO_DIR) --verify
 
-# Set up and run the whole test suite (slow end-to-end tests included).
 # What spark-submit --py-files needs to run jobs/*.py on a cluster: our three packages, zipped.
 # (Executors also need the dependencies of pyproject.toml installed in their Python.)
 dist: venv
 	$(BIN)/python -m compactor.tools.dist dist/kafka_compactor.zip
 
-test: venv
+# Debian's chromium renders the HTML report in the tests (installed from the package
+# registry when missing; sudo when not root).
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+browser:
+	@command -v chromium >/dev/null || { $(SUDO) apt-get install -y -q chromium \
+		|| { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q chromium; }; }
+
+# Set up and run the whole test suite (slow end-to-end tests included).
+test: venv browser
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-test-fast: venv
+test-fast: venv browser
 	$(BIN)/python -m pytest -m 'not slow' $(PYTEST_ARGS)
 
 bench: venv

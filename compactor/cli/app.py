@@ -60,6 +60,15 @@ def build_parser() -> argparse.ArgumentParser:
     add_storage_arguments(hi, lease=False)
     hi.set_defaults(handler=jobs.execute_history)
 
+    rp_ = sub.add_parser("report", help="a recorded run as a self-contained HTML page "
+                                        "(from the runs table of a state dir)")
+    rp_.add_argument("--state-dir", required=True, help="the ledger's directory")
+    rp_.add_argument("--run-id", default=None,
+                     help="the run (see compactor history; default: the newest)")
+    rp_.add_argument("--html", required=True, metavar="FILE", help="where to write the page")
+    add_storage_arguments(rp_, lease=False)
+    rp_.set_defaults(handler=jobs.execute_report)
+
     p = sub.add_parser("inspect", help="dump and verify segments (like kafka-dump-log)")
     p.add_argument("path", help="a .log segment, a partition directory or a log dir")
     p.add_argument("--records", action="store_true", help="print every record as well")

@@ -116,6 +116,10 @@ def add_report_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--metrics-file", default=None, metavar="FILE",
                         help="write the run's metrics to FILE in Prometheus' text format "
                              "(node_exporter's textfile collector: FILE ends in .prom)")
+    parser.add_argument("--html-report", default=None, metavar="FILE",
+                        help="write the report as one self-contained HTML page with charts "
+                             "(bytes and records before/after, drops by reason, dirty ratio "
+                             "against its threshold, deletions by reason, stage timeline)")
 
 
 def add_metadata_argument(parser: argparse.ArgumentParser) -> None:

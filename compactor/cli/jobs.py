@@ -48,7 +48,8 @@ def render(out: TextIO, args: argparse.Namespace, result: Mapping[str, Any],
            summary: Callable[[], str]) -> None:
     """A command's report: with ``--json`` the JSON report line only, else the human summary
     only; ``--report-file FILE`` also writes the JSON report there (in both modes, for
-    schedulers and scripts; one atomic write)."""
+    schedulers and scripts; one atomic write), ``--metrics-file`` its metrics and
+    ``--html-report`` its HTML page."""
     report_file = getattr(args, "report_file", None)
     if report_file:
         storage.write_atomic(storage.absolute(report_file),
@@ -59,6 +60,11 @@ def render(out: TextIO, args: argparse.Namespace, result: Mapping[str, Any],
 
         storage.write_atomic(storage.absolute(metrics_file), metrics.text(
             metrics.registry_of(result, finished_at_s=time.time())))
+    html_file = getattr(args, "html_report", None)
+    if html_file:
+        from compactor.maintenance import html_report
+
+        storage.write_atomic(storage.absolute(html_file), html_report.render(result).encode())
     if args.json:
         emit(out, result)
     else:
@@ -274,6 +280,18 @@ def execute_recover(args: argparse.Namespace, out: TextIO) -> int:
 
 
 # -- history ----------------------------------------------------------------------------------
+
+
+def execute_report(args: argparse.Namespace, out: TextIO) -> int:
+    """``compactor report``: a recorded run as an HTML page."""
+    from compactor.maintenance import html_report
+    from compactor.maintenance.history import run_report
+
+    report = run_report(storage.absolute(args.state_dir), args.run_id)
+    storage.write_atomic(storage.absolute(args.html), html_report.render(report).encode())
+    out.write(f"wrote {args.html}: {report['command']} run {report['run_id']} "
+              f"({len(report['partitions'])} partitions)\n")
+    return EXIT_OK
 
 
 def execute_history(args: argparse.Namespace, out: TextIO) -> int:

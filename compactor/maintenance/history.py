@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -44,3 +45,31 @@ def history(state_dir: str, *, limit: int | None = None) -> list[dict[str, Any]]
                                  "runs there")
     runs = summarize(ledger.load_runs(state_dir))
     return runs[:limit] if limit is not None else runs
+
+
+def run_report(state_dir: str, run_id: str | None = None) -> dict[str, Any]:
+    """One recorded run (the newest when ``run_id`` is ``None``) as a report again (type
+    ``recorded_report``): its partition lines as recorded, the head rebuilt from the rows
+    (without what the rows do not keep: the cluster section, foreign entries, run-level stage
+    times, erasure requests).
+
+    Raises:
+        ConfigError: no runs table there, or no run with that id (the message lists the
+            newest ids).
+    """
+    runs = history(state_dir)
+    if not runs:
+        raise ConfigError("no runs recorded here yet", path=state_dir,
+                          remedy="run a command with --state-dir first")
+    chosen = runs[0] if run_id is None else next((r for r in runs if r["run_id"] == run_id),
+                                                  None)
+    if chosen is None:
+        newest = ", ".join(r["run_id"] for r in runs[:5])
+        raise ConfigError(f"no run {run_id!r} recorded here (newest: {newest})",
+                          path=state_dir, remedy="see `compactor history --state-dir DIR`")
+    rows = ledger.load_runs(state_dir, [chosen["run_id"]])
+    lines = [json.loads(r["report_json"]) for r in rows]
+    problems = sum(chosen["by_status"].get(s, 0) for s in ("corrupt", "refused", "failed"))
+    return {"type": "recorded_report", "command": chosen["command"], "log_dir": chosen["log_dir"],
+            "now_ms": chosen["now_ms"], "run_id": chosen["run_id"],
+            "status": "partial" if problems else "ok", "partitions": lines}

@@ -1,0 +1,158 @@
+"""``--html-report`` and ``compactor report --html``: the page renders in headless Chromium
+(Debian's ``chromium``), the screenshot is not blank, and the page's text holds the run's
+figures as the JSON report gives them; nothing on the page is fetched from a network."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import struct
+import subprocess
+import zlib
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from compactor.errors import EXIT_CONFIG, EXIT_OK
+from compactor.human import human_bytes
+from compactor.tools.generator import DEFAULT_START_MS
+from tests.helpers import cli_json
+
+pytestmark = pytest.mark.spark
+
+DAY = 86_400_000
+NOW = DEFAULT_START_MS + 3 * DAY
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         "--hide-scrollbars")
+
+
+def _chromium(page: Path, tmp: Path, *args: str) -> subprocess.CompletedProcess:
+    assert Path(CHROMIUM).exists(), "Debian's chromium is needed (make test installs it)"
+    return subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={tmp / 'profile'}", *args,
+                           page.as_uri()], capture_output=True, timeout=120)
+
+
+class _Text(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.parts: list[str] = []
+        self.external: list[str] = []
+        self._skip = 0
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self._skip += tag in ("style", "script")
+        for name, value in attrs:
+            if name in ("src", "href") and value and not value.startswith("#"):
+                self.external.append(value)
+
+    def handle_endtag(self, tag: str) -> None:
+        self._skip -= tag in ("style", "script")
+
+    def handle_data(self, data: str) -> None:
+        if not self._skip:
+            self.parts.append(data)
+
+
+def _rendered_text(page: Path, tmp: Path) -> tuple[str, list[str]]:
+    """The text of the DOM Chromium built from the page, and any external references."""
+    res = _chromium(page, tmp, "--dump-dom")
+    assert res.returncode == 0, res.stderr[-2000:]
+    parser = _Text()
+    parser.feed(res.stdout.decode())
+    return re.sub(r"\s+", " ", " ".join(parser.parts)), parser.external
+
+
+def _inked_fraction(png: bytes) -> float:
+    """The fraction of pixels of an 8-bit RGB(A) PNG that are not near-white (PNG filters
+    undone per the PNG specification, section 9)."""
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    pos, idat, width, height, channels = 8, b"", 0, 0, 0
+    while pos < len(png):
+        (length,), kind = struct.unpack(">I", png[pos:pos + 4]), png[pos + 4:pos + 8]
+        body = png[pos + 8:pos + 8 + length]
+        if kind == b"IHDR":
+            width, height, depth, colour = struct.unpack(">IIBB", body[:10])
+            assert depth == 8 and colour in (2, 6)
+            channels = 3 if colour == 2 else 4
+        elif kind == b"IDAT":
+            idat += body
+        pos += 12 + length
+    raw, stride = zlib.decompress(idat), width * channels
+    previous, inked = bytearray(stride), 0
+    for row in range(height):
+        kind, line = raw[row * (stride + 1)], bytearray(raw[row * (stride + 1) + 1:
+                                                           (row + 1) * (stride + 1)])
+        for i in range(stride):
+            a = line[i - channels] if i >= channels else 0
+            b, c = previous[i], previous[i - channels] if i >= channels else 0
+            if kind == 1:
+                line[i] = (line[i] + a) & 0xFF
+            elif kind == 2:
+                line[i] = (line[i] + b) & 0xFF
+            elif kind == 3:
+                line[i] = (line[i] + (a + b) // 2) & 0xFF
+            elif kind == 4:
+                p = a + b - c
+                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+                line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) \
+                    & 0xFF
+        inked += sum(1 for x in range(0, stride, channels) if min(line[x:x + 3]) < 200)
+        previous = line
+    return inked / (width * height)
+
+
+def test_the_html_report_renders_with_the_run_figures(spark, small_log: Path, tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]
+                                                       ) -> None:
+    page, state = tmp_path / "compact.html", tmp_path / "state"
+    code, report = cli_json(capsys, "compact", str(small_log), "--now-ms", str(NOW),
+                            "--config", "cleanup.policy=compact,delete", "--json",
+                            "--state-dir", str(state), "--html-report", str(page))
+    assert code == EXIT_OK
+    text, external = _rendered_text(page, tmp_path)
+    assert external == []  # self-contained: nothing to fetch at view time
+    cleaned = [p for p in report["partitions"] if p["status"] == "cleaned"]
+    assert cleaned
+    for p in cleaned:
+        assert f"{p['topic']}-{p['partition']} cleaned {p['records_in']:,} {p['records_out']:,} " \
+               f"{human_bytes(p['bytes_in'])} {human_bytes(p['bytes_out'])}" in text, text[:3000]
+        assert p["explanation"] in text
+    total_in = human_bytes(sum(p["bytes_in"] for p in cleaned))
+    total_out = human_bytes(sum(p["bytes_out"] for p in cleaned))
+    assert f"{total_in} → {total_out}" in text
+    for stage, seconds in report["stages_s"].items():
+        assert f"{stage} {seconds:.1f} s" in text
+    for heading in ("Bytes before and after", "Records dropped, by reason",
+                    "Dirty ratio against min.cleanable.dirty.ratio", "Stage timeline"):
+        assert heading in text
+
+    shot = tmp_path / "compact.png"
+    res = _chromium(page, tmp_path, "--window-size=1200,1400", f"--screenshot={shot}")
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert _inked_fraction(shot.read_bytes()) > 0.02  # text, tables and bars, not a blank page
+
+    # retention, then the page of a recorded run from the runs table
+    code, retained = cli_json(capsys, "retain", str(small_log), "--now-ms", str(NOW + 30 * DAY),
+                              "--config", "cleanup.policy=compact,delete", "--json",
+                              "--state-dir", str(state))
+    assert code == EXIT_OK
+    from compactor.cli import main
+
+    recorded = tmp_path / "recorded.html"
+    assert main(["report", "--state-dir", str(state), "--html", str(recorded)]) == EXIT_OK
+    text, _ = _rendered_text(recorded, tmp_path)
+    assert retained["run_id"] in text and "Segments deleted, by reason" in text
+    for p in retained["partitions"]:
+        for reason, v in (p.get("deleted_by_reason") or {}).items():
+            if v["segments"]:
+                assert f"{reason}: {v['segments']} ({human_bytes(v['bytes'])})" in text
+    assert main(["report", "--state-dir", str(state), "--run-id", report["run_id"],
+                 "--html", str(recorded)]) == EXIT_OK
+    text, _ = _rendered_text(recorded, tmp_path)
+    assert report["run_id"] in text and all(p["explanation"] in text for p in cleaned)
+    assert main(["report", "--state-dir", str(state), "--run-id", "no-such-run",
+                 "--html", str(recorded)]) == EXIT_CONFIG
+    assert retained["run_id"] in capsys.readouterr().err  # the message lists the newest ids
