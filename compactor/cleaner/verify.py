@@ -67,18 +67,27 @@ def offset_problems(path: str, base: int, next_base: int | None,
 
 def index_problems(log_path: str, base: int, headers: Sequence[BatchHeader], *,
                    is_active: bool, index: bytes | None = None, time_index: bytes | None = None,
-                   txn_index: bytes | None = None) -> list[CompactorError]:
+                   txn_index: bytes | None = None, readable_end: int | None = None,
+                   knock_on: list[CompactorError] | None = None) -> list[CompactorError]:
     """A segment's ``.index``, ``.timeindex`` and ``.txnindex`` (``None``: the file does not
     exist) against its batches. The active segment's indexes may keep preallocated zero
-    slots; a rolled segment's may not (``LogSegment.onBecomeInactiveSegment`` trims them)."""
+    slots; a rolled segment's may not (``LogSegment.onBecomeInactiveSegment`` trims them).
+
+    ``readable_end``: the byte position where the ``.log`` stopped decoding (a corruption;
+    ``headers`` end there). Entries that point past it cannot be checked against batches that
+    were never read; their problems follow from the corruption and go to ``knock_on`` instead
+    of the result (one corruption, not hundreds of index errors)."""
     prefix = log_path[: -len(".log")]
     out: list[CompactorError] = []
+    beyond: list[CompactorError] = knock_on if knock_on is not None else out
     starts = {h.position: i for i, h in enumerate(headers)}
     last_offset = headers[-1].last_offset if headers else base - 1
     max_timestamp = max((h.max_timestamp for h in headers), default=-1)
 
-    def problem(path: str, message: str, position: int | None = None) -> None:
-        out.append(CorruptIndexError(message, path=path, position=position, base_offset=base))
+    def problem(path: str, message: str, position: int | None = None, *,
+                past_end: bool = False) -> None:
+        error = CorruptIndexError(message, path=path, position=position, base_offset=base)
+        (beyond if past_end and readable_end is not None else out).append(error)
 
     def decoded(path: str, data: bytes | None, decode: Any, **kwargs: Any) -> list[Any]:
         if data is None:
@@ -96,7 +105,8 @@ def index_problems(log_path: str, base: int, headers: Sequence[BatchHeader], *,
         i = starts.get(entry.position)
         if i is None:
             problem(index_path, f"entry ({entry.offset}, position {entry.position}) does not "
-                    "point at a batch start", at)
+                    "point at a batch start", at,
+                    past_end=readable_end is not None and entry.position >= readable_end)
         elif headers[i].base_offset > entry.offset:
             problem(index_path, f"entry offset {entry.offset} is below the base offset "
                     f"{headers[i].base_offset} of the batch it points at", at)
@@ -105,17 +115,17 @@ def index_problems(log_path: str, base: int, headers: Sequence[BatchHeader], *,
                     f"batch's last offset {headers[i - 1].last_offset}", at)
         elif entry.offset > last_offset:
             problem(index_path, f"entry offset {entry.offset} is past the segment's last "
-                    f"offset {last_offset}", at)
+                    f"offset {last_offset}", at, past_end=True)
 
     time_path = prefix + ".timeindex"
     for slot, t in enumerate(decoded(time_path, time_index, decode_time_index,
                                      allow_preallocated=is_active)):
         if not base <= t.offset <= max(last_offset, base):
             problem(time_path, f"entry offset {t.offset} is outside the segment "
-                    f"[{base}, {last_offset}]", slot * 12)
+                    f"[{base}, {last_offset}]", slot * 12, past_end=t.offset > last_offset)
         elif t.timestamp > max_timestamp:
             problem(time_path, f"entry timestamp {t.timestamp} exceeds the segment's max "
-                    f"timestamp {max_timestamp}", slot * 12)
+                    f"timestamp {max_timestamp}", slot * 12, past_end=True)
 
     txn_path = prefix + ".txnindex"
     aborts = {h.base_offset: h.producer_id for h in headers if _is_abort(h)}
@@ -123,7 +133,7 @@ def index_problems(log_path: str, base: int, headers: Sequence[BatchHeader], *,
         if aborts.get(entry.last_offset) != entry.producer_id:
             problem(txn_path, f"entry for producer {entry.producer_id} names offset "
                     f"{entry.last_offset}, which is not an ABORT marker of that producer",
-                    slot * 34)
+                    slot * 34, past_end=entry.last_offset > last_offset)
     return out
 
 

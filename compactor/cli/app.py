@@ -7,7 +7,6 @@ an exit code declared in :mod:`compactor.errors`; ``--json`` output is one JSON 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Sequence
 from typing import TextIO
@@ -22,7 +21,9 @@ from compactor.errors import (
     ConfigError,
 )
 from compactor.tools.generator import GeneratorConfig, generate
-from compactor.tools.inspect import Problem, SegmentReport, inspect_path
+from compactor.cluster.metadata import parse_snapshot_name
+from compactor.tools import dump_log
+from compactor.tools.inspect import INDEX_KINDS, Problem, dump_index_file, inspect_path
 from compactor.cli import jobs
 from compactor.cli.args import (
     now_ms,
@@ -70,8 +71,12 @@ def build_parser() -> argparse.ArgumentParser:
     rp_.set_defaults(handler=jobs.execute_report)
 
     p = sub.add_parser("inspect", help="dump and verify segments (like kafka-dump-log)")
-    p.add_argument("path", help="a .log segment, a partition directory or a log dir")
-    p.add_argument("--records", action="store_true", help="print every record as well")
+    p.add_argument("path", help="a .log segment, KRaft snapshot (.checkpoint), .index, "
+                                "timeindex, .txnindex or producer .snapshot file, a partition "
+                                "directory or a log dir")
+    p.add_argument("--records", action="store_true",
+                   help="print every record with its key and payload as well (kafka-dump-log's "
+                        "--deep-iteration --print-data-log)")
     p.add_argument("--verify", action="store_true",
                    help="check CRCs, offsets, indexes and txn indexes; exit non-zero on problems")
     p.add_argument("--json", action="store_true", help="one JSON object per line")
@@ -225,12 +230,23 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _cmd_inspect(args: argparse.Namespace, out: TextIO) -> int:
+    """``compactor inspect``: ``kafka-dump-log``'s text (``--json``: one object per batch,
+    index entry or problem), and with ``--verify`` the problems found."""
     if args.progress == progress.Mode.AUTO and sys.stdout.isatty():
         progress.configure(progress.Mode.OFF)  # the dump streams to the same terminal
+    path = storage.absolute(args.path)
+    suffix = path[path.rfind("."):]
+    if suffix in INDEX_KINDS and not storage.is_dir(path):
+        dump = dump_index_file(path)
+        if args.json:
+            for entry in dump["entries"]:
+                jobs.emit(out, {"type": dump["kind"], "path": path, **entry})
+        else:
+            out.writelines(line + "\n" for line in dump_log.index_lines(dump))
+        return EXIT_OK
     segments = batches = records = 0
     problems: list[Problem] = []
-    for item in inspect_path(storage.absolute(args.path),
-                             dump=not args.verify or args.records or args.json,
+    for item in inspect_path(path, dump=not args.verify or args.records or args.json,
                              records=args.records, verify=args.verify):
         if isinstance(item, Problem):
             problems.append(item)
@@ -242,9 +258,13 @@ def _cmd_inspect(args: argparse.Namespace, out: TextIO) -> int:
         records += item.record_count
         problems.extend(item.problems)
         if args.json:
+            for b in item.batches:
+                jobs.emit(out, {"type": "batch", "path": item.path, **b})
             jobs.emit(out, item.to_dict())
-        else:
-            _print_segment(item, out, records=args.records)
+        elif item.batches or not args.verify:
+            out.writelines(line + "\n" for line in dump_log.segment_lines(
+                {"path": item.path, "base_offset": item.base_offset, "batches": item.batches},
+                records=args.records, snapshot=parse_snapshot_name(storage.basename(item.path))))
     summary = {"type": "summary", "segments": segments, "batches": batches,
                "records": records, "problems": len(problems), "verified": args.verify}
     if args.json:
@@ -260,37 +280,6 @@ def _cmd_inspect(args: argparse.Namespace, out: TextIO) -> int:
               file=sys.stderr)
         return EXIT_FAILURE
     return EXIT_OK
-
-
-def _print_segment(report: SegmentReport, out: TextIO, *, records: bool) -> None:
-    out.write(f"Segment {report.path} base offset {report.base_offset}, "
-              f"{report.size_bytes} bytes, {report.batch_count} batches, "
-              f"{report.record_count} records, next offset {report.next_offset}\n")
-    for b in report.batches:
-        flags = []
-        if b["is_transactional"]:
-            flags.append("transactional")
-        if b["is_control"]:
-            flags.append(f"control={b.get('control_type')}")
-        if b["delete_horizon_ms"] is not None:
-            flags.append(f"deleteHorizonMs={b['delete_horizon_ms']}")
-        out.write(
-            f"baseOffset: {b['base_offset']} lastOffset: {b['last_offset']} count: {b['count']} "
-            f"position: {b['position']} size: {b['size']} magic: {b['magic']} "
-            f"codec: {b['codec']} crc: {b['crc']:#010x} producerId: {b['producer_id']} "
-            f"producerEpoch: {b['producer_epoch']} baseSequence: {b['base_sequence']} "
-            f"partitionLeaderEpoch: {b['partition_leader_epoch']} "
-            f"{b['timestamp_type']}: {b['max_timestamp']}"
-            + (f" {' '.join(flags)}" if flags else "") + "\n"
-        )
-        for r in b.get("records", ()):
-            headers = ",".join(f"{k}={v}" for k, v in r["headers"])
-            payload = r.get("payload")
-            out.write(f"| offset: {r['offset']} timestamp: {r['timestamp']} key: {r['key']} "
-                      f"valueSize: {r['value_size']}" + (f" headers: {headers}" if headers
-                                                         else "")
-                      + (f" payload: {json.dumps(payload, separators=(',', ':'))}"
-                         if payload is not None else "") + "\n")
 
 
 def _parse_codecs(text: str) -> tuple[Codec, ...]:

@@ -318,3 +318,5 @@ def run_guarded(name: str, execute: Callable[[argparse.Namespace, TextIO], int],
             print(json.dumps({"type": "error", **err.to_dict()}), flush=True)
         print(f"{name}: {err}", file=sys.stderr, flush=True)
         return err.exit_code
+    finally:
+        progress.configure(progress.Mode.OFF)  # a caller in the same process gets none

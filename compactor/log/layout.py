@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import TypedDict
 
 import javaproperties
 
@@ -558,13 +559,24 @@ def read_aborted_txns(part: PartitionLog) -> list[AbortedTxn]:
     return out
 
 
-def index_files(log_path: str) -> dict[str, bytes | None]:
-    """The bytes of a segment's ``.index``, ``.timeindex`` and ``.txnindex`` (``None`` for a
-    missing one), by the argument names of :func:`compactor.cleaner.verify.index_problems`."""
+class IndexFiles(TypedDict):
+    """A segment's index files' bytes (``None``: missing), by the argument names of
+    :func:`compactor.cleaner.verify.index_problems`."""
+
+    index: bytes | None
+    time_index: bytes | None
+    txn_index: bytes | None
+
+
+def index_files(log_path: str) -> IndexFiles:
+    """The bytes of a segment's ``.index``, ``.timeindex`` and ``.txnindex``."""
     prefix = log_path[: -len(LOG_SUFFIX)]
-    return {arg: storage.read_bytes(prefix + suffix) if storage.exists(prefix + suffix) else None
-            for arg, suffix in (("index", INDEX_SUFFIX), ("time_index", TIME_INDEX_SUFFIX),
-                                ("txn_index", TXN_INDEX_SUFFIX))}
+
+    def read(suffix: str) -> bytes | None:
+        return storage.read_bytes(prefix + suffix) if storage.exists(prefix + suffix) else None
+
+    return IndexFiles(index=read(INDEX_SUFFIX), time_index=read(TIME_INDEX_SUFFIX),
+                      txn_index=read(TXN_INDEX_SUFFIX))
 
 
 def log_end_offset(part: PartitionLog) -> int:

@@ -23,9 +23,15 @@ from compactor import progress
 from compactor.log import storage
 from compactor.codec.checkpoints import ROOT_CHECKPOINTS
 from compactor.codec.compression import codec_name
-from compactor.codec.indexes import decode_txn_index
+from compactor.codec.indexes import decode_offset_index, decode_time_index, decode_txn_index
 from compactor.codec.kraft import CONTROL_SCHEMAS, decode_control_value, decode_metadata_record
-from compactor.codec.records import Record, RecordBatch, parse_control_record
+from compactor.codec.records import (
+    INT32_MAX,
+    Record,
+    RecordBatch,
+    add_sequence,
+    parse_control_record,
+)
 from compactor.codec.segment import iter_batches
 from compactor.codec.snapshot import decode_snapshot
 from compactor.errors import (
@@ -66,19 +72,23 @@ class Problem:
     path: str | None = None
     position: int | None = None
     base_offset: int | None = None
+    knock_on: int = 0  # index problems that follow from this one, not listed on their own
 
     @classmethod
-    def from_error(cls, err: CompactorError) -> Problem:
+    def from_error(cls, err: CompactorError, *, knock_on: int = 0) -> Problem:
         return cls(code=err.code, message=err.message, path=err.path, position=err.position,
-                   base_offset=err.base_offset)
+                   base_offset=err.base_offset, knock_on=knock_on)
 
     def to_dict(self) -> dict[str, Any]:
         return {"code": self.code, "message": self.message, "path": self.path,
-                "position": self.position, "base_offset": self.base_offset}
+                "position": self.position, "base_offset": self.base_offset,
+                "knock_on": self.knock_on}
 
     def __str__(self) -> str:
         where = format_location(self.path, self.position, self.base_offset)
-        return f"[{self.code}] {self.message}" + (f" {where}" if where else "")
+        return (f"[{self.code}] {self.message}" + (f" {where}" if where else "")
+                + (f" (and {self.knock_on} index problem(s) that follow from it: their entries "
+                   f"point past the unreadable bytes)" if self.knock_on else ""))
 
 
 @dataclass(slots=True, kw_only=True)
@@ -107,7 +117,6 @@ class SegmentReport:
             "first_offset": self.first_offset,
             "next_offset": self.next_offset,
             "max_timestamp": self.max_timestamp,
-            "batches": self.batches,
             "problems": [p.to_dict() for p in self.problems],
         }
 
@@ -138,6 +147,7 @@ def batch_to_dict(batch: RecordBatch, records: list[Record] | None = None, *,
         "producer_id": batch.producer_id,
         "producer_epoch": batch.producer_epoch,
         "base_sequence": batch.base_sequence,
+        "last_sequence": batch.last_sequence,
         "is_transactional": batch.is_transactional,
         "is_control": batch.is_control,
         "delete_horizon_ms": batch.delete_horizon_ms,
@@ -149,17 +159,36 @@ def batch_to_dict(batch: RecordBatch, records: list[Record] | None = None, *,
         control = batch.control_record()
         out["control_type"] = control.type.name if control else None
     if records is not None:
-        out["records"] = [
-            {
-                "offset": r.offset,
-                "timestamp": r.timestamp,
-                "key": _show(r.key),
-                "value_size": None if r.value is None else len(r.value),
-                "headers": [[k, _show(v)] for k, v in r.headers],
-                **({"payload": _payload(batch, r)} if metadata else {}),
-            }
-            for r in records
-        ]
+        out["records"] = [_record_to_dict(batch, r, metadata=metadata) for r in records]
+    return out
+
+
+def _record_to_dict(batch: RecordBatch, r: Record, *, metadata: bool) -> dict[str, Any]:
+    """One record's fields (``kafka-dump-log``'s, ``DumpLogSegments.printRecordMetadata``):
+    sizes are -1 for null; ``sequence`` is the batch's base sequence plus the record's offset
+    delta (-1 without a producer); ``value`` is the payload as UTF-8 text, in full."""
+    out: dict[str, Any] = {
+        "offset": r.offset,
+        "timestamp": r.timestamp,
+        "key": _show(r.key),
+        "key_size": -1 if r.key is None else len(r.key),
+        "value_size": None if r.value is None else len(r.value),
+        "headers": [[k, _show(v)] for k, v in r.headers],
+    }
+    if batch.magic >= 2:
+        out["sequence"] = add_sequence(batch.base_sequence, r.offset - batch.base_offset)
+    if batch.is_control:
+        try:
+            control = parse_control_record(r.key, r.value)
+        except CompactorError:
+            control = None
+        if control is not None and control.coordinator_epoch is not None:
+            out["end_txn_marker"] = {"type": control.type.name,
+                                     "coordinator_epoch": control.coordinator_epoch}
+    if metadata:
+        out["payload"] = _payload(batch, r)
+    elif not batch.is_control:
+        out["value"] = _show(r.value, limit=None)
     return out
 
 
@@ -194,11 +223,19 @@ def _kraft_control(record: Record) -> bool:
         return True
 
 
-def _show(data: bytes | None, limit: int = 64) -> str | None:
+#: Control characters as ``\\xNN``: a dump keeps one line per record (Kafka's StringDecoder
+#: prints them raw).
+_CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F)}
+
+
+def _show(data: bytes | None, limit: int | None = 64) -> str | None:
+    """Bytes as UTF-8 text (undecodable bytes and control characters as ``\\xNN``), cut at
+    ``limit`` bytes."""
     if data is None:
         return None
-    text = data[:limit].decode("utf-8", errors="backslashreplace")
-    return text + ("..." if len(data) > limit else "")
+    cut = data if limit is None else data[:limit]
+    text = cut.decode("utf-8", errors="backslashreplace").translate(_CONTROLS)
+    return text + ("..." if limit is not None and len(data) > limit else "")
 
 
 def inspect_segment(
@@ -228,6 +265,7 @@ def inspect_segment(
         return report
     report = SegmentReport(path=log_path, base_offset=base, size_bytes=len(data))
     headers: list[BatchHeader] = []
+    corruption: CompactorError | None = None
     try:
         for batch in iter_batches(data, path=log_path):
             report.batch_count += 1
@@ -247,18 +285,25 @@ def inspect_segment(
                 report.batches.append(batch_to_dict(batch, decoded, metadata=metadata))
             report.next_offset = batch.next_offset
     except CompactorError as err:
-        report.problems.append(Problem.from_error(err.with_location(path=log_path)))
+        corruption = err.with_location(path=log_path)
+    knock_on: list[CompactorError] = []
+    found: list[CompactorError] = []
     if verify:
         found = offset_problems(log_path, base, next_segment_base, headers)
         if not snapshot:
+            readable_end = (None if corruption is None else
+                            corruption.position if corruption.position is not None else 0)
             try:
                 found += index_problems(log_path, base, headers, is_active=is_active,
+                                        readable_end=readable_end, knock_on=knock_on,
                                         **index_files(log_path))
             except CompactorError as err:  # an index that cannot be read at all
                 found.append(err)
             if txn is not None:
                 txn.headers += [h for h in headers if h.is_transactional]
-        report.problems += [Problem.from_error(e) for e in found]
+    if corruption is not None:
+        report.problems.append(Problem.from_error(corruption, knock_on=len(knock_on)))
+    report.problems += [Problem.from_error(e) for e in found]
     return report
 
 
@@ -330,6 +375,59 @@ def _problems_of(action: Callable[[], object]) -> Iterator[Problem]:
         yield Problem.from_error(err)
 
 
+INDEX_KINDS = {INDEX_SUFFIX: "index", TIME_INDEX_SUFFIX: "timeindex",
+               TXN_INDEX_SUFFIX: "txnindex", SNAPSHOT_SUFFIX: "snapshot"}
+
+
+def _first_sequence(last_sequence: int, offset_delta: int) -> int:
+    """``DefaultRecordBatch.decrementSequence`` (``BatchMetadata.firstSeq``)."""
+    if last_sequence < offset_delta:
+        return INT32_MAX - (offset_delta - last_sequence) + 1
+    return last_sequence - offset_delta
+
+
+def dump_index_file(path: str) -> dict[str, Any]:
+    """The entries of an ``.index``, ``.timeindex``, ``.txnindex`` or producer ``.snapshot``
+    file as ``kafka-dump-log`` reads them (offsets absolute; the zero slots a live broker
+    preallocates are not entries).
+
+    Raises:
+        CorruptIndexError, CorruptCheckpointError: the file does not decode.
+    """
+    name = storage.basename(path)
+    suffix = name[name.rfind("."):]
+    kind = INDEX_KINDS[suffix]
+    base = file_offset(name)
+    if base is None:
+        raise LogDirError("file name does not start with a base offset", path=path)
+    data = storage.read_bytes(path)
+    entries: list[dict[str, Any]]
+    if kind == "index":
+        entries = [{"offset": e.offset, "position": e.position} for e in
+                   decode_offset_index(data, base, path=path, allow_preallocated=True)]
+    elif kind == "timeindex":
+        entries = [{"timestamp": e.timestamp, "offset": e.offset} for e in
+                   decode_time_index(data, base, path=path, allow_preallocated=True)]
+    elif kind == "txnindex":
+        entries = [{"version": t.version, "producer_id": t.producer_id,
+                    "first_offset": t.first_offset, "last_offset": t.last_offset,
+                    "last_stable_offset": t.last_stable_offset}
+                   for t in decode_txn_index(data, base, path=path)]
+    else:
+        entries = [{
+            "producer_id": e.producer_id, "producer_epoch": e.epoch,
+            "coordinator_epoch": e.coordinator_epoch,
+            "current_txn_first_offset": (e.current_txn_first_offset
+                                         if e.current_txn_first_offset >= 0 else None),
+            "last_timestamp": e.timestamp,
+            "batch": None if e.last_offset < 0 else {
+                "first_sequence": _first_sequence(e.last_sequence, e.offset_delta),
+                "last_sequence": e.last_sequence, "last_offset": e.last_offset,
+                "offset_delta": e.offset_delta, "timestamp": e.timestamp},
+        } for e in decode_snapshot(data, path=path)]
+    return {"type": kind, "kind": kind, "path": path, "base_offset": base, "entries": entries}
+
+
 def inspect_path(
     path: str, *, dump: bool = True, records: bool = False, verify: bool = False
 ) -> Iterator[SegmentReport | Problem]:
@@ -338,8 +436,9 @@ def inspect_path(
         raise LogDirError("path does not exist", path=path)
     if not storage.is_dir(path):
         if not path.endswith(LOG_SUFFIX) and parse_snapshot_name(storage.basename(path)) is None:
-            raise LogDirError("not a .log segment, KRaft snapshot (.checkpoint), partition "
-                              "directory or log dir", path=path)
+            raise LogDirError("not a .log segment, KRaft snapshot (.checkpoint), .index, "
+                              ".timeindex, .txnindex, producer .snapshot, partition directory "
+                              "or log dir", path=path)
         yield inspect_segment(path, dump=dump, records=records, verify=verify)
         return
     if is_partition_dir(path):

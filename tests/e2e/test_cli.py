@@ -52,7 +52,7 @@ def test_inspect_dumps_records_of_one_segment(small_log: Path) -> None:
     res = run("inspect", str(seg), "--records")
     assert res.returncode == 0, res.stderr
     assert "baseOffset:" in res.stdout and "| offset:" in res.stdout
-    assert "codec:" in res.stdout and "dumped: 1 segments" in res.stdout
+    assert "compresscodec:" in res.stdout and "dumped: 1 segments" in res.stdout
 
 
 def test_inspect_decodes_the_metadata_log_and_verify_flags_a_bad_record(
@@ -61,7 +61,7 @@ def test_inspect_decodes_the_metadata_log_and_verify_flags_a_bad_record(
     res = run("inspect", str(meta), "--records", "--json")
     assert res.returncode == 0, res.stderr
     payloads = [r["payload"] for line in map(json.loads, res.stdout.splitlines())
-                if line["type"] == "segment" for b in line["batches"] for r in b["records"]]
+                if line["type"] == "batch" for r in line["records"]]
     kinds = {p["type"] for p in payloads}
     assert {"SnapshotHeaderRecord", "SnapshotFooterRecord", "LeaderChangeMessage",
             "FeatureLevelRecord", "RegisterBrokerRecord", "TopicRecord",
