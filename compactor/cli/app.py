@@ -35,6 +35,8 @@ from compactor.cli.args import (
     add_verbosity_arguments,
     add_retention_arguments,
     add_status_arguments,
+    Parser,
+    complete,
     run_guarded,
 )
 from compactor.erasure.rules import ALL_TOPICS, HEADER, KEY, new_requests
@@ -45,7 +47,7 @@ from compactor.log.layout import (
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="compactor",
         description="Offline compaction, retention and GDPR erasure for Kafka log directories.",
     )
@@ -84,28 +86,37 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(handler=_cmd_inspect)
 
     g = sub.add_parser("generate", help="write a realistic sample Kafka log dir")
-    g.add_argument("out_dir")
+    g.add_argument("out_dir", help="the log dir to create (must not exist or be empty)")
     g.add_argument("--topics", default="orders-v2,user-profiles",
                    help="comma-separated topic names (default: %(default)s)")
-    g.add_argument("--partitions", type=int, default=2)
+    g.add_argument("--partitions", type=int, default=2, help="partitions per topic")
     g.add_argument("--records", type=int, default=5000, help="records per partition")
     g.add_argument("--keys", type=int, default=500, help="distinct keys per partition")
-    g.add_argument("--value-bytes", type=int, default=100)
-    g.add_argument("--segment-bytes", type=int, default=64 * 1024)
-    g.add_argument("--max-batch-records", type=int, default=20)
-    g.add_argument("--tombstone-ratio", type=float, default=0.1)
-    g.add_argument("--null-key-ratio", type=float, default=0.01)
-    g.add_argument("--transactional-ratio", type=float, default=0.3)
-    g.add_argument("--abort-ratio", type=float, default=0.3)
+    g.add_argument("--value-bytes", type=int, default=100, help="bytes per record value")
+    g.add_argument("--segment-bytes", type=int, default=64 * 1024,
+                   help="roll a segment past this size (the topic's segment.bytes)")
+    g.add_argument("--max-batch-records", type=int, default=20,
+                   help="most records a producer puts in one batch")
+    g.add_argument("--tombstone-ratio", type=float, default=0.1,
+                   help="share of keyed records that are tombstones (null value)")
+    g.add_argument("--null-key-ratio", type=float, default=0.01,
+                   help="share of records without a key")
+    g.add_argument("--transactional-ratio", type=float, default=0.3,
+                   help="share of producers that write in transactions")
+    g.add_argument("--abort-ratio", type=float, default=0.3,
+                   help="share of transactions that abort")
     g.add_argument("--codecs", default="none,gzip,snappy,lz4,zstd",
                    help="comma-separated codecs producers choose from (default: %(default)s)")
     g.add_argument("--open-transaction", action="store_true",
                    help="leave one transaction open at the end of each partition")
     g.add_argument("--legacy-records", type=int, default=0,
                    help="write the first N records of each partition as v0/v1 messages")
-    g.add_argument("--start-ms", type=int, default=GeneratorConfig.start_ms)
-    g.add_argument("--record-interval-ms", type=int, default=50)
-    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--start-ms", type=int, default=GeneratorConfig.start_ms,
+                   help="timestamp of the first record (epoch ms)")
+    g.add_argument("--record-interval-ms", type=int, default=50,
+                   help="mean time between records (ms)")
+    g.add_argument("--seed", type=int, default=0,
+                   help="random seed: the same seed writes the same bytes")
     g.add_argument("--topic-config", action="append", default=[], metavar="TOPIC:KEY=VALUE",
                    help="a topic config written to the metadata log as a ConfigRecord")
     g.add_argument("--internal-topics", default="__consumer_offsets",
@@ -113,7 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "(comma-separated, may be empty; default: %(default)s)")
     g.add_argument("--no-metadata-log", action="store_true",
                    help="write no __cluster_metadata-0 (a log dir whose cluster is unknown)")
-    g.add_argument("--json", action="store_true")
+    g.add_argument("--json", action="store_true", help="print the summary as JSON")
     g.set_defaults(handler=_cmd_generate)
 
     r = sub.add_parser("recover", help="resolve interrupted swaps as a Kafka broker's loader does")
@@ -140,9 +151,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     cl = sub.add_parser("cluster", help="start/stop a local Spark standalone cluster "
                                         "(master + workers) from the pyspark package")
-    cl.add_argument("action", choices=("start", "stop", "status"))
+    cl.add_argument("action", choices=("start", "stop", "status"), help="what to do")
     cl.add_argument("--dir", required=True, help="pids, logs and work dirs of the cluster")
-    cl.add_argument("--workers", type=int, default=2)
+    cl.add_argument("--workers", type=int, default=2, help="worker processes")
     cl.add_argument("--cores", type=int, default=1, help="cores per worker")
     cl.add_argument("--memory", default="1g", help="memory per worker")
     cl.set_defaults(handler=_cmd_cluster)
@@ -158,11 +169,14 @@ def build_parser() -> argparse.ArgumentParser:
     who.add_argument("--keys-file", help="one UTF-8 key per line; one request per key")
     who.add_argument("--header", metavar="NAME=VALUE",
                      help="records whose header NAME has the UTF-8 value VALUE")
-    rq.add_argument("--reason", default=None)
-    rq.add_argument("--deadline-days", type=int, default=30)
+    rq.add_argument("--reason", default=None,
+                    help="why (recorded in the ledger and the audit proof)")
+    rq.add_argument("--deadline-days", type=int, default=30,
+                    help="days until the request is overdue (GDPR Art. 12(3): one month)")
     rq.add_argument("--request-id", default=None,
                     help="the id (default: derived from topic and subject digest)")
-    rq.add_argument("--now-ms", type=int, default=None)
+    rq.add_argument("--now-ms", type=int, default=None,
+                    help="the request's time (epoch ms; default: now)")
     rq.add_argument("--log-dir", default=None,
                     help="the log dir the request is for: its topic must exist there (or in "
                          "the cluster's metadata), and --state-dir must lie outside it")
@@ -172,7 +186,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="key erasure on compacted topics: replace the key's last record by a "
                          "bare tombstone at its offset instead of removing it, so downstream "
                          "state stores learn of the delete (the key bytes stay until it expires)")
-    rq.add_argument("--json", action="store_true")
+    rq.add_argument("--json", action="store_true", help="print the requests as JSON")
     add_storage_arguments(rq, lease=False)
     rq.set_defaults(handler=_cmd_erase_request)
     for name, help_text in (("apply", "erase every pending request's records (Spark)"),
@@ -185,18 +199,18 @@ def build_parser() -> argparse.ArgumentParser:
     st.set_defaults(handler=jobs.execute_erase_status)
     ini = esub.add_parser("init", help="create the ledger (before the first request, so "
                                        "that status and the erasure DAG find one)")
-    ini.add_argument("--state-dir", required=True)
+    ini.add_argument("--state-dir", required=True, help="the ledger's directory")
     add_storage_arguments(ini, lease=False)
     ini.set_defaults(handler=_cmd_erase_init)
     ls = esub.add_parser("list", help="every request: id, topic, selector, status, deadline")
-    ls.add_argument("--state-dir", required=True)
-    ls.add_argument("--json", action="store_true")
+    ls.add_argument("--state-dir", required=True, help="the ledger's directory")
+    ls.add_argument("--json", action="store_true", help="one JSON object per request")
     add_storage_arguments(ls, lease=False)
     ls.set_defaults(handler=_cmd_erase_list)
     rp = esub.add_parser("report", help="the audit proof of one request")
-    rp.add_argument("--state-dir", required=True)
-    rp.add_argument("--request-id", required=True)
-    rp.add_argument("--json", action="store_true")
+    rp.add_argument("--state-dir", required=True, help="the ledger's directory")
+    rp.add_argument("--request-id", required=True, help="the request (see erase list)")
+    rp.add_argument("--json", action="store_true", help="the proof as one JSON object")
     add_storage_arguments(rp, lease=False)
     rp.set_defaults(handler=_cmd_erase_report)
     for command in _leaf_parsers(parser):
@@ -225,7 +239,9 @@ def _leaf_parsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentPars
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``compactor`` console script."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    complete(parser)
+    args = parser.parse_args(argv)
     return run_guarded("compactor", args.handler, args, json_line=getattr(args, "json", False))
 
 

@@ -13,7 +13,7 @@ import sys
 import time
 import traceback
 from collections.abc import Callable, Sequence
-from typing import TextIO
+from typing import Any, TextIO
 
 import yaml
 
@@ -30,6 +30,34 @@ from compactor.errors import (
 from compactor.log import storage
 from compactor.maintenance.options import MaintenanceOptions
 from compactor.retention import MIN_RETENTION_BYTES, MIN_RETENTION_MS
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """Every option's help ends with its default, unless the help names it already or there
+    is none to name (no value, a flag that is off)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if ("default" in text or not action.option_strings
+                or action.default in (None, False, [], argparse.SUPPRESS)):
+            return text
+        return text + " (default: %(default)s)"
+
+
+class Parser(argparse.ArgumentParser):
+    """An argument parser whose help shows defaults (sub-command parsers inherit it)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+
+
+def complete(parser: argparse.ArgumentParser) -> None:
+    """Shell completion (argcomplete): answers and exits when the shell asks, else nothing.
+    Activate with ``eval "$(register-python-argcomplete compactor)"``."""
+    import argcomplete
+
+    argcomplete.autocomplete(parser)
 
 
 def flag_value(text: str) -> bool:
@@ -224,7 +252,7 @@ def add_recover_arguments(parser: argparse.ArgumentParser) -> None:
     """The arguments of ``recover`` and of ``jobs/recover.py``."""
     parser.add_argument("log_dir", help="a log dir or one partition directory")
     parser.add_argument("--dry-run", action="store_true", help="print what would change")
-    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--json", action="store_true", help="print the outcome as JSON")
     add_storage_arguments(parser)
 
 
@@ -261,6 +289,7 @@ def run_main(name: str, parser: argparse.ArgumentParser,
     """The ``main`` of a job: parse, execute, and turn a :class:`CompactorError` into one JSON
     error line, a message on stderr and the error's exit code."""
     add_verbosity_arguments(parser)
+    complete(parser)
     args = parser.parse_args(argv)
     return run_guarded(name, execute, args, json_line=True)
 

@@ -25,6 +25,7 @@ from compactor.cli.args import (
     add_erase_arguments,
     add_recover_arguments,
     add_retention_arguments,
+    Parser,
     add_status_arguments,
     flag_value,
     now_ms,
@@ -87,8 +88,8 @@ class Job:
 
 
 def compact_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="jobs/compact.py",
-                                     description="One compaction round over a Kafka log dir.")
+    parser = Parser(prog="jobs/compact.py",
+                    description="One compaction round over a Kafka log dir.")
     add_arguments(parser)
     parser.add_argument("--dry-run", "--plan-only", dest="dry_run", nargs="?", const=True,
                         default=False, type=flag_value, metavar="true|false",
@@ -128,8 +129,8 @@ def execute_plan(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def retain_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="jobs/retain.py",
-                                     description="Kafka retention over a log dir.")
+    parser = Parser(prog="jobs/retain.py",
+                    description="Kafka retention over a log dir.")
     add_config_arguments(parser)
     add_retention_arguments(parser)
     return parser
@@ -147,7 +148,7 @@ def execute_retain(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def run_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="jobs/run.py",
         description="Compaction and retention over a Kafka log dir, per topic cleanup.policy.")
     add_arguments(parser)
@@ -175,8 +176,8 @@ def execute_run(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def erase_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="jobs/erase.py",
-                                     description="GDPR erasure over a Kafka log dir.")
+    parser = Parser(prog="jobs/erase.py",
+                    description="GDPR erasure over a Kafka log dir.")
     sub = parser.add_subparsers(dest="action", required=True)
     for name in ("apply", "verify"):
         p = sub.add_parser(name)
@@ -198,20 +199,8 @@ def execute_erase(args: argparse.Namespace, out: TextIO) -> int:
                                                            False),
                            metadata_log_dir=optional_path(args.metadata_log_dir),
                            server_properties=optional_path(args.server_properties))
-    render(out, args, report, lambda: erase_summary(report))
+    render(out, args, report, lambda: erase.summary(report))
     return erase.report_exit_code(report)
-
-
-def erase_summary(report: Mapping[str, Any]) -> str:
-    lines = [f"{p['dir']}: {p['status']}"
-             + (f", {p['records_erased']} records erased in {p['segments_rewritten']} segments"
-                if p.get("records_erased") else "")
-             + (f", {p['records_scanned']} records scanned" if "residual_matches" in p else "")
-             for p in report["partitions"]]
-    lines += [f"request {r['request_id']}: " + ", ".join(
-        f"{k} {v}" for k, v in r.items() if k != "request_id") for r in report["requests"]]
-    lines.append(f"{report['command']} ({report['run_id']}): {report['status']}")
-    return "\n".join(lines)
 
 
 def execute_erase_status(args: argparse.Namespace, out: TextIO) -> int:
@@ -239,8 +228,8 @@ def execute_erase_status(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def recover_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="jobs/recover.py",
-                                     description="Recover interrupted swaps in a Kafka log dir.")
+    parser = Parser(prog="jobs/recover.py",
+                    description="Recover interrupted swaps in a Kafka log dir.")
     add_recover_arguments(parser)
     return parser
 

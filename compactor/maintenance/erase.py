@@ -542,3 +542,16 @@ def perform(action: str, log_dir: str, state_dir: str, now_ms: int, *, master: s
     return verify(None, log_dir, state_dir, now_ms, master=master,
                   metadata_log_dir=metadata_log_dir,
                   server_properties=server_properties)
+
+
+def summary(report: Mapping[str, Any]) -> str:
+    """The human summary of an ``erase apply`` or ``verify`` report."""
+    lines = [f"{p['dir']}: {p['status']}"
+             + (f", {p['records_erased']} records erased in {p['segments_rewritten']} segments"
+                if p.get("records_erased") else "")
+             + (f", {p['records_scanned']} records scanned" if "residual_matches" in p else "")
+             for p in report["partitions"]]
+    lines += [f"request {r['request_id']}: " + ", ".join(
+        f"{k} {v}" for k, v in r.items() if k != "request_id") for r in report["requests"]]
+    lines.append(f"{report['command']} ({report['run_id']}): {report['status']}")
+    return "\n".join(lines)

@@ -1,0 +1,191 @@
+"""The Python API, for notebooks and scripts: the maintenance commands as functions that return
+a :class:`Result` (the JSON report, the human summary, the exit code) instead of printing.
+
+    import compactor
+    result = compactor.plan("/var/lib/kafka/data", configs={"cleanup.policy": "compact"})
+    result.exit_code, result.summary, result.report["partitions"][0]["explanation"]
+    result.to_pandas()          # one row per partition line
+    result                      # in Jupyter: the HTML report
+
+They run exactly what the ``compactor`` commands run (same validation, lock, Spark session only
+when there is work, same reports); errors are raised as :class:`compactor.errors.CompactorError`
+(``.code``, ``.exit_code``, ``.path``, ``.position``, ``.base_offset``, ``.remedy``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pandas
+
+    from compactor.maintenance.options import MaintenanceOptions
+
+
+@dataclass(frozen=True)
+class Result:
+    """What a command produced.
+
+    Attributes:
+        command: ``plan``, ``compact``, ``retain``, ``run``, ``erase_apply`` or
+            ``erase_verify``.
+        report: the JSON report (``schemas/report.schema.json``).
+        summary: the human summary the command line prints.
+        exit_code: the command line's exit code (0 ok, 6 partial, ...).
+    """
+
+    command: str
+    report: Mapping[str, Any]
+    summary: str
+    exit_code: int
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+    def partitions(self) -> list[Mapping[str, Any]]:
+        """The partition lines (for ``run``: compaction's, then retention's)."""
+        if self.report.get("command") == "run":
+            return [*self.report["compaction"]["partitions"],
+                    *self.report["retention"]["partitions"]]
+        return list(self.report.get("partitions", []))
+
+    def to_pandas(self) -> pandas.DataFrame:
+        """One row per partition line (nested fields as they are)."""
+        import pandas
+
+        return pandas.DataFrame(self.partitions())
+
+    def _repr_html_(self) -> str:
+        from compactor.maintenance import html_report
+
+        return html_report.render(self.report)
+
+    def __str__(self) -> str:
+        return self.summary
+
+
+def _options(log_dir: str, *, now_ms: int | None, configs: Mapping[str, Any] | None,
+             topic_configs: Mapping[str, Mapping[str, Any]] | None,
+             topics: Sequence[str] | None, dry_run: bool, metadata_log_dir: str | None,
+             server_properties: str | None, assume_kafka_defaults: bool) -> MaintenanceOptions:
+    from compactor.log import storage
+    from compactor.maintenance.options import MaintenanceOptions
+
+    return MaintenanceOptions(
+        log_dir=storage.absolute(log_dir),
+        now_ms=int(time.time() * 1000) if now_ms is None else now_ms,
+        config_all={str(k): str(v) for k, v in (configs or {}).items()},
+        config_topics={str(t): {str(k): str(v) for k, v in c.items()}
+                       for t, c in (topic_configs or {}).items()},
+        dry_run=dry_run, topics=frozenset(topics or ()),
+        metadata_log_dir=metadata_log_dir and storage.absolute(metadata_log_dir),
+        server_properties=server_properties and storage.absolute(server_properties),
+        assume_kafka_defaults=assume_kafka_defaults)
+
+
+def _round(log_dir: str, dry_run: bool, master: str | None, state_dir: str | None,
+           **kw: Any) -> Result:
+    from compactor.log import storage
+    from compactor.maintenance import compact as compaction
+
+    outcome = compaction.perform(_options(log_dir, dry_run=dry_run, **kw), master=master,
+                                 state_dir=state_dir and storage.absolute(state_dir))
+    return Result(outcome.result["command"], outcome.result, outcome.report.summary(),
+                  outcome.report.exit_code)
+
+
+def plan(log_dir: str, *, now_ms: int | None = None, configs: Mapping[str, Any] | None = None,
+         topic_configs: Mapping[str, Mapping[str, Any]] | None = None,
+         topics: Sequence[str] | None = None, master: str | None = None,
+         state_dir: str | None = None, metadata_log_dir: str | None = None,
+         server_properties: str | None = None, assume_kafka_defaults: bool = False) -> Result:
+    """``compactor plan``: what a compaction round would do, with the numbers behind each
+    decision; changes nothing. ``configs`` apply to every topic, ``topic_configs`` to one
+    (Kafka's config names); the cluster's metadata log is read as by the command."""
+    return _round(log_dir, True, master, state_dir, now_ms=now_ms, configs=configs,
+                  topic_configs=topic_configs, topics=topics,
+                  metadata_log_dir=metadata_log_dir, server_properties=server_properties,
+                  assume_kafka_defaults=assume_kafka_defaults)
+
+
+def compact(log_dir: str, *, now_ms: int | None = None,
+            configs: Mapping[str, Any] | None = None,
+            topic_configs: Mapping[str, Mapping[str, Any]] | None = None,
+            topics: Sequence[str] | None = None, master: str | None = None,
+            state_dir: str | None = None, metadata_log_dir: str | None = None,
+            server_properties: str | None = None, assume_kafka_defaults: bool = False
+            ) -> Result:
+    """``compactor compact``: one compaction round, in place, under the log dir's lock."""
+    return _round(log_dir, False, master, state_dir, now_ms=now_ms, configs=configs,
+                  topic_configs=topic_configs, topics=topics,
+                  metadata_log_dir=metadata_log_dir, server_properties=server_properties,
+                  assume_kafka_defaults=assume_kafka_defaults)
+
+
+def retain(log_dir: str, *, now_ms: int | None = None,
+           configs: Mapping[str, Any] | None = None,
+           topic_configs: Mapping[str, Mapping[str, Any]] | None = None,
+           topics: Sequence[str] | None = None, dry_run: bool = False,
+           allow_aggressive: bool = False, state_dir: str | None = None,
+           metadata_log_dir: str | None = None, server_properties: str | None = None,
+           assume_kafka_defaults: bool = False) -> Result:
+    """``compactor retain``: Kafka's retention (time, size, log start offset); no Spark."""
+    from compactor.log import storage
+    from compactor.maintenance import retain as retention
+
+    opts = _options(log_dir, now_ms=now_ms, configs=configs, topic_configs=topic_configs,
+                    topics=topics, dry_run=dry_run, metadata_log_dir=metadata_log_dir,
+                    server_properties=server_properties,
+                    assume_kafka_defaults=assume_kafka_defaults)
+    state = state_dir and storage.absolute(state_dir)
+    catalog = retention.prepare(opts, allow_aggressive=allow_aggressive, state_dir=state)
+    report, result = retention.perform(opts, catalog, state_dir=state)
+    return Result("retain", result, report.summary(), report.exit_code)
+
+
+def run(log_dir: str, *, now_ms: int | None = None, configs: Mapping[str, Any] | None = None,
+        topic_configs: Mapping[str, Mapping[str, Any]] | None = None,
+        topics: Sequence[str] | None = None, dry_run: bool = False,
+        allow_aggressive: bool = False, master: str | None = None,
+        state_dir: str | None = None, metadata_log_dir: str | None = None,
+        server_properties: str | None = None, assume_kafka_defaults: bool = False) -> Result:
+    """``compactor run``: compaction, then retention, per topic ``cleanup.policy``."""
+    from compactor.log import storage
+    from compactor.maintenance import run as maintenance_run
+
+    outcome = maintenance_run.perform(
+        _options(log_dir, now_ms=now_ms, configs=configs, topic_configs=topic_configs,
+                 topics=topics, dry_run=dry_run, metadata_log_dir=metadata_log_dir,
+                 server_properties=server_properties,
+                 assume_kafka_defaults=assume_kafka_defaults),
+        master=master, allow_aggressive=allow_aggressive,
+        state_dir=state_dir and storage.absolute(state_dir))
+    parts = [outcome.compaction.summary()] if outcome.compaction else []
+    summary = "\n".join([*parts, outcome.retention.summary(hints=outcome.compaction is None)])
+    return Result("run", outcome.result, summary, outcome.exit_code)
+
+
+def erase(action: str, log_dir: str, state_dir: str, *, now_ms: int | None = None,
+          master: str | None = None, dry_run: bool = False,
+          exclude_pending_deletes: bool = False, metadata_log_dir: str | None = None,
+          server_properties: str | None = None) -> Result:
+    """``compactor erase apply`` or ``erase verify`` (``action``): the pending requests of the
+    ledger in ``state_dir`` applied to, or verified on, every copy in the log dir."""
+    from compactor.errors import ConfigError
+    from compactor.log import storage
+    from compactor.maintenance import erase as erasure
+
+    if action not in ("apply", "verify"):
+        raise ConfigError(f"unknown erase action {action!r}; use 'apply' or 'verify'")
+    report = erasure.perform(
+        action, storage.absolute(log_dir), storage.absolute(state_dir),
+        int(time.time() * 1000) if now_ms is None else now_ms, master=master, dry_run=dry_run,
+        exclude_pending_deletes=exclude_pending_deletes,
+        metadata_log_dir=metadata_log_dir and storage.absolute(metadata_log_dir),
+        server_properties=server_properties and storage.absolute(server_properties))
+    return Result(report["command"], report, erasure.summary(report),
+                  erasure.report_exit_code(report))

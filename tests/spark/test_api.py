@@ -1,0 +1,71 @@
+"""The Python API (``import compactor``) does what the command line does: the same report
+(schema-valid), the same bytes on disk, the same exit code; errors are raised, not printed."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+import compactor
+from compactor.errors import EXIT_OK, ConfigError
+from compactor.tools.generator import DEFAULT_START_MS
+from tests.helpers import check_report, cli_json, tree_digest
+
+pytestmark = pytest.mark.spark
+
+NOW = DEFAULT_START_MS + 3 * 86_400_000
+CONFIGS = {"cleanup.policy": "compact,delete"}
+
+
+def _without_timings(report: dict) -> dict:
+    def strip(obj):  # type: ignore[no-untyped-def]
+        if isinstance(obj, dict):
+            return {k: strip(v) for k, v in obj.items() if k not in ("stages_s", "run_id")}
+        if isinstance(obj, list):
+            return [strip(v) for v in obj]
+        return obj
+
+    return strip(report)
+
+
+def test_the_api_matches_the_command_line(spark, small_log: Path, tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    other = tmp_path / "other"
+    shutil.copytree(small_log, other)
+    planned = compactor.plan(str(small_log), now_ms=NOW, configs=CONFIGS)
+    check_report(planned.report)
+    assert planned.ok and planned.command == "plan"
+    assert all(p["explanation"] for p in planned.partitions() if p["status"] == "would_clean")
+    assert "would clean" in planned.summary
+
+    done = compactor.compact(str(small_log), now_ms=NOW, configs=CONFIGS)
+    code, by_cli = cli_json(capsys, "compact", str(other), "--now-ms", str(NOW), "--config",
+                            "cleanup.policy=compact,delete", "--json")
+    assert (done.exit_code, code) == (EXIT_OK, EXIT_OK)
+    import json
+
+    expected = json.loads(json.dumps(_without_timings(by_cli)).replace(str(other),
+                                                                          str(small_log)))
+    assert _without_timings(dict(done.report)) == expected
+    assert tree_digest(small_log) == tree_digest(other)
+
+    frame = done.to_pandas()
+    assert list(frame["status"]) == [p["status"] for p in by_cli["partitions"]]
+    assert "<svg" in done._repr_html_()
+
+    later = NOW + 30 * 86_400_000
+    retained = compactor.retain(str(small_log), now_ms=later, configs=CONFIGS, dry_run=True)
+    check_report(retained.report)
+    assert retained.report["dry_run"] and retained.report["segments_deleted"] > 0
+    ran = compactor.run(str(small_log), now_ms=later, configs=CONFIGS)
+    check_report(ran.report)
+    assert ran.report["retention"]["segments_deleted"] == retained.report["segments_deleted"]
+
+    with pytest.raises(ConfigError):
+        compactor.plan(str(small_log), now_ms=NOW, configs={"no.such.config": "1"})
+    with pytest.raises(ConfigError):
+        compactor.erase("wipe", str(small_log), str(tmp_path / "state"))
+    with pytest.raises(AttributeError):
+        compactor.no_such_function  # noqa: B018
