@@ -1,22 +1,26 @@
 """The kafka-compactor DAGs: scheduled log maintenance, daily GDPR erasure, one-off compaction.
 
-Declarative: every task is a ``SparkSubmitOperator`` calling a job of ``jobs/`` with the
-arguments of its command line. Settings come from ``kafka_compactor.yaml`` next to this file
-(or ``$KAFKA_COMPACTOR_DAGS_CONFIG``) and from DAG params. Parsing this file imports no project
-code and reads no connection or Variable; each job's JSON report goes to the task log and, with
-``state_dir``, to the ``runs`` Delta table.
+Declarative: every task is a ``SparkSubmitOperator`` (:class:`CompactorJob`) calling a job of
+``jobs/`` with the arguments of its command line. Settings come from ``kafka_compactor.yaml``
+next to this file (or ``$KAFKA_COMPACTOR_DAGS_CONFIG``) and from DAG params. Parsing this file
+imports no project code and reads no connection or Variable. Each job writes its JSON report
+with ``--report-file``; the task pushes it to XCom (``return_value``, and ``report`` also when
+the job fails) and, with ``state_dir``, the job records it in the ``runs`` Delta table.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import tempfile
 from datetime import datetime, timedelta
 from typing import Any
 
 import yaml
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import DAG, Param
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 CONFIG_PATH = os.environ.get(
     "KAFKA_COMPACTOR_DAGS_CONFIG",
@@ -25,17 +29,76 @@ with open(CONFIG_PATH, encoding="utf-8") as handle:
     SETTINGS = yaml.safe_load(handle) or {}
 
 START = datetime(2026, 1, 1)
-# a job that fails is retried (a lock held by a broker restart, a storage hiccup); retries and
-# their delay come from the settings
+# retries and their delay come from the settings; which failures are retried, from the job's
+# exit code and error (CompactorJob)
 DEFAULT_ARGS = {"retries": int(SETTINGS.get("retries", 2)),
                 "retry_delay": timedelta(minutes=float(SETTINGS.get("retry_delay_minutes", 5)))}
 LOG_DIRS = {d["name"]: d for d in SETTINGS.get("maintenance", {}).get("log_dirs", [])}
+
+#: Failures worth a retry: the log dir locked (exit 4: a broker restarting, another run), an
+#: object store, the ledger or the Spark master refusing for the moment. Configuration errors
+#: (exit 3), corrupt input (5), partial success (6: a corrupt partition stays corrupt), an
+#: overdue erasure request (exit 1 of erase status) and unexpected errors fail at once.
+RETRY_EXIT_CODES = frozenset({4})
+RETRY_ERROR_CODES = frozenset({"LOG_DIR_LOCKED", "STORAGE_ERROR", "LEDGER_ERROR",
+                               "SPARK_UNAVAILABLE"})
+#: Reports larger than this go to XCom as their head (the partition lines left out).
+XCOM_REPORT_BYTES = 48 * 1024
+
+
+def _read_report(path: str) -> dict[str, Any] | None:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return json.loads(handle.read())
+    except (OSError, ValueError):
+        return None
+
+
+def _for_xcom(report: dict[str, Any]) -> dict[str, Any]:
+    """The report, or without its partition lines when it is too large for XCom."""
+    if len(json.dumps(report)) <= XCOM_REPORT_BYTES:
+        return report
+    return {k: v for k, v in report.items() if k not in ("partitions", "compaction",
+                                                         "retention")}
+
+
+class CompactorJob(SparkSubmitOperator):
+    """A kafka-compactor job: ``--report-file`` is added to its arguments, the report it
+    writes goes to XCom, and a failure is retried only when its exit code or error code says
+    a retry can help (:data:`RETRY_EXIT_CODES`, :data:`RETRY_ERROR_CODES`); any other
+    failure raises ``AirflowFailException`` (no retry) naming the error."""
+
+    def execute(self, context: Any) -> Any:
+        ti = context["ti"]
+        key = re.sub(r"[^A-Za-z0-9_.-]", "_",
+                     f"{ti.dag_id}.{ti.task_id}.{ti.run_id}.{ti.map_index}.{ti.try_number}")
+        report_file = os.path.join(SETTINGS.get("report_dir") or tempfile.gettempdir(),
+                                   f"kafka-compactor-{key}.json")
+        self.application_args = [*(self.application_args or []), "--report-file",
+                                 report_file]
+        try:
+            super().execute(context)
+        except AirflowException as err:
+            report = _read_report(report_file) or {}
+            submitted = getattr(getattr(self, "_hook", None), "_submit_sp", None)
+            exit_code = report.get("exit_code", getattr(submitted, "returncode", None))
+            if report:
+                ti.xcom_push(key="report", value=_for_xcom(report))
+            if exit_code in RETRY_EXIT_CODES or report.get("code") in RETRY_ERROR_CODES:
+                raise
+            what = (f"[{report['code']}] {report.get('message')}" if report.get("code")
+                    else f"status {report.get('status')}" if report else "no report")
+            raise AirflowFailException(
+                f"{self.task_id}: the job ended with exit code {exit_code} ({what}); not "
+                f"retried: a retry cannot fix it") from err
+        done = _read_report(report_file)
+        return None if done is None else _for_xcom(done)
 
 
 def spark_job(task_id: str, job: str, args: list[str], **kwargs: Any) -> SparkSubmitOperator:
     """A task running ``jobs/<job>.py`` with ``args`` (its command line, templated)."""
     python = SETTINGS.get("python")
-    return SparkSubmitOperator(
+    return CompactorJob(
         task_id=task_id,
         application=os.path.join(SETTINGS["jobs_dir"], f"{job}.py"),
         application_args=args,
@@ -68,6 +131,29 @@ def maintenance_args(log_dir: dict) -> list[str]:
     if SETTINGS.get("state_dir"):
         args += ["--state-dir", SETTINGS["state_dir"]]
     return args
+
+
+def _named(log_dir: str) -> dict[str, Any]:
+    """The settings of a log dir named (or whose path is given) in the one-off DAG's params."""
+    if log_dir in LOG_DIRS:
+        return LOG_DIRS[log_dir]
+    return next((d for d in LOG_DIRS.values() if d["path"] == log_dir), {})
+
+
+def oneoff_path(log_dir: str) -> str:
+    """A log dir's name in the settings -> its path; a path stays as it is."""
+    return _named(log_dir).get("path", log_dir)
+
+
+def oneoff_configs(log_dir: str, overrides: dict[str, Any]) -> str:
+    """The settings' configs of that log dir, with the run's ``configs`` param over them."""
+    return json.dumps({**_named(log_dir).get("config", {}), **(overrides or {})},
+                      sort_keys=True)
+
+
+def oneoff_setting(log_dir: str, key: str, param: str) -> str:
+    """The run's param when given, else the settings' value for that log dir, else empty."""
+    return param or _named(log_dir).get(key, "") or ""
 
 
 NOW_PARAM = Param("", type=["string", "integer"],
@@ -110,16 +196,21 @@ with DAG(
     dag_id="kafka_compaction_oneoff",
     description="One compaction round over one log dir, triggered by hand with params",
     schedule=None, start_date=START, catchup=False, default_args=DEFAULT_ARGS,
+    user_defined_macros={"kc_path": oneoff_path, "kc_configs": oneoff_configs,
+                         "kc_setting": oneoff_setting},
     params={
-        "log_dir": Param("", type="string", minLength=1, description="the Kafka log dir"),
+        "log_dir": Param("", type="string", minLength=1,
+                         description="a log dir's name in kafka_compactor.yaml (its configs "
+                                     "and topic configs apply) or a path"),
         "topics": Param("", type="string", description="comma-separated; empty: every topic"),
         "metadata_log_dir": Param("", type="string",
                                   description="holds __cluster_metadata-0; empty: the log dir"),
         "server_properties": Param("", type="string",
                                    description="the broker's server.properties; empty: none"),
         "configs": Param({}, type="object",
-                         description="overrides for every selected topic; empty: the "
-                                     "cluster's configs"),
+                         description="overrides for every selected topic, over the "
+                                     "settings' configs of the log dir; empty: those and the "
+                                     "cluster's"),
         "now_ms": NOW_PARAM,
         "dry_run": Param(False, type="boolean",
                          description="plan only: report what would be cleaned, change nothing"),
@@ -127,9 +218,44 @@ with DAG(
     tags=["kafka", "compaction"],
 ):
     spark_job("compact", "compact", [
-        "{{ params.log_dir }}", "--dry-run={{ params.dry_run }}", "--topics", "{{ params.topics }}",
-        "--metadata-log-dir", "{{ params.metadata_log_dir }}",
-        "--server-properties", "{{ params.server_properties }}",
-        "--config-json", "{{ params.configs | tojson }}", "--now-ms", "{{ params.now_ms }}",
+        "{{ kc_path(params.log_dir) }}", "--dry-run={{ params.dry_run }}",
+        "--topics", "{{ params.topics }}",
+        "--metadata-log-dir",
+        "{{ kc_setting(params.log_dir, 'metadata_log_dir', params.metadata_log_dir) }}",
+        "--server-properties",
+        "{{ kc_setting(params.log_dir, 'server_properties', params.server_properties) }}",
+        "--config-json", "{{ kc_configs(params.log_dir, params.configs) }}",
+        "--topic-configs", "{{ kc_setting(params.log_dir, 'topic_configs', '') }}",
+        "--now-ms", "{{ params.now_ms }}",
         "--json", *(["--state-dir", SETTINGS["state_dir"]] if SETTINGS.get("state_dir") else []),
+    ])
+
+with DAG(
+    dag_id="kafka_gdpr_request",
+    description="File a GDPR erasure request (the kafka_gdpr_erasure DAG applies it)",
+    schedule=None, start_date=START, catchup=False, default_args=DEFAULT_ARGS,
+    params={
+        "topic": Param("", type="string", minLength=1,
+                       description="the topic, or * for every topic"),
+        "key": Param("", type="string", description="the record key (UTF-8)"),
+        "keys_file": Param("", type="string",
+                           description="a file of keys, one per line (instead of key)"),
+        "header": Param("", type="string",
+                        description="NAME=VALUE: records whose header has that value "
+                                    "(instead of a key)"),
+        "reason": Param("", type="string", description="why (kept in the audit proof)"),
+        "deadline_days": Param(30, type="integer", minimum=0,
+                               description="days until the request is overdue"),
+        "request_id": Param("", type="string",
+                            description="the ticket id; empty: derived from topic and subject"),
+        "now_ms": NOW_PARAM,
+    },
+    tags=["kafka", "gdpr"],
+):
+    subject = ("{{ '--keys-file=' ~ params.keys_file if params.keys_file else "
+               "('--header=' ~ params.header if params.header else '--key=' ~ params.key) }}")
+    spark_job("erase_request", "erase", [
+        "request", "--state-dir", SETTINGS.get("state_dir", ""), "--topic", "{{ params.topic }}",
+        subject, "--reason={{ params.reason }}", "--deadline-days", "{{ params.deadline_days }}",
+        "--request-id={{ params.request_id }}", "--now-ms={{ params.now_ms }}", "--json",
     ])

@@ -26,11 +26,11 @@ from compactor.tools import dump_log
 from compactor.tools.inspect import INDEX_KINDS, Problem, dump_index_file, inspect_path
 from compactor.cli import jobs
 from compactor.cli.args import (
-    now_ms,
     add_arguments,
     add_config_arguments,
     add_erase_arguments,
     add_recover_arguments,
+    add_request_arguments,
     add_storage_arguments,
     add_verbosity_arguments,
     add_retention_arguments,
@@ -39,9 +39,7 @@ from compactor.cli.args import (
     complete,
     run_guarded,
 )
-from compactor.erasure.rules import ALL_TOPICS, HEADER, KEY, new_requests
 from compactor.log.layout import (
-    open_log_dir,
     parse_partition_dir_name,
 )
 
@@ -161,34 +159,8 @@ def build_parser() -> argparse.ArgumentParser:
     er = sub.add_parser("erase", help="GDPR erasure: request, apply, verify, status, report")
     esub = er.add_subparsers(dest="erase_command", required=True)
     rq = esub.add_parser("request", help="record erasure requests in the ledger (idempotent)")
-    rq.add_argument("--state-dir", required=True, help="the ledger's directory (not in a log dir)")
-    rq.add_argument("--topic", required=True, help=f"topic, or {ALL_TOPICS!r} for every topic")
-    who = rq.add_mutually_exclusive_group(required=True)
-    who.add_argument("--key", help="the record key (UTF-8)")
-    who.add_argument("--key-hex", help="the record key as hex bytes")
-    who.add_argument("--keys-file", help="one UTF-8 key per line; one request per key")
-    who.add_argument("--header", metavar="NAME=VALUE",
-                     help="records whose header NAME has the UTF-8 value VALUE")
-    rq.add_argument("--reason", default=None,
-                    help="why (recorded in the ledger and the audit proof)")
-    rq.add_argument("--deadline-days", type=int, default=30,
-                    help="days until the request is overdue (GDPR Art. 12(3): one month)")
-    rq.add_argument("--request-id", default=None,
-                    help="the id (default: derived from topic and subject digest)")
-    rq.add_argument("--now-ms", type=int, default=None,
-                    help="the request's time (epoch ms; default: now)")
-    rq.add_argument("--log-dir", default=None,
-                    help="the log dir the request is for: its topic must exist there (or in "
-                         "the cluster's metadata), and --state-dir must lie outside it")
-    rq.add_argument("--metadata-log-dir", default=None, metavar="DIR",
-                    help="with --log-dir: the directory holding __cluster_metadata-0")
-    rq.add_argument("--leave-tombstone", action="store_true",
-                    help="key erasure on compacted topics: replace the key's last record by a "
-                         "bare tombstone at its offset instead of removing it, so downstream "
-                         "state stores learn of the delete (the key bytes stay until it expires)")
-    rq.add_argument("--json", action="store_true", help="print the requests as JSON")
-    add_storage_arguments(rq, lease=False)
-    rq.set_defaults(handler=_cmd_erase_request)
+    add_request_arguments(rq)
+    rq.set_defaults(handler=jobs.execute_erase_request)
     for name, help_text in (("apply", "erase every pending request's records (Spark)"),
                             ("verify", "rescan and mark applied requests verified (Spark)")):
         p = esub.add_parser(name, help=help_text)
@@ -367,64 +339,6 @@ def _cmd_cluster(args: argparse.Namespace, out: TextIO) -> int:
     else:
         jobs.emit(out, {"type": "cluster", **local_cluster.status(args.dir)})
     return EXIT_OK
-
-
-def _cmd_erase_request(args: argparse.Namespace, out: TextIO) -> int:
-    from compactor.erasure import ledger
-
-    ledger.check_state_dir(args.state_dir, args.log_dir)
-    if args.log_dir and args.topic != ALL_TOPICS:
-        _check_request_topic(args)
-    selector, header_name = KEY, None
-    if args.key is not None:
-        subjects = [args.key.encode()]
-    elif args.key_hex is not None:
-        try:
-            subjects = [bytes.fromhex(args.key_hex)]
-        except ValueError:
-            raise ConfigError(f"--key-hex {args.key_hex!r} is not hex") from None
-    elif args.keys_file is not None:
-        subjects = [line.encode() for line in storage.read_text(args.keys_file).splitlines()
-                    if line]
-        if not subjects:
-            raise ConfigError("--keys-file holds no key", path=args.keys_file)
-    else:
-        header_name, sep, value = args.header.partition("=")
-        if not sep or not header_name:
-            raise ConfigError(f"--header {args.header!r} is not NAME=VALUE")
-        selector, subjects = HEADER, [value.encode()]
-    if args.deadline_days < 0:
-        raise ConfigError(f"--deadline-days {args.deadline_days} is negative")
-    if args.leave_tombstone and selector != KEY:
-        raise ConfigError("--leave-tombstone applies to key erasure only (--key, --key-hex, "
-                          "--keys-file): a header names no key to leave a tombstone for")
-    requests = new_requests(topic=args.topic, subjects=subjects, selector=selector,
-                            header_name=header_name, reason=args.reason, now_ms=now_ms(args),
-                            deadline_days=args.deadline_days, request_id=args.request_id,
-                            leave_tombstone=args.leave_tombstone)
-    added, existing = ledger.add_requests(
-        args.state_dir, requests,
-        {"action": "request", "request_ids": ",".join(r.request_id for r in requests)})
-    if args.json:
-        jobs.emit(out, {"type": "requests", "added": added, "existing": existing})
-    else:
-        for r in requests:
-            out.write(f"{r.request_id} {'added' if r.request_id in added else 'exists'}\n")
-    return EXIT_OK
-
-
-def _check_request_topic(args: argparse.Namespace) -> None:
-    """A request's topic must exist in the log dir or in the cluster's metadata: a typo would
-    otherwise be applied and verified over nothing."""
-    from compactor.cluster.catalog import build_catalog
-
-    ld = open_log_dir(storage.absolute(args.log_dir))
-    present = {tp.topic for tp in ld.partitions} | {c.tp.topic for c in ld.copies}
-    if args.topic in present:
-        return
-    # raises with the closest existing name when neither the log dir nor the metadata has it
-    build_catalog(ld, config_all={}, config_topics={}, named_topics=[args.topic],
-                  metadata_log_dir=args.metadata_log_dir)
 
 
 def _cmd_erase_init(args: argparse.Namespace, out: TextIO) -> int:

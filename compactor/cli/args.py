@@ -19,6 +19,7 @@ import yaml
 
 from compactor import progress
 from compactor.config import parse_assignment, parse_topic_assignment
+from compactor.erasure.rules import ALL_TOPICS
 from compactor.errors import (
     EXIT_BROKEN_PIPE,
     EXIT_INTERRUPTED,
@@ -253,6 +254,8 @@ def add_recover_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("log_dir", help="a log dir or one partition directory")
     parser.add_argument("--dry-run", action="store_true", help="print what would change")
     parser.add_argument("--json", action="store_true", help="print the outcome as JSON")
+    parser.add_argument("--report-file", default=None, metavar="FILE",
+                        help="also write the JSON outcome to FILE (schedulers)")
     add_storage_arguments(parser)
 
 
@@ -262,6 +265,8 @@ def add_status_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--now-ms", type=optional_int, default=None,
                         help="the clock in epoch ms (default: wall clock)")
     parser.add_argument("--json", action="store_true", help="print the JSON result")
+    parser.add_argument("--report-file", default=None, metavar="FILE",
+                        help="also write the JSON result to FILE (schedulers)")
     parser.add_argument("--metrics-file", default=None, metavar="FILE",
                         help="write the overdue and total request counts to FILE in "
                              "Prometheus' text format")
@@ -281,6 +286,19 @@ def add_verbosity_arguments(parser: argparse.ArgumentParser) -> None:
                         help="progress on stderr: a live bar (stage, tasks done/total, bytes, "
                              "ETA), a line per finished step, or none; -q turns it off "
                              "(default: auto, a bar on a terminal, lines otherwise)")
+
+
+def _write_error_report(args: argparse.Namespace, error_line: dict[str, Any]) -> None:
+    """A failed command's ``--report-file`` holds its error (code, exit code, location,
+    remedy), so a scheduler can tell a lock or a storage hiccup from bad input."""
+    report_file = getattr(args, "report_file", None)
+    if not report_file:
+        return
+    try:
+        storage.write_atomic(storage.absolute(report_file),
+                             (json.dumps(error_line, separators=(",", ":")) + "\n").encode())
+    except Exception:  # noqa: BLE001 - the error itself is reported on stderr regardless
+        pass
 
 
 def run_main(name: str, parser: argparse.ArgumentParser,
@@ -343,9 +361,47 @@ def run_guarded(name: str, execute: Callable[[argparse.Namespace, TextIO], int],
                 traceback.print_exc()
             err = InternalError(f"unexpected {type(exc).__name__}: {first_line(exc)}")
         sys.stdout.flush()
+        error_line = {"type": "error", **err.to_dict(), "exit_code": err.exit_code}
+        _write_error_report(args, error_line)
         if json_line:
             print(json.dumps({"type": "error", **err.to_dict()}), flush=True)
         print(f"{name}: {err}", file=sys.stderr, flush=True)
         return err.exit_code
     finally:
         progress.configure(progress.Mode.OFF)  # a caller in the same process gets none
+
+
+def add_request_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments of ``erase request`` and of ``jobs/erase.py request``."""
+    parser.add_argument("--state-dir", required=True,
+                        help="the ledger's directory (not in a log dir)")
+    parser.add_argument("--topic", required=True,
+                        help=f"topic, or {ALL_TOPICS!r} for every topic")
+    who = parser.add_mutually_exclusive_group(required=True)
+    who.add_argument("--key", help="the record key (UTF-8)")
+    who.add_argument("--key-hex", help="the record key as hex bytes")
+    who.add_argument("--keys-file", help="one UTF-8 key per line; one request per key")
+    who.add_argument("--header", metavar="NAME=VALUE",
+                     help="records whose header NAME has the UTF-8 value VALUE")
+    parser.add_argument("--reason", default=None,
+                        help="why (recorded in the ledger and the audit proof; empty: none)")
+    parser.add_argument("--deadline-days", type=int, default=30,
+                        help="days until the request is overdue (GDPR Art. 12(3): one month)")
+    parser.add_argument("--request-id", default=None,
+                        help="the id (default, or empty: derived from topic and subject digest)")
+    parser.add_argument("--now-ms", type=optional_int, default=None,
+                        help="the request's time (epoch ms; default: now)")
+    parser.add_argument("--log-dir", default=None,
+                        help="the log dir the request is for: its topic must exist there (or "
+                             "in the cluster's metadata), and --state-dir must lie outside it")
+    parser.add_argument("--metadata-log-dir", default=None, metavar="DIR",
+                        help="with --log-dir: the directory holding __cluster_metadata-0")
+    parser.add_argument("--leave-tombstone", action="store_true",
+                        help="key erasure on compacted topics: replace the key's last record "
+                             "by a bare tombstone at its offset instead of removing it, so "
+                             "downstream state stores learn of the delete (the key bytes stay "
+                             "until it expires)")
+    parser.add_argument("--json", action="store_true", help="print the requests as JSON")
+    parser.add_argument("--report-file", default=None, metavar="FILE",
+                        help="also write the JSON result to FILE (schedulers)")
+    add_storage_arguments(parser, lease=False)

@@ -24,6 +24,7 @@ from compactor.cli.args import (
     add_config_arguments,
     add_erase_arguments,
     add_recover_arguments,
+    add_request_arguments,
     add_retention_arguments,
     Parser,
     add_status_arguments,
@@ -33,7 +34,7 @@ from compactor.cli.args import (
     options_from_args,
     run_main,
 )
-from compactor.errors import EXIT_FAILURE, EXIT_OK, EXIT_PARTIAL
+from compactor.errors import EXIT_FAILURE, EXIT_OK, EXIT_PARTIAL, ConfigError
 from compactor.log import storage
 from compactor.human import human_bytes, human_time
 
@@ -45,16 +46,21 @@ def emit(out: TextIO, obj: Mapping[str, Any]) -> None:
     out.write(json.dumps(obj, separators=(",", ":")) + "\n")
 
 
+def write_report_file(args: argparse.Namespace, result: Mapping[str, Any]) -> None:
+    """``--report-file FILE``: the JSON result in one atomic write (schedulers read it)."""
+    report_file = getattr(args, "report_file", None)
+    if report_file:
+        storage.write_atomic(storage.absolute(report_file),
+                             (json.dumps(result, separators=(",", ":")) + "\n").encode())
+
+
 def render(out: TextIO, args: argparse.Namespace, result: Mapping[str, Any],
            summary: Callable[[], str]) -> None:
     """A command's report: with ``--json`` the JSON report line only, else the human summary
     only; ``--report-file FILE`` also writes the JSON report there (in both modes, for
     schedulers and scripts; one atomic write), ``--metrics-file`` its metrics and
     ``--html-report`` its HTML page."""
-    report_file = getattr(args, "report_file", None)
-    if report_file:
-        storage.write_atomic(storage.absolute(report_file),
-                             (json.dumps(result, separators=(",", ":")) + "\n").encode())
+    write_report_file(args, result)
     metrics_file = getattr(args, "metrics_file", None)
     if metrics_file:
         from compactor.maintenance import metrics
@@ -183,13 +189,18 @@ def erase_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name)
         add_erase_arguments(p, apply=name == "apply")
     add_status_arguments(sub.add_parser("status", help="exit 1 when a request is overdue"))
+    add_request_arguments(sub.add_parser("request", help="record erasure requests in the "
+                                                         "ledger (idempotent)"))
     return parser
 
 
 def execute_erase(args: argparse.Namespace, out: TextIO) -> int:
-    """``erase apply``, ``erase verify`` and (the ledger only, no Spark) ``erase status``."""
+    """``erase apply``, ``erase verify`` and (the ledger only, no Spark) ``erase status`` and
+    ``erase request``."""
     if args.action == "status":
         return execute_erase_status(args, out)
+    if args.action == "request":
+        return execute_erase_request(args, out)
     from compactor.maintenance import erase
 
     report = erase.perform(args.action, storage.absolute(args.log_dir),
@@ -203,6 +214,70 @@ def execute_erase(args: argparse.Namespace, out: TextIO) -> int:
     return erase.report_exit_code(report)
 
 
+def execute_erase_request(args: argparse.Namespace, out: TextIO) -> int:
+    """``erase request``: record erasure requests in the ledger (idempotent by request id)."""
+    from compactor.erasure import ledger
+    from compactor.erasure.rules import ALL_TOPICS, HEADER, KEY, new_requests
+
+    ledger.check_state_dir(args.state_dir, args.log_dir)
+    if args.log_dir and args.topic != ALL_TOPICS:
+        _check_request_topic(args)
+    selector, header_name = KEY, None
+    if args.key is not None:
+        subjects = [args.key.encode()]
+    elif args.key_hex is not None:
+        try:
+            subjects = [bytes.fromhex(args.key_hex)]
+        except ValueError:
+            raise ConfigError(f"--key-hex {args.key_hex!r} is not hex") from None
+    elif args.keys_file is not None:
+        subjects = [line.encode() for line in storage.read_text(args.keys_file).splitlines()
+                    if line]
+        if not subjects:
+            raise ConfigError("--keys-file holds no key", path=args.keys_file)
+    else:
+        header_name, sep, value = args.header.partition("=")
+        if not sep or not header_name:
+            raise ConfigError(f"--header {args.header!r} is not NAME=VALUE")
+        selector, subjects = HEADER, [value.encode()]
+    if args.deadline_days < 0:
+        raise ConfigError(f"--deadline-days {args.deadline_days} is negative")
+    if args.leave_tombstone and selector != KEY:
+        raise ConfigError("--leave-tombstone applies to key erasure only (--key, --key-hex, "
+                          "--keys-file): a header names no key to leave a tombstone for")
+    requests = new_requests(topic=args.topic, subjects=subjects, selector=selector,
+                            header_name=header_name, reason=args.reason or None,
+                            now_ms=now_ms(args), deadline_days=args.deadline_days,
+                            request_id=args.request_id or None,
+                            leave_tombstone=args.leave_tombstone)
+    added, existing = ledger.add_requests(
+        args.state_dir, requests,
+        {"action": "request", "request_ids": ",".join(r.request_id for r in requests)})
+    result = {"type": "requests", "added": added, "existing": existing}
+    write_report_file(args, result)
+    if args.json:
+        emit(out, result)
+    else:
+        for r in requests:
+            out.write(f"{r.request_id} {'added' if r.request_id in added else 'exists'}\n")
+    return EXIT_OK
+
+
+def _check_request_topic(args: argparse.Namespace) -> None:
+    """A request's topic must exist in the log dir or in the cluster's metadata: a typo would
+    otherwise be applied and verified over nothing."""
+    from compactor.cluster.catalog import build_catalog
+    from compactor.log.layout import open_log_dir
+
+    ld = open_log_dir(storage.absolute(args.log_dir))
+    present = {tp.topic for tp in ld.partitions} | {c.tp.topic for c in ld.copies}
+    if args.topic in present:
+        return
+    # raises with the closest existing name when neither the log dir nor the metadata has it
+    build_catalog(ld, config_all={}, config_topics={}, named_topics=[args.topic],
+                  metadata_log_dir=args.metadata_log_dir)
+
+
 def execute_erase_status(args: argparse.Namespace, out: TextIO) -> int:
     """``erase status``: exit 1 when a request is overdue (for alerting)."""
     from compactor.erasure import ledger
@@ -213,6 +288,7 @@ def execute_erase_status(args: argparse.Namespace, out: TextIO) -> int:
 
         storage.write_atomic(storage.absolute(args.metrics_file), metrics.text(
             metrics.overdue_registry(len(result["overdue"]), result["requests"])))
+    write_report_file(args, result)
     if args.json:
         emit(out, result)
     else:
@@ -238,12 +314,14 @@ def execute_recover(args: argparse.Namespace, out: TextIO) -> int:
     from compactor.maintenance.recover import recover
 
     changed = failed = 0
+    lines: list[dict[str, Any]] = []
     for r in recover(args.log_dir, dry_run=args.dry_run):
         if r.error is not None:
             failed += 1
+            lines.append({"type": "recover", "partition_dir": r.partition_dir,
+                          "status": "failed", "error": r.error.to_dict()})
             if args.json:
-                emit(out, {"type": "recover", "partition_dir": r.partition_dir,
-                           "status": "failed", "error": r.error.to_dict()})
+                emit(out, lines[-1])
             else:
                 out.write(f"{r.partition_dir}: NOT recovered, left as it was: {r.error}\n")
             continue
@@ -251,17 +329,20 @@ def execute_recover(args: argparse.Namespace, out: TextIO) -> int:
         if r.plan.is_empty:
             continue
         changed += 1
+        lines.append({"type": "recover", "partition_dir": r.partition_dir,
+                      "dry_run": args.dry_run, "deleted": list(r.plan.deletes),
+                      "renamed": [list(x) for x in r.plan.renames]})
         if args.json:
-            emit(out, {"type": "recover", "partition_dir": r.partition_dir,
-                       "dry_run": args.dry_run, "deleted": list(r.plan.deletes),
-                       "renamed": [list(x) for x in r.plan.renames]})
+            emit(out, lines[-1])
         else:
             verb = "would" if args.dry_run else "did"
             out.write(f"{r.partition_dir}: {verb} delete {len(r.plan.deletes)} and rename "
                       f"{len(r.plan.renames)} files\n")
+    summary = {"type": "summary", "partitions_recovered": changed,
+               "partitions_failed": failed, "dry_run": args.dry_run}
+    write_report_file(args, {**summary, "partitions": lines})
     if args.json:
-        emit(out, {"type": "summary", "partitions_recovered": changed,
-                   "partitions_failed": failed, "dry_run": args.dry_run})
+        emit(out, summary)
     else:
         out.write(f"recover: {changed} partition(s) had leftovers of interrupted swaps"
                   + (f", {failed} could not be recovered" if failed else "") + "\n")

@@ -20,10 +20,11 @@ from compactor.cli import main as cli_main
 from compactor.errors import EXIT_OK
 from compactor.tools.generator import DEFAULT_START_MS, GeneratorConfig, generate
 from compactor.cli.args import options_from_args
-from tests.helpers import records_of, segment_bytes, tree_digest
+from tests.helpers import lock_held_by_other_process, records_of, segment_bytes, tree_digest
 
 REPO = Path(__file__).resolve().parents[2]
-DAG_IDS = {"kafka_log_maintenance", "kafka_gdpr_erasure", "kafka_compaction_oneoff"}
+DAG_IDS = {"kafka_log_maintenance", "kafka_gdpr_erasure", "kafka_compaction_oneoff",
+           "kafka_gdpr_request"}
 NOW = DEFAULT_START_MS + 2 * 3_600_000  # two hours after the first record
 # the cluster's own configs, in its metadata log: the DAG settings name none
 TOPIC_CONFIGS = {"accounts": {"cleanup.policy": "compact"},
@@ -88,6 +89,8 @@ def test_every_rendered_argv_is_accepted_by_its_job_parser(settings: dict) -> No
             params.update(log_dir=str(settings["logs"]), topics="accounts",
                           configs={"cleanup.policy": "compact,delete", "retention.ms": 86_400_000},
                           now_ms=str(NOW))
+        if dag.dag_id == "kafka_gdpr_request":
+            params.update(topic="accounts", key="key-00000005", reason="ticket 7")
         for task in dag.tasks:
             argv = task.render_template(task.application_args, {"params": params})
             job = importlib.import_module(f"jobs.{Path(task.application).stem}")
@@ -99,6 +102,10 @@ def test_every_rendered_argv_is_accepted_by_its_job_parser(settings: dict) -> No
                     assert opts.topics == {"accounts"} and opts.now_ms == NOW
                     assert opts.config_all == {"cleanup.policy": "compact,delete",
                                                "retention.ms": "86400000"}
+            if dag.dag_id == "kafka_gdpr_request":
+                assert (args.action, args.topic, args.key, args.keys_file, args.reason,
+                        args.deadline_days, args.request_id, args.now_ms) == (
+                    "request", "accounts", "key-00000005", None, "ticket 7", 30, "", None)
             if getattr(args, "log_dir", None) and dag.dag_id != "kafka_compaction_oneoff":
                 assert args.log_dir == str(settings["logs"])
                 if hasattr(args, "metadata_log_dir"):  # the commands that read configs
@@ -108,7 +115,7 @@ def test_every_rendered_argv_is_accepted_by_its_job_parser(settings: dict) -> No
             if hasattr(args, "state_dir"):
                 assert args.state_dir == settings["state_dir"]
             checked += 1
-    assert checked == 6
+    assert checked == 7
 
 
 @pytest.mark.slow
@@ -130,6 +137,13 @@ def test_log_maintenance_dag_compacts_and_retains_like_compactor_run(
     run = _bag().dags["kafka_log_maintenance"].test(run_conf={"now_ms": str(NOW)})
     assert run.state == "success"
     assert tree_digest(logs) == tree_digest(expected)
+    # the task's report reached XCom: the same figures as the command's
+    (pushed,) = _xcom(run, "run_b1")
+    for part in ("compaction", "retention"):
+        assert [(p["topic"], p["status"], p.get("records_out"), p.get("deleted_segments"))
+                for p in pushed[part]["partitions"]] == [
+            (p["topic"], p["status"], p.get("records_out"), p.get("deleted_segments"))
+            for p in report[part]["partitions"]]
     assert segment_bytes(logs / "events-0") == {max(segment_bytes(logs / "events-0")): b""}
     history = DeltaTable(str(settings["state"] / "runs")).to_pyarrow_table().to_pylist()
     assert {(r["command"], r["topic"]) for r in history} == {
@@ -143,16 +157,20 @@ def test_gdpr_erasure_dag_erases_and_verifies_a_request(
     logs, state = settings["logs"], settings["state"]
     subject = b"key-00000005"
     assert any(r.key == subject for r in records_of(segment_bytes(logs / "accounts-0")).values())
-    assert cli_main(["erase", "request", "--state-dir", str(state), "--topic", "*", "--key",
-                     subject.decode(), "--request-id", "ticket-1", "--now-ms",
-                     str(NOW)]) == EXIT_OK
-    capsys.readouterr()
+    # filed through the request DAG, as an operator would from Airflow's UI
+    filed = _bag().dags["kafka_gdpr_request"].test(run_conf={
+        "topic": "*", "key": subject.decode(), "request_id": "ticket-1", "reason": "art. 17",
+        "now_ms": str(NOW)})
+    assert filed.state == "success"
+    assert _xcom(filed, "erase_request") == [{"type": "requests", "added": ["ticket-1"],
+                                              "existing": []}]
     run = _bag().dags["kafka_gdpr_erasure"].test(run_conf={"now_ms": str(NOW)})
     assert run.state == "success"
     for pdir in logs.glob("*-0"):
         assert not any(r.key == subject for r in records_of(segment_bytes(pdir)).values())
     (row,) = DeltaTable(str(state / "erasure_requests")).to_pyarrow_table().to_pylist()
     assert row["status"] == "verified" and row["records_erased"] > 0
+    assert row["reason"] == "art. 17"
     # a corrupt segment blocks a new request (apply fails, the request stays pending); once
     # it is past its deadline the status task fails too, and so does the run
     segment = sorted((logs / "accounts-0").glob("*.log"))[0]
@@ -169,13 +187,47 @@ def test_gdpr_erasure_dag_erases_and_verifies_a_request(
                       "erase_status": "failed"}
 
 
+def _retrying(settings: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The settings with two retries, at once."""
+    path = tmp_path / "retrying.yaml"
+    path.write_text(yaml.safe_dump({**{k: v for k, v in settings.items()
+                                       if k not in ("logs", "state", "server_properties")},
+                                    "retries": 2, "retry_delay_minutes": 0}))
+    monkeypatch.setenv("KAFKA_COMPACTOR_DAGS_CONFIG", str(path))
+
+
+def _xcom(run, task_id: str, key: str = "return_value"):  # type: ignore[no-untyped-def]
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        rows = session.scalars(XComModel.get_many(run_id=run.run_id, dag_ids=run.dag_id,
+                                                  task_ids=task_id, key=key)).all()
+        return [XComModel.deserialize_value(r) for r in rows]
+
+
 @pytest.mark.slow
-def test_a_failing_job_fails_its_task(settings: dict, airflow_db: str, tmp_path: Path) -> None:
+def test_failures_are_retried_only_when_a_retry_can_help(
+        settings: dict, airflow_db: str, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Exit 3 (a log dir that does not exist) fails at once; exit 4 (the log dir locked by
+    another process) is retried, twice, then fails; the job's error reaches XCom."""
+    _retrying(settings, tmp_path, monkeypatch)
     dag = _bag().dags["kafka_compaction_oneoff"]
     run = dag.test(run_conf={"log_dir": str(tmp_path / "missing"), "now_ms": str(NOW)})
     assert run.state == "failed"
     (ti,) = run.get_task_instances()
-    assert ti.state == "failed"
+    assert (ti.state, ti.try_number) == ("failed", 1)
+    (error,) = _xcom(run, "compact", "report")
+    assert (error["type"], error["code"], error["exit_code"]) == ("error", "LOG_DIR_ERROR", 3)
+
+    with lock_held_by_other_process(settings["logs"]):
+        run = dag.test(run_conf={"log_dir": str(settings["logs"]), "now_ms": str(NOW)})
+    assert run.state == "failed"
+    (ti,) = run.get_task_instances()
+    assert (ti.state, ti.try_number) == ("failed", 3)
+    errors = _xcom(run, "compact", "report")
+    assert errors and all(e["code"] == "LOG_DIR_LOCKED" and e["exit_code"] == 4 for e in errors)
 
 
 def test_retries_come_from_the_settings(settings: dict, tmp_path: Path,
@@ -201,3 +253,38 @@ def test_the_one_off_dag_plans_only_when_asked(settings: dict) -> None:
         params.update(log_dir=str(settings["logs"]), dry_run=dry_run, now_ms=str(NOW))
         argv = task.render_template(task.application_args, {"params": params})
         assert job.build_parser().parse_args(argv).dry_run is dry_run
+
+
+def test_the_one_off_dag_takes_a_log_dir_by_name_with_its_settings(settings: dict,
+                                                                   tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch
+                                                                   ) -> None:
+    """Named as in the settings, a log dir brings its configs, topic configs, metadata log dir
+    and server.properties; the run's params override them."""
+    topic_configs = tmp_path / "topics.yaml"
+    topic_configs.write_text(yaml.safe_dump({"accounts": {"min.cleanable.dirty.ratio": 0.2}}))
+    cfg = {k: v for k, v in settings.items() if k not in ("logs", "state", "server_properties")}
+    cfg["maintenance"]["log_dirs"][0].update(config={"delete.retention.ms": 1000},
+                                              topic_configs=str(topic_configs))
+    path = tmp_path / "named.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    monkeypatch.setenv("KAFKA_COMPACTOR_DAGS_CONFIG", str(path))
+    dag = _bag().dags["kafka_compaction_oneoff"]
+    (task,) = dag.tasks
+    job = importlib.import_module(f"jobs.{Path(task.application).stem}")
+    params = {k: v.value if hasattr(v, "value") else v for k, v in dag.params.items()}
+    params.update(log_dir="b1", now_ms=str(NOW), configs={"min.compaction.lag.ms": 5})
+    args = job.build_parser().parse_args(
+        task.render_template(task.application_args, {"params": params}))
+    opts = options_from_args(args)
+    assert opts.log_dir == str(settings["logs"])
+    assert opts.config_all == {"delete.retention.ms": "1000", "min.compaction.lag.ms": "5"}
+    assert opts.config_topics == {"accounts": {"min.cleanable.dirty.ratio": "0.2"}}
+    assert opts.metadata_log_dir == str(settings["logs"])
+    assert opts.server_properties == str(settings["server_properties"])
+    # a path that is not in the settings is taken as it is, with the params alone
+    params.update(log_dir=str(tmp_path / "elsewhere"), configs={})
+    opts = options_from_args(job.build_parser().parse_args(
+        task.render_template(task.application_args, {"params": params})))
+    assert (opts.log_dir, opts.config_all, opts.config_topics, opts.server_properties) == (
+        str(tmp_path / "elsewhere"), {}, {}, None)
