@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -93,14 +94,36 @@ class Job:
 # -- compact and plan -------------------------------------------------------------------------
 
 
+class _DryRunParser(Parser):
+    """Takes ``--dry-run=true|false`` (a scheduler's rendered boolean) besides the bare flag,
+    which stays a flag: ``--dry-run LOG_DIR`` keeps LOG_DIR as the log dir."""
+
+    FLAGS = ("--dry-run", "--plan-only")
+
+    def parse_known_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
+                         namespace: argparse.Namespace | None = None
+                         ) -> tuple[argparse.Namespace, list[str]]:
+        plain = []
+        for arg in sys.argv[1:] if args is None else args:
+            name, eq, value = arg.partition("=")
+            if eq and name in self.FLAGS:
+                try:
+                    if flag_value(value):
+                        plain.append(name)
+                except argparse.ArgumentTypeError as err:
+                    self.error(f"argument {name}: {err}")
+                continue
+            plain.append(arg)
+        return super().parse_known_args(plain, namespace)
+
+
 def compact_parser() -> argparse.ArgumentParser:
-    parser = Parser(prog="jobs/compact.py",
-                    description="One compaction round over a Kafka log dir.")
+    parser = _DryRunParser(prog="jobs/compact.py",
+                           description="One compaction round over a Kafka log dir.")
     add_arguments(parser)
-    parser.add_argument("--dry-run", "--plan-only", dest="dry_run", nargs="?", const=True,
-                        default=False, type=flag_value, metavar="true|false",
+    parser.add_argument("--dry-run", "--plan-only", dest="dry_run", action="store_true",
                         help="plan, change nothing (--plan-only: the same, for old scripts; "
-                             "--dry-run=false for schedulers that always pass it)")
+                             "--dry-run=true|false for schedulers that always pass it)")
     return parser
 
 

@@ -253,6 +253,13 @@ def test_the_one_off_dag_plans_only_when_asked(settings: dict) -> None:
         params.update(log_dir=str(settings["logs"]), dry_run=dry_run, now_ms=str(NOW))
         argv = task.render_template(task.application_args, {"params": params})
         assert job.build_parser().parse_args(argv).dry_run is dry_run
+    # the bare flag stays a flag, before or after the log dir
+    logs = str(settings["logs"])
+    for argv in (["--dry-run", logs], [logs, "--dry-run"], [logs, "--dry-run=TRUE"]):
+        args = job.build_parser().parse_args(argv)
+        assert (args.dry_run, args.log_dir) == (True, logs)
+    with pytest.raises(SystemExit):
+        job.build_parser().parse_args([logs, "--dry-run=maybe"])
 
 
 def test_the_one_off_dag_takes_a_log_dir_by_name_with_its_settings(settings: dict,

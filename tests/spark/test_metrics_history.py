@@ -119,3 +119,23 @@ def test_history_of_a_dir_without_runs_is_an_error(tmp_path: Path,
                                                    capsys: pytest.CaptureFixture[str]) -> None:
     code, line = cli_json(capsys, "history", "--state-dir", str(tmp_path / "typo"), "--json")
     assert code == 3 and line["code"] == "CONFIG_ERROR" and "no runs recorded" in line["message"]
+
+
+def test_erase_apply_metrics_count_the_records_erased(spark, small_log: Path, tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]
+                                                      ) -> None:
+    state, prom = tmp_path / "state", tmp_path / "apply.prom"
+    code, _ = cli_json(capsys, "erase", "request", "--state-dir", str(state), "--topic", "*",
+                       "--key", "key-00000007", "--now-ms", str(NOW), "--json")
+    assert code == EXIT_OK
+    code, report = cli_json(capsys, "erase", "apply", str(small_log), "--state-dir", str(state),
+                            "--now-ms", str(NOW), "--json", "--metrics-file", str(prom))
+    assert code == EXIT_OK
+    erased: dict[str, int] = defaultdict(int)
+    for p in report["partitions"]:
+        erased[p["topic"]] += p["records_erased"]
+    assert sum(erased.values()) > 0
+    got = _samples(prom)
+    for topic, n in erased.items():
+        assert got[("kafka_compactor_records_erased",
+                    (("command", "erase_apply"), ("topic", topic)))] == n
