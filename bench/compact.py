@@ -3,7 +3,7 @@ a parse-only pass over the same files with our codec as the in-run baseline.
 
 Usage: python bench/compact.py [--records 10000000] [--keys 1000000] [--value-bytes 110]
            [--partitions 4] [--tombstone-ratio 0.2] [--master local[2]] [--data-dir DIR]
-           [--group-bytes 134217728]
+           [--group-bytes 134217728] [--scale] [--json]
        python bench/compact.py --data-dir s3://bucket/prefix [--storage-option KEY=VALUE ...]
        python bench/compact.py --data-dir s3://bench/data --local-s3   # a SeaweedFS here
 
@@ -14,6 +14,15 @@ the ratio job/parse, and the peak resident memory of the driver (Python and JVM)
 Python workers (summed over the workers alive at the same moment), sampled every 100 ms.
 The generated log dir is cached in ``--data-dir`` (default: a temp dir) and copied before the
 run, since the job rewrites it in place.
+
+Also measured in the same run: a framing-with-CRC pass (frame every batch, check its CRC-32C,
+decode nothing: the practical read floor), and the cleaning throughput of one executor core
+(the round's input bytes over the writer tasks' summed seconds). ``--scale`` adds a warm round
+over 4x the records and keys (same ratio) and prints the time per record at 4x over 1x.
+``--json`` ends with one JSON line of the tracked figures: ``ratio_cold``, ``ratio_warm``,
+``ratio_shuffle`` (round / parse-only), ``mb_per_s_per_core`` (warm round),
+``clean_vs_framing`` (cleaning MB/s per core / framing MB/s) and, with ``--scale``,
+``linearity``.
 
 With ``--data-dir s3://...`` the log dir is generated locally (in a temp dir), uploaded once
 under the prefix, and the warm round runs a second time on a server-side copy of it in the
@@ -26,6 +35,7 @@ AWS environment, as for every command.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import resource
 import shutil
@@ -99,6 +109,56 @@ def parse_only(log_dir: Path) -> tuple[int, int, float]:
     return records, size, time.perf_counter() - start
 
 
+def framing_only(log_dir: Path) -> tuple[int, float]:
+    """Bytes and seconds of one pass that frames every batch and checks its CRC-32C, decoding
+    no record (the practical read floor of any cleaner)."""
+    size = 0
+    start = time.perf_counter()
+    for log in sorted(log_dir.glob("*/*.log")):
+        data = log.read_bytes()
+        size += len(data)
+        for _ in iter_batches(data, path=str(log)):
+            pass
+    return size, time.perf_counter() - start
+
+
+def _cores(master: str) -> int:
+    """Executor cores of a ``local[N]`` master (1 for ``local``, the CPU count for ``*``)."""
+    inside = master[master.find("[") + 1:master.find("]")] if "[" in master else "1"
+    return (os.cpu_count() or 1) if inside == "*" else int(inside.split(",")[0])
+
+
+def _config(args: argparse.Namespace, scale: int = 1) -> GeneratorConfig:
+    records = args.records * scale
+    return GeneratorConfig(
+        topics=("bench",), partitions=args.partitions,
+        records_per_partition=records // args.partitions,
+        distinct_keys=max(1, args.keys * scale // args.partitions), zipf_exponent=0.0,
+        value_bytes=args.value_bytes, tombstone_ratio=args.tombstone_ratio,
+        null_key_ratio=0.0, header_ratio=0.0, max_batch_records=200,
+        segment_bytes=args.segment_bytes, index_interval_bytes=4096,
+        codecs=(Codec.NONE,), transactional_producers=0, leader_epochs=1,
+        record_interval_ms=1, seed=1,
+        # a cluster's metadata log says the topic is compacted, as on a real broker
+        topic_configs={"bench": {"cleanup.policy": "compact"}},
+    )
+
+
+def _cached(args: argparse.Namespace, scale: int = 1, *, local: bool = False) -> Path:
+    """The generated log dir of ``scale`` x the records and keys, generated once."""
+    records, keys = args.records * scale, args.keys * scale
+    name = (f"bench-compact-v2-{records}-{keys}-{args.value_bytes}-{args.partitions}-"
+            f"{args.tombstone_ratio}-{args.segment_bytes}")
+    cache = Path(tempfile.gettempdir() if local or not args.data_dir else args.data_dir) / name
+    if not (cache / ".complete").exists():
+        shutil.rmtree(cache, ignore_errors=True)
+        start = time.perf_counter()
+        generate(str(cache), _config(args, scale))
+        (cache / ".complete").write_text("")
+        print(f"generated {cache} in {time.perf_counter() - start:.1f} s")
+    return cache
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--records", type=int, default=10_000_000, help="records in total")
@@ -118,38 +178,27 @@ def main() -> int:
     ap.add_argument("--group-bytes", type=int, default=128 * 1024 * 1024,
                     help="segment.bytes of the third round, so partitions clean in several "
                          "groups and the offset map goes through the shuffle")
+    ap.add_argument("--scale", action="store_true",
+                    help="also a warm round over 4x the records and keys: linearity")
+    ap.add_argument("--json", action="store_true",
+                    help="end with one JSON line of the tracked ratios")
     args = ap.parse_args()
 
-    cfg = GeneratorConfig(
-        topics=("bench",), partitions=args.partitions,
-        records_per_partition=args.records // args.partitions,
-        distinct_keys=max(1, args.keys // args.partitions), zipf_exponent=0.0,
-        value_bytes=args.value_bytes, tombstone_ratio=args.tombstone_ratio,
-        null_key_ratio=0.0, header_ratio=0.0, max_batch_records=200,
-        segment_bytes=args.segment_bytes, index_interval_bytes=4096,
-        codecs=(Codec.NONE,), transactional_producers=0, leader_epochs=1,
-        record_interval_ms=1, seed=1,
-        # a cluster's metadata log says the topic is compacted, as on a real broker
-        topic_configs={"bench": {"cleanup.policy": "compact"}},
-    )
     s3_dir = args.data_dir if args.data_dir and args.data_dir.startswith("s3://") else None
-    name = (f"bench-compact-v2-{args.records}-{args.keys}-{args.value_bytes}-{args.partitions}-"
-            f"{args.tombstone_ratio}-{args.segment_bytes}")
-    cache = Path(tempfile.gettempdir() if s3_dir or not args.data_dir else args.data_dir) / name
-    if not (cache / ".complete").exists():
-        shutil.rmtree(cache, ignore_errors=True)
-        start = time.perf_counter()
-        generate(str(cache), cfg)
-        (cache / ".complete").write_text("")
-        print(f"generated {cache} in {time.perf_counter() - start:.1f} s")
+    cache = _cached(args, local=bool(s3_dir))
+    name = cache.name
     work = Path(tempfile.mkdtemp(prefix="bench-compact-run-")) / "logs"
     shutil.copytree(cache, work, ignore=shutil.ignore_patterns(".complete"))
 
     records, size, parse_s = parse_only(work)
+    framed_size, framing_s = framing_only(work)
     print(f"input: {records:,} records, {size / 1e6:,.0f} MB in "
           f"{len(list(work.glob('*/*.log')))} segments, {args.keys:,} distinct keys")
     print(f"baseline parse-only pass (one Python process): {parse_s:.1f} s, "
           f"{records / parse_s / 1e6:.2f} M records/s, {size / parse_s / 1e6:.0f} MB/s")
+    framing_mb_s = framed_size / framing_s / 1e6
+    print(f"floor: framing with CRC, no decoding (one Python process): {framing_s:.2f} s, "
+          f"{framing_mb_s:.0f} MB/s")
 
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -169,20 +218,44 @@ def main() -> int:
     rounds = [("cold session", {}), ("warm session", {}),
               (f"warm session, segment.bytes={args.group_bytes}",
                {"segment.bytes": str(args.group_bytes)})]
-    seconds = {}
+    seconds, clean_mb_s = {}, {}
     for n, (label, configs) in enumerate(rounds):
         if n:
             shutil.rmtree(work)
             shutil.copytree(cache, work, ignore=shutil.ignore_patterns(".complete"))
-        code, seconds[label] = _timed_round(spark, str(work), now_ms, args.master, label,
-                                            parse_s, configs)
+        code, seconds[label], clean_mb_s[label] = _timed_round(
+            spark, str(work), now_ms, args.master, label, parse_s, configs)
         exit_code |= code
+    warm = rounds[1][0]
+    figures = {
+        "ratio_cold": seconds[rounds[0][0]] / parse_s, "ratio_warm": seconds[warm] / parse_s,
+        "ratio_shuffle": seconds[rounds[2][0]] / parse_s,
+        "mb_per_s_per_core": size / seconds[warm] / 1e6 / _cores(args.master),
+        "clean_mb_per_s_per_core": clean_mb_s[warm], "framing_mb_per_s": framing_mb_s,
+        "clean_vs_framing": clean_mb_s[warm] / framing_mb_s,
+    }
+    print(f"cleaning, one executor core: {clean_mb_s[warm]:.0f} MB/s = "
+          f"{figures['clean_vs_framing']:.3f} x the framing floor (target >= 0.25)")
+    if args.scale:
+        big = _cached(args, 4)
+        shutil.rmtree(work)
+        shutil.copytree(big, work, ignore=shutil.ignore_patterns(".complete"))
+        big_records = args.records * 4
+        code, big_s, _ = _timed_round(spark, str(work), DEFAULT_START_MS + big_records
+                                      + 86_400_000, args.master, "warm session, 4x input",
+                                      parse_s * 4, {})
+        exit_code |= code
+        figures["linearity"] = (big_s / big_records) / (seconds[warm] / args.records)
+        print(f"linearity: time per record at 4x / at 1x = {figures['linearity']:.2f} "
+              f"(target <= 1.10)")
     if s3_dir:
         with _object_store(args) as options:
             exit_code |= _s3_round(spark, args, options, cache, f"{s3_dir}/{name}", now_ms,
                                    parse_s, seconds[rounds[1][0]])
     spark.stop()
     shutil.rmtree(work.parent, ignore_errors=True)
+    if args.json:
+        print(json.dumps({k: round(v, 4) for k, v in figures.items()}, sort_keys=True))
     return exit_code
 
 
@@ -225,7 +298,7 @@ def _s3_round(spark, args: argparse.Namespace, options: dict[str, str],  # type:
     copy_prefix(client, url, run_url)
     storage.remove(f"{run_url}/.complete")
     try:
-        code, s3_s = _timed_round(spark, run_url, now_ms, args.master, "warm session, on S3",
+        code, s3_s, _ = _timed_round(spark, run_url, now_ms, args.master, "warm session, on S3",
                                   parse_s, {})
     finally:
         delete_prefix(client, run_url)
@@ -235,7 +308,9 @@ def _s3_round(spark, args: argparse.Namespace, options: dict[str, str],  # type:
 
 
 def _timed_round(spark, work: str, now_ms: int, master: str, label: str,  # type: ignore[no-untyped-def]
-                 parse_s: float, configs: dict[str, str]) -> tuple[int, float]:
+                 parse_s: float, configs: dict[str, str]) -> tuple[int, float, float]:
+    """One round; its exit code, wall seconds and cleaning MB/s of one executor core (input
+    bytes over the writer tasks' summed seconds)."""
     from compactor.maintenance.compact import run
     from compactor.maintenance.options import MaintenanceOptions
 
@@ -262,12 +337,14 @@ def _timed_round(spark, work: str, now_ms: int, master: str, label: str,  # type
           f"{out_records:,} records, {out_bytes / 1e6:,.0f} MB")
     print(f"  throughput: {in_records / job_s / 1e6:.2f} M records/s, "
           f"{in_bytes / job_s / 1e6:.0f} MB/s")
-    print(f"  ratio job / parse-only: {job_s / parse_s:.2f} (target <= 4)")
+    print(f"  ratio job / parse-only: {job_s / parse_s:.2f}")
     driver_py = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"  peak memory: driver Python {driver_py:.0f} MiB, driver JVM "
           f"{sampler.peak_jvm / 1024:.0f} MiB, Python workers {sampler.peak_workers / 1024:.0f} "
           f"MiB (sum of concurrent workers)")
-    return (0 if report.exit_code == 0 else 1), job_s
+    rewrite_s = sum(p.stages_s.get("rewrite", 0.0) for p in report.partitions)
+    clean_mb_s = in_bytes / rewrite_s / 1e6 if rewrite_s else 0.0
+    return (0 if report.exit_code == 0 else 1), job_s, clean_mb_s
 
 
 if __name__ == "__main__":

@@ -301,6 +301,25 @@ def _write_error_report(args: argparse.Namespace, error_line: dict[str, Any]) ->
         pass
 
 
+def _same_stream(a: int, b: int) -> bool:
+    try:
+        sa, sb = os.fstat(a), os.fstat(b)
+    except OSError:
+        return False
+    return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
+
+
+def _progress_mode(args: argparse.Namespace) -> progress.Mode:
+    """``--progress`` (``auto``: a bar on a terminal, lines otherwise), except that with
+    ``--json`` progress lines never share the JSON's stream: spark-submit merges the driver's
+    stderr into its stdout (``PythonRunner``), where a reader expects the report alone."""
+    mode = progress.Mode(getattr(args, "progress", progress.Mode.AUTO))
+    if (mode == progress.Mode.AUTO and getattr(args, "json", False) and not sys.stderr.isatty()
+            and _same_stream(sys.stdout.fileno(), sys.stderr.fileno())):
+        return progress.Mode.OFF
+    return mode
+
+
 def run_main(name: str, parser: argparse.ArgumentParser,
              execute: Callable[[argparse.Namespace, TextIO], int],
              argv: Sequence[str] | None) -> int:
@@ -333,7 +352,7 @@ def run_guarded(name: str, execute: Callable[[argparse.Namespace, TextIO], int],
         if not logging.getLogger().handlers:
             logging.getLogger().addHandler(logging.NullHandler())
     quiet = getattr(args, "quiet", False)
-    progress.configure(progress.Mode.OFF if quiet else getattr(args, "progress", "auto"))
+    progress.configure(progress.Mode.OFF if quiet else _progress_mode(args))
     out: TextIO = sys.stdout
     if quiet and not json_line:
         out = io.StringIO()
