@@ -301,10 +301,12 @@ def _write_error_report(args: argparse.Namespace, error_line: dict[str, Any]) ->
         pass
 
 
-def _same_stream(a: int, b: int) -> bool:
+def _same_stream(a: TextIO, b: TextIO) -> bool:
+    """Whether two streams write to the same file or pipe (``False`` when either has no
+    file descriptor, as a captured stream)."""
     try:
-        sa, sb = os.fstat(a), os.fstat(b)
-    except OSError:
+        sa, sb = os.fstat(a.fileno()), os.fstat(b.fileno())
+    except (OSError, ValueError):
         return False
     return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
 
@@ -315,7 +317,7 @@ def _progress_mode(args: argparse.Namespace) -> progress.Mode:
     stderr into its stdout (``PythonRunner``), where a reader expects the report alone."""
     mode = progress.Mode(getattr(args, "progress", progress.Mode.AUTO))
     if (mode == progress.Mode.AUTO and getattr(args, "json", False) and not sys.stderr.isatty()
-            and _same_stream(sys.stdout.fileno(), sys.stderr.fileno())):
+            and _same_stream(sys.stdout, sys.stderr)):
         return progress.Mode.OFF
     return mode
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import socket
 import sys
+import time
 
 from pyspark.errors import PySparkRuntimeError
 from pyspark.sql import SparkSession
@@ -66,11 +67,34 @@ class LazySession:
 
     def __init__(self, master: str | None = None, existing: SparkSession | None = None) -> None:
         self._master, self._session = master, existing
+        #: seconds of ``session_start`` (JVM and SparkContext) and ``worker_start`` (the
+        #: executors' Python workers) when this object started the session, for the report
+        self.startup_s: dict[str, float] = {}
 
     def __call__(self) -> SparkSession:
         if self._session is None:
+            fresh = SparkSession.getActiveSession() is None
+            started = time.perf_counter()
             self._session = get_spark(self._master)
+            if fresh:
+                ready = time.perf_counter()
+                self.startup_s["session_start"] = ready - started
+                _start_workers(self._session)
+                self.startup_s["worker_start"] = time.perf_counter() - ready
         return self._session
+
+
+def _start_workers(spark: SparkSession) -> None:
+    """One trivial Python task per core, so the executors' Python workers start here and the
+    report shows their start apart from the work."""
+    sc = spark.sparkContext
+    n = max(1, sc.defaultParallelism)
+    sc.setJobGroup("kafka-compactor-worker-start", "kafka-compactor: worker_start")
+    try:
+        sc.parallelize(range(n), n).mapPartitions(lambda _: [0]).count()
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+        sc.setLocalProperty("spark.job.description", None)  # type: ignore[arg-type]
 
 
 def check_master_reachable(master: str, timeout_s: float = MASTER_CONNECT_TIMEOUT_S) -> None:

@@ -43,6 +43,10 @@ def test_a_round_prints_its_summary_and_nothing_of_spark(small_log: Path,
     report = json.loads(report_file.read_text())
     assert report["command"] == "compact" and any(
         p["status"] == "cleaned" for p in report["partitions"])
+    # the command started its own session: its start and the workers' are stages of their own
+    assert {"session_start", "worker_start", "scan_and_plan", "rewrite"} <= set(
+        report["stages_s"])
+    assert all(report["stages_s"][s] > 0 for s in ("session_start", "worker_start"))
     # stderr is no terminal: one progress line per step, every task of it done, the step's
     # input bytes in the report's units
     steps = {line.split(":")[0]: line for line in res.stderr.splitlines()
