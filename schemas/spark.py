@@ -77,6 +77,7 @@ PLAN = _schema(
     ("dirty_ratio", DoubleType(), False),
     ("reason", IntegerType(), False),
     ("groups", ArrayType(ArrayType(LongType(), False), False), False),
+    ("held_by", StringType(), False),  # what set the first uncleanable offset
     ("error", StringType(), True),  # a partition-wide check failed (JSON of the error)
 )
 

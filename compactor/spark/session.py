@@ -126,22 +126,11 @@ def check_master_reachable(master: str, timeout_s: float = MASTER_CONNECT_TIMEOU
 def stop_child_processes() -> None:
     """SIGTERM to this process's children: on Ctrl-C, the JVM that pyspark launches
     (``java_gateway.launch_gateway`` starts it ignoring SIGINT) would otherwise outlive us,
-    holding the terminal's or the caller's pipes, when the interrupt came while it started.
-    Linux (``/proc``); elsewhere a no-op."""
-    import signal
+    holding the terminal's or the caller's pipes, when the interrupt came while it started."""
+    import psutil
 
-    me = os.getpid()
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return
-    for name in entries:
-        if not name.isdigit():
-            continue
+    for child in psutil.Process().children():
         try:
-            with open(f"/proc/{name}/stat") as stat:
-                fields = stat.read().rsplit(")", 1)[1].split()
-            if int(fields[1]) == me:
-                os.kill(int(name), signal.SIGTERM)
-        except (OSError, IndexError, ValueError):
+            child.terminate()
+        except psutil.Error:
             continue  # gone meanwhile, or not ours to signal
