@@ -504,6 +504,20 @@ def rebuild_batch(source: RecordBatch, retained: Sequence, *,
             the compiled reader's records).
     """
     log_append = source.timestamp_type == TimestampType.LOG_APPEND_TIME
+    base_timestamp = (delete_horizon_ms if delete_horizon_ms is not None
+                      else retained[0].timestamp)
+    max_timestamp = (source.max_timestamp if log_append
+                     else max(r.timestamp for r in retained))
+    body = _encode_records(retained, source.base_offset, base_timestamp, relative=False)
+    return frame_rebuilt(source, body, len(retained), delete_horizon_ms=delete_horizon_ms,
+                         base_timestamp=base_timestamp, max_timestamp=max_timestamp)
+
+
+def frame_rebuilt(source: RecordBatch, body: bytes, count: int, *,
+                  delete_horizon_ms: int | None, base_timestamp: int,
+                  max_timestamp: int) -> bytes:
+    """The header, compression and CRC of a batch rebuilt from ``source``
+    (:func:`rebuild_batch`) around ``count`` encoded records ``body``."""
     header = NewRecordBatch(
         base_offset=source.base_offset, compression=source.compression,
         timestamp_type=source.timestamp_type, is_transactional=source.is_transactional,
@@ -512,12 +526,7 @@ def rebuild_batch(source: RecordBatch, retained: Sequence, *,
         producer_epoch=source.producer_epoch, base_sequence=source.base_sequence,
         last_offset_delta=source.last_offset_delta,
     )
-    base_timestamp = (delete_horizon_ms if delete_horizon_ms is not None
-                      else retained[0].timestamp)
-    max_timestamp = (source.max_timestamp if log_append
-                     else max(r.timestamp for r in retained))
-    body = _encode_records(retained, source.base_offset, base_timestamp, relative=False)
-    return _frame(header, body, len(retained), last_offset_delta=source.last_offset_delta,
+    return _frame(header, body, count, last_offset_delta=source.last_offset_delta,
                   base_timestamp=base_timestamp, max_timestamp=max_timestamp)
 
 

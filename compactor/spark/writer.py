@@ -28,6 +28,7 @@ from compactor.codec.indexes import AbortedTxn, decode_txn_index
 from compactor.config import TopicConfig
 from compactor.model import CommitMessage, SegmentInfo
 from compactor.cleaner.policy import BatchDecision, BatchRetention, PartitionInput
+from compactor.cleaner import fast
 from compactor.cleaner.rebatch import SegmentBuilder, filter_batch, iter_drops
 
 def write_group(
@@ -38,6 +39,7 @@ def write_group(
     *,
     first_dirty: int,
     fsync: bool = True,
+    native: bool = True,
 ) -> CommitMessage:
     """Rewrite the source segments ``source_bases`` into one ``.cleaned`` segment.
 
@@ -47,6 +49,8 @@ def write_group(
             groups; the ones superseded within the group and every other reason a record
             goes for are decided here (:func:`compactor.cleaner.rebatch.iter_drops`).
         first_dirty: the round's first dirty offset (where the offset map starts).
+        native: decide and re-encode records with the native kernels
+            (:mod:`compactor.cleaner.fast`; the same bytes), else with the pure-Python path.
 
     Returns:
         The commit message; on a corrupt or inconsistent input it carries ``error`` and no
@@ -55,7 +59,8 @@ def write_group(
     started = time.perf_counter()
     group_base = source_bases[0]
     try:
-        message = _write(inp, tuple(source_bases), decisions, superseded, first_dirty, fsync)
+        message = _write(inp, tuple(source_bases), decisions, superseded, first_dirty, fsync,
+                         native)
     except CompactorError as err:
         remove_cleaned(inp.path, group_base)
         return CommitMessage(group_base=group_base, source_bases=tuple(source_bases),
@@ -74,59 +79,52 @@ class _Tally:
     dropped: Counter[str] = field(default_factory=Counter)
 
 
+@dataclass(slots=True)
+class _Decided:
+    """The backward pass's result: every batch's layout and fate, by source segment."""
+
+    layouts: dict[int, tuple[array, array]] = field(default_factory=dict)
+    fates: dict[int, list] = field(default_factory=dict)  # BatchFate, or offsets array | None
+    from_map: int = 0
+    last_batch: RecordBatch | None = None
+    native: bool = False
+
+
 def _write(inp: PartitionInput, source_bases: tuple[int, ...],
            decisions: Mapping[tuple[int, int], BatchDecision], superseded: Collection[int],
-           first_dirty: int, fsync: bool) -> CommitMessage:
+           first_dirty: int, fsync: bool, native: bool) -> CommitMessage:
     """Two passes over the group. Newest batch first, every record's fate is decided with
-    the keys seen later in the group (:func:`compactor.cleaner.rebatch.iter_drops`); only the offsets
-    that go are kept. Then oldest first, the batches are filtered and streamed into the
-    ``.cleaned`` log, so neither a source segment nor the output is held in memory whole."""
+    the keys seen later in the group (:func:`_decide`); only what goes is kept. Then oldest
+    first, the batches are filtered and streamed into the ``.cleaned`` log, so neither a
+    source segment nor the output is held in memory whole."""
     by_base = {s.base_offset: s for s in inp.segments}
     tally = _Tally()
-    layouts: dict[int, tuple[array, array]] = {}
-    drops: dict[int, list[array | None]] = {}
-    from_map = 0
-    later: set[bytes] = set()
-    last_batch: RecordBatch | None = None
-    for base in reversed(source_bases):
-        seg = by_base[base]
-        path = seg.log_path
-        with storage.mapped(path) as data:
-            # frame the segment, then decode its batches newest first one at a time (CRC
-            # checked): the walk holds one batch, never the segment
-            frames = [(b.position, b.base_offset, b.size_in_bytes)
-                      for b in iter_batches(data, path=path, verify_crc=False)]
-            batch_decisions = [_decision(decisions, base, position, offset, path)
-                               for position, offset, _ in frames]
-            if last_batch is None and frames:
-                last_batch = _batch_at(data, path, frames[-1])
-            newest_first = ((_batch_at(data, path, f), d)
-                            for f, d in zip(reversed(frames), reversed(batch_decisions)))
-            goes_by_batch: list[array | None] = [None] * len(frames)
-            try:
-                for index, goes in zip(range(len(frames) - 1, -1, -1),
-                                       iter_drops(newest_first, superseded, first_dirty, later)):
-                    if goes.offsets:
-                        goes_by_batch[index] = array("q", goes.offsets)
-                    tally.dropped.update(goes.reasons)
-                    from_map += goes.from_map
-            except CompactorError as err:
-                raise err.with_location(path=path) from None
-        layouts[base] = (array("q", (f[0] for f in frames)), array("q", (f[1] for f in frames)))
-        drops[base] = goes_by_batch
-    if from_map != len(superseded):
+    decided = None
+    if native:
+        try:
+            decided = _decide(by_base, source_bases, decisions, superseded, first_dirty, tally,
+                              native=True)
+            fast.STATS["groups_native"] += 1
+        except fast.Fallback:
+            tally = _Tally()  # the group takes the pure path (cleaner/fast.py says when)
+            fast.STATS["groups_fallback"] += 1
+    if decided is None:
+        decided = _decide(by_base, source_bases, decisions, superseded, first_dirty, tally,
+                          native=False)
+    if decided.from_map != len(superseded):
         raise CorruptSegmentError(
             f"counts do not balance: the offset map superseded {len(superseded)} records of "
-            f"the group but {from_map} were found",
+            f"the group but {decided.from_map} were found",
             path=by_base[source_bases[0]].log_path,
             remedy="the segment changed during the run; rerun once nothing else writes to it",
         )
+    config = inp.config
 
     def outputs() -> Iterator[tuple[bytes, RecordBatch | None, AbortedTxn | None]]:
         for base in source_bases:
             seg = by_base[base]
-            positions, base_offsets = layouts.pop(base)
-            goes_by_batch = drops.pop(base)
+            positions, base_offsets = decided.layouts.pop(base)
+            fates = decided.fates.pop(base)
             changed = CorruptSegmentError(
                 "the segment changed while it was being rewritten", path=seg.log_path,
                 remedy="make sure no broker or other tool writes to the log dir, then rerun")
@@ -137,16 +135,21 @@ def _write(inp: PartitionInput, source_bases: tuple[int, ...],
                     if (count == len(positions) or batch.position != positions[count]
                             or batch.base_offset != base_offsets[count]):
                         raise changed
-                    goes = goes_by_batch[count]
+                    fate = fates[count]
                     count += 1
                     decision = decisions[(base, batch.position)]
                     try:
-                        result = filter_batch(
-                            batch, decision, frozenset(goes or ()), now_ms=inp.now_ms,
-                            delete_retention_ms=inp.config.delete_retention_ms)
+                        if decided.native:
+                            result = fast.filter_fast(batch, decision, fate, now_ms=inp.now_ms,
+                                                 delete_retention_ms=config.delete_retention_ms)
+                            went = fate.dropped
+                        else:
+                            result = filter_batch(
+                                batch, decision, frozenset(fate or ()), now_ms=inp.now_ms,
+                                delete_retention_ms=config.delete_retention_ms)
+                            went = len(fate) if fate else 0
                     except CompactorError as err:
                         raise err.with_location(path=seg.log_path) from None
-                    went = len(goes) if goes else 0
                     if result.records_in - result.records_out != went:
                         raise CorruptSegmentError(
                             f"{went} records of the batch were decided to go but "
@@ -163,8 +166,54 @@ def _write(inp: PartitionInput, source_bases: tuple[int, ...],
                 raise changed
 
     return _write_cleaned(inp.path, source_bases, by_base[source_bases[0]].log_path, outputs(),
-                          last_batch, inp.config, mtime_ms=by_base[source_bases[-1]].mtime_ms,
+                          decided.last_batch, config, mtime_ms=by_base[source_bases[-1]].mtime_ms,
                           fsync=fsync, tally=tally)
+
+
+def _decide(by_base: Mapping[int, SegmentInfo], source_bases: tuple[int, ...],
+            decisions: Mapping[tuple[int, int], BatchDecision], superseded: Collection[int],
+            first_dirty: int, tally: _Tally, *, native: bool) -> _Decided:
+    """The backward pass: each segment framed, then its batches decoded newest first one at
+    a time (CRC checked; the walk holds one batch, never the segment) and their records
+    decided, natively (:class:`compactor.cleaner.fast.GroupDecider`, which may raise
+    :class:`compactor.cleaner.fast.Fallback`) or by :func:`compactor.cleaner.rebatch.iter_drops`."""
+    decided = _Decided(native=native)
+    later: set[bytes] = set()
+    decider = fast.GroupDecider(superseded, first_dirty) if native else None
+    for base in reversed(source_bases):
+        path = by_base[base].log_path
+        with storage.mapped(path) as data:
+            frames = [(b.position, b.base_offset, b.size_in_bytes)
+                      for b in iter_batches(data, path=path, verify_crc=False)]
+            batch_decisions = [_decision(decisions, base, position, offset, path)
+                               for position, offset, _ in frames]
+            if decided.last_batch is None and frames:
+                decided.last_batch = _batch_at(data, path, frames[-1])
+            newest_first = ((_batch_at(data, path, f), d)
+                            for f, d in zip(reversed(frames), reversed(batch_decisions)))
+            fates: list = [None] * len(frames)
+            try:
+                if decider is not None:
+                    for index, (batch, decision) in zip(range(len(frames) - 1, -1, -1),
+                                                        newest_first):
+                        fates[index] = decider.decide(batch, decision)
+                else:
+                    for index, goes in zip(range(len(frames) - 1, -1, -1),
+                                           iter_drops(newest_first, superseded, first_dirty,
+                                                      later)):
+                        if goes.offsets:
+                            fates[index] = array("q", goes.offsets)
+                        tally.dropped.update(goes.reasons)
+                        decided.from_map += goes.from_map
+            except CompactorError as err:
+                raise err.with_location(path=path) from None
+        decided.layouts[base] = (array("q", (f[0] for f in frames)),
+                                 array("q", (f[1] for f in frames)))
+        decided.fates[base] = fates
+    if decider is not None:
+        tally.dropped.update(decider.reasons())
+        decided.from_map = decider.from_map
+    return decided
 
 
 def _batch_at(data: bytes, path: str, frame: tuple[int, int, int]) -> RecordBatch:

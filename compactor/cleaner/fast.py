@@ -1,0 +1,313 @@
+"""The writer's native path: the same decisions and the same bytes as
+:func:`compactor.cleaner.rebatch.iter_drops` and :func:`compactor.cleaner.rebatch.filter_batch`,
+with the per-record work in numba kernels (:mod:`compactor.codec.kernels`) instead of a Python
+object per record.
+
+Scope: v2 batches, every codec. Whatever the kernels cannot vouch for goes to the pure path,
+which stays the reference (``tests/property/test_fast_path.py`` compares the two byte for byte):
+a group holding a v0/v1 entry, a record the kernel finds malformed, offset deltas that do not
+strictly increase, or two different keys with the same 64-bit hash make the whole group
+:class:`Fallback` (raised before anything is written); a batch whose records the pure encoder
+would write differently (:data:`compactor.codec.kernels.NOT_CANONICAL`) and control batches are
+filtered by the pure path, batch by batch.
+
+Keys are compared byte for byte: the group's key table holds a 64-bit hash of each key
+(FNV-1a) pointing at the key's bytes, kept in an arena, and a hash hit is confirmed by
+comparing them, so a record is dropped as superseded only when a later record has exactly its
+key (``Cleaner.shouldRetainRecord``; within a group no digest is trusted).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Collection
+from dataclasses import dataclass
+
+import numba
+import numpy as np
+from numba import types
+from numba.typed import Dict
+
+from compactor.cleaner.policy import BatchDecision, BatchRetention
+from compactor.cleaner.rebatch import FilteredBatch, filter_batch
+from compactor.codec import kernels
+from compactor.codec.compression import Codec, DecompressionError, decompress
+from compactor.codec.records import (
+    RECORD_BATCH_OVERHEAD,
+    TimestampType,
+    RecordBatch,
+    empty_batch_like,
+    frame_rebuilt,
+)
+
+# why a record goes (0: it stays)
+KEPT, NULL_KEY, FROM_MAP, LOCAL, EXPIRED, ABORTED, MARKER_EXPIRED = range(7)
+REASON_NAMES = {NULL_KEY: "null_key", FROM_MAP: "superseded", LOCAL: "superseded",
+                EXPIRED: "tombstone_expired", ABORTED: "aborted",
+                MARKER_EXPIRED: "marker_expired"}
+COLLISION = 8  # a status of decide_records beside the kernels' own
+
+_FNV_OFFSET = np.uint64(0xCBF29CE484222325)
+_FNV_PRIME = np.uint64(0x100000001B3)
+
+
+# how often each path ran in this process, by "groups_native", "groups_fallback",
+# "batches_rebuilt" (re-encoded by the kernels) and "batches_pure" (filtered by the pure path):
+# the tests check the native path really ran, the benchmarks print it
+STATS: Counter[str] = Counter()
+
+
+class Fallback(Exception):
+    """The group needs the pure path (see the module's docstring)."""
+
+
+@numba.njit(cache=True, inline="always")
+def _hash(buf: np.ndarray, pos: int, length: int) -> int:
+    h = _FNV_OFFSET
+    for i in range(pos, pos + length):
+        h = (h ^ np.uint64(buf[i])) * _FNV_PRIME
+    return int(np.int64(h))
+
+
+@numba.njit(cache=True, inline="always")
+def _same_key(arena: np.ndarray, at: int, buf: np.ndarray, pos: int, length: int) -> bool:
+    stored = (np.int64(arena[at]) | (np.int64(arena[at + 1]) << 8)
+              | (np.int64(arena[at + 2]) << 16) | (np.int64(arena[at + 3]) << 24))
+    if stored != length:
+        return False
+    for i in range(length):
+        if arena[at + 4 + i] != buf[pos + i]:
+            return False
+    return True
+
+
+@numba.njit(cache=True)
+def decide_records(buf: np.ndarray, layout: np.ndarray, count: int, base_offset: int,
+                   feed_all: bool, feed_some: bool, first_dirty: int,
+                   expire_tombstones: bool, superseded: np.ndarray, table: Dict,
+                   arena: np.ndarray, used: np.ndarray, reasons: np.ndarray,
+                   tally: np.ndarray) -> tuple[int, np.ndarray]:
+    """The records of one data batch, newest first (``iter_drops``' loop): ``reasons[i]``
+    for record ``i``, the reasons counted into ``tally``, keys that enter the offset map added
+    to ``table``/``arena`` (``used[0]`` bytes used; the arena returned may be a larger copy).
+
+    Returns:
+        ``(status, arena)``: status :data:`kernels.OK` or :data:`COLLISION`.
+    """
+    n_superseded = superseded.shape[0]
+    for i in range(count - 1, -1, -1):
+        key_len = layout[i, kernels.KEY_LEN]
+        offset = base_offset + layout[i, kernels.OFFSET_DELTA]
+        if key_len < 0:
+            reasons[i] = NULL_KEY
+            tally[NULL_KEY] += 1
+            continue
+        key_pos = layout[i, kernels.KEY_POS]
+        h = _hash(buf, key_pos, key_len)
+        found = h in table
+        if found and not _same_key(arena, table[h], buf, key_pos, key_len):
+            return COLLISION, arena
+        reason = KEPT
+        if n_superseded:
+            at = np.searchsorted(superseded, offset)
+            if at < n_superseded and superseded[at] == offset:
+                reason = FROM_MAP
+        if reason == KEPT:
+            if found:
+                reason = LOCAL
+            elif expire_tombstones and layout[i, kernels.VALUE_LEN] < 0:
+                reason = EXPIRED
+        reasons[i] = reason
+        tally[reason] += 1
+        if not found and (feed_all or (feed_some and offset >= first_dirty)):
+            at = used[0]
+            if at + 4 + key_len > arena.shape[0]:
+                bigger = np.empty(max(2 * arena.shape[0], at + 4 + key_len), np.uint8)
+                bigger[:at] = arena[:at]
+                arena = bigger
+            arena[at] = key_len & 0xFF
+            arena[at + 1] = (key_len >> 8) & 0xFF
+            arena[at + 2] = (key_len >> 16) & 0xFF
+            arena[at + 3] = (key_len >> 24) & 0xFF
+            arena[at + 4:at + 4 + key_len] = buf[key_pos:key_pos + key_len]
+            used[0] = at + 4 + key_len
+            table[h] = at
+    return kernels.OK, arena
+
+
+@numba.njit(cache=True)
+def _retained_figures(layout: np.ndarray, count: int, reasons: np.ndarray, source_base_ts: int,
+                      fixed: bool, fixed_ts: int) -> tuple[int, int, int, int]:
+    """``(retained, retained tombstones, first retained timestamp, max retained timestamp)``."""
+    retained = tombstones = 0
+    first_ts = max_ts = 0
+    for i in range(count):
+        if reasons[i] != KEPT:
+            continue
+        ts = fixed_ts if fixed else source_base_ts + layout[i, kernels.TS_DELTA]
+        if retained == 0:
+            first_ts = max_ts = ts
+        elif ts > max_ts:
+            max_ts = ts
+        retained += 1
+        if layout[i, kernels.VALUE_LEN] < 0:
+            tombstones += 1
+    return retained, tombstones, first_ts, max_ts
+
+
+@dataclass(slots=True)
+class BatchFate:
+    """What the backward pass decided for one batch: ``reasons`` per record (``None`` when
+    every record stays), and whether the pure path must filter it."""
+
+    reasons: np.ndarray | None
+    dropped: int
+    pure: bool = False
+
+
+_TS_SAFE = 2**61  # timestamps beyond this go to the pure encoder (no int64 overflow here)
+
+
+class _Section:
+    """The records section of a v2 batch (decompressed) and its parsed layout."""
+
+    __slots__ = ("buf", "layout", "status")
+
+    def __init__(self, batch: RecordBatch, scratch: np.ndarray) -> None:
+        raw = batch.raw
+        count = batch.records_count
+        if batch.compression != Codec.NONE and count:
+            try:
+                body = decompress(batch.compression, raw[RECORD_BATCH_OVERHEAD:])
+            except DecompressionError:
+                raise Fallback from None
+            self.buf = np.frombuffer(body, np.uint8)
+            start = 0
+        else:
+            self.buf = np.frombuffer(raw, np.uint8)
+            start = RECORD_BATCH_OVERHEAD
+        self.layout = scratch if scratch.shape[0] >= count else np.empty(
+            (count, kernels.COLUMNS), np.int64)
+        self.status = kernels.parse_layout(self.buf, start, self.buf.shape[0], count,
+                                           self.layout)
+
+
+class GroupDecider:
+    """The backward pass of one group (``iter_drops`` with the native kernels): give it every
+    batch of the group newest first; it keeps the group's key table."""
+
+    def __init__(self, superseded: Collection[int], first_dirty: int) -> None:
+        self.superseded = np.sort(np.fromiter(superseded, np.int64, len(superseded)))
+        self.first_dirty = first_dirty
+        self.table = Dict.empty(key_type=types.int64, value_type=types.int64)
+        self.arena = np.empty(1 << 16, np.uint8)
+        self.used = np.zeros(1, np.int64)
+        self.tally = np.zeros(8, np.int64)
+        self.scratch = np.empty((1024, kernels.COLUMNS), np.int64)
+
+    def decide(self, batch: RecordBatch, decision: BatchDecision) -> BatchFate:
+        """The fate of ``batch``'s records.
+
+        Raises:
+            Fallback: the group must take the pure path.
+        """
+        if batch.magic < 2:
+            raise Fallback
+        count = batch.records_count
+        section = _Section(batch, self.scratch)
+        if section.status & (kernels.MALFORMED | kernels.ODD_OFFSETS):
+            raise Fallback
+        if section.layout is not self.scratch and count > self.scratch.shape[0]:
+            self.scratch = section.layout
+        pure = bool(section.status & kernels.NOT_CANONICAL)
+        if decision.discard_records:
+            code = MARKER_EXPIRED if batch.is_control else ABORTED
+            self.tally[code] += count
+            return BatchFate(np.full(count, code, np.int8) if count else None, count, pure)
+        if batch.is_control:
+            return BatchFate(None, 0, True)
+        feeds_map = not decision.aborted
+        feed_all = feeds_map and batch.base_offset >= self.first_dirty
+        feed_some = feeds_map and not feed_all and batch.last_offset >= self.first_dirty
+        reasons = np.zeros(count, np.int8)
+        before = int(self.tally[1:].sum())
+        status, self.arena = decide_records(
+            section.buf, section.layout, count, batch.base_offset, feed_all, feed_some,
+            self.first_dirty, not decision.retain_deletes, self.superseded, self.table,
+            self.arena, self.used, reasons, self.tally)
+        if status != kernels.OK:
+            raise Fallback
+        dropped = int(self.tally[1:].sum()) - before
+        return BatchFate(reasons if dropped else None, dropped, pure)
+
+    @property
+    def from_map(self) -> int:
+        return int(self.tally[FROM_MAP])
+
+    def reasons(self) -> Counter[str]:
+        counts: Counter[str] = Counter()
+        for code, name in REASON_NAMES.items():
+            if self.tally[code]:
+                counts[name] += int(self.tally[code])
+        return counts
+
+
+def filter_fast(batch: RecordBatch, decision: BatchDecision, fate: BatchFate, *, now_ms: int,
+                delete_retention_ms: int) -> FilteredBatch:
+    """:func:`compactor.cleaner.rebatch.filter_batch` for a batch the backward pass decided
+    (a cleaning round: the delete horizon is set where Kafka sets it)."""
+    count = batch.records_count
+    if decision.retention == BatchRetention.DELETE:
+        return FilteredBatch(data=None, records_in=count, records_out=0)
+    if fate.pure or batch.is_control:
+        STATS["batches_pure"] += 1
+        return filter_batch(batch, decision, _dropped_offsets(batch, fate),
+                            now_ms=now_ms, delete_retention_ms=delete_retention_ms)
+    retained = count - fate.dropped
+    horizon = batch.delete_horizon_ms
+    if retained == 0:
+        data = (empty_batch_like(batch) if count and decision.retention ==
+                BatchRetention.RETAIN_EMPTY else None)
+        if not count:  # no records at all: verbatim under RETAIN_EMPTY (filter_batch)
+            data = batch.raw if decision.retention == BatchRetention.RETAIN_EMPTY else None
+        return FilteredBatch(data=data, records_in=count, records_out=0)
+    section = _Section(batch, np.empty((count, kernels.COLUMNS), np.int64))
+    if section.status != kernels.OK:  # the backward pass parsed it: only NOT_CANONICAL
+        STATS["batches_pure"] += 1
+        return filter_batch(batch, decision, _dropped_offsets(batch, fate),
+                            now_ms=now_ms, delete_retention_ms=delete_retention_ms)
+    fixed = batch.timestamp_type == TimestampType.LOG_APPEND_TIME
+    if abs(batch.base_timestamp) >= _TS_SAFE or abs(batch.max_timestamp) >= _TS_SAFE:
+        STATS["batches_pure"] += 1
+        return filter_batch(batch, decision, _dropped_offsets(batch, fate),
+                            now_ms=now_ms, delete_retention_ms=delete_retention_ms)
+    reasons = fate.reasons if fate.reasons is not None else np.zeros(count, np.int8)
+    _, tombstones, first_ts, max_ts = _retained_figures(
+        section.layout, count, reasons, batch.base_timestamp, fixed, batch.max_timestamp)
+    needs_horizon = horizon is None and (decision.marker_horizon or tombstones > 0)
+    if retained == count and not needs_horizon:
+        return FilteredBatch(data=batch.raw, records_in=count, records_out=count)
+    if needs_horizon:
+        horizon = now_ms + delete_retention_ms
+    new_base_ts = horizon if horizon is not None else first_ts
+    if abs(new_base_ts) >= _TS_SAFE:
+        STATS["batches_pure"] += 1
+        return filter_batch(batch, decision, _dropped_offsets(batch, fate),
+                            now_ms=now_ms, delete_retention_ms=delete_retention_ms)
+    STATS["batches_rebuilt"] += 1
+    size = section.buf.shape[0] + 15 * count
+    out = np.empty(size, np.uint8)
+    written = kernels.rebuild_records(section.buf, section.layout, count, reasons,
+                                      batch.base_timestamp, fixed, batch.max_timestamp,
+                                      new_base_ts, out)
+    data = frame_rebuilt(batch, out[:written].tobytes(), retained, delete_horizon_ms=horizon,
+                         base_timestamp=new_base_ts,
+                         max_timestamp=batch.max_timestamp if fixed else max_ts)
+    return FilteredBatch(data=data, records_in=count, records_out=retained)
+
+
+def _dropped_offsets(batch: RecordBatch, fate: BatchFate) -> frozenset[int]:
+    if fate.reasons is None:
+        return frozenset()
+    records = batch.compiled_records()
+    return frozenset(r.offset for r, code in zip(records, fate.reasons.tolist()) if code)
