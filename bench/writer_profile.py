@@ -4,11 +4,13 @@ cProfile, its own time split into decode, key and record decisions, re-encode, c
 index building, file writes and fsync.
 
 Usage: python bench/writer_profile.py [--records 1000000] [--keys 100000] [--value-bytes 110]
-           [--codec none|gzip|snappy|lz4|zstd] [--top 12]
+           [--codec none|gzip|snappy|lz4|zstd] [--path native|pure] [--top 12]
 
-Prints the categories (seconds of the writer's own time and share of it), the framing-with-CRC
-pass over the same bytes as the in-run floor (the ratio writer / framing is what issue 18's
-``clean_vs_framing`` tracks), and the functions with the most own time.
+Prints the writer's wall time on both paths (native kernels and pure Python, each after a
+warm-up group so the JIT's compile is not counted) beside the framing-with-CRC pass over the
+same bytes (the in-run floor: ``clean_vs_framing`` is framing time / writer time), then, for
+``--path``, the categories of its own time under cProfile (time inside a native kernel counts
+as its Python caller's, in "native kernels") and the functions with the most own time.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from compactor.tools.generator import DEFAULT_START_MS, GeneratorConfig, generat
 #: the rest is "other (Python glue)".
 CATEGORIES = (
     ("fsync", ("fsync", "fdatasync")),
+    ("native kernels", ("fast.py", "kernels.py", "numba")),
     ("compression", ("compression.py", "zstd", "lz4", "snappy", "cramjam", "zlib.compress",
                      "zlib.decompress", "gzip")),
     ("checksums", ("crc32", "xxh")),
@@ -78,6 +81,8 @@ def main() -> int:
     ap.add_argument("--value-bytes", type=int, default=110, help="bytes per value")
     ap.add_argument("--codec", default="none", choices=[c.name.lower() for c in Codec],
                     help="the producers' codec")
+    ap.add_argument("--path", default="native", choices=("native", "pure"),
+                    help="the writer path profiled")
     ap.add_argument("--top", type=int, default=12, help="functions listed by own time")
     args = ap.parse_args()
 
@@ -112,17 +117,28 @@ def main() -> int:
         size = sum(os.path.getsize(p) for p in sources)
         framing_s = framing_pass(sources)
 
+        def write(native: bool) -> list:
+            messages = [write_group(inp, group, decisions, frozenset(),
+                                    first_dirty=plan.first_dirty_offset, fsync=True,
+                                    native=native)
+                        for group in plan.groups]
+            for m in messages:
+                assert m.error is None, m.error
+                remove_cleaned(pdir, m.group_base)
+            return messages
+
+        write(True)  # warm-up: the JIT compiles (or loads its cache), the page cache fills
+        walls = {}
+        for label in ("pure", "native"):
+            start = time.perf_counter()
+            messages = write(label == "native")
+            walls[label] = time.perf_counter() - start
         profiler = cProfile.Profile()
         start = time.perf_counter()
         profiler.enable()
-        messages = [write_group(inp, group, decisions, frozenset(),
-                                first_dirty=plan.first_dirty_offset, fsync=True)
-                    for group in plan.groups]
+        messages = write(args.path == "native")
         profiler.disable()
         wall = time.perf_counter() - start
-        for m in messages:
-            assert m.error is None, m.error
-            remove_cleaned(pdir, m.group_base)
 
         stats = pstats.Stats(profiler)
         own: dict[str, float] = defaultdict(float)
@@ -133,10 +149,14 @@ def main() -> int:
         total = sum(own.values())
         records_in = sum(m.records_in for m in messages)
         print(f"writer: {len(plan.groups)} group(s), {records_in:,} records, {size / 1e6:.0f} MB "
-              f"({args.codec}) in {wall:.2f} s wall under cProfile "
-              f"({size / wall / 1e6:.0f} MB/s profiled)")
+              f"({args.codec}), one core")
         print(f"framing with CRC over the same bytes: {framing_s:.2f} s "
-              f"({size / framing_s / 1e6:.0f} MB/s); writer / framing: {wall / framing_s:.1f}")
+              f"({size / framing_s / 1e6:.0f} MB/s)")
+        for label, seconds in walls.items():
+            print(f"writer, {label:<6}: {seconds:.2f} s ({size / seconds / 1e6:.0f} MB/s; "
+                  f"clean_vs_framing {framing_s / seconds:.3f})")
+        print(f"native / pure: {walls['pure'] / walls['native']:.2f}x faster")
+        print(f"profile of the {args.path} path: {wall:.2f} s wall under cProfile")
         print(f"{'category':<22} {'own s':>8} {'share':>7}")
         for label, seconds in sorted(own.items(), key=lambda kv: -kv[1]):
             print(f"{label:<22} {seconds:>8.2f} {seconds / total:>7.1%}")

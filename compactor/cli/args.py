@@ -79,6 +79,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_config_arguments(parser)
     parser.add_argument("--master", default=None,
                         help="Spark master URL (default: spark-submit's, else local[*])")
+    parser.add_argument("--writer", choices=("native", "pure"), default="native",
+                        help="how executors decide and re-encode records: the numba kernels, "
+                             "or the pure-Python reference (the same bytes, slower; for "
+                             "platforms without numba wheels)")
 
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
@@ -214,7 +218,8 @@ def options_from_args(args: argparse.Namespace, *, dry_run: bool = False) -> Mai
         config_topics=topics, dry_run=dry_run or getattr(args, "dry_run", False),
         topics=selected, assume_kafka_defaults=getattr(args, "assume_kafka_defaults", False),
         metadata_log_dir=optional_path(getattr(args, "metadata_log_dir", None)),
-        server_properties=optional_path(getattr(args, "server_properties", None)))
+        server_properties=optional_path(getattr(args, "server_properties", None)),
+        native_writer=getattr(args, "writer", "native") == "native")
 
 
 def add_erase_arguments(parser: argparse.ArgumentParser, *, apply: bool) -> None:

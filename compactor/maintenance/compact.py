@@ -302,7 +302,8 @@ def run_locked(session: LazySession, opts: MaintenanceOptions, catalog: Catalog)
                 return report
             if to_clean:
                 messages = spark_stages.write_cleaned_segments(
-                    spark, inputs, to_clean, fsync=opts.fsync, on_stage=stages.done,
+                    spark, inputs, to_clean, fsync=opts.fsync,
+                    native=opts.native_writer, on_stage=stages.done,
                     headers=headers)
                 done = _commit(inputs, to_clean, messages, reports)
                 resets.update({tps[i]: to_clean[i].first_uncleanable_offset for i in done})

@@ -21,6 +21,7 @@ class MaintenanceOptions:
     config_topics: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     dry_run: bool = False  # plan and report, change nothing
     fsync: bool = True
+    native_writer: bool = True  # the writer's numba kernels (False: the pure-Python path)
     topics: frozenset[str] = frozenset()  # only these topics (empty: every topic)
     metadata_log_dir: str | None = None  # holds __cluster_metadata-0 (default: the log dir)
     server_properties: str | None = None

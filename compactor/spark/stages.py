@@ -89,6 +89,7 @@ def segment_tasks(spark: SparkSession, partitions: Mapping[int, HasSegments]) ->
 
 def write_cleaned_segments(spark: SparkSession, inputs: Mapping[int, PartitionInput],
                            plans: Mapping[int, CleaningPlan], *, fsync: bool = True,
+                           native: bool = True,
                            on_stage: Callable[[str], None] | None = None,
                            headers: DataFrame | None = None) -> list[CommitMessage]:
     """The executor part of a round: ``.cleaned`` segments written next to the live ones,
@@ -119,7 +120,8 @@ def write_cleaned_segments(spark: SparkSession, inputs: Mapping[int, PartitionIn
     if on_stage:
         on_stage("offset_map")
     with spark_step(spark, "rewrite", total_bytes=_group_bytes(cleaning, plans)):
-        rows = (transforms.rewrite_groups(cleaning, plans, slots, fsync=fsync)(
+        rows = (transforms.rewrite_groups(cleaning, plans, slots, fsync=fsync,
+                                                   native=native)(
             decisions, superseded).collect())
     decisions.unpersist()
     superseded.unpersist()

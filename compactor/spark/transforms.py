@@ -305,8 +305,8 @@ def superseded_records(keyed: DataFrame) -> DataFrame:
 
 
 def rewrite_groups(inputs: Mapping[int, PartitionInput], plans: Mapping[int, CleaningPlan],
-                   slots: DataFrame, *,
-                   fsync: bool = True) -> Callable[[DataFrame, DataFrame], DataFrame]:
+                   slots: DataFrame, *, fsync: bool = True,
+                   native: bool = True) -> Callable[[DataFrame, DataFrame], DataFrame]:
     """(batch decisions, superseded records) -> one ``COMMIT_MESSAGE`` row per group,
     written by the executor that holds the group's rows (one task per ``GROUP_SLOT``)."""
 
@@ -320,7 +320,7 @@ def rewrite_groups(inputs: Mapping[int, PartitionInput], plans: Mapping[int, Cle
         by_batch = {(int(r.segment_base), int(r.position)): _decision_from_row(r)
                     for r in decisions.itertuples(index=False)}
         m = write_group(inputs[tp_id], group, by_batch, set(superseded["offset"].tolist()),
-                        first_dirty=plan.first_dirty_offset, fsync=fsync)
+                        first_dirty=plan.first_dirty_offset, fsync=fsync, native=native)
         return pd.DataFrame([message_to_row(tp_id, m)])
 
     slotted = with_slots(slots)

@@ -153,3 +153,24 @@ def test_a_plan_tells_its_numbers_predicts_no_figures_and_is_recorded(
     assert plan["retention_basis"] in text
     assert text.splitlines()[-1 if "retention preview" not in text else 0]
     assert "plan as of " in text and " UTC: " in text
+
+
+def test_the_pure_writer_writes_the_same_log_dir_as_the_native_one(
+        spark, small_log: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--writer pure`` (the reference path, for platforms without numba) and the default
+    native kernels leave byte-identical log dirs and the same figures."""
+    import shutil
+
+    pure_log = tmp_path / "pure"
+    shutil.copytree(small_log, pure_log)
+    assert cli_main(["compact", str(small_log), *COMPACT]) == EXIT_OK
+    native = report_line(capsys)
+    assert cli_main(["compact", str(pure_log), *COMPACT, "--writer", "pure"]) == EXIT_OK
+    pure = report_line(capsys)
+    assert tree_digest(small_log) == tree_digest(pure_log)
+    figures = ("status", "records_in", "records_out", "bytes_in", "bytes_out", "dropped")
+    assert ([{k: p.get(k) for k in figures} for p in topic_lines(native["partitions"])]
+            == [{k: p.get(k) for k in figures} for p in topic_lines(pure["partitions"])])
+    assert any(p["status"] == "cleaned" for p in topic_lines(native["partitions"]))
+    with pytest.raises(SystemExit):
+        cli_main(["compact", str(small_log), *COMPACT, "--writer", "fast"])
