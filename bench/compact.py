@@ -21,8 +21,9 @@ decode nothing: the practical read floor), and the cleaning throughput of one ex
 over 4x the records and keys (same ratio) and prints the time per record at 4x over 1x.
 ``--json`` ends with one JSON line of the tracked figures: ``ratio_cold``, ``ratio_warm``,
 ``ratio_shuffle`` (round / parse-only), ``mb_per_s_per_core`` (warm round),
-``clean_vs_framing`` (cleaning MB/s per core / framing MB/s) and, with ``--scale``,
-``linearity``.
+``clean_vs_framing`` (cleaning MB/s per core / framing MB/s), ``ratio_warm_pure`` and
+``writer_speedup`` (the warm round again with ``--writer pure``: the native kernels' in-run
+baseline) and, with ``--scale``, ``linearity``.
 
 With ``--data-dir s3://...`` the log dir is generated locally (in a temp dir), uploaded once
 under the prefix, and the warm round runs a second time on a server-side copy of it in the
@@ -215,16 +216,20 @@ def main() -> int:
     # Kafka's default segment.bytes of 1 GiB each partition cleans in one group, which needs no
     # shuffle); run 3: smaller groups, so records are superseded across groups through the
     # distributed offset map
+    # run 4: run 2 again with the pure-Python writer (--writer pure), the in-run baseline of
+    # the native kernels
     rounds = [("cold session", {}), ("warm session", {}),
               (f"warm session, segment.bytes={args.group_bytes}",
-               {"segment.bytes": str(args.group_bytes)})]
+               {"segment.bytes": str(args.group_bytes)}),
+              ("warm session, --writer pure", {})]
     seconds, clean_mb_s = {}, {}
     for n, (label, configs) in enumerate(rounds):
         if n:
             shutil.rmtree(work)
             shutil.copytree(cache, work, ignore=shutil.ignore_patterns(".complete"))
         code, seconds[label], clean_mb_s[label] = _timed_round(
-            spark, str(work), now_ms, args.master, label, parse_s, configs)
+            spark, str(work), now_ms, args.master, label, parse_s, configs,
+            native="pure" not in label)
         exit_code |= code
     warm = rounds[1][0]
     figures = {
@@ -233,9 +238,13 @@ def main() -> int:
         "mb_per_s_per_core": size / seconds[warm] / 1e6 / _cores(args.master),
         "clean_mb_per_s_per_core": clean_mb_s[warm], "framing_mb_per_s": framing_mb_s,
         "clean_vs_framing": clean_mb_s[warm] / framing_mb_s,
+        "ratio_warm_pure": seconds[rounds[3][0]] / parse_s,
+        "writer_speedup": clean_mb_s[warm] / clean_mb_s[rounds[3][0]],
     }
     print(f"cleaning, one executor core: {clean_mb_s[warm]:.0f} MB/s = "
-          f"{figures['clean_vs_framing']:.3f} x the framing floor (target >= 0.25)")
+          f"{figures['clean_vs_framing']:.3f} x the framing floor (target >= 0.25); "
+          f"the pure writer: {clean_mb_s[rounds[3][0]]:.0f} MB/s (native "
+          f"{figures['writer_speedup']:.2f}x)")
     if args.scale:
         big = _cached(args, 4)
         shutil.rmtree(work)
@@ -308,7 +317,8 @@ def _s3_round(spark, args: argparse.Namespace, options: dict[str, str],  # type:
 
 
 def _timed_round(spark, work: str, now_ms: int, master: str, label: str,  # type: ignore[no-untyped-def]
-                 parse_s: float, configs: dict[str, str]) -> tuple[int, float, float]:
+                 parse_s: float, configs: dict[str, str],
+                 native: bool = True) -> tuple[int, float, float]:
     """One round; its exit code, wall seconds and cleaning MB/s of one executor core (input
     bytes over the writer tasks' summed seconds)."""
     from compactor.maintenance.compact import run
@@ -319,7 +329,7 @@ def _timed_round(spark, work: str, now_ms: int, master: str, label: str,  # type
     start = time.perf_counter()
     report = run(spark, MaintenanceOptions(log_dir=work, now_ms=now_ms,
                                        config_all=configs,
-                                       fsync=True))
+                                       fsync=True, native_writer=native))
     job_s = time.perf_counter() - start
     sampler.stop.set()
     sampler.join()

@@ -86,27 +86,30 @@ def decide_records(buf: np.ndarray, layout: np.ndarray, count: int, base_offset:
                    feed_all: bool, feed_some: bool, first_dirty: int,
                    expire_tombstones: bool, superseded: np.ndarray, table: Dict,
                    arena: np.ndarray, used: np.ndarray, reasons: np.ndarray,
-                   tally: np.ndarray) -> tuple[int, np.ndarray]:
+                   tally: np.ndarray) -> tuple[int, int, int, np.ndarray]:
     """The records of one data batch, newest first (``iter_drops``' loop): ``reasons[i]``
     for record ``i``, the reasons counted into ``tally``, keys that enter the offset map added
     to ``table``/``arena`` (``used[0]`` bytes used; the arena returned may be a larger copy).
 
     Returns:
-        ``(status, arena)``: status :data:`kernels.OK` or :data:`COLLISION`.
+        ``(status, dropped, retained tombstones, arena)``: status :data:`kernels.OK` or
+        :data:`COLLISION`.
     """
     n_superseded = superseded.shape[0]
+    dropped = tombstones = 0
     for i in range(count - 1, -1, -1):
         key_len = layout[i, kernels.KEY_LEN]
         offset = base_offset + layout[i, kernels.OFFSET_DELTA]
         if key_len < 0:
             reasons[i] = NULL_KEY
             tally[NULL_KEY] += 1
+            dropped += 1
             continue
         key_pos = layout[i, kernels.KEY_POS]
         h = _hash(buf, key_pos, key_len)
         found = h in table
         if found and not _same_key(arena, table[h], buf, key_pos, key_len):
-            return COLLISION, arena
+            return COLLISION, dropped, tombstones, arena
         reason = KEPT
         if n_superseded:
             at = np.searchsorted(superseded, offset)
@@ -119,6 +122,10 @@ def decide_records(buf: np.ndarray, layout: np.ndarray, count: int, base_offset:
                 reason = EXPIRED
         reasons[i] = reason
         tally[reason] += 1
+        if reason != KEPT:
+            dropped += 1
+        elif layout[i, kernels.VALUE_LEN] < 0:
+            tombstones += 1
         if not found and (feed_all or (feed_some and offset >= first_dirty)):
             at = used[0]
             if at + 4 + key_len > arena.shape[0]:
@@ -132,7 +139,7 @@ def decide_records(buf: np.ndarray, layout: np.ndarray, count: int, base_offset:
             arena[at + 4:at + 4 + key_len] = buf[key_pos:key_pos + key_len]
             used[0] = at + 4 + key_len
             table[h] = at
-    return kernels.OK, arena
+    return kernels.OK, dropped, tombstones, arena
 
 
 @numba.njit(cache=True)
@@ -163,6 +170,7 @@ class BatchFate:
     reasons: np.ndarray | None
     dropped: int
     pure: bool = False
+    tombstones: int = -1  # retained tombstones; -1: not counted
 
 
 _TS_SAFE = 2**61  # timestamps beyond this go to the pure encoder (no int64 overflow here)
@@ -230,15 +238,13 @@ class GroupDecider:
         feed_all = feeds_map and batch.base_offset >= self.first_dirty
         feed_some = feeds_map and not feed_all and batch.last_offset >= self.first_dirty
         reasons = np.zeros(count, np.int8)
-        before = int(self.tally[1:].sum())
-        status, self.arena = decide_records(
+        status, dropped, tombstones, self.arena = decide_records(
             section.buf, section.layout, count, batch.base_offset, feed_all, feed_some,
             self.first_dirty, not decision.retain_deletes, self.superseded, self.table,
             self.arena, self.used, reasons, self.tally)
         if status != kernels.OK:
             raise Fallback
-        dropped = int(self.tally[1:].sum()) - before
-        return BatchFate(reasons if dropped else None, dropped, pure)
+        return BatchFate(reasons if dropped else None, dropped, pure, tombstones)
 
     @property
     def from_map(self) -> int:
@@ -271,6 +277,10 @@ def filter_fast(batch: RecordBatch, decision: BatchDecision, fate: BatchFate, *,
         if not count:  # no records at all: verbatim under RETAIN_EMPTY (filter_batch)
             data = batch.raw if decision.retention == BatchRetention.RETAIN_EMPTY else None
         return FilteredBatch(data=data, records_in=count, records_out=0)
+    if (fate.reasons is None and fate.tombstones >= 0 and (
+            horizon is not None or not (decision.marker_horizon or fate.tombstones))):
+        # every record stays and no horizon is due: the batch as it is (filter_batch)
+        return FilteredBatch(data=batch.raw, records_in=count, records_out=count)
     section = _Section(batch, np.empty((count, kernels.COLUMNS), np.int64))
     if section.status != kernels.OK:  # the backward pass parsed it: only NOT_CANONICAL
         STATS["batches_pure"] += 1

@@ -38,15 +38,17 @@ def _decision(retention: BatchRetention, marker_horizon: bool = False) -> BatchD
 @given(batch=new_batches(), timestamp_type=st.sampled_from(list(TimestampType)),
        keep=st.lists(st.booleans(), min_size=12, max_size=12),
        retention=st.sampled_from([BatchRetention.DELETE_EMPTY, BatchRetention.RETAIN_EMPTY]),
-       marker_horizon=st.booleans())
+       marker_horizon=st.booleans(), counted=st.booleans())
 def test_a_batch_filtered_natively_is_byte_identical_to_the_pure_path(
-        batch, timestamp_type, keep, retention, marker_horizon) -> None:
+        batch, timestamp_type, keep, retention, marker_horizon, counted) -> None:
     raw = encode_batch(replace(batch, timestamp_type=timestamp_type))
     (source,) = iter_batches(raw)
     records = source.compiled_records()
     goes = [not keep[i] for i in range(len(records))]
     reasons = np.array([fast.LOCAL if g else fast.KEPT for g in goes], np.int8)
-    fate = fast.BatchFate(reasons if any(goes) else None, sum(goes))
+    # the retained tombstones, as the backward pass counts them (or left uncounted)
+    tombstones = sum(r.value is None for r, g in zip(records, goes) if not g) if counted else -1
+    fate = fast.BatchFate(reasons if any(goes) else None, sum(goes), tombstones=tombstones)
     decision = _decision(retention, marker_horizon)
     expected = filter_batch(source, decision, frozenset(r.offset for r, g in zip(records, goes)
                                                         if g),
