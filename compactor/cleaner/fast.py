@@ -52,7 +52,8 @@ _FNV_PRIME = np.uint64(0x100000001B3)
 
 
 # how often each path ran in this process, by "groups_native", "groups_fallback",
-# "batches_rebuilt" (re-encoded by the kernels) and "batches_pure" (filtered by the pure path):
+# "batches_rebuilt" (re-encoded by the kernels), "batches_pure" (filtered by the pure path) and
+# "batches_scanned" (keys read by the kernels for the offset map):
 # the tests check the native path really ran, the benchmarks print it
 STATS: Counter[str] = Counter()
 
@@ -179,7 +180,7 @@ _TS_SAFE = 2**61  # timestamps beyond this go to the pure encoder (no int64 over
 class _Section:
     """The records section of a v2 batch (decompressed) and its parsed layout."""
 
-    __slots__ = ("buf", "layout", "status")
+    __slots__ = ("data", "buf", "layout", "status")
 
     def __init__(self, batch: RecordBatch, scratch: np.ndarray) -> None:
         raw = batch.raw
@@ -189,11 +190,12 @@ class _Section:
                 body = decompress(batch.compression, raw[RECORD_BATCH_OVERHEAD:])
             except DecompressionError:
                 raise Fallback from None
-            self.buf = np.frombuffer(body, np.uint8)
+            self.data = body
             start = 0
         else:
-            self.buf = np.frombuffer(raw, np.uint8)
+            self.data = raw
             start = RECORD_BATCH_OVERHEAD
+        self.buf = np.frombuffer(self.data, np.uint8)
         self.layout = scratch if scratch.shape[0] >= count else np.empty(
             (count, kernels.COLUMNS), np.int64)
         self.status = kernels.parse_layout(self.buf, start, self.buf.shape[0], count,
@@ -256,6 +258,43 @@ class GroupDecider:
             if self.tally[code]:
                 counts[name] += int(self.tally[code])
         return counts
+
+
+@numba.njit(cache=True)
+def _keyed_rows(layout: np.ndarray, count: int, base_offset: int
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(offsets, key positions, key lengths)`` of the keyed records of a parsed section."""
+    offsets = np.empty(count, np.int64)
+    positions = np.empty(count, np.int64)
+    lengths = np.empty(count, np.int64)
+    n = 0
+    for i in range(count):
+        if layout[i, kernels.KEY_LEN] >= 0:
+            offsets[n] = base_offset + layout[i, kernels.OFFSET_DELTA]
+            positions[n] = layout[i, kernels.KEY_POS]
+            lengths[n] = layout[i, kernels.KEY_LEN]
+            n += 1
+    return offsets[:n], positions[:n], lengths[:n]
+
+
+def batch_keys(batch: RecordBatch) -> tuple[np.ndarray, list[bytes]] | None:
+    """The offsets and keys of a v2 batch's keyed records, in offset order, read by the
+    kernels (the key scan of :func:`compactor.cleaner.scan.keyed_records`); ``None`` when the
+    pure decoder must read the batch (legacy, or anything the kernel flags)."""
+    if batch.magic < 2:
+        return None
+    count = batch.records_count
+    try:
+        section = _Section(batch, np.empty((count, kernels.COLUMNS), np.int64))
+    except Fallback:
+        return None
+    if section.status != kernels.OK:
+        return None
+    offsets, positions, lengths = _keyed_rows(section.layout, count, batch.base_offset)
+    STATS["batches_scanned"] += 1
+    data = section.data
+    keys = [data[p:p + n] for p, n in zip(positions.tolist(), lengths.tolist())]
+    return offsets, keys
 
 
 def filter_fast(batch: RecordBatch, decision: BatchDecision, fate: BatchFate, *, now_ms: int,

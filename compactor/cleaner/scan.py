@@ -114,7 +114,7 @@ def key_digests(keys: Sequence[bytes]) -> tuple[np.ndarray, np.ndarray]:
 
 
 def keyed_records(data: bytes, path: str, flags_by_position: Mapping[int, BatchFlags],
-                  first_dirty: int) -> KeyedRows:
+                  first_dirty: int, *, native: bool = True) -> KeyedRows:
     """Rows of the keyed records of the listed batches of a segment.
 
     Args:
@@ -122,11 +122,15 @@ def keyed_records(data: bytes, path: str, flags_by_position: Mapping[int, BatchF
             superseded (the round neither discards them nor are they control batches);
             other batches are skipped.
         first_dirty: records at or above it are in the dirty section.
+        native: read the records with the kernels (:func:`compactor.cleaner.fast.batch_keys`,
+            which hands what it cannot vouch for back to the compiled reader).
 
     Raises:
         CompactorError: a batch cannot be decoded.
     """
-    offsets: list[int] = []
+    if native:
+        from compactor.cleaner.fast import batch_keys
+    offsets: list[np.ndarray] = []
     keys: list[bytes] = []
     runs: list[tuple[BatchFlags, int]] = []
     try:
@@ -134,14 +138,19 @@ def keyed_records(data: bytes, path: str, flags_by_position: Mapping[int, BatchF
             flags = flags_by_position.get(batch.position)
             if flags is None:
                 continue
-            keyed = [(r.offset, r.key) for r in batch.compiled_records() if r.key is not None]
-            offsets += [offset for offset, _ in keyed]
-            keys += [key for _, key in keyed]
-            runs.append((flags, len(keyed)))
+            read = batch_keys(batch) if native else None
+            if read is None:
+                keyed = [(r.offset, r.key) for r in batch.compiled_records() if r.key is not None]
+                offsets.append(np.fromiter((o for o, _ in keyed), np.int64, len(keyed)))
+                keys += [key for _, key in keyed]
+            else:
+                offsets.append(read[0])
+                keys += read[1]
+            runs.append((flags, len(offsets[-1])))
     except CompactorError as err:
         raise err.with_location(path=path) from None
     counts = [n for _, n in runs]
-    offset = np.asarray(offsets, dtype=np.int64)
+    offset = np.concatenate(offsets) if offsets else np.zeros(0, np.int64)
     feeds = np.repeat(np.asarray([f.feeds_map for f, _ in runs], dtype=bool), counts)
     key_hi, key_lo = key_digests(keys)
     return KeyedRows(

@@ -111,7 +111,7 @@ def write_cleaned_segments(spark: SparkSession, inputs: Mapping[int, PartitionIn
         with spark_step(spark, "offset_map",
                         total_bytes=_group_bytes({i: inputs[i] for i in mapped}, plans)):
             superseded = (decisions.where(F.col("tp_id").isin(mapped))
-                          .transform(transforms.scan_keys(cleaning, plans, slots))
+                          .transform(transforms.scan_keys(cleaning, plans, slots, native=native))
                           .transform(transforms.latest_per_key)
                           .transform(transforms.superseded_records)).persist()
             superseded.count()

@@ -225,7 +225,7 @@ def _decision_from_row(row: object) -> BatchDecision:
 
 
 def scan_keys(inputs: Mapping[int, PartitionInput], plans: Mapping[int, CleaningPlan],
-              slots: DataFrame) -> Transform:
+              slots: DataFrame, *, native: bool = True) -> Transform:
     """Batch decisions -> one ``KEYED_RECORD`` row per keyed record of the round's data
     batches that is not discarded and not already superseded within its own group (one task
     per group, :func:`compactor.cleaner.scan.locally_superseded`); a group whose records cannot be
@@ -233,6 +233,7 @@ def scan_keys(inputs: Mapping[int, PartitionInput], plans: Mapping[int, Cleaning
 
     Args:
         slots: ``GROUP_SLOT`` rows; groups without one are left out.
+        native: read records with the native kernels (else the compiled reader).
     """
 
     def scan(table: pa.Table) -> pa.Table:
@@ -255,7 +256,7 @@ def scan_keys(inputs: Mapping[int, PartitionInput], plans: Mapping[int, Cleaning
             for base in sorted(flags):
                 with storage.mapped(paths[base]) as data:
                     parts.append(keyed_records(data, paths[base], flags[base],
-                                               plans[tp_id].first_dirty_offset))
+                                               plans[tp_id].first_dirty_offset, native=native))
             rows = concat_rows(parts)
             rows = select_rows(rows, ~locally_superseded(rows))
         except CompactorError as err:
