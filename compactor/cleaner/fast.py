@@ -11,9 +11,9 @@ strictly increase, or two different keys with the same 64-bit hash make the whol
 would write differently (:data:`compactor.codec.kernels.NOT_CANONICAL`) and control batches are
 filtered by the pure path, batch by batch.
 
-Keys are compared byte for byte: the group's key table holds a 64-bit hash of each key
-(FNV-1a) pointing at the key's bytes, kept in an arena, and a hash hit is confirmed by
-comparing them, so a record is dropped as superseded only when a later record has exactly its
+Keys are compared byte for byte: the group's key table (open addressing) holds a 64-bit hash
+of each key (FNV-1a, murmur3's finalizer) pointing at the key's bytes, kept in an arena, and a
+hash hit is confirmed by comparing them, so a record is dropped as superseded only when a later record has exactly its
 key (``Cleaner.shouldRetainRecord``; within a group no digest is trusted).
 """
 
@@ -25,8 +25,6 @@ from dataclasses import dataclass
 
 import numba
 import numpy as np
-from numba import types
-from numba.typed import Dict
 
 from compactor.cleaner.policy import BatchDecision, BatchRetention
 from compactor.cleaner.rebatch import FilteredBatch, filter_batch
@@ -64,9 +62,16 @@ class Fallback(Exception):
 
 @numba.njit(cache=True, inline="always")
 def _hash(buf: np.ndarray, pos: int, length: int) -> int:
+    """FNV-1a over the key's bytes, then murmur3's 64-bit finalizer (its low bits index the
+    table)."""
     h = _FNV_OFFSET
     for i in range(pos, pos + length):
         h = (h ^ np.uint64(buf[i])) * _FNV_PRIME
+    h ^= h >> np.uint64(33)
+    h *= np.uint64(0xFF51AFD7ED558CCD)
+    h ^= h >> np.uint64(33)
+    h *= np.uint64(0xC4CEB9FE1A85EC53)
+    h ^= h >> np.uint64(33)
     return int(np.int64(h))
 
 
@@ -82,19 +87,32 @@ def _same_key(arena: np.ndarray, at: int, buf: np.ndarray, pos: int, length: int
     return True
 
 
+@numba.njit(cache=True, inline="always")
+def _slot(table: np.ndarray, h: int) -> int:
+    """The slot of hash ``h`` in the open-addressing table (linear probing; slot ``i`` is
+    ``table[2i]``, the hash, and ``table[2i + 1]``, the key's arena position + 1 or 0 when
+    empty: one cache line per probe): where it is, or the empty slot where it would go."""
+    mask = (table.shape[0] >> 1) - 1
+    i = h & mask
+    while table[2 * i + 1] != 0 and table[2 * i] != h:
+        i = (i + 1) & mask
+    return i
+
+
 @numba.njit(cache=True)
 def decide_records(buf: np.ndarray, layout: np.ndarray, count: int, base_offset: int,
                    feed_all: bool, feed_some: bool, first_dirty: int,
-                   expire_tombstones: bool, superseded: np.ndarray, table: Dict,
-                   arena: np.ndarray, used: np.ndarray, reasons: np.ndarray,
-                   tally: np.ndarray) -> tuple[int, int, int, np.ndarray]:
+                   expire_tombstones: bool, superseded: np.ndarray, table: np.ndarray,
+                   arena: np.ndarray, used: np.ndarray, reasons: np.ndarray, tally: np.ndarray
+                   ) -> tuple[int, int, int, np.ndarray, np.ndarray]:
     """The records of one data batch, newest first (``iter_drops``' loop): ``reasons[i]``
     for record ``i``, the reasons counted into ``tally``, keys that enter the offset map added
-    to ``table``/``arena`` (``used[0]`` bytes used; the arena returned may be a larger copy).
+    to the key table (:func:`_slot`) with their bytes in ``arena``; ``used`` = [arena bytes
+    used, keys]. The table and the arena returned may be larger copies.
 
     Returns:
-        ``(status, dropped, retained tombstones, arena)``: status :data:`kernels.OK` or
-        :data:`COLLISION`.
+        ``(status, dropped, retained tombstones, table, arena)``: status :data:`kernels.OK`
+        or :data:`COLLISION`.
     """
     n_superseded = superseded.shape[0]
     dropped = tombstones = 0
@@ -108,9 +126,10 @@ def decide_records(buf: np.ndarray, layout: np.ndarray, count: int, base_offset:
             continue
         key_pos = layout[i, kernels.KEY_POS]
         h = _hash(buf, key_pos, key_len)
-        found = h in table
-        if found and not _same_key(arena, table[h], buf, key_pos, key_len):
-            return COLLISION, dropped, tombstones, arena
+        slot = _slot(table, h)
+        found = table[2 * slot + 1] != 0
+        if found and not _same_key(arena, table[2 * slot + 1] - 1, buf, key_pos, key_len):
+            return COLLISION, dropped, tombstones, table, arena
         reason = KEPT
         if n_superseded:
             at = np.searchsorted(superseded, offset)
@@ -139,8 +158,18 @@ def decide_records(buf: np.ndarray, layout: np.ndarray, count: int, base_offset:
             arena[at + 3] = (key_len >> 24) & 0xFF
             arena[at + 4:at + 4 + key_len] = buf[key_pos:key_pos + key_len]
             used[0] = at + 4 + key_len
-            table[h] = at
-    return kernels.OK, dropped, tombstones, arena
+            table[2 * slot] = h
+            table[2 * slot + 1] = at + 1
+            used[1] += 1
+            if 4 * used[1] > table.shape[0]:  # keep the load at most 1/2
+                old = table
+                table = np.zeros(2 * old.shape[0], np.int64)
+                for j in range(old.shape[0] >> 1):
+                    if old[2 * j + 1] != 0:
+                        k = _slot(table, old[2 * j])
+                        table[2 * k] = old[2 * j]
+                        table[2 * k + 1] = old[2 * j + 1]
+    return kernels.OK, dropped, tombstones, table, arena
 
 
 @numba.njit(cache=True)
@@ -209,9 +238,9 @@ class GroupDecider:
     def __init__(self, superseded: Collection[int], first_dirty: int) -> None:
         self.superseded = np.sort(np.fromiter(superseded, np.int64, len(superseded)))
         self.first_dirty = first_dirty
-        self.table = Dict.empty(key_type=types.int64, value_type=types.int64)
+        self.table = np.zeros(2 << 12, np.int64)
         self.arena = np.empty(1 << 16, np.uint8)
-        self.used = np.zeros(1, np.int64)
+        self.used = np.zeros(2, np.int64)
         self.tally = np.zeros(8, np.int64)
         self.scratch = np.empty((1024, kernels.COLUMNS), np.int64)
 
@@ -240,7 +269,7 @@ class GroupDecider:
         feed_all = feeds_map and batch.base_offset >= self.first_dirty
         feed_some = feeds_map and not feed_all and batch.last_offset >= self.first_dirty
         reasons = np.zeros(count, np.int8)
-        status, dropped, tombstones, self.arena = decide_records(
+        status, dropped, tombstones, self.table, self.arena = decide_records(
             section.buf, section.layout, count, batch.base_offset, feed_all, feed_some,
             self.first_dirty, not decision.retain_deletes, self.superseded, self.table,
             self.arena, self.used, reasons, self.tally)

@@ -111,6 +111,31 @@ def iter_batches(
         pos = entry_end
 
 
+def chunk_bounds(data: bytes, max_bytes: int, *, start_position: int = 0) -> list[tuple[int, int]]:
+    """``[start, end)`` byte ranges that cut ``data`` between entries into chunks of at most
+    ``max_bytes`` (one entry may exceed it alone), read from the 12-byte frames only: a
+    backward walk can then decode a chunk at a time, newest chunk first. Nothing is checked
+    here: where the frames stop making sense the last chunk runs to the end, so decoding it
+    (:func:`iter_batches`) raises the located error."""
+    end = len(data)
+    bounds: list[tuple[int, int]] = []
+    chunk_start = pos = start_position
+    while pos < end:
+        head = data[pos:pos + LOG_OVERHEAD]
+        if len(head) < LOG_OVERHEAD:
+            break
+        size = _FRAME.unpack_from(head, 0)[1]
+        if size < V0_OVERHEAD or pos + LOG_OVERHEAD + size > end:
+            break
+        if pos > chunk_start and pos + LOG_OVERHEAD + size - chunk_start > max_bytes:
+            bounds.append((chunk_start, pos))
+            chunk_start = pos
+        pos += LOG_OVERHEAD + size
+    if chunk_start < end:
+        bounds.append((chunk_start, end))
+    return bounds
+
+
 def _decode_v2_header(raw: bytes, pos: int, path: str | None, verify_crc: bool) -> RecordBatch:
     """The v2 batch ``raw`` (its whole entry), found at byte ``pos`` of the file."""
     size_in_bytes = len(raw)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 
 from compactor.log import storage
 from compactor.codec.records import RecordBatch
-from compactor.codec.segment import iter_batches
+from compactor.codec.segment import chunk_bounds, iter_batches
 from compactor.errors import CompactorError, CorruptSegmentError, UnsupportedFormatError
 from compactor.log.layout import (
     cleaned_path,
@@ -170,57 +170,65 @@ def _write(inp: PartitionInput, source_bases: tuple[int, ...],
                           fsync=fsync, tally=tally)
 
 
+_CHUNK_BYTES = 16 * 1024 * 1024  # the backward walk decodes this much of a segment at a time
+
+
 def _decide(by_base: Mapping[int, SegmentInfo], source_bases: tuple[int, ...],
             decisions: Mapping[tuple[int, int], BatchDecision], superseded: Collection[int],
             first_dirty: int, tally: _Tally, *, native: bool) -> _Decided:
-    """The backward pass: each segment framed, then its batches decoded newest first one at
-    a time (CRC checked; the walk holds one batch, never the segment) and their records
-    decided, natively (:class:`compactor.cleaner.fast.GroupDecider`, which may raise
+    """The backward pass: each segment's batches decoded (CRC checked) a chunk at a time,
+    newest chunk first, and their records decided newest first, natively
+    (:class:`compactor.cleaner.fast.GroupDecider`, which may raise
     :class:`compactor.cleaner.fast.Fallback`) or by :func:`compactor.cleaner.rebatch.iter_drops`."""
     decided = _Decided(native=native)
     later: set[bytes] = set()
     decider = fast.GroupDecider(superseded, first_dirty) if native else None
     for base in reversed(source_bases):
         path = by_base[base].log_path
+        positions: list[array] = []
+        base_offsets: list[array] = []
+        fates: list[list] = []
         with storage.mapped(path) as data:
-            frames = [(b.position, b.base_offset, b.size_in_bytes)
-                      for b in iter_batches(data, path=path, verify_crc=False)]
-            batch_decisions = [_decision(decisions, base, position, offset, path)
-                               for position, offset, _ in frames]
-            if decided.last_batch is None and frames:
-                decided.last_batch = _batch_at(data, path, frames[-1])
-            newest_first = ((_batch_at(data, path, f), d)
-                            for f, d in zip(reversed(frames), reversed(batch_decisions)))
-            fates: list = [None] * len(frames)
-            try:
-                if decider is not None:
-                    for index, (batch, decision) in zip(range(len(frames) - 1, -1, -1),
-                                                        newest_first):
-                        fates[index] = decider.decide(batch, decision)
-                else:
-                    for index, goes in zip(range(len(frames) - 1, -1, -1),
-                                           iter_drops(newest_first, superseded, first_dirty,
-                                                      later)):
-                        if goes.offsets:
-                            fates[index] = array("q", goes.offsets)
-                        tally.dropped.update(goes.reasons)
-                        decided.from_map += goes.from_map
-            except CompactorError as err:
-                raise err.with_location(path=path) from None
-        decided.layouts[base] = (array("q", (f[0] for f in frames)),
-                                 array("q", (f[1] for f in frames)))
-        decided.fates[base] = fates
+            # newest chunk first, each decoded whole (CRC checked) and walked newest batch
+            # first: the walk holds one chunk, never the segment
+            for start, end in reversed(chunk_bounds(data, _CHUNK_BYTES)):
+                try:
+                    batches = list(iter_batches(data, path=path, start_position=start,
+                                                end_position=end))
+                    if decided.last_batch is None and batches:
+                        decided.last_batch = batches[-1]
+                    newest_first = [(b, _decision(decisions, base, b.position, b.base_offset,
+                                                  path)) for b in reversed(batches)]
+                    chunk_fates: list = []
+                    if decider is not None:
+                        chunk_fates = [decider.decide(b, d) for b, d in newest_first]
+                    else:
+                        for goes in iter_drops(newest_first, superseded, first_dirty, later):
+                            chunk_fates.append(array("q", goes.offsets) if goes.offsets
+                                               else None)
+                            tally.dropped.update(goes.reasons)
+                            decided.from_map += goes.from_map
+                except CompactorError as err:
+                    raise err.with_location(path=path) from None
+                chunk_fates.reverse()
+                fates.append(chunk_fates)
+                positions.append(array("q", (b.position for b in batches)))
+                base_offsets.append(array("q", (b.base_offset for b in batches)))
+                del batches, newest_first
+        decided.layouts[base] = (_joined(positions), _joined(base_offsets))
+        decided.fates[base] = [f for chunk in reversed(fates) for f in chunk]
     if decider is not None:
         tally.dropped.update(decider.reasons())
         decided.from_map = decider.from_map
     return decided
 
 
-def _batch_at(data: bytes, path: str, frame: tuple[int, int, int]) -> RecordBatch:
-    """The batch framed at ``(position, base offset, size)``, decoded with its CRC checked."""
-    position, _, size = frame
-    return next(iter_batches(data, path=path, start_position=position,
-                             end_position=position + size))
+def _joined(chunks: list[array]) -> array:
+    """Arrays of the chunks, newest chunk first, as one array in file order."""
+    out = array("q")
+    for chunk in reversed(chunks):
+        out.extend(chunk)
+    return out
 
 
 def _decision(decisions: Mapping[tuple[int, int], BatchDecision], segment_base: int,
