@@ -20,17 +20,21 @@ key (``Cleaner.shouldRetainRecord``; within a group no digest is trusted).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Collection
+import struct
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
+import crc32c
 import numba
 import numpy as np
 
 from compactor.cleaner.policy import BatchDecision, BatchRetention
 from compactor.cleaner.rebatch import FilteredBatch, filter_batch
 from compactor.codec import kernels
+from compactor.codec.indexes import AbortedTxn
 from compactor.codec.compression import Codec, DecompressionError, decompress
 from compactor.codec.records import (
+    CRC_START,
     RECORD_BATCH_OVERHEAD,
     TimestampType,
     RecordBatch,
@@ -50,8 +54,9 @@ _FNV_PRIME = np.uint64(0x100000001B3)
 
 
 # how often each path ran in this process, by "groups_native", "groups_fallback",
-# "batches_rebuilt" (re-encoded by the kernels), "batches_pure" (filtered by the pure path) and
-# "batches_scanned" (keys read by the kernels for the offset map):
+# "batches_rebuilt" (re-encoded by the kernels), "batches_pure" (filtered by the pure path),
+# "chunks_native" (decided in one call), "chunks_filtered" (filtered in one call) and
+# "batches_scanned" (keys read by the kernels):
 # the tests check the native path really ran, the benchmarks print it
 STATS: Counter[str] = Counter()
 
@@ -192,6 +197,244 @@ def _retained_figures(layout: np.ndarray, count: int, reasons: np.ndarray, sourc
     return retained, tombstones, first_ts, max_ts
 
 
+# the columns of a framed batch (frame_chunk)
+F_POS, F_SIZE, F_BASE, F_ATTRS, F_LAST_DELTA, F_COUNT, F_CRC = range(7)
+F_COLUMNS = 7
+# per batch of a decided chunk (decide_chunk)
+D_FIRST, D_DROPPED, D_TOMBSTONES, D_STATUS = range(4)
+# per batch decision flags (decide_chunk)
+DISCARD, ABORTED_BATCH, RETAIN_DELETES = 1, 2, 4
+
+
+@numba.njit(cache=True, inline="always")
+def _be(buf: np.ndarray, pos: int, size: int) -> int:
+    """A big-endian signed integer of ``size`` bytes."""
+    value = 0
+    for i in range(size):
+        value = (value << 8) | int(buf[pos + i])
+    if value >= 1 << (8 * size - 1) and size < 8:
+        value -= 1 << (8 * size)
+    return value
+
+
+@numba.njit(cache=True)
+def frame_chunk(buf: np.ndarray) -> np.ndarray:
+    """The frames of a chunk that holds only uncompressed v2 batches with sound headers
+    (``segment._decode_v2_header``'s checks but the CRC), one row of ``F_COLUMNS`` each;
+    an empty array when anything else is there (the caller decodes the chunk the general way,
+    which raises the located error where there is one)."""
+    end = buf.shape[0]
+    frames = np.empty((end // 61 + 1, F_COLUMNS), np.int64)
+    n = 0
+    pos = 0
+    while pos < end:
+        if pos + 61 > end:
+            return frames[:0]
+        size = 12 + _be(buf, pos + 8, 4)
+        if size < 61 or pos + size > end or buf[pos + 16] != 2:
+            return frames[:0]
+        attributes = _be(buf, pos + 21, 2)
+        last_delta = _be(buf, pos + 23, 4)
+        count = _be(buf, pos + 57, 4)
+        if attributes & 0x07 or last_delta < 0 or count < 0 or (count == 0 and size != 61):
+            return frames[:0]
+        frames[n, F_POS] = pos
+        frames[n, F_SIZE] = size
+        frames[n, F_BASE] = _be(buf, pos, 8)
+        frames[n, F_ATTRS] = attributes
+        frames[n, F_LAST_DELTA] = last_delta
+        frames[n, F_COUNT] = count
+        frames[n, F_CRC] = _be(buf, pos + 17, 4) & 0xFFFFFFFF
+        n += 1
+        pos += size
+    return frames[:n]
+
+
+@numba.njit(cache=True)
+def decide_chunk(buf: np.ndarray, frames: np.ndarray, flags: np.ndarray, first_dirty: int,
+                 superseded: np.ndarray, table: np.ndarray, arena: np.ndarray,
+                 used: np.ndarray, tally: np.ndarray, reasons: np.ndarray, out: np.ndarray,
+                 scratch: np.ndarray) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
+    """:meth:`GroupDecider.decide` for every batch of a framed chunk, newest first, in one
+    call: ``reasons`` holds every record's (batch after batch in file order), ``out`` per batch
+    its first record's index there, drops, retained tombstones and parse status.
+
+    Returns:
+        ``(status, table, arena, scratch)``: status :data:`kernels.OK`, or
+        :data:`kernels.MALFORMED` / :data:`COLLISION` (the group must fall back).
+    """
+    n = frames.shape[0]
+    first = 0
+    for i in range(n):
+        out[i, D_FIRST] = first
+        first += frames[i, F_COUNT]
+    for i in range(n - 1, -1, -1):
+        pos = frames[i, F_POS]
+        count = frames[i, F_COUNT]
+        base_offset = frames[i, F_BASE]
+        if count > scratch.shape[0]:
+            scratch = np.empty((count, kernels.COLUMNS), np.int64)
+        status = kernels.parse_layout(buf, pos + 61, pos + frames[i, F_SIZE], count, scratch)
+        if status & (kernels.MALFORMED | kernels.ODD_OFFSETS):
+            return kernels.MALFORMED, table, arena, scratch
+        out[i, D_STATUS] = status
+        at = out[i, D_FIRST]
+        mine = reasons[at:at + count]
+        control = (frames[i, F_ATTRS] & 0x20) != 0
+        if flags[i] & DISCARD:
+            code = MARKER_EXPIRED if control else ABORTED
+            mine[:] = code
+            tally[code] += count
+            out[i, D_DROPPED] = count
+            out[i, D_TOMBSTONES] = -1
+            continue
+        if control:
+            out[i, D_DROPPED] = 0
+            out[i, D_TOMBSTONES] = -1
+            continue
+        feeds_map = not flags[i] & ABORTED_BATCH
+        feed_all = feeds_map and base_offset >= first_dirty
+        feed_some = (feeds_map and not feed_all
+                     and base_offset + frames[i, F_LAST_DELTA] >= first_dirty)
+        decided, dropped, tombstones, table, arena = decide_records(
+            buf, scratch, count, base_offset, feed_all, feed_some, first_dirty,
+            not flags[i] & RETAIN_DELETES, superseded, table, arena, used, mine, tally)
+        if decided != kernels.OK:
+            return decided, table, arena, scratch
+        out[i, D_DROPPED] = dropped
+        out[i, D_TOMBSTONES] = tombstones
+    return kernels.OK, table, arena, scratch
+
+
+# per batch of a chunk to filter (filter_chunk): the backward pass's figures and the decision
+C_FIRST, C_DROPPED, C_TOMBSTONES, C_RETENTION, C_MARKER_HORIZON = range(5)
+# per output batch of filter_chunk: where it is in the output, its size, last offset, max
+# timestamp, and the source batch it came from
+O_POS, O_SIZE, O_LAST, O_MAX_TS, O_SOURCE = range(5)
+NEEDS_BATCHES = 16  # a status of filter_chunk: the chunk needs the batch-by-batch walk
+_RETAIN_EMPTY = int(BatchRetention.RETAIN_EMPTY)
+_DELETE = int(BatchRetention.DELETE)
+
+
+@numba.njit(cache=True, inline="always")
+def _put_be(out: np.ndarray, pos: int, value: int, size: int) -> None:
+    for i in range(size - 1, -1, -1):
+        out[pos + i] = value & 0xFF
+        value >>= 8
+
+
+@numba.njit(cache=True, inline="always")
+def _header(out: np.ndarray, at: int, buf: np.ndarray, src: int, body: int, attributes: int,
+            base_ts: int, max_ts: int, count: int) -> None:
+    """A v2 header at ``out[at]`` for ``body`` bytes of records, the source batch's base
+    offset, leader epoch, ``lastOffsetDelta`` and producer fields, CRC left 0."""
+    out[at:at + 8] = buf[src:src + 8]
+    _put_be(out, at + 8, 49 + body, 4)
+    out[at + 12:at + 16] = buf[src + 12:src + 16]
+    out[at + 16] = 2
+    _put_be(out, at + 17, 0, 4)
+    _put_be(out, at + 21, attributes, 2)
+    out[at + 23:at + 27] = buf[src + 23:src + 27]
+    _put_be(out, at + 27, base_ts, 8)
+    _put_be(out, at + 35, max_ts, 8)
+    out[at + 43:at + 57] = buf[src + 43:src + 57]
+    _put_be(out, at + 57, count, 4)
+
+
+@numba.njit(cache=True)
+def filter_chunk(buf: np.ndarray, frames: np.ndarray, reasons: np.ndarray, dec: np.ndarray,
+                 horizon_if_set: int, out: np.ndarray, outs: np.ndarray,
+                 scratch: np.ndarray) -> tuple[int, int, np.ndarray]:
+    """:func:`filter_fast` for every batch of a framed chunk of uncompressed data batches in
+    one call: the output batches one after the other in ``out`` (CRCs left 0 for the caller),
+    one row of ``outs`` each.
+
+    Returns:
+        ``(status, output batches, scratch)``: status :data:`kernels.OK`, or
+        :data:`NEEDS_BATCHES` (a control batch, a record the pure encoder would write
+        differently, a timestamp out of the kernels' range: nothing of ``out`` counts).
+    """
+    n_out = 0
+    pos = 0
+    for i in range(frames.shape[0]):
+        retention = dec[i, C_RETENTION]
+        if retention == _DELETE:
+            continue
+        src = frames[i, F_POS]
+        size = frames[i, F_SIZE]
+        count = frames[i, F_COUNT]
+        attrs = frames[i, F_ATTRS]
+        if attrs & 0x20:
+            return NEEDS_BATCHES, 0, scratch
+        retained = count - dec[i, C_DROPPED]
+        max_ts_source = _be(buf, src + 35, 8)
+        base_ts_source = _be(buf, src + 27, 8)
+        has_horizon = (attrs & 0x40) != 0
+        keep_attrs = attrs & 0x18  # timestamp type and transactional flag
+        if retained == 0:
+            if retention != _RETAIN_EMPTY:
+                continue
+            if count == 0:  # no records at all: kept as it is, its CRC stands
+                out[pos:pos + size] = buf[src:src + size]
+                outs[n_out, O_SOURCE] = -1 - i
+            else:  # empty_batch_like
+                _header(out, pos, buf, src, 0, keep_attrs, -1, max_ts_source, 0)
+                size = 61
+                outs[n_out, O_SOURCE] = i
+            outs[n_out, O_POS] = pos
+            outs[n_out, O_SIZE] = size
+            outs[n_out, O_LAST] = frames[i, F_BASE] + frames[i, F_LAST_DELTA]
+            outs[n_out, O_MAX_TS] = max_ts_source
+            n_out += 1
+            pos += size
+            continue
+        needs_horizon = not has_horizon and (dec[i, C_MARKER_HORIZON] != 0
+                                             or dec[i, C_TOMBSTONES] > 0)
+        if retained == count and not needs_horizon:
+            out[pos:pos + size] = buf[src:src + size]
+            outs[n_out, O_POS] = pos
+            outs[n_out, O_SIZE] = size
+            outs[n_out, O_LAST] = frames[i, F_BASE] + frames[i, F_LAST_DELTA]
+            outs[n_out, O_MAX_TS] = max_ts_source
+            outs[n_out, O_SOURCE] = -1 - i  # verbatim: its CRC stands
+            n_out += 1
+            pos += size
+            continue
+        if count > scratch.shape[0]:
+            scratch = np.empty((count, kernels.COLUMNS), np.int64)
+        status = kernels.parse_layout(buf, src + 61, src + size, count, scratch)
+        if status != kernels.OK:
+            return NEEDS_BATCHES, 0, scratch
+        if abs(base_ts_source) >= _TS_SAFE or abs(max_ts_source) >= _TS_SAFE:
+            return NEEDS_BATCHES, 0, scratch
+        fixed = (attrs & 0x08) != 0
+        at = dec[i, C_FIRST]
+        keep = reasons[at:at + count]
+        _, _, first_ts, max_ts = _retained_figures(scratch, count, keep, base_ts_source, fixed,
+                                                   max_ts_source)
+        if needs_horizon:
+            horizon = horizon_if_set
+            has_horizon = True
+        else:
+            horizon = base_ts_source
+        new_base_ts = horizon if has_horizon else first_ts
+        if abs(new_base_ts) >= _TS_SAFE:
+            return NEEDS_BATCHES, 0, scratch
+        body = kernels.rebuild_records(buf, scratch, count, keep, base_ts_source, fixed,
+                                       max_ts_source, new_base_ts, out[pos + 61:])
+        new_attrs = keep_attrs | (0x40 if has_horizon else 0)
+        batch_max = max_ts_source if fixed else max_ts
+        _header(out, pos, buf, src, body, new_attrs, new_base_ts, batch_max, retained)
+        outs[n_out, O_POS] = pos
+        outs[n_out, O_SIZE] = 61 + body
+        outs[n_out, O_LAST] = frames[i, F_BASE] + frames[i, F_LAST_DELTA]
+        outs[n_out, O_MAX_TS] = batch_max
+        outs[n_out, O_SOURCE] = i
+        n_out += 1
+        pos += 61 + body
+    return kernels.OK, n_out, scratch
+
+
 @dataclass(slots=True)
 class BatchFate:
     """What the backward pass decided for one batch: ``reasons`` per record (``None`` when
@@ -276,6 +519,59 @@ class GroupDecider:
         if status != kernels.OK:
             raise Fallback
         return BatchFate(reasons if dropped else None, dropped, pure, tombstones)
+
+    def decide_chunk(self, chunk: bytes, start: int, segment_base: int,
+                     decisions: Mapping[tuple[int, int], BatchDecision]
+                     ) -> tuple[list[int], list[int], list[BatchFate]] | None:
+        """:meth:`decide` for every batch of a chunk of a segment (``chunk`` holds the
+        segment's bytes from ``start``) in one native call: ``(positions, base offsets,
+        fates)`` of its batches in file order, or ``None``, before anything is decided, when
+        the chunk needs the general walk (a compressed or legacy batch, a header or CRC the
+        checks refuse, a batch without a decision).
+
+        Raises:
+            Fallback: the group must take the pure path.
+        """
+        buf = np.frombuffer(chunk, np.uint8)
+        frames = frame_chunk(buf)
+        if not frames.shape[0]:
+            return None
+        view = memoryview(chunk)
+        positions = (frames[:, F_POS] + start).tolist()
+        flags = np.empty(frames.shape[0], np.int8)
+        for i, (at, size, crc) in enumerate(zip(frames[:, F_POS].tolist(),
+                                                frames[:, F_SIZE].tolist(),
+                                                frames[:, F_CRC].tolist())):
+            if crc32c.crc32c(view[at + CRC_START:at + size]) != crc:
+                return None
+            decision = decisions.get((segment_base, positions[i]))
+            if decision is None:
+                return None
+            flags[i] = ((DISCARD if decision.discard_records else 0)
+                        | (ABORTED_BATCH if decision.aborted else 0)
+                        | (RETAIN_DELETES if decision.retain_deletes else 0))
+        reasons = np.zeros(int(frames[:, F_COUNT].sum()), np.int8)
+        out = np.empty((frames.shape[0], 4), np.int64)
+        status, self.table, self.arena, self.scratch = decide_chunk(
+            buf, frames, flags, self.first_dirty, self.superseded, self.table, self.arena,
+            self.used, self.tally, reasons, out, self.scratch)
+        if status != kernels.OK:
+            raise Fallback
+        STATS["chunks_native"] += 1
+        fates = []
+        for (first, dropped, tombstones, parsed), count, attrs, flag in zip(
+                out.tolist(), frames[:, F_COUNT].tolist(), frames[:, F_ATTRS].tolist(),
+                flags.tolist()):
+            noncanonical = bool(parsed & kernels.NOT_CANONICAL)
+            if flag & DISCARD:
+                fates.append(BatchFate(reasons[first:first + count] if count else None,
+                                       count, noncanonical))
+            elif attrs & 0x20:  # control
+                fates.append(BatchFate(None, 0, True))
+            else:
+                fates.append(BatchFate(reasons[first:first + count] if dropped else None,
+                                       dropped, noncanonical, tombstones))
+        return positions, frames[:, F_BASE].tolist(), fates
 
     @property
     def from_map(self) -> int:
@@ -382,6 +678,65 @@ def filter_fast(batch: RecordBatch, decision: BatchDecision, fate: BatchFate, *,
                          base_timestamp=new_base_ts,
                          max_timestamp=batch.max_timestamp if fixed else max_ts)
     return FilteredBatch(data=data, records_in=count, records_out=retained)
+
+
+_CRC_BYTES = struct.Struct(">I")
+
+
+def filter_chunk_batches(chunk: bytes, start: int, positions: Sequence[int],
+                         base_offsets: Sequence[int], fates: Sequence[BatchFate],
+                         decisions: Sequence[BatchDecision], *, now_ms: int,
+                         delete_retention_ms: int
+                         ) -> tuple[list[tuple[memoryview, AbortedTxn | None]], int, int] | None:
+    """:func:`filter_fast` for the batches of a chunk of a segment (``chunk`` holds the
+    segment's bytes from ``start``; ``positions``, ``base_offsets``, ``fates`` and
+    ``decisions`` are its batches', as the backward pass saw them) in one native call.
+
+    Returns:
+        ``(output batches with their transaction index entries, records in, records out)``,
+        or ``None`` when the chunk needs the batch-by-batch walk (anything but uncompressed v2
+        data batches the kernels parsed cleanly, or a chunk that is not what the backward pass
+        saw: the walk then raises the located error).
+    """
+    buf = np.frombuffer(chunk, np.uint8)
+    frames = frame_chunk(buf)
+    n = frames.shape[0]
+    if (n != len(positions) or (frames[:, F_POS] + start).tolist() != list(positions)
+            or frames[:, F_BASE].tolist() != list(base_offsets)):
+        return None
+    counts = frames[:, F_COUNT].tolist()
+    dec = np.empty((n, 5), np.int64)
+    parts = []
+    first = records_in = records_out = 0
+    for i, (fate, decision, count) in enumerate(zip(fates, decisions, counts)):
+        if fate.pure:
+            return None
+        retention = int(decision.retention)
+        if retention == _DELETE and fate.dropped != count:
+            return None  # the walk reports the imbalance
+        parts.append(fate.reasons if fate.reasons is not None else np.zeros(count, np.int8))
+        dec[i] = (first, fate.dropped, fate.tombstones, retention, decision.marker_horizon)
+        first += count
+        records_in += count
+        if retention != _DELETE:
+            records_out += count - fate.dropped
+    reasons = np.concatenate(parts) if parts else np.zeros(0, np.int8)
+    out = np.empty(len(chunk) + 15 * first + 61, np.uint8)
+    outs = np.empty((n, 5), np.int64)
+    status, n_out, _ = filter_chunk(buf, frames, reasons, dec, now_ms + delete_retention_ms,
+                                    out, outs, np.empty((256, kernels.COLUMNS), np.int64))
+    if status != kernels.OK:
+        return None
+    view = out.data
+    entries = []
+    for at, size, source in outs[:n_out, [O_POS, O_SIZE, O_SOURCE]].tolist():
+        if source >= 0:  # written here: its CRC
+            _CRC_BYTES.pack_into(view, at + 17, crc32c.crc32c(view[at + CRC_START:at + size]))
+        else:
+            source = -1 - source
+        entries.append((view[at:at + size], decisions[source].txn_entry))
+    STATS["chunks_filtered"] += 1
+    return entries, records_in, records_out
 
 
 def _dropped_offsets(batch: RecordBatch, fate: BatchFate) -> frozenset[int]:

@@ -193,34 +193,55 @@ def _decide(by_base: Mapping[int, SegmentInfo], source_bases: tuple[int, ...],
             # first: the walk holds one chunk, never the segment
             for start, end in reversed(chunk_bounds(data, _CHUNK_BYTES)):
                 try:
-                    batches = list(iter_batches(data, path=path, start_position=start,
-                                                end_position=end))
-                    if decided.last_batch is None and batches:
-                        decided.last_batch = batches[-1]
-                    newest_first = [(b, _decision(decisions, base, b.position, b.base_offset,
-                                                  path)) for b in reversed(batches)]
-                    chunk_fates: list = []
-                    if decider is not None:
-                        chunk_fates = [decider.decide(b, d) for b, d in newest_first]
+                    native_chunk = (decider.decide_chunk(data[start:end], start, base, decisions)
+                                    if decider is not None else None)
+                    if native_chunk is not None:
+                        chunk_positions, chunk_bases, chunk_fates = native_chunk
+                        if decided.last_batch is None:
+                            decided.last_batch = next(iter_batches(
+                                data, path=path, start_position=chunk_positions[-1],
+                                end_position=end))
                     else:
-                        for goes in iter_drops(newest_first, superseded, first_dirty, later):
-                            chunk_fates.append(array("q", goes.offsets) if goes.offsets
-                                               else None)
-                            tally.dropped.update(goes.reasons)
-                            decided.from_map += goes.from_map
+                        chunk_positions, chunk_bases, chunk_fates = _decide_chunk(
+                            data, path, start, end, base, decisions, decided, decider,
+                            superseded, first_dirty, later, tally)
                 except CompactorError as err:
                     raise err.with_location(path=path) from None
-                chunk_fates.reverse()
                 fates.append(chunk_fates)
-                positions.append(array("q", (b.position for b in batches)))
-                base_offsets.append(array("q", (b.base_offset for b in batches)))
-                del batches, newest_first
+                positions.append(array("q", chunk_positions))
+                base_offsets.append(array("q", chunk_bases))
         decided.layouts[base] = (_joined(positions), _joined(base_offsets))
         decided.fates[base] = [f for chunk in reversed(fates) for f in chunk]
     if decider is not None:
         tally.dropped.update(decider.reasons())
         decided.from_map = decider.from_map
     return decided
+
+
+def _decide_chunk(data: bytes, path: str, start: int, end: int, base: int,
+                  decisions: Mapping[tuple[int, int], BatchDecision], decided: _Decided,
+                  decider: fast.GroupDecider | None, superseded: Collection[int],
+                  first_dirty: int, later: set[bytes], tally: _Tally
+                  ) -> tuple[list[int], list[int], list]:
+    """One chunk of the backward pass batch by batch (the pure path, and the native one for
+    chunks :meth:`compactor.cleaner.fast.GroupDecider.decide_chunk` leaves to it): its
+    batches decoded (CRC checked) and walked newest first. Returns their positions, base
+    offsets and fates in file order."""
+    batches = list(iter_batches(data, path=path, start_position=start, end_position=end))
+    if decided.last_batch is None and batches:
+        decided.last_batch = batches[-1]
+    newest_first = [(b, _decision(decisions, base, b.position, b.base_offset, path))
+                    for b in reversed(batches)]
+    fates: list = []
+    if decider is not None:
+        fates = [decider.decide(b, d) for b, d in newest_first]
+    else:
+        for goes in iter_drops(newest_first, superseded, first_dirty, later):
+            fates.append(array("q", goes.offsets) if goes.offsets else None)
+            tally.dropped.update(goes.reasons)
+            decided.from_map += goes.from_map
+    fates.reverse()
+    return [b.position for b in batches], [b.base_offset for b in batches], fates
 
 
 def _joined(chunks: list[array]) -> array:

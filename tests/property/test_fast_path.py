@@ -84,6 +84,10 @@ CASES = {
         topics=("payments",), partitions=1, records_per_partition=1500, distinct_keys=80,
         tombstone_ratio=0.3, transactional_ratio=0.5, abort_ratio=0.4, segment_bytes=8 * 1024,
         max_batch_records=8, codecs=tuple(Codec), seed=7),
+    "uncompressed-txn-tombstones": GeneratorConfig(
+        topics=("orders",), partitions=1, records_per_partition=1500, distinct_keys=70,
+        tombstone_ratio=0.3, transactional_ratio=0.5, abort_ratio=0.4, null_key_ratio=0.05,
+        segment_bytes=8 * 1024, max_batch_records=8, codecs=(Codec.NONE,), seed=9),
     "logappendtime-legacy": GeneratorConfig(
         topics=("user-profiles",), partitions=1, records_per_partition=1200, distinct_keys=90,
         segment_bytes=10 * 1024, legacy_records=30, open_transaction=True,
@@ -135,6 +139,8 @@ def test_a_group_written_natively_is_byte_identical_to_the_pure_path(tmp_path: P
         assert fast.STATS["groups_fallback"] >= 1
     else:
         assert fast.STATS["groups_fallback"] == 0
+    if case == "uncompressed-txn-tombstones":  # whole chunks decided in one native call
+        assert fast.STATS["chunks_native"] >= 5
 
 
 def _headers(inp, logs):
@@ -196,3 +202,38 @@ def test_the_native_key_scan_reads_what_the_compiled_reader_reads(tmp_path: Path
         rows += len(pure)
     assert rows > 500
     assert fast.STATS["batches_scanned"] > 50  # the kernels read them, not the fallback
+
+
+@pytest.mark.parametrize("flip", ["record", "header"])
+def test_a_corrupt_chunk_gives_the_pure_paths_located_error(tmp_path: Path, flip: str) -> None:
+    """A flipped byte in an uncompressed segment: the native chunk walk refuses the chunk
+    (CRC or header) and the general walk reports the same located error as the pure path;
+    no .cleaned file is left."""
+    cfg = CASES["uncompressed-txn-tombstones"]
+    native_dir, pure_dir = tmp_path / "native", tmp_path / "pure"
+    generate(str(native_dir), cfg)
+    rounds = reference_round(native_dir, CONFIGS, NOW_MS)
+    name, (inp, logs, ref) = next((n, r) for n, r in rounds.items() if r[2].plan.will_clean)
+    group = ref.plan.groups[0]
+    seg = native_dir / name / f"{group[0]:020d}.log"
+    data = bytearray(seg.read_bytes())
+    victim = list(iter_batches(bytes(data)))[len(list(iter_batches(bytes(data)))) // 2]
+    at = victim.position + (victim.size_in_bytes - 3 if flip == "record" else 16)
+    data[at] ^= 0x40
+    seg.write_bytes(bytes(data))
+    shutil.copytree(native_dir, pure_dir)
+    decisions = {(h.segment_base, h.position): d
+                 for h, d in inp.decide(ref.plan, _headers(inp, logs))}
+    errors = {}
+    for label, root in (("native", native_dir), ("pure", pure_dir)):
+        part = replace(inp, path=str(root / name),
+                       segments=tuple(replace(s, log_path=str(root / name / Path(
+                           s.log_path).name)) for s in inp.segments))
+        m = write_group(part, group, decisions, set(), first_dirty=ref.plan.first_dirty_offset,
+                        fsync=False, native=label == "native")
+        assert m.error is not None
+        errors[label] = {k: v for k, v in m.error.items() if k != "path"}
+        assert m.error["path"].endswith(seg.name)
+        assert not list((root / name).glob("*.cleaned"))
+    assert errors["native"] == errors["pure"]
+    assert errors["native"]["position"] == victim.position
