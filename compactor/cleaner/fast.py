@@ -345,14 +345,14 @@ def _header(out: np.ndarray, at: int, buf: np.ndarray, src: int, body: int, attr
 def filter_chunk(buf: np.ndarray, frames: np.ndarray, reasons: np.ndarray, dec: np.ndarray,
                  horizon_if_set: int, out: np.ndarray, outs: np.ndarray,
                  scratch: np.ndarray) -> tuple[int, int, np.ndarray]:
-    """:func:`filter_fast` for every batch of a framed chunk of uncompressed data batches in
-    one call: the output batches one after the other in ``out`` (CRCs left 0 for the caller),
+    """:func:`filter_fast` for every batch of a framed chunk of uncompressed v2 batches (data
+    and control) in one call: the output batches one after the other in ``out`` (CRCs left 0 for the caller),
     one row of ``outs`` each.
 
     Returns:
         ``(status, output batches, scratch)``: status :data:`kernels.OK`, or
-        :data:`NEEDS_BATCHES` (a control batch, a record the pure encoder would write
-        differently, a timestamp out of the kernels' range: nothing of ``out`` counts).
+        :data:`NEEDS_BATCHES` (a record the pure encoder would write differently, a timestamp
+        out of the kernels' range: nothing of ``out`` counts).
     """
     n_out = 0
     pos = 0
@@ -364,13 +364,12 @@ def filter_chunk(buf: np.ndarray, frames: np.ndarray, reasons: np.ndarray, dec: 
         size = frames[i, F_SIZE]
         count = frames[i, F_COUNT]
         attrs = frames[i, F_ATTRS]
-        if attrs & 0x20:
-            return NEEDS_BATCHES, 0, scratch
+        control = (attrs & 0x20) != 0
         retained = count - dec[i, C_DROPPED]
         max_ts_source = _be(buf, src + 35, 8)
         base_ts_source = _be(buf, src + 27, 8)
         has_horizon = (attrs & 0x40) != 0
-        keep_attrs = attrs & 0x18  # timestamp type and transactional flag
+        keep_attrs = attrs & 0x38  # timestamp type, transactional and control flags
         if retained == 0:
             if retention != _RETAIN_EMPTY:
                 continue
@@ -388,8 +387,8 @@ def filter_chunk(buf: np.ndarray, frames: np.ndarray, reasons: np.ndarray, dec: 
             n_out += 1
             pos += size
             continue
-        needs_horizon = not has_horizon and (dec[i, C_MARKER_HORIZON] != 0
-                                             or dec[i, C_TOMBSTONES] > 0)
+        needs_horizon = not has_horizon and (dec[i, C_MARKER_HORIZON] != 0 or (
+            not control and dec[i, C_TOMBSTONES] > 0))
         if retained == count and not needs_horizon:
             out[pos:pos + size] = buf[src:src + size]
             outs[n_out, O_POS] = pos
@@ -506,8 +505,8 @@ class GroupDecider:
             code = MARKER_EXPIRED if batch.is_control else ABORTED
             self.tally[code] += count
             return BatchFate(np.full(count, code, np.int8) if count else None, count, pure)
-        if batch.is_control:
-            return BatchFate(None, 0, True)
+        if batch.is_control:  # filter_fast hands it to the pure path
+            return BatchFate(None, 0, pure)
         feeds_map = not decision.aborted
         feed_all = feeds_map and batch.base_offset >= self.first_dirty
         feed_some = feeds_map and not feed_all and batch.last_offset >= self.first_dirty
@@ -566,8 +565,8 @@ class GroupDecider:
             if flag & DISCARD:
                 fates.append(BatchFate(reasons[first:first + count] if count else None,
                                        count, noncanonical))
-            elif attrs & 0x20:  # control
-                fates.append(BatchFate(None, 0, True))
+            elif attrs & 0x20:  # control (filter_fast hands it to the pure path)
+                fates.append(BatchFate(None, 0, noncanonical))
             else:
                 fates.append(BatchFate(reasons[first:first + count] if dropped else None,
                                        dropped, noncanonical, tombstones))
@@ -687,7 +686,7 @@ def filter_chunk_batches(chunk: bytes, start: int, positions: Sequence[int],
                          base_offsets: Sequence[int], fates: Sequence[BatchFate],
                          decisions: Sequence[BatchDecision], *, now_ms: int,
                          delete_retention_ms: int
-                         ) -> tuple[list[tuple[memoryview, AbortedTxn | None]], int, int] | None:
+                         ) -> tuple[list[tuple[bytes, AbortedTxn | None]], int, int] | None:
     """:func:`filter_fast` for the batches of a chunk of a segment (``chunk`` holds the
     segment's bytes from ``start``; ``positions``, ``base_offsets``, ``fates`` and
     ``decisions`` are its batches', as the backward pass saw them) in one native call.
@@ -731,10 +730,11 @@ def filter_chunk_batches(chunk: bytes, start: int, positions: Sequence[int],
     entries = []
     for at, size, source in outs[:n_out, [O_POS, O_SIZE, O_SOURCE]].tolist():
         if source >= 0:  # written here: its CRC
+            STATS["batches_rebuilt"] += 1
             _CRC_BYTES.pack_into(view, at + 17, crc32c.crc32c(view[at + CRC_START:at + size]))
         else:
             source = -1 - source
-        entries.append((view[at:at + size], decisions[source].txn_entry))
+        entries.append((bytes(view[at:at + size]), decisions[source].txn_entry))
     STATS["chunks_filtered"] += 1
     return entries, records_in, records_out
 

@@ -5,11 +5,13 @@ or deletes a live file: the driver commits (``compactor/commit.py``).
 
 from __future__ import annotations
 
+import bisect
 import time
 from array import array
 from collections import Counter
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import cast
 
 from compactor.log import storage
 from compactor.codec.records import RecordBatch
@@ -29,7 +31,7 @@ from compactor.config import TopicConfig
 from compactor.model import CommitMessage, SegmentInfo
 from compactor.cleaner.policy import BatchDecision, BatchRetention, PartitionInput
 from compactor.cleaner import fast
-from compactor.cleaner.rebatch import SegmentBuilder, filter_batch, iter_drops
+from compactor.cleaner.rebatch import FilteredBatch, SegmentBuilder, filter_batch, iter_drops
 
 def write_group(
     inp: PartitionInput,
@@ -131,43 +133,68 @@ def _write(inp: PartitionInput, source_bases: tuple[int, ...],
             count = 0
             with storage.mapped(seg.log_path) as data:
                 tally.bytes_in += len(data)
-                for batch in iter_batches(data, path=seg.log_path, verify_crc=False):
-                    if (count == len(positions) or batch.position != positions[count]
-                            or batch.base_offset != base_offsets[count]):
-                        raise changed
-                    fate = fates[count]
-                    count += 1
-                    decision = decisions[(base, batch.position)]
-                    try:
-                        if decided.native:
-                            result = fast.filter_fast(batch, decision, fate, now_ms=inp.now_ms,
-                                                 delete_retention_ms=config.delete_retention_ms)
-                            went = fate.dropped
-                        else:
-                            result = filter_batch(
-                                batch, decision, frozenset(fate or ()), now_ms=inp.now_ms,
-                                delete_retention_ms=config.delete_retention_ms)
-                            went = len(fate) if fate else 0
-                    except CompactorError as err:
-                        raise err.with_location(path=seg.log_path) from None
-                    if result.records_in - result.records_out != went:
-                        raise CorruptSegmentError(
-                            f"{went} records of the batch were decided to go but "
-                            f"{result.records_in - result.records_out} went",
-                            path=seg.log_path, position=batch.position,
-                            base_offset=batch.base_offset,
-                            remedy="report this as a bug; the live segments are untouched")
-                    tally.batches_in += 1
-                    tally.records_in += result.records_in
-                    tally.records_out += result.records_out
-                    if result.data is not None:
-                        yield result.data, None, decision.txn_entry
+                for start, end in chunk_bounds(data, _CHUNK_BYTES):
+                    if decided.native:
+                        # a chunk of plain batches in one native call
+                        k = bisect.bisect_left(positions, end, lo=count)
+                        done = fast.filter_chunk_batches(
+                            data[start:end], start, positions[count:k], base_offsets[count:k],
+                            fates[count:k], [decisions[(base, p)] for p in positions[count:k]],
+                            now_ms=inp.now_ms, delete_retention_ms=config.delete_retention_ms)
+                        if done is not None:
+                            entries, records_in, records_out = done
+                            tally.batches_in += k - count
+                            tally.records_in += records_in
+                            tally.records_out += records_out
+                            count = k
+                            for entry, txn_entry in entries:
+                                yield entry, None, txn_entry
+                            continue
+                    for batch in iter_batches(data, path=seg.log_path, start_position=start,
+                                              end_position=end, verify_crc=False):
+                        if (count == len(positions) or batch.position != positions[count]
+                                or batch.base_offset != base_offsets[count]):
+                            raise changed
+                        fate = fates[count]
+                        count += 1
+                        decision = decisions[(base, batch.position)]
+                        result, went = _filter(batch, decision, fate, inp.now_ms,
+                                               config.delete_retention_ms, decided.native,
+                                               seg.log_path)
+                        if result.records_in - result.records_out != went:
+                            raise CorruptSegmentError(
+                                f"{went} records of the batch were decided to go but "
+                                f"{result.records_in - result.records_out} went",
+                                path=seg.log_path, position=batch.position,
+                                base_offset=batch.base_offset,
+                                remedy="report this as a bug; the live segments are untouched")
+                        tally.batches_in += 1
+                        tally.records_in += result.records_in
+                        tally.records_out += result.records_out
+                        if result.data is not None:
+                            yield result.data, None, decision.txn_entry
             if count != len(positions):
                 raise changed
 
     return _write_cleaned(inp.path, source_bases, by_base[source_bases[0]].log_path, outputs(),
                           decided.last_batch, config, mtime_ms=by_base[source_bases[-1]].mtime_ms,
                           fsync=fsync, tally=tally)
+
+
+def _filter(batch: RecordBatch, decision: BatchDecision, fate: object, now_ms: int,
+            delete_retention_ms: int, native: bool, path: str) -> tuple[FilteredBatch, int]:
+    """One batch of the forward pass, by the path that decided it, and how many of its
+    records were decided to go."""
+    try:
+        if native:
+            native_fate = cast(fast.BatchFate, fate)
+            return fast.filter_fast(batch, decision, native_fate, now_ms=now_ms,
+                                    delete_retention_ms=delete_retention_ms), native_fate.dropped
+        goes = fate if isinstance(fate, array) else None
+        return filter_batch(batch, decision, frozenset(goes or ()), now_ms=now_ms,
+                            delete_retention_ms=delete_retention_ms), len(goes or ())
+    except CompactorError as err:
+        raise err.with_location(path=path) from None
 
 
 _CHUNK_BYTES = 16 * 1024 * 1024  # the backward walk decodes this much of a segment at a time
