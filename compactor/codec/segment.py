@@ -11,7 +11,7 @@ entry's byte position and (when readable) its base offset; the caller adds the f
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import crc32c
 
@@ -111,26 +111,22 @@ def iter_batches(
         pos = entry_end
 
 
-def chunk_bounds(data: bytes, max_bytes: int, *, start_position: int = 0) -> list[tuple[int, int]]:
-    """``[start, end)`` byte ranges that cut ``data`` between entries into chunks of at most
-    ``max_bytes`` (one entry may exceed it alone), read from the 12-byte frames only: a
-    backward walk can then decode a chunk at a time, newest chunk first. Nothing is checked
-    here: where the frames stop making sense the last chunk runs to the end, so decoding it
-    (:func:`iter_batches`) raises the located error."""
-    end = len(data)
+def chunk_ranges(positions: Sequence[int], end: int, max_bytes: int) -> list[tuple[int, int]]:
+    """``[start, end)`` byte ranges that cut a segment of ``end`` bytes between the entries at
+    ``positions`` (ascending: where the planning scan found them) into chunks of at most
+    ``max_bytes`` (one entry may exceed it alone), from the first byte to the last: a backward
+    walk can then decode a chunk at a time, newest chunk first, without reading the file to
+    find them. Nothing is checked here: decoding a chunk (:func:`iter_batches`) raises the
+    located error where the segment is not what the positions say."""
     bounds: list[tuple[int, int]] = []
-    chunk_start = pos = start_position
-    while pos < end:
-        head = data[pos:pos + LOG_OVERHEAD]
-        if len(head) < LOG_OVERHEAD:
-            break
-        size = _FRAME.unpack_from(head, 0)[1]
-        if size < V0_OVERHEAD or pos + LOG_OVERHEAD + size > end:
-            break
-        if pos > chunk_start and pos + LOG_OVERHEAD + size - chunk_start > max_bytes:
-            bounds.append((chunk_start, pos))
-            chunk_start = pos
-        pos += LOG_OVERHEAD + size
+    chunk_start = last = 0  # the chunk being filled; the last entry boundary in it
+    for boundary in (*positions, end):
+        if boundary <= last or boundary > end:
+            continue
+        if boundary - chunk_start > max_bytes and last > chunk_start:
+            bounds.append((chunk_start, last))
+            chunk_start = last
+        last = boundary
     if chunk_start < end:
         bounds.append((chunk_start, end))
     return bounds

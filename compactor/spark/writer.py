@@ -15,7 +15,7 @@ from typing import cast
 
 from compactor.log import storage
 from compactor.codec.records import RecordBatch
-from compactor.codec.segment import chunk_bounds, iter_batches
+from compactor.codec.segment import chunk_ranges, iter_batches
 from compactor.errors import CompactorError, CorruptSegmentError, UnsupportedFormatError
 from compactor.log.layout import (
     cleaned_path,
@@ -86,6 +86,7 @@ class _Decided:
     """The backward pass's result: every batch's layout and fate, by source segment."""
 
     layouts: dict[int, tuple[array, array]] = field(default_factory=dict)
+    chunks: dict[int, list[tuple[int, int]]] = field(default_factory=dict)  # byte ranges
     fates: dict[int, list] = field(default_factory=dict)  # BatchFate, or offsets array | None
     from_map: int = 0
     last_batch: RecordBatch | None = None
@@ -133,7 +134,10 @@ def _write(inp: PartitionInput, source_bases: tuple[int, ...],
             count = 0
             with storage.mapped(seg.log_path) as data:
                 tally.bytes_in += len(data)
-                for start, end in chunk_bounds(data, _CHUNK_BYTES):
+                chunks = decided.chunks.pop(base)
+                if len(data) != (chunks[-1][1] if chunks else 0):
+                    raise changed
+                for start, end in chunks:
                     if decided.native:
                         # a chunk of plain batches in one native call
                         k = bisect.bisect_left(positions, end, lo=count)
@@ -209,6 +213,9 @@ def _decide(by_base: Mapping[int, SegmentInfo], source_bases: tuple[int, ...],
     :class:`compactor.cleaner.fast.Fallback`) or by :func:`compactor.cleaner.rebatch.iter_drops`."""
     decided = _Decided(native=native)
     later: set[bytes] = set()
+    planned: dict[int, list[int]] = {}  # the batch positions the planning scan found
+    for segment_base, position in sorted(decisions):
+        planned.setdefault(segment_base, []).append(position)
     decider = fast.GroupDecider(superseded, first_dirty) if native else None
     for base in reversed(source_bases):
         path = by_base[base].log_path
@@ -218,7 +225,9 @@ def _decide(by_base: Mapping[int, SegmentInfo], source_bases: tuple[int, ...],
         with storage.mapped(path) as data:
             # newest chunk first, each decoded whole (CRC checked) and walked newest batch
             # first: the walk holds one chunk, never the segment
-            for start, end in reversed(chunk_bounds(data, _CHUNK_BYTES)):
+            chunks = chunk_ranges(planned.get(base, []), len(data), _CHUNK_BYTES)
+            decided.chunks[base] = chunks
+            for start, end in reversed(chunks):
                 try:
                     native_chunk = (decider.decide_chunk(data[start:end], start, base, decisions)
                                     if decider is not None else None)

@@ -1,5 +1,6 @@
-"""``chunk_bounds``: the backward walk's chunks cover a segment exactly, cut between entries,
-and leave whatever does not frame to the decoder (which raises the located error)."""
+"""``chunk_ranges``: the backward walk's chunks cover a segment exactly, cut between the
+planned entries, and leave whatever is not where the plan says to the decoder (which raises
+the located error)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from compactor.codec.records import NewRecord, NewRecordBatch, encode_batch
-from compactor.codec.segment import chunk_bounds, iter_batches
-from compactor.errors import TruncatedSegmentError
+from compactor.codec.segment import chunk_ranges, iter_batches
+from compactor.errors import CompactorError
 
 
 def _segment(sizes: list[int]) -> bytes:
@@ -27,8 +28,8 @@ def _segment(sizes: list[int]) -> bytes:
        max_bytes=st.integers(min_value=1, max_value=3000))
 def test_chunks_cover_the_segment_between_entries(sizes, max_bytes) -> None:
     data = _segment(sizes)
-    bounds = chunk_bounds(data, max_bytes)
     starts = [b.position for b in iter_batches(data)]
+    bounds = chunk_ranges(starts, len(data), max_bytes)
     assert bounds[0][0] == 0 and bounds[-1][1] == len(data)
     assert all(a[1] == b[0] for a, b in zip(bounds, bounds[1:]))  # contiguous
     assert all(start in starts for start, _ in bounds)  # cut between entries
@@ -38,13 +39,14 @@ def test_chunks_cover_the_segment_between_entries(sizes, max_bytes) -> None:
     decoded = [b.position for s, e in bounds
                for b in iter_batches(data, start_position=s, end_position=e)]
     assert decoded == starts
+    assert chunk_ranges([], 0, max_bytes) == []
 
 
-def test_a_truncated_tail_stays_in_the_last_chunk_and_is_reported() -> None:
+def test_a_segment_that_is_not_what_the_plan_says_is_reported_by_the_decoder() -> None:
     data = _segment([5, 5, 5])
-    cut = data[:-10]
-    bounds = chunk_bounds(cut, 200)
-    assert bounds[-1][1] == len(cut)
-    with pytest.raises(TruncatedSegmentError) as err:
-        list(iter_batches(cut, start_position=bounds[-1][0], end_position=bounds[-1][1]))
-    assert err.value.position == [b.position for b in iter_batches(data)][-1]
+    starts = [b.position for b in iter_batches(data)]
+    wrong = [0, starts[1] + 7, starts[2]]  # the plan's second entry is mid-batch now
+    bounds = chunk_ranges(wrong, len(data), 1)
+    assert bounds[0] == (0, wrong[1])
+    with pytest.raises(CompactorError):
+        list(iter_batches(data, start_position=bounds[0][0], end_position=bounds[0][1]))
