@@ -10,9 +10,14 @@ PYTEST_ARGS ?=
 export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYSPARK_PYTHON ?= $(abspath $(BIN)/python)
 
-.PHONY: venv browser demo test test-fast bench bench-compact dist clean
+.PHONY: venv kernels browser demo test test-fast bench bench-compact dist clean
 
 venv: $(STAMP)
+
+# The writer's numba kernels compiled once here (cached on disk; half a second when they are),
+# not by every Spark Python worker side by side on first use.
+kernels: venv
+	$(BIN)/python -c "from compactor.cleaner.fast import compile_kernels; compile_kernels()"
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,7 +28,7 @@ $(STAMP): pyproject.toml
 # Set up, generate a sample log dir and run the main job on it with local Spark.
 # The sample data is timestamped now, so retention (7 days by default) keeps it. Topic configs
 # come from the generated cluster's metadata log (__cluster_metadata-0), as on a real broker.
-demo: venv
+demo: kernels
 	rm -rf $(DEMO_DIR) $(DEMO_STATE)
 	$(BIN)/compactor generate $(DEMO_DIR) --partitions 2 --records 20000 --legacy-records 50 \
 		--open-transaction --seed 42 --start-ms $$(($$(date +%s) * 1000 - 3600000)) \
@@ -51,17 +56,17 @@ browser:
 		|| { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q chromium; }; }
 
 # Set up and run the whole test suite (slow end-to-end tests included).
-test: venv browser
+test: kernels browser
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-test-fast: venv browser
+test-fast: kernels browser
 	$(BIN)/python -m pytest -m 'not slow' $(PYTEST_ARGS)
 
 bench: venv
 	$(BIN)/python bench/codec.py
 
 # One compaction round over a generated 1 GiB / 10 M record log dir (several minutes).
-bench-compact: venv
+bench-compact: kernels
 	$(BIN)/python bench/compact.py
 
 clean:

@@ -3,24 +3,33 @@
 with the per-record work in numba kernels (:mod:`compactor.codec.kernels`) instead of a Python
 object per record.
 
-Scope: v2 batches, every codec. Whatever the kernels cannot vouch for goes to the pure path,
-which stays the reference (``tests/property/test_fast_path.py`` compares the two byte for byte):
-a group holding a v0/v1 entry, a record the kernel finds malformed, offset deltas that do not
-strictly increase, or two different keys with the same 64-bit hash make the whole group
-:class:`Fallback` (raised before anything is written); a batch whose records the pure encoder
-would write differently (:data:`compactor.codec.kernels.NOT_CANONICAL`) and control batches are
-filtered by the pure path, batch by batch.
+Two grains. A 16 MB chunk of plain uncompressed v2 batches (data and control) goes through
+each pass in one native call: :meth:`GroupDecider.decide_chunk` frames it, checks its headers
+(and, through ``crc32c``, its CRCs), parses and decides every record newest first;
+:func:`filter_chunk_batches` writes every output batch of it (verbatim copies, rebuilt batches
+with their new headers, empty headers). Anything else (a compressed batch, a header the
+checks refuse) is walked batch by batch: :meth:`GroupDecider.decide` and :func:`filter_fast`,
+every codec.
+
+Whatever the kernels cannot vouch for goes to the pure path, which stays the reference
+(``tests/property/test_fast_path.py`` compares the two byte for byte): a group holding a v0/v1
+entry, a record the kernel finds malformed, offset deltas that do not strictly increase, or
+two different keys with the same 64-bit hash make the whole group :class:`Fallback` (raised
+before anything is written); a batch whose records the pure encoder would write differently
+(:data:`compactor.codec.kernels.NOT_CANONICAL`) is filtered by the pure path, and so is a
+control batch outside a plain chunk.
 
 Keys are compared byte for byte: the group's key table (open addressing) holds a 64-bit hash
 of each key (FNV-1a, murmur3's finalizer) pointing at the key's bytes, kept in an arena, and a
-hash hit is confirmed by comparing them, so a record is dropped as superseded only when a later record has exactly its
-key (``Cleaner.shouldRetainRecord``; within a group no digest is trusted).
+hash hit is confirmed by comparing them, so a record is dropped as superseded only when a
+later record has exactly its key (``Cleaner.shouldRetainRecord``; within a group no digest is
+trusted).
 """
 
 from __future__ import annotations
 
-from collections import Counter
 import struct
+from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -31,8 +40,8 @@ import numpy as np
 from compactor.cleaner.policy import BatchDecision, BatchRetention
 from compactor.cleaner.rebatch import FilteredBatch, filter_batch
 from compactor.codec import kernels
-from compactor.codec.indexes import AbortedTxn
 from compactor.codec.compression import Codec, DecompressionError, decompress
+from compactor.codec.indexes import AbortedTxn
 from compactor.codec.records import (
     CRC_START,
     RECORD_BATCH_OVERHEAD,
@@ -56,8 +65,7 @@ _FNV_PRIME = np.uint64(0x100000001B3)
 # how often each path ran in this process, by "groups_native", "groups_fallback",
 # "batches_rebuilt" (re-encoded by the kernels), "batches_pure" (filtered by the pure path),
 # "chunks_native" (decided in one call), "chunks_filtered" (filtered in one call) and
-# "batches_scanned" (keys read by the kernels):
-# the tests check the native path really ran, the benchmarks print it
+# "batches_scanned" (keys read by the kernels): the tests check the native path really ran
 STATS: Counter[str] = Counter()
 
 
@@ -750,6 +758,32 @@ def filter_chunk_batches(chunk: bytes, start: int, positions: Sequence[int],
         entries.append((bytes(view[at:at + size]), decisions[source].txn_entry))
     STATS["chunks_filtered"] += 1
     return entries, records_in, records_out
+
+
+def compile_kernels() -> None:
+    """Compile every kernel (or load it from numba's on-disk cache, next to the modules or in
+    ``NUMBA_CACHE_DIR``) by calling it once on empty input: about 10 s the first time, half a
+    second after. ``make demo``/``make test`` call it, so Spark's Python workers find the
+    kernels compiled instead of compiling them side by side."""
+    none = np.zeros(0, np.uint8)
+    small = np.zeros(64, np.uint8)
+    layout = np.zeros((1, kernels.COLUMNS), np.int64)
+    reasons = np.zeros(0, np.int8)
+    table = np.zeros(2 << 2, np.int64)  # four empty slots
+    used = np.zeros(2, np.int64)
+    tally = np.zeros(8, np.int64)
+    no_offsets = np.zeros(0, np.int64)
+    kernels.parse_layout(none, 0, 0, 0, layout)
+    kernels.rebuild_records(none, layout, 0, reasons, 0, False, 0, 0, small)
+    decide_records(none, layout, 0, 0, True, False, 0, False, no_offsets, table, small.copy(),
+                   used, reasons, tally)
+    _retained_figures(layout, 0, reasons, 0, False, 0)
+    _keyed_rows(layout, 0, 0)
+    frames = frame_chunk(none)
+    decide_chunk(none, frames, reasons, 0, no_offsets, table, small.copy(), used, tally, reasons,
+                 np.zeros((0, 4), np.int64), layout)
+    filter_chunk(none, frames, reasons, np.zeros((0, 5), np.int64), 0, small,
+                 np.zeros((0, 5), np.int64), layout)
 
 
 def _dropped_offsets(batch: RecordBatch, fate: BatchFate) -> frozenset[int]:

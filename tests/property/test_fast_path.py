@@ -319,3 +319,8 @@ def test_a_chunk_filtered_in_one_call_equals_the_batches_filtered_one_by_one(chu
     entries, records_in, records_out = done
     assert [entry for entry, _ in entries] == expected
     assert records_in == sum(b.records_count for b in batches)
+
+
+def test_every_kernel_compiles_on_empty_input() -> None:
+    """``make kernels`` (before the demo and the tests) compiles them all this way."""
+    fast.compile_kernels()
