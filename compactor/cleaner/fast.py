@@ -200,8 +200,8 @@ def decide_records(buf: np.ndarray, layout: np.ndarray, count: int, base_offset:
 
 @numba.njit(cache=True)
 def _retained_figures(layout: np.ndarray, count: int, reasons: np.ndarray, source_base_ts: int,
-                      fixed: bool, fixed_ts: int) -> tuple[int, int, int, int]:
-    """``(retained, retained tombstones, first retained timestamp, max retained timestamp)``."""
+                      fixed: bool, fixed_ts: int) -> tuple[int, int, int]:
+    """``(retained tombstones, first retained timestamp, max retained timestamp)``."""
     retained = tombstones = 0
     first_ts = max_ts = 0
     for i in range(count):
@@ -215,7 +215,7 @@ def _retained_figures(layout: np.ndarray, count: int, reasons: np.ndarray, sourc
         retained += 1
         if layout[i, kernels.VALUE_LEN] < 0:
             tombstones += 1
-    return retained, tombstones, first_ts, max_ts
+    return tombstones, first_ts, max_ts
 
 
 # the columns of a framed batch (frame_chunk)
@@ -329,9 +329,9 @@ def decide_chunk(buf: np.ndarray, frames: np.ndarray, flags: np.ndarray, first_d
 
 # per batch of a chunk to filter (filter_chunk): the backward pass's figures and the decision
 C_FIRST, C_DROPPED, C_TOMBSTONES, C_RETENTION, C_MARKER_HORIZON = range(5)
-# per output batch of filter_chunk: where it is in the output, its size, last offset, max
-# timestamp, and the source batch it came from
-O_POS, O_SIZE, O_LAST, O_MAX_TS, O_SOURCE = range(5)
+# per output batch of filter_chunk: where it is in the output, its size, and the source batch
+# it came from (-1 - index when copied verbatim: its CRC stands)
+O_POS, O_SIZE, O_SOURCE = range(3)
 NEEDS_BATCHES = 16  # a status of filter_chunk: the chunk needs the batch-by-batch walk
 _RETAIN_EMPTY = int(BatchRetention.RETAIN_EMPTY)
 _DELETE = int(BatchRetention.DELETE)
@@ -360,6 +360,14 @@ def _header(out: np.ndarray, at: int, buf: np.ndarray, src: int, body: int, attr
     _put_be(out, at + 35, max_ts, 8)
     out[at + 43:at + 57] = buf[src + 43:src + 57]
     _put_be(out, at + 57, count, 4)
+
+
+@numba.njit(cache=True, inline="always")
+def _emit(outs: np.ndarray, n_out: int, pos: int, size: int, source: int) -> int:
+    outs[n_out, O_POS] = pos
+    outs[n_out, O_SIZE] = size
+    outs[n_out, O_SOURCE] = source
+    return n_out + 1
 
 
 @numba.njit(cache=True)
@@ -394,30 +402,20 @@ def filter_chunk(buf: np.ndarray, frames: np.ndarray, reasons: np.ndarray, dec: 
         if retained == 0:
             if retention != _RETAIN_EMPTY:
                 continue
-            if count == 0:  # no records at all: kept as it is, its CRC stands
+            if count == 0:  # no records at all: kept as it is
                 out[pos:pos + size] = buf[src:src + size]
-                outs[n_out, O_SOURCE] = -1 - i
+                n_out = _emit(outs, n_out, pos, size, -1 - i)
             else:  # empty_batch_like
                 _header(out, pos, buf, src, 0, keep_attrs, -1, max_ts_source, 0)
                 size = 61
-                outs[n_out, O_SOURCE] = i
-            outs[n_out, O_POS] = pos
-            outs[n_out, O_SIZE] = size
-            outs[n_out, O_LAST] = frames[i, F_BASE] + frames[i, F_LAST_DELTA]
-            outs[n_out, O_MAX_TS] = max_ts_source
-            n_out += 1
+                n_out = _emit(outs, n_out, pos, size, i)
             pos += size
             continue
         needs_horizon = not has_horizon and (dec[i, C_MARKER_HORIZON] != 0 or (
             not control and dec[i, C_TOMBSTONES] > 0))
         if retained == count and not needs_horizon:
             out[pos:pos + size] = buf[src:src + size]
-            outs[n_out, O_POS] = pos
-            outs[n_out, O_SIZE] = size
-            outs[n_out, O_LAST] = frames[i, F_BASE] + frames[i, F_LAST_DELTA]
-            outs[n_out, O_MAX_TS] = max_ts_source
-            outs[n_out, O_SOURCE] = -1 - i  # verbatim: its CRC stands
-            n_out += 1
+            n_out = _emit(outs, n_out, pos, size, -1 - i)
             pos += size
             continue
         if count > scratch.shape[0]:
@@ -430,7 +428,7 @@ def filter_chunk(buf: np.ndarray, frames: np.ndarray, reasons: np.ndarray, dec: 
         fixed = (attrs & 0x08) != 0
         at = dec[i, C_FIRST]
         keep = reasons[at:at + count]
-        _, _, first_ts, max_ts = _retained_figures(scratch, count, keep, base_ts_source, fixed,
+        _, first_ts, max_ts = _retained_figures(scratch, count, keep, base_ts_source, fixed,
                                                    max_ts_source)
         if needs_horizon:
             horizon = horizon_if_set
@@ -443,14 +441,9 @@ def filter_chunk(buf: np.ndarray, frames: np.ndarray, reasons: np.ndarray, dec: 
         body = kernels.rebuild_records(buf, scratch, count, keep, base_ts_source, fixed,
                                        max_ts_source, new_base_ts, out[pos + 61:])
         new_attrs = keep_attrs | (0x40 if has_horizon else 0)
-        batch_max = max_ts_source if fixed else max_ts
-        _header(out, pos, buf, src, body, new_attrs, new_base_ts, batch_max, retained)
-        outs[n_out, O_POS] = pos
-        outs[n_out, O_SIZE] = 61 + body
-        outs[n_out, O_LAST] = frames[i, F_BASE] + frames[i, F_LAST_DELTA]
-        outs[n_out, O_MAX_TS] = batch_max
-        outs[n_out, O_SOURCE] = i
-        n_out += 1
+        _header(out, pos, buf, src, body, new_attrs, new_base_ts,
+                max_ts_source if fixed else max_ts, retained)
+        n_out = _emit(outs, n_out, pos, 61 + body, i)
         pos += 61 + body
     return kernels.OK, n_out, scratch
 
@@ -474,7 +467,7 @@ class _Section:
 
     __slots__ = ("data", "buf", "layout", "status")
 
-    def __init__(self, batch: RecordBatch, scratch: np.ndarray) -> None:
+    def __init__(self, batch: RecordBatch) -> None:
         raw = batch.raw
         count = batch.records_count
         if batch.compression != Codec.NONE and count:
@@ -488,8 +481,7 @@ class _Section:
             self.data = raw
             start = RECORD_BATCH_OVERHEAD
         self.buf = np.frombuffer(self.data, np.uint8)
-        self.layout = scratch if scratch.shape[0] >= count else np.empty(
-            (count, kernels.COLUMNS), np.int64)
+        self.layout = np.empty((count, kernels.COLUMNS), np.int64)
         self.status = kernels.parse_layout(self.buf, start, self.buf.shape[0], count,
                                            self.layout)
 
@@ -515,30 +507,17 @@ class GroupDecider:
         """
         if batch.magic < 2:
             raise Fallback
-        count = batch.records_count
-        section = _Section(batch, self.scratch)
-        if section.status & (kernels.MALFORMED | kernels.ODD_OFFSETS):
-            raise Fallback
-        if section.layout is not self.scratch and count > self.scratch.shape[0]:
-            self.scratch = section.layout
-        pure = bool(section.status & kernels.NOT_CANONICAL)
-        if decision.discard_records:
-            code = MARKER_EXPIRED if batch.is_control else ABORTED
-            self.tally[code] += count
-            return BatchFate(np.full(count, code, np.int8) if count else None, count, pure)
-        if batch.is_control:  # filter_fast hands it to the pure path
-            return BatchFate(None, 0, pure)
-        feeds_map = not decision.aborted
-        feed_all = feeds_map and batch.base_offset >= self.first_dirty
-        feed_some = feeds_map and not feed_all and batch.last_offset >= self.first_dirty
-        reasons = np.zeros(count, np.int8)
-        status, dropped, tombstones, self.table, self.arena = decide_records(
-            section.buf, section.layout, count, batch.base_offset, feed_all, feed_some,
-            self.first_dirty, not decision.retain_deletes, self.superseded, self.table,
-            self.arena, self.used, reasons, self.tally)
-        if status != kernels.OK:
-            raise Fallback
-        return BatchFate(reasons if dropped else None, dropped, pure, tombstones)
+        raw = batch.raw
+        if batch.compression != Codec.NONE and batch.records_count:
+            # the header, then the decompressed records: the layout decide_chunk reads
+            try:
+                raw = raw[:RECORD_BATCH_OVERHEAD] + decompress(
+                    batch.compression, raw[RECORD_BATCH_OVERHEAD:])
+            except DecompressionError:
+                raise Fallback from None
+        frames = np.array([[0, len(raw), batch.base_offset, batch.attributes,
+                            batch.last_offset_delta, batch.records_count, batch.crc]], np.int64)
+        return self._decide_frames(np.frombuffer(raw, np.uint8), frames, [decision])[0]
 
     def decide_chunk(self, chunk: bytes, start: int, segment_base: int,
                      decisions: Mapping[tuple[int, int], BatchDecision]
@@ -558,7 +537,7 @@ class GroupDecider:
             return None
         view = memoryview(chunk)
         positions = (frames[:, F_POS] + start).tolist()
-        flags = np.empty(frames.shape[0], np.int8)
+        chosen: list[BatchDecision] = []
         for i, (at, size, crc) in enumerate(zip(frames[:, F_POS].tolist(),
                                                 frames[:, F_SIZE].tolist(),
                                                 frames[:, F_CRC].tolist())):
@@ -567,9 +546,22 @@ class GroupDecider:
             decision = decisions.get((segment_base, positions[i]))
             if decision is None:
                 return None
-            flags[i] = ((DISCARD if decision.discard_records else 0)
-                        | (ABORTED_BATCH if decision.aborted else 0)
-                        | (RETAIN_DELETES if decision.retain_deletes else 0))
+            chosen.append(decision)
+        fates = self._decide_frames(buf, frames, chosen)
+        STATS["chunks_native"] += 1
+        return positions, frames[:, F_BASE].tolist(), fates
+
+    def _decide_frames(self, buf: np.ndarray, frames: np.ndarray,
+                       decisions: Sequence[BatchDecision]) -> list[BatchFate]:
+        """The fates of the framed batches of ``buf`` (:func:`decide_chunk`), in file order.
+
+        Raises:
+            Fallback: the group must take the pure path.
+        """
+        flags = np.array([(DISCARD if d.discard_records else 0)
+                          | (ABORTED_BATCH if d.aborted else 0)
+                          | (RETAIN_DELETES if d.retain_deletes else 0) for d in decisions],
+                         np.int8)
         reasons = np.zeros(int(frames[:, F_COUNT].sum()), np.int8)
         out = np.empty((frames.shape[0], 4), np.int64)
         status, self.table, self.arena, self.scratch = decide_chunk(
@@ -577,7 +569,6 @@ class GroupDecider:
             self.used, self.tally, reasons, out, self.scratch)
         if status != kernels.OK:
             raise Fallback
-        STATS["chunks_native"] += 1
         fates = []
         for (first, dropped, tombstones, parsed), count, attrs, flag in zip(
                 out.tolist(), frames[:, F_COUNT].tolist(), frames[:, F_ATTRS].tolist(),
@@ -591,7 +582,7 @@ class GroupDecider:
             else:
                 fates.append(BatchFate(reasons[first:first + count] if dropped else None,
                                        dropped, noncanonical, tombstones))
-        return positions, frames[:, F_BASE].tolist(), fates
+        return fates
 
     @property
     def from_map(self) -> int:
@@ -630,7 +621,7 @@ def batch_keys(batch: RecordBatch) -> tuple[np.ndarray, list[bytes]] | None:
         return None
     count = batch.records_count
     try:
-        section = _Section(batch, np.empty((count, kernels.COLUMNS), np.int64))
+        section = _Section(batch)
     except Fallback:
         return None
     if section.status != kernels.OK:
@@ -665,7 +656,7 @@ def filter_fast(batch: RecordBatch, decision: BatchDecision, fate: BatchFate, *,
             horizon is not None or not (decision.marker_horizon or fate.tombstones))):
         # every record stays and no horizon is due: the batch as it is (filter_batch)
         return FilteredBatch(data=batch.raw, records_in=count, records_out=count)
-    section = _Section(batch, np.empty((count, kernels.COLUMNS), np.int64))
+    section = _Section(batch)
     if section.status != kernels.OK:  # the backward pass parsed it: only NOT_CANONICAL
         STATS["batches_pure"] += 1
         return filter_batch(batch, decision, _dropped_offsets(batch, fate),
@@ -676,7 +667,7 @@ def filter_fast(batch: RecordBatch, decision: BatchDecision, fate: BatchFate, *,
         return filter_batch(batch, decision, _dropped_offsets(batch, fate),
                             now_ms=now_ms, delete_retention_ms=delete_retention_ms)
     reasons = fate.reasons if fate.reasons is not None else np.zeros(count, np.int8)
-    _, tombstones, first_ts, max_ts = _retained_figures(
+    tombstones, first_ts, max_ts = _retained_figures(
         section.layout, count, reasons, batch.base_timestamp, fixed, batch.max_timestamp)
     needs_horizon = horizon is None and (decision.marker_horizon or tombstones > 0)
     if retained == count and not needs_horizon:
@@ -742,7 +733,7 @@ def filter_chunk_batches(chunk: bytes, start: int, positions: Sequence[int],
             records_out += count - fate.dropped
     reasons = np.concatenate(parts) if parts else np.zeros(0, np.int8)
     out = np.empty(len(chunk) + 15 * first + 61, np.uint8)
-    outs = np.empty((n, 5), np.int64)
+    outs = np.empty((n, 3), np.int64)
     status, n_out, _ = filter_chunk(buf, frames, reasons, dec, now_ms + delete_retention_ms,
                                     out, outs, np.empty((256, kernels.COLUMNS), np.int64))
     if status != kernels.OK:
@@ -783,7 +774,7 @@ def compile_kernels() -> None:
     decide_chunk(none, frames, reasons, 0, no_offsets, table, small.copy(), used, tally, reasons,
                  np.zeros((0, 4), np.int64), layout)
     filter_chunk(none, frames, reasons, np.zeros((0, 5), np.int64), 0, small,
-                 np.zeros((0, 5), np.int64), layout)
+                 np.zeros((0, 3), np.int64), layout)
 
 
 def _dropped_offsets(batch: RecordBatch, fate: BatchFate) -> frozenset[int]:

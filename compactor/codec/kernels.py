@@ -32,16 +32,14 @@ NOT_CANONICAL = 2
 ODD_OFFSETS = 4
 
 # the columns of a layout row (one row per record)
-START = 0  # position of the record's length varint
-TS_POS = 1  # position of its timestamp delta
-REST = 2  # position right after the timestamp delta (offset delta, key, value, headers)
-END = 3  # position after its last byte
-OFFSET_DELTA = 4
-TS_DELTA = 5
-KEY_POS = 6
-KEY_LEN = 7  # -1: null key
-VALUE_LEN = 8  # -1: null value (a tombstone)
-COLUMNS = 9
+REST = 0  # position right after the timestamp delta (offset delta, key, value, headers)
+END = 1  # position after the record's last byte
+OFFSET_DELTA = 2
+TS_DELTA = 3
+KEY_POS = 4
+KEY_LEN = 5  # -1: null key
+VALUE_LEN = 6  # -1: null value (a tombstone)
+COLUMNS = 7
 
 _INT32_MIN = -(2**31)
 _INT32_MAX = 2**31 - 1
@@ -71,6 +69,17 @@ def _varint(buf: np.ndarray, pos: int, end: int, max_bytes: int) -> tuple[int, i
     return int(value), pos, count == 1 or last != 0
 
 
+@numba.njit(cache=True, inline="always")
+def _field(buf: np.ndarray, pos: int, end: int, nullable: bool) -> tuple[int, int, bool]:
+    """A length-prefixed field at ``pos`` (a key, value, header name or header value):
+    ``(length, position after it, minimal varint)``; position -1 when it is malformed (a
+    length below -1, or -1 where null is not allowed, or bytes past ``end``)."""
+    length, pos, minimal = _varint(buf, pos, end, 5)
+    if pos < 0 or length < (-1 if nullable else 0) or pos + max(length, 0) > end:
+        return 0, -1, False
+    return length, pos + max(length, 0), minimal
+
+
 @numba.njit(cache=True)
 def parse_layout(buf: np.ndarray, start: int, end: int, count: int,
                  layout: np.ndarray) -> int:
@@ -84,7 +93,6 @@ def parse_layout(buf: np.ndarray, start: int, end: int, count: int,
     pos = start
     previous_delta = -1
     for i in range(count):
-        layout[i, START] = pos
         length, pos, minimal = _varint(buf, pos, end, 5)
         if pos < 0 or length < 0 or pos + length > end:
             return MALFORMED
@@ -96,7 +104,6 @@ def parse_layout(buf: np.ndarray, start: int, end: int, count: int,
         if buf[pos] != 0:
             status |= NOT_CANONICAL
         pos += 1
-        layout[i, TS_POS] = pos
         ts_delta, pos, minimal = _varint(buf, pos, record_end, 10)
         if pos < 0:
             return MALFORMED
@@ -111,40 +118,32 @@ def parse_layout(buf: np.ndarray, start: int, end: int, count: int,
         if offset_delta <= previous_delta:
             status |= ODD_OFFSETS
         previous_delta = offset_delta
-        key_len, pos, minimal = _varint(buf, pos, record_end, 5)
-        if pos < 0 or key_len < -1 or pos + max(key_len, 0) > record_end:
+        key_len, after, minimal = _field(buf, pos, record_end, True)
+        if after < 0:
             return MALFORMED
-        if not minimal:
-            status |= NOT_CANONICAL
-        layout[i, KEY_POS] = pos
-        pos += max(key_len, 0)
-        value_len, pos, minimal = _varint(buf, pos, record_end, 5)
-        if pos < 0 or value_len < -1 or pos + max(value_len, 0) > record_end:
+        layout[i, KEY_POS] = after - max(key_len, 0)
+        value_len, pos, minimal_value = _field(buf, after, record_end, True)
+        if pos < 0:
             return MALFORMED
-        if not minimal:
+        if not (minimal and minimal_value):
             status |= NOT_CANONICAL
-        pos += max(value_len, 0)
         headers, pos, minimal = _varint(buf, pos, record_end, 5)
         if pos < 0 or headers < 0:
             return MALFORMED
         if not minimal:
             status |= NOT_CANONICAL
         for _ in range(headers):
-            name_len, pos, minimal = _varint(buf, pos, record_end, 5)
-            if pos < 0 or name_len < 0 or pos + name_len > record_end:
+            name_len, after, minimal = _field(buf, pos, record_end, False)
+            if after < 0:
                 return MALFORMED
-            if not minimal:
-                status |= NOT_CANONICAL
-            for j in range(pos, pos + name_len):
+            for j in range(after - name_len, after):
                 if buf[j] >= 0x80:
                     status |= NOT_CANONICAL  # the pure path decodes and re-encodes UTF-8
-            pos += name_len
-            header_len, pos, minimal = _varint(buf, pos, record_end, 5)
-            if pos < 0 or header_len < -1 or pos + max(header_len, 0) > record_end:
+            _, pos, minimal_value = _field(buf, after, record_end, True)
+            if pos < 0:
                 return MALFORMED
-            if not minimal:
+            if not (minimal and minimal_value):
                 status |= NOT_CANONICAL
-            pos += max(header_len, 0)
         if pos != record_end:
             return MALFORMED
         layout[i, END] = pos

@@ -304,8 +304,7 @@ def test_a_chunk_filtered_in_one_call_equals_the_batches_filtered_one_by_one(chu
         tombstones = (-1 if batch.is_control else
                       sum(r.value is None for r, g in zip(records, goes) if not g))
         # as the backward pass marks it: records the pure encoder would write differently
-        pure = bool(fast._Section(batch, np.empty((1, kernels.COLUMNS), np.int64)).status
-                    & kernels.NOT_CANONICAL)
+        pure = bool(fast._Section(batch).status & kernels.NOT_CANONICAL)
         fates.append(fast.BatchFate(reasons if any(goes) else None, sum(goes), pure,
                                     tombstones=tombstones))
     start = len(padding)
