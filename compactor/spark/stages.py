@@ -6,6 +6,7 @@ deletes a live file."""
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -20,7 +21,7 @@ from compactor.erasure.rules import Matcher
 from compactor.model import CommitMessage, SegmentInfo
 from compactor.spark import transforms
 from compactor.spark.progress import spark_step
-from schemas.spark import ERASURE_TASK, GROUP_SLOT, SEGMENT_TASK, SUPERSEDED
+from schemas.spark import ERASURE_TASK, GROUP_SLOT, SEGMENT_TASK
 
 SHUFFLE_SETTINGS = ("spark.sql.adaptive.coalescePartitions.enabled",
                     "spark.sql.shuffle.partitions")
@@ -98,37 +99,44 @@ def write_cleaned_segments(spark: SparkSession, inputs: Mapping[int, PartitionIn
     The distributed offset map only serves partitions whose round has several groups: in a
     one-group round every key's latest record is in the group itself, so the map-side combine
     of the scan would leave nothing for the shuffle to supersede, and the writer decides the
-    whole group alone (:func:`compactor.cleaner.rebatch.iter_drops`); those partitions skip the key
-    scan."""
+    whole group alone (:func:`compactor.cleaner.rebatch.iter_drops`). Those partitions skip
+    the key scan and the decision rows too: the task that writes the group decides its
+    batches from the header rows (:func:`transforms.rewrite_whole_partitions`). Both kinds
+    are written by one Spark job."""
+    if not plans:
+        return []
     cleaning = {i: inputs[i] for i in plans}
     if headers is None:
         headers = segment_tasks(spark, cleaning).transform(transforms.scan_headers)
     slots = group_slots(spark, [(i, g[0]) for i, p in plans.items() for g in p.groups])
-    decisions = headers.transform(transforms.decide_batches(cleaning, plans))
-    mapped = [i for i, p in plans.items() if len(p.groups) > 1]
+    whole = {i: p for i, p in plans.items() if len(p.groups) == 1}
+    mapped = {i: p for i, p in plans.items() if len(p.groups) > 1}
+    writes: list[DataFrame] = []
+    persisted: list[DataFrame] = []
+    if whole:
+        writes.append(headers.transform(transforms.rewrite_whole_partitions(
+            cleaning, whole, slots, fsync=fsync, native=native)))
     if mapped:
-        decisions = decisions.persist()
+        decisions = headers.transform(transforms.decide_batches(cleaning, mapped)).persist()
         with spark_step(spark, "offset_map",
-                        total_bytes=_group_bytes({i: inputs[i] for i in mapped}, plans)):
-            superseded = (decisions.where(F.col("tp_id").isin(mapped))
-                          .transform(transforms.scan_keys(cleaning, plans, slots, native=native))
+                        total_bytes=_group_bytes({i: inputs[i] for i in mapped}, mapped)):
+            superseded = (decisions.transform(transforms.scan_keys(cleaning, mapped, slots,
+                                                                   native=native))
                           .transform(transforms.latest_per_key)
                           .transform(transforms.superseded_records)).persist()
             superseded.count()
-    else:
-        superseded = spark.createDataFrame([], SUPERSEDED)
+        persisted += [decisions, superseded]
+        writes.append(transforms.rewrite_groups(cleaning, mapped, slots, fsync=fsync,
+                                                native=native)(decisions, superseded))
     if on_stage:
         on_stage("offset_map")
     with spark_step(spark, "rewrite", total_bytes=_group_bytes(cleaning, plans)):
-        rows = (transforms.rewrite_groups(cleaning, plans, slots, fsync=fsync,
-                                                   native=native)(
-            decisions, superseded).collect())
-    decisions.unpersist()
-    superseded.unpersist()
+        rows = functools.reduce(DataFrame.unionByName, writes).collect()
+    for df in persisted:
+        df.unpersist()
     if on_stage:
         on_stage("rewrite")
     return [transforms.message_from_row(r) for r in rows]
-
 
 
 def _group_bytes(inputs: Mapping[int, HasSegments], plans: Mapping[int, CleaningPlan]) -> int:

@@ -6,13 +6,17 @@ distributed).
     keyed rows --latest_per_key--> + latest offset of the key in the dirty section
                --superseded_records--> offsets superseded by a later record of their key
     (batch decisions, superseded) --rewrite_groups--> commit messages (one per output segment)
+    batch headers --rewrite_whole_partitions--> commit messages (partitions of one group)
 
 The sequential, per-partition rules (producer state, transactions, batch retention) run per
-partition inside ``applyInPandas``; the offset map is a window over ``(partition, key digest)``,
+partition inside ``applyInArrow``; the offset map is a window over ``(partition, key digest)``,
 so its size is bounded by the cluster, not by a buffer. Only keyed records of data batches
 travel through it (digest and offset, never a value), and only for partitions cleaned in
 several groups; null keys, markers, aborted data and expired tombstones are decided by the
-writer from the batch decisions. The grouped stages key on a group slot (``with_slots``) so
+writer from the batch decisions. A partition cleaned in one group needs neither the offset map
+nor decision rows: ``rewrite_whole_partitions`` decides its batches and writes it in one task.
+Every Python stage exchanges Arrow tables, so executors never import pandas (about a second
+of each Python worker's start). The grouped stages key on a group slot (``with_slots``) so
 that every group is a task of its own. Transforms never collect, count or cache: the job
 (``jobs/compact.py``) decides actions.
 """
@@ -23,7 +27,6 @@ import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
@@ -76,6 +79,8 @@ _ERASURE_ARROW = to_arrow_schema(ERASURE_MATCH)
 _KEY_OFFSET_ARROW = to_arrow_schema(KEY_OFFSET)
 _COMMIT_ARROW = to_arrow_schema(COMMIT_MESSAGE)
 _KEYED_ARROW = to_arrow_schema(KEYED_RECORD)
+_PLAN_ARROW = to_arrow_schema(PLAN)
+_DECISION_ARROW = to_arrow_schema(DECISION)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -133,12 +138,19 @@ def header_from_row(row: object) -> BatchHeader:
     return BatchHeader(**{name: getattr(row, name) for name in HEADER_FIELDS})
 
 
-def _headers_from_pandas(pdf: pd.DataFrame) -> list[BatchHeader]:
+def _headers_from_arrow(table: pa.Table) -> list[BatchHeader]:
     """The batch headers of a partition's rows, in file order (columns to Python values in
     one call each, not a conversion per field and row)."""
-    pdf = pdf.sort_values(["segment_base", "position"])
-    columns = [pdf[name].tolist() for name in HEADER_FIELDS]
+    table = table.sort_by([("segment_base", "ascending"), ("position", "ascending")])
+    columns = [table.column(name).to_pylist() for name in HEADER_FIELDS]
     return [BatchHeader(**dict(zip(HEADER_FIELDS, values))) for values in zip(*columns)]
+
+
+def _table(rows: Sequence[tuple], schema: pa.Schema) -> pa.Table:
+    """Rows given as tuples in the schema's column order, as an Arrow table."""
+    columns = list(zip(*rows)) if rows else [()] * len(schema)
+    return pa.Table.from_arrays([pa.array(c, type=f.type) for c, f in zip(columns, schema)],
+                                schema=schema)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -157,17 +169,23 @@ def plan_from_row(row: Mapping) -> CleaningPlan:
 def plan_rounds(inputs: Mapping[int, PartitionInput]) -> Transform:
     """Batch headers (without error rows) -> one ``PLAN`` row per partition."""
 
-    def plan(pdf: pd.DataFrame) -> pd.DataFrame:
-        tp_id = int(pdf["tp_id"].iloc[0])
+    def plan(table: pa.Table) -> pa.Table:
+        tp_id = table.column("tp_id")[0].as_py()
         inp = inputs[tp_id]
-        headers = _headers_from_pandas(pdf)
+        headers = _headers_from_arrow(table)
         result = inp.plan(headers)
         problems = txn_problems(inp.path, headers, inp.aborted_txns)
         row = plan_to_row(tp_id, result)
         row["error"] = json.dumps(problems[0].to_dict()) if problems else None
-        return pd.DataFrame([row])
+        return pa.Table.from_pylist([row], schema=_PLAN_ARROW)
 
-    return lambda headers: headers.groupBy("tp_id").applyInPandas(plan, PLAN)
+    return lambda headers: headers.groupBy("tp_id").applyInArrow(plan, PLAN)
+
+
+def _decided(inp: PartitionInput, plan: CleaningPlan,
+             table: pa.Table) -> list[tuple[BatchHeader, BatchDecision]]:
+    """The decisions of the batches of a partition's round, from its header rows."""
+    return inp.decide(plan, _headers_from_arrow(table))
 
 
 def decide_batches(inputs: Mapping[int, PartitionInput],
@@ -175,8 +193,8 @@ def decide_batches(inputs: Mapping[int, PartitionInput],
     """Batch headers -> one ``DECISION`` row per batch of the round of every planned partition
     (partitions missing from ``plans`` are left out)."""
 
-    def decide(pdf: pd.DataFrame) -> pd.DataFrame:
-        tp_id = int(pdf["tp_id"].iloc[0])
+    def decide(table: pa.Table) -> pa.Table:
+        tp_id = table.column("tp_id")[0].as_py()
         plan = plans[tp_id]
         group_of = {base: group[0] for group in plan.groups for base in group}
         # in the order of DECISION's columns
@@ -185,27 +203,29 @@ def decide_batches(inputs: Mapping[int, PartitionInput],
                  d.retain_deletes, d.marker_horizon,
                  *((t.producer_id, t.first_offset, t.last_offset, t.last_stable_offset)
                    if (t := d.txn_entry) else (None, None, None, None)))
-                for h, d in inputs[tp_id].decide(plan, _headers_from_pandas(pdf))]
-        return pd.DataFrame.from_records(rows, columns=DECISION.fieldNames())
+                for h, d in _decided(inputs[tp_id], plan, table)]
+        return _table(rows, _DECISION_ARROW)
 
     planned = list(plans)
     return lambda headers: (headers.where(F.col("tp_id").isin(planned))
-                            .groupBy("tp_id").applyInPandas(decide, DECISION))
+                            .groupBy("tp_id").applyInArrow(decide, DECISION))
 
 
-def _decision_from_row(row: object) -> BatchDecision:
-    txn = None
-    if not pd.isna(row.txn_producer_id):  # type: ignore[attr-defined]
-        txn = AbortedTxn(producer_id=int(row.txn_producer_id),  # type: ignore[attr-defined]
-                         first_offset=int(row.txn_first_offset),  # type: ignore[attr-defined]
-                         last_offset=int(row.txn_last_offset),  # type: ignore[attr-defined]
-                         last_stable_offset=int(row.txn_last_stable_offset))  # type: ignore[attr-defined]
-    return BatchDecision(
-        retention=BatchRetention(int(row.retention)),  # type: ignore[attr-defined]
-        aborted=bool(row.aborted), discard_records=bool(row.discard_records),  # type: ignore[attr-defined]
-        retain_deletes=bool(row.retain_deletes),  # type: ignore[attr-defined]
-        marker_horizon=bool(row.marker_horizon), txn_entry=txn,  # type: ignore[attr-defined]
-    )
+def _decisions_from_arrow(table: pa.Table) -> dict[tuple[int, int], BatchDecision]:
+    """``DECISION`` rows as the writer's decisions by (segment base, batch position)."""
+    names = ("segment_base", "position", "retention", "aborted", "discard_records",
+             "retain_deletes", "marker_horizon", "txn_producer_id", "txn_first_offset",
+             "txn_last_offset", "txn_last_stable_offset")
+    out = {}
+    for (base, position, retention, aborted, discard, retain_deletes, marker_horizon,
+         producer_id, first, last, lso) in zip(*(table.column(n).to_pylist() for n in names)):
+        txn = (None if producer_id is None else
+               AbortedTxn(producer_id=producer_id, first_offset=first, last_offset=last,
+                          last_stable_offset=lso))
+        out[(base, position)] = BatchDecision(
+            retention=BatchRetention(retention), aborted=aborted, discard_records=discard,
+            retain_deletes=retain_deletes, marker_horizon=marker_horizon, txn_entry=txn)
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -299,24 +319,53 @@ def rewrite_groups(inputs: Mapping[int, PartitionInput], plans: Mapping[int, Cle
     """(batch decisions, superseded records) -> one ``COMMIT_MESSAGE`` row per group,
     written by the executor that holds the group's rows (one task per ``GROUP_SLOT``)."""
 
-    def rewrite(decisions: pd.DataFrame, superseded: pd.DataFrame) -> pd.DataFrame:
-        if decisions.empty:
-            return pd.DataFrame(columns=COMMIT_MESSAGE.fieldNames())
-        tp_id = int(decisions["tp_id"].iloc[0])
-        group_base = int(decisions["group_base"].iloc[0])
+    def rewrite(decisions: pa.Table, superseded: pa.Table) -> pa.Table:
+        if decisions.num_rows == 0:
+            return _COMMIT_ARROW.empty_table()
+        tp_id = decisions.column("tp_id")[0].as_py()
+        group_base = decisions.column("group_base")[0].as_py()
         plan = plans[tp_id]
         group = next(g for g in plan.groups if g[0] == group_base)
-        by_batch = {(int(r.segment_base), int(r.position)): _decision_from_row(r)
-                    for r in decisions.itertuples(index=False)}
-        m = write_group(inputs[tp_id], group, by_batch, set(superseded["offset"].tolist()),
+        m = write_group(inputs[tp_id], group, _decisions_from_arrow(decisions),
+                        set(superseded.column("offset").to_pylist()),
                         first_dirty=plan.first_dirty_offset, fsync=fsync, native=native)
-        return pd.DataFrame([message_to_row(tp_id, m)])
+        return pa.Table.from_pylist([message_to_row(tp_id, m)], schema=_COMMIT_ARROW)
 
     slotted = with_slots(slots)
     return lambda decisions, superseded: (
         decisions.transform(slotted).groupBy("slot")
         .cogroup(superseded.transform(slotted).groupBy("slot"))
-        .applyInPandas(storage.portable(rewrite), COMMIT_MESSAGE))
+        .applyInArrow(storage.portable(rewrite), COMMIT_MESSAGE))
+
+
+def rewrite_whole_partitions(inputs: Mapping[int, PartitionInput],
+                             plans: Mapping[int, CleaningPlan], slots: DataFrame, *,
+                             fsync: bool = True, native: bool = True) -> Transform:
+    """Batch headers -> one ``COMMIT_MESSAGE`` row per partition of ``plans``, each a round of
+    one group: the task that holds the partition's headers decides its batches and writes the
+    group (in a one-group round every key's latest record is in the group, so no record is
+    superseded from outside it, see :func:`compactor.spark.stages.write_cleaned_segments`).
+
+    Args:
+        plans: plans of one group each.
+        slots: ``GROUP_SLOT`` rows of those groups.
+    """
+
+    def rewrite(table: pa.Table) -> pa.Table:
+        tp_id = table.column("tp_id")[0].as_py()
+        plan = plans[tp_id]
+        (group,) = plan.groups
+        decided = _decided(inputs[tp_id], plan, table)
+        m = write_group(inputs[tp_id], group,
+                        {(h.segment_base, h.position): d for h, d in decided}, set(),
+                        first_dirty=plan.first_dirty_offset, fsync=fsync, native=native)
+        return pa.Table.from_pylist([message_to_row(tp_id, m)], schema=_COMMIT_ARROW)
+
+    whole = list(plans)
+    return lambda headers: (
+        headers.where(F.col("tp_id").isin(whole))
+        .join(F.broadcast(slots.select("tp_id", "slot")), "tp_id").groupBy("slot")
+        .applyInArrow(storage.portable(rewrite), COMMIT_MESSAGE))
 
 
 def message_to_row(tp_id: int, m: CommitMessage) -> dict:
