@@ -139,6 +139,16 @@ COMMIT_MESSAGE = _schema(
     ("error", StringType(), True),
 )
 
+# One row per partition cleaned in one pass (one task scans, plans and, when the round is one
+# group, writes it): its plan, or the error that stopped it, and the commit message of the
+# group it wrote (null when it wrote none).
+ONE_PASS = _schema(
+    ("tp_id", IntegerType(), False),
+    ("plan", PLAN, True),
+    ("message", COMMIT_MESSAGE, True),
+    ("error", StringType(), True),
+)
+
 # Erasure scan (jobs/erase.py): one row per matched record (kind "match") plus one summary row
 # per segment (kind "segment": batches and records scanned, or the error that stopped it).
 ERASURE_MATCH = _schema(

@@ -50,7 +50,13 @@ from compactor.maintenance.report import (
 )
 from compactor.maintenance.retain import PartitionRetention, plan_log_dir
 from compactor.spark.session import LazySession
-from compactor.cleaner.policy import CleaningPlan, PartitionInput, SkipReason, explain
+from compactor.cleaner.policy import (
+    CleaningPlan,
+    PartitionInput,
+    SkipReason,
+    explain,
+    fits_one_group,
+)
 from compactor.cleaner.rebatch import DROP_REASONS
 
 if TYPE_CHECKING:
@@ -292,7 +298,7 @@ def run_locked(session: LazySession, opts: MaintenanceOptions, catalog: Catalog)
     stages.split(session.startup_s)
     try:
         with spark_stages.round_settings(spark, inputs):
-            plans, headers = _plan(spark, inputs, reports, stages)
+            plans, headers, messages = _plan(spark, inputs, reports, stages, opts)
             to_clean = {i: p for i, p in plans.items() if p.will_clean}
             resets = {tps[i]: p.first_dirty_offset for i, p in plans.items()
                       if p.checkpoint_reset and not p.will_clean}
@@ -300,11 +306,14 @@ def run_locked(session: LazySession, opts: MaintenanceOptions, catalog: Catalog)
                 for i in to_clean:
                     reports[i].status = Outcome.WOULD_CLEAN
                 return report
-            if to_clean:
-                messages = spark_stages.write_cleaned_segments(
-                    spark, inputs, to_clean, fsync=opts.fsync,
+            written = {m.tp_id for m in messages}  # by their one-pass task
+            rest = {i: p for i, p in to_clean.items() if i not in written}
+            if rest:
+                messages += spark_stages.write_cleaned_segments(
+                    spark, inputs, rest, fsync=opts.fsync,
                     native=opts.native_writer, on_stage=stages.done,
                     headers=headers)
+            if to_clean:
                 done = _commit(inputs, to_clean, messages, reports)
                 resets.update({tps[i]: to_clean[i].first_uncleanable_offset for i in done})
     finally:
@@ -318,11 +327,32 @@ def run_locked(session: LazySession, opts: MaintenanceOptions, catalog: Catalog)
 
 
 def _plan(spark: SparkSession, inputs: dict[int, PartitionInput],
-          reports: Mapping[int, PartitionReport],
-          stages: _Stages) -> tuple[dict[int, CleaningPlan], DataFrame | None]:
-    """Scan headers (kept cached for the rewrite) and plan every readable partition; a
-    partition a check refuses is reported corrupt and dropped from ``inputs``."""
-    plans, errors, headers = spark_stages.scan_and_plan(spark, inputs)
+          reports: Mapping[int, PartitionReport], stages: _Stages, opts: MaintenanceOptions,
+          ) -> tuple[dict[int, CleaningPlan], DataFrame | None, list[CommitMessage]]:
+    """Plan every readable partition; a partition a check refuses is reported corrupt and
+    dropped from ``inputs``.
+
+    A partition whose segments all fit one group is cleaned in one pass (one task scans,
+    plans and, unless this is a plan, writes it: :func:`spark_stages.clean_in_one_pass`).
+    The others have their headers scanned segment by segment (kept cached for the rewrite),
+    and so has a partition the one pass planned several groups after all.
+
+    Returns:
+        The plans, the cached header rows (``None`` when no partition needed them) and the
+        commit messages of the groups the one pass wrote.
+    """
+    small = {i: inp for i, inp in inputs.items()
+             if fits_one_group(inp.segments, inp.config.segment_bytes,
+                               inp.config.segment_index_bytes)}
+    plans, errors, messages = spark_stages.clean_in_one_pass(
+        spark, small, write=not opts.dry_run, fsync=opts.fsync, native=opts.native_writer)
+    stages.done("one_pass")
+    again = {i for i, p in plans.items() if p.will_clean and len(p.groups) > 1}
+    rest = {i: inp for i, inp in inputs.items()
+            if i not in small or (i in again and not opts.dry_run)}
+    more, more_errors, headers = spark_stages.scan_and_plan(spark, rest)
+    plans.update(more)
+    errors.update(more_errors)
     for i, error in errors.items():
         del inputs[i]
         reports[i].status = Outcome.of_read_error(error["code"])
@@ -337,7 +367,7 @@ def _plan(spark: SparkSession, inputs: dict[int, PartitionInput],
         by_base = {s.base_offset: s.size_bytes for s in inp.segments}
         reports[i].expected_input_bytes = sum(by_base[b] for g in plan.groups for b in g)
     stages.done("scan_and_plan")
-    return plans, headers
+    return plans, headers, messages
 
 
 def _commit(inputs: Mapping[int, PartitionInput], plans: Mapping[int, CleaningPlan],

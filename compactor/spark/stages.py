@@ -7,6 +7,7 @@ deletes a live file."""
 from __future__ import annotations
 
 import functools
+import heapq
 import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -165,6 +166,57 @@ def round_settings(spark: SparkSession,
         for key, value in saved.items():
             if value is not None:
                 spark.conf.set(key, value)
+
+
+def balanced_bins(sizes: Mapping[int, int], count: int) -> list[list[int]]:
+    """The keys of ``sizes`` in at most ``count`` bins of nearly equal total size (largest
+    first into the lightest bin), the heaviest bin first: Spark starts tasks in partition
+    order, so the long ones start first."""
+    count = max(1, min(count, len(sizes)))
+    heap = [(0, b) for b in range(count)]
+    bins: list[list[int]] = [[] for _ in range(count)]
+    for key in sorted(sizes, key=lambda k: (-sizes[k], k)):
+        load, b = heapq.heappop(heap)
+        bins[b].append(key)
+        heapq.heappush(heap, (load + sizes[key], b))
+    loads = {b: load for load, b in heap}
+    return [bins[b] for b in sorted(range(count), key=lambda b: (-loads[b], b)) if bins[b]]
+
+
+def clean_in_one_pass(spark: SparkSession, inputs: Mapping[int, PartitionInput], *,
+                      write: bool, fsync: bool = True, native: bool = True
+                      ) -> tuple[dict[int, CleaningPlan], dict[int, dict], list[CommitMessage]]:
+    """Scan, plan and (when ``write``) write the partitions in one Spark job of one stage,
+    a task per bin of partitions (:func:`transforms.clean_in_one_pass`): for partitions
+    whose segments fit one group, where the header rows, plans and decisions of the general
+    path would cost more Spark jobs than the work itself. The tasks come from ``spark.range``,
+    so no row is serialized and nothing is shuffled to start them.
+
+    Returns:
+        The plans of the partitions with at least one batch, the first error (as
+        ``CompactorError.to_dict()``) of each partition a check refused, and the commit
+        messages of the groups written (partitions of one group that will clean).
+    """
+    plans: dict[int, CleaningPlan] = {}
+    errors: dict[int, dict] = {}
+    messages: list[CommitMessage] = []
+    if not inputs:
+        return plans, errors, messages
+    bins = balanced_bins({i: _bytes({i: inp}) for i, inp in inputs.items()},
+                         4 * spark.sparkContext.defaultParallelism)
+    with spark_step(spark, "one_pass", total_bytes=_bytes(inputs)):
+        rows = (spark.range(len(bins), numPartitions=len(bins))
+                .transform(transforms.clean_in_one_pass(inputs, bins, write=write, fsync=fsync,
+                                                        native=native))
+                .collect())
+    for r in rows:
+        if r.error is not None:
+            errors[r.tp_id] = json.loads(r.error)
+        elif r.plan is not None:
+            plans[r.tp_id] = transforms.plan_from_row(r.plan.asDict())
+        if r.message is not None:
+            messages.append(transforms.message_from_row(r.message))
+    return plans, errors, messages
 
 
 def scan_and_plan(spark: SparkSession, inputs: Mapping[int, PartitionInput]

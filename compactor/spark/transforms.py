@@ -7,6 +7,7 @@ distributed).
                --superseded_records--> offsets superseded by a later record of their key
     (batch decisions, superseded) --rewrite_groups--> commit messages (one per output segment)
     batch headers --rewrite_whole_partitions--> commit messages (partitions of one group)
+    bins of small partitions --clean_in_one_pass--> plans and commit messages (one task a bin)
 
 The sequential, per-partition rules (producer state, transactions, batch retention) run per
 partition inside ``applyInArrow``; the offset map is a window over ``(partition, key digest)``,
@@ -14,9 +15,10 @@ so its size is bounded by the cluster, not by a buffer. Only keyed records of da
 travel through it (digest and offset, never a value), and only for partitions cleaned in
 several groups; null keys, markers, aborted data and expired tombstones are decided by the
 writer from the batch decisions. A partition cleaned in one group needs neither the offset map
-nor decision rows: ``rewrite_whole_partitions`` decides its batches and writes it in one task.
-Every Python stage exchanges Arrow tables, so executors never import pandas (about a second
-of each Python worker's start). The grouped stages key on a group slot (``with_slots``) so
+nor decision rows: ``rewrite_whole_partitions`` decides its batches and writes it in one task,
+and one whose segments all fit one group is cleaned in one pass (``clean_in_one_pass``: one
+task scans, plans and writes it, so a round of small partitions is one Spark job). Every
+Python stage exchanges Arrow tables; no pandas DataFrame is built on either side. The grouped stages key on a group slot (``with_slots``) so
 that every group is a task of its own. Transforms never collect, count or cache: the job
 (``jobs/compact.py``) decides actions.
 """
@@ -67,6 +69,7 @@ from schemas.spark import (
     ERASURE_MATCH,
     KEY_OFFSET,
     KEYED_RECORD,
+    ONE_PASS,
     PLAN,
     SUPERSEDED,
 )
@@ -81,6 +84,7 @@ _COMMIT_ARROW = to_arrow_schema(COMMIT_MESSAGE)
 _KEYED_ARROW = to_arrow_schema(KEYED_RECORD)
 _PLAN_ARROW = to_arrow_schema(PLAN)
 _DECISION_ARROW = to_arrow_schema(DECISION)
+_ONE_PASS_ARROW = to_arrow_schema(ONE_PASS)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -366,6 +370,59 @@ def rewrite_whole_partitions(inputs: Mapping[int, PartitionInput],
         headers.where(F.col("tp_id").isin(whole))
         .join(F.broadcast(slots.select("tp_id", "slot")), "tp_id").groupBy("slot")
         .applyInArrow(storage.portable(rewrite), COMMIT_MESSAGE))
+
+
+def clean_in_one_pass(inputs: Mapping[int, PartitionInput], bins: Sequence[Sequence[int]], *,
+                      write: bool, fsync: bool = True, native: bool = True) -> Transform:
+    """Bin numbers (``spark.range`` rows, ``id``) -> one ``ONE_PASS`` row per partition of the
+    bin: the task scans the partition's batch headers segment by segment (the checks of
+    :func:`check_segment`), plans its round and, when ``write`` and the round is one group,
+    decides its batches and writes the group. A partition that is planned several groups
+    is only planned (the driver cleans it the general way); one that a check refuses gives
+    its first error, and one without batches neither plan nor error.
+
+    The whole round of a small partition is then one Python task in one Spark job: no header
+    rows, plans or decisions travel, which is most of a small round's time
+    (:func:`compactor.spark.stages.clean_in_one_pass`).
+
+    Args:
+        bins: the partitions (tp ids) of each bin, the unit of a task.
+    """
+
+    def one(tp_id: int) -> dict:
+        inp = inputs[tp_id]
+        headers: list[BatchHeader] = []
+        try:
+            for s, nxt in zip(inp.segments, [*inp.segments[1:], None], strict=True):
+                with storage.mapped(s.log_path) as data:
+                    found = segment_headers(data, s.log_path, s.base_offset)
+                check_segment(s.log_path, s.base_offset,
+                              None if nxt is None else nxt.base_offset, found)
+                headers += found
+            problems = txn_problems(inp.path, headers, inp.aborted_txns)
+            if problems:
+                raise problems[0]
+        except CompactorError as err:
+            return {"tp_id": tp_id, "error": json.dumps(err.to_dict())}
+        if not headers:
+            return {"tp_id": tp_id}
+        plan = inp.plan(headers)
+        message = None
+        if write and plan.will_clean and len(plan.groups) == 1:
+            decided = inp.decide(plan, headers)
+            m = write_group(inp, plan.groups[0],
+                            {(h.segment_base, h.position): d for h, d in decided}, set(),
+                            first_dirty=plan.first_dirty_offset, fsync=fsync, native=native)
+            message = message_to_row(tp_id, m)
+        return {"tp_id": tp_id, "plan": plan_to_row(tp_id, plan), "message": message}
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for ids in batches:
+            for b in ids.column(0).to_pylist():
+                for tp_id in bins[b]:
+                    yield pa.RecordBatch.from_pylist([one(tp_id)], schema=_ONE_PASS_ARROW)
+
+    return lambda ids: ids.mapInArrow(storage.portable(run), ONE_PASS)
 
 
 def message_to_row(tp_id: int, m: CommitMessage) -> dict:

@@ -14,15 +14,17 @@ import pytest
 from chispa import assert_df_equality
 from pyspark import TaskContext
 from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 
 from compactor.spark import transforms
 from compactor.codec.records import ControlType
 from compactor.config import TopicConfig
 from compactor.tools.generator import DEFAULT_START_MS
-from compactor.log.layout import load_partition
+from compactor.log.layout import load_partition, read_aborted_txns
 from compactor.cleaner.policy import BatchRetention, PartitionInput
 from compactor.codec.segment import iter_batches
 from compactor.erasure.rules import Matcher
+from compactor.errors import CompactorError
 from compactor.cleaner.scan import erasure_matches, key_offsets, key_digest, segment_headers
 from compactor.spark.writer import write_erased_segment, write_group
 from compactor.spark.stages import group_slots
@@ -35,6 +37,7 @@ from schemas.spark import (
     ERASURE_TASK,
     GROUP_SLOT,
     KEYED_RECORD,
+    ONE_PASS,
     SEGMENT_TASK,
     SUPERSEDED,
 )
@@ -351,3 +354,62 @@ def test_rewrite_erased_equals_the_writer_called_directly(spark, partition: Part
                        ignore_row_order=True)
     for path in Path(twin.path).glob("*.cleaned"):
         assert (Path(partition.path) / path.name).read_bytes() == path.read_bytes()
+
+
+def test_clean_in_one_pass_equals_plan_and_writer_called_directly(
+        spark, partition: PartitionInput, tmp_path: Path) -> None:
+    # 0: one group, written; 1: several groups, only planned; 2: a corrupt segment, refused
+    partition = dataclasses.replace(partition, aborted_txns=tuple(
+        read_aborted_txns(load_partition(partition.path))))
+    twin = _copy_partition(partition, tmp_path / "twin" / "orders-v2-0")
+    several = _copy_partition(
+        dataclasses.replace(partition, config=dataclasses.replace(partition.config,
+                                                                  segment_bytes=40_000)),
+        tmp_path / "several" / "orders-v2-0")
+    corrupt = _copy_partition(partition, tmp_path / "corrupt" / "orders-v2-0")
+    victim = Path(corrupt.segments[1].log_path)
+    data = bytearray(victim.read_bytes())
+    data[200] ^= 0xFF
+    victim.write_bytes(bytes(data))
+    with pytest.raises(CompactorError) as refused:
+        segment_headers(bytes(data), str(victim), corrupt.segments[1].base_offset)
+
+    headers_py = _pure_headers(partition)
+    plan = partition.plan(headers_py)
+    assert plan.will_clean and len(plan.groups) == 1
+    decided = partition.decide(plan, headers_py)
+    message = write_group(twin, plan.groups[0],
+                          {(h.segment_base, h.position): d for h, d in decided}, set(),
+                          first_dirty=plan.first_dirty_offset, fsync=False)
+    assert message.error is None
+    several_plan = several.plan(_pure_headers(several))
+    assert several_plan.will_clean and len(several_plan.groups) > 1
+
+    inputs = {0: partition, 1: several, 2: corrupt}
+    got = (spark.range(2, numPartitions=2)
+           .transform(transforms.clean_in_one_pass(inputs, [[1, 2], [0]], write=True,
+                                                   fsync=False))
+           .withColumn("message", F.col("message").dropFields("seconds")))
+    expected = spark.createDataFrame([
+        (0, transforms.plan_to_row(0, plan), transforms.message_to_row(0, message), None),
+        (1, transforms.plan_to_row(1, several_plan), None, None),
+        (2, None, None, json.dumps(refused.value.to_dict())),
+    ], ONE_PASS).withColumn("message", F.col("message").dropFields("seconds"))
+    assert_df_equality(got, expected, ignore_row_order=True)
+    written = sorted(p.name for p in Path(partition.path).glob("*.cleaned"))
+    assert written and written == sorted(p.name for p in Path(twin.path).glob("*.cleaned"))
+    for name in written:
+        assert (Path(partition.path) / name).read_bytes() == (Path(twin.path) / name).read_bytes()
+    assert not list(Path(several.path).glob("*.cleaned"))
+    assert not list(Path(corrupt.path).glob("*.cleaned"))
+
+
+def test_clean_in_one_pass_without_write_only_plans(spark, partition: PartitionInput) -> None:
+    partition = dataclasses.replace(partition, aborted_txns=tuple(
+        read_aborted_txns(load_partition(partition.path))))
+    before = {p.name: p.read_bytes() for p in Path(partition.path).iterdir()}
+    (row,) = (spark.range(1).transform(
+        transforms.clean_in_one_pass({0: partition}, [[0]], write=False)).collect())
+    assert row.message is None and row.error is None
+    assert transforms.plan_from_row(row.plan.asDict()) == partition.plan(_pure_headers(partition))
+    assert {p.name: p.read_bytes() for p in Path(partition.path).iterdir()} == before

@@ -1,0 +1,64 @@
+"""The driver's choices for the one-pass path: which partitions can only be one group
+(``policy.fits_one_group``, against ``group_segments`` itself) and how partitions are binned
+into tasks (``stages.balanced_bins``)."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from compactor.cleaner.policy import fits_one_group, group_segments
+from compactor.model import SegmentInfo
+from compactor.spark.stages import balanced_bins
+
+segment_sizes = st.lists(st.tuples(st.integers(0, 5_000), st.integers(0, 400),
+                                   st.integers(0, 600)), min_size=1, max_size=12)
+
+
+def _segments(sizes: list[tuple[int, int, int]]) -> list[SegmentInfo]:
+    return [SegmentInfo(base_offset=k * 100, log_path=f"/x/{k * 100}.log", size_bytes=log,
+                        mtime_ms=0, largest_timestamp_ms=0, has_index=True, has_time_index=True,
+                        has_txn_index=False, index_bytes=index, time_index_bytes=time_index)
+            for k, (log, index, time_index) in enumerate(sizes)]
+
+
+@given(segment_sizes, st.integers(1, 30_000), st.integers(1, 3_000), st.data())
+def test_fits_one_group_means_every_run_is_one_group(sizes, segment_bytes, index_bytes,
+                                                     data) -> None:
+    segments = _segments(sizes)
+    start = data.draw(st.integers(0, len(segments) - 1))
+    end = data.draw(st.integers(start + 1, len(segments)))
+    run = segments[start:end]
+    groups = group_segments(run, run[-1].base_offset + 50, segment_bytes, index_bytes)
+    if fits_one_group(segments, segment_bytes, index_bytes):
+        assert len(groups) == 1
+    # and no stricter than it must be: two or more segments make one group only when they
+    # fit together (a lone segment is a group whatever its size)
+    if (start == 0 and end == len(segments) > 1
+            and all(s.size_bytes for s in segments)):
+        assert fits_one_group(segments, segment_bytes, index_bytes) == (len(groups) == 1)
+
+
+def test_fits_one_group_by_hand() -> None:
+    three = _segments([(100, 8, 12)] * 3)
+    assert fits_one_group(three, 300, 36)
+    assert not fits_one_group(three, 299, 36)  # the logs
+    assert not fits_one_group(three, 300, 35)  # the time indexes
+
+
+@given(st.dictionaries(st.integers(0, 500), st.integers(0, 10**9), max_size=60),
+       st.integers(1, 16))
+def test_balanced_bins(sizes: dict[int, int], count: int) -> None:
+    bins = balanced_bins(sizes, count)
+    assert sorted(k for b in bins for k in b) == sorted(sizes)
+    assert len(bins) <= count and all(bins)
+    loads = [sum(sizes[k] for k in b) for b in bins]
+    assert loads == sorted(loads, reverse=True)  # the heaviest task starts first
+    if len(bins) == count:  # every bin used: none is lighter than the heaviest less one item
+        assert loads[0] - loads[-1] <= max(sizes.values())
+
+
+def test_balanced_bins_by_hand() -> None:
+    assert balanced_bins({1: 10, 2: 7, 3: 5, 4: 4}, 2) == [[1, 4], [2, 3]]
+    assert balanced_bins({1: 10, 2: 7}, 8) == [[1], [2]]
+    assert balanced_bins({}, 4) == []
