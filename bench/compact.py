@@ -179,6 +179,9 @@ def main() -> int:
     ap.add_argument("--group-bytes", type=int, default=128 * 1024 * 1024,
                     help="segment.bytes of the third round, so partitions clean in several "
                          "groups and the offset map goes through the shuffle")
+    ap.add_argument("--daemon", default="compactor.spark.daemon",
+                    help="spark.python.daemon.module (pyspark.daemon: Spark's own, the "
+                         "baseline of the preloading daemon the command line uses)")
     ap.add_argument("--scale", action="store_true",
                     help="also a warm round over 4x the records and keys: linearity")
     ap.add_argument("--json", action="store_true",
@@ -207,7 +210,8 @@ def main() -> int:
 
     spark = (SparkSession.builder.master(args.master).appName("bench-compact")
              .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-             .config("spark.driver.memory", "4g").getOrCreate())
+             .config("spark.driver.memory", "4g")
+             .config("spark.python.daemon.module", args.daemon).getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     now_ms = DEFAULT_START_MS + args.records + 86_400_000
     exit_code = 0

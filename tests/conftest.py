@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
+from compactor.spark.daemon import MODULE as DAEMON_MODULE
 from compactor.tools.generator import GeneratorConfig, generate
 
 settings.register_profile(
@@ -72,6 +73,7 @@ def spark():  # type: ignore[no-untyped-def]
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.python.daemon.module", DAEMON_MODULE)  # as the command line's sessions
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")

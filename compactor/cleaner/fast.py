@@ -40,6 +40,8 @@ import numpy as np
 from compactor.cleaner.policy import BatchDecision, BatchRetention
 from compactor.cleaner.rebatch import FilteredBatch, filter_batch
 from compactor.codec import kernels
+from compactor.codec.segment import chunk_ranges
+from compactor.codec.xxh3 import xxh3_128
 from compactor.codec.compression import Codec, DecompressionError, decompress
 from compactor.codec.indexes import AbortedTxn
 from compactor.codec.records import (
@@ -613,6 +615,104 @@ def _keyed_rows(layout: np.ndarray, count: int, base_offset: int
     return offsets[:n], positions[:n], lengths[:n]
 
 
+@numba.njit(cache=True)
+def scan_chunk_keys(buf: np.ndarray, positions: np.ndarray, scratch: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray,
+                               np.ndarray]:
+    """The keyed records of the plain uncompressed v2 data batches that start at
+    ``positions`` (ascending) of a chunk, in file order: their offsets, the two signed halves
+    of their keys' XXH3-128 digests (:func:`compactor.cleaner.scan.key_digest`, computed here
+    on the chunk's bytes) and the index in ``positions`` of their batch. The indices of the
+    batches it leaves (another format, a codec, a control batch, a header that does not fit
+    the chunk, records the layout parse does not vouch for) come back apart, for the
+    batch-by-batch reader.
+
+    Returns:
+        ``(offsets, key_hi, key_lo, batch_index, left, scratch)``.
+    """
+    end = buf.shape[0]
+    cap = 1024
+    offsets = np.empty(cap, np.int64)
+    key_hi = np.empty(cap, np.int64)
+    key_lo = np.empty(cap, np.int64)
+    which = np.empty(cap, np.int64)
+    left = np.empty(positions.shape[0], np.int64)
+    n = 0
+    n_left = 0
+    for j in range(positions.shape[0]):
+        pos = positions[j]
+        if pos < 0 or pos + 61 > end:
+            left[n_left] = j
+            n_left += 1
+            continue
+        size = 12 + _be(buf, pos + 8, 4)
+        attributes = _be(buf, pos + 21, 2)
+        count = _be(buf, pos + 57, 4)
+        if (size < 61 or pos + size > end or buf[pos + 16] != 2 or attributes & 0x27
+                or count < 0):
+            left[n_left] = j
+            n_left += 1
+            continue
+        if count > scratch.shape[0]:
+            scratch = np.empty((count, kernels.COLUMNS), np.int64)
+        if kernels.parse_layout(buf, pos + 61, pos + size, count, scratch) != kernels.OK:
+            left[n_left] = j
+            n_left += 1
+            continue
+        if n + count > cap:
+            cap = max(2 * cap, n + count)
+            offsets = _grown(offsets, n, cap)
+            key_hi = _grown(key_hi, n, cap)
+            key_lo = _grown(key_lo, n, cap)
+            which = _grown(which, n, cap)
+        base_offset = _be(buf, pos, 8)
+        for i in range(count):
+            length = scratch[i, kernels.KEY_LEN]
+            if length < 0:
+                continue
+            lo, hi = xxh3_128(buf, scratch[i, kernels.KEY_POS], length)
+            offsets[n] = base_offset + scratch[i, kernels.OFFSET_DELTA]
+            key_hi[n] = np.int64(hi)
+            key_lo[n] = np.int64(lo)
+            which[n] = j
+            n += 1
+    return offsets[:n], key_hi[:n], key_lo[:n], which[:n], left[:n_left], scratch
+
+
+@numba.njit(cache=True, inline="always")
+def _grown(values: np.ndarray, n: int, cap: int) -> np.ndarray:
+    out = np.empty(cap, values.dtype)
+    out[:n] = values[:n]
+    return out
+
+
+def segment_keys(data: bytes, positions: Sequence[int], chunk_bytes: int
+                 ) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray], list[int]]:
+    """:func:`scan_chunk_keys` over a segment, ``chunk_bytes`` at a time (cut between the
+    listed batches, so a segment on object storage is read by ranges too): the keyed records
+    of the batches at ``positions`` (ascending) that the kernels read, as ``(offsets, key_hi,
+    key_lo, batch index into positions)``, and the positions they left."""
+    parts = []
+    left: list[int] = []
+    scratch = np.empty((1024, kernels.COLUMNS), np.int64)
+    wanted = np.asarray(positions, np.int64)
+    for start, end in chunk_ranges(positions, len(data), chunk_bytes):
+        lo_j, hi_j = np.searchsorted(wanted, (start, end))
+        if lo_j == hi_j:
+            continue
+        buf = np.frombuffer(data[start:end], np.uint8)
+        offsets, key_hi, key_lo, which, rest, scratch = scan_chunk_keys(
+            buf, wanted[lo_j:hi_j] - start, scratch)
+        parts.append((offsets, key_hi, key_lo, which + lo_j))
+        left += (wanted[lo_j:hi_j][rest]).tolist()
+        STATS["batches_scanned"] += int(hi_j - lo_j) - len(rest)
+    if not parts:
+        empty = np.zeros(0, np.int64)
+        return (empty, empty, empty, empty), left
+    columns = tuple(np.concatenate([p[k] for p in parts]) for k in range(4))
+    return columns, left  # type: ignore[return-value]
+
+
 def batch_keys(batch: RecordBatch) -> tuple[np.ndarray, list[bytes]] | None:
     """The offsets and keys of a v2 batch's keyed records, in offset order, read by the
     kernels (the key scan of :func:`compactor.cleaner.scan.keyed_records`); ``None`` when the
@@ -770,6 +870,7 @@ def compile_kernels() -> None:
                    used, reasons, tally)
     _retained_figures(layout, 0, reasons, 0, False, 0)
     _keyed_rows(layout, 0, 0)
+    scan_chunk_keys(none, no_offsets, layout)
     frames = frame_chunk(none)
     decide_chunk(none, frames, reasons, 0, no_offsets, table, small.copy(), used, tally, reasons,
                  np.zeros((0, 4), np.int64), layout)

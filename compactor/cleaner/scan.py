@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -113,50 +113,79 @@ def key_digests(keys: Sequence[bytes]) -> tuple[np.ndarray, np.ndarray]:
     return halves[:, 0], halves[:, 1]
 
 
+#: how much of a segment the native key scan reads at a time (as the writer's chunks)
+KEY_SCAN_CHUNK_BYTES = 16 * 1024 * 1024
+
+
 def keyed_records(data: bytes, path: str, flags_by_position: Mapping[int, BatchFlags],
                   first_dirty: int, *, native: bool = True) -> KeyedRows:
-    """Rows of the keyed records of the listed batches of a segment.
+    """Rows of the keyed records of the listed batches of a segment, in file order.
 
     Args:
         flags_by_position: by batch position, the data batches whose records can be
             superseded (the round neither discards them nor are they control batches);
             other batches are skipped.
         first_dirty: records at or above it are in the dirty section.
-        native: read the records with the kernels (:func:`compactor.cleaner.fast.batch_keys`,
-            which hands what it cannot vouch for back to the compiled reader).
+        native: read the records with the kernels: plain uncompressed batches a chunk at a
+            time, keys digested in the kernel (:func:`compactor.cleaner.fast.segment_keys`),
+            the batches they leave one by one (:func:`compactor.cleaner.fast.batch_keys`,
+            which hands what it cannot vouch for to the compiled reader). Otherwise every
+            batch of the segment is walked with the compiled reader (the reference).
 
     Raises:
         CompactorError: a batch cannot be decoded.
     """
-    if native:
-        from compactor.cleaner.fast import batch_keys
-    offsets: list[np.ndarray] = []
-    keys: list[bytes] = []
-    runs: list[tuple[BatchFlags, int]] = []
+    positions = sorted(flags_by_position)
+    columns: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
     try:
-        for batch in iter_batches(data, path=path, verify_crc=False):
-            flags = flags_by_position.get(batch.position)
-            if flags is None:
-                continue
-            read = batch_keys(batch) if native else None
-            if read is None:
-                keyed = [(r.offset, r.key) for r in batch.compiled_records() if r.key is not None]
-                offsets.append(np.fromiter((o for o, _ in keyed), np.int64, len(keyed)))
-                keys += [key for _, key in keyed]
-            else:
-                offsets.append(read[0])
-                keys += read[1]
-            runs.append((flags, len(offsets[-1])))
+        if native:
+            from compactor.cleaner.fast import segment_keys
+
+            scanned, left = segment_keys(data, positions, KEY_SCAN_CHUNK_BYTES)
+            columns.append(scanned)
+            batches: Iterable[RecordBatch] = (
+                next(iter_batches(data, path=path, start_position=p, verify_crc=False))
+                for p in left)
+        else:
+            batches = (b for b in iter_batches(data, path=path, verify_crc=False)
+                       if b.position in flags_by_position)
+        index = {p: j for j, p in enumerate(positions)}
+        columns += [_batch_rows(b, index[b.position], native) for b in batches]
     except CompactorError as err:
         raise err.with_location(path=path) from None
-    counts = [n for _, n in runs]
-    offset = np.concatenate(offsets) if offsets else np.zeros(0, np.int64)
-    feeds = np.repeat(np.asarray([f.feeds_map for f, _ in runs], dtype=bool), counts)
+    if columns:
+        offset, key_hi, key_lo, which = (np.concatenate([c[k] for c in columns])
+                                         for k in range(4))
+    else:
+        offset = key_hi = key_lo = which = np.zeros(0, np.int64)
+    if len(columns) > 1 and len(offset) > 1 and np.any(offset[1:] < offset[:-1]):
+        order = np.argsort(offset, kind="stable")  # batches read one by one come last
+        offset, key_hi, key_lo, which = offset[order], key_hi[order], key_lo[order], which[order]
+    flags = [flags_by_position[p] for p in positions]
+    feeds = np.asarray([f.feeds_map for f in flags], dtype=bool)
+    groups = np.asarray([f.group_base for f in flags], dtype=np.int64)
+    return KeyedRows(group_base=groups[which] if len(flags) else np.zeros(0, np.int64),
+                     offset=offset, key_hi=key_hi, key_lo=key_lo,
+                     in_map=(feeds[which] if len(flags) else np.zeros(0, bool))
+                     & (offset >= first_dirty))
+
+
+def _batch_rows(batch: RecordBatch, index: int, native: bool
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``(offsets, key_hi, key_lo, batch index)`` of one batch's keyed records."""
+    read = None
+    if native:
+        from compactor.cleaner.fast import batch_keys
+
+        read = batch_keys(batch)
+    if read is None:
+        keyed = [(r.offset, r.key) for r in batch.compiled_records() if r.key is not None]
+        offsets = np.fromiter((o for o, _ in keyed), np.int64, len(keyed))
+        keys = [key for _, key in keyed]
+    else:
+        offsets, keys = read
     key_hi, key_lo = key_digests(keys)
-    return KeyedRows(
-        group_base=np.repeat(np.asarray([f.group_base for f, _ in runs], dtype=np.int64), counts),
-        offset=offset, key_hi=key_hi, key_lo=key_lo, in_map=feeds & (offset >= first_dirty),
-    )
+    return offsets, key_hi, key_lo, np.full(len(offsets), index, np.int64)
 
 
 def locally_superseded(rows: KeyedRows) -> np.ndarray:

@@ -13,6 +13,7 @@ from pyspark.errors import PySparkRuntimeError
 from pyspark.sql import SparkSession
 
 from compactor.errors import SparkUnavailableError
+from compactor.spark import daemon
 
 MASTER_CONNECT_TIMEOUT_S = 10.0
 QUIET_LOG4J = os.path.join(os.path.dirname(os.path.abspath(__file__)), "log4j2-quiet.properties")
@@ -45,6 +46,9 @@ def get_spark(master: str | None, app_name: str = "kafka-compactor") -> SparkSes
     if not submitted and (master or "local").startswith("local"):
         # Spark picks the first non-loopback address otherwise, and warns about it
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        # local workers run this interpreter, which has the package: the daemon that loads
+        # the executor code once (compactor.spark.daemon)
+        builder = builder.config("spark.python.daemon.module", daemon.MODULE)
     if not submitted and not _verbose:
         builder = builder.config("spark.driver.extraJavaOptions",
                                  f"-Dlog4j2.configurationFile=file:{QUIET_LOG4J}")

@@ -10,6 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+import xxhash
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -323,3 +324,36 @@ def test_a_chunk_filtered_in_one_call_equals_the_batches_filtered_one_by_one(chu
 def test_every_kernel_compiles_on_empty_input() -> None:
     """``make kernels`` (before the demo and the tests) compiles them all this way."""
     fast.compile_kernels()
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("chunk_bytes", [200, 4096])
+def test_the_chunked_key_scan_reads_what_the_compiled_reader_reads(
+        tmp_path: Path, case: str, chunk_bytes: int) -> None:
+    """``segment_keys`` with chunks small enough that most batches span their own (or
+    several) chunks: every keyed record of the listed batches, with the library's digest of
+    its key, exactly once, whatever the kernels leave to the batch-by-batch reader."""
+    generate(str(tmp_path / "logs"), CASES[case])
+    read = left = 0
+    for seg in sorted((tmp_path / "logs").glob("*/*.log")):
+        data = seg.read_bytes()
+        batches = [b for b in iter_batches(data) if not b.is_control]
+        listed = [b.position for k, b in enumerate(batches) if k % 3]  # some left out
+        (offsets, key_hi, key_lo, which), rest = fast.segment_keys(data, listed, chunk_bytes)
+        expected = {}
+        for k, b in enumerate(batches):
+            if not k % 3 or b.position in rest:
+                continue
+            for r in b.compiled_records():
+                if r.key is not None:
+                    digest = xxhash.xxh3_128_intdigest(r.key)
+                    expected[r.offset] = (listed.index(b.position), digest)
+        got = {o: (j, ((int(h) & (2**64 - 1)) << 64) | (int(lo) & (2**64 - 1)))
+               for o, h, lo, j in zip(offsets.tolist(), key_hi.tolist(), key_lo.tolist(),
+                                      which.tolist())}
+        assert len(got) == len(offsets) and got == expected, seg
+        assert set(rest) <= set(listed)
+        read, left = read + len(got), left + len(rest)
+    assert read > 50  # the kernels read some themselves
+    if case != "uncompressed-txn-tombstones":
+        assert left > 0  # compressed or legacy batches: the batch-by-batch reader's
