@@ -328,13 +328,16 @@ def group_segments(segments: Sequence[SegmentInfo], first_uncleanable: int, segm
 
 def fits_one_group(segments: Sequence[SegmentInfo], segment_bytes: int,
                    segment_index_bytes: int) -> bool:
-    """Whether :func:`group_segments` can only make one group of any run of ``segments``: all
-    of them together stay within the group's size limits. (The limit on the offsets a group
-    spans is not checked: a round that still needs two groups is planned again the general
-    way, see :func:`compactor.spark.stages.clean_in_one_pass`.)"""
-    return (sum(s.size_bytes for s in segments) <= segment_bytes
-            and sum(s.index_bytes for s in segments) <= segment_index_bytes
-            and sum(s.time_index_bytes for s in segments) <= segment_index_bytes)
+    """Whether :func:`group_segments` can only make one group of any run of a partition's
+    ``segments`` that a round can clean: all of them but the last (the active segment, which
+    no round includes: :func:`first_uncleanable_offset` stops at its base) together stay
+    within the group's size limits. (The limit on the offsets a group spans is not checked: a
+    round that still needs two groups is planned again the general way, see
+    :func:`compactor.spark.stages.clean_in_one_pass`.)"""
+    inactive = segments[:-1]
+    return (sum(s.size_bytes for s in inactive) <= segment_bytes
+            and sum(s.index_bytes for s in inactive) <= segment_index_bytes
+            and sum(s.time_index_bytes for s in inactive) <= segment_index_bytes)
 
 
 def plan_partition(
