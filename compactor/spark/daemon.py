@@ -58,7 +58,7 @@ def prefer_installed_pyspark() -> None:
         lib = pyspark and pyspark.origin and os.path.join(os.path.dirname(pyspark.origin),
                                                           "python", "lib")
         same = bool(lib) and all(
-            os.path.realpath(os.path.dirname(z)) == os.path.realpath(str(lib)) for z in zips)
+            os.path.normpath(os.path.dirname(z)) == os.path.normpath(str(lib)) for z in zips)
         py4j = [z for z in zips if os.path.basename(z).startswith("py4j-")]
         if same and py4j:
             same = (importlib.util.find_spec("py4j") is not None
