@@ -45,7 +45,7 @@ def main() -> int:
                    check=True, capture_output=True)
     size = sum(f.stat().st_size for f in template.glob("*/*.log"))
     print(f"log dir: {size / 1e6:.1f} MB of segments in "
-          f"{len(list(template.glob('*-[0-9]*')))} partitions")
+          f"{len(list(template.glob('*-[0-9]*')))} partition directories")
     outside: list[float] = []
     for run in range(args.runs):
         work = root / f"run-{run}"
