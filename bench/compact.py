@@ -194,6 +194,7 @@ def main() -> int:
     name = cache.name
     work = Path(tempfile.mkdtemp(prefix="bench-compact-run-")) / "logs"
     shutil.copytree(cache, work, ignore=shutil.ignore_patterns(".complete"))
+    os.sync()
 
     records, size, parse_s = parse_only(work)
     framed_size, framing_s = framing_only(work)
@@ -234,6 +235,7 @@ def main() -> int:
         if n:
             shutil.rmtree(work)
             shutil.copytree(cache, work, ignore=shutil.ignore_patterns(".complete"))
+            os.sync()  # the copy's dirty pages written now, not during the round's fsyncs
         code, seconds[label], clean_mb_s[label] = _timed_round(
             spark, str(work), now_ms, args.master, label, parse_s, configs,
             native="pure" not in label)
@@ -257,6 +259,7 @@ def main() -> int:
         big = _cached(args, 4)
         shutil.rmtree(work)
         shutil.copytree(big, work, ignore=shutil.ignore_patterns(".complete"))
+        os.sync()
         big_records = args.records * 4
         code, big_s, _ = _timed_round(spark, str(work), DEFAULT_START_MS + big_records
                                       + 86_400_000, args.master, "warm session, 4x input",
