@@ -7,8 +7,13 @@ from __future__ import annotations
 import os
 import socket
 import sys
+import threading
 import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any
 
+from pyspark import SparkContext
 from pyspark.errors import PySparkRuntimeError
 from pyspark.sql import SparkSession
 
@@ -89,16 +94,49 @@ class LazySession:
 
 
 def _start_workers(spark: SparkSession) -> None:
-    """One trivial Python task per core, so the executors' Python workers start here and the
-    report shows their start apart from the work."""
+    """Spark's start that the first job would otherwise pay inside the work, done here so
+    the report shows it apart: the executors' Python workers (one trivial task per core) and,
+    side by side in another thread, the JVM's first Arrow query (a Python function over a few
+    rows, the shape of every stage of a round: the SQL engine's and the Arrow paths' classes
+    load and compile, about two seconds on a cold JVM, while the workers' daemon starts)."""
     sc = spark.sparkContext
     n = max(1, sc.defaultParallelism)
+    failed: list[BaseException] = []
+
+    def python_workers() -> None:
+        try:
+            with _job_group(sc):
+                sc.parallelize(range(n), n).mapPartitions(_nothing).count()
+        except BaseException as err:  # raised again by the caller's thread
+            failed.append(err)
+
+    thread = threading.Thread(target=python_workers, name="worker-start", daemon=True)
+    thread.start()
+    try:
+        with _job_group(sc):
+            spark.range(n, numPartitions=n).mapInArrow(_pass_through, "id long").collect()
+    finally:
+        thread.join()
+    if failed:
+        raise failed[0]
+
+
+@contextmanager
+def _job_group(sc: SparkContext) -> Iterator[None]:
     sc.setJobGroup("kafka-compactor-worker-start", "kafka-compactor: worker_start")
     try:
-        sc.parallelize(range(n), n).mapPartitions(lambda _: [0]).count()
+        yield
     finally:
         sc.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
         sc.setLocalProperty("spark.job.description", None)  # type: ignore[arg-type]
+
+
+def _nothing(_: Iterable[int]) -> list[int]:
+    return [0]
+
+
+def _pass_through(batches: Iterator[Any]) -> Iterator[Any]:
+    yield from batches
 
 
 def check_master_reachable(master: str, timeout_s: float = MASTER_CONNECT_TIMEOUT_S) -> None:
