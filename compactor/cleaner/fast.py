@@ -693,7 +693,8 @@ def segment_keys(data: bytes, positions: Sequence[int], chunk_bytes: int
     of the batches at ``positions`` (ascending) that the kernels read, as ``(offsets, key_hi,
     key_lo, batch index into positions)``, and the positions they left."""
     parts = []
-    left: list[int] = []
+    # a position outside the segment is no chunk's: the batch-by-batch reader reports it
+    left: list[int] = [p for p in positions if not 0 <= p < len(data)]
     scratch = np.empty((1024, kernels.COLUMNS), np.int64)
     wanted = np.asarray(positions, np.int64)
     for start, end in chunk_ranges(positions, len(data), chunk_bytes):

@@ -18,7 +18,7 @@ import xxhash
 from compactor.codec.records import RecordBatch
 from compactor.codec.segment import iter_batches
 from compactor.erasure.rules import Matcher
-from compactor.errors import CompactorError
+from compactor.errors import CompactorError, TruncatedSegmentError
 from compactor.cleaner.policy import NO_CONTROL_TYPE, BatchHeader
 
 _MASK64 = (1 << 64) - 1
@@ -143,9 +143,7 @@ def keyed_records(data: bytes, path: str, flags_by_position: Mapping[int, BatchF
 
             scanned, left = segment_keys(data, positions, KEY_SCAN_CHUNK_BYTES)
             columns.append(scanned)
-            batches: Iterable[RecordBatch] = (
-                next(iter_batches(data, path=path, start_position=p, verify_crc=False))
-                for p in left)
+            batches: Iterable[RecordBatch] = (_batch_at(data, path, p) for p in left)
         else:
             batches = (b for b in iter_batches(data, path=path, verify_crc=False)
                        if b.position in flags_by_position)
@@ -168,6 +166,20 @@ def keyed_records(data: bytes, path: str, flags_by_position: Mapping[int, BatchF
                      offset=offset, key_hi=key_hi, key_lo=key_lo,
                      in_map=(feeds[which] if len(flags) else np.zeros(0, bool))
                      & (offset >= first_dirty))
+
+
+def _batch_at(data: bytes, path: str, position: int) -> RecordBatch:
+    """The batch at ``position`` of a segment (CRC not checked: the round's header scan
+    did).
+
+    Raises:
+        CompactorError: no batch can be decoded there.
+    """
+    for batch in iter_batches(data, path=path, start_position=position, verify_crc=False):
+        return batch
+    raise TruncatedSegmentError(
+        "the segment ends where the round's header scan found a batch (it changed during the "
+        "run)", path=path, position=position)
 
 
 def _batch_rows(batch: RecordBatch, index: int, native: bool

@@ -7,11 +7,13 @@ import random
 from collections.abc import Collection, Sequence
 
 import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from compactor.codec.records import NewRecord, NewRecordBatch, RecordBatch, encode_batch
 from compactor.codec.segment import iter_batches
+from compactor.errors import CompactorError
 from compactor.cleaner.policy import BatchDecision, BatchRetention
 from compactor.cleaner.rebatch import BatchDrops, iter_drops
 from compactor.cleaner.scan import (
@@ -166,3 +168,15 @@ def test_writer_and_scan_combine_agree(spec: list, aborted: list[bool], first_di
         parts.append(keyed_records(data, "seg.log", flags, first_dirty))
     rows = concat_rows(parts)
     assert writer == rows.offset[locally_superseded(rows)].tolist()
+
+
+def test_a_listed_batch_past_the_end_is_a_located_error() -> None:
+    """A batch the header scan listed but the segment no longer holds (it was truncated in
+    between): the native key scan reports where, as a segment error, not a crash."""
+    data = encode_batch(NewRecordBatch(base_offset=0, records=[
+        NewRecord(offset_delta=0, timestamp=0, key=b"k", value=b"v")]))
+    flags = {0: BatchFlags(0, feeds_map=True), len(data): BatchFlags(0, feeds_map=True)}
+    with pytest.raises(CompactorError) as raised:
+        keyed_records(data, "seg.log", flags, first_dirty=0, native=True)
+    assert raised.value.code == "TRUNCATED_SEGMENT"
+    assert raised.value.path == "seg.log" and raised.value.position == len(data)
