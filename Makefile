@@ -15,9 +15,12 @@ export PYSPARK_PYTHON ?= $(abspath $(BIN)/python)
 venv: $(STAMP)
 
 # The writer's numba kernels compiled once here (cached on disk; half a second when they are),
-# not by every Spark Python worker side by side on first use.
+# not by every Spark Python worker side by side on first use; then the driver JVM's archive of
+# Spark's classes (AppCDS, made once per environment: a session starts in two thirds of the
+# time). Without the archive the commands work as before, so failing to make it stops nothing.
 kernels: venv
 	$(BIN)/python -c "from compactor.cleaner.fast import compile_kernels; compile_kernels()"
+	-$(BIN)/python -m compactor.tools.class_archive
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
