@@ -22,6 +22,7 @@ import os
 import sys
 import tempfile
 
+from compactor.errors import CompactorError
 from compactor.log import storage
 
 DUMP_TIMEOUT_S = 300
@@ -67,14 +68,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"class archive: {args.out} (there already)")
         return 0
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    reason = make(args.out)
-    if reason is not None:
+    try:
+        reason = make(args.out)
+    except CompactorError as err:  # no Java, for one
+        reason = err.message
+    if reason is None:
+        print(f"class archive: {args.out} ({storage.stat(args.out).size / 1e6:.0f} MB)")
+    else:
         print(f"class archive: not made ({reason}); commands start without it", file=sys.stderr)
-        return 1
-    print(f"class archive: {args.out} ({storage.stat(args.out).size / 1e6:.0f} MB)")
     sys.stdout.flush()
+    sys.stderr.flush()
     # the JVM is gone: pyspark's exit handlers would only report the lost connection
-    os._exit(0)
+    os._exit(0 if reason is None else 1)
 
 
 if __name__ == "__main__":
