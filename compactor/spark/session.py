@@ -13,6 +13,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import pyspark
 from pyspark import SparkContext
 from pyspark.errors import PySparkRuntimeError
 from pyspark.sql import SparkSession
@@ -38,7 +39,7 @@ def class_archive() -> str:
     (``COMPACTOR_CLASS_ARCHIVE``, else in the Python environment, next to its pyspark:
     ``python -m compactor.tools.class_archive`` makes it, ``make`` does so once)."""
     return os.environ.get("COMPACTOR_CLASS_ARCHIVE") or os.path.join(
-        sys.prefix, "share", "kafka-compactor", "spark-classes.jsa")
+        sys.prefix, "share", "kafka-compactor", f"spark-classes-{pyspark.__version__}.jsa")
 
 
 def driver_java_options(archive_out: str | None) -> str:
