@@ -42,7 +42,7 @@ def prefer_installed_pyspark() -> None:
     Python compiles a module imported from a zip archive anew in every process (zipimport
     keeps no bytecode) and re-reads the archive's directory whenever the import caches are
     invalidated (``pyspark.worker_util.setup_spark_files``, at each worker's first task):
-    about a second and a half of CPU per cold round on two cores. With another Spark
+    1.5 and 0.7 s of the workers' CPU in a cold demo round (py-spy). With another Spark
     installation (a cluster's), the path stays as Spark set it."""
     import importlib.metadata
     import importlib.util

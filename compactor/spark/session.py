@@ -47,7 +47,8 @@ def driver_java_options(archive_out: str | None) -> str:
     (AppCDS, JDK 13+): with the installation's archive the JVM maps Spark's classes instead of
     loading and verifying each one, and a session starts in about two thirds of the time
     (README, Benchmarks). An archive the JVM cannot use (another JDK, another pyspark) is
-    ignored, silently: the JVM's CDS messages are off, as they would go to stdout."""
+    ignored, silently (``tests/e2e/test_class_archive.py``); the JVM's CDS messages are off
+    besides, as a plain ``java`` prints its refusal of an archive on stdout."""
     options = [] if _verbose else [f"-Dlog4j2.configurationFile=file:{QUIET_LOG4J}"]
     if archive_out is not None:
         sharing = [f"-XX:ArchiveClassesAtExit={archive_out}"]

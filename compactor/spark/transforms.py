@@ -18,8 +18,8 @@ writer from the batch decisions. A partition cleaned in one group needs neither 
 nor decision rows: ``rewrite_whole_partitions`` decides its batches and writes it in one task,
 and one whose segments all fit one group is cleaned in one pass (``clean_in_one_pass``: one
 task scans, plans and writes it, so a round of small partitions is one Spark job). Every
-Python stage exchanges Arrow tables; no pandas DataFrame is built on either side. The grouped stages key on a group slot (``with_slots``) so
-that every group is a task of its own. Transforms never collect, count or cache: the job
+Python stage exchanges Arrow tables; no pandas DataFrame is built on either side. The grouped
+stages key on a group slot (``with_slots``) so that every group is a task of its own. Transforms never collect, count or cache: the job
 (``jobs/compact.py``) decides actions.
 """
 
@@ -107,12 +107,22 @@ def check_segment(path: str, base: int, next_base: int | None,
         raise problems[0]
 
 
+def checked_headers(path: str, base: int, next_base: int | None) -> list[BatchHeader]:
+    """A segment's batch headers, CRCs verified, after the checks of :func:`check_segment`.
+
+    Raises:
+        CompactorError: the first problem found.
+    """
+    with storage.mapped(path) as data:
+        headers = segment_headers(data, path, base)
+    check_segment(path, base, next_base, headers)
+    return headers
+
+
 def _header_batch(tp_id: int, segment_base: int, path: str,
                   next_base: int | None) -> pa.RecordBatch:
     try:
-        with storage.mapped(path) as data:
-            headers = segment_headers(data, path, segment_base)
-        check_segment(path, segment_base, next_base, headers)
+        headers = checked_headers(path, segment_base, next_base)
     except CompactorError as err:
         row: dict[str, list] = {name: [None] for name in _HEADER_ARROW.names}
         row.update(tp_id=[tp_id], segment_base=[segment_base], error=[json.dumps(err.to_dict())])
@@ -186,10 +196,16 @@ def plan_rounds(inputs: Mapping[int, PartitionInput]) -> Transform:
     return lambda headers: headers.groupBy("tp_id").applyInArrow(plan, PLAN)
 
 
-def _decided(inp: PartitionInput, plan: CleaningPlan,
-             table: pa.Table) -> list[tuple[BatchHeader, BatchDecision]]:
-    """The decisions of the batches of a partition's round, from its header rows."""
-    return inp.decide(plan, _headers_from_arrow(table))
+def _write_one_group(tp_id: int, inp: PartitionInput, plan: CleaningPlan,
+                     headers: Sequence[BatchHeader], *, fsync: bool, native: bool) -> dict:
+    """Decide the batches of a round of one group and write the group: its ``COMMIT_MESSAGE``
+    row (every key's latest record is in the group itself, so no record is superseded from
+    outside it, see :func:`compactor.spark.stages.write_cleaned_segments`)."""
+    (group,) = plan.groups
+    decided = inp.decide(plan, headers)
+    m = write_group(inp, group, {(h.segment_base, h.position): d for h, d in decided}, set(),
+                    first_dirty=plan.first_dirty_offset, fsync=fsync, native=native)
+    return message_to_row(tp_id, m)
 
 
 def decide_batches(inputs: Mapping[int, PartitionInput],
@@ -207,7 +223,7 @@ def decide_batches(inputs: Mapping[int, PartitionInput],
                  d.retain_deletes, d.marker_horizon,
                  *((t.producer_id, t.first_offset, t.last_offset, t.last_stable_offset)
                    if (t := d.txn_entry) else (None, None, None, None)))
-                for h, d in _decided(inputs[tp_id], plan, table)]
+                for h, d in inputs[tp_id].decide(plan, _headers_from_arrow(table))]
         return _table(rows, _DECISION_ARROW)
 
     planned = list(plans)
@@ -347,8 +363,7 @@ def rewrite_whole_partitions(inputs: Mapping[int, PartitionInput],
                              fsync: bool = True, native: bool = True) -> Transform:
     """Batch headers -> one ``COMMIT_MESSAGE`` row per partition of ``plans``, each a round of
     one group: the task that holds the partition's headers decides its batches and writes the
-    group (in a one-group round every key's latest record is in the group, so no record is
-    superseded from outside it, see :func:`compactor.spark.stages.write_cleaned_segments`).
+    group (:func:`_write_one_group`).
 
     Args:
         plans: plans of one group each.
@@ -357,13 +372,9 @@ def rewrite_whole_partitions(inputs: Mapping[int, PartitionInput],
 
     def rewrite(table: pa.Table) -> pa.Table:
         tp_id = table.column("tp_id")[0].as_py()
-        plan = plans[tp_id]
-        (group,) = plan.groups
-        decided = _decided(inputs[tp_id], plan, table)
-        m = write_group(inputs[tp_id], group,
-                        {(h.segment_base, h.position): d for h, d in decided}, set(),
-                        first_dirty=plan.first_dirty_offset, fsync=fsync, native=native)
-        return pa.Table.from_pylist([message_to_row(tp_id, m)], schema=_COMMIT_ARROW)
+        row = _write_one_group(tp_id, inputs[tp_id], plans[tp_id], _headers_from_arrow(table),
+                               fsync=fsync, native=native)
+        return pa.Table.from_pylist([row], schema=_COMMIT_ARROW)
 
     whole = list(plans)
     return lambda headers: (
@@ -394,11 +405,8 @@ def clean_in_one_pass(inputs: Mapping[int, PartitionInput], bins: Sequence[Seque
         headers: list[BatchHeader] = []
         try:
             for s, nxt in zip(inp.segments, [*inp.segments[1:], None], strict=True):
-                with storage.mapped(s.log_path) as data:
-                    found = segment_headers(data, s.log_path, s.base_offset)
-                check_segment(s.log_path, s.base_offset,
-                              None if nxt is None else nxt.base_offset, found)
-                headers += found
+                headers += checked_headers(s.log_path, s.base_offset,
+                                           None if nxt is None else nxt.base_offset)
             problems = txn_problems(inp.path, headers, inp.aborted_txns)
             if problems:
                 raise problems[0]
@@ -409,11 +417,7 @@ def clean_in_one_pass(inputs: Mapping[int, PartitionInput], bins: Sequence[Seque
         plan = inp.plan(headers)
         message = None
         if write and plan.will_clean and len(plan.groups) == 1:
-            decided = inp.decide(plan, headers)
-            m = write_group(inp, plan.groups[0],
-                            {(h.segment_base, h.position): d for h, d in decided}, set(),
-                            first_dirty=plan.first_dirty_offset, fsync=fsync, native=native)
-            message = message_to_row(tp_id, m)
+            message = _write_one_group(tp_id, inp, plan, headers, fsync=fsync, native=native)
         return {"tp_id": tp_id, "plan": plan_to_row(tp_id, plan), "message": message}
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

@@ -48,10 +48,11 @@ def make(out: str) -> str | None:
         return "the JVM's process is not this process's child (a spark-submit JVM?)"
     proc.stdin.close()  # PythonGatewayServer exits on end of input: the JVM writes the archive
     code = proc.wait(timeout=DUMP_TIMEOUT_S)
-    if result.exit_code != 0 or code != 0 or not storage.exists(partial):
+    written = storage.exists(partial)
+    if result.exit_code != 0 or code != 0 or not written:
         storage.remove(partial, missing_ok=True)
         return (f"the round exited {result.exit_code}, the JVM {code}"
-                + ("" if storage.exists(partial) else ", and wrote no archive"))
+                + ("" if written else ", and it wrote no archive"))
     storage.rename(partial, out)
     return None
 
