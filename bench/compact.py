@@ -55,7 +55,7 @@ from compactor.codec.compression import Codec  # noqa: E402
 from compactor.codec.segment import iter_batches  # noqa: E402
 from compactor.tools.generator import DEFAULT_START_MS, GeneratorConfig, generate  # noqa: E402
 from compactor.cleaner.scan import key_digest  # noqa: E402
-from compactor.spark.session import driver_java_options  # noqa: E402
+from compactor.spark.session import LOCAL_CONF, driver_java_options  # noqa: E402
 
 
 class MemorySampler(threading.Thread):
@@ -214,7 +214,8 @@ def main() -> int:
     spark = (SparkSession.builder.master(args.master).appName("bench-compact")
              .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
              .config("spark.driver.memory", "4g")
-             .config("spark.python.daemon.module", args.daemon)
+             # the command line's local sessions' settings, with the daemon of --daemon
+             .config(map={**LOCAL_CONF, "spark.python.daemon.module": args.daemon})
              # the driver JVM's options of the command line's sessions (the class archive)
              .config("spark.driver.extraJavaOptions", driver_java_options(None))
              .getOrCreate())

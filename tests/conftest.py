@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
-from compactor.spark.daemon import MODULE as DAEMON_MODULE
+from compactor.spark.session import LOCAL_CONF
 from compactor.tools.generator import GeneratorConfig, generate
 
 settings.register_profile(
@@ -73,7 +73,7 @@ def spark():  # type: ignore[no-untyped-def]
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.python.daemon.module", DAEMON_MODULE)  # as the command line's sessions
+        .config(map=LOCAL_CONF)  # as the command line's local sessions
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")

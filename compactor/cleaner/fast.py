@@ -856,8 +856,13 @@ def compile_kernels() -> None:
     """Compile every kernel (or load it from numba's on-disk cache, next to the modules or in
     ``NUMBA_CACHE_DIR``) by calling it once on empty input: about 10 s the first time, half a
     second after. ``make demo``/``make test`` call it, so Spark's Python workers find the
-    kernels compiled instead of compiling them side by side."""
-    none = np.zeros(0, np.uint8)
+    kernels compiled instead of compiling them side by side; the workers' daemon
+    (:mod:`compactor.spark.daemon`) calls it before it forks them.
+
+    The kernels that read a segment's bytes are called with both kinds of buffer they meet: a
+    read-only one (``np.frombuffer`` over ``bytes`` or a read-only map) and a writable one.
+    numba compiles a signature per kind, and each missing one would cost a worker tens of
+    milliseconds of LLVM at its first use (py-spy, a cold demo round)."""
     small = np.zeros(64, np.uint8)
     layout = np.zeros((1, kernels.COLUMNS), np.int64)
     reasons = np.zeros(0, np.int8)
@@ -865,18 +870,19 @@ def compile_kernels() -> None:
     used = np.zeros(2, np.int64)
     tally = np.zeros(8, np.int64)
     no_offsets = np.zeros(0, np.int64)
-    kernels.parse_layout(none, 0, 0, 0, layout)
-    kernels.rebuild_records(none, layout, 0, reasons, 0, False, 0, 0, small)
-    decide_records(none, layout, 0, 0, True, False, 0, False, no_offsets, table, small.copy(),
-                   used, reasons, tally)
+    for none in (np.zeros(0, np.uint8), np.frombuffer(b"", np.uint8)):
+        kernels.parse_layout(none, 0, 0, 0, layout)
+        kernels.rebuild_records(none, layout, 0, reasons, 0, False, 0, 0, small)
+        decide_records(none, layout, 0, 0, True, False, 0, False, no_offsets, table,
+                       small.copy(), used, reasons, tally)
+        scan_chunk_keys(none, no_offsets, layout)
+        frames = frame_chunk(none)
+        decide_chunk(none, frames, reasons, 0, no_offsets, table, small.copy(), used, tally,
+                     reasons, np.zeros((0, 4), np.int64), layout)
+        filter_chunk(none, frames, reasons, np.zeros((0, 5), np.int64), 0, small,
+                     np.zeros((0, 3), np.int64), layout)
     _retained_figures(layout, 0, reasons, 0, False, 0)
     _keyed_rows(layout, 0, 0)
-    scan_chunk_keys(none, no_offsets, layout)
-    frames = frame_chunk(none)
-    decide_chunk(none, frames, reasons, 0, no_offsets, table, small.copy(), used, tally, reasons,
-                 np.zeros((0, 4), np.int64), layout)
-    filter_chunk(none, frames, reasons, np.zeros((0, 5), np.int64), 0, small,
-                 np.zeros((0, 3), np.int64), layout)
 
 
 def _dropped_offsets(batch: RecordBatch, fate: BatchFate) -> frozenset[int]:

@@ -294,7 +294,7 @@ def run_locked(session: LazySession, opts: MaintenanceOptions, catalog: Catalog)
             stages.done("commit")
         return report
     stages.done("metadata")
-    spark = session()
+    spark = session(spark_stages.input_bytes(inputs))
     stages.split(session.startup_s)
     try:
         with spark_stages.round_settings(spark, inputs):

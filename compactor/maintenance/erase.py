@@ -102,7 +102,8 @@ def _scan(spark: LazySession, parts: Mapping[int, PartitionLog],
                 records={i: 0 for i in parts})
     if not any(p.segments for p in parts.values()):
         return out
-    for r in spark_stages.erasure_scan(spark(), parts, matchers):
+    session = spark(spark_stages.input_bytes(parts))
+    for r in spark_stages.erasure_scan(session, parts, matchers):
         if r.kind == "segment":
             if r.error:
                 out.errors.setdefault(r.tp_id, json.loads(r.error))

@@ -10,12 +10,15 @@ task. With ``spark.python.daemon.module=compactor.spark.daemon`` the daemon impo
 all that once, then ``gc.freeze()`` moves it out of the collector's sight; every worker
 inherits both through ``fork``.
 
-Only what starts no thread of its own before the fork is loaded here (pyspark's daemon warns
-that a thread running at ``fork`` can deadlock the child): numba compiles and loads without
-threads, numpy's OpenBLAS pool is shut down and restarted around ``fork`` by OpenBLAS itself,
-and pyarrow, whose import starts an allocator thread (and imports pandas), is left for the
-worker to import: :mod:`compactor.spark.writer` and everything it imports never import it
-(``tests/spark/test_daemon.py`` checks both).
+Each worker's first Arrow task also used to import pyarrow and, through pyarrow's first
+conversion of a Python list, pandas: another half second of CPU a worker. The daemon loads
+those too.
+
+Nothing loaded here starts a thread before the fork (pyspark's daemon warns that a thread
+running at ``fork`` can deadlock the child): numba compiles and loads without threads, numpy's
+OpenBLAS pool is shut down and restarted around ``fork`` by OpenBLAS itself, and Arrow's
+bundled jemalloc, whose background thread would start as pyarrow loads, is told not to start
+it (``tests/spark/test_daemon.py`` checks that the preload adds no thread).
 
 The sessions the command line creates in local mode use this daemon; on a cluster whose
 executors have the package installed, ``spark-submit --conf
@@ -33,6 +36,8 @@ import traceback
 
 #: the value of ``spark.python.daemon.module`` that selects this daemon
 MODULE = "compactor.spark.daemon"
+#: the bundled jemalloc's settings (``JE_ARROW_MALLOC_CONF``, read when pyarrow loads)
+ARROW_JEMALLOC_ENV = "JE_ARROW_MALLOC_CONF"
 
 
 def prefer_installed_pyspark() -> None:
@@ -74,11 +79,25 @@ def prefer_installed_pyspark() -> None:
 
 
 def preload() -> None:
-    """Import the executor modules that start no thread and load the writer's kernels."""
+    """Import the executor modules and load the writer's kernels, starting no thread."""
     import compactor.spark.writer  # noqa: F401  (codec, cleaner, numpy, numba)
     from compactor.cleaner.fast import compile_kernels
 
     compile_kernels()
+    # Arrow's bundled jemalloc starts its background thread when pyarrow loads unless told
+    # otherwise; Arrow allocates from mimalloc by default, and with jemalloc chosen
+    # (ARROW_DEFAULT_MEMORY_POOL) dirty pages are purged inline instead. A setting of the
+    # user's own is kept (and then pyarrow is left to the workers if it starts a thread).
+    os.environ.setdefault(ARROW_JEMALLOC_ENV, "background_thread:false")
+    if os.environ[ARROW_JEMALLOC_ENV] != "background_thread:false":
+        return
+    import pyarrow as pa
+    import pyspark.sql.pandas.serializers  # noqa: F401  (the Arrow UDF paths' serializers)
+
+    # pyarrow imports pandas, when installed, the first time it converts a Python sequence
+    # (pyarrow.array asks whether the object is pandas-like): half a second of every worker's
+    # first task (py-spy, a cold demo round), paid here once instead
+    pa.array([0])
 
 
 def main() -> None:

@@ -23,6 +23,22 @@ from compactor.log import storage
 from compactor.spark import daemon
 
 MASTER_CONNECT_TIMEOUT_S = 10.0
+#: a local session for a round that reads at most this much runs its JVM with the C1 compiler
+#: only (:func:`driver_java_options`)
+SHORT_ROUND_BYTES = 1 << 30
+#: PySpark's setting that trims its own frames off a Python function's traceback
+SIMPLIFIED_TRACEBACK = "spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled"
+#: the settings of a local session: its workers run this interpreter, which has the package,
+#: so their daemon is the one that loads the executor code once (compactor.spark.daemon); and
+#: one daemon serves the RDD API's workers and the SQL engine's, so the session's start can
+#: start it before the SQL engine's first query is planned (_start_workers). Spark keeps a
+#: daemon per distinct worker environment (SparkEnv.createPythonWorker), and the SQL runners
+#: add SPARK_SIMPLIFIED_TRACEBACK to theirs unless that setting is off
+#: (BasePythonRunner.compute); off, a failing Python function's traceback also shows PySpark's
+#: own frames.
+LOCAL_CONF = {"spark.python.daemon.module": daemon.MODULE, SIMPLIFIED_TRACEBACK: "false"}
+#: the JVM's C1-only compilation (HotSpot tiered compilation stopped at its first tier)
+C1_ONLY = "-XX:TieredStopAtLevel=1"
 QUIET_LOG4J = os.path.join(os.path.dirname(os.path.abspath(__file__)), "log4j2-quiet.properties")
 _verbose = False
 
@@ -42,13 +58,22 @@ def class_archive() -> str:
         sys.prefix, "share", "kafka-compactor", f"spark-classes-{pyspark.__version__}.jsa")
 
 
-def driver_java_options(archive_out: str | None) -> str:
+def driver_java_options(archive_out: str | None, *, short_round: bool = False) -> str:
     """The driver JVM's options: errors-only logging, and the JVM's class-data sharing
     (AppCDS, JDK 13+): with the installation's archive the JVM maps Spark's classes instead of
     loading and verifying each one, and a session starts in about two thirds of the time
     (README, Benchmarks). An archive the JVM cannot use (another JDK, another pyspark) is
     ignored, silently (``tests/e2e/test_class_archive.py``); the JVM's CDS messages are off
-    besides, as a plain ``java`` prints its refusal of an archive on stdout."""
+    besides, as a plain ``java`` prints its refusal of an archive on stdout.
+
+    Args:
+        short_round: the session serves one round of at most :data:`SHORT_ROUND_BYTES` in
+            local mode, where the driver's JVM is the executor: compile with C1 only. A short
+            JVM spends much of its CPU in C2 compiling the SQL engine's code for a peak it
+            never reaches; with C1 only the demo's command takes 6.5 s instead of 8.3 and a
+            1 GB round a tenth less, while a JVM that shuffles for long is a sixth slower
+            (README, Benchmarks).
+    """
     options = [] if _verbose else [f"-Dlog4j2.configurationFile=file:{QUIET_LOG4J}"]
     if archive_out is not None:
         sharing = [f"-XX:ArchiveClassesAtExit={archive_out}"]
@@ -58,16 +83,20 @@ def driver_java_options(archive_out: str | None) -> str:
         sharing = []
     if sharing:
         options += [*sharing, "-Xlog:cds=off", "-Xlog:cds+dynamic=off"]
+    if short_round:
+        options.append(C1_ONLY)
     return " ".join(options)
 
 
 def get_spark(master: str | None, app_name: str = "kafka-compactor", *,
-              archive_out: str | None = None) -> SparkSession:
+              archive_out: str | None = None, short_round: bool = False) -> SparkSession:
     """The active session, or a new one (``master`` or spark-submit's, else ``local[*]``).
 
     Args:
         archive_out: write the driver JVM's class-data-sharing archive there when it exits
             (:mod:`compactor.tools.class_archive`).
+        short_round: the session serves one round of at most :data:`SHORT_ROUND_BYTES`
+            (:func:`driver_java_options`; only a new local session's JVM is affected).
 
     Raises:
         SparkUnavailableError: the session cannot start (no Java, for one).
@@ -82,13 +111,13 @@ def get_spark(master: str | None, app_name: str = "kafka-compactor", *,
         builder = builder.master(master)
     elif not submitted:
         builder = builder.master("local[*]")
-    if not submitted and (master or "local").startswith("local"):
+    local = not submitted and (master or "local").startswith("local")
+    if local:
         # Spark picks the first non-loopback address otherwise, and warns about it
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-        # local workers run this interpreter, which has the package: the daemon that loads
-        # the executor code once (compactor.spark.daemon)
-        builder = builder.config("spark.python.daemon.module", daemon.MODULE)
-    if not submitted and (java_options := driver_java_options(archive_out)):
+        builder = builder.config(map=LOCAL_CONF)
+    if not submitted and (java_options := driver_java_options(
+            archive_out, short_round=short_round and local)):
         builder = builder.config("spark.driver.extraJavaOptions", java_options)
     # local Python workers must run the interpreter that has this package installed
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -113,11 +142,19 @@ class LazySession:
         #: executors' Python workers) when this object started the session, for the report
         self.startup_s: dict[str, float] = {}
 
-    def __call__(self) -> SparkSession:
+    def __call__(self, input_bytes: int | None = None) -> SparkSession:
+        """The session, started by the first call.
+
+        Args:
+            input_bytes: how much the session's work reads, when known: a local session for
+                at most :data:`SHORT_ROUND_BYTES` starts a JVM for short work
+                (:func:`driver_java_options`).
+        """
         if self._session is None:
             fresh = SparkSession.getActiveSession() is None
             started = time.perf_counter()
-            self._session = get_spark(self._master)
+            self._session = get_spark(self._master, short_round=input_bytes is not None
+                                      and input_bytes <= SHORT_ROUND_BYTES)
             if fresh:
                 ready = time.perf_counter()
                 self.startup_s["session_start"] = ready - started
@@ -128,10 +165,10 @@ class LazySession:
 
 def _start_workers(spark: SparkSession) -> None:
     """Spark's start that the first job would otherwise pay inside the work, done here so
-    the report shows it apart: the executors' Python workers (one trivial task per core) and,
-    side by side in another thread, the JVM's first Arrow query (a Python function over a few
-    rows, the shape of every stage of a round: the SQL engine's and the Arrow paths' classes
-    load and compile, about two seconds on a cold JVM, while the workers' daemon starts)."""
+    the report shows it apart: the executors' Python worker daemon with a worker per core (one
+    trivial task per core) and, side by side in another thread, the JVM's first query through
+    a Python function over Arrow (the shape of every stage of a round: the SQL engine's and
+    the Arrow paths' classes load and compile while the daemon loads the executor code)."""
     sc = spark.sparkContext
     n = max(1, sc.defaultParallelism)
     failed: list[BaseException] = []

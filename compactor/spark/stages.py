@@ -47,8 +47,7 @@ def size_shuffles(spark: SparkSession, inputs: Mapping[int, PartitionInput]) -> 
     spark.conf.set("spark.sql.adaptive.coalescePartitions.enabled", "false")
     if spark.conf.get("spark.sql.shuffle.partitions") != "200":
         return
-    total = sum(s.size_bytes for inp in inputs.values() for s in inp.segments)
-    wanted = max(2 * spark.sparkContext.defaultParallelism, -(-total // (64 << 20)))
+    wanted = max(2 * spark.sparkContext.defaultParallelism, -(-input_bytes(inputs) // (64 << 20)))
     spark.conf.set("spark.sql.shuffle.partitions", str(wanted))
 
 
@@ -149,7 +148,8 @@ def _group_bytes(inputs: Mapping[int, HasSegments], plans: Mapping[int, Cleaning
     return total
 
 
-def _bytes(parts: Mapping[int, HasSegments]) -> int:
+def input_bytes(parts: Mapping[int, HasSegments]) -> int:
+    """The bytes of the partitions' segments: what a scan of them reads."""
     return sum(s.size_bytes for p in parts.values() for s in p.segments)
 
 
@@ -202,9 +202,9 @@ def clean_in_one_pass(spark: SparkSession, inputs: Mapping[int, PartitionInput],
     messages: list[CommitMessage] = []
     if not inputs:
         return plans, errors, messages
-    bins = balanced_bins({i: _bytes({i: inp}) for i, inp in inputs.items()},
+    bins = balanced_bins({i: input_bytes({i: inp}) for i, inp in inputs.items()},
                          4 * spark.sparkContext.defaultParallelism)
-    with spark_step(spark, "one_pass", total_bytes=_bytes(inputs)):
+    with spark_step(spark, "one_pass", total_bytes=input_bytes(inputs)):
         rows = (spark.range(len(bins), numPartitions=len(bins))
                 .transform(transforms.clean_in_one_pass(inputs, bins, write=write, fsync=fsync,
                                                         native=native))
@@ -234,7 +234,7 @@ def scan_and_plan(spark: SparkSession, inputs: Mapping[int, PartitionInput]
     if not inputs:
         return plans, errors, None
     headers = segment_tasks(spark, inputs).transform(transforms.scan_headers).persist()
-    with spark_step(spark, "scan", total_bytes=_bytes(inputs)):
+    with spark_step(spark, "scan", total_bytes=input_bytes(inputs)):
         failed = headers.where(F.col("error").isNotNull()).select("tp_id", "error").collect()
     for row in failed:
         if row.tp_id in inputs and row.tp_id not in errors:
@@ -261,7 +261,7 @@ def erasure_scan(spark: SparkSession, parts: Mapping[int, HasSegments],
     (``schemas.spark.ERASURE_SCAN``)."""
     if not any(p.segments for p in parts.values()):
         return []
-    with spark_step(spark, "erase_scan", total_bytes=_bytes(parts)):
+    with spark_step(spark, "erase_scan", total_bytes=input_bytes(parts)):
         return segment_tasks(spark, parts).transform(transforms.scan_erasure(matchers)).collect()
 
 
@@ -271,7 +271,7 @@ def batch_headers(spark: SparkSession,
     out: dict[int, list[BatchHeader]] = {i: [] for i in parts}
     if not any(p.segments for p in parts.values()):
         return out
-    with spark_step(spark, "scan_headers", total_bytes=_bytes(parts)):
+    with spark_step(spark, "scan_headers", total_bytes=input_bytes(parts)):
         rows = segment_tasks(spark, parts).transform(transforms.scan_headers).collect()
     for r in rows:
         if r.error is None:
@@ -285,7 +285,7 @@ def key_offsets(spark: SparkSession, parts: Mapping[int, HasSegments],
                 keys: Mapping[int, frozenset[bytes]]) -> list[Row]:
     """Offsets (segment base, batch position, offset, key digest) of every record of the
     partitions whose key digest is in ``keys``; rows with ``error`` for unreadable segments."""
-    with spark_step(spark, "scan_keys", total_bytes=_bytes(parts)):
+    with spark_step(spark, "scan_keys", total_bytes=input_bytes(parts)):
         return segment_tasks(spark, parts).transform(transforms.scan_key_offsets(keys)).collect()
 
 

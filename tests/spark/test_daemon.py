@@ -4,6 +4,7 @@ that the session's workers come from it."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -12,19 +13,56 @@ import pytest
 pytestmark = pytest.mark.spark
 
 
-def test_preload_loads_the_executor_code_but_nothing_that_starts_threads() -> None:
-    probe = ("import json, sys\n"
+def test_preload_loads_the_executor_code_and_arrow_but_starts_no_thread() -> None:
+    probe = ("import json, os, sys\n"
+             "def threads():\n"
+             "    return sorted(open(f'/proc/self/task/{t}/comm').read().strip()\n"
+             "                  for t in os.listdir('/proc/self/task'))\n"
+             "import numpy\n"  # OpenBLAS's pool: shut down and restarted around fork
+             "before = threads()\n"
              "from compactor.spark import daemon\n"
              "daemon.preload()\n"
              "from compactor.cleaner import fast\n"
              "print(json.dumps({'writer': 'compactor.spark.writer' in sys.modules,\n"
              "                  'kernels': bool(fast.decide_chunk.signatures),\n"
              "                  'pyarrow': 'pyarrow' in sys.modules,\n"
-             "                  'pandas': 'pandas' in sys.modules}))\n")
+             "                  'pandas': 'pandas' in sys.modules,\n"
+             "                  'new threads': sorted(set(threads()) - set(before))\n"
+             "                  or len(threads()) - len(before)}))\n")
+    env = {k: v for k, v in os.environ.items() if k != "JE_ARROW_MALLOC_CONF"}
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         check=True, env=env).stdout
+    assert json.loads(out) == {"writer": True, "kernels": True, "pyarrow": True,
+                               "pandas": True, "new threads": 0}
+
+
+def test_an_arrow_allocator_setting_of_the_users_own_leaves_pyarrow_to_the_workers() -> None:
+    probe = ("import sys\n"
+             "from compactor.spark import daemon\n"
+             "daemon.preload()\n"
+             "print('pyarrow' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         check=True, env={**os.environ,
+                                          "JE_ARROW_MALLOC_CONF": "background_thread:true"})
+    assert out.stdout.strip() == "False"
+
+
+def test_the_kernels_are_loaded_for_read_only_and_writable_buffers() -> None:
+    probe = ("import json, numpy as np\n"
+             "from compactor.cleaner import fast\n"
+             "fast.compile_kernels()\n"
+             "names = ['frame_chunk', 'decide_chunk', 'filter_chunk', 'scan_chunk_keys',\n"
+             "         'decide_records']\n"
+             "before = {n: len(getattr(fast, n).signatures) for n in names}\n"
+             "ro, rw = np.frombuffer(b'', np.uint8), np.zeros(0, np.uint8)\n"
+             "for buf in (ro, rw):\n"
+             "    fast.frame_chunk(buf)\n"
+             "print(json.dumps({n: len(getattr(fast, n).signatures) - before[n]\n"
+             "                  for n in names} | {'kinds': before['frame_chunk']}))\n")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                          check=True).stdout
-    assert json.loads(out) == {"writer": True, "kernels": True, "pyarrow": False,
-                               "pandas": False}
+    assert json.loads(out) == {"frame_chunk": 0, "decide_chunk": 0, "filter_chunk": 0,
+                               "scan_chunk_keys": 0, "decide_records": 0, "kinds": 2}
 
 
 def test_workers_are_forked_from_the_preloading_daemon(spark) -> None:
@@ -43,3 +81,21 @@ def test_workers_are_forked_from_the_preloading_daemon(spark) -> None:
 
     rows = set(spark.sparkContext.parallelize(range(4), 4).mapPartitions(probe).collect())
     assert rows == {("compactor.spark.daemon", True, True, False, False)}
+
+
+def test_the_rdd_api_and_the_sql_engine_share_one_daemon(spark) -> None:
+    """What the session's start relies on to start the daemon before the SQL engine's first
+    query is planned (``session.LOCAL_CONF``)."""
+    import pyarrow as pa
+
+    def rdd_parent(_: object) -> list[int]:
+        return [os.getppid()]
+
+    def sql_parent(batches):  # type: ignore[no-untyped-def]
+        for _ in batches:
+            yield pa.RecordBatch.from_pydict({"ppid": [os.getppid()]})
+
+    rdd = set(spark.sparkContext.parallelize(range(2), 2).mapPartitions(rdd_parent).collect())
+    sql = {r.ppid for r in spark.range(2, numPartitions=2).mapInArrow(sql_parent, "ppid long")
+           .collect()}
+    assert len(rdd) == 1 and rdd == sql

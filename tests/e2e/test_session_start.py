@@ -1,0 +1,39 @@
+"""The local session a command starts: a JVM compiled for short work when the round reads
+little (``session.SHORT_ROUND_BYTES``), the default compilers otherwise, and the local
+settings (``session.LOCAL_CONF``) in both. Each case starts its own JVM in a fresh Python
+process, as a command does."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from compactor.spark import session
+
+PROBE = """
+import json, sys
+from compactor.spark.session import LazySession
+lazy = LazySession(None)
+spark = lazy(input_bytes=int(sys.argv[1]))
+runtime = spark._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
+print(json.dumps({"jvm_args": list(runtime.getInputArguments()),
+                  "conf": dict(spark.sparkContext.getConf().getAll()),
+                  "stages": sorted(lazy.startup_s)}))
+spark.stop()
+"""
+
+
+@pytest.mark.parametrize(("input_bytes", "c1_only"), [
+    (10 << 20, True), (session.SHORT_ROUND_BYTES, True), (session.SHORT_ROUND_BYTES + 1, False)])
+def test_a_short_round_gets_a_jvm_for_short_work(input_bytes: int, c1_only: bool) -> None:
+    res = subprocess.run([sys.executable, "-c", PROBE, str(input_bytes)], capture_output=True,
+                         text=True, timeout=300, check=False)
+    assert res.returncode == 0, res.stderr
+    started = json.loads(res.stdout.splitlines()[-1])
+    assert ("-XX:TieredStopAtLevel=1" in started["jvm_args"]) is c1_only
+    for key, value in session.LOCAL_CONF.items():
+        assert started["conf"].get(key) == value, key
+    assert started["stages"] == ["session_start", "worker_start"]
