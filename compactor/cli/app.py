@@ -7,6 +7,7 @@ an exit code declared in :mod:`compactor.errors`; ``--json`` output is one JSON 
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from collections.abc import Sequence
 from typing import TextIO
@@ -214,7 +215,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     complete(parser)
     args = parser.parse_args(argv)
-    return run_guarded("compactor", args.handler, args, json_line=getattr(args, "json", False))
+    code = run_guarded("compactor", args.handler, args, json_line=getattr(args, "json", False))
+    if argv is None:  # the console script: the process exits next
+        # The outcome is decided and reported. Python's exit (about 0.2 s: pyspark's gateway,
+        # the modules' teardown) restores SIGINT's default action, so a Ctrl-C during it
+        # killed the process with no word; the command exits as it reported instead.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    return code
 
 
 def _cmd_inspect(args: argparse.Namespace, out: TextIO) -> int:

@@ -115,7 +115,8 @@ def get_spark(master: str | None, app_name: str = "kafka-compactor", *,
     if local:
         # Spark picks the first non-loopback address otherwise, and warns about it
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-        builder = builder.config(map=LOCAL_CONF)
+        for key, value in LOCAL_CONF.items():
+            builder = builder.config(key, value)
     if not submitted and (java_options := driver_java_options(
             archive_out, short_round=short_round and local)):
         builder = builder.config("spark.driver.extraJavaOptions", java_options)

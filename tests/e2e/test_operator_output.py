@@ -129,14 +129,39 @@ def test_ctrl_c_says_what_state_the_log_dir_is_in_and_leaves_no_process(
     while not any(cmd == "java" for _, cmd in _children(proc.pid)):
         assert proc.poll() is None and time.monotonic() < deadline, "no JVM started"
         time.sleep(0.05)
-    if when == "running":
-        time.sleep(4)
+    if when == "running":  # Spark runs Python tasks: the JVM has started the workers' daemon
+        java = next(pid for pid, cmd in _children(proc.pid) if cmd == "java")
+        while not any(cmd.startswith("python") for _, cmd in _children(java)):
+            assert proc.poll() is None and time.monotonic() < deadline, "no Python worker"
+            time.sleep(0.02)
     os.killpg(proc.pid, signal.SIGINT)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err[-2000:]
     assert "interrupted" in err and "compactor recover" in err
     assert "Traceback" not in err, err[-3000:]
     while not _group_gone(proc.pid):  # the JVM and its Python workers end too
+        assert time.monotonic() < deadline, "processes of the command outlived it"
+        time.sleep(0.1)
+
+
+def test_ctrl_c_after_the_report_leaves_the_command_s_outcome(small_log: Path) -> None:
+    """Ctrl-C to the whole process group just after the report is printed, while the
+    process exits (Python's exit restores SIGINT's default action; the process used to die of
+    the signal, with no word): the command ends as it reported, and no process is left."""
+    proc = subprocess.Popen([COMPACTOR, "compact", str(small_log), *COMPACT, "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    assert proc.stdout is not None
+    report = json.loads(proc.stdout.readline())
+    time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert report["command"] == "compact" and out == ""
+    # 130 with the line when the interrupt beat the report's last step, else the report's own
+    assert proc.returncode == EXIT_OK or (proc.returncode == 130 and "interrupted" in err), (
+        proc.returncode, err[-2000:])
+    deadline = time.monotonic() + 120
+    while not _group_gone(proc.pid):
         assert time.monotonic() < deadline, "processes of the command outlived it"
         time.sleep(0.1)
 
