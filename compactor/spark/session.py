@@ -70,7 +70,7 @@ def driver_java_options(archive_out: str | None, *, short_round: bool = False) -
         short_round: the session serves one round of at most :data:`SHORT_ROUND_BYTES` in
             local mode, where the driver's JVM is the executor: compile with C1 only. A short
             JVM spends much of its CPU in C2 compiling the SQL engine's code for a peak it
-            never reaches; with C1 only the demo's command takes 6.5 s instead of 8.3 and a
+            never reaches; with C1 only the demo's command took 6.7 s instead of 8.3 and a
             1 GB round a tenth less, while a JVM that shuffles for long is a sixth slower
             (README, Benchmarks).
     """
