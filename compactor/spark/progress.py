@@ -60,7 +60,9 @@ def spark_step(spark: SparkSession, name: str, *,
 
             def poll() -> None:
                 while not stop.wait(POLL_S):
-                    step.update(*_tasks(sc, group))
+                    done, total = _tasks(sc, group)
+                    if total:  # before that the driver is still planning: no "0/0" yet
+                        step.update(done, total)
 
             poller = threading.Thread(target=poll, name=f"progress-{name}", daemon=True)
             poller.start()
