@@ -71,10 +71,15 @@ class Result:
 def _options(log_dir: str, *, now_ms: int | None, configs: Mapping[str, Any] | None,
              topic_configs: Mapping[str, Mapping[str, Any]] | None,
              topics: Sequence[str] | None, dry_run: bool, metadata_log_dir: str | None,
-             server_properties: str | None, assume_kafka_defaults: bool) -> MaintenanceOptions:
+             server_properties: str | None, assume_kafka_defaults: bool,
+             writer: str = "native") -> MaintenanceOptions:
+    from compactor.errors import ConfigError
     from compactor.log import storage
-    from compactor.maintenance.options import MaintenanceOptions
+    from compactor.maintenance.options import WRITERS, MaintenanceOptions
 
+    if writer not in WRITERS:
+        raise ConfigError(f"unknown writer {writer!r}; use 'native' (numba kernels) or 'pure' "
+                          f"(the pure-Python reference)")
     return MaintenanceOptions(
         log_dir=storage.absolute(log_dir),
         now_ms=int(time.time() * 1000) if now_ms is None else now_ms,
@@ -84,7 +89,7 @@ def _options(log_dir: str, *, now_ms: int | None, configs: Mapping[str, Any] | N
         dry_run=dry_run, topics=frozenset(topics or ()),
         metadata_log_dir=metadata_log_dir and storage.absolute(metadata_log_dir),
         server_properties=server_properties and storage.absolute(server_properties),
-        assume_kafka_defaults=assume_kafka_defaults)
+        assume_kafka_defaults=assume_kafka_defaults, native_writer=writer == "native")
 
 
 def _round(log_dir: str, dry_run: bool, master: str | None, state_dir: str | None,
@@ -117,13 +122,15 @@ def compact(log_dir: str, *, now_ms: int | None = None,
             topic_configs: Mapping[str, Mapping[str, Any]] | None = None,
             topics: Sequence[str] | None = None, master: str | None = None,
             state_dir: str | None = None, metadata_log_dir: str | None = None,
-            server_properties: str | None = None, assume_kafka_defaults: bool = False
-            ) -> Result:
-    """``compactor compact``: one compaction round, in place, under the log dir's lock."""
+            server_properties: str | None = None, assume_kafka_defaults: bool = False,
+            writer: str = "native") -> Result:
+    """``compactor compact``: one compaction round, in place, under the log dir's lock.
+    ``writer`` is ``--writer``: ``"native"`` (numba kernels) or ``"pure"`` (the pure-Python
+    reference; the same bytes, slower)."""
     return _round(log_dir, False, master, state_dir, now_ms=now_ms, configs=configs,
                   topic_configs=topic_configs, topics=topics,
                   metadata_log_dir=metadata_log_dir, server_properties=server_properties,
-                  assume_kafka_defaults=assume_kafka_defaults)
+                  assume_kafka_defaults=assume_kafka_defaults, writer=writer)
 
 
 def retain(log_dir: str, *, now_ms: int | None = None,
@@ -152,8 +159,10 @@ def run(log_dir: str, *, now_ms: int | None = None, configs: Mapping[str, Any] |
         topics: Sequence[str] | None = None, dry_run: bool = False,
         allow_aggressive: bool = False, master: str | None = None,
         state_dir: str | None = None, metadata_log_dir: str | None = None,
-        server_properties: str | None = None, assume_kafka_defaults: bool = False) -> Result:
-    """``compactor run``: compaction, then retention, per topic ``cleanup.policy``."""
+        server_properties: str | None = None, assume_kafka_defaults: bool = False,
+        writer: str = "native") -> Result:
+    """``compactor run``: compaction, then retention, per topic ``cleanup.policy``
+    (``writer`` as for :func:`compact`)."""
     from compactor.log import storage
     from compactor.maintenance import run as maintenance_run
 
@@ -161,7 +170,7 @@ def run(log_dir: str, *, now_ms: int | None = None, configs: Mapping[str, Any] |
         _options(log_dir, now_ms=now_ms, configs=configs, topic_configs=topic_configs,
                  topics=topics, dry_run=dry_run, metadata_log_dir=metadata_log_dir,
                  server_properties=server_properties,
-                 assume_kafka_defaults=assume_kafka_defaults),
+                 assume_kafka_defaults=assume_kafka_defaults, writer=writer),
         master=master, allow_aggressive=allow_aggressive,
         state_dir=state_dir and storage.absolute(state_dir))
     parts = [outcome.compaction.summary()] if outcome.compaction else []

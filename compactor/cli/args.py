@@ -29,7 +29,7 @@ from compactor.errors import (
     first_line,
 )
 from compactor.log import storage
-from compactor.maintenance.options import MaintenanceOptions
+from compactor.maintenance.options import WRITERS, MaintenanceOptions
 from compactor.retention import MIN_RETENTION_BYTES, MIN_RETENTION_MS
 
 
@@ -79,7 +79,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_config_arguments(parser)
     parser.add_argument("--master", default=None,
                         help="Spark master URL (default: spark-submit's, else local[*])")
-    parser.add_argument("--writer", choices=("native", "pure"), default="native",
+    parser.add_argument("--writer", choices=WRITERS, default="native",
                         help="how executors decide and re-encode records: the numba kernels, "
                              "or the pure-Python reference (the same bytes, slower; for "
                              "platforms without numba wheels)")

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from compactor.cluster.catalog import Catalog, build_catalog
 from compactor.log.layout import LogDir, open_log_dir
 
+#: the writers a round can use (``--writer``): the numba kernels, or the pure-Python reference
+WRITERS = ("native", "pure")
 
 @dataclass(frozen=True, kw_only=True)
 class MaintenanceOptions:
