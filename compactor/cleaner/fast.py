@@ -854,8 +854,8 @@ def filter_chunk_batches(chunk: bytes, start: int, positions: Sequence[int],
 
 def compile_kernels() -> None:
     """Compile every kernel (or load it from numba's on-disk cache, next to the modules or in
-    ``NUMBA_CACHE_DIR``) by calling it once on empty input: about 10 s the first time, half a
-    second after. ``make demo``/``make test`` call it, so Spark's Python workers find the
+    ``NUMBA_CACHE_DIR``) by calling it once on empty input: about 30 s the first time, under
+    a second after. ``make demo``/``make test`` call it, so Spark's Python workers find the
     kernels compiled instead of compiling them side by side; the workers' daemon
     (:mod:`compactor.spark.daemon`) calls it before it forks them.
 
