@@ -7,9 +7,10 @@ Usage: python bench/compact.py [--records 10000000] [--keys 1000000] [--value-by
        python bench/compact.py --data-dir s3://bucket/prefix [--storage-option KEY=VALUE ...]
        python bench/compact.py --data-dir s3://bench/data --local-s3   # a SeaweedFS here
 
-Prints, for a round in a fresh session, the same round again in the warm session, and (twice) a round
-with groups of ``--group-bytes`` (several groups per partition: records are superseded across
-groups through the distributed offset map): total and per-stage time of the job, input MB/s and records/s, the parse-only time and
+Prints, for a round in a fresh session, the same round again in the warm session, and (twice)
+a round with groups of ``--group-bytes`` (several groups per partition: records are superseded
+across groups through the distributed offset map): total and per-stage time of the job, input
+MB/s and records/s, the parse-only time and
 the ratio job/parse, and the peak resident memory of the driver (Python and JVM) and of the
 Python workers (summed over the workers alive at the same moment), sampled every 100 ms.
 The generated log dir is cached in ``--data-dir`` (default: a temp dir) and copied before the

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import statistics
 import subprocess
@@ -53,7 +52,7 @@ def main() -> int:
         started = time.perf_counter()
         res = subprocess.run([COMPACTOR, "compact", str(work), "--json", "--progress", "off",
                               "--now-ms", str(now_s * 1000)],
-                             capture_output=True, text=True, env={**os.environ})
+                             capture_output=True, text=True)
         wall = time.perf_counter() - started
         if res.returncode != 0:
             print(res.stderr, file=sys.stderr)

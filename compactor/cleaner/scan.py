@@ -162,10 +162,8 @@ def keyed_records(data: bytes, path: str, flags_by_position: Mapping[int, BatchF
     flags = [flags_by_position[p] for p in positions]
     feeds = np.asarray([f.feeds_map for f in flags], dtype=bool)
     groups = np.asarray([f.group_base for f in flags], dtype=np.int64)
-    return KeyedRows(group_base=groups[which] if len(flags) else np.zeros(0, np.int64),
-                     offset=offset, key_hi=key_hi, key_lo=key_lo,
-                     in_map=(feeds[which] if len(flags) else np.zeros(0, bool))
-                     & (offset >= first_dirty))
+    return KeyedRows(group_base=groups[which], offset=offset, key_hi=key_hi, key_lo=key_lo,
+                     in_map=feeds[which] & (offset >= first_dirty))
 
 
 def _batch_at(data: bytes, path: str, position: int) -> RecordBatch:

@@ -87,7 +87,7 @@ def preload() -> None:
     # Arrow's bundled jemalloc starts its background thread when pyarrow loads unless told
     # otherwise; Arrow allocates from mimalloc by default, and with jemalloc chosen
     # (ARROW_DEFAULT_MEMORY_POOL) dirty pages are purged inline instead. A setting of the
-    # user's own is kept (and then pyarrow is left to the workers if it starts a thread).
+    # user's own is kept, and pyarrow is then left to the workers: it may start the thread.
     os.environ.setdefault(ARROW_JEMALLOC_ENV, "background_thread:false")
     if os.environ[ARROW_JEMALLOC_ENV] != "background_thread:false":
         return

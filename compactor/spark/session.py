@@ -169,9 +169,20 @@ def _start_workers(spark: SparkSession) -> None:
     the report shows it apart: the executors' Python worker daemon with a worker per core (one
     trivial task per core) and, side by side in another thread, the JVM's first query through
     a Python function over Arrow (the shape of every stage of a round: the SQL engine's and
-    the Arrow paths' classes load and compile while the daemon loads the executor code)."""
+    the Arrow paths' classes load and compile while the daemon loads the executor code).
+    The trivial tasks run only where they start the daemon the SQL engine uses (simplified
+    tracebacks off, :data:`LOCAL_CONF`); elsewhere the daemon they started would serve no
+    stage of a round, and the Arrow query starts the right one itself."""
     sc = spark.sparkContext
     n = max(1, sc.defaultParallelism)
+
+    def arrow_query() -> None:
+        with _job_group(sc):
+            spark.range(n, numPartitions=n).mapInArrow(_pass_through, "id long").collect()
+
+    if spark.conf.get(SIMPLIFIED_TRACEBACK, "true") != "false":
+        arrow_query()
+        return
     failed: list[BaseException] = []
 
     def python_workers() -> None:
@@ -184,8 +195,7 @@ def _start_workers(spark: SparkSession) -> None:
     thread = threading.Thread(target=python_workers, name="worker-start", daemon=True)
     thread.start()
     try:
-        with _job_group(sc):
-            spark.range(n, numPartitions=n).mapInArrow(_pass_through, "id long").collect()
+        arrow_query()
     finally:
         thread.join()
     if failed:

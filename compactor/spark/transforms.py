@@ -19,8 +19,8 @@ nor decision rows: ``rewrite_whole_partitions`` decides its batches and writes i
 and one whose segments all fit one group is cleaned in one pass (``clean_in_one_pass``: one
 task scans, plans and writes it, so a round of small partitions is one Spark job). Every
 Python stage exchanges Arrow tables; no pandas DataFrame is built on either side. The grouped
-stages key on a group slot (``with_slots``) so that every group is a task of its own. Transforms never collect, count or cache: the job
-(``jobs/compact.py``) decides actions.
+stages key on a group slot (``with_slots``) so that every group is a task of its own.
+Transforms never collect, count or cache: the job (``jobs/compact.py``) decides actions.
 """
 
 from __future__ import annotations

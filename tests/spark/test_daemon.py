@@ -48,21 +48,27 @@ def test_an_arrow_allocator_setting_of_the_users_own_leaves_pyarrow_to_the_worke
 
 
 def test_the_kernels_are_loaded_for_read_only_and_writable_buffers() -> None:
+    """Each kernel that reads a segment's bytes has a signature per kind of buffer, so a
+    worker's first call with either compiles nothing."""
     probe = ("import json, numpy as np\n"
              "from compactor.cleaner import fast\n"
+             "from compactor.codec import kernels\n"
              "fast.compile_kernels()\n"
-             "names = ['frame_chunk', 'decide_chunk', 'filter_chunk', 'scan_chunk_keys',\n"
-             "         'decide_records']\n"
-             "before = {n: len(getattr(fast, n).signatures) for n in names}\n"
-             "ro, rw = np.frombuffer(b'', np.uint8), np.zeros(0, np.uint8)\n"
-             "for buf in (ro, rw):\n"
+             "found = {n: getattr(fast, n) for n in ['frame_chunk', 'decide_chunk',\n"
+             "         'filter_chunk', 'scan_chunk_keys', 'decide_records']}\n"
+             "found |= {n: getattr(kernels, n) for n in ['parse_layout', 'rebuild_records']}\n"
+             "counts = {n: len(k.signatures) for n, k in found.items()}\n"
+             "layout = np.zeros((1, kernels.COLUMNS), np.int64)\n"
+             "for buf in (np.frombuffer(b'', np.uint8), np.zeros(0, np.uint8)):\n"
              "    fast.frame_chunk(buf)\n"
-             "print(json.dumps({n: len(getattr(fast, n).signatures) - before[n]\n"
-             "                  for n in names} | {'kinds': before['frame_chunk']}))\n")
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                         check=True).stdout
-    assert json.loads(out) == {"frame_chunk": 0, "decide_chunk": 0, "filter_chunk": 0,
-                               "scan_chunk_keys": 0, "decide_records": 0, "kinds": 2}
+             "    fast.scan_chunk_keys(buf, np.zeros(0, np.int64), layout)\n"
+             "    kernels.parse_layout(buf, 0, 0, 0, layout)\n"
+             "print(json.dumps({'counts': counts, 'added': sum(len(k.signatures)\n"
+             "                  for k in found.values()) - sum(counts.values())}))\n")
+    out = json.loads(subprocess.run([sys.executable, "-c", probe], capture_output=True,
+                                    text=True, check=True).stdout)
+    assert out["counts"] == dict.fromkeys(out["counts"], 2)
+    assert len(out["counts"]) == 7 and out["added"] == 0
 
 
 def test_workers_are_forked_from_the_preloading_daemon(spark) -> None:
@@ -99,3 +105,23 @@ def test_the_rdd_api_and_the_sql_engine_share_one_daemon(spark) -> None:
     sql = {r.ppid for r in spark.range(2, numPartitions=2).mapInArrow(sql_parent, "ppid long")
            .collect()}
     assert len(rdd) == 1 and rdd == sql
+
+
+@pytest.mark.parametrize(("simplified", "jobs"), [("false", 2), ("true", 1)])
+def test_the_session_start_runs_the_trivial_tasks_only_where_they_start_the_shared_daemon(
+        spark, simplified: str, jobs: int) -> None:  # type: ignore[no-untyped-def]
+    """With simplified tracebacks on (a session not of the command line's making), the SQL
+    engine's workers have a daemon of their own: the trivial RDD tasks would start one that
+    no stage uses, so only the Arrow query runs."""
+    from compactor.spark import session
+
+    tracker = spark.sparkContext.statusTracker()
+    group = "kafka-compactor-worker-start"
+    before = len(tracker.getJobIdsForGroup(group))
+    saved = spark.conf.get(session.SIMPLIFIED_TRACEBACK)
+    spark.conf.set(session.SIMPLIFIED_TRACEBACK, simplified)
+    try:
+        session._start_workers(spark)
+    finally:
+        spark.conf.set(session.SIMPLIFIED_TRACEBACK, saved)
+    assert len(tracker.getJobIdsForGroup(group)) - before == jobs
