@@ -181,7 +181,7 @@ def run(log_dir: str, *, now_ms: int | None = None, configs: Mapping[str, Any] |
 def erase(action: str, log_dir: str, state_dir: str, *, now_ms: int | None = None,
           master: str | None = None, dry_run: bool = False,
           exclude_pending_deletes: bool = False, metadata_log_dir: str | None = None,
-          server_properties: str | None = None) -> Result:
+          server_properties: str | None = None, assume_kafka_defaults: bool = False) -> Result:
     """``compactor erase apply`` or ``erase verify`` (``action``): the pending requests of the
     ledger in ``state_dir`` applied to, or verified on, every copy in the log dir."""
     from compactor.errors import ConfigError
@@ -195,6 +195,7 @@ def erase(action: str, log_dir: str, state_dir: str, *, now_ms: int | None = Non
         int(time.time() * 1000) if now_ms is None else now_ms, master=master, dry_run=dry_run,
         exclude_pending_deletes=exclude_pending_deletes,
         metadata_log_dir=metadata_log_dir and storage.absolute(metadata_log_dir),
-        server_properties=server_properties and storage.absolute(server_properties))
+        server_properties=server_properties and storage.absolute(server_properties),
+        assume_kafka_defaults=assume_kafka_defaults)
     return Result(report["command"], report, erasure.summary(report),
                   erasure.report_exit_code(report))

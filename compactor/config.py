@@ -14,6 +14,8 @@ rule. The resolved :class:`TopicConfig` remembers where each value came from.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+import dataclasses
+import difflib
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -26,10 +28,16 @@ POLICIES = frozenset({"compact", "delete"})
 
 @dataclass(frozen=True, slots=True)
 class _Spec:
+    """One topic config: Kafka's default, its parser, the values Kafka's own ``ConfigDef``
+    accepts (``check``, ``rule``), and, where kafka-compactor refuses more on its own command
+    line than Kafka keeps in a cluster, the stricter rule for flags (``flag_check``)."""
+
     default: Any
     parse: Callable[[str], Any]
     check: Callable[[Any], bool]
     rule: str
+    flag_check: Callable[[Any], bool] | None = None
+    flag_rule: str = ""
 
 
 def _int(text: str) -> int:
@@ -60,14 +68,23 @@ SPECS: dict[str, _Spec] = {
     "delete.retention.ms": _Spec(86_400_000, _int, lambda v: 0 <= v <= LONG_MAX, ">= 0"),
     "min.cleanable.dirty.ratio": _Spec(0.5, _float, lambda v: 0.0 <= v <= 1.0,
                                        "between 0 and 1"),
-    # >= 1 MiB since Kafka 4.0 (KIP-1030, LogConfig.SEGMENT_BYTES_CONFIG's validator)
-    "segment.bytes": _Spec(1_073_741_824, _int, lambda v: 1_048_576 <= v <= INT_MAX,
+    # >= 1 MiB for new values since Kafka 4.0 (KIP-1030, LogConfig.SEGMENT_BYTES_CONFIG's
+    # validator); a smaller value kept from a 3.x cluster still loads (the 3.x validator was
+    # atLeast(LegacyRecord.RECORD_OVERHEAD_V0) = 14), so only our flags get the 1 MiB rule
+    "segment.bytes": _Spec(1_073_741_824, _int, lambda v: 14 <= v <= INT_MAX,
+                           ">= 14 and <= 2147483647",
+                           lambda v: 1_048_576 <= v <= INT_MAX,
                            ">= 1048576 (1 MiB, Kafka 4.0+) and <= 2147483647"),
     "segment.ms": _Spec(604_800_000, _int, lambda v: 1 <= v <= LONG_MAX, ">= 1"),
     "segment.index.bytes": _Spec(10_485_760, _int, lambda v: 4 <= v <= INT_MAX, ">= 4"),
     "index.interval.bytes": _Spec(4096, _int, lambda v: 0 <= v <= INT_MAX, ">= 0"),
-    "retention.ms": _Spec(604_800_000, _int, lambda v: v >= -1, ">= -1 (-1 = infinite)"),
-    "retention.bytes": _Spec(-1, _int, lambda v: v >= -1, ">= -1 (-1 = infinite)"),
+    # LogConfig: retention.ms atLeast(-1); retention.bytes has no validator, and any negative
+    # value means no size limit (UnifiedLog.deleteRetentionSizeBreachedSegments: size < 0)
+    "retention.ms": _Spec(604_800_000, _int, lambda v: -1 <= v <= LONG_MAX,
+                          ">= -1 (-1 = infinite)"),
+    "retention.bytes": _Spec(-1, _int, lambda v: -LONG_MAX - 1 <= v <= LONG_MAX,
+                             "a 64-bit integer (negative = no limit)",
+                             lambda v: -1 <= v <= LONG_MAX, ">= -1 (-1 = no limit)"),
     "file.delete.delay.ms": _Spec(60_000, _int, lambda v: v >= 0, ">= 0"),
     "max.message.bytes": _Spec(1_048_588, _int, lambda v: 0 <= v <= INT_MAX, ">= 0"),
     "message.timestamp.type": _Spec("CreateTime", lambda t: t.strip(),
@@ -101,6 +118,9 @@ OTHER_KAFKA_TOPIC_CONFIGS = frozenset({
     "message.timestamp.after.max.ms", "message.downconversion.enable",
     "leader.replication.throttled.replicas", "follower.replication.throttled.replicas",
     "remote.log.copy.disable", "remote.log.delete.on.disable",
+    # topic configs of Kafka 4.2-4.4: a cluster of a newer Kafka may hold them
+    "remote.copy.lag.ms", "remote.copy.lag.bytes", "errors.deadletterqueue.group.enable",
+    "max.decompressed.message.bytes",
 })
 
 # Topic config -> its broker configs in priority order, with the factor to milliseconds
@@ -132,23 +152,60 @@ BROKER_SYNONYMS: dict[str, tuple[tuple[str, int], ...]] = {
     "producer.id.expiration.ms": (("producer.id.expiration.ms", 1),),
 }
 
-# Where a value came from, lowest precedence first.
+# Broker configs in another unit than their topic config, or that Kafka reads with a meaning
+# of its own (a negative log.retention.ms is -1): checked as integers, then converted.
+_UNIT_SYNONYMS = frozenset({"log.roll.hours", "log.retention.minutes", "log.retention.hours",
+                            "log.retention.ms"})
+
+# Where a value came from, lowest precedence first (Kafka: static < cluster dynamic <
+# per-broker dynamic < topic; LogManager.currentDefaultConfig, LogConfig.fromProps).
+# ``--config`` is a broker-level default of ours: it sits below every topic's own configs, as
+# Kafka's broker configs do; ``--topic-config`` is the explicit override above them all.
+# ``internal_topic`` holds the configs Kafka creates its internal topics with, used in place of
+# the topic's ConfigRecords only under ``--assume-kafka-defaults``.
 DEFAULT = "default"
 SERVER_PROPERTIES = "server.properties"
 CLUSTER_DEFAULT = "cluster_default"
 BROKER = "broker"
-TOPIC = "topic"
 FLAG = "flag"
+INTERNAL_TOPIC = "internal_topic"
+TOPIC = "topic"
 TOPIC_FLAG = "topic_flag"
-SOURCES = (DEFAULT, SERVER_PROPERTIES, CLUSTER_DEFAULT, BROKER, TOPIC, FLAG, TOPIC_FLAG)
+SOURCES = (DEFAULT, SERVER_PROPERTIES, CLUSTER_DEFAULT, BROKER, FLAG, INTERNAL_TOPIC, TOPIC,
+           TOPIC_FLAG)
+_FLAGS = frozenset({FLAG, TOPIC_FLAG})
+_DYNAMIC = frozenset({CLUSTER_DEFAULT, BROKER})
+_SCOPES = {FLAG: "--config", CLUSTER_DEFAULT: "the metadata log's cluster-wide broker default",
+           BROKER: "the metadata log's configs of this broker",
+           SERVER_PROPERTIES: "--server-properties",
+           INTERNAL_TOPIC: "the configs Kafka creates its internal topics with"}
+
+# The configs Kafka creates its internal topics with (GroupCoordinatorService /
+# TransactionLog / ShareCoordinatorService creation configs; TopicBasedRemoteLogMetadataManager):
+# the two coordinator logs are compacted, the share-group state and the remote log metadata
+# are delete-policy topics that are never time-deleted (retention.ms=-1) and pruned through
+# their log start offset. Segment sizes are the brokers' *.topic.segment.bytes defaults.
+INTERNAL_TOPIC_CONFIGS: dict[str, dict[str, str]] = {
+    "__consumer_offsets": {"cleanup.policy": "compact", "compression.type": "producer",
+                           "segment.bytes": "104857600"},
+    "__transaction_state": {"cleanup.policy": "compact", "compression.type": "uncompressed",
+                            "min.insync.replicas": "2", "segment.bytes": "104857600",
+                            "unclean.leader.election.enable": "false"},
+    "__share_group_state": {"cleanup.policy": "delete", "retention.ms": "-1",
+                            "segment.bytes": "104857600"},
+    "__remote_log_metadata": {"cleanup.policy": "delete", "retention.ms": "-1"},
+}
 
 
 @dataclass(frozen=True, slots=True)
 class Layer:
-    """Topic configs (Kafka topic config names -> raw text) from one source."""
+    """Topic configs (Kafka topic config names -> raw text) from one source; ``dropped``: the
+    broker configs of a dynamic layer left out because Kafka would refuse them
+    (``DynamicBrokerConfig.removeInvalidConfigs`` drops each invalid config alone)."""
 
     source: str
     values: Mapping[str, str]
+    dropped: Mapping[str, str] = field(default_factory=dict)
 
 
 def broker_layer(source: str, broker: Mapping[str, str], *, dynamic: bool) -> Layer:
@@ -157,29 +214,61 @@ def broker_layer(source: str, broker: Mapping[str, str], *, dynamic: bool) -> La
     A static ``server.properties`` uses, per topic config, the first synonym it sets
     (``log.retention.ms`` > ``.minutes`` > ``.hours``); a dynamic config (``dynamic=True``)
     counts only under the first synonym, as Kafka's ``DynamicLogConfig`` ignores the others.
-    Broker configs that are no topic config's synonym are not looked at.
+    A negative retention time from any synonym means "infinite", -1
+    (``KafkaConfig.logRetentionTimeMillis``). Broker configs that are no topic config's
+    synonym are not looked at.
+
+    A dynamic value Kafka would refuse is dropped alone and named in ``Layer.dropped``
+    (``DynamicBrokerConfig.removeInvalidConfigs``); a static one stops the command, since a
+    broker does not start with it.
 
     Raises:
-        ConfigError: a value of a unit synonym that is not an integer.
+        ConfigError: an invalid static value.
     """
     out: dict[str, str] = {}
+    dropped: dict[str, str] = {}
     for topic_key, synonyms in BROKER_SYNONYMS.items():
         for name, factor in synonyms[:1] if dynamic else synonyms:
             if name not in broker or broker[name] is None:
                 continue
             raw = broker[name]
-            if factor != 1:
-                try:
-                    raw = str(int(raw.strip()) * factor)
-                except ValueError:
-                    raise ConfigError(f"invalid value {raw!r} for {name} (from {source}): "
-                                      "must be an integer") from None
+            problem = _check(topic_key, raw, source, name=name, flag=False)
+            if problem is None and (factor != 1 or topic_key == "retention.ms"):
+                millis = int(raw.strip()) * factor
+                raw = str(-1 if topic_key == "retention.ms" and millis < 0 else millis)
+            elif problem is not None and dynamic:
+                dropped[name] = problem
+                break
+            elif problem is not None:
+                raise ConfigError(problem)
             out[topic_key] = raw
             break
-    return Layer(source, out)
+    return Layer(source, out, dropped)
 
 
-
+def _check(key: str, raw: str, source: str, *, name: str | None = None,
+           flag: bool) -> str | None:
+    """Why ``raw`` is no valid value of topic config ``key`` (``None`` when it is). A
+    ``flag`` value must also meet kafka-compactor's stricter rule where there is one. A unit
+    synonym (``log.retention.hours``) is checked as the integer Kafka reads."""
+    spec = SPECS[key]
+    name = name or key
+    where = _SCOPES.get(source, source)
+    if name != key and name in _UNIT_SYNONYMS:
+        try:
+            int(raw.strip())
+        except ValueError:
+            return f"invalid value {raw!r} for {name} (from {where}): must be an integer"
+        return None
+    try:
+        value = spec.parse(str(raw))
+    except ValueError:
+        return f"invalid value {raw!r} for {name} (from {where}): must be {spec.rule}"
+    if not spec.check(value):
+        return f"invalid value {raw!r} for {name} (from {where}): must be {spec.rule}"
+    if flag and spec.flag_check is not None and not spec.flag_check(value):
+        return f"invalid value {raw!r} for {name} (from {where}): must be {spec.flag_rule}"
+    return None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -209,11 +298,16 @@ class TopicConfig:
     local_retention_ms: int = SPECS["local.retention.ms"].default
     local_retention_bytes: int = SPECS["local.retention.bytes"].default
     # provenance, not configs: where each value came from (Kafka name -> one of SOURCES; absent
-    # = Kafka's default), whether any source above Kafka's defaults configures the topic, and
-    # the configs set above the defaults that no decision of kafka-compactor reads
+    # = Kafka's default); whether every config a decision reads is known, not guessed (set by
+    # the catalog, which knows which layers it read); the configs set above the defaults that
+    # no decision of kafka-compactor reads; the topic's own values Kafka accepted but that
+    # break a rule here (Kafka name -> message: their value is unknown); the dynamic broker
+    # configs Kafka drops as invalid (broker config name -> message)
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
     configured: bool = field(default=True, compare=False)
     ignored: tuple[str, ...] = field(default=(), compare=False)
+    invalid: Mapping[str, str] = field(default_factory=dict, compare=False)
+    dropped: Mapping[str, str] = field(default_factory=dict, compare=False)
 
     @property
     def compact(self) -> bool:
@@ -242,7 +336,13 @@ class TopicConfig:
                 for k in (keys or values)}
 
 
-_PROVENANCE = frozenset({"sources", "configured", "ignored"})
+_PROVENANCE = frozenset({"sources", "configured", "ignored", "invalid", "dropped"})
+# The configs some decision of kafka-compactor reads: a topic is maintained only when each of
+# them is known (a layer the tool read sets it, or Kafka's default with the static layer known).
+DECIDING = tuple(k for k in SPECS if k not in UNUSED)
+# What an erasure needs to know: whether older values of a key go with it (compact), and
+# whether remote segments exist that no scan here reaches.
+ERASURE_DECIDING = ("cleanup.policy", "remote.storage.enable")
 # What reports show of each partition's configs.
 REPORTED = ("cleanup.policy", "retention.ms", "retention.bytes", "delete.retention.ms",
             "min.compaction.lag.ms", "max.compaction.lag.ms", "min.cleanable.dirty.ratio",
@@ -277,60 +377,72 @@ def resolve_topic_config(
     lower: Sequence[Layer] = (),
     configured: bool = True,
 ) -> TopicConfig:
-    """Effective configs of ``topic``: Kafka defaults < ``lower`` layers (in order) <
-    ``overrides_all`` (``--config``) < the topic's own (``--topic-config``).
+    """Effective configs of ``topic``: Kafka defaults < the ``lower`` layers and
+    ``overrides_all`` (``--config``) in :data:`SOURCES` order < the topic's own
+    (``--topic-config``).
+
+    Values are held to what Kafka itself accepts for their source: a flag (``--config``,
+    ``--topic-config``) must be a known config with a valid value (kafka-compactor's rule
+    where it is stricter) or the command stops; a dynamic broker layer's invalid value was
+    already dropped (:func:`broker_layer`); a config of the topic's own that this Kafka
+    version does not know (a newer broker's) is accepted and listed as ignored, and a value
+    of the topic's own that breaks a rule lands in ``TopicConfig.invalid`` with its key's
+    value unknown, so the topic is left alone.
 
     Args:
-        configured: whether something other than Kafka's defaults makes these the topic's real
-            configs (cluster metadata, ``server.properties``, an explicit assumption); a flag
-            layer that sets anything makes the topic configured too.
+        configured: what :attr:`TopicConfig.configured` says (the catalog decides it).
 
     Raises:
-        ConfigError: unknown key, unparsable value, value outside Kafka's range, or
-            ``min.compaction.lag.ms`` > ``max.compaction.lag.ms``.
+        ConfigError: unknown key or invalid value from a flag or ``server.properties``, or
+            ``min.compaction.lag.ms`` > ``max.compaction.lag.ms`` where a flag set either.
     """
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}
     ignored: set[str] = set()
-    layers = [*lower, Layer(FLAG, overrides_all or {}),
-              Layer(TOPIC_FLAG, (overrides_topic or {}).get(topic, {}))]
+    invalid: dict[str, str] = {}
+    dropped: dict[str, str] = {}
+    layers = sorted([*lower, Layer(FLAG, overrides_all or {}),
+                     Layer(TOPIC_FLAG, (overrides_topic or {}).get(topic, {}))],
+                    key=lambda layer: SOURCES.index(layer.source))
     for layer in layers:
-        scope = {FLAG: "--config", TOPIC_FLAG: f"--topic-config for {topic}",
-                 TOPIC: f"the metadata log's ConfigRecords of topic {topic}",
-                 CLUSTER_DEFAULT: "the metadata log's cluster-wide broker default",
-                 BROKER: "the metadata log's configs of this broker",
-                 SERVER_PROPERTIES: "--server-properties"}.get(layer.source, layer.source)
+        dropped.update(layer.dropped)
+        scope = {TOPIC_FLAG: f"--topic-config for {topic}",
+                 TOPIC: f"the metadata log's ConfigRecords of topic {topic}"}.get(
+                     layer.source, _SCOPES.get(layer.source, layer.source))
         for key, raw in layer.values.items():
-            if key in OTHER_KAFKA_TOPIC_CONFIGS:
-                ignored.add(key)
+            if key in OTHER_KAFKA_TOPIC_CONFIGS or (key not in SPECS
+                                                    and layer.source not in _FLAGS):
+                ignored.add(key)  # not read here; a newer Kafka's config is accepted too
                 sources[key] = layer.source
                 continue
-            spec = SPECS.get(key)
-            if spec is None:
+            if key not in SPECS:
+                known = sorted(SPECS | dict.fromkeys(OTHER_KAFKA_TOPIC_CONFIGS))
+                close = difflib.get_close_matches(key, known, n=1)
                 raise ConfigError(
-                    f"unknown topic config {key!r} (from {scope}); known: "
-                    f"{', '.join(sorted(SPECS | dict.fromkeys(OTHER_KAFKA_TOPIC_CONFIGS)))}"
-                )
-            try:
-                value = spec.parse(str(raw))
-            except ValueError:
-                raise ConfigError(
-                    f"invalid value {raw!r} for {key} (from {scope}): must be {spec.rule}"
-                ) from None
-            if not spec.check(value):
-                raise ConfigError(
-                    f"invalid value {raw!r} for {key} (from {scope}): must be {spec.rule}")
-            values[_attr(key)] = value
+                    f"unknown topic config {key!r} (from {scope})"
+                    + (f"; did you mean {close[0]!r}?" if close else "")
+                    + f"; known: {', '.join(known)}")
+            problem = _check(key, raw, layer.source, flag=layer.source in _FLAGS)
+            if problem is not None:
+                problem = problem.replace(f"(from {_SCOPES.get(layer.source, layer.source)})",
+                                          f"(from {scope})")
+                if layer.source != TOPIC:
+                    raise ConfigError(problem)
+                invalid[key] = problem  # Kafka holds it; what it means here is unknown
+                values.pop(_attr(key), None)
+                sources[key] = layer.source
+                continue
+            invalid.pop(key, None)
+            values[_attr(key)] = SPECS[key].parse(str(raw))
             sources[key] = layer.source
             if key in UNUSED:
                 ignored.add(key)
-    configured = configured or any(
-        src in (FLAG, TOPIC_FLAG) for src in sources.values())
     cfg = TopicConfig(**values, sources=sources, configured=configured,
-                      ignored=tuple(sorted(ignored)))
+                      ignored=tuple(sorted(ignored)), invalid=invalid, dropped=dropped)
     if cfg.min_compaction_lag_ms > cfg.max_compaction_lag_ms:
-        raise ConfigError(
-            f"min.compaction.lag.ms ({cfg.min_compaction_lag_ms}) is greater than "
-            f"max.compaction.lag.ms ({cfg.max_compaction_lag_ms}) for topic {topic}"
-        )
+        message = (f"min.compaction.lag.ms ({cfg.min_compaction_lag_ms}) is greater than "
+                   f"max.compaction.lag.ms ({cfg.max_compaction_lag_ms}) for topic {topic}")
+        if {sources.get("min.compaction.lag.ms"), sources.get("max.compaction.lag.ms")} & _FLAGS:
+            raise ConfigError(message)
+        cfg = dataclasses.replace(cfg, invalid={**invalid, "min.compaction.lag.ms": message})
     return cfg

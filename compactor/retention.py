@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
-from compactor.config import TopicConfig
+from compactor.config import FLAG, TOPIC_FLAG, TopicConfig
 from compactor.errors import ConfigError
 from compactor.model import SegmentInfo
 
@@ -142,32 +142,38 @@ def plan_retention(segments: Sequence[SegmentInfo], *, config: TopicConfig,
     )
 
 
-# Retention settings below these floors delete data faster than any production topic should;
-# they are refused unless the user passes --allow-aggressive-retention.
+# Retention settings typed on our command line below these floors delete data faster than any
+# production topic should; they are refused unless the user passes
+# --allow-aggressive-retention. The cluster's own values are Kafka's to judge: a topic whose
+# ConfigRecords say retention.ms=60000 is retained as Kafka retains it.
 MIN_RETENTION_MS = 3_600_000  # 1 hour
 MIN_RETENTION_BYTES = 1 << 20  # 1 MiB per partition
+_FLAGS = (FLAG, TOPIC_FLAG)
 
 
 def check_safety_floor(configs: Mapping[str, TopicConfig], *, allow_aggressive: bool) -> None:
-    """Refuse retention settings below the floors (unless allowed), naming rule and value.
+    """Refuse retention settings from flags below the floors (unless allowed), naming rule
+    and value.
 
     Raises:
-        ConfigError: a topic with ``delete`` in its policy has ``retention.ms`` in
-            ``[0, MIN_RETENTION_MS)`` or ``retention.bytes`` in ``[0, MIN_RETENTION_BYTES)``.
+        ConfigError: a topic with ``delete`` in its policy has, from ``--config`` or
+            ``--topic-config``, ``retention.ms`` in ``[0, MIN_RETENTION_MS)`` or
+            ``retention.bytes`` in ``[0, MIN_RETENTION_BYTES)``.
     """
     if allow_aggressive:
         return
     for topic, cfg in sorted(configs.items()):
         if not cfg.delete or not cfg.configured:  # unconfigured topics are never retained
             continue
-        if 0 <= cfg.retention_ms < MIN_RETENTION_MS:
+        if cfg.sources.get("retention.ms") in _FLAGS and 0 <= cfg.retention_ms < MIN_RETENTION_MS:
             raise ConfigError(
                 f"topic {topic}: retention.ms={cfg.retention_ms} is below the safety floor of "
                 f"{MIN_RETENTION_MS} ms (1 hour) that kafka-compactor keeps (value from "
                 f"{cfg.sources.get('retention.ms', 'default')}): segments older than that "
                 "would be deleted. Kafka itself allows any value >= -1",
                 remedy="raise retention.ms, or pass --allow-aggressive-retention if you mean it")
-        if 0 <= cfg.retention_bytes < MIN_RETENTION_BYTES:
+        if cfg.sources.get("retention.bytes") in _FLAGS and \
+                0 <= cfg.retention_bytes < MIN_RETENTION_BYTES:
             raise ConfigError(
                 f"topic {topic}: retention.bytes={cfg.retention_bytes} is below the safety floor "
                 f"of {MIN_RETENTION_BYTES} bytes (1 MiB) per partition that kafka-compactor keeps "

@@ -15,7 +15,13 @@ from typing import TextIO
 from compactor import progress
 from compactor.log import storage
 from compactor.codec.compression import Codec
-from compactor.config import parse_topic_assignment, resolve_topic_config
+from compactor.config import (
+    SERVER_PROPERTIES,
+    broker_layer,
+    parse_assignment,
+    parse_topic_assignment,
+    resolve_topic_config,
+)
 from compactor.errors import (
     EXIT_FAILURE,
     EXIT_OK,
@@ -123,6 +129,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "(comma-separated, may be empty; default: %(default)s)")
     g.add_argument("--no-metadata-log", action="store_true",
                    help="write no __cluster_metadata-0 (a log dir whose cluster is unknown)")
+    g.add_argument("--server-properties", default=None, metavar="FILE",
+                   help="also write the owning broker's server.properties to FILE (its "
+                        "node.id and log.dirs, plus every --broker-config)")
+    g.add_argument("--broker-config", action="append", default=[], metavar="KEY=VALUE",
+                   help="a static broker config for --server-properties, e.g. "
+                        "log.retention.hours=720")
     g.add_argument("--json", action="store_true", help="print the summary as JSON")
     g.set_defaults(handler=_cmd_generate)
 
@@ -322,8 +334,14 @@ def _cmd_generate(args: argparse.Namespace, out: TextIO) -> int:
         metadata_log=not args.no_metadata_log,
         topic_configs=topic_configs,
         internal_topics=tuple(t for t in args.internal_topics.split(",") if t.strip()),
+        static_configs=dict(parse_assignment(a) for a in args.broker_config),
     )
-    summary = generate(args.out_dir, cfg)
+    if args.broker_config and not args.server_properties:
+        raise ConfigError("--broker-config needs --server-properties FILE to write them to")
+    if args.server_properties:  # a broker would not start with what Kafka refuses
+        broker_layer(SERVER_PROPERTIES, cfg.static_configs, dynamic=False)
+    summary = generate(args.out_dir, cfg, server_properties=args.server_properties
+                       and storage.absolute(args.server_properties))
     if args.json:
         jobs.emit(out, {"type": "generate", **summary.to_dict()})
     else:

@@ -167,8 +167,10 @@ def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--server-properties", default=None, metavar="FILE",
                         help="the broker's static server.properties (log.* broker defaults)")
     parser.add_argument("--assume-kafka-defaults", action="store_true",
-                        help="treat topics that nothing configures as having Kafka's "
-                             "defaults (cleanup.policy=delete, retention.ms 7 days)")
+                        help="state that the broker sets no log.* config and, without a "
+                             "metadata log, that no topic overrides any (Kafka's defaults: "
+                             "cleanup.policy=delete, retention.ms 7 days; its internal topics "
+                             "as Kafka creates them)")
 
 
 def now_ms(args: argparse.Namespace) -> int:
@@ -233,9 +235,7 @@ def add_erase_arguments(parser: argparse.ArgumentParser, *, apply: bool) -> None
                         help="the clock in epoch ms (default or empty: wall clock)")
     parser.add_argument("--master", default=None, help="Spark master URL")
     add_report_arguments(parser)
-    add_metadata_argument(parser)
-    parser.add_argument("--server-properties", default=None, metavar="FILE",
-                        help="the broker's static server.properties (log.* broker defaults)")
+    add_cluster_arguments(parser)
     add_storage_arguments(parser)
     if apply:
         parser.add_argument("--exclude-pending-deletes", action="store_true",

@@ -232,7 +232,8 @@ def execute_erase(args: argparse.Namespace, out: TextIO) -> int:
                            exclude_pending_deletes=getattr(args, "exclude_pending_deletes",
                                                            False),
                            metadata_log_dir=optional_path(args.metadata_log_dir),
-                           server_properties=optional_path(args.server_properties))
+                           server_properties=optional_path(args.server_properties),
+                           assume_kafka_defaults=args.assume_kafka_defaults)
     render(out, args, report, lambda: erase.summary(report))
     return erase.report_exit_code(report)
 
@@ -240,9 +241,13 @@ def execute_erase(args: argparse.Namespace, out: TextIO) -> int:
 def execute_erase_request(args: argparse.Namespace, out: TextIO) -> int:
     """``erase request``: record erasure requests in the ledger (idempotent by request id)."""
     from compactor.erasure import ledger
-    from compactor.erasure.rules import ALL_TOPICS, HEADER, KEY, new_requests
+    from compactor.erasure.rules import ALL_TOPICS, HEADER, KEY, is_internal_topic, new_requests
 
     ledger.check_state_dir(args.state_dir, args.log_dir)
+    if is_internal_topic(args.topic) and not getattr(args, "quiet", False):
+        print(f"warning: {args.topic} is an internal topic (Kafka's own state under binary "
+              "keys): only records whose key or header matches exactly are erased, and its "
+              "coordinator may rebuild state from what remains", file=sys.stderr)
     if args.log_dir and args.topic != ALL_TOPICS:
         _check_request_topic(args)
     selector, header_name = KEY, None

@@ -1,22 +1,30 @@
 """What kafka-compactor knows of the cluster whose log dir it maintains: every topic's
-effective configs and where each value came from, and the partitions it must never touch.
+effective configs, where each value came from and whether it is known or would be a guess,
+and the partitions it must never touch.
 
-Configs, lowest precedence first (later layers win, key by key):
+Configs, lowest precedence first (later layers win, key by key; Kafka's
+``LogManager.currentDefaultConfig`` and ``LogConfig.fromProps``):
 
 1. Kafka's defaults (:data:`compactor.config.SPECS`);
 2. the broker's static ``server.properties`` (``--server-properties``), through Kafka's
    synonyms, ``ms`` > ``minutes`` > ``hours``;
 3. the cluster-wide dynamic broker default (BROKER ConfigRecord named ``""``) and
-4. this broker's dynamic configs (named by ``node.id`` of ``meta.properties``), each only under
-   the first synonym (``DynamicLogConfig``);
-5. the topic's ConfigRecords;
-6. ``--config`` (every topic), then 7. ``--topic-config`` / ``--topic-configs``.
+4. this broker's dynamic configs (named by its ``node.id``), each only under the first
+   synonym (``DynamicLogConfig``), an invalid one dropped alone;
+5. ``--config`` (a broker-level default of ours, below every topic's own configs);
+6. the topic's ConfigRecords (or, under ``--assume-kafka-defaults`` without metadata, the
+   configs Kafka creates its internal topics with);
+7. ``--topic-config`` / ``--topic-configs``.
 
-Layers 3-5 come from the KRaft metadata log (``LOG_DIR/__cluster_metadata-0`` or
-``--metadata-log-dir``). A topic is **configured** when the metadata knows it, when
-``server.properties`` is given, when a flag sets one of its configs, or with
-``--assume-kafka-defaults``; any other topic is neither compacted nor retained (``no_config``):
-the tool never deletes or rewrites on a guess.
+Layers 3, 4 and 6 come from the KRaft metadata log: ``--metadata-log-dir``, else the log dir's
+own ``__cluster_metadata-0``, else the one ``server.properties`` places (``metadata.log.dir``,
+else the first of ``log.dirs``). The tool never deletes or rewrites on a guess: a value is
+**known** when a flag of the topic's own sets it, or when the topic's own layer is known (the
+metadata names the topic, or ``--assume-kafka-defaults``) and the value comes from a layer the
+tool read (Kafka's default counts only when the static layer is known: ``server.properties``
+given, or ``--assume-kafka-defaults``). A topic is maintained only when every config a decision
+reads (:data:`compactor.config.DECIDING`) is known; otherwise its partitions are skipped
+``no_config`` and the report says what is missing.
 
 Never touched, with the reason reports give:
 
@@ -26,9 +34,11 @@ Never touched, with the reason reports give:
   ``partition.metadata`` topic id is not the metadata's id for that name (a leftover of a deleted
   and re-created topic);
 - ``unknown_topic``: with metadata, a partition dir of a topic the metadata never had;
-- ``invalid_config``: a topic whose configs from the cluster (metadata, ``server.properties``)
-  break a rule here, e.g. ``segment.bytes`` below 1 MiB kept from a Kafka 3.x cluster; the
-  error is in the report, the other topics go on (a bad flag stops the command instead);
+- ``stray``: what Kafka's ``LogManager.isStrayKraftReplica`` moves aside as ``-stray``: a dir
+  without ``partition.metadata``, a partition number the topic does not have, or a partition
+  whose replicas do not include this broker;
+- ``invalid_config``: a topic whose own configs hold a value Kafka accepted but that breaks a
+  rule here; the error is in the report, the other topics go on (a bad flag stops the command);
 - ``tiered_storage`` (retention only): ``remote.storage.enable=true``, since nothing here can
   prove a segment was uploaded before deleting it.
 """
@@ -44,9 +54,16 @@ from typing import Any
 from compactor.log import storage
 from compactor.config import (
     BROKER,
+    BROKER_SYNONYMS,
     CLUSTER_DEFAULT,
+    DECIDING,
+    DEFAULT,
+    ERASURE_DECIDING,
+    INTERNAL_TOPIC,
+    INTERNAL_TOPIC_CONFIGS,
     SERVER_PROPERTIES,
     TOPIC,
+    TOPIC_FLAG,
     Layer,
     TopicConfig,
     broker_layer,
@@ -66,15 +83,22 @@ from compactor.model import TopicPartition
 METADATA_LOG = "metadata_log"
 STALE_TOPIC_ID = "stale_topic_id"
 UNKNOWN_TOPIC = "unknown_topic"
+STRAY = "stray"
 NO_CONFIG = "no_config"
 INVALID_CONFIG = "invalid_config"
 TIERED_STORAGE = "tiered_storage"
 
+NEED_STATIC = ("the broker's static configs are unknown: give its server.properties with "
+               "--server-properties FILE (or, for a broker that sets no log.* config, "
+               "--assume-kafka-defaults)")
+NEED_METADATA = (f"the topics' own configs are unknown: no metadata log was found; give "
+                 f"--metadata-log-dir DIR (the directory holding {METADATA_DIR_NAME}, Kafka's "
+                 "metadata.log.dir), or --assume-kafka-defaults if no topic overrides anything")
 HOW_TO_CONFIGURE = (
-    "give the cluster's configs with --metadata-log-dir DIR (the directory holding "
-    f"{METADATA_DIR_NAME}) and/or --server-properties FILE, or set them with --config "
-    "KEY=VALUE, --topic-config TOPIC:KEY=VALUE or --topic-configs FILE "
-    "(--assume-kafka-defaults takes Kafka's defaults as the real configs)")
+    "give the cluster's configs with --server-properties FILE and, when the log dir does not "
+    f"hold {METADATA_DIR_NAME}, --metadata-log-dir DIR; or set a topic's configs with "
+    "--topic-config TOPIC:KEY=VALUE or --topic-configs FILE (--assume-kafka-defaults takes "
+    "Kafka's defaults as the real configs)")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -82,64 +106,101 @@ class Catalog:
     """Topic configs and untouchable partitions of one log dir.
 
     Attributes:
-        configs: every topic with a partition dir in the log dir -> its effective configs.
+        configs: every topic with a partition dir in the log dir -> its effective configs
+            (``TopicConfig.configured``: every deciding config known).
+        guessed: topic -> the deciding configs whose value would be a guess.
         skips: partitions never touched (beyond ``no_config``), with the reason.
         metadata: the replayed metadata, when there was a metadata log.
         metadata_path: the metadata log directory replayed, if any.
         server_properties: the ``server.properties`` read, if any.
+        node_id: this broker's ``node.id`` (``meta.properties``, ``server.properties``).
+        missing: what the tool would need to know to maintain the unconfigured topics.
     """
 
     configs: Mapping[str, TopicConfig]
+    guessed: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     skips: Mapping[TopicPartition, str] = field(default_factory=dict)
     metadata: ClusterMetadata | None = None
     metadata_path: str | None = None
     server_properties: str | None = None
-    invalid: Mapping[str, dict[str, Any]] = field(default_factory=dict)
+    node_id: str | None = None
+    missing: tuple[str, ...] = ()
+
+    @property
+    def invalid(self) -> dict[str, dict[str, Any]]:
+        """Topic -> the error of its first config Kafka holds that breaks a rule here."""
+        return {t: {"code": "CONFIG_ERROR", "message": next(iter(c.invalid.values())),
+                    "configs": dict(c.invalid)}
+                for t, c in sorted(self.configs.items()) if c.invalid}
 
     def skip_reason(self, tp: TopicPartition, *, retention: bool = False) -> str | None:
         """Why ``tp`` must be left alone by this command, or ``None``."""
         if tp in self.skips:
             return self.skips[tp]
-        if tp.topic in self.invalid:
-            return INVALID_CONFIG
         cfg = self.configs[tp.topic]
+        if cfg.invalid:
+            return INVALID_CONFIG
         if not cfg.configured:
             return NO_CONFIG
         if retention and cfg.remote_storage_enable:
             return TIERED_STORAGE
         return None
 
+    def erasure_refusal(self, topic: str) -> str | None:
+        """Why an erasure must not rewrite ``topic``'s partitions (``None``: it may): its
+        ``cleanup.policy`` or ``remote.storage.enable`` is unknown or invalid. Every other
+        config may be missing; an erasure uses the cluster's policy whatever else fails."""
+        cfg = self.configs.get(topic)
+        if cfg is None:
+            return (f"topic {topic} has no partition in this log dir and its configs were "
+                    "not resolved")
+        bad = [k for k in ERASURE_DECIDING if k in cfg.invalid]
+        unknown = [k for k in ERASURE_DECIDING if k in self.guessed.get(topic, ())]
+        if bad:
+            return cfg.invalid[bad[0]]
+        if unknown:
+            return (f"topic {topic}: {', '.join(unknown)} unknown ("
+                    + "; ".join(self.missing or (HOW_TO_CONFIGURE,)) + ")")
+        return None
+
     def unconfigured(self) -> list[str]:
-        return sorted(t for t, c in self.configs.items() if not c.configured)
+        return sorted(t for t, c in self.configs.items() if not c.configured and not c.invalid)
 
     def to_dict(self) -> dict[str, Any]:
         """The report's ``cluster`` section."""
         ignored = {t: list(c.ignored) for t, c in sorted(self.configs.items()) if c.ignored}
+        dropped = {t: dict(c.dropped) for t, c in sorted(self.configs.items()) if c.dropped}
         out: dict[str, Any] = {
             "metadata_log": self.metadata_path,
             "metadata": self.metadata.to_dict() if self.metadata else None,
             "server_properties": self.server_properties,
+            "node_id": self.node_id,
             "unconfigured_topics": self.unconfigured(),
+            "guessed_configs": {t: list(g) for t, g in sorted(self.guessed.items()) if g},
             "ignored_configs": ignored,
-            "invalid_configs": dict(self.invalid),
+            "invalid_configs": self.invalid,
+            "dropped_broker_configs": next(iter(dropped.values()), {}),
         }
         if out["unconfigured_topics"]:
+            out["missing"] = list(self.missing)
             out["how_to_configure"] = HOW_TO_CONFIGURE
         return out
 
     def hints(self) -> list[str]:
         """Lines for the human summary."""
         lines = [f"{t}: left alone, its configs from the cluster are invalid: {e['message']}"
-                 for t, e in sorted(self.invalid.items())]
+                 for t, e in self.invalid.items()]
+        dropped = next((c.dropped for c in self.configs.values() if c.dropped), {})
+        lines += [f"dynamic broker config {k} ignored, as Kafka ignores it: {m}"
+                  for k, m in sorted(dropped.items())]
         unconfigured = self.unconfigured()
         if unconfigured:
-            internal = [t for t in unconfigured if t.startswith("__")]
-            lines.append(f"left alone, no config known for: {', '.join(unconfigured)}; "
-                         + HOW_TO_CONFIGURE)
-            if internal:
-                lines.append(f"Kafka creates {', '.join(internal)} with cleanup.policy=compact; "
-                             "without the metadata log say so with --topic-config "
-                             f"{internal[0]}:cleanup.policy=compact")
+            lines.append(f"left alone, configs not known for: {', '.join(unconfigured)}")
+            lines += [f"  {m}" for m in self.missing] or [f"  {HOW_TO_CONFIGURE}"]
+        if self.metadata is not None and self.metadata.unknown_record_types:
+            types = ", ".join(f"{k} (x{n})" for k, n in
+                              sorted(self.metadata.unknown_record_types.items()))
+            lines.append(f"metadata log: record types newer than Kafka 4.1 skipped: {types}")
         for t, c in sorted(self.configs.items()):
             if c.ignored:
                 lines.append(f"{t}: accepted but not used by kafka-compactor: "
@@ -158,30 +219,28 @@ def build_catalog(log_dir: LogDir, *, config_all: Mapping[str, str],
         named_topics: topics the command line names (``--topics``, ``--topic-config``, a
             ``--topic-configs`` file): each must exist in the log dir or in the metadata.
         metadata_log_dir: the directory holding ``__cluster_metadata-0`` (default: the log
-            dir, when it holds one).
+            dir when it holds one, else where ``server_properties`` places it).
 
     Raises:
-        ConfigError: an invalid flag value or ``server.properties`` file, or a named topic
-            that exists nowhere (with the closest existing name). An invalid value from the
-            metadata log leaves only its topic alone (:data:`INVALID_CONFIG`).
+        ConfigError: an invalid flag value or ``server.properties`` file, a
+            ``server.properties`` of another node than the log dir's ``meta.properties``, a
+            named topic that exists nowhere (with the closest existing name), or a metadata
+            log without a ``node.id`` to place this broker's replicas by.
         CorruptMetadataError: the metadata log cannot be replayed.
     """
-    meta_path = log_dir.metadata_log
-    if metadata_log_dir is not None:
-        meta_path = storage.join(storage.absolute(metadata_log_dir), METADATA_DIR_NAME)
-        if not storage.is_dir(meta_path):
-            raise ConfigError(f"--metadata-log-dir holds no {METADATA_DIR_NAME} directory",
-                              path=metadata_log_dir,
-                              remedy="name the directory that holds it (Kafka's "
-                                     "metadata.log.dir, by default the first of log.dirs)")
+    props = read_properties(server_properties) if server_properties is not None else None
+    meta_path, looked = _metadata_location(log_dir, metadata_log_dir, props)
     meta = load_cluster_metadata(meta_path) if meta_path else None
-    node_id = read_node_id(log_dir.path)
-    if node_id is None and meta_path is not None:
-        node_id = read_node_id(storage.dirname(meta_path))
+    node_id = _node_id(log_dir, meta_path, props, server_properties)
+    if meta is not None and node_id is None:
+        raise ConfigError(
+            "the log dir's meta.properties names no node.id, so which replicas this broker "
+            "holds cannot be told from the metadata", path=log_dir.path,
+            remedy="give the broker's --server-properties (its node.id); nothing was changed")
+    static_known = props is not None or assume_kafka_defaults
     base: list[Layer] = []
-    if server_properties is not None:
-        base.append(broker_layer(SERVER_PROPERTIES, read_properties(server_properties),
-                                 dynamic=False))
+    if props is not None:
+        base.append(broker_layer(SERVER_PROPERTIES, props, dynamic=False))
     if meta is not None:
         cluster, own = topic_layers_of(meta, node_id)
         base += [broker_layer(CLUSTER_DEFAULT, cluster, dynamic=True),
@@ -200,43 +259,125 @@ def build_catalog(log_dir: LogDir, *, config_all: Mapping[str, str],
                 f"topic {name!r} is neither in the log dir nor in the cluster metadata"
                 + (f"; did you mean {close[0]!r}?" if close else ""), path=log_dir.path,
                 remedy="fix the topic name; nothing was changed")
-    configs = {}
-    invalid: dict[str, dict[str, Any]] = {}
+    configs: dict[str, TopicConfig] = {}
+    guessed: dict[str, tuple[str, ...]] = {}
     for t in sorted(set(topics) | set(config_topics)):
-        # the command line's own values first: a bad flag stops the command (exit 3)
-        flags = resolve_topic_config(t, config_all, config_topics)
         layers = [*base]
-        if meta is not None and t in meta.topic_configs:
-            layers.append(Layer(TOPIC, meta.topic_configs[t]))
-        real = (meta is not None and t in meta.topic_ids) or server_properties is not None \
-            or assume_kafka_defaults
-        try:
-            configs[t] = resolve_topic_config(t, config_all, config_topics, lower=layers,
-                                              configured=real)
-        except ConfigError as err:  # the cluster's value: only this topic is left alone
-            invalid[t] = err.to_dict()
-            configs[t] = dataclasses.replace(flags, configured=False)
+        if meta is not None:
+            topic_known = t in meta.topic_ids
+            layers.append(Layer(TOPIC, meta.topic_configs.get(t, {})))
+        else:
+            topic_known = assume_kafka_defaults  # "no topic overrides anything", said aloud
+            if assume_kafka_defaults and t in INTERNAL_TOPIC_CONFIGS:
+                layers.append(Layer(INTERNAL_TOPIC, INTERNAL_TOPIC_CONFIGS[t]))
+        cfg = resolve_topic_config(t, config_all, config_topics, lower=layers)
+        guessed[t] = _guessed(cfg, static_known=static_known, topic_known=topic_known)
+        configs[t] = dataclasses.replace(cfg, configured=not guessed[t])
+    missing = []
+    if not static_known and any(guessed[t] for t in topics):
+        missing.append(NEED_STATIC)
+    if meta is None and not assume_kafka_defaults and any(guessed[t] for t in topics):
+        missing.append(NEED_METADATA + (f" (looked in {', '.join(looked)})" if looked else ""))
     skips: dict[TopicPartition, str] = {}
     if meta is not None:
         for tp in log_dir.partitions:
-            reason = _stale(log_dir, tp, meta)
+            reason = _placement(log_dir, tp, meta, int(node_id))  # type: ignore[arg-type]
             if reason:
                 skips[tp] = reason
-    return Catalog(configs={t: configs[t] for t in topics}, skips=skips, metadata=meta,
+    return Catalog(configs={t: configs[t] for t in topics},
+                   guessed={t: guessed[t] for t in topics}, skips=skips, metadata=meta,
                    metadata_path=meta_path, server_properties=server_properties,
-                   invalid={t: e for t, e in invalid.items() if t in topics})
+                   node_id=node_id, missing=tuple(missing))
 
 
-def _stale(log_dir: LogDir, tp: TopicPartition, meta: ClusterMetadata) -> str | None:
+def _guessed(cfg: TopicConfig, *, static_known: bool, topic_known: bool) -> tuple[str, ...]:
+    """The deciding configs of ``cfg`` whose value the tool does not know: a value of the
+    topic's own (its ConfigRecords, ``--topic-config``) is known; any other only when no
+    topic override could hide it (``topic_known``), and Kafka's default only when the static
+    layer is known too, or when no broker config can change it (``remote.storage.enable``
+    has no broker synonym: ``ServerTopicConfigSynonyms``)."""
+    out = []
+    for key in DECIDING:
+        source = cfg.sources.get(key, DEFAULT)
+        if source in (TOPIC, TOPIC_FLAG) or key in cfg.invalid:
+            continue
+        if not topic_known or (source == DEFAULT and key in BROKER_SYNONYMS
+                               and not static_known):
+            out.append(key)
+    return tuple(out)
+
+
+def _metadata_location(log_dir: LogDir, metadata_log_dir: str | None,
+                       props: Mapping[str, str] | None) -> tuple[str | None, list[str]]:
+    """The ``__cluster_metadata-0`` directory to replay, and where else it was looked for:
+    ``--metadata-log-dir``, else the log dir's own, else Kafka's ``metadata.log.dir`` of
+    ``server.properties``, else the first of its ``log.dirs`` (``KafkaConfig.metadataLogDir``).
+
+    Raises:
+        ConfigError: ``--metadata-log-dir`` holds none.
+    """
+    if metadata_log_dir is not None:
+        path = storage.join(storage.absolute(metadata_log_dir), METADATA_DIR_NAME)
+        if not storage.is_dir(path):
+            raise ConfigError(f"--metadata-log-dir holds no {METADATA_DIR_NAME} directory",
+                              path=metadata_log_dir,
+                              remedy="name the directory that holds it (Kafka's "
+                                     "metadata.log.dir, by default the first of log.dirs)")
+        return path, []
+    if log_dir.metadata_log:
+        return log_dir.metadata_log, []
+    if props is None:
+        return None, [log_dir.path]
+    dirs = props.get("log.dirs") or props.get("log.dir") or ""
+    where = props.get("metadata.log.dir") or next(
+        (d.strip() for d in dirs.split(",") if d.strip()), None)
+    if where is None:
+        return None, [log_dir.path]
+    path = storage.join(storage.absolute(where), METADATA_DIR_NAME)
+    return (path, []) if storage.is_dir(path) else (None, [log_dir.path, where])
+
+
+def _node_id(log_dir: LogDir, meta_path: str | None, props: Mapping[str, str] | None,
+             server_properties: str | None) -> str | None:
+    """This broker's ``node.id``: the log dir's ``meta.properties`` (else the metadata log
+    dir's), checked against ``server.properties`` (``node.id``, else ``broker.id``).
+
+    Raises:
+        ConfigError: ``server.properties`` names another node than ``meta.properties``.
+    """
+    node_id = read_node_id(log_dir.path)
+    if node_id is None and meta_path is not None:
+        node_id = read_node_id(storage.dirname(meta_path))
+    stated = (props or {}).get("node.id") or (props or {}).get("broker.id")
+    if stated is not None and node_id is not None and stated.strip() != node_id.strip():
+        raise ConfigError(
+            f"server.properties is node {stated.strip()}'s, the log dir's meta.properties "
+            f"says node.id={node_id.strip()}", path=server_properties,
+            remedy="give the server.properties of the broker that owns this log dir; nothing "
+                   "was changed")
+    return (node_id or stated or "").strip() or None
+
+
+def _placement(log_dir: LogDir, tp: TopicPartition, meta: ClusterMetadata,
+               node_id: int) -> str | None:
+    """Why Kafka would not load ``tp``'s dir as a live replica of this broker, or ``None``."""
     if tp.topic == METADATA_TOPIC:  # a dir named like the metadata log, other partition
         return METADATA_LOG
     try:
         topic_id = read_topic_id(log_dir.partition_path(tp))
+        readable = True
     except CompactorError:
-        topic_id = None  # unreadable: judged by name alone; the command reports its files
+        topic_id, readable = None, False  # the command reports its files
     live = meta.topic_ids.get(tp.topic)
     if live is None:
         return STALE_TOPIC_ID if topic_id in meta.removed_ids else UNKNOWN_TOPIC
-    if topic_id is not None and topic_id != live:
+    if not readable:
+        return None
+    if topic_id is None:  # LogManager.isStrayKraftReplica: no partition.metadata
+        return STRAY
+    if topic_id != live:
         return STALE_TOPIC_ID
+    state = meta.partition(topic_id, tp.partition)
+    if state is None or node_id not in state.replicas:  # isStrayKraftReplica's two others
+        return STRAY
     return None

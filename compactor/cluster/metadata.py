@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from compactor.codec.kraft import (
+    METADATA_SCHEMAS,
     RESOURCE_BROKER,
     RESOURCE_TOPIC,
     MetadataRecord,
@@ -32,8 +33,10 @@ METADATA_DIR_NAME = f"{METADATA_TOPIC}-0"
 SNAPSHOT_SUFFIX = ".checkpoint"
 # Kafka's Snapshots.filenameFromSnapshotId: 20-digit end offset, '-', 10-digit epoch
 _SNAPSHOT_NAME = re.compile(r"^(?P<offset>[0-9]{20})-(?P<epoch>[0-9]{10})\.checkpoint$")
-# The record types whose fields change topic configs; every other type is framed and skipped.
-_REPLAYED = {2: "TopicRecord", 4: "ConfigRecord", 9: "RemoveTopicRecord"}
+# The record types whose fields the tool reads (topics, their partitions' replicas and configs);
+# every other type is framed and skipped, a type newer than Kafka 4.1 too (with a count).
+_REPLAYED = {2: "TopicRecord", 3: "PartitionRecord", 4: "ConfigRecord",
+             5: "PartitionChangeRecord", 9: "RemoveTopicRecord"}
 _TXN = {23: "begin", 24: "end", 25: "abort"}
 
 
@@ -42,6 +45,17 @@ def parse_snapshot_name(name: str) -> tuple[int, int] | None:
     (``.checkpoint.part`` being written, ``.checkpoint.deleted`` being removed)."""
     m = _SNAPSHOT_NAME.match(name)
     return (int(m["offset"]), int(m["epoch"])) if m else None
+
+
+@dataclass(kw_only=True)
+class PartitionState:
+    """One partition as the metadata image holds it (``PartitionRegistration``): its replicas
+    (broker ids), in-sync replicas and, per replica, the directory id of the log dir holding
+    it (``Directories``, KIP-858; empty before metadata.version 3.7-IV2)."""
+
+    replicas: list[int]
+    isr: list[int]
+    directories: list[str]
 
 
 @dataclass(kw_only=True)
@@ -54,6 +68,10 @@ class ClusterMetadata:
         topic_configs: topic name -> {config: value} from TOPIC ConfigRecords.
         broker_configs: broker resource name (``""``: the cluster-wide default, else a node
             id) -> {broker config: value} from BROKER ConfigRecords.
+        partitions: topic id -> partition id -> its replicas, ISR and directories.
+        unknown_record_types: api keys of records newer than Kafka 4.1 -> how many were
+            skipped by their frame (none of them changes topics, partitions or configs in the
+            versions the tool knows).
         snapshot: the snapshot replayed first (file name), if any.
         end_offset: the offset after the last record replayed.
         records: records replayed (snapshot and log).
@@ -63,6 +81,8 @@ class ClusterMetadata:
     removed_ids: set[str] = field(default_factory=set)
     topic_configs: dict[str, dict[str, str]] = field(default_factory=dict)
     broker_configs: dict[str, dict[str, str]] = field(default_factory=dict)
+    partitions: dict[str, dict[int, PartitionState]] = field(default_factory=dict)
+    unknown_record_types: dict[int, int] = field(default_factory=dict)
     snapshot: str | None = None
     end_offset: int = 0
     records: int = 0
@@ -70,10 +90,15 @@ class ClusterMetadata:
     def topic_name(self, topic_id: str) -> str | None:
         return next((n for n, i in self.topic_ids.items() if i == topic_id), None)
 
+    def partition(self, topic_id: str, partition: int) -> PartitionState | None:
+        return self.partitions.get(topic_id, {}).get(partition)
+
     def to_dict(self) -> dict[str, Any]:
         return {"snapshot": self.snapshot, "end_offset": self.end_offset,
                 "records": self.records, "topics": len(self.topic_ids),
-                "removed_topics": len(self.removed_ids)}
+                "removed_topics": len(self.removed_ids),
+                "unknown_record_types": {str(k): n for k, n in
+                                         sorted(self.unknown_record_types.items())}}
 
 
 class Replay:
@@ -93,6 +118,24 @@ class Replay:
             if name is not None:  # its configs go with it (ConfigurationsDelta, KAFKA-12976)
                 del self.state.topic_ids[name]
                 self.state.topic_configs.pop(name, None)
+            self.state.partitions.pop(topic_id, None)
+        elif record.name == "PartitionRecord":
+            f = record.fields
+            self.state.partitions.setdefault(f["TopicId"], {})[f["PartitionId"]] = \
+                PartitionState(replicas=list(f["Replicas"]), isr=list(f["Isr"]),
+                               directories=list(f.get("Directories") or []))
+        elif record.name == "PartitionChangeRecord":
+            # a null field leaves the value as it was (PartitionRegistration.merge)
+            f = record.fields
+            state = self.state.partition(f["TopicId"], f["PartitionId"])
+            if state is None:
+                return
+            if f.get("Replicas") is not None:
+                state.replicas = list(f["Replicas"])
+            if f.get("Isr") is not None:
+                state.isr = list(f["Isr"])
+            if f.get("Directories") is not None:
+                state.directories = list(f["Directories"])
         elif record.name == "ConfigRecord":
             f = record.fields
             if f["ResourceType"] == RESOURCE_TOPIC:
@@ -160,7 +203,10 @@ class Replay:
     def _one(self, value: bytes | None, offset: int) -> None:
         try:
             api_key, _, _ = read_frame(value)  # type: ignore[arg-type]
-            if api_key in _TXN:
+            if api_key not in METADATA_SCHEMAS:  # a newer Kafka's: framed, counted, skipped
+                unknown = self.state.unknown_record_types
+                unknown[api_key] = unknown.get(api_key, 0) + 1
+            elif api_key in _TXN:
                 self._transaction(_TXN[api_key])
             elif api_key in _REPLAYED:
                 record = decode_metadata_record(value)  # type: ignore[arg-type]

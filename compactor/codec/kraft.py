@@ -337,8 +337,11 @@ def _decode_message(r: _Reader, schema: Schema, version: int) -> MetadataRecord:
 def read_frame(value: bytes) -> tuple[int, int, _Reader]:
     """The frame of a metadata record value: ``(api key, version, reader at the message)``.
 
+    The api key may be one Kafka 4.1 does not have (a newer broker's record type): the
+    caller decides whether it can skip it; :func:`decode_metadata_record` refuses it.
+
     Raises:
-        CorruptMetadataError: an unknown frame version or api key, or a short frame.
+        CorruptMetadataError: an unknown frame version, or a short frame.
     """
     if value is None:
         raise CorruptMetadataError("metadata record has a null value")
@@ -349,12 +352,6 @@ def read_frame(value: bytes) -> tuple[int, int, _Reader]:
             f"unknown metadata record frame version {frame} (only {FRAME_VERSION} exists)")
     api_key = r.uvarint("api key")
     version = r.uvarint("version")
-    if api_key not in METADATA_SCHEMAS:
-        raise CorruptMetadataError(
-            f"unknown metadata record type {api_key} (Kafka 4.1 has "
-            f"{', '.join(str(k) for k in sorted(METADATA_SCHEMAS))})",
-            remedy="this metadata log was written by a newer Kafka, or it is corrupt; give "
-                   "the topic configs with --config/--topic-configs instead")
     return api_key, version, r
 
 
@@ -362,9 +359,16 @@ def decode_metadata_record(value: bytes) -> MetadataRecord:
     """Decode one record value of the metadata log or of a snapshot.
 
     Raises:
-        CorruptMetadataError: see the module docstring.
+        CorruptMetadataError: see the module docstring; also a record type Kafka 4.1 does
+            not have.
     """
     api_key, version, r = read_frame(value)
+    if api_key not in METADATA_SCHEMAS:
+        raise CorruptMetadataError(
+            f"unknown metadata record type {api_key} (Kafka 4.1 has "
+            f"{', '.join(str(k) for k in sorted(METADATA_SCHEMAS))})",
+            remedy="this metadata log was written by a newer Kafka, or it is corrupt; give "
+                   "the topic configs with --config/--topic-configs instead")
     return _decode_message(r, METADATA_SCHEMAS[api_key], version)
 
 

@@ -17,6 +17,14 @@ from compactor.cleaner.policy import BatchHeader, replay_producers
 
 ALL_TOPICS = "*"
 KEY = "key"
+
+
+def is_internal_topic(topic: str) -> bool:
+    """Kafka's internal topics and the other ``__``-prefixed logs its components keep
+    (``Topic.isInternal`` and ``TopicBasedRemoteLogMetadataManager``'s topic)."""
+    return topic.startswith("__")
+
+
 HEADER = "header"
 STATUSES = ("pending", "applied", "verified", "verified_local_only", "failed")
 # requests the tool has finished with: no alert once past their deadline
@@ -54,7 +62,13 @@ class ErasureRequest:
     tombstones_left: tuple[tuple[str, int], ...] = ()
 
     def applies_to(self, topic: str) -> bool:
-        return self.topic in (ALL_TOPICS, topic)
+        """Whether the request covers ``topic``: ``*`` means every application topic; Kafka's
+        internal topics (``__consumer_offsets``, ``__transaction_state``,
+        ``__share_group_state``, ``__remote_log_metadata``: coordinator state under Kafka's
+        binary keys) only when named."""
+        if self.topic == ALL_TOPICS:
+            return not is_internal_topic(topic)
+        return self.topic == topic
 
 
 def new_requests(*, topic: str, subjects: Sequence[bytes], selector: str,

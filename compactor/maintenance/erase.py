@@ -27,7 +27,7 @@ from compactor.erasure import ledger
 from compactor.log import storage
 from compactor.spark import stages as spark_stages
 from compactor.codec.checkpoints import REPLICATION_OFFSET_CHECKPOINT
-from compactor.cluster.catalog import Catalog
+from compactor.cluster.catalog import HOW_TO_CONFIGURE, Catalog
 from compactor.config import TopicConfig
 from compactor.erasure.rules import (
     ALL_TOPICS,
@@ -38,7 +38,7 @@ from compactor.erasure.rules import (
     latest_per_key,
     superseded_by_erased,
 )
-from compactor.errors import EXIT_FAILURE, EXIT_OK, EXIT_PARTIAL, CompactorError
+from compactor.errors import EXIT_FAILURE, EXIT_OK, EXIT_PARTIAL, CompactorError, ConfigError
 from compactor.log.layout import (
     check_partition_files,
     DELETE,
@@ -56,6 +56,10 @@ from compactor.cleaner.verify import txn_problems
 from compactor.maintenance.options import MaintenanceOptions, load_catalog
 from compactor.maintenance.report import Outcome
 from compactor.spark.session import LazySession
+
+# a directory whose topic's cleanup.policy or remote.storage.enable is not known: left as it
+# is, and no request that covers it is applied or verified there
+BLOCKED = "blocked"
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -264,18 +268,29 @@ def _start(action: str, log_dir: str, state_dir: str, now_ms: int,
 
 
 def _catalog(log_dir: str, now_ms: int, metadata_log_dir: str | None,
-             server_properties: str | None) -> Catalog:
-    # erasure applies to every topic; configs matter for the compacted-topic rule, the
-    # writer's index settings and tiered storage
+             server_properties: str | None, assume_kafka_defaults: bool) -> Catalog:
+    # erasure applies to every topic; its cleanup.policy (the compacted-topic rule) and
+    # remote.storage.enable (what a verify proves) must be the cluster's: a topic whose are
+    # not known is refused (Catalog.erasure_refusal), never erased as a guess
     return load_catalog(MaintenanceOptions(
         log_dir=log_dir, now_ms=now_ms, metadata_log_dir=metadata_log_dir,
-        server_properties=server_properties, assume_kafka_defaults=True))
+        server_properties=server_properties, assume_kafka_defaults=assume_kafka_defaults))
+
+
+def _refused(dirs: Mapping[int, _Dir], catalog: Catalog) -> dict[int, dict[str, Any]]:
+    """Directory id -> why it is neither rewritten nor counted as scanned clean."""
+    out = {}
+    for i, d in dirs.items():
+        reason = catalog.erasure_refusal(d.tp.topic)
+        if reason is not None:
+            out[i] = ConfigError(reason, remedy=HOW_TO_CONFIGURE).to_dict()
+    return out
 
 
 def apply(spark: SparkSession | None, log_dir: str, state_dir: str, now_ms: int, *,
           master: str | None = None, fsync: bool = True, metadata_log_dir: str | None = None,
-          server_properties: str | None = None, exclude_pending_deletes: bool = False,
-          dry_run: bool = False) -> dict[str, Any]:
+          server_properties: str | None = None, assume_kafka_defaults: bool = False,
+          exclude_pending_deletes: bool = False, dry_run: bool = False) -> dict[str, Any]:
     """Erase every pending request's records from every copy on disk; returns the JSON
     report. ``dry_run`` scans and reports what would be rewritten, changing nothing. A Spark
     session (``spark``, else a new one on ``master``) starts only when there is something to
@@ -286,7 +301,8 @@ def apply(spark: SparkSession | None, log_dir: str, state_dir: str, now_ms: int,
     if not requests:
         return report
     started = int(time.time() * 1000)
-    catalog = _catalog(log_dir, now_ms, metadata_log_dir, server_properties)
+    catalog = _catalog(log_dir, now_ms, metadata_log_dir, server_properties,
+                       assume_kafka_defaults)
     with storage.log_dir_lock(log_dir):
         ld = open_log_dir(log_dir)
         unrecovered: dict[str, CompactorError] = {}
@@ -294,6 +310,8 @@ def apply(spark: SparkSession | None, log_dir: str, state_dir: str, now_ms: int,
             _, unrecovered = recover_partitions(log_dir, [
                 c.name for c in ld.copies_of(lambda t: any(r.applies_to(t) for r in requests))])
         dirs, parts, errors = _load(log_dir, requests, unrecovered)
+        refused = _refused(dirs, catalog)
+        parts = {i: p for i, p in parts.items() if i not in refused}
         unknown = _unknown_topics(requests, dirs, catalog)
         matchers = {i: Matcher.for_topic(dirs[i].tp.topic, requests) for i in parts}
         session = LazySession(master, spark)
@@ -311,7 +329,9 @@ def apply(spark: SparkSession | None, log_dir: str, state_dir: str, now_ms: int,
             line: dict[str, Any] = d.line()
             got = messages.get(i, [])
             touched = plan.segments(i)
-            if i in errors:
+            if i in refused:
+                line.update(status=BLOCKED, error=refused[i])
+            elif i in errors:
                 line.update(status=Outcome.CORRUPT, error=errors[i])
             elif i in held and found.matches.get(i):
                 line["status"] = "residual_copy"  # --exclude-pending-deletes: reported, kept
@@ -415,7 +435,8 @@ def _applied_updates(requests: Sequence[ErasureRequest], dirs: Mapping[int, _Dir
                             "failure": json.dumps({"unknown_topic": unknown[r.request_id]})})
             continue
         mine = [i for i, d in dirs.items() if r.applies_to(d.tp.topic)]
-        bad = [dirs[i].name for i in mine if lines[i]["status"] in (Outcome.CORRUPT, Outcome.FAILED)]
+        bad = [dirs[i].name for i in mine
+               if lines[i]["status"] in (Outcome.CORRUPT, Outcome.FAILED, BLOCKED)]
         if bad:
             blocked[r.request_id] = bad
             continue
@@ -437,7 +458,8 @@ def _applied_updates(requests: Sequence[ErasureRequest], dirs: Mapping[int, _Dir
 
 def verify(spark: SparkSession | None, log_dir: str, state_dir: str, now_ms: int, *,
            master: str | None = None, metadata_log_dir: str | None = None,
-           server_properties: str | None = None) -> dict[str, Any]:
+           server_properties: str | None = None,
+           assume_kafka_defaults: bool = False) -> dict[str, Any]:
     """Rescan every copy on disk for every applied request; mark it verified (no record
     left but the bare tombstones it asked to leave, and at least one segment scanned),
     ``verified_local_only`` when a tiered topic's remote segments could not be scanned, or
@@ -447,12 +469,16 @@ def verify(spark: SparkSession | None, log_dir: str, state_dir: str, now_ms: int
     if not requests:
         return report
     started = int(time.time() * 1000)
-    catalog = _catalog(log_dir, now_ms, metadata_log_dir, server_properties)
+    catalog = _catalog(log_dir, now_ms, metadata_log_dir, server_properties,
+                       assume_kafka_defaults)
     with storage.log_dir_lock(log_dir):
         dirs, parts, errors = _load(log_dir, requests)
+        refused = _refused(dirs, catalog)
+        parts = {i: p for i, p in parts.items() if i not in refused}
         matchers = {i: Matcher.for_topic(dirs[i].tp.topic, requests) for i in parts}
         found = _scan(LazySession(master, spark), parts, matchers)
     errors.update(found.errors)
+    errors.update(refused)  # an unknown policy proves nothing: the request stays applied
     by_id = {r.request_id: r for r in requests}
 
     def accepted(i: int, m: _Match) -> bool:  # a tombstone the request asked to leave
@@ -465,7 +491,7 @@ def verify(spark: SparkSession | None, log_dir: str, state_dir: str, now_ms: int
                                 "records_scanned": found.records.get(i, 0),
                                 "residual_matches": sum(not accepted(i, m)
                                                         for m in found.matches.get(i, []))}
-        line["status"] = Outcome.CORRUPT if i in errors else (
+        line["status"] = BLOCKED if i in refused else Outcome.CORRUPT if i in errors else (
             "residual" if line["residual_matches"] else "clean")
         if i in errors:
             line["error"] = errors[i]
@@ -531,18 +557,19 @@ def report_exit_code(report: Mapping[str, Any]) -> int:
 
 def perform(action: str, log_dir: str, state_dir: str, now_ms: int, *, master: str | None,
             dry_run: bool = False, exclude_pending_deletes: bool = False,
-            metadata_log_dir: str | None = None,
-            server_properties: str | None = None) -> dict[str, Any]:
+            metadata_log_dir: str | None = None, server_properties: str | None = None,
+            assume_kafka_defaults: bool = False) -> dict[str, Any]:
     """``erase apply`` or ``erase verify`` (``action``), in a Spark session on ``master`` when
     there is something to scan; returns the JSON report (its exit code:
     :func:`report_exit_code`)."""
     if action == "apply":
         return apply(None, log_dir, state_dir, now_ms, master=master, dry_run=dry_run,
                      exclude_pending_deletes=exclude_pending_deletes,
-                     metadata_log_dir=metadata_log_dir, server_properties=server_properties)
+                     metadata_log_dir=metadata_log_dir, server_properties=server_properties,
+                     assume_kafka_defaults=assume_kafka_defaults)
     return verify(None, log_dir, state_dir, now_ms, master=master,
-                  metadata_log_dir=metadata_log_dir,
-                  server_properties=server_properties)
+                  metadata_log_dir=metadata_log_dir, server_properties=server_properties,
+                  assume_kafka_defaults=assume_kafka_defaults)
 
 
 def summary(report: Mapping[str, Any]) -> str:

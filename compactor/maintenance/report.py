@@ -68,9 +68,11 @@ REASONS: Mapping[str, str] = {
     "stale_topic_id": "the directory's topic id is not the cluster's (a deleted and re-created "
                       "topic's leftover)",
     "unknown_topic": "the cluster's metadata has no such topic",
-    "no_config": "no configs known for the topic (no cluster metadata, --config or "
-                 "--topic-configs)",
-    "invalid_config": "a config of the topic has an invalid value",
+    "stray": "not a live replica of this broker (no partition.metadata, a partition the topic "
+             "lacks, or replicas without this node: Kafka's LogManager.isStrayKraftReplica)",
+    "no_config": "a config a decision reads would be a guess (cluster.guessed_configs; "
+                 "cluster.missing says what to give)",
+    "invalid_config": "a config of the topic holds a value that breaks a rule here",
     "tiered_storage": "remote.storage.enable=true: retention is the broker's (tiered copies)",
 }
 

@@ -49,7 +49,7 @@ def logs(template: Path, tmp_path: Path) -> Path:
 
 
 def _retain(logs: Path, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict]:
-    code = cli_main(["retain", str(logs), "--now-ms", str(NOW), "--json", *args])
+    code = cli_main(["retain", "--assume-kafka-defaults", str(logs), "--now-ms", str(NOW), "--json", *args])
     (report,) = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line]
     return code, report
 
@@ -210,7 +210,7 @@ sys.exit(code)
 @pytest.mark.slow
 def test_a_crash_at_any_step_of_deletion_loses_nothing_and_resurrects_nothing(
         logs: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    args = ["retain", "--now-ms", str(NOW), "--json", "--config", "cleanup.policy=delete",
+    args = ["retain", "--assume-kafka-defaults", "--now-ms", str(NOW), "--json", "--config", "cleanup.policy=delete",
             "--config", f"retention.ms={DAY}"]
     original = {p.name: segment_bytes(p) for p in logs.glob("events-*")}
     finished = tmp_path / "finished"

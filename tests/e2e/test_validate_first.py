@@ -40,7 +40,7 @@ def test_control_a_round_with_work_does_start_spark(small_log: Path) -> None:
     assert res.returncode == EXIT_FAILURE and "SPARK_UNAVAILABLE" in res.stderr
 
 
-@pytest.mark.parametrize("command", ["plan", "compact", "run"])
+@pytest.mark.parametrize("command", ["plan", "--assume-kafka-defaults", "compact", "run"])
 def test_a_missing_log_dir_is_refused_before_spark(command: str, tmp_path: Path) -> None:
     _check(_no_java(command, str(tmp_path / "nonexistent"), "--now-ms", NOW), EXIT_CONFIG,
            "does not exist")

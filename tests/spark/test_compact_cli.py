@@ -29,14 +29,14 @@ COMPACT = ["--now-ms", NOW, "--config", "cleanup.policy=compact", "--json"]
 def test_plan_changes_nothing_and_compact_does_what_it_planned(
         spark, small_log: Path, capsys: pytest.CaptureFixture[str]) -> None:
     before = tree_digest(small_log)
-    assert cli_main(["plan", str(small_log), *COMPACT]) == EXIT_OK
+    assert cli_main(["plan", "--assume-kafka-defaults", str(small_log), *COMPACT]) == EXIT_OK
     plan = report_line(capsys)
     assert tree_digest(small_log) == before
     assert plan["command"] == "plan"
     planned = {(p["topic"], p["partition"]): p for p in topic_lines(plan["partitions"])}
     assert all(p["status"] == "would_clean" and p["groups"] for p in planned.values())
 
-    assert cli_main(["compact", str(small_log), *COMPACT]) == EXIT_OK
+    assert cli_main(["compact", "--assume-kafka-defaults", str(small_log), *COMPACT]) == EXIT_OK
     done = report_line(capsys)
     # every partition's segments fit one group: each is scanned, planned and written by one
     # task, and the general path's stages have nothing to do
@@ -65,7 +65,7 @@ def test_corrupt_partition_is_reported_and_untouched_while_others_are_compacted(
     segment.write_bytes(bytes(data))
     before = tree_digest(victim)
 
-    assert cli_main(["compact", str(small_log), *COMPACT]) == EXIT_PARTIAL
+    assert cli_main(["compact", "--assume-kafka-defaults", str(small_log), *COMPACT]) == EXIT_PARTIAL
     report = report_line(capsys)
     assert report["status"] == "partial"
     by_dir = {f"{p['topic']}-{p['partition']}": p for p in topic_lines(report["partitions"])}
@@ -90,7 +90,7 @@ def test_invalid_configs_are_refused_before_anything_changes(
         spark, small_log: Path, capsys: pytest.CaptureFixture[str], args: list[str],
         needle: str) -> None:
     before = tree_digest(small_log)
-    assert cli_main(["compact", str(small_log), "--now-ms", NOW, *args]) == EXIT_CONFIG
+    assert cli_main(["compact", "--assume-kafka-defaults", str(small_log), "--now-ms", NOW, *args]) == EXIT_CONFIG
     assert needle in capsys.readouterr().err
     assert tree_digest(small_log) == before
 
@@ -100,7 +100,7 @@ def test_topic_configs_file_selects_the_compacted_topics(
     configs = tmp_path / "topics.yaml"
     configs.write_text("user-profiles:\n  cleanup.policy: compact,delete\n"
                        "  min.cleanable.dirty.ratio: 0.1\n")
-    assert cli_main(["compact", str(small_log), "--now-ms", NOW, "--topic-configs",
+    assert cli_main(["compact", "--assume-kafka-defaults", str(small_log), "--now-ms", NOW, "--topic-configs",
                      str(configs), "--json"]) == EXIT_OK
     statuses = {(p["topic"], p["status"]) for p in topic_lines(report_line(capsys)["partitions"])}
     assert statuses == {("user-profiles", "cleaned"), ("orders-v2", "skipped")}
@@ -110,7 +110,7 @@ def test_locked_log_dir_is_refused(spark, small_log: Path,
                                    capsys: pytest.CaptureFixture[str]) -> None:
     with lock_held_by_other_process(small_log):
         before = tree_digest(small_log)
-        assert cli_main(["compact", str(small_log), *COMPACT]) == EXIT_LOCKED
+        assert cli_main(["compact", "--assume-kafka-defaults", str(small_log), *COMPACT]) == EXIT_LOCKED
         assert report_line(capsys)["code"] == "LOG_DIR_LOCKED"
         assert tree_digest(small_log) == before
 
@@ -126,7 +126,7 @@ def test_a_plan_tells_its_numbers_predicts_no_figures_and_is_recorded(
     state = tmp_path / "state"
     args = ["--now-ms", str(int(NOW) + 30 * 86_400_000), "--config",
             "cleanup.policy=compact,delete", "--topics", chosen, "--state-dir", str(state)]
-    code, plan = cli_json(capsys, "plan", str(small_log), *args, "--json")
+    code, plan = cli_json(capsys, "plan", "--assume-kafka-defaults", str(small_log), *args, "--json")
     assert code == EXIT_OK
     assert "before compaction" in plan["retention_basis"]
     for p in topic_lines(plan["partitions"]):
@@ -147,7 +147,7 @@ def test_a_plan_tells_its_numbers_predicts_no_figures_and_is_recorded(
         ("plan", plan["run_id"], None)]
 
     # the human summary: the same explanations, the preview's basis, a totals line
-    assert cli_main(["plan", str(small_log), *args[:-2]]) == EXIT_OK
+    assert cli_main(["plan", "--assume-kafka-defaults", str(small_log), *args[:-2]]) == EXIT_OK
     text = capsys.readouterr().out
     for p in topic_lines(plan["partitions"]):
         if p["topic"] == chosen:
@@ -165,9 +165,9 @@ def test_the_pure_writer_writes_the_same_log_dir_as_the_native_one(
 
     pure_log = tmp_path / "pure"
     shutil.copytree(small_log, pure_log)
-    assert cli_main(["compact", str(small_log), *COMPACT]) == EXIT_OK
+    assert cli_main(["compact", "--assume-kafka-defaults", str(small_log), *COMPACT]) == EXIT_OK
     native = report_line(capsys)
-    assert cli_main(["compact", str(pure_log), *COMPACT, "--writer", "pure"]) == EXIT_OK
+    assert cli_main(["compact", "--assume-kafka-defaults", str(pure_log), *COMPACT, "--writer", "pure"]) == EXIT_OK
     pure = report_line(capsys)
     assert tree_digest(small_log) == tree_digest(pure_log)
     figures = ("status", "records_in", "records_out", "bytes_in", "bytes_out", "dropped")
@@ -175,4 +175,4 @@ def test_the_pure_writer_writes_the_same_log_dir_as_the_native_one(
             == [{k: p.get(k) for k in figures} for p in topic_lines(pure["partitions"])])
     assert any(p["status"] == "cleaned" for p in topic_lines(native["partitions"]))
     with pytest.raises(SystemExit):
-        cli_main(["compact", str(small_log), *COMPACT, "--writer", "fast"])
+        cli_main(["compact", "--assume-kafka-defaults", str(small_log), *COMPACT, "--writer", "fast"])

@@ -54,7 +54,7 @@ def compacted(spark, tmp_path_factory: pytest.TempPathFactory) -> Path:
     logs = root / "logs"
     generate(str(logs), GEN)
     # the clock sits in the middle of the data: only segments entirely before it are cleaned
-    assert cli_main(["compact", str(logs), "--now-ms", str(DEFAULT_START_MS + 40_000), "--json",
+    assert cli_main(["compact", "--assume-kafka-defaults", str(logs), "--now-ms", str(DEFAULT_START_MS + 40_000), "--json",
                      "--config", "cleanup.policy=compact"]) == EXIT_OK
     return logs
 
@@ -114,7 +114,7 @@ def test_erasing_a_key_removes_every_record_of_it_and_nothing_else(
                      "--json", "--log-dir", str(logs))
     assert code == EXIT_OK
     (rid,) = out["added"]
-    code, report = cli_json(capsys, "erase", "apply", str(logs), "--state-dir", str(state),
+    code, report = cli_json(capsys, "erase", "apply", "--assume-kafka-defaults", str(logs), "--state-dir", str(state),
                         "--now-ms", str(NOW), "--json")
     assert code == EXIT_OK and report["status"] == "ok"
     assert report["requests"][0]["records_erased"] == total
@@ -156,7 +156,7 @@ def test_erasing_a_key_removes_every_record_of_it_and_nothing_else(
             assert SUBJECT not in path.read_bytes(), path
 
     # verify by rescan, then the proof
-    code, verified = cli_json(capsys, "erase", "verify", str(logs), "--state-dir", str(state),
+    code, verified = cli_json(capsys, "erase", "verify", "--assume-kafka-defaults", str(logs), "--state-dir", str(state),
                           "--now-ms", str(NOW + 1000), "--json")
     assert code == EXIT_OK
     assert verified["requests"][0]["status"] == "verified"
@@ -188,7 +188,7 @@ def test_erasing_by_header_value_in_one_topic(
                    "--header", "source=svc-a", "--request-id", "ticket-42", "--now-ms",
                    str(NOW), "--json")
     assert code == EXIT_OK
-    code, report = cli_json(capsys, "erase", "apply", str(logs), "--state-dir", str(state),
+    code, report = cli_json(capsys, "erase", "apply", "--assume-kafka-defaults", str(logs), "--state-dir", str(state),
                         "--now-ms", str(NOW), "--json")
     assert code == EXIT_OK
     after = _partitions(logs)
@@ -202,7 +202,7 @@ def test_erasing_by_header_value_in_one_topic(
         1 for n, s in before.items() if n.startswith("clicks")
         for r in records_of(s).values() if tagged(r))
     assert inspect_problems(logs) == []
-    code, _ = cli_json(capsys, "erase", "verify", str(logs), "--state-dir", str(state), "--json")
+    code, _ = cli_json(capsys, "erase", "verify", "--assume-kafka-defaults", str(logs), "--state-dir", str(state), "--json")
     assert code == EXIT_OK
 
 
@@ -214,7 +214,7 @@ def test_applying_again_erases_nothing_more_and_rewrites_nothing(
     assert cli_json(capsys, *request)[0] == EXIT_OK
     _, again = cli_json(capsys, *request)  # the same subject again: the same request
     assert again["added"] == [] and len(again["existing"]) == 1
-    apply = ["erase", "apply", str(logs), "--state-dir", str(state), "--now-ms", str(NOW),
+    apply = ["erase", "apply", "--assume-kafka-defaults", str(logs), "--state-dir", str(state), "--now-ms", str(NOW),
              "--json"]
     assert cli_json(capsys, *apply)[0] == EXIT_OK
     digest = tree_digest(logs)
@@ -239,13 +239,13 @@ def test_verify_fails_on_a_residual_record_and_status_alerts_when_overdue(
     assert cli_json(capsys, "erase", "request", "--state-dir", str(state), "--topic", "profiles",
                 "--key", SUBJECT.decode(), "--request-id", "r1", "--now-ms", str(NOW),
                 "--deadline-days", "30", "--json")[0] == EXIT_OK
-    assert cli_json(capsys, "erase", "apply", str(logs), "--state-dir", str(state), "--now-ms",
+    assert cli_json(capsys, "erase", "apply", "--assume-kafka-defaults", str(logs), "--state-dir", str(state), "--now-ms",
                 str(NOW), "--json")[0] == EXIT_OK
     first = sorted(backup)[0]  # an old copy of a segment comes back (say, from a backup)
     (pdir / first).write_bytes(backup[first])
     (pdir / first.replace(".log", ".index")).unlink()  # let the loader accept the old bytes
     (pdir / first.replace(".log", ".timeindex")).unlink()
-    code, verified = cli_json(capsys, "erase", "verify", str(logs), "--state-dir", str(state),
+    code, verified = cli_json(capsys, "erase", "verify", "--assume-kafka-defaults", str(logs), "--state-dir", str(state),
                           "--now-ms", str(NOW), "--json")
     assert code == EXIT_FAILURE and verified["status"] == "failed"
     (req,) = verified["requests"]
@@ -260,7 +260,7 @@ def test_verify_fails_on_a_residual_record_and_status_alerts_when_overdue(
 def test_state_dir_inside_the_log_dir_is_refused(
         logs: Path, capsys: pytest.CaptureFixture[str]) -> None:
     before = tree_digest(logs)
-    code, err = cli_json(capsys, "erase", "apply", str(logs), "--state-dir", str(logs / "ledger"),
+    code, err = cli_json(capsys, "erase", "apply", "--assume-kafka-defaults", str(logs), "--state-dir", str(logs / "ledger"),
                      "--json")
     assert code == EXIT_CONFIG and "overlaps the log dir" in err["message"]
     assert tree_digest(logs) == before
@@ -295,7 +295,7 @@ def test_a_crash_mid_apply_leaves_the_request_pending_and_the_next_apply_complet
             kept = {o: r for o, r in records_of({base: data}).items()}
             original = records_of({base: old[base]})
             assert kept in (original, {o: r for o, r in original.items() if o not in subject})
-    code, report = cli_json(capsys, "erase", "apply", str(logs), "--state-dir", str(state),
+    code, report = cli_json(capsys, "erase", "apply", "--assume-kafka-defaults", str(logs), "--state-dir", str(state),
                         "--now-ms", str(NOW), "--json")
     assert code == EXIT_OK and report["requests"][0]["request_id"] == "r1"
     after = _partitions(logs)

@@ -44,7 +44,7 @@ def compacted(spark, tmp_path_factory: pytest.TempPathFactory) -> Path:
     dirty one above), with its configs from the generated metadata log."""
     logs = tmp_path_factory.mktemp("coverage") / "logs"
     generate(str(logs), GEN)
-    assert cli_main(["compact", str(logs), "--now-ms", str(DEFAULT_START_MS + 40_000),
+    assert cli_main(["compact", "--assume-kafka-defaults", str(logs), "--now-ms", str(DEFAULT_START_MS + 40_000),
                      "--json"]) == EXIT_OK
     return logs
 
@@ -190,7 +190,7 @@ def test_header_erasure_on_a_compacted_topic_never_resurrects_an_older_value(
                 and r[0] != clean[0]]
     assert after == expected
     # a later compaction never brings an erased value back
-    assert cli_main(["compact", str(logs), "--now-ms", str(NOW + 10 * 86_400_000),
+    assert cli_main(["compact", "--assume-kafka-defaults", str(logs), "--now-ms", str(NOW + 10 * 86_400_000),
                      "--json"]) == EXIT_OK
     capsys.readouterr()
     assert not any(r[2] in (value_key, tombstone_key) for r in kp_records(pdir))

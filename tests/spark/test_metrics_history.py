@@ -36,7 +36,7 @@ def _samples(path: Path) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]
 def test_metrics_history_and_version(spark, small_log: Path, tmp_path: Path,
                                      capsys: pytest.CaptureFixture[str]) -> None:
     state, prom = tmp_path / "state", tmp_path / "compact.prom"
-    code, report = cli_json(capsys, "compact", str(small_log), "--now-ms", str(NOW), "--config",
+    code, report = cli_json(capsys, "compact", "--assume-kafka-defaults", str(small_log), "--now-ms", str(NOW), "--config",
                             "cleanup.policy=compact,delete", "--json", "--state-dir",
                             str(state), "--metrics-file", str(prom))
     assert code == EXIT_OK
@@ -62,7 +62,7 @@ def test_metrics_history_and_version(spark, small_log: Path, tmp_path: Path,
     assert got[("kafka_compactor_last_run_ok", (("command", "compact"),))] == 1
 
     prom = tmp_path / "retain.prom"
-    code, retained = cli_json(capsys, "retain", str(small_log), "--now-ms", str(NOW + 30 * DAY),
+    code, retained = cli_json(capsys, "retain", "--assume-kafka-defaults", str(small_log), "--now-ms", str(NOW + 30 * DAY),
                               "--config", "cleanup.policy=compact,delete", "--json",
                               "--state-dir", str(state), "--metrics-file", str(prom))
     assert code == EXIT_OK
@@ -79,7 +79,7 @@ def test_metrics_history_and_version(spark, small_log: Path, tmp_path: Path,
     # history: both runs, newest first, with the reports' figures
     assert cli_main_ok(capsys, "history", "--state-dir", str(state), "--json")
     runs = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    assert [r["command"] for r in runs] == ["retain", "compact"]
+    assert [r["command"] for r in runs] == ["retain", "--assume-kafka-defaults", "compact"]
     assert runs[1]["partitions"] == len(report["partitions"])
     assert runs[1]["bytes_in"] == sum(p["bytes_in"] for p in report["partitions"])
     assert runs[1]["run_id"] == report["run_id"]
@@ -128,7 +128,7 @@ def test_erase_apply_metrics_count_the_records_erased(spark, small_log: Path, tm
     code, _ = cli_json(capsys, "erase", "request", "--state-dir", str(state), "--topic", "*",
                        "--key", "key-00000007", "--now-ms", str(NOW), "--json")
     assert code == EXIT_OK
-    code, report = cli_json(capsys, "erase", "apply", str(small_log), "--state-dir", str(state),
+    code, report = cli_json(capsys, "erase", "apply", "--assume-kafka-defaults", str(small_log), "--state-dir", str(state),
                             "--now-ms", str(NOW), "--json", "--metrics-file", str(prom))
     assert code == EXIT_OK
     erased: dict[str, int] = defaultdict(int)

@@ -48,10 +48,10 @@ GEN = GeneratorConfig(topics=(TOPIC,), partitions=3, records_per_partition=1500,
                                                       "segment.index.bytes": "48"}})
 SUBJECT = "key-00000003"
 COMMANDS = {
-    "compact": ["compact", "{logs}", "--now-ms", str(NOW), "--json"],
-    "retain": ["retain", "{logs}", "--now-ms", str(NOW), "--json", "--topics", TOPIC,
+    "compact": ["compact", "--assume-kafka-defaults", "{logs}", "--now-ms", str(NOW), "--json"],
+    "retain": ["retain", "--assume-kafka-defaults", "{logs}", "--now-ms", str(NOW), "--json", "--topics", TOPIC,
                "--config", "cleanup.policy=delete", "--config", f"retention.ms={DAY}"],
-    "erase": ["erase", "apply", "{logs}", "--state-dir", "{state}", "--now-ms", str(NOW),
+    "erase": ["erase", "apply", "--assume-kafka-defaults", "{logs}", "--state-dir", "{state}", "--now-ms", str(NOW),
               "--json"],
 }
 

@@ -35,7 +35,7 @@ def test_compact_delete_compacts_then_ages_out_to_one_empty_segment(
     policy = ["--config", "cleanup.policy=compact,delete", "--json"]
     ends = {p.name: log_end_offset(load_partition(str(p))) for p in small_log.glob("*-[0-9]")}
     # retention.ms far away: compaction only
-    assert cli_main(["run", str(small_log), "--now-ms", str(NOW), *policy,
+    assert cli_main(["run", "--assume-kafka-defaults", str(small_log), "--now-ms", str(NOW), *policy,
                      "--config", f"retention.ms={30 * DAY}"]) == EXIT_OK
     first = report_line(capsys)
     assert all(p["status"] == "cleaned" for p in topic_lines(first["compaction"]["partitions"]))
@@ -43,7 +43,7 @@ def test_compact_delete_compacts_then_ages_out_to_one_empty_segment(
     assert inspect_problems(small_log) == []
     # everything aged past retention.ms: one empty segment at the log end per partition
     later = str(NOW + 60 * DAY)
-    assert cli_main(["run", str(small_log), "--now-ms", later, *policy,
+    assert cli_main(["run", "--assume-kafka-defaults", str(small_log), "--now-ms", later, *policy,
                      "--config", f"retention.ms={30 * DAY}"]) == EXIT_OK
     second = report_line(capsys)
     for p in topic_lines(second["retention"]["partitions"]):
@@ -54,7 +54,7 @@ def test_compact_delete_compacts_then_ages_out_to_one_empty_segment(
     assert inspect_problems(small_log) == []
     # a fresh round afterwards works and changes nothing
     digest = tree_digest(small_log)
-    assert cli_main(["run", str(small_log), "--now-ms", later, *policy,
+    assert cli_main(["run", "--assume-kafka-defaults", str(small_log), "--now-ms", later, *policy,
                      "--config", f"retention.ms={30 * DAY}"]) == EXIT_OK
     third = report_line(capsys)
     assert third["retention"]["segments_deleted"] == 0
@@ -67,7 +67,7 @@ def test_compact_delete_compacts_then_ages_out_to_one_empty_segment(
 def test_each_topic_gets_what_its_policy_says(
         spark, small_log: Path, capsys: pytest.CaptureFixture[str]) -> None:
     before = {p.name: segment_bytes(p) for p in small_log.glob("*-[0-9]")}
-    assert cli_main(["run", str(small_log), "--now-ms", str(NOW), "--json",
+    assert cli_main(["run", "--assume-kafka-defaults", str(small_log), "--now-ms", str(NOW), "--json",
                      "--topic-config", "orders-v2:cleanup.policy=delete",
                      "--topic-config", f"orders-v2:retention.ms={DAY}",
                      "--topic-config", "user-profiles:cleanup.policy=compact",
@@ -96,12 +96,12 @@ def test_plan_shows_retention_and_run_dry_run_changes_nothing(
     args = ["--now-ms", str(NOW), "--json", "--config", "cleanup.policy=compact,delete",
             "--config", f"retention.ms={DAY}"]
     before = tree_digest(small_log)
-    assert cli_main(["plan", str(small_log), *args]) == EXIT_OK
+    assert cli_main(["plan", "--assume-kafka-defaults", str(small_log), *args]) == EXIT_OK
     plan = report_line(capsys)
     for p in topic_lines(plan["partitions"]):
         assert p["status"] == "would_clean"
         assert p["retention"]["status"] == "would_delete" and p["retention"]["rolled"]
-    assert cli_main(["run", str(small_log), *args, "--dry-run"]) == EXIT_OK
+    assert cli_main(["run", "--assume-kafka-defaults", str(small_log), *args, "--dry-run"]) == EXIT_OK
     dry = report_line(capsys)
     assert dry["dry_run"] and dry["compaction"]["command"] == "plan"
     assert all(p["status"] == "would_delete" for p in topic_lines(dry["retention"]["partitions"]))
@@ -111,7 +111,7 @@ def test_plan_shows_retention_and_run_dry_run_changes_nothing(
 def test_run_refuses_aggressive_retention(
         spark, small_log: Path, capsys: pytest.CaptureFixture[str]) -> None:
     before = tree_digest(small_log)
-    code = cli_main(["run", str(small_log), "--now-ms", str(NOW), "--json",
+    code = cli_main(["run", "--assume-kafka-defaults", str(small_log), "--now-ms", str(NOW), "--json",
                      "--config", "cleanup.policy=delete", "--config", "retention.ms=0"])
     assert code == EXIT_CONFIG
     error = report_line(capsys)
@@ -124,7 +124,7 @@ def test_runs_are_recorded_in_the_runs_delta_table(
     from deltalake import DeltaTable
 
     state = tmp_path / "state"
-    assert cli_main(["run", str(small_log), "--now-ms", str(NOW), "--json", "--state-dir",
+    assert cli_main(["run", "--assume-kafka-defaults", str(small_log), "--now-ms", str(NOW), "--json", "--state-dir",
                      str(state), "--config", "cleanup.policy=compact,delete",
                      "--config", f"retention.ms={DAY}"]) == EXIT_OK
     report = report_line(capsys)
@@ -142,5 +142,5 @@ def test_runs_are_recorded_in_the_runs_delta_table(
         assert row["segments_deleted"] == len(p["deleted_segments"])
         assert row["segments_before"] == p["segments_before"]
     # the state dir may not live in the log dir
-    assert cli_main(["retain", str(small_log), "--json", "--state-dir",
+    assert cli_main(["retain", "--assume-kafka-defaults", str(small_log), "--json", "--state-dir",
                      str(small_log / "state")]) == EXIT_CONFIG
