@@ -5,6 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEMO_DIR ?= demo-logs
 DEMO_STATE ?= demo-state
+DEMO_PROPS ?= demo-server.properties
 PYTEST_ARGS ?=
 
 export SPARK_LOCAL_IP ?= 127.0.0.1
@@ -29,20 +30,25 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # Set up, generate a sample log dir and run the main job on it with local Spark.
-# The sample data is timestamped now, so retention (7 days by default) keeps it. Topic configs
-# come from the generated cluster's metadata log (__cluster_metadata-0), as on a real broker.
+# The sample data is timestamped now, so retention (30 days on this broker) keeps it. Configs
+# come from where Kafka keeps them: the broker's server.properties (written beside the log dir,
+# with non-default log.* values) and the generated cluster's metadata log.
 demo: kernels
-	rm -rf $(DEMO_DIR) $(DEMO_STATE)
+	rm -rf $(DEMO_DIR) $(DEMO_STATE) $(DEMO_PROPS)
 	$(BIN)/compactor generate $(DEMO_DIR) --partitions 2 --records 20000 --legacy-records 50 \
 		--open-transaction --seed 42 --start-ms $$(($$(date +%s) * 1000 - 3600000)) \
 		--topic-config user-profiles:cleanup.policy=compact \
-		--topic-config orders-v2:cleanup.policy=compact,delete
-	$(BIN)/compactor plan $(DEMO_DIR)
-	$(BIN)/compactor run $(DEMO_DIR) --state-dir $(DEMO_STATE)
+		--topic-config orders-v2:cleanup.policy=compact,delete \
+		--server-properties $(DEMO_PROPS) --broker-config log.retention.hours=720 \
+		--broker-config log.cleaner.delete.retention.ms=43200000
+	$(BIN)/compactor plan $(DEMO_DIR) --server-properties $(DEMO_PROPS)
+	$(BIN)/compactor run $(DEMO_DIR) --server-properties $(DEMO_PROPS) --state-dir $(DEMO_STATE)
 	$(BIN)/compactor erase request --state-dir $(DEMO_STATE) --topic '*' --key key-00000007 \
 		--reason demo
-	$(BIN)/compactor erase apply $(DEMO_DIR) --state-dir $(DEMO_STATE)
-	$(BIN)/compactor erase verify $(DEMO_DIR) --state-dir $(DEMO_STATE)
+	$(BIN)/compactor erase apply $(DEMO_DIR) --server-properties $(DEMO_PROPS) \
+		--state-dir $(DEMO_STATE)
+	$(BIN)/compactor erase verify $(DEMO_DIR) --server-properties $(DEMO_PROPS) \
+		--state-dir $(DEMO_STATE)
 	$(BIN)/compactor erase status --state-dir $(DEMO_STATE)
 	$(BIN)/compactor inspect $(DEMO_DIR) --verify
 
@@ -73,4 +79,4 @@ bench-compact: kernels
 	$(BIN)/python bench/compact.py
 
 clean:
-	rm -rf $(VENV) $(DEMO_DIR) .pytest_cache .hypothesis
+	rm -rf $(VENV) $(DEMO_DIR) $(DEMO_STATE) $(DEMO_PROPS) .pytest_cache .hypothesis

@@ -113,12 +113,16 @@ def spark_job(task_id: str, job: str, args: list[str], **kwargs: Any) -> SparkSu
 
 
 def cluster_args(log_dir: dict) -> list[str]:
-    """Where the cluster's own configs are, when not in the log dir itself."""
+    """Where the cluster's own configs are: the broker's server.properties (or the explicit
+    statement that it sets no log.* config), and the metadata log when neither the log dir
+    nor server.properties places it."""
     args = []
     if log_dir.get("metadata_log_dir"):
         args += ["--metadata-log-dir", log_dir["metadata_log_dir"]]
     if log_dir.get("server_properties"):
         args += ["--server-properties", log_dir["server_properties"]]
+    if log_dir.get("assume_kafka_defaults") is True:
+        args.append("--assume-kafka-defaults")
     return args
 
 

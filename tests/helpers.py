@@ -189,7 +189,7 @@ def reference_round(log_dir: Path, configs: Mapping[str, str], now_ms: int) -> d
     from compactor.maintenance.compact import load_partition_input
     from compactor.maintenance.options import MaintenanceOptions
 
-    opts = MaintenanceOptions(log_dir=str(log_dir), now_ms=now_ms, config_all=dict(configs))
+    opts = MaintenanceOptions(log_dir=str(log_dir), now_ms=now_ms, assume_kafka_defaults=True, config_all=dict(configs))
     checkpoints = {name: read_offset_checkpoint(str(log_dir), name) for name in (
         "cleaner-offset-checkpoint", "log-start-offset-checkpoint",
         "replication-offset-checkpoint")}

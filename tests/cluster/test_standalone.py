@@ -58,7 +58,8 @@ def test_compaction_and_erasure_on_a_cluster_equal_local_mode(
     on_cluster, local = tmp_path / "cluster-logs", tmp_path / "local-logs"
     generate(str(on_cluster), GEN)
     shutil.copytree(on_cluster, local)
-    args = ["--now-ms", NOW, "--json"]  # the configs come from the cluster's metadata log
+    # the configs come from the cluster's metadata log; the broker runs Kafka's defaults
+    args = ["--now-ms", NOW, "--json", "--assume-kafka-defaults"]
 
     remote = _submit(standalone.master_url, py_files, "jobs/compact.py", str(on_cluster), *args)
     here = _submit("local[2]", None, "jobs/compact.py", str(local), *args)
@@ -72,7 +73,7 @@ def test_compaction_and_erasure_on_a_cluster_equal_local_mode(
                          "accounts", "--key", subject.decode(), "--request-id", "r1",
                          "--now-ms", NOW]) == EXIT_OK
     capsys.readouterr()
-    erase = ["apply", "--now-ms", NOW, "--json"]
+    erase = ["apply", "--now-ms", NOW, "--json", "--assume-kafka-defaults"]
     remote = _submit(standalone.master_url, py_files, "jobs/erase.py", erase[0], str(on_cluster),
                      "--state-dir", str(on_cluster) + "-state", *erase[1:])
     here = _submit("local[2]", None, "jobs/erase.py", erase[0], str(local),
@@ -95,7 +96,7 @@ def test_compaction_on_a_cluster_against_s3_equals_local_mode(
     local = tmp_path / "local-logs"
     generate(str(local), GEN)
     url = upload(s3_server, local, "cluster")
-    args = ["--now-ms", NOW, "--json"]
+    args = ["--now-ms", NOW, "--json", "--assume-kafka-defaults"]
     remote = _submit(standalone.master_url, py_files, "jobs/compact.py", url, *args,
                      *storage_args(s3_server))
     here = _submit("local[2]", None, "jobs/compact.py", str(local), *args)

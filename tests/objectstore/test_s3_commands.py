@@ -85,9 +85,9 @@ def test_every_command_on_s3_matches_the_same_command_on_a_local_copy(
         """``command`` (its words) on the local copy, then on the S3 one."""
         extra_local = ["--state-dir", ledger_local] if state else []
         extra_s3 = ["--state-dir", ledger_s3] if state else []
-        code_local, local_report = cli_json(capsys, *command.split(), str(local), *args,
-                                            *extra_local)
-        code_s3, s3_report = cli_json(capsys, *command.split(), url, *args, *extra_s3, *s3)
+        words = [*command.split(), "--assume-kafka-defaults"]  # a broker on Kafka's defaults
+        code_local, local_report = cli_json(capsys, *words, str(local), *args, *extra_local)
+        code_s3, s3_report = cli_json(capsys, *words, url, *args, *extra_s3, *s3)
         assert code_local == code_s3 == EXIT_OK, (local_report, s3_report)
         return local_report, s3_report
 
@@ -156,7 +156,7 @@ def test_recover_finishes_a_swap_whose_manifest_was_written(
     assert cli_json(capsys, "compact", "--assume-kafka-defaults", str(finished), "--now-ms", str(NOW), "--json")[0] == 0
 
     crashed = subprocess.run(
-        [sys.executable, "-c", KILLED_AT_COMMIT_POINT, "compact", url, "--now-ms", str(NOW),
+        [sys.executable, "-c", KILLED_AT_COMMIT_POINT, "compact", "--assume-kafka-defaults", url, "--now-ms", str(NOW),
          "--json", *s3], capture_output=True, text=True, cwd=REPO, start_new_session=True)
     assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-2000:]
     before = storage.settings()

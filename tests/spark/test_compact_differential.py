@@ -61,7 +61,7 @@ def test_spark_equalsreference_round(spark, tmp_path: Path, case: str) -> None:
 
     shuffle_conf = [spark.conf.get(k) for k in ("spark.sql.shuffle.partitions",
                                                   "spark.sql.adaptive.coalescePartitions.enabled")]
-    report = run(spark, MaintenanceOptions(log_dir=str(log_dir), now_ms=NOW_MS, config_all=configs))
+    report = run(spark, MaintenanceOptions(log_dir=str(log_dir), now_ms=NOW_MS, assume_kafka_defaults=True, config_all=configs))
     assert report.exit_code == 0
     assert any(p.status == "cleaned" for p in report.partitions)
     # the round's shuffle settings do not outlive it
@@ -113,7 +113,7 @@ def test_second_run_changes_nothing_and_horizon_run_drops_tombstones(spark, tmp_
     gen, configs = CASES["txn-heavy-tombstones-small-groups"]
     log_dir = tmp_path / "logs"
     generate(str(log_dir), gen)
-    opts = MaintenanceOptions(log_dir=str(log_dir), now_ms=NOW_MS, config_all=configs)
+    opts = MaintenanceOptions(log_dir=str(log_dir), now_ms=NOW_MS, assume_kafka_defaults=True, config_all=configs)
     run(spark, opts)
     snapshot = tree_digest(log_dir)
     again = run(spark, opts)
@@ -126,7 +126,7 @@ def test_second_run_changes_nothing_and_horizon_run_drops_tombstones(spark, tmp_
     (log_dir / CLEANER_OFFSET_CHECKPOINT).unlink()
     later = NOW_MS + 86_400_000 + 1
     expected = reference_round(log_dir, configs, later)
-    report = run(spark, MaintenanceOptions(log_dir=str(log_dir), now_ms=later, config_all=configs))
+    report = run(spark, MaintenanceOptions(log_dir=str(log_dir), now_ms=later, assume_kafka_defaults=True, config_all=configs))
     assert sum(p.dropped.get("tombstone_expired", 0) for p in report.partitions) > 0
     remaining = _tombstones(log_dir)
     assert len(remaining) < len(tombstones_before)

@@ -105,6 +105,6 @@ def test_next_run_completes_the_round(spark, staged, tmp_path: Path, crash_at: i
     work = tmp_path / "logs"
     shutil.copytree(staged["log_dir"], work)
     _crash(work / staged["tp_dir"], staged["messages_file"], crash_at)
-    report = run(spark, MaintenanceOptions(log_dir=str(work), now_ms=NOW_MS, config_all=CONFIGS))
+    report = run(spark, MaintenanceOptions(log_dir=str(work), now_ms=NOW_MS, assume_kafka_defaults=True, config_all=CONFIGS))
     assert report.exit_code == 0
     assert records_of(segment_bytes(work / staged["tp_dir"])) == records_of(staged["new"])

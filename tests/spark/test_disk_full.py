@@ -89,7 +89,7 @@ def runs(spark, tmp_path_factory: pytest.TempPathFactory) -> dict:
     before = {d.name: _hex(d) for d in sorted(src.glob("ledger-*"))}
     unconstrained = root / "unconstrained"
     shutil.copytree(src, unconstrained)
-    assert run(spark, MaintenanceOptions(log_dir=str(unconstrained), now_ms=NOW)).exit_code == EXIT_OK
+    assert run(spark, MaintenanceOptions(log_dir=str(unconstrained), now_ms=NOW, assume_kafka_defaults=True)).exit_code == EXIT_OK
     cleaned = {d.name: _hex(d) for d in sorted(unconstrained.glob("ledger-*"))}
     sizes = [sum(len(v) // 2 for v in segs.values()) for segs in cleaned.values()]
     assert all(cleaned[name] != before[name] for name in cleaned), "every partition is cleaned"

@@ -277,7 +277,7 @@ def test_a_crash_mid_apply_leaves_the_request_pending_and_the_next_apply_complet
                 "--json")[0] == EXIT_OK
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
     proc = subprocess.run([sys.executable, "-c", ERASE_APPLY_CRASHER, str(crash_at), "",
-                           "erase", "apply",
+                           "erase", "apply", "--assume-kafka-defaults",
                            str(logs), "--state-dir", str(state), "--now-ms", str(NOW), "--json",
                            "--master", "local[1]"], capture_output=True, text=True, env=env,
                           check=False)

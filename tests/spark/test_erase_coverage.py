@@ -79,8 +79,8 @@ def request(capsys: pytest.CaptureFixture[str], state: Path, *args: str) -> int:
 
 def erase(capsys: pytest.CaptureFixture[str], action: str, logs: Path, state: Path,
           *args: str) -> tuple[int, dict]:
-    return cli_json(capsys, "erase", action, str(logs), "--state-dir", str(state), "--now-ms",
-               str(NOW), "--json", *args)
+    return cli_json(capsys, "erase", action, "--assume-kafka-defaults", str(logs),
+                    "--state-dir", str(state), "--now-ms", str(NOW), "--json", *args)
 
 
 def test_every_copy_on_disk_is_erased_and_the_proof_lists_each_directory(
