@@ -341,3 +341,52 @@ def test_a_crash_while_a_future_copy_is_swapped_recovers_like_a_live_partition(
     assert not any(k == SUBJECT for _, _, k, _, _ in kp_records(logs / FUTURE))
     assert erase(capsys, "verify", logs, state)[0] == EXIT_OK
     assert inspect_problems(logs) == []
+
+
+def test_erasure_uses_the_clusters_policy_whatever_else_fails_or_refuses_the_topic(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A compacted topic whose ConfigRecords also hold a value that breaks a rule here
+    (segment.bytes below any Kafka's minimum) is still erased as a compacted topic: a header
+    match takes its key's older values with it. A topic whose cleanup.policy would be a guess
+    (no server.properties, none of its own) is blocked: neither rewritten nor verified."""
+    logs = tmp_path / "logs"
+    generate(str(logs), GeneratorConfig(
+        topics=("profiles", "clicks"), partitions=1, records_per_partition=600,
+        distinct_keys=20, segment_bytes=8 * 1024, transactional_producers=0, header_ratio=0.5,
+        tombstone_ratio=0.0, zipf_exponent=0.0, seed=12,
+        topic_configs={"profiles": {"cleanup.policy": "compact", "segment.bytes": "10"}}))
+    by_key: dict[bytes, list[tuple]] = {}
+    for r in kp_records(logs / "profiles-0"):
+        if r[2] is not None:
+            by_key.setdefault(r[2], []).append(r)
+    key, rs = next((k, rs) for k, rs in sorted(by_key.items())
+                   if _header(rs[-1]) is not None and len(rs) > 3)
+    clicks_before = segment_bytes(logs / "clicks-0")
+    state = tmp_path / "state"
+    assert request(capsys, state, "--topic", "profiles", "--header",
+                   f"trace-id={_header(rs[-1]).decode()}", "--request-id", "p") == EXIT_OK
+    assert request(capsys, state, "--topic", "clicks", "--key", SUBJECT.decode(),
+                   "--request-id", "c") == EXIT_OK
+    code, applied = cli_json(capsys, "erase", "apply", str(logs), "--state-dir", str(state),
+                             "--now-ms", str(NOW), "--json")
+    assert code == 6 and applied["status"] == "partial"
+    lines = {p["dir"]: p for p in applied["partitions"]}
+    assert lines["profiles-0"]["status"] == "rewritten"
+    assert lines["profiles-0"]["superseded_by_erased"] == len(rs) - 1
+    assert not any(r[2] == key for r in kp_records(logs / "profiles-0"))
+    assert lines["clicks-0"]["status"] == "blocked"
+    assert "cleanup.policy" in lines["clicks-0"]["error"]["message"]
+    assert segment_bytes(logs / "clicks-0") == clicks_before
+    requests = {r["request_id"]: r for r in applied["requests"]}
+    assert requests["p"]["status"] == "applied"
+    assert requests["c"] == {"request_id": "c", "status": "pending", "blocked_by": ["clicks-0"]}
+    code, verified = cli_json(capsys, "erase", "verify", str(logs), "--state-dir", str(state),
+                              "--now-ms", str(NOW), "--json")
+    assert {r["request_id"]: r["status"] for r in verified["requests"]} == {"p": "verified"}
+    # the broker's static configs known: the request goes through
+    props = tmp_path / "server.properties"
+    props.write_text("node.id=1\nlog.cleanup.policy=delete\n")
+    code, applied = cli_json(capsys, "erase", "apply", str(logs), "--state-dir", str(state),
+                             "--now-ms", str(NOW), "--json", "--server-properties", str(props))
+    assert code == EXIT_OK and applied["requests"][0]["status"] == "applied"
+    assert not any(r[2] == SUBJECT for r in kp_records(logs / "clicks-0"))

@@ -1,0 +1,158 @@
+"""A production-shaped broker: ``server.properties`` with non-default ``log.*`` values, a second
+JBOD dir without the metadata log, values Kafka accepts that look odd, and replicas Kafka would
+move aside. ``retain`` (no Spark) must keep what Kafka keeps and delete what Kafka deletes, and
+never act on a guess. Each test failed on the code before the static layer was required
+(issue 27: 14 segments of a 720 h topic deleted, ``__consumer_offsets`` time-deleted, whole runs
+refused over Kafka-legal values, stray dirs retained)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from compactor.cli import main as cli_main
+from compactor.errors import EXIT_OK
+from compactor.tools.generator import DEFAULT_START_MS, GeneratorConfig, generate
+from tests.helpers import segment_bytes, topic_lines
+
+DAY = 86_400_000
+NOW = DEFAULT_START_MS + 10 * DAY  # the data is 10 days old: past Kafka's 7-day default
+GEN = GeneratorConfig(
+    topics=("events", "fast", "nolimit"), partitions=1, records_per_partition=600,
+    distinct_keys=200, segment_bytes=8 * 1024, record_interval_ms=1000, seed=27,
+    internal_topics=("__consumer_offsets",),
+    topic_configs={"fast": {"retention.ms": "60000"},  # below our floor: Kafka's to judge
+                   "nolimit": {"retention.bytes": "-2", "retention.ms": "-1"}})
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("broker") / "logs-0"
+    generate(str(path), GEN)
+    return path
+
+
+@pytest.fixture()
+def logs(template: Path, tmp_path: Path) -> Path:
+    dest = tmp_path / "logs-0"
+    shutil.copytree(template, dest)
+    return dest
+
+
+def _props(tmp_path: Path, *lines: str, log_dirs: tuple[Path, ...] = ()) -> Path:
+    path = tmp_path / "server.properties"
+    text = "process.roles=broker,controller\nnode.id=1\n"
+    if log_dirs:
+        text += "log.dirs=" + ",".join(str(d) for d in log_dirs) + "\n"
+    path.write_text(text + "".join(f"{line}\n" for line in lines))
+    return path
+
+
+def _retain(logs: Path, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict]:
+    code = cli_main(["retain", str(logs), "--now-ms", str(NOW), "--json", *args])
+    (report,) = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line]
+    return code, report
+
+
+def _by_topic(report: dict) -> dict[str, dict]:
+    return {p["topic"]: p for p in topic_lines(report["partitions"])}
+
+
+def test_without_the_static_layer_nothing_is_deleted_and_the_report_says_what_is_missing(
+        logs: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    before = {p.name: segment_bytes(p) for p in logs.iterdir() if p.is_dir()}
+    code, report = _retain(logs, capsys)
+    assert code == EXIT_OK and report["segments_deleted"] == 0
+    assert {p["reason"] for p in topic_lines(report["partitions"])} == {"no_config"}
+    assert any("--server-properties" in m for m in report["cluster"]["missing"])
+    assert "cleanup.policy" in report["cluster"]["guessed_configs"]["events"]
+    assert {p.name: segment_bytes(p) for p in logs.iterdir() if p.is_dir()} == before
+    code = cli_main(["retain", str(logs), "--now-ms", str(NOW)])
+    assert code == EXIT_OK and "--server-properties FILE" in capsys.readouterr().out
+
+
+def test_a_30_day_broker_keeps_its_10_day_old_segments(
+        logs: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    before = segment_bytes(logs / "events-0")
+    props = _props(tmp_path, "log.retention.hours=720")
+    code, report = _retain(logs, capsys, "--server-properties", str(props))
+    assert code == EXIT_OK
+    events = _by_topic(report)["events"]
+    assert events["status"] == "kept" and events["deleted_segments"] == []
+    assert events["config"]["retention.ms"] == {"value": 720 * 3_600_000,
+                                                 "source": "server.properties"}
+    assert segment_bytes(logs / "events-0") == before
+    # the same data on a broker that runs Kafka's defaults (7 days) loses its old segments
+    code, report = _retain(logs, capsys, "--assume-kafka-defaults")
+    assert code == EXIT_OK and len(_by_topic(report)["events"]["deleted_segments"]) > 1
+
+
+def test_a_compact_default_policy_never_time_deletes_topics_without_an_override(
+        logs: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    props = _props(tmp_path, "log.cleanup.policy=compact")
+    code, report = _retain(logs, capsys, "--server-properties", str(props))
+    assert code == EXIT_OK
+    events = _by_topic(report)["events"]
+    assert events["config"]["cleanup.policy"] == {"value": "compact",
+                                                   "source": "server.properties"}
+    assert events["deleted_segments"] == []
+
+
+def test_kafka_legal_values_are_retained_as_kafka_retains_them(
+        logs: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """log.retention.hours=-1 (infinite), a topic's retention.bytes=-2 (no limit) and a
+    topic's own retention.ms of one minute, below the floor our flags keep."""
+    props = _props(tmp_path, "log.retention.hours=-1")
+    code, report = _retain(logs, capsys, "--server-properties", str(props))
+    assert code == EXIT_OK, report
+    lines = _by_topic(report)
+    assert lines["events"]["config"]["retention.ms"]["value"] == -1
+    assert lines["events"]["deleted_segments"] == []  # infinite: kept
+    assert lines["nolimit"]["status"] == "kept"
+    assert lines["fast"]["status"] == "deleted" and lines["fast"]["deleted_segments"]
+    # the floor still guards what is typed on our command line
+    code, report = _retain(logs, capsys, "--server-properties", str(props),
+                           "--topic-config", "events:retention.ms=60000")
+    assert code == 3 and "safety floor" in report["message"]
+
+
+def test_a_second_jbod_dir_takes_its_topic_configs_from_the_first_dirs_metadata(
+        logs: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The metadata log lives in one of log.dirs only: the other dirs find it through
+    server.properties; without it no topic is configured, internal ones least of all."""
+    second = tmp_path / "logs-1"
+    shutil.copytree(logs, second)
+    shutil.rmtree(second / "__cluster_metadata-0")
+    offsets = segment_bytes(second / "__consumer_offsets-0")
+    alone = _props(tmp_path, "log.retention.hours=24", log_dirs=(second,))
+    code, report = _retain(second, capsys, "--server-properties", str(alone))
+    assert code == EXIT_OK and report["segments_deleted"] == 0
+    assert {p["reason"] for p in topic_lines(report["partitions"])} == {"no_config"}
+    props = _props(tmp_path, "log.retention.hours=24", log_dirs=(logs, second))
+    code, report = _retain(second, capsys, "--server-properties", str(props))
+    assert code == EXIT_OK
+    lines = _by_topic(report)
+    assert report["cluster"]["metadata_log"] == str(logs / "__cluster_metadata-0")
+    assert lines["__consumer_offsets"]["config"]["cleanup.policy"] == {
+        "value": "compact", "source": "topic"}
+    assert lines["__consumer_offsets"]["deleted_segments"] == []
+    assert segment_bytes(second / "__consumer_offsets-0") == offsets
+    assert lines["events"]["deleted_segments"]  # 10 days old, 24 h retention
+
+
+def test_stray_replicas_are_left_as_kafka_leaves_them(
+        logs: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """LogManager.isStrayKraftReplica: no partition.metadata, or a partition the topic
+    does not have; Kafka renames such dirs -stray and keeps them."""
+    (logs / "events-0" / "partition.metadata").unlink()
+    shutil.copytree(logs / "fast-0", logs / "fast-3")
+    before = {d: segment_bytes(logs / d) for d in ("events-0", "fast-3")}
+    code, report = _retain(logs, capsys, "--assume-kafka-defaults")
+    assert code == EXIT_OK
+    reasons = {f"{p['topic']}-{p['partition']}": p["reason"] for p in report["partitions"]}
+    assert reasons["events-0"] == reasons["fast-3"] == "stray"
+    assert {d: segment_bytes(logs / d) for d in before} == before
+    assert reasons["fast-0"] == "expired"
