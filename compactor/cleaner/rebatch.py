@@ -190,7 +190,7 @@ def _legacy_as_v2(batch: RecordBatch, retained: Sequence, decision: BatchDecisio
     if not retained:
         if decision.retention != BatchRetention.RETAIN_EMPTY:
             return None
-        return placeholder_batch(batch, keep_max_timestamp=True)
+        return placeholder_batch(batch)
     base = retained[0].offset
     return encode_batch(NewRecordBatch(
         base_offset=base,
@@ -205,22 +205,21 @@ def _legacy_as_v2(batch: RecordBatch, retained: Sequence, decision: BatchDecisio
     ))
 
 
-def placeholder_batch(batch: RecordBatch, *, keep_max_timestamp: bool = False) -> bytes:
+def placeholder_batch(batch: RecordBatch) -> bytes:
     """An empty v2 header spanning ``batch``'s offsets with no producer and no codec: it keeps
     the offsets known without touching producer state.
 
-    A group-end placeholder carries no timestamp (base and max -1): its records are gone, and
-    a max timestamp would raise the segment's largest timestamp, so a lookup by time
+    It carries no timestamp (base and max -1), whether it ends a group or is the emptied legacy
+    entry that ends the round (where Kafka 4.1 throws instead): its records are gone, and a max
+    timestamp would raise the segment's largest timestamp, so a lookup by time
     (``offsetsForTimes``, ``LogSegment.findOffsetByTimestamp``) would pick the segment, find no
-    record and answer nothing. The legacy entry that must stay because it ends the round keeps
-    its max timestamp, as Kafka's empty header of a retained batch does
-    (``MemoryRecords.filterTo`` -> ``DefaultRecordBatch.writeEmptyHeader``)."""
+    record and answer nothing."""
     return encode_batch(NewRecordBatch(
         base_offset=batch.base_offset,
         last_offset_delta=batch.last_offset - batch.base_offset,
         partition_leader_epoch=batch.partition_leader_epoch,
         base_timestamp=NO_TIMESTAMP,
-        max_timestamp=batch.max_timestamp if keep_max_timestamp else NO_TIMESTAMP,
+        max_timestamp=NO_TIMESTAMP,
     ))
 
 

@@ -63,6 +63,8 @@ def test_emptied_legacy_entry_ending_the_round_becomes_an_empty_v2_header() -> N
     (empty,) = iter_batches(out.data)
     assert (empty.magic, empty.records_count, empty.base_offset, empty.last_offset,
             empty.producer_id) == (2, 0, 5, 7, -1)
+    # no timestamp: its records are gone, so a lookup by time must not land on it
+    assert batch.max_timestamp == 17 and (empty.base_timestamp, empty.max_timestamp) == (-1, -1)
 
 
 def test_group_ending_early_keeps_a_placeholder_and_single_segment_groups_do_not() -> None:
