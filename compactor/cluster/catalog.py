@@ -154,6 +154,9 @@ class Catalog:
         if cfg is None:
             return (f"topic {topic} has no partition in this log dir and its configs were "
                     "not resolved")
+        if self.metadata is not None and topic not in self.metadata.topic_ids:
+            return None  # a removed or unknown topic's leftover: no broker serves or cleans it
+                         # again, so erasing the exact matches is the whole erasure
         bad = [k for k in ERASURE_DECIDING if k in cfg.invalid]
         unknown = [k for k in ERASURE_DECIDING if k in self.guessed.get(topic, ())]
         if bad:

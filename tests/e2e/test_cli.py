@@ -230,7 +230,7 @@ def test_run_starts_spark_only_when_a_topic_compacts(small_log: Path, tmp_path: 
     env = {**os.environ, "JAVA_HOME": str(tmp_path / "no-java")}
     now = ["--now-ms", str(4_000_000_000_000), "--json"]
     digest = tree_digest(small_log)
-    compact = subprocess.run([COMPACTOR, "run", str(small_log), *now,
+    compact = subprocess.run([COMPACTOR, "run", "--assume-kafka-defaults", str(small_log), *now,
                               "--config", "cleanup.policy=compact"],
                              capture_output=True, text=True, timeout=300, env=env)
     # the control: compaction needs Spark, which cannot start (a clear error, nothing changed)
@@ -238,7 +238,7 @@ def test_run_starts_spark_only_when_a_topic_compacts(small_log: Path, tmp_path: 
     assert json.loads(compact.stdout.splitlines()[-1])["code"] == "SPARK_UNAVAILABLE"
     assert "Traceback" not in compact.stderr
     assert tree_digest(small_log) == digest
-    delete = subprocess.run([COMPACTOR, "run", str(small_log), *now,
+    delete = subprocess.run([COMPACTOR, "run", "--assume-kafka-defaults", str(small_log), *now,
                              "--config", "cleanup.policy=delete",
                              "--config", "retention.ms=86400000"],
                             capture_output=True, text=True, timeout=300, env=env)
@@ -270,7 +270,7 @@ def test_an_unreachable_spark_master_is_spark_unavailable_within_a_bounded_wait(
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     before = tree_digest(small_log)
-    result = run("compact", str(small_log), "--master", f"spark://127.0.0.1:{port}",
+    result = run("compact", "--assume-kafka-defaults", str(small_log), "--master", f"spark://127.0.0.1:{port}",
                  "--config", "cleanup.policy=compact", "--json")
     assert result.returncode == EXIT_FAILURE
     (line,) = [json.loads(x) for x in result.stdout.splitlines() if x.startswith("{")]

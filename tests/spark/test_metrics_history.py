@@ -79,7 +79,7 @@ def test_metrics_history_and_version(spark, small_log: Path, tmp_path: Path,
     # history: both runs, newest first, with the reports' figures
     assert cli_main_ok(capsys, "history", "--state-dir", str(state), "--json")
     runs = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    assert [r["command"] for r in runs] == ["retain", "--assume-kafka-defaults", "compact"]
+    assert [r["command"] for r in runs] == ["retain", "compact"]
     assert runs[1]["partitions"] == len(report["partitions"])
     assert runs[1]["bytes_in"] == sum(p["bytes_in"] for p in report["partitions"])
     assert runs[1]["run_id"] == report["run_id"]
