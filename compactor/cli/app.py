@@ -151,7 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     rt = sub.add_parser("retain", help="Kafka retention: delete old segments by time, size and "
                                        "log start offset")
-    add_config_arguments(rt)
+    add_config_arguments(rt, compaction=False)
     add_retention_arguments(rt)
     rt.set_defaults(handler=jobs.execute_retain)
     rn = sub.add_parser("run", help="compaction and retention per topic cleanup.policy "

@@ -85,8 +85,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "platforms without numba wheels)")
 
 
-def add_config_arguments(parser: argparse.ArgumentParser) -> None:
-    """Log dir, clock, topic configs and output format (every maintenance command)."""
+def add_config_arguments(parser: argparse.ArgumentParser, *, compaction: bool = True) -> None:
+    """Log dir, clock, topic configs and output format (every maintenance command;
+    ``compaction``: one that compacts)."""
     parser.add_argument("log_dir", help="the Kafka log dir: a path every executor reaches or "
                                         "s3://bucket/prefix")
     parser.add_argument("--now-ms", type=optional_int, default=None,
@@ -102,7 +103,7 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
                         help="YAML or JSON map: topic -> {config: value}")
     parser.add_argument("--topics", default=None, metavar="T1,T2",
                         help="only these topics (comma-separated; default: every topic)")
-    add_cluster_arguments(parser)
+    add_cluster_arguments(parser, compaction=compaction)
     add_storage_arguments(parser)
     parser.add_argument("--state-dir", default=None,
                         help="append one row per partition to the runs Delta table there")
@@ -161,9 +162,16 @@ def add_metadata_argument(parser: argparse.ArgumentParser) -> None:
                              "metadata.log.dir; default: the log dir, when it holds one)")
 
 
-def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
-    """Where the cluster's own configs are (every command that decides by topic configs)."""
+def add_cluster_arguments(parser: argparse.ArgumentParser, *,
+                          compaction: bool = False) -> None:
+    """Where the cluster's own configs are (every command that decides by topic configs);
+    ``compaction``: the commands that compact also take ``--allow-replica-divergence``."""
     add_metadata_argument(parser)
+    if compaction:
+        parser.add_argument("--allow-replica-divergence", action="store_true",
+                            help="compact partitions whose ISR lacks one of their replicas "
+                                 "(by default left alone: the missing replica may still "
+                                 "need the tombstones and markers a round removes)")
     parser.add_argument("--server-properties", default=None, metavar="FILE",
                         help="the broker's static server.properties (log.* broker defaults)")
     parser.add_argument("--assume-kafka-defaults", action="store_true",
@@ -219,6 +227,7 @@ def options_from_args(args: argparse.Namespace, *, dry_run: bool = False) -> Mai
         log_dir=storage.absolute(args.log_dir), now_ms=now_ms(args), config_all=config_all,
         config_topics=topics, dry_run=dry_run or getattr(args, "dry_run", False),
         topics=selected, assume_kafka_defaults=getattr(args, "assume_kafka_defaults", False),
+        allow_replica_divergence=getattr(args, "allow_replica_divergence", False),
         metadata_log_dir=optional_path(getattr(args, "metadata_log_dir", None)),
         server_properties=optional_path(getattr(args, "server_properties", None)),
         native_writer=getattr(args, "writer", "native") == "native")

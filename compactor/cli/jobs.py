@@ -160,7 +160,7 @@ def execute_plan(args: argparse.Namespace, out: TextIO) -> int:
 def retain_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="jobs/retain.py",
                     description="Kafka retention over a log dir.")
-    add_config_arguments(parser)
+    add_config_arguments(parser, compaction=False)
     add_retention_arguments(parser)
     return parser
 

@@ -40,7 +40,12 @@ Never touched, with the reason reports give:
 - ``invalid_config``: a topic whose own configs hold a value Kafka accepted but that breaks a
   rule here; the error is in the report, the other topics go on (a bad flag stops the command);
 - ``tiered_storage`` (retention only): ``remote.storage.enable=true``, since nothing here can
-  prove a segment was uploaded before deleting it.
+  prove a segment was uploaded before deleting it;
+- ``replicas_out_of_sync`` (compaction only, unless ``--allow-replica-divergence``): a
+  partition whose ISR lacks one of its replicas. Each replica removes tombstones and markers on
+  its own; one that is offline past ``delete.retention.ms`` would keep a deleted key's old
+  value for ever (KAFKA-8522 and its kin), so the round leaves the partition as it is until the
+  replicas are back in sync.
 """
 
 from __future__ import annotations
@@ -87,6 +92,7 @@ STRAY = "stray"
 NO_CONFIG = "no_config"
 INVALID_CONFIG = "invalid_config"
 TIERED_STORAGE = "tiered_storage"
+REPLICAS_OUT_OF_SYNC = "replicas_out_of_sync"
 
 NEED_STATIC = ("the broker's static configs are unknown: give its server.properties with "
                "--server-properties FILE (or, for a broker that sets no log.* config, "
@@ -115,6 +121,8 @@ class Catalog:
         server_properties: the ``server.properties`` read, if any.
         node_id: this broker's ``node.id`` (``meta.properties``, ``server.properties``).
         missing: what the tool would need to know to maintain the unconfigured topics.
+        out_of_sync: partitions whose ISR lacks one of their replicas (from the metadata).
+        allow_replica_divergence: compact those too (``--allow-replica-divergence``).
     """
 
     configs: Mapping[str, TopicConfig]
@@ -125,6 +133,8 @@ class Catalog:
     server_properties: str | None = None
     node_id: str | None = None
     missing: tuple[str, ...] = ()
+    out_of_sync: frozenset[TopicPartition] = frozenset()
+    allow_replica_divergence: bool = False
 
     @property
     def invalid(self) -> dict[str, dict[str, Any]]:
@@ -144,6 +154,9 @@ class Catalog:
             return NO_CONFIG
         if retention and cfg.remote_storage_enable:
             return TIERED_STORAGE
+        if not retention and cfg.compact and tp in self.out_of_sync \
+                and not self.allow_replica_divergence:
+            return REPLICAS_OUT_OF_SYNC
         return None
 
     def erasure_refusal(self, topic: str) -> str | None:
@@ -183,6 +196,7 @@ class Catalog:
             "ignored_configs": ignored,
             "invalid_configs": self.invalid,
             "dropped_broker_configs": next(iter(dropped.values()), {}),
+            "replicas_out_of_sync": sorted(tp.dir_name for tp in self.out_of_sync),
         }
         if out["unconfigured_topics"]:
             out["missing"] = list(self.missing)
@@ -204,6 +218,13 @@ class Catalog:
             types = ", ".join(f"{k} (x{n})" for k, n in
                               sorted(self.metadata.unknown_record_types.items()))
             lines.append(f"metadata log: record types newer than Kafka 4.1 skipped: {types}")
+        if self.out_of_sync and not self.allow_replica_divergence:
+            lines.append(
+                f"{len(self.out_of_sync)} partitions have a replica out of sync "
+                f"({', '.join(sorted(tp.dir_name for tp in self.out_of_sync)[:5])}"
+                f"{', ...' if len(self.out_of_sync) > 5 else ''}): not compacted, so no "
+                "tombstone or marker goes that the missing replica still needs; "
+                "--allow-replica-divergence compacts them anyway")
         for t, c in sorted(self.configs.items()):
             if c.ignored:
                 lines.append(f"{t}: accepted but not used by kafka-compactor: "
@@ -215,7 +236,8 @@ def build_catalog(log_dir: LogDir, *, config_all: Mapping[str, str],
                   config_topics: Mapping[str, Mapping[str, str]],
                   named_topics: Iterable[str] = (), metadata_log_dir: str | None = None,
                   server_properties: str | None = None,
-                  assume_kafka_defaults: bool = False) -> Catalog:
+                  assume_kafka_defaults: bool = False,
+                  allow_replica_divergence: bool = False) -> Catalog:
     """Read the cluster's metadata and the flags into a :class:`Catalog` (reads only).
 
     Args:
@@ -282,15 +304,21 @@ def build_catalog(log_dir: LogDir, *, config_all: Mapping[str, str],
     if meta is None and not assume_kafka_defaults and any(guessed[t] for t in topics):
         missing.append(NEED_METADATA + (f" (looked in {', '.join(looked)})" if looked else ""))
     skips: dict[TopicPartition, str] = {}
+    out_of_sync = set()
     if meta is not None:
         for tp in log_dir.partitions:
             reason = _placement(log_dir, tp, meta, int(node_id))  # type: ignore[arg-type]
             if reason:
                 skips[tp] = reason
+                continue
+            state = meta.partition(meta.topic_ids[tp.topic], tp.partition)
+            if state is not None and set(state.isr) != set(state.replicas):
+                out_of_sync.add(tp)
     return Catalog(configs={t: configs[t] for t in topics},
                    guessed={t: guessed[t] for t in topics}, skips=skips, metadata=meta,
                    metadata_path=meta_path, server_properties=server_properties,
-                   node_id=node_id, missing=tuple(missing))
+                   node_id=node_id, missing=tuple(missing), out_of_sync=frozenset(out_of_sync),
+                   allow_replica_divergence=allow_replica_divergence)
 
 
 def _guessed(cfg: TopicConfig, *, static_known: bool, topic_known: bool) -> tuple[str, ...]:

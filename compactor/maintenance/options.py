@@ -28,6 +28,7 @@ class MaintenanceOptions:
     metadata_log_dir: str | None = None  # holds __cluster_metadata-0 (default: the log dir)
     server_properties: str | None = None
     assume_kafka_defaults: bool = False
+    allow_replica_divergence: bool = False  # compact partitions whose ISR lacks a replica
 
     def selects(self, topic: str) -> bool:
         return not self.topics or topic in self.topics
@@ -46,4 +47,5 @@ def load_catalog(opts: MaintenanceOptions, log_dir: LogDir | None = None) -> Cat
                          config_topics=opts.config_topics, named_topics=opts.topics,
                          metadata_log_dir=opts.metadata_log_dir,
                          server_properties=opts.server_properties,
-                         assume_kafka_defaults=opts.assume_kafka_defaults)
+                         assume_kafka_defaults=opts.assume_kafka_defaults,
+                         allow_replica_divergence=opts.allow_replica_divergence)

@@ -74,6 +74,9 @@ REASONS: Mapping[str, str] = {
                  "cluster.missing says what to give)",
     "invalid_config": "a config of the topic holds a value that breaks a rule here",
     "tiered_storage": "remote.storage.enable=true: retention is the broker's (tiered copies)",
+    "replicas_out_of_sync": "the partition's ISR lacks one of its replicas: not compacted, so "
+                            "no tombstone or marker goes that the missing replica still needs "
+                            "(--allow-replica-divergence overrides)",
 }
 
 

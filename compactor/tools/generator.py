@@ -110,6 +110,8 @@ class GeneratorConfig:
     # dynamic broker configs as BROKER ConfigRecords: "" = the cluster-wide default, "1" = this
     # broker (node.id 1 in meta.properties)
     broker_configs: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    # topics whose partitions have a second replica (node 2) that is out of the ISR
+    out_of_sync_topics: Sequence[str] = ()
     # the broker's static configs (log.* and any other), written to a server.properties
     # beside the log dir when generate() is given a path for it
     static_configs: Mapping[str, str] = field(default_factory=dict)
@@ -536,11 +538,14 @@ def _write_metadata_log(out_dir: str, cfg: GeneratorConfig, topic_ids: dict[str,
 
     def topic_records(topic: str, topic_id: str) -> list[bytes]:
         out = [rec("TopicRecord", {"Name": topic, "TopicId": topic_id})]
+        lagging = topic in cfg.out_of_sync_topics
         for p in range(cfg.partitions):
             out.append(rec("PartitionRecord", {
-                "PartitionId": p, "TopicId": topic_id, "Replicas": [1], "Isr": [1],
+                "PartitionId": p, "TopicId": topic_id, "Replicas": [1, 2] if lagging else [1],
+                "Isr": [1],
                 "RemovingReplicas": [], "AddingReplicas": [], "Leader": 1, "LeaderEpoch": 0,
-                "PartitionEpoch": 0, "Directories": [topic_id]}, 1))
+                "PartitionEpoch": 0,
+                "Directories": [topic_id, topic_id] if lagging else [topic_id]}, 1))
         configs = {**INTERNAL_TOPIC_CONFIGS.get(topic, {}), **cfg.topic_configs.get(topic, {})}
         for key, value in configs.items():
             out.append(rec("ConfigRecord", {"ResourceType": RESOURCE_TOPIC,

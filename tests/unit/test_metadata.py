@@ -432,3 +432,23 @@ def test_an_invalid_config_from_the_cluster_leaves_only_its_topic_alone(tmp_path
     bare = catalog_of(out)
     assert bare.erasure_refusal("old") is None
     assert "cleanup.policy" in (bare.erasure_refusal("new") or "")
+
+
+def test_a_partition_with_a_replica_out_of_sync_is_not_compacted_unless_allowed(
+        tmp_path: Path) -> None:
+    """A follower out of the ISR would miss the tombstones a round drops (each replica cleans
+    on its own): compaction leaves such partitions alone unless told otherwise; retention,
+    which drops no tombstone on its own, goes on."""
+    out = tmp_path / "logs"
+    generate(str(out), GeneratorConfig(
+        topics=("kv", "other"), partitions=2, records_per_partition=20, seed=4,
+        topic_configs={"kv": {"cleanup.policy": "compact"},
+                       "other": {"cleanup.policy": "compact"}}, out_of_sync_topics=("kv",)))
+    cat = catalog_of(out, assume_kafka_defaults=True)
+    assert cat.skip_reason(TopicPartition("kv", 1)) == "replicas_out_of_sync"
+    assert cat.skip_reason(TopicPartition("kv", 1), retention=True) is None
+    assert cat.skip_reason(TopicPartition("other", 1)) is None
+    assert cat.to_dict()["replicas_out_of_sync"] == ["kv-0", "kv-1"]
+    assert any("--allow-replica-divergence" in h for h in cat.hints())
+    allowed = catalog_of(out, assume_kafka_defaults=True, allow_replica_divergence=True)
+    assert allowed.skip_reason(TopicPartition("kv", 1)) is None
