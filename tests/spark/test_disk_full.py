@@ -36,7 +36,7 @@ GEN = GeneratorConfig(topics=("ledger",), partitions=4, records_per_partition=30
                       distinct_keys=3000, tombstone_ratio=0.0, segment_bytes=64 * 1024,
                       codecs=(Codec.NONE,), seed=5,
                       topic_configs={"ledger": {"cleanup.policy": "compact"}})
-ARGS = ("compact", "--now-ms", str(NOW), "--json")
+ARGS = ("compact", "--assume-kafka-defaults", "--now-ms", str(NOW), "--json")
 
 # Runs inside `unshare --mount`: mounts a tmpfs, copies the log dir onto it, fills it to
 # leave argv[3] bytes free, runs `compactor compact` with one executor core (tasks in a fixed

@@ -50,7 +50,8 @@ SUBJECT = "key-00000003"
 COMMANDS = {
     "compact": ["compact", "--assume-kafka-defaults", "{logs}", "--now-ms", str(NOW), "--json"],
     "retain": ["retain", "--assume-kafka-defaults", "{logs}", "--now-ms", str(NOW), "--json", "--topics", TOPIC,
-               "--config", "cleanup.policy=delete", "--config", f"retention.ms={DAY}"],
+               "--topic-config", f"{TOPIC}:cleanup.policy=delete",
+               "--topic-config", f"{TOPIC}:retention.ms={DAY}"],
     "erase": ["erase", "apply", "--assume-kafka-defaults", "{logs}", "--state-dir", "{state}", "--now-ms", str(NOW),
               "--json"],
 }
