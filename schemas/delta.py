@@ -21,7 +21,7 @@ ERASURE_REQUESTS = pa.schema([
     pa.field("reason", pa.string()),
     pa.field("requested_at_ms", pa.int64(), nullable=False),
     pa.field("deadline_ms", pa.int64(), nullable=False),
-    # pending | applied | verified | verified_local_only | failed
+    # pending | applied | partially_verified | verified | verified_local_only | failed
     pa.field("status", pa.string(), nullable=False),
     pa.field("run_id", pa.string()),  # the apply run that erased it
     pa.field("records_erased", pa.int64()),
@@ -39,6 +39,10 @@ ERASURE_REQUESTS = pa.schema([
     pa.field("superseded_by_erased", pa.int64()),  # older records of compacted keys erased too
     pa.field("remote_tier", pa.string()),  # "not_covered" when a tiered topic was involved
     pa.field("coverage", pa.string()),  # JSON [{dir, copy, segments, records}] the verify scanned
+    # JSON {place: {node_id, directory_id, log_dir, applied_run_id, applied_at_ms, records_erased,
+    # ..., verify_run_id, verified_at_ms, verify_status, scanned}}: one log dir of one broker each
+    pa.field("places", pa.string()),
+    pa.field("missing_replicas", pa.string()),  # JSON [{partition, node_id, directory_id}]
 ])
 
 # One row per partition per run of compaction, retention or erasure: the operational history.

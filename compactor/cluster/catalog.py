@@ -52,7 +52,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -75,9 +75,11 @@ from compactor.config import (
     resolve_topic_config,
 )
 from compactor.errors import CompactorError, ConfigError
+from compactor.codec.kraft import uuid_bytes
 from compactor.log.layout import (
     LogDir,
     load_cluster_metadata,
+    read_meta_properties,
     read_node_id,
     read_properties,
     read_topic_id,
@@ -121,6 +123,7 @@ class Catalog:
         server_properties: the ``server.properties`` read, if any.
         node_id: this broker's ``node.id`` (``meta.properties``, ``server.properties``).
         missing: what the tool would need to know to maintain the unconfigured topics.
+        directory_id: the log dir's ``directory.id`` (``meta.properties``, KIP-858), if any.
         out_of_sync: partitions whose ISR lacks one of their replicas (from the metadata).
         allow_replica_divergence: compact those too (``--allow-replica-divergence``).
     """
@@ -132,6 +135,7 @@ class Catalog:
     metadata_path: str | None = None
     server_properties: str | None = None
     node_id: str | None = None
+    directory_id: str | None = None
     missing: tuple[str, ...] = ()
     out_of_sync: frozenset[TopicPartition] = frozenset()
     allow_replica_divergence: bool = False
@@ -178,6 +182,32 @@ class Catalog:
             return (f"topic {topic}: {', '.join(unknown)} unknown ("
                     + "; ".join(self.missing or (HOW_TO_CONFIGURE,)) + ")")
         return None
+
+    def place(self, log_dir: str) -> dict[str, Any]:
+        """Where this run's copies live, as the metadata names replica locations: this
+        broker's ``node.id`` and the log dir's ``directory.id`` (the path too, for people)."""
+        return {"node_id": int(self.node_id) if self.node_id is not None else None,
+                "directory_id": self.directory_id, "log_dir": log_dir}
+
+    def replicas_of(self, applies_to: Callable[[str], bool]) -> list[dict[str, Any]] | None:
+        """Every replica of every partition of the live topics ``applies_to`` selects, from the
+        metadata (``PartitionRecord``/``PartitionChangeRecord``): partition dir name, broker
+        and directory id (``None`` when Kafka has not assigned one: ``DirectoryId.reserved``).
+        ``None`` without a metadata log: then nothing says where the replicas are."""
+        if self.metadata is None:
+            return None
+        out = []
+        for topic, topic_id in sorted(self.metadata.topic_ids.items()):
+            if not applies_to(topic):
+                continue
+            for p, state in sorted(self.metadata.partitions.get(topic_id, {}).items()):
+                dirs = state.directories if len(state.directories) == len(state.replicas) \
+                    else [None] * len(state.replicas)
+                out += [{"partition": f"{topic}-{p}", "node_id": node,
+                         "directory_id": None if directory is None or _reserved(directory)
+                         else directory}
+                        for node, directory in zip(state.replicas, dirs)]
+        return out
 
     def unconfigured(self) -> list[str]:
         return sorted(t for t, c in self.configs.items() if not c.configured and not c.invalid)
@@ -317,8 +347,17 @@ def build_catalog(log_dir: LogDir, *, config_all: Mapping[str, str],
     return Catalog(configs={t: configs[t] for t in topics},
                    guessed={t: guessed[t] for t in topics}, skips=skips, metadata=meta,
                    metadata_path=meta_path, server_properties=server_properties,
-                   node_id=node_id, missing=tuple(missing), out_of_sync=frozenset(out_of_sync),
+                   node_id=node_id, directory_id=read_meta_properties(log_dir.path).get(
+                       "directory.id"),
+                   missing=tuple(missing), out_of_sync=frozenset(out_of_sync),
                    allow_replica_divergence=allow_replica_divergence)
+
+
+def _reserved(directory_id: str) -> bool:
+    """Kafka's ``DirectoryId.reserved``: UNASSIGNED, LOST, MIGRATING and the other ids whose
+    most significant 64 bits are 0 and least below 100 name no real directory."""
+    raw = uuid_bytes(directory_id)
+    return raw[:8] == bytes(8) and int.from_bytes(raw[8:], "big") < 100
 
 
 def _guessed(cfg: TopicConfig, *, static_known: bool, topic_known: bool) -> tuple[str, ...]:

@@ -215,7 +215,8 @@ def as_request(row: Mapping[str, Any]) -> ErasureRequest:
         deadline_ms=row["deadline_ms"], status=row["status"],
         leave_tombstone=bool(row.get("leave_tombstone")),
         tombstones_left=tuple((t["dir"], t["offset"])
-                              for t in json.loads(row.get("tombstones_left") or "[]")))
+                              for t in json.loads(row.get("tombstones_left") or "[]")),
+        places=json.loads(row.get("places") or "{}"))
 
 
 @_ledger_errors("update erasure requests in the ledger")
@@ -361,7 +362,10 @@ def audit(state_dir: str, request_id: str) -> dict[str, Any] | None:
     row = next((r for r in load_requests(state_dir) if r["request_id"] == request_id), None)
     if row is None:
         return None
-    run_ids = [r for r in (row["run_id"], row["verify_run_id"]) if r]
+    places = json.loads(row.get("places") or "{}")
+    applies = {row["run_id"]} | {p.get("applied_run_id") for p in places.values()}
+    verifies = {row["verify_run_id"]} | {p.get("verify_run_id") for p in places.values()}
+    run_ids = sorted(r for r in applies | verifies if r)
     runs = load_runs(state_dir, run_ids)
     topic = row["topic"]
     runs = [r for r in runs if topic in (ALL_TOPICS, r["topic"])]
@@ -371,8 +375,8 @@ def audit(state_dir: str, request_id: str) -> dict[str, Any] | None:
     verified = row["status"] in DONE
     return {
         "type": "audit", "request": row,
-        "apply_runs": [r for r in runs if r["run_id"] == row["run_id"]],
-        "verify_runs": [r for r in runs if r["run_id"] == row["verify_run_id"]],
+        "apply_runs": [r for r in runs if r["run_id"] in applies],
+        "verify_runs": [r for r in runs if r["run_id"] in verifies],
         "ledger_commits": commits,
         "proof": {
             "status": row["status"],
@@ -387,6 +391,10 @@ def audit(state_dir: str, request_id: str) -> dict[str, Any] | None:
             "tombstones_left": json.loads(row.get("tombstones_left") or "[]"),
             "remote_tier": row.get("remote_tier") or "none",
             "coverage": json.loads(row.get("coverage") or "[]"),
+            # one entry per log dir of a broker that applied or verified it; a request is
+            # verified only when the metadata's every replica was scanned clean
+            "places": places,
+            "missing_replicas": json.loads(row.get("missing_replicas") or "null"),
         },
     }
 

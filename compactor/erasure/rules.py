@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from compactor.cleaner.policy import BatchHeader, replay_producers
 
@@ -26,7 +27,12 @@ def is_internal_topic(topic: str) -> bool:
 
 
 HEADER = "header"
-STATUSES = ("pending", "applied", "verified", "verified_local_only", "failed")
+# pending -> applied (somewhere) -> partially_verified (some replicas scanned clean) ->
+# verified (every replica the metadata names scanned clean) | verified_local_only; or failed
+STATUSES = ("pending", "applied", "partially_verified", "verified", "verified_local_only",
+            "failed")
+APPLICABLE = frozenset({"pending", "applied", "partially_verified"})
+VERIFIABLE = frozenset({"applied", "partially_verified"})
 # requests the tool has finished with: no alert once past their deadline
 DONE = frozenset({"verified", "verified_local_only"})
 DAY_MS = 86_400_000
@@ -58,6 +64,9 @@ class ErasureRequest:
     deadline_ms: int
     status: str = "pending"
     leave_tombstone: bool = False
+    # place key (:func:`place_key`) -> what the apply and verify runs there did
+    places: Mapping[str, Mapping[str, Any]] = field(default_factory=dict, compare=False,
+                                                   hash=False)
     # (directory name, offset) of the bare tombstones an apply left (``leave_tombstone``)
     tombstones_left: tuple[tuple[str, int], ...] = ()
 
@@ -195,3 +204,36 @@ def keep_when_emptied(headers: Sequence[BatchHeader], high_watermark: int) -> se
         if entry is not None and entry.last_data_offset == h.last_offset:
             keep.add((h.segment_base, h.position))
     return keep
+
+
+# ---------------------------------------------------------------------------------------------
+# Places: a request is erased from every replica, and proven so replica by replica. A place is
+# one log dir of one broker, named as the metadata names replica locations (KIP-858: node id
+# and directory id; the path when the log dir has no directory.id).
+
+
+def place_key(place: Mapping[str, Any]) -> str:
+    """``node <id> dir <directory id or path>``: one log dir of one broker."""
+    return f"node {place['node_id']} dir {place['directory_id'] or place['log_dir']}"
+
+
+def covers(place: Mapping[str, Any], replica: Mapping[str, Any]) -> bool:
+    """Whether a clean verify at ``place`` proves ``replica`` (partition, node_id,
+    directory_id) clean: the same broker, the replica's directory (any of the broker's when
+    the metadata assigns none), and the partition's live directory was scanned there."""
+    return (place.get("verify_status") == "clean" and place["node_id"] == replica["node_id"]
+            and replica["partition"] in place.get("scanned", ())
+            and replica["directory_id"] in (None, place["directory_id"]))
+
+
+def missing_replicas(places: Mapping[str, Mapping[str, Any]],
+                     replicas: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The replicas no clean verify covers yet."""
+    return [r for r in replicas if not any(covers(p, r) for p in places.values())]
+
+
+def totals(places: Mapping[str, Mapping[str, Any]]) -> dict[str, int]:
+    """What every place's apply erased, summed (the request row's counters)."""
+    keys = ("records_erased", "superseded_by_erased", "partitions_rewritten",
+            "segments_rewritten")
+    return {k: sum(int(p.get(k) or 0) for p in places.values()) for k in keys}

@@ -325,12 +325,16 @@ def read_properties(path: str) -> dict[str, str]:
         raise ConfigError(f"not a Java properties file: {err}", path=path) from None
 
 
+def read_meta_properties(log_dir: str) -> dict[str, str]:
+    """The log dir's ``meta.properties`` (``node.id``, ``cluster.id``, ``directory.id``);
+    empty without one."""
+    path = storage.join(log_dir, "meta.properties")
+    return read_properties(path) if storage.exists(path) else {}
+
+
 def read_node_id(log_dir: str) -> str | None:
     """``node.id`` from the log dir's ``meta.properties`` (KRaft); ``None`` without one."""
-    path = storage.join(log_dir, "meta.properties")
-    if not storage.exists(path):
-        return None
-    return read_properties(path).get("node.id")
+    return read_meta_properties(log_dir).get("node.id")
 
 
 def read_topic_id(partition_dir: str) -> str | None:

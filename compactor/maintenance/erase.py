@@ -30,6 +30,11 @@ from compactor.codec.checkpoints import REPLICATION_OFFSET_CHECKPOINT
 from compactor.cluster.catalog import HOW_TO_CONFIGURE, Catalog
 from compactor.config import TopicConfig
 from compactor.erasure.rules import (
+    APPLICABLE,
+    VERIFIABLE,
+    missing_replicas,
+    place_key,
+    totals,
     ALL_TOPICS,
     HEADER,
     ErasureRequest,
@@ -291,18 +296,23 @@ def apply(spark: SparkSession | None, log_dir: str, state_dir: str, now_ms: int,
           master: str | None = None, fsync: bool = True, metadata_log_dir: str | None = None,
           server_properties: str | None = None, assume_kafka_defaults: bool = False,
           exclude_pending_deletes: bool = False, dry_run: bool = False) -> dict[str, Any]:
-    """Erase every pending request's records from every copy on disk; returns the JSON
-    report. ``dry_run`` scans and reports what would be rewritten, changing nothing. A Spark
+    """Erase the records of every request not yet applied here (this log dir of this
+    broker) from every copy on disk; returns the JSON report. ``dry_run`` scans and reports what would be rewritten, changing nothing. A Spark
     session (``spark``, else a new one on ``master``) starts only when there is something to
     scan."""
-    requests, run_id, report = _start("apply", log_dir, state_dir, now_ms,
-                                      frozenset({"pending"}))
+    requests, run_id, report = _start("apply", log_dir, state_dir, now_ms, APPLICABLE)
     report["dry_run"] = dry_run
     if not requests:
         return report
     started = int(time.time() * 1000)
     catalog = _catalog(log_dir, now_ms, metadata_log_dir, server_properties,
                        assume_kafka_defaults)
+    here = place_key(catalog.place(log_dir))
+    # a request is applied once per place: other log dirs and brokers still take it
+    requests = [r for r in requests if "applied_run_id" not in r.places.get(here, {})]
+    if not requests:
+        report["status"] = "ok"
+        return report
     with storage.log_dir_lock(log_dir):
         ld = open_log_dir(log_dir)
         unrecovered: dict[str, CompactorError] = {}
@@ -365,7 +375,7 @@ def apply(spark: SparkSession | None, log_dir: str, state_dir: str, now_ms: int,
             lines[i] = line
     report["partitions"] = list(lines.values())
     updates, blocked = _applied_updates(requests, dirs, lines, found, plan, unknown, run_id,
-                                        now_ms)
+                                        now_ms, catalog.place(log_dir))
     report["requests"] = [{k: u[k] for k in ("request_id", "status", "records_erased",
                                              "superseded_by_erased", "partitions_rewritten",
                                              "segments_rewritten", "failure")
@@ -422,8 +432,11 @@ def _rewrite(spark: LazySession, log_dir: str, dirs: Mapping[int, _Dir],
 
 def _applied_updates(requests: Sequence[ErasureRequest], dirs: Mapping[int, _Dir],
                      lines: Mapping[int, Mapping[str, Any]], found: _Scan, plan: _Plan,
-                     unknown: Mapping[str, str], run_id: str,
-                     now_ms: int) -> tuple[list[dict[str, Any]], dict[str, list[str]]]:
+                     unknown: Mapping[str, str], run_id: str, now_ms: int,
+                     place: Mapping[str, Any]) -> tuple[list[dict[str, Any]], dict[str, list[str]]]:
+    """The ledger updates of an apply at ``place`` (one log dir of one broker): what it
+    erased there joins what earlier applies erased elsewhere (``places``); a request
+    verified on some replicas stays ``partially_verified``."""
     updates = []
     blocked: dict[str, list[str]] = {}
     for r in requests:
@@ -443,15 +456,21 @@ def _applied_updates(requests: Sequence[ErasureRequest], dirs: Mapping[int, _Dir
         offsets = {(i, m.segment_base, m.offset) for i in mine for m in found.matches[i]
                    if m.request_id == r.request_id}
         left = plan.tombstones_left.get(r.request_id, [])
+        here = {**place, "applied_run_id": run_id, "applied_at_ms": now_ms,
+                "records_erased": len(offsets) - len(left),
+                "superseded_by_erased": plan.superseded_by_request.get(r.request_id, 0),
+                "partitions_rewritten": len({i for i, _, _ in offsets}),
+                "segments_rewritten": len({(i, b) for i, b, _ in offsets}),
+                "tombstones_left": [{"dir": d, "offset": o} for d, o in left]}
+        key = place_key(place)
+        places = {**r.places, key: {**r.places.get(key, {}), **here}}
         updates.append({
-            "request_id": r.request_id, "status": "applied", "run_id": run_id,
-            "records_erased": len(offsets) - len(left),
-            "superseded_by_erased": plan.superseded_by_request.get(r.request_id, 0),
-            "partitions_rewritten": len({i for i, _, _ in offsets}),
-            "segments_rewritten": len({(i, b) for i, b, _ in offsets}),
-            "applied_at_ms": now_ms,
-            "tombstones_left": json.dumps([{"dir": d, "offset": o} for d, o in left]),
-            "failure": None,
+            "request_id": r.request_id,
+            "status": "partially_verified" if r.status == "partially_verified" else "applied",
+            "run_id": run_id, **totals(places), "applied_at_ms": now_ms,
+            "tombstones_left": json.dumps([t for p in places.values()
+                                           for t in p.get("tombstones_left", [])]),
+            "places": json.dumps(places, sort_keys=True), "failure": None,
         })
     return updates, blocked
 
@@ -464,8 +483,7 @@ def verify(spark: SparkSession | None, log_dir: str, state_dir: str, now_ms: int
     left but the bare tombstones it asked to leave, and at least one segment scanned),
     ``verified_local_only`` when a tiered topic's remote segments could not be scanned, or
     failed (with the directories and offsets found)."""
-    requests, run_id, report = _start("verify", log_dir, state_dir, now_ms,
-                                      frozenset({"applied"}))
+    requests, run_id, report = _start("verify", log_dir, state_dir, now_ms, VERIFIABLE)
     if not requests:
         return report
     started = int(time.time() * 1000)
@@ -481,9 +499,15 @@ def verify(spark: SparkSession | None, log_dir: str, state_dir: str, now_ms: int
     errors.update(refused)  # an unknown policy proves nothing: the request stays applied
     by_id = {r.request_id: r for r in requests}
 
-    def accepted(i: int, m: _Match) -> bool:  # a tombstone the request asked to leave
-        return m.bare_tombstone and (dirs[i].name, m.offset) in by_id[
-            m.request_id].tombstones_left
+    place = catalog.place(log_dir)
+    key = place_key(place)
+
+    def accepted(i: int, m: _Match) -> bool:  # a tombstone the request asked to leave here
+        request = by_id[m.request_id]
+        left = request.places.get(key, {}).get("tombstones_left")
+        here = ({(t["dir"], t["offset"]) for t in left} if left is not None
+                else set(request.tombstones_left))
+        return m.bare_tombstone and (dirs[i].name, m.offset) in here
 
     lines = {}
     for i, d in dirs.items():
@@ -511,18 +535,40 @@ def verify(spark: SparkSession | None, log_dir: str, state_dir: str, now_ms: int
         scanned = sum(found.segments[i] for i in mine)
         tiered = sorted({dirs[i].tp.topic for i in mine
                          if catalog.configs[dirs[i].tp.topic].remote_storage_enable})
-        coverage = [{**dirs[i].line(), "segments": found.segments[i],
+        coverage = [{**place, **dirs[i].line(), "segments": found.segments[i],
                      "records": found.records[i]} for i in mine]
+        replicas = catalog.replicas_of(r.applies_to)
+        expected_here = replicas is None or any(
+            x["node_id"] == place["node_id"] and x["directory_id"] in (None, place[
+                "directory_id"]) for x in replicas)
+        if not residual and not scanned and not expected_here:
+            # no replica of the request's topics lives here: this place proves nothing
+            report["requests"].append({"request_id": r.request_id, "status": r.status,
+                                       "no_replica_here": key})
+            continue
+        here = {**r.places.get(key, {}), **place, "verify_run_id": run_id,
+                "verified_at_ms": now_ms if not residual and scanned else None,
+                "verify_status": "residual" if residual else "clean" if scanned
+                else "nothing_scanned",
+                "scanned": sorted(dirs[i].name for i in mine if dirs[i].kind == LIVE)}
+        places = {**r.places, key: here}
+        missing = missing_replicas(places, replicas) if replicas is not None else None
         update = {"request_id": r.request_id, "verify_run_id": run_id,
                   "verified_segments_scanned": scanned,
                   "verified_records_scanned": sum(found.records[i] for i in mine),
                   "coverage": json.dumps(coverage),
-                  "remote_tier": "not_covered" if tiered else None}
+                  "remote_tier": "not_covered" if tiered else None,
+                  "places": json.dumps(places, sort_keys=True),
+                  "missing_replicas": json.dumps(missing) if missing is not None else None}
         if residual or not scanned:
             failure = ({"residual_matches": len(residual), "first": residual[:10]} if residual
                        else {"nothing_scanned": "no segment of the request's topic was "
                                                 "scanned, so nothing proves the erasure"})
             update.update(status="failed", verified_at_ms=None, failure=json.dumps(failure))
+        elif missing is None or missing:
+            # clean here, but other replicas (or, without the metadata, unknown ones) may
+            # still hold the subject: not verified until every one is scanned clean
+            update.update(status="partially_verified", verified_at_ms=None, failure=None)
         else:
             update.update(status="verified_local_only" if tiered else "verified",
                           verified_at_ms=now_ms, failure=None)
@@ -530,11 +576,16 @@ def verify(spark: SparkSession | None, log_dir: str, state_dir: str, now_ms: int
         report["requests"].append({k: update[k] for k in (
             "request_id", "status", "verified_segments_scanned", "verified_records_scanned")}
             | ({"residual": residual[:10]} if residual else {})
+            | ({"missing_replicas": missing[:20], "missing_replica_count": len(missing)}
+               if missing else {})
+            | ({"missing_replicas": "no metadata log: where the replicas live is unknown"}
+               if missing is None else {})
             | ({"remote_tier": "not_covered", "tiered_topics": tiered} if tiered else {}))
     report["partitions"] = list(lines.values())
     _record(state_dir, "verify", run_id, log_dir, now_ms, started, lines, updates)
     failed = any(u["status"] == "failed" for u in updates)
-    unverified = len(updates) < len(requests)
+    unverified = any(u["status"] == "partially_verified" for u in updates) or any(
+        "unverified_because" in r for r in report["requests"])
     report["status"] = "failed" if failed else ("partial" if unverified else "ok")
     return report
 

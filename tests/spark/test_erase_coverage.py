@@ -390,3 +390,51 @@ def test_erasure_uses_the_clusters_policy_whatever_else_fails_or_refuses_the_top
                              "--now-ms", str(NOW), "--json", "--server-properties", str(props))
     assert code == EXIT_OK and applied["requests"][0]["status"] == "applied"
     assert not any(r[2] == SUBJECT for r in kp_records(logs / "clicks-0"))
+
+
+def test_a_request_is_verified_only_when_every_replica_is_scanned_clean(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Three brokers hold a replica of every partition (the metadata's PartitionRecords,
+    each log dir its own directory.id). Apply and verify on the first broker's log dir prove
+    that replica only: the request is partially_verified, naming the replicas still to scan,
+    while the second broker still holds the subject; each broker's own apply and verify
+    complete it."""
+    cluster = {n: tmp_path / f"broker-{n}" for n in (1, 2, 3)}
+    for n, path in cluster.items():
+        generate(str(path), GeneratorConfig(
+            topics=("profiles",), partitions=2, records_per_partition=400, distinct_keys=30,
+            segment_bytes=8 * 1024, transactional_producers=0, seed=5, node_id=n,
+            replicas=(1, 2, 3), topic_configs={"profiles": {"cleanup.policy": "compact"}}))
+    state = tmp_path / "state"
+    assert request(capsys, state, "--topic", "profiles", "--key", SUBJECT.decode(),
+                   "--request-id", "r") == EXIT_OK
+
+    def held(n: int) -> int:
+        return sum(k == SUBJECT for p in (0, 1)
+                   for _, _, k, _, _ in kp_records(cluster[n] / f"profiles-{p}"))
+
+    assert all(held(n) for n in cluster)
+    code, applied = erase(capsys, "apply", cluster[1], state)
+    assert code == EXIT_OK and applied["requests"][0]["status"] == "applied"
+    code, verified = erase(capsys, "verify", cluster[1], state)
+    (r,) = verified["requests"]
+    assert code == 6 and r["status"] == "partially_verified"
+    assert {(m["node_id"], m["partition"]) for m in r["missing_replicas"]} == {
+        (n, f"profiles-{p}") for n in (2, 3) for p in (0, 1)}
+    assert held(1) == 0 and held(2) > 0  # what "verified" would have hidden
+    # applying again on broker 1 does nothing; broker 2, then 3, each complete their part
+    code, again = erase(capsys, "apply", cluster[1], state)
+    assert code == EXIT_OK and again["requests"] == []
+    for n in (2, 3):
+        assert erase(capsys, "apply", cluster[n], state)[0] == EXIT_OK
+        code, verified = erase(capsys, "verify", cluster[n], state)
+        assert verified["requests"][0]["status"] == ("verified" if n == 3
+                                                     else "partially_verified")
+    assert not any(held(n) for n in cluster)
+    code, proof = cli_json(capsys, "erase", "report", "--state-dir", str(state),
+                           "--request-id", "r", "--json")
+    places = proof["proof"]["places"]
+    assert sorted(p["node_id"] for p in places.values()) == [1, 2, 3]
+    assert all(p["verify_status"] == "clean" for p in places.values())
+    assert proof["proof"]["missing_replicas"] == []
+    assert proof["proof"]["records_erased"] == sum(p["records_erased"] for p in places.values())
