@@ -187,14 +187,21 @@ with DAG(
     # runs even when an apply or verify failed: an overdue request must still alert
     status = spark_job("erase_status", "erase", ["status", "--state-dir", state, "--json", *now],
                        trigger_rule="all_done")
+    # every log dir applies before any verifies (and none verifies after a failed apply, which
+    # would find the subject and fail the request): a request is verified only once every
+    # replica the metadata names was scanned clean
+    applies, verifies = [], []
     for name in SETTINGS.get("erasure", {}).get("log_dirs") or list(LOG_DIRS):
         path = LOG_DIRS[name]["path"]
         cluster = cluster_args(LOG_DIRS[name])
-        apply = spark_job(f"erase_apply_{name}", "erase",
-                          ["apply", path, "--state-dir", state, "--json", *now, *cluster])
-        verify = spark_job(f"erase_verify_{name}", "erase",
-                           ["verify", path, "--state-dir", state, "--json", *now, *cluster])
-        apply >> verify >> status
+        applies.append(spark_job(f"erase_apply_{name}", "erase",
+                                 ["apply", path, "--state-dir", state, "--json", *now,
+                                  *cluster]))
+        verifies.append(spark_job(f"erase_verify_{name}", "erase",
+                                  ["verify", path, "--state-dir", state, "--json", *now,
+                                   *cluster]))
+    for verify in verifies:
+        applies >> verify >> status
 
 with DAG(
     dag_id="kafka_compaction_oneoff",
