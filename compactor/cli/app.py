@@ -144,21 +144,21 @@ def build_parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("compact", help="one compaction round over a log dir, on Spark")
     add_arguments(c)
-    c.set_defaults(handler=jobs.execute_compact)
+    c.set_defaults(handler=jobs.over_log_dirs(jobs.execute_compact))
     pl = sub.add_parser("plan", help="dry run of compact: ranges, dirty ratio, groups")
     add_arguments(pl)
-    pl.set_defaults(handler=jobs.execute_plan)
+    pl.set_defaults(handler=jobs.over_log_dirs(jobs.execute_plan))
 
     rt = sub.add_parser("retain", help="Kafka retention: delete old segments by time, size and "
                                        "log start offset")
     add_config_arguments(rt, compaction=False)
     add_retention_arguments(rt)
-    rt.set_defaults(handler=jobs.execute_retain)
+    rt.set_defaults(handler=jobs.over_log_dirs(jobs.execute_retain))
     rn = sub.add_parser("run", help="compaction and retention per topic cleanup.policy "
                                     "(what schedulers call)")
     add_arguments(rn)
     add_retention_arguments(rn)
-    rn.set_defaults(handler=jobs.execute_run)
+    rn.set_defaults(handler=jobs.over_log_dirs(jobs.execute_run))
 
     cl = sub.add_parser("cluster", help="start/stop a local Spark standalone cluster "
                                         "(master + workers) from the pyspark package")

@@ -88,8 +88,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def add_config_arguments(parser: argparse.ArgumentParser, *, compaction: bool = True) -> None:
     """Log dir, clock, topic configs and output format (every maintenance command;
     ``compaction``: one that compacts)."""
-    parser.add_argument("log_dir", help="the Kafka log dir: a path every executor reaches or "
-                                        "s3://bucket/prefix")
+    parser.add_argument("log_dir", nargs="*", metavar="LOG_DIR",
+                        help="the Kafka log dir(s) of one broker: paths every executor reaches "
+                             "or s3://bucket/prefix (default: log.dirs of --server-properties)")
     parser.add_argument("--now-ms", type=optional_int, default=None,
                         help="the round's clock in epoch ms (default or empty: wall clock)")
     parser.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
@@ -237,7 +238,9 @@ def add_erase_arguments(parser: argparse.ArgumentParser, *, apply: bool) -> None
     """The arguments of ``erase apply`` (``apply``) and ``erase verify``, and of
     ``jobs/erase.py``. Both read the cluster's configs: the compacted-topic rule and tiered
     storage depend on them."""
-    parser.add_argument("log_dir", help="the Kafka log dir")
+    parser.add_argument("log_dir", nargs="*", metavar="LOG_DIR",
+                        help="the Kafka log dir(s) of one broker (default: log.dirs of "
+                             "--server-properties)")
     parser.add_argument("--state-dir", required=True,
                         help="directory of the ledger's Delta tables (outside the log dir)")
     parser.add_argument("--now-ms", type=optional_int, default=None,

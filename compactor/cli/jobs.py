@@ -13,10 +13,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import json
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
 
@@ -89,6 +91,105 @@ class Job:
 
     def main(self, argv: Sequence[str] | None = None) -> int:
         return run_main(self.name, self.build_parser(), self.execute, argv)
+
+
+# -- several log dirs of one broker ------------------------------------------------------------
+
+
+def log_dirs_of(args: argparse.Namespace) -> list[str]:
+    """The log dirs a command runs on: those given, else every one of ``log.dirs`` (else
+    ``log.dir``) in ``--server-properties``, as the broker itself would load them.
+
+    Raises:
+        ConfigError: none given and no ``--server-properties`` naming any.
+    """
+    given = args.log_dir if isinstance(args.log_dir, list) else [args.log_dir]
+    if given:
+        return list(given)
+    props_path = getattr(args, "server_properties", None)
+    if props_path:
+        from compactor.log.layout import read_properties
+
+        props = read_properties(props_path)
+        dirs = [d.strip() for d in (props.get("log.dirs") or props.get("log.dir") or "")
+                .split(",") if d.strip()]
+        if dirs:
+            return dirs
+        raise ConfigError("server.properties names no log.dirs (nor log.dir)",
+                          path=props_path, remedy="give the log dirs on the command line")
+    raise ConfigError("no log dir given", remedy="name the log dir(s), or give the broker's "
+                                                 "--server-properties to take its log.dirs")
+
+
+def check_one_broker(log_dirs: Sequence[str]) -> None:
+    """Log dirs run together must be one broker's: the same ``node.id`` and ``cluster.id``
+    in every ``meta.properties`` that has them (Kafka refuses to start otherwise).
+
+    Raises:
+        ConfigError: naming the dir that differs.
+    """
+    from compactor.log.layout import read_meta_properties
+
+    seen: dict[str, tuple[str, str]] = {}
+    for d in log_dirs:
+        meta = read_meta_properties(d)
+        for key in ("node.id", "cluster.id"):
+            if key in meta and key in seen and seen[key][0] != meta[key]:
+                raise ConfigError(
+                    f"log dir {d} has {key}={meta[key]}, log dir {seen[key][1]} has "
+                    f"{key}={seen[key][0]}: they are not one broker's", path=d,
+                    remedy="run each broker's log dirs separately; nothing was changed")
+            if key in meta:
+                seen.setdefault(key, (meta[key], d))
+
+
+def _worst(codes: Sequence[int]) -> int:
+    """One exit code for several log dirs: the first failure, else 6 when one was partial."""
+    failures = [c for c in codes if c not in (EXIT_OK, EXIT_PARTIAL)]
+    return failures[0] if failures else EXIT_PARTIAL if EXIT_PARTIAL in codes else EXIT_OK
+
+
+@contextlib.contextmanager
+def broker_log_dirs(args: argparse.Namespace) -> Iterator[list[str]]:
+    """The command's log dirs (:func:`log_dirs_of`), absolute; several are checked to be one
+    broker's and every one is locked for the whole block, as the broker locks them (one is
+    locked by its command, as before)."""
+    dirs = [storage.absolute(d) for d in log_dirs_of(args)]
+    if len(dirs) == 1:
+        yield dirs
+        return
+    files = [f for f in ("report_file", "metrics_file", "html_report") if getattr(args, f, None)]
+    if files:
+        raise ConfigError(f"--{files[0].replace('_', '-')} takes one log dir's report",
+                          remedy="run each log dir on its own with it, or use --json (one "
+                                 "report line per log dir)")
+    check_one_broker(dirs)
+    with contextlib.ExitStack() as stack:
+        for d in dirs:
+            stack.enter_context(storage.log_dir_lock(d))
+        yield dirs
+
+
+def one_log_dir(args: argparse.Namespace, log_dir: str, out: TextIO,
+                several: bool) -> argparse.Namespace:
+    """``args`` for one of the log dirs (a header line names it in a human run over several)."""
+    if several and not args.json:
+        out.write(f"== {log_dir}\n")
+    return argparse.Namespace(**{**vars(args), "log_dir": log_dir})
+
+
+def over_log_dirs(execute: Execute) -> Execute:
+    """``execute`` on each log dir of a broker (given, or ``log.dirs`` of
+    ``--server-properties``), every one locked for the whole run; one report per log dir
+    (``--json``: one line each), the worst exit code."""
+
+    @functools.wraps(execute)
+    def each(args: argparse.Namespace, out: TextIO) -> int:
+        with broker_log_dirs(args) as dirs:
+            return _worst([execute(one_log_dir(args, d, out, len(dirs) > 1), out)
+                           for d in dirs])
+
+    return each
 
 
 # -- compact and plan -------------------------------------------------------------------------
@@ -218,24 +319,37 @@ def erase_parser() -> argparse.ArgumentParser:
 
 
 def execute_erase(args: argparse.Namespace, out: TextIO) -> int:
-    """``erase apply``, ``erase verify`` and (the ledger only, no Spark) ``erase status`` and
-    ``erase request``."""
+    """``erase apply``, ``erase verify`` (over each log dir of the broker) and (the ledger
+    only, no Spark) ``erase status`` and ``erase request``."""
     if args.action == "status":
         return execute_erase_status(args, out)
     if args.action == "request":
         return execute_erase_request(args, out)
+    return _execute_erase_scan(args, out)
+
+
+def _execute_erase_scan(args: argparse.Namespace, out: TextIO) -> int:
+    """``erase apply`` / ``verify`` over each of the broker's log dirs; a verify over several
+    exits by what the ledger says of its requests once every dir was scanned (the first dir
+    alone leaves a request partially verified that the last completes)."""
     from compactor.maintenance import erase
 
-    report = erase.perform(args.action, storage.absolute(args.log_dir),
-                           storage.absolute(args.state_dir), now_ms(args), master=args.master,
-                           dry_run=getattr(args, "dry_run", False),
-                           exclude_pending_deletes=getattr(args, "exclude_pending_deletes",
-                                                           False),
-                           metadata_log_dir=optional_path(args.metadata_log_dir),
-                           server_properties=optional_path(args.server_properties),
-                           assume_kafka_defaults=args.assume_kafka_defaults)
-    render(out, args, report, lambda: erase.summary(report))
-    return erase.report_exit_code(report)
+    reports = []
+    with broker_log_dirs(args) as dirs:
+        for d in dirs:
+            one = one_log_dir(args, d, out, len(dirs) > 1)
+            report = erase.perform(
+                one.action, d, storage.absolute(one.state_dir), now_ms(one), master=one.master,
+                dry_run=getattr(one, "dry_run", False),
+                exclude_pending_deletes=getattr(one, "exclude_pending_deletes", False),
+                metadata_log_dir=optional_path(one.metadata_log_dir),
+                server_properties=optional_path(one.server_properties),
+                assume_kafka_defaults=one.assume_kafka_defaults)
+            render(out, one, report, lambda: erase.summary(report))
+            reports.append(report)
+    if len(reports) > 1 and args.action == "verify":
+        return erase.verify_exit_code(storage.absolute(args.state_dir), reports)
+    return _worst([erase.report_exit_code(r) for r in reports])
 
 
 def execute_erase_request(args: argparse.Namespace, out: TextIO) -> int:
@@ -413,8 +527,8 @@ def execute_history(args: argparse.Namespace, out: TextIO) -> int:
     return EXIT_OK
 
 
-COMPACT = Job("compact", compact_parser, execute_compact)
-RETAIN = Job("retain", retain_parser, execute_retain)
-RUN = Job("run", run_parser, execute_run)
+COMPACT = Job("compact", compact_parser, over_log_dirs(execute_compact))
+RETAIN = Job("retain", retain_parser, over_log_dirs(execute_retain))
+RUN = Job("run", run_parser, over_log_dirs(execute_run))
 ERASE = Job("erase", erase_parser, execute_erase)
 RECOVER = Job("recover", recover_parser, execute_recover)

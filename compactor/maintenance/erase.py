@@ -31,6 +31,7 @@ from compactor.cluster.catalog import HOW_TO_CONFIGURE, Catalog
 from compactor.config import TopicConfig
 from compactor.erasure.rules import (
     APPLICABLE,
+    DONE,
     VERIFIABLE,
     missing_replicas,
     place_key,
@@ -547,12 +548,16 @@ def verify(spark: SparkSession | None, log_dir: str, state_dir: str, now_ms: int
                                        "no_replica_here": key})
             continue
         here = {**r.places.get(key, {}), **place, "verify_run_id": run_id,
+                "tiered_topics": tiered,
                 "verified_at_ms": now_ms if not residual and scanned else None,
                 "verify_status": "residual" if residual else "clean" if scanned
                 else "nothing_scanned",
                 "scanned": sorted(dirs[i].name for i in mine if dirs[i].kind == LIVE)}
         places = {**r.places, key: here}
         missing = missing_replicas(places, replicas) if replicas is not None else None
+        # a tiered topic anywhere (this log dir or another place's) leaves remote segments
+        # that no scan here reaches
+        tiered = sorted({t for p in places.values() for t in p.get("tiered_topics", [])})
         update = {"request_id": r.request_id, "verify_run_id": run_id,
                   "verified_segments_scanned": scanned,
                   "verified_records_scanned": sum(found.records[i] for i in mine),
@@ -604,6 +609,20 @@ def _record(state_dir: str, action: str, run_id: str, log_dir: str, now_ms: int,
 
 def report_exit_code(report: Mapping[str, Any]) -> int:
     return {"ok": EXIT_OK, "partial": EXIT_PARTIAL}.get(report["status"], EXIT_FAILURE)
+
+
+def verify_exit_code(state_dir: str, reports: Sequence[Mapping[str, Any]]) -> int:
+    """The exit code of verifies run one after the other over a broker's log dirs: by what
+    the ledger says of their requests afterwards (failed: 1; not yet verified everywhere, or
+    left unverified by an unreadable dir: 6), and any run that failed."""
+    if any(r["status"] == "failed" for r in reports):
+        return EXIT_FAILURE
+    ids = {q["request_id"] for r in reports for q in r["requests"]}
+    statuses = {row["status"] for row in ledger.load_requests(state_dir)
+                if row["request_id"] in ids}
+    if "failed" in statuses:
+        return EXIT_FAILURE
+    return EXIT_OK if statuses <= DONE else EXIT_PARTIAL
 
 
 def perform(action: str, log_dir: str, state_dir: str, now_ms: int, *, master: str | None,

@@ -6,6 +6,8 @@ guess."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import shutil
 from pathlib import Path
 
@@ -211,3 +213,54 @@ def test_server_properties_and_a_corrupt_metadata_log(
     assert error["code"] == "CORRUPT_METADATA" and error["path"] == str(snapshot)
     assert error["position"] is not None and error["base_offset"] is not None
     assert tree_digest(cluster) == before
+
+
+def test_a_jbod_broker_is_maintained_and_erased_as_one_from_its_server_properties(
+        spark, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """One broker, two log dirs (the partitions spread over both, the metadata log in the
+    first), a server.properties with non-default log.* values: the commands take its log.dirs,
+    the second dir finds the first's metadata, and an erasure is verified only once both
+    dirs were scanned clean. A dir of another cluster is refused before anything changes."""
+    first, second = tmp_path / "d0", tmp_path / "d1"
+    props = tmp_path / "server.properties"
+    generate(str(first), dataclasses.replace(
+        CLUSTER, removed_topics=(), recreated_topics=(), seed=33,
+        static_configs={"log.retention.hours": "720", "log.cleaner.delete.retention.ms": "0"}),
+        server_properties=str(props), extra_log_dirs=[str(second)])
+    assert f"log.dirs={first},{second}" in props.read_text()
+    held = {d: sorted(p.name for p in d.iterdir() if p.is_dir()) for d in (first, second)}
+    assert "__cluster_metadata-0" in held[first] and "__cluster_metadata-0" not in held[second]
+    assert held[first] and held[second] and not set(held[first]) & set(held[second])
+    code = cli_main(["run", "--server-properties", str(props), "--now-ms", str(NOW), "--json"])
+    reports = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line]
+    assert code == EXIT_OK and [r["log_dir"] for r in reports] == [str(first), str(second)]
+    retention = {f"{p['topic']}-{p['partition']}": p for r in reports
+                 for p in r["retention"]["partitions"]}
+    compaction = {f"{p['topic']}-{p['partition']}": p for r in reports
+                  for p in r["compaction"]["partitions"]}
+    assert retention["events-0"]["config"]["retention.ms"]["source"] == "topic"
+    assert retention["payments-0"]["config"]["cleanup.policy"]["source"] == "topic"
+    assert compaction["payments-0"]["status"] == "cleaned"
+    offsets = "__consumer_offsets-0"
+    assert retention[offsets]["deleted_segments"] == []  # compacted, from the first's metadata
+    # an erasure over both dirs, then verified: every replica of node 1 was scanned
+    state = tmp_path / "state"
+    assert cli_main(["erase", "request", "--state-dir", str(state), "--topic", "*",
+                     "--key", "key-00000003", "--request-id", "r"]) == EXIT_OK
+    capsys.readouterr()
+    for action in ("apply", "verify"):
+        code = cli_main(["erase", action, "--server-properties", str(props), "--state-dir",
+                         str(state), "--now-ms", str(NOW), "--json"])
+        reports = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line]
+        assert code == EXIT_OK, (code, [(r["status"], r["requests"]) for r in reports])
+    assert reports[0]["requests"][0]["status"] == "partially_verified"
+    assert reports[1]["requests"][0]["status"] == "verified_local_only"  # "tiered" is in d0
+    # a log dir of another cluster is not this broker's
+    other = tmp_path / "other"
+    generate(str(other), dataclasses.replace(CLUSTER, removed_topics=(),
+                                             recreated_topics=(), seed=34))
+    before = tree_digest(first)
+    assert cli_main(["retain", str(first), str(other), "--server-properties", str(props),
+                     "--now-ms", str(NOW)]) == EXIT_CONFIG
+    assert "cluster.id" in capsys.readouterr().err
+    assert tree_digest(first) == before

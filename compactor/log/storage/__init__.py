@@ -291,21 +291,32 @@ def remove(path: str, *, missing_ok: bool = False) -> None:
         local.remove(path, missing_ok=missing_ok)
 
 
+_held: set[str] = set()  # the log dirs whose lock (or lease) this process holds
+
+
 @contextmanager
 def log_dir_lock(log_dir: str) -> Iterator[None]:
     """Hold the log dir exclusively: Kafka's ``.lock`` (an fcntl lock a broker honours) on a
-    local disk, a lease object on an object store (:class:`.objects._Lease`).
+    local disk, a lease object on an object store (:class:`.objects._Lease`). Reentrant
+    within the process: a run over several log dirs takes every lock first, and each log
+    dir's command finds its own already held (an fcntl lock is the process's: taking it a
+    second time and releasing that would release it for the whole process).
 
     Raises:
         LogDirError: the log dir does not exist or the lock cannot be taken.
         LogDirLockedError: another process holds the lock or a live lease.
     """
-    if is_url(log_dir):
-        with _store().lease(log_dir, break_lease=_settings.break_lease):
+    key = real_path(log_dir)
+    if key in _held:  # this process holds it already (a run over a broker's log dirs)
+        yield
+        return
+    with (_store().lease(log_dir, break_lease=_settings.break_lease) if is_url(log_dir)
+          else local.log_dir_lock(log_dir)):
+        _held.add(key)
+        try:
             yield
-    else:
-        with local.log_dir_lock(log_dir):
-            yield
+        finally:
+            _held.discard(key)
 
 
 def delta_options(path: str) -> dict[str, str] | None:
