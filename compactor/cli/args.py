@@ -192,6 +192,40 @@ def optional_path(value: str | None) -> str | None:
     return storage.absolute(value) if value else None
 
 
+def log_dirs_of(args: argparse.Namespace) -> list[str]:
+    """The log dirs a command runs on: those given, else every one of ``log.dirs`` (else
+    ``log.dir``) in ``--server-properties``, as the broker itself would load them.
+
+    Raises:
+        ConfigError: none given and no ``--server-properties`` naming any.
+    """
+    given = args.log_dir if isinstance(args.log_dir, list) else [args.log_dir]
+    if given:
+        return list(given)
+    props_path = getattr(args, "server_properties", None)
+    if props_path:
+        from compactor.log.layout import read_properties
+
+        props = read_properties(props_path)
+        dirs = [d.strip() for d in (props.get("log.dirs") or props.get("log.dir") or "")
+                .split(",") if d.strip()]
+        if dirs:
+            return dirs
+        raise ConfigError("server.properties names no log.dirs (nor log.dir)",
+                          path=props_path, remedy="give the log dirs on the command line")
+    raise ConfigError("no log dir given", remedy="name the log dir(s), or give the broker's "
+                                                 "--server-properties to take its log.dirs")
+
+
+def _one_log_dir(args: argparse.Namespace) -> str:
+    """The log dir of options parsed for one (a command over several runs one at a time)."""
+    dirs = log_dirs_of(args)
+    if len(dirs) != 1:
+        raise ConfigError(f"{len(dirs)} log dirs where one is expected",
+                          remedy="run the command over the broker's log dirs, one at a time")
+    return dirs[0]
+
+
 def options_from_args(args: argparse.Namespace, *, dry_run: bool = False) -> MaintenanceOptions:
     """Validate the config arguments into :class:`MaintenanceOptions`.
 
@@ -225,7 +259,7 @@ def options_from_args(args: argparse.Namespace, *, dry_run: bool = False) -> Mai
         topics.setdefault(topic, {})[key] = value
     selected = frozenset(t for t in (getattr(args, "topics", None) or "").split(",") if t)
     return MaintenanceOptions(
-        log_dir=storage.absolute(args.log_dir), now_ms=now_ms(args), config_all=config_all,
+        log_dir=storage.absolute(_one_log_dir(args)), now_ms=now_ms(args), config_all=config_all,
         config_topics=topics, dry_run=dry_run or getattr(args, "dry_run", False),
         topics=selected, assume_kafka_defaults=getattr(args, "assume_kafka_defaults", False),
         allow_replica_divergence=getattr(args, "allow_replica_divergence", False),

@@ -32,6 +32,7 @@ from compactor.cli.args import (
     Parser,
     add_status_arguments,
     flag_value,
+    log_dirs_of,
     now_ms,
     optional_path,
     options_from_args,
@@ -94,31 +95,6 @@ class Job:
 
 
 # -- several log dirs of one broker ------------------------------------------------------------
-
-
-def log_dirs_of(args: argparse.Namespace) -> list[str]:
-    """The log dirs a command runs on: those given, else every one of ``log.dirs`` (else
-    ``log.dir``) in ``--server-properties``, as the broker itself would load them.
-
-    Raises:
-        ConfigError: none given and no ``--server-properties`` naming any.
-    """
-    given = args.log_dir if isinstance(args.log_dir, list) else [args.log_dir]
-    if given:
-        return list(given)
-    props_path = getattr(args, "server_properties", None)
-    if props_path:
-        from compactor.log.layout import read_properties
-
-        props = read_properties(props_path)
-        dirs = [d.strip() for d in (props.get("log.dirs") or props.get("log.dir") or "")
-                .split(",") if d.strip()]
-        if dirs:
-            return dirs
-        raise ConfigError("server.properties names no log.dirs (nor log.dir)",
-                          path=props_path, remedy="give the log dirs on the command line")
-    raise ConfigError("no log dir given", remedy="name the log dir(s), or give the broker's "
-                                                 "--server-properties to take its log.dirs")
 
 
 def check_one_broker(log_dirs: Sequence[str]) -> None:

@@ -96,6 +96,8 @@ def test_every_rendered_argv_is_accepted_by_its_job_parser(settings: dict) -> No
             job = importlib.import_module(f"jobs.{Path(task.application).stem}")
             assert Path(task.application).parent == REPO / "jobs"
             args = job.build_parser().parse_args(argv)
+            if isinstance(getattr(args, "log_dir", None), list):  # the broker's log dirs
+                (args.log_dir,) = args.log_dir  # one per task here
             if hasattr(args, "config"):  # maintenance and compaction: validate the configs too
                 opts = options_from_args(args)
                 if dag.dag_id == "kafka_compaction_oneoff":
@@ -257,7 +259,7 @@ def test_the_one_off_dag_plans_only_when_asked(settings: dict) -> None:
     logs = str(settings["logs"])
     for argv in (["--dry-run", logs], [logs, "--dry-run"], [logs, "--dry-run=TRUE"]):
         args = job.build_parser().parse_args(argv)
-        assert (args.dry_run, args.log_dir) == (True, logs)
+        assert (args.dry_run, args.log_dir) == (True, [logs])
     with pytest.raises(SystemExit):
         job.build_parser().parse_args([logs, "--dry-run=maybe"])
 

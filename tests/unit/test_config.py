@@ -54,3 +54,22 @@ def test_parse_assignment() -> None:
     assert parse_assignment("a=b=c") == ("a", "b=c")
     with pytest.raises(ConfigError):
         parse_assignment("retention.ms")
+
+
+def test_an_empty_cleanup_policy_means_neither_delete_nor_compact() -> None:
+    """LogConfig: compact and delete are each 'the list contains it'; Kafka 4.2+ lets a topic
+    say neither (the log start offset still moves by DeleteRecords)."""
+    cfg = resolve_topic_config("t", {"cleanup.policy": ""})
+    assert cfg.cleanup_policy == frozenset() and not cfg.compact and not cfg.delete
+
+
+def test_flags_keep_the_stricter_rules_cluster_values_keep_kafkas() -> None:
+    from compactor.config import TOPIC, Layer
+
+    held = resolve_topic_config("t", lower=[Layer(TOPIC, {"retention.bytes": "-2",
+                                                          "segment.bytes": "100000"})])
+    assert (held.retention_bytes, held.segment_bytes, held.invalid) == (-2, 100_000, {})
+    with pytest.raises(ConfigError, match=">= -1"):
+        resolve_topic_config("t", {"retention.bytes": "-2"})
+    bad = resolve_topic_config("t", lower=[Layer(TOPIC, {"segment.bytes": "10"})])
+    assert set(bad.invalid) == {"segment.bytes"} and bad.sources["segment.bytes"] == TOPIC
