@@ -38,6 +38,7 @@ from compactor.codec.checkpoints import (
     CLEANER_OFFSET_CHECKPOINT,
     LEADER_EPOCH_CHECKPOINT,
     LOG_START_OFFSET_CHECKPOINT,
+    RECOVERY_POINT_CHECKPOINT,
     format_leader_epoch_checkpoint,
     format_offset_checkpoint,
     parse_leader_epoch_checkpoint,
@@ -256,6 +257,20 @@ def truncate_leader_epochs(partition_dir: str, log_start_offset: int) -> None:
         truncated = truncate_epochs_from_start(entries, log_start_offset)
         if truncated != entries:
             storage.write_atomic(epochs_path, format_leader_epoch_checkpoint(truncated).encode())
+
+
+def raise_recovery_points(log_dir: str, starts: Mapping[TopicPartition, int]) -> None:
+    """``recovery-point-offset-checkpoint`` entries below a partition's new log start offset
+    raised to it, atomically (others kept): Kafka's ``UnifiedLog.updateLogStartOffset`` moves
+    the recovery point (and the high watermark) up with the log start, since nothing below it
+    is left to recover."""
+    path = storage.join(log_dir, RECOVERY_POINT_CHECKPOINT)
+    if not starts or not storage.exists(path):
+        return
+    current = parse_offset_checkpoint(storage.read_text(path), path=path)
+    updated = {tp: max(point, starts.get(tp, point)) for tp, point in current.items()}
+    if updated != current:
+        storage.write_atomic(path, format_offset_checkpoint(updated).encode())
 
 
 def update_log_start_checkpoint(log_dir: str, starts: Mapping[TopicPartition, int | None]) -> None:

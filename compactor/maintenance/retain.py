@@ -214,6 +214,9 @@ def retain_locked(log_dir: str, catalog: Catalog, now_ms: int, *,
                           if plan.new_log_start_offset > plan.first_segment_base else None)
     if not dry_run:
         swap.update_log_start_checkpoint(log_dir, starts)
+        swap.raise_recovery_points(log_dir, {
+            rep.tp: rep.plan.new_log_start_offset for rep in report.partitions
+            if rep.plan is not None and rep.status == Outcome.DELETED})
     return report
 
 

@@ -249,3 +249,23 @@ def test_a_crash_at_any_step_of_deletion_loses_nothing_and_resurrects_nothing(
         shutil.rmtree(work)
         crash_at += 1
     assert crash_at > 10  # every step of a multi-segment deletion was interrupted once
+
+
+def test_the_recovery_point_moves_up_with_the_log_start(
+        logs: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """UnifiedLog.updateLogStartOffset: a recovery point below the new log start offset is
+    raised to it (nothing below is left to recover); one above it is kept."""
+    from compactor.codec.checkpoints import RECOVERY_POINT_CHECKPOINT
+
+    low = {TopicPartition("events", 0): 0, TopicPartition("events", 1): 10**9}
+    (logs / RECOVERY_POINT_CHECKPOINT).write_text(format_offset_checkpoint(low))
+    retention_ms = NOW - (DEFAULT_START_MS + SPAN_MS // 2)
+    code, report = _retain(logs, capsys, "--assume-kafka-defaults", "--config",
+                           "cleanup.policy=delete", "--config", f"retention.ms={retention_ms}")
+    assert code == EXIT_OK
+    starts = {(p["topic"], p["partition"]): p["new_log_start_offset"]
+              for p in topic_lines(report["partitions"])}
+    assert starts[("events", 0)] > 0
+    points = _checkpoint(logs, RECOVERY_POINT_CHECKPOINT)
+    assert points[TopicPartition("events", 0)] == starts[("events", 0)]
+    assert points[TopicPartition("events", 1)] == 10**9
