@@ -415,6 +415,13 @@ def execute_erase_status(args: argparse.Namespace, out: TextIO) -> int:
         for o in result["overdue"]:
             out.write(f"OVERDUE {o['request_id']} ({o['topic']}, {o['status']}) by "
                       f"{o['overdue_ms'] // 3_600_000} h\n")
+        for p in result["partially_verified"]:
+            missing = p["missing_replicas"]
+            out.write(f"PARTIAL {p['request_id']} ({p['topic']}): clean at "
+                      f"{', '.join(p['places_verified']) or 'no place'}; still to scan: "
+                      + (f"{len(missing)} replicas, e.g. node {missing[0]['node_id']} "
+                         f"{missing[0]['partition']}" if missing
+                         else "unknown (no metadata log)") + "\n")
     return EXIT_FAILURE if result["overdue"] else EXIT_OK
 
 

@@ -348,8 +348,15 @@ def status(state_dir: str, now_ms: int) -> dict[str, Any]:
     overdue = [{"request_id": r["request_id"], "topic": r["topic"], "status": r["status"],
                 "deadline_ms": r["deadline_ms"], "overdue_ms": now_ms - r["deadline_ms"]}
                for r in rows if r["status"] not in DONE and r["deadline_ms"] < now_ms]
+    # where a partially verified request still has to be scanned (the replicas the metadata
+    # names that no clean verify covered yet)
+    partial = [{"request_id": r["request_id"], "topic": r["topic"],
+                "places_verified": sorted(k for k, p in json.loads(r.get("places") or "{}")
+                                          .items() if p.get("verify_status") == "clean"),
+                "missing_replicas": json.loads(r.get("missing_replicas") or "null")}
+               for r in rows if r["status"] == "partially_verified"]
     return {"type": "status", "state_dir": state_dir, "now_ms": now_ms, "requests": len(rows),
-            "by_status": counts, "overdue": overdue,
+            "by_status": counts, "overdue": overdue, "partially_verified": partial,
             "ledger_version": table_version(state_dir, ERASURE_REQUESTS_TABLE)}
 
 

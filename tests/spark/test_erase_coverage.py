@@ -422,6 +422,11 @@ def test_a_request_is_verified_only_when_every_replica_is_scanned_clean(
     assert {(m["node_id"], m["partition"]) for m in r["missing_replicas"]} == {
         (n, f"profiles-{p}") for n in (2, 3) for p in (0, 1)}
     assert held(1) == 0 and held(2) > 0  # what "verified" would have hidden
+    code, status = cli_json(capsys, "erase", "status", "--state-dir", str(state), "--now-ms",
+                            str(NOW), "--json")
+    (partial,) = status["partially_verified"]
+    assert status["by_status"]["partially_verified"] == 1 and len(partial["places_verified"]) == 1
+    assert {m["node_id"] for m in partial["missing_replicas"]} == {2, 3}
     # applying again on broker 1 does nothing; broker 2, then 3, each complete their part
     code, again = erase(capsys, "apply", cluster[1], state)
     assert code == EXIT_OK and again["requests"] == []
