@@ -96,6 +96,12 @@ SPECS: dict[str, _Spec] = {
     "compression.zstd.level": _Spec(3, _int, lambda v: -131072 <= v <= 22,
                                     "between -131072 and 22"),
     "producer.id.expiration.ms": _Spec(86_400_000, _int, lambda v: v >= 1, ">= 1"),
+    # Kafka trunk (after 4.3): the largest record body a compressed batch may hold when the
+    # log decompresses it (DefaultRecord.readFrom throws InvalidRecordException above it, so
+    # Cleaner.cleanInto fails and the partition is marked uncleanable). -1 here: not set, no
+    # limit, as in every released 4.x, where nothing reads it
+    "max.decompressed.message.bytes": _Spec(-1, _int, lambda v: -1 <= v <= INT_MAX,
+                                            "-1 (no limit) or a size in bytes"),
     # tiered storage (KIP-405): -2 = "use retention.ms / retention.bytes"
     "remote.storage.enable": _Spec(False, _bool, lambda v: True, "true or false"),
     "local.retention.ms": _Spec(-2, _int, lambda v: v >= -2, ">= -2"),
@@ -120,7 +126,6 @@ OTHER_KAFKA_TOPIC_CONFIGS = frozenset({
     "remote.log.copy.disable", "remote.log.delete.on.disable",
     # topic configs of Kafka 4.2-4.4: a cluster of a newer Kafka may hold them
     "remote.copy.lag.ms", "remote.copy.lag.bytes", "errors.deadletterqueue.group.enable",
-    "max.decompressed.message.bytes",
 })
 
 # Topic config -> its broker configs in priority order, with the factor to milliseconds
@@ -148,6 +153,7 @@ BROKER_SYNONYMS: dict[str, tuple[tuple[str, int], ...]] = {
     "compression.zstd.level": (("compression.zstd.level", 1),),
     "local.retention.ms": (("log.local.retention.ms", 1),),
     "local.retention.bytes": (("log.local.retention.bytes", 1),),
+    "max.decompressed.message.bytes": (("max.decompressed.message.bytes", 1),),
     # a broker config, not a topic config (ProducerStateManagerConfig); dynamic since 3.x
     "producer.id.expiration.ms": (("producer.id.expiration.ms", 1),),
 }
@@ -294,6 +300,7 @@ class TopicConfig:
     compression_lz4_level: int = SPECS["compression.lz4.level"].default
     compression_zstd_level: int = SPECS["compression.zstd.level"].default
     producer_id_expiration_ms: int = SPECS["producer.id.expiration.ms"].default
+    max_decompressed_message_bytes: int = SPECS["max.decompressed.message.bytes"].default
     remote_storage_enable: bool = SPECS["remote.storage.enable"].default
     local_retention_ms: int = SPECS["local.retention.ms"].default
     local_retention_bytes: int = SPECS["local.retention.bytes"].default

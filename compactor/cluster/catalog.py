@@ -41,6 +41,9 @@ Never touched, with the reason reports give:
   rule here; the error is in the report, the other topics go on (a bad flag stops the command);
 - ``tiered_storage`` (retention only): ``remote.storage.enable=true``, since nothing here can
   prove a segment was uploaded before deleting it;
+- ``decompression_limit`` (compaction only): ``max.decompressed.message.bytes`` is set (Kafka
+  trunk): Kafka's cleaner leaves a partition uncleanable when a compressed record's body
+  exceeds it, which kafka-compactor does not check yet, so it does not clean such topics;
 - ``replicas_out_of_sync`` (compaction only, unless ``--allow-replica-divergence``): a
   partition whose ISR lacks one of its replicas. Each replica removes tombstones and markers on
   its own; one that is offline past ``delete.retention.ms`` would keep a deleted key's old
@@ -95,6 +98,7 @@ NO_CONFIG = "no_config"
 INVALID_CONFIG = "invalid_config"
 TIERED_STORAGE = "tiered_storage"
 REPLICAS_OUT_OF_SYNC = "replicas_out_of_sync"
+DECOMPRESSION_LIMIT = "decompression_limit"
 
 NEED_STATIC = ("the broker's static configs are unknown: give its server.properties with "
                "--server-properties FILE (or, for a broker that sets no log.* config, "
@@ -161,6 +165,8 @@ class Catalog:
         if not retention and cfg.compact and tp in self.out_of_sync \
                 and not self.allow_replica_divergence:
             return REPLICAS_OUT_OF_SYNC
+        if not retention and cfg.compact and cfg.max_decompressed_message_bytes >= 0:
+            return DECOMPRESSION_LIMIT
         return None
 
     def erasure_refusal(self, topic: str) -> str | None:
