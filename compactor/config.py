@@ -180,7 +180,6 @@ TOPIC_FLAG = "topic_flag"
 SOURCES = (DEFAULT, SERVER_PROPERTIES, CLUSTER_DEFAULT, BROKER, FLAG, INTERNAL_TOPIC, TOPIC,
            TOPIC_FLAG)
 _FLAGS = frozenset({FLAG, TOPIC_FLAG})
-_DYNAMIC = frozenset({CLUSTER_DEFAULT, BROKER})
 _SCOPES = {FLAG: "--config", CLUSTER_DEFAULT: "the metadata log's cluster-wide broker default",
            BROKER: "the metadata log's configs of this broker",
            SERVER_PROPERTIES: "--server-properties",
