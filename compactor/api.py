@@ -72,7 +72,8 @@ def _options(log_dir: str, *, now_ms: int | None, configs: Mapping[str, Any] | N
              topic_configs: Mapping[str, Mapping[str, Any]] | None,
              topics: Sequence[str] | None, dry_run: bool, metadata_log_dir: str | None,
              server_properties: str | None, assume_kafka_defaults: bool,
-             writer: str = "native") -> MaintenanceOptions:
+             writer: str = "native", allow_replica_divergence: bool = False
+             ) -> MaintenanceOptions:
     from compactor.errors import ConfigError
     from compactor.log import storage
     from compactor.maintenance.options import WRITERS, MaintenanceOptions
@@ -89,7 +90,8 @@ def _options(log_dir: str, *, now_ms: int | None, configs: Mapping[str, Any] | N
         dry_run=dry_run, topics=frozenset(topics or ()),
         metadata_log_dir=metadata_log_dir and storage.absolute(metadata_log_dir),
         server_properties=server_properties and storage.absolute(server_properties),
-        assume_kafka_defaults=assume_kafka_defaults, native_writer=writer == "native")
+        assume_kafka_defaults=assume_kafka_defaults, native_writer=writer == "native",
+        allow_replica_divergence=allow_replica_divergence)
 
 
 def _round(log_dir: str, dry_run: bool, master: str | None, state_dir: str | None,
@@ -107,14 +109,17 @@ def plan(log_dir: str, *, now_ms: int | None = None, configs: Mapping[str, Any] 
          topic_configs: Mapping[str, Mapping[str, Any]] | None = None,
          topics: Sequence[str] | None = None, master: str | None = None,
          state_dir: str | None = None, metadata_log_dir: str | None = None,
-         server_properties: str | None = None, assume_kafka_defaults: bool = False) -> Result:
+         server_properties: str | None = None, assume_kafka_defaults: bool = False,
+         allow_replica_divergence: bool = False) -> Result:
     """``compactor plan``: what a compaction round would do, with the numbers behind each
     decision; changes nothing. ``configs`` apply to every topic, ``topic_configs`` to one
-    (Kafka's config names); the cluster's metadata log is read as by the command."""
+    (Kafka's config names); the broker's ``server_properties`` and the cluster's metadata log
+    are read as by the command."""
     return _round(log_dir, True, master, state_dir, now_ms=now_ms, configs=configs,
                   topic_configs=topic_configs, topics=topics,
                   metadata_log_dir=metadata_log_dir, server_properties=server_properties,
-                  assume_kafka_defaults=assume_kafka_defaults)
+                  assume_kafka_defaults=assume_kafka_defaults,
+                  allow_replica_divergence=allow_replica_divergence)
 
 
 def compact(log_dir: str, *, now_ms: int | None = None,
@@ -123,14 +128,15 @@ def compact(log_dir: str, *, now_ms: int | None = None,
             topics: Sequence[str] | None = None, master: str | None = None,
             state_dir: str | None = None, metadata_log_dir: str | None = None,
             server_properties: str | None = None, assume_kafka_defaults: bool = False,
-            writer: str = "native") -> Result:
+            writer: str = "native", allow_replica_divergence: bool = False) -> Result:
     """``compactor compact``: one compaction round, in place, under the log dir's lock.
     ``writer`` is ``--writer``: ``"native"`` (numba kernels) or ``"pure"`` (the pure-Python
     reference; the same bytes, slower)."""
     return _round(log_dir, False, master, state_dir, now_ms=now_ms, configs=configs,
                   topic_configs=topic_configs, topics=topics,
                   metadata_log_dir=metadata_log_dir, server_properties=server_properties,
-                  assume_kafka_defaults=assume_kafka_defaults, writer=writer)
+                  assume_kafka_defaults=assume_kafka_defaults, writer=writer,
+                  allow_replica_divergence=allow_replica_divergence)
 
 
 def retain(log_dir: str, *, now_ms: int | None = None,
@@ -160,7 +166,7 @@ def run(log_dir: str, *, now_ms: int | None = None, configs: Mapping[str, Any] |
         allow_aggressive: bool = False, master: str | None = None,
         state_dir: str | None = None, metadata_log_dir: str | None = None,
         server_properties: str | None = None, assume_kafka_defaults: bool = False,
-        writer: str = "native") -> Result:
+        writer: str = "native", allow_replica_divergence: bool = False) -> Result:
     """``compactor run``: compaction, then retention, per topic ``cleanup.policy``
     (``writer`` as for :func:`compact`)."""
     from compactor.log import storage
@@ -170,7 +176,8 @@ def run(log_dir: str, *, now_ms: int | None = None, configs: Mapping[str, Any] |
         _options(log_dir, now_ms=now_ms, configs=configs, topic_configs=topic_configs,
                  topics=topics, dry_run=dry_run, metadata_log_dir=metadata_log_dir,
                  server_properties=server_properties,
-                 assume_kafka_defaults=assume_kafka_defaults, writer=writer),
+                 assume_kafka_defaults=assume_kafka_defaults, writer=writer,
+                 allow_replica_divergence=allow_replica_divergence),
         master=master, allow_aggressive=allow_aggressive,
         state_dir=state_dir and storage.absolute(state_dir))
     parts = [outcome.compaction.summary()] if outcome.compaction else []

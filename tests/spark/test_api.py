@@ -94,3 +94,22 @@ def test_the_api_takes_the_writer_of_the_command_line(spark, small_log: Path,
                         assume_kafka_defaults=False, writer=w).native_writer
             for w in ("native", "pure")}
     assert told == {"native": True, "pure": False}
+
+
+def test_the_divergence_guard_and_its_override_through_the_api(spark, tmp_path: Path) -> None:
+    from compactor.tools.generator import GeneratorConfig, generate
+
+    logs = tmp_path / "logs"
+    generate(str(logs), GeneratorConfig(
+        topics=("kv",), partitions=1, records_per_partition=300, segment_bytes=4096, seed=8,
+        topic_configs={"kv": {"cleanup.policy": "compact"}}, out_of_sync_topics=("kv",)))
+    guarded = compactor.plan(str(logs), now_ms=NOW, assume_kafka_defaults=True)
+    allowed = compactor.plan(str(logs), now_ms=NOW, assume_kafka_defaults=True,
+                             allow_replica_divergence=True)
+
+    def reason(result: compactor.Result) -> str:
+        return next(p["reason"] for p in result.report["partitions"] if p["topic"] == "kv")
+
+    assert reason(guarded) == "replicas_out_of_sync" and "--allow-replica-divergence" in str(
+        guarded)
+    assert reason(allowed) == "clean"
