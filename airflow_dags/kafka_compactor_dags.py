@@ -161,7 +161,9 @@ def oneoff_setting(log_dir: str, key: str, param: str) -> str:
 
 
 NOW_PARAM = Param("", type=["string", "integer"],
-                  description="the jobs' clock in epoch ms; empty: wall clock")
+                  description="the jobs' clock in epoch ms or ISO-8601 with an offset "
+                              "(2026-11-25T10:00:00Z); empty: wall clock; more than an hour "
+                              "ahead of the clock is refused")
 
 with DAG(
     dag_id="kafka_log_maintenance",

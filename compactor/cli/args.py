@@ -5,6 +5,7 @@ where an error becomes an exit code and a message (:func:`run_guarded`)."""
 from __future__ import annotations
 
 import argparse
+import datetime
 import io
 import json
 import logging
@@ -69,9 +70,52 @@ def flag_value(text: str) -> bool:
     return value
 
 
-def optional_int(text: str) -> int | None:
-    """An integer argument that may be empty (a scheduler's unset parameter)."""
-    return int(text) if text.strip() and text.strip() != "None" else None
+LONG_MAX = 2**63 - 1
+# How far ahead of this machine's clock --now-ms may lie without --allow-future-now: clock
+# skew between hosts, not a mistyped digit (a `now` years ahead makes retention delete every
+# segment and compaction drop every tombstone).
+FUTURE_TOLERANCE_MS = 3_600_000
+
+
+def clock_ms(text: str) -> int | None:
+    """``--now-ms``: epoch milliseconds, or an ISO-8601 time with its offset
+    (``2026-11-25T10:00:00Z``); empty (a scheduler's unset parameter) means the wall clock.
+
+    Raises:
+        argparse.ArgumentTypeError: anything else, a time without an offset (no naive times),
+            or a value outside ``[0, 2**63-1]``.
+    """
+    value = text.strip()
+    if not value or value == "None":
+        return None
+    try:
+        ms = int(value)
+    except ValueError:
+        try:
+            parsed = datetime.datetime.fromisoformat(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is neither epoch milliseconds nor an ISO-8601 time "
+                "(2026-11-25T10:00:00Z)") from None
+        if parsed.tzinfo is None:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} has no UTC offset: add Z or +HH:MM (times are never guessed "
+                "to be local)")
+        ms = int(parsed.timestamp() * 1000)
+    if not 0 <= ms <= LONG_MAX:
+        raise argparse.ArgumentTypeError(f"{text!r} is outside [0, 2^63-1] epoch ms")
+    return ms
+
+
+def add_clock_arguments(parser: argparse.ArgumentParser, what: str) -> None:
+    """``--now-ms`` of a command that deletes or rewrites, and the confirmation a time far
+    ahead of the machine's clock needs."""
+    parser.add_argument("--now-ms", type=clock_ms, default=None,
+                        help=f"{what} in epoch ms or ISO-8601 with an offset, e.g. "
+                             "2026-11-25T10:00:00Z (default or empty: wall clock)")
+    parser.add_argument("--allow-future-now", action="store_true",
+                        help="accept a --now-ms more than an hour ahead of this machine's "
+                             "clock")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -91,8 +135,7 @@ def add_config_arguments(parser: argparse.ArgumentParser, *, compaction: bool = 
     parser.add_argument("log_dir", nargs="*", metavar="LOG_DIR",
                         help="the Kafka log dir(s) of one broker: paths every executor reaches "
                              "or s3://bucket/prefix (default: log.dirs of --server-properties)")
-    parser.add_argument("--now-ms", type=optional_int, default=None,
-                        help="the round's clock in epoch ms (default or empty: wall clock)")
+    add_clock_arguments(parser, "the round's clock")
     parser.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
                         help="topic config for every topic (Kafka names); repeatable")
     parser.add_argument("--topic-config", action="append", default=[],
@@ -183,8 +226,25 @@ def add_cluster_arguments(parser: argparse.ArgumentParser, *,
 
 
 def now_ms(args: argparse.Namespace) -> int:
-    """``--now-ms``, or the wall clock when it is not given."""
-    return args.now_ms if args.now_ms is not None else int(time.time() * 1000)
+    """``--now-ms``, or the wall clock when it is not given.
+
+    Raises:
+        ConfigError: on a command that deletes or rewrites, a ``--now-ms`` more than an hour
+            ahead of this machine's clock without ``--allow-future-now``.
+    """
+    wall = int(time.time() * 1000)
+    if args.now_ms is None:
+        return wall
+    if hasattr(args, "allow_future_now") and not args.allow_future_now \
+            and args.now_ms > wall + FUTURE_TOLERANCE_MS:
+        ahead = (args.now_ms - wall) / 86_400_000
+        raise ConfigError(
+            f"--now-ms {args.now_ms} lies {ahead:.1f} days ahead of this machine's clock: "
+            "retention would delete, and compaction drop tombstones, as if that time had come",
+            remedy="check the value (epoch milliseconds, or an ISO-8601 time such as "
+                   "2026-11-25T10:00:00Z); pass --allow-future-now if you mean it; nothing "
+                   "was changed")
+    return args.now_ms
 
 
 def optional_path(value: str | None) -> str | None:
@@ -277,8 +337,7 @@ def add_erase_arguments(parser: argparse.ArgumentParser, *, apply: bool) -> None
                              "--server-properties)")
     parser.add_argument("--state-dir", required=True,
                         help="directory of the ledger's Delta tables (outside the log dir)")
-    parser.add_argument("--now-ms", type=optional_int, default=None,
-                        help="the clock in epoch ms (default or empty: wall clock)")
+    add_clock_arguments(parser, "the clock")
     parser.add_argument("--master", default=None, help="Spark master URL")
     add_report_arguments(parser)
     add_cluster_arguments(parser)
@@ -313,8 +372,8 @@ def add_recover_arguments(parser: argparse.ArgumentParser) -> None:
 def add_status_arguments(parser: argparse.ArgumentParser) -> None:
     """The arguments of ``erase status`` and of ``jobs/erase.py status``."""
     parser.add_argument("--state-dir", required=True, help="the ledger's directory")
-    parser.add_argument("--now-ms", type=optional_int, default=None,
-                        help="the clock in epoch ms (default: wall clock)")
+    parser.add_argument("--now-ms", type=clock_ms, default=None,
+                        help="the clock in epoch ms or ISO-8601 (default: wall clock)")
     parser.add_argument("--json", action="store_true", help="print the JSON result")
     parser.add_argument("--report-file", default=None, metavar="FILE",
                         help="also write the JSON result to FILE (schedulers)")
@@ -461,8 +520,8 @@ def add_request_arguments(parser: argparse.ArgumentParser) -> None:
                         help="days until the request is overdue (GDPR Art. 12(3): one month)")
     parser.add_argument("--request-id", default=None,
                         help="the id (default, or empty: derived from topic and subject digest)")
-    parser.add_argument("--now-ms", type=optional_int, default=None,
-                        help="the request's time (epoch ms; default: now)")
+    parser.add_argument("--now-ms", type=clock_ms, default=None,
+                        help="the request's time (epoch ms or ISO-8601; default: now)")
     parser.add_argument("--log-dir", default=None,
                         help="the log dir the request is for: its topic must exist there (or "
                              "in the cluster's metadata), and --state-dir must lie outside it")

@@ -156,3 +156,37 @@ def test_stray_replicas_are_left_as_kafka_leaves_them(
     assert reasons["events-0"] == reasons["fast-3"] == "stray"
     assert {d: segment_bytes(logs / d) for d in before} == before
     assert reasons["fast-0"] == "expired"
+
+
+@pytest.mark.parametrize("now", [str(NOW * 10), "2530-01-01T00:00:00Z"])
+def test_a_now_years_ahead_is_refused_before_anything_is_deleted(
+        logs: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], now: str) -> None:
+    """One digit too many (year 2530) would make retention delete every segment: a --now-ms
+    more than an hour ahead of this machine's clock needs --allow-future-now (issue 28)."""
+    before = {p.name: segment_bytes(p) for p in logs.iterdir() if p.is_dir()}
+    code = cli_main(["retain", str(logs), "--assume-kafka-defaults", "--now-ms", now])
+    assert code == 3 and "--allow-future-now" in capsys.readouterr().err
+    assert {p.name: segment_bytes(p) for p in logs.iterdir() if p.is_dir()} == before
+    code = cli_main(["retain", str(logs), "--assume-kafka-defaults", "--now-ms", now,
+                     "--allow-future-now", "--dry-run", "--json"])
+    assert code == EXIT_OK
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("", None), ("None", None), ("1767225600000", DEFAULT_START_MS),
+    ("2026-01-01T00:00:00Z", DEFAULT_START_MS), ("2026-01-01T01:00:00+01:00", DEFAULT_START_MS),
+])
+def test_now_takes_epoch_ms_or_iso_8601_with_an_offset(text: str, expected: int | None) -> None:
+    from compactor.cli.args import clock_ms
+
+    assert clock_ms(text) == expected
+
+
+@pytest.mark.parametrize("text", ["-5", str(2**63), "2026-01-01T00:00:00", "tomorrow"])
+def test_now_refuses_negative_huge_naive_and_free_text(text: str) -> None:
+    import argparse
+
+    from compactor.cli.args import clock_ms
+
+    with pytest.raises(argparse.ArgumentTypeError):
+        clock_ms(text)

@@ -228,7 +228,7 @@ def test_bad_arguments_and_missing_dir(tmp_path: Path) -> None:
 def test_run_starts_spark_only_when_a_topic_compacts(small_log: Path, tmp_path: Path) -> None:
     # with JAVA_HOME pointing nowhere Spark cannot start in these processes
     env = {**os.environ, "JAVA_HOME": str(tmp_path / "no-java")}
-    now = ["--now-ms", str(4_000_000_000_000), "--json"]
+    now = ["--now-ms", str(4_000_000_000_000), "--allow-future-now", "--json"]
     digest = tree_digest(small_log)
     compact = subprocess.run([COMPACTOR, "run", "--assume-kafka-defaults", str(small_log), *now,
                               "--config", "cleanup.policy=compact"],
