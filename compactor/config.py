@@ -237,7 +237,8 @@ def broker_layer(source: str, broker: Mapping[str, str], *, dynamic: bool) -> La
             if name not in broker or broker[name] is None:
                 continue
             raw = broker[name]
-            problem = _check(topic_key, raw, source, name=name, flag=False)
+            problem = _check(topic_key, raw, _SCOPES.get(source, source), name=name,
+                             flag=False)
             if problem is None and (factor != 1 or topic_key == "retention.ms"):
                 millis = int(raw.strip()) * factor
                 raw = str(-1 if topic_key == "retention.ms" and millis < 0 else millis)
@@ -251,14 +252,14 @@ def broker_layer(source: str, broker: Mapping[str, str], *, dynamic: bool) -> La
     return Layer(source, out, dropped)
 
 
-def _check(key: str, raw: str, source: str, *, name: str | None = None,
+def _check(key: str, raw: str, where: str, *, name: str | None = None,
            flag: bool) -> str | None:
-    """Why ``raw`` is no valid value of topic config ``key`` (``None`` when it is). A
-    ``flag`` value must also meet kafka-compactor's stricter rule where there is one. A unit
-    synonym (``log.retention.hours``) is checked as the integer Kafka reads."""
+    """Why ``raw`` (from ``where``, for the message) is no valid value of topic config
+    ``key`` (``None`` when it is). A ``flag`` value must also meet kafka-compactor's stricter
+    rule where there is one. A unit synonym (``log.retention.hours``) is checked as the
+    integer Kafka reads."""
     spec = SPECS[key]
     name = name or key
-    where = _SCOPES.get(source, source)
     if name != key and name in _UNIT_SYNONYMS:
         try:
             int(raw.strip())
@@ -307,13 +308,11 @@ class TopicConfig:
     # = Kafka's default); whether every config a decision reads is known, not guessed (set by
     # the catalog, which knows which layers it read); the configs set above the defaults that
     # no decision of kafka-compactor reads; the topic's own values Kafka accepted but that
-    # break a rule here (Kafka name -> message: their value is unknown); the dynamic broker
-    # configs Kafka drops as invalid (broker config name -> message)
+    # break a rule here (Kafka name -> message: their value is unknown)
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
     configured: bool = field(default=True, compare=False)
     ignored: tuple[str, ...] = field(default=(), compare=False)
     invalid: Mapping[str, str] = field(default_factory=dict, compare=False)
-    dropped: Mapping[str, str] = field(default_factory=dict, compare=False)
 
     @property
     def compact(self) -> bool:
@@ -342,7 +341,7 @@ class TopicConfig:
                 for k in (keys or values)}
 
 
-_PROVENANCE = frozenset({"sources", "configured", "ignored", "invalid", "dropped"})
+_PROVENANCE = frozenset({"sources", "configured", "ignored", "invalid"})
 # The configs some decision of kafka-compactor reads: a topic is maintained only when each of
 # them is known (a layer the tool read sets it, or Kafka's default with the static layer known).
 DECIDING = tuple(k for k in SPECS if k not in UNUSED)
@@ -406,12 +405,10 @@ def resolve_topic_config(
     sources: dict[str, str] = {}
     ignored: set[str] = set()
     invalid: dict[str, str] = {}
-    dropped: dict[str, str] = {}
     layers = sorted([*lower, Layer(FLAG, overrides_all or {}),
                      Layer(TOPIC_FLAG, (overrides_topic or {}).get(topic, {}))],
                     key=lambda layer: SOURCES.index(layer.source))
     for layer in layers:
-        dropped.update(layer.dropped)
         scope = {TOPIC_FLAG: f"--topic-config for {topic}",
                  TOPIC: f"the metadata log's ConfigRecords of topic {topic}"}.get(
                      layer.source, _SCOPES.get(layer.source, layer.source))
@@ -428,10 +425,8 @@ def resolve_topic_config(
                     f"unknown topic config {key!r} (from {scope})"
                     + (f"; did you mean {close[0]!r}?" if close else "")
                     + f"; known: {', '.join(known)}")
-            problem = _check(key, raw, layer.source, flag=layer.source in _FLAGS)
+            problem = _check(key, raw, scope, flag=layer.source in _FLAGS)
             if problem is not None:
-                problem = problem.replace(f"(from {_SCOPES.get(layer.source, layer.source)})",
-                                          f"(from {scope})")
                 if layer.source != TOPIC:
                     raise ConfigError(problem)
                 invalid[key] = problem  # Kafka holds it; what it means here is unknown
@@ -444,7 +439,7 @@ def resolve_topic_config(
             if key in UNUSED:
                 ignored.add(key)
     cfg = TopicConfig(**values, sources=sources, configured=configured,
-                      ignored=tuple(sorted(ignored)), invalid=invalid, dropped=dropped)
+                      ignored=tuple(sorted(ignored)), invalid=invalid)
     if cfg.min_compaction_lag_ms > cfg.max_compaction_lag_ms:
         message = (f"min.compaction.lag.ms ({cfg.min_compaction_lag_ms}) is greater than "
                    f"max.compaction.lag.ms ({cfg.max_compaction_lag_ms}) for topic {topic}")

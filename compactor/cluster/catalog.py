@@ -128,6 +128,7 @@ class Catalog:
         node_id: this broker's ``node.id`` (``meta.properties``, ``server.properties``).
         missing: what the tool would need to know to maintain the unconfigured topics.
         directory_id: the log dir's ``directory.id`` (``meta.properties``, KIP-858), if any.
+        dropped: the dynamic broker configs Kafka ignores as invalid (name -> message).
         out_of_sync: partitions whose ISR lacks one of their replicas (from the metadata).
         allow_replica_divergence: compact those too (``--allow-replica-divergence``).
     """
@@ -141,6 +142,7 @@ class Catalog:
     node_id: str | None = None
     directory_id: str | None = None
     missing: tuple[str, ...] = ()
+    dropped: Mapping[str, str] = field(default_factory=dict)
     out_of_sync: frozenset[TopicPartition] = frozenset()
     allow_replica_divergence: bool = False
 
@@ -221,7 +223,6 @@ class Catalog:
     def to_dict(self) -> dict[str, Any]:
         """The report's ``cluster`` section."""
         ignored = {t: list(c.ignored) for t, c in sorted(self.configs.items()) if c.ignored}
-        dropped = {t: dict(c.dropped) for t, c in sorted(self.configs.items()) if c.dropped}
         out: dict[str, Any] = {
             "metadata_log": self.metadata_path,
             "metadata": self.metadata.to_dict() if self.metadata else None,
@@ -231,7 +232,7 @@ class Catalog:
             "guessed_configs": {t: list(g) for t, g in sorted(self.guessed.items()) if g},
             "ignored_configs": ignored,
             "invalid_configs": self.invalid,
-            "dropped_broker_configs": next(iter(dropped.values()), {}),
+            "dropped_broker_configs": dict(self.dropped),
             "replicas_out_of_sync": sorted(tp.dir_name for tp in self.out_of_sync),
         }
         if out["unconfigured_topics"]:
@@ -243,9 +244,8 @@ class Catalog:
         """Lines for the human summary."""
         lines = [f"{t}: left alone, its configs from the cluster are invalid: {e['message']}"
                  for t, e in self.invalid.items()]
-        dropped = next((c.dropped for c in self.configs.values() if c.dropped), {})
         lines += [f"dynamic broker config {k} ignored, as Kafka ignores it: {m}"
-                  for k, m in sorted(dropped.items())]
+                  for k, m in sorted(self.dropped.items())]
         unconfigured = self.unconfigured()
         if unconfigured:
             lines.append(f"left alone, configs not known for: {', '.join(unconfigured)}")
@@ -292,7 +292,8 @@ def build_catalog(log_dir: LogDir, *, config_all: Mapping[str, str],
     props = read_properties(server_properties) if server_properties is not None else None
     meta_path, looked = _metadata_location(log_dir, metadata_log_dir, props)
     meta = load_cluster_metadata(meta_path) if meta_path else None
-    node_id = _node_id(log_dir, meta_path, props, server_properties)
+    meta_properties = read_meta_properties(log_dir.path)
+    node_id = _node_id(meta_properties.get("node.id"), meta_path, props, server_properties)
     if meta is not None and node_id is None:
         raise ConfigError(
             "the log dir's meta.properties names no node.id, so which replicas this broker "
@@ -353,9 +354,10 @@ def build_catalog(log_dir: LogDir, *, config_all: Mapping[str, str],
     return Catalog(configs={t: configs[t] for t in topics},
                    guessed={t: guessed[t] for t in topics}, skips=skips, metadata=meta,
                    metadata_path=meta_path, server_properties=server_properties,
-                   node_id=node_id, directory_id=read_meta_properties(log_dir.path).get(
-                       "directory.id"),
-                   missing=tuple(missing), out_of_sync=frozenset(out_of_sync),
+                   node_id=node_id, directory_id=meta_properties.get("directory.id"),
+                   missing=tuple(missing), dropped={k: m for layer in base
+                                                    for k, m in layer.dropped.items()},
+                   out_of_sync=frozenset(out_of_sync),
                    allow_replica_divergence=allow_replica_divergence)
 
 
@@ -413,15 +415,15 @@ def _metadata_location(log_dir: LogDir, metadata_log_dir: str | None,
     return (path, []) if storage.is_dir(path) else (None, [log_dir.path, where])
 
 
-def _node_id(log_dir: LogDir, meta_path: str | None, props: Mapping[str, str] | None,
+def _node_id(node_id: str | None, meta_path: str | None, props: Mapping[str, str] | None,
              server_properties: str | None) -> str | None:
-    """This broker's ``node.id``: the log dir's ``meta.properties`` (else the metadata log
-    dir's), checked against ``server.properties`` (``node.id``, else ``broker.id``).
+    """This broker's ``node.id``: the log dir's ``meta.properties`` one (``node_id``), else
+    the metadata log dir's, checked against ``server.properties`` (``node.id``, else
+    ``broker.id``).
 
     Raises:
         ConfigError: ``server.properties`` names another node than ``meta.properties``.
     """
-    node_id = read_node_id(log_dir.path)
     if node_id is None and meta_path is not None:
         node_id = read_node_id(storage.dirname(meta_path))
     stated = (props or {}).get("node.id") or (props or {}).get("broker.id")

@@ -1,9 +1,11 @@
 """A production-shaped broker: ``server.properties`` with non-default ``log.*`` values, a second
 JBOD dir without the metadata log, values Kafka accepts that look odd, and replicas Kafka would
 move aside. ``retain`` (no Spark) must keep what Kafka keeps and delete what Kafka deletes, and
-never act on a guess. Each test failed on the code before the static layer was required
-(issue 27: 14 segments of a 720 h topic deleted, ``__consumer_offsets`` time-deleted, whole runs
-refused over Kafka-legal values, stray dirs retained)."""
+never act on a guess. All but the compact-default test (which checks the resolution the old
+code already did when given server.properties) failed on the code before the static layer
+was required (issue 27: segments of a 720 h topic deleted, ``__consumer_offsets``
+time-deleted, whole runs refused over Kafka-legal values, stray dirs retained), and the
+future-``now`` test on the code before issue 28's clock check."""
 
 from __future__ import annotations
 
