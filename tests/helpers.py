@@ -60,6 +60,15 @@ def segment_bytes(partition_dir: Path) -> dict[int, bytes]:
     return {base: (partition_dir / name).read_bytes() for base, name in segment_logs(names)}
 
 
+def partition_files(partition_dir: Path) -> dict[str, bytes]:
+    """``{name: bytes}`` of every file of a partition directory that belongs to a segment
+    (``.log``, indexes, producer snapshots; not the ``.cleaned``, ``.swap`` and ``.deleted``
+    files of a swap): what "exactly the old or the new bytes" compares."""
+    return {p.name: p.read_bytes() for p in sorted(partition_dir.iterdir())
+            if p.is_file() and p.name[:20].isdigit()
+            and not p.name.endswith((".cleaned", ".swap", ".deleted"))}
+
+
 def txn_entries(partition_dir: Path) -> dict[int, list]:
     out = {}
     for base, _ in segment_logs(storage.list_dir(str(partition_dir))):

@@ -644,9 +644,12 @@ def plan_recovery(
     2. ``*.swap`` files at or above the smallest ``*.cleaned`` offset are an incomplete swap
        and go, as do all ``*.cleaned`` files;
     3. non-temporary files whose offset lies in ``[min swap base, max swap next offset)`` are
-       the replaced segments (and their indexes and snapshots) and go;
+       the replaced segments (and their indexes and snapshots) and go -- except the producer
+       snapshot at a swapped segment's own base, which the swap keeps;
     4. remaining ``*.swap`` files lose their suffix;
-    5. index files whose ``.log`` is missing go (Kafka deletes orphan indexes on load).
+    5. index files whose ``.log`` is missing go (Kafka deletes orphan indexes on load), and so
+       does the producer snapshot of a ``.deleted`` segment that is no live segment's base
+       (what ``ProducerStateManager.removeStraySnapshots`` removes when Kafka loads the log).
     """
     deletes: list[str] = [n for n in names if n.endswith(DELETED_SUFFIX)]
     cleaned = [n for n in names if n.endswith(CLEANED_SUFFIX)]
@@ -665,8 +668,8 @@ def plan_recovery(
     swap_logs = [n for n in valid_swaps if n.endswith(LOG_SUFFIX + SWAP_SUFFIX)]
     replaced: list[str] = []
     if swap_logs:
-        bases = [file_offset(n) for n in swap_logs]
-        min_swap = min(b for b in bases if b is not None)
+        bases = {b for n in swap_logs if (b := file_offset(n)) is not None}
+        min_swap = min(bases)
         max_swap = max(
             next_offset_of_swap(n) or (file_offset(n) or 0) for n in swap_logs
         )
@@ -674,17 +677,26 @@ def plan_recovery(
             off = file_offset(n)
             if n.endswith(TEMP_SUFFIXES) or off is None:
                 continue
+            if n.endswith(SNAPSHOT_SUFFIX) and off in bases:
+                continue  # the new segment starts where the old one did: its snapshot holds
             if min_swap <= off < max_swap:
                 replaced.append(n)
     deletes.extend(replaced)
 
     renames = [(n, n[: -len(SWAP_SUFFIX)]) for n in valid_swaps]
     final_names = (set(names) - set(deletes) - set(valid_swaps)) | {dst for _, dst in renames}
+    live_bases = {file_offset(n) for n in final_names if n.endswith(LOG_SUFFIX)}
+    deleted_bases = {file_offset(n) for n in names if n.endswith(LOG_SUFFIX + DELETED_SUFFIX)}
     for n in sorted(final_names):
-        if n.endswith(INDEX_FILE_SUFFIXES) and file_offset(n) is not None:
+        off = file_offset(n)
+        if off is None:
+            continue
+        if n.endswith(INDEX_FILE_SUFFIXES):
             stem = n.rsplit(".", 1)[0]
             if stem + LOG_SUFFIX not in final_names:
                 deletes.append(n)
+        elif n.endswith(SNAPSHOT_SUFFIX) and off in deleted_bases and off not in live_bases:
+            deletes.append(n)
     return RecoveryPlan(deletes=tuple(sorted(set(deletes))), renames=tuple(sorted(renames)))
 
 

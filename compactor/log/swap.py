@@ -9,7 +9,7 @@ with base offset ``S1``), in this order, each step durable before the next:
 1. rename the new files ``.cleaned`` -> ``.swap`` (``.log`` first, then the indexes);
 2. rename every file of each old segment (``.log`` and indexes) to ``.deleted``, ascending;
 3. rename the new files ``.swap`` -> final name, fsync the directory;
-4. delete the ``.deleted`` files and the producer snapshots of ``S2..Sn``.
+4. delete the producer snapshots of ``S2..Sn``, then the ``.deleted`` files.
 
 What recovery (:func:`compactor.log.layout.recover_partition`, Kafka's ``LogLoader``) does after a
 crash at each point:
@@ -19,7 +19,8 @@ crash at each point:
 * after 1, during 2 or 3: the ``.swap`` set is complete -> files of the old segments in
   ``[S1, next offset of the new segment)`` are deleted and the ``.swap`` files renamed -> the new
   segment wins;
-* during 4: only ``.deleted`` files remain -> deleted -> the new segment wins.
+* during 4: only ``.deleted`` files remain -> deleted, with the snapshot of each deleted
+  segment that is not the base of a live one -> the new segment wins.
 
 So every crash leaves exactly the old or exactly the new segments. The checkpoint moves only
 after every group of the partition is swapped; a crash before that makes the next round
@@ -103,12 +104,15 @@ def swap_group(partition_dir: str, message: CommitMessage) -> None:
         storage.rename(segment_path(partition_dir, base, suffix + SWAP_SUFFIX),
                        segment_path(partition_dir, base, suffix))
     storage.fsync_dir(partition_dir)
+    # the merged segments' producer snapshots before their .deleted files: while those are
+    # there, recovery knows which snapshots belonged to a deleted segment and removes them
+    for old in message.source_bases:
+        if old != base:
+            storage.remove(segment_path(partition_dir, old, SNAPSHOT_SUFFIX), missing_ok=True)
     for old in message.source_bases:
         for suffix in (LOG_SUFFIX, *INDEX_FILE_SUFFIXES):
             storage.remove(segment_path(partition_dir, old, suffix + DELETED_SUFFIX),
                            missing_ok=True)
-        if old != base:
-            storage.remove(segment_path(partition_dir, old, SNAPSHOT_SUFFIX), missing_ok=True)
     storage.fsync_dir(partition_dir)
 
 

@@ -20,7 +20,7 @@ from compactor.tools.generator import DEFAULT_START_MS, GeneratorConfig, generat
 from compactor.maintenance.compact import run
 from compactor.spark.stages import write_cleaned_segments
 from compactor.maintenance.options import MaintenanceOptions
-from tests.helpers import records_of, reference_round, segment_bytes
+from tests.helpers import partition_files, records_of, reference_round, segment_bytes
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -58,7 +58,9 @@ def staged(spark, tmp_path_factory: pytest.TempPathFactory) -> dict:
     shutil.copytree(log_dir, committed)
     swap.commit_partition(str(committed / tp_dir), messages)
     return {"log_dir": log_dir, "tp_dir": tp_dir, "before": before, "plan": ref.plan,
-            "messages_file": messages_file, "new": segment_bytes(committed / tp_dir)}
+            "messages_file": messages_file, "new": segment_bytes(committed / tp_dir),
+            "old_files": partition_files(log_dir / tp_dir),
+            "new_files": partition_files(committed / tp_dir)}
 
 
 def _crash(partition_dir: Path, messages_file: Path, crash_at: int) -> subprocess.CompletedProcess:
@@ -67,7 +69,10 @@ def _crash(partition_dir: Path, messages_file: Path, crash_at: int) -> subproces
                           check=False, cwd=Path(__file__).resolve().parents[2])
 
 
-def _assert_old_or_new(after: dict[int, bytes], staged: dict) -> None:
+def _assert_old_or_new(after: dict[int, bytes], staged: dict,
+                       files: dict[str, bytes] | None = None) -> None:
+    """Each group is exactly old or exactly new: its ``.log`` bytes and, given ``files``,
+    every file of the group (indexes and producer snapshots too)."""
     before, new = staged["before"], staged["new"]
     for group in staged["plan"].groups:
         lo = group[0]
@@ -75,6 +80,13 @@ def _assert_old_or_new(after: dict[int, bytes], staged: dict) -> None:
         in_group = {b: d for b, d in after.items() if b >= lo and (hi is None or b < hi)}
         old = {b: d for b, d in before.items() if b in group}
         assert in_group in ({lo: new[lo]}, old), f"group {group} is a mix after recovery"
+        if files is not None:
+            def of_group(named: dict[str, bytes]) -> dict[str, bytes]:
+                return {n: d for n, d in named.items()
+                        if int(n[:20]) >= lo and (hi is None or int(n[:20]) < hi)}
+            got = of_group(files)
+            assert got in (of_group(staged["old_files"]), of_group(staged["new_files"])), (
+                f"group {group}: files {sorted(got)} are neither the old nor the new ones")
     untouched = {b: d for b, d in before.items() if b >= staged["plan"].first_uncleanable_offset}
     assert {b: after[b] for b in untouched} == untouched
 
@@ -92,7 +104,7 @@ def test_crash_before_every_swap_step_recovers_old_or_new(staged, tmp_path: Path
         assert proc.returncode == -signal.SIGKILL, proc.stderr
         assert cli_main(["recover", str(work)]) == 0
         after = segment_bytes(work / staged["tp_dir"])
-        _assert_old_or_new(after, staged)
+        _assert_old_or_new(after, staged, partition_files(work / staged["tp_dir"]))
         assert not [p for p in (work / staged["tp_dir"]).iterdir()
                     if p.suffix in (".cleaned", ".swap", ".deleted")]
         outcomes.add(after == staged["new"])
