@@ -297,7 +297,8 @@ def decide_chunk(buf: np.ndarray, frames: np.ndarray, flags: np.ndarray, first_d
         base_offset = frames[i, F_BASE]
         if count > scratch.shape[0]:
             scratch = np.empty((count, kernels.COLUMNS), np.int64)
-        status = kernels.parse_layout(buf, pos + 61, pos + frames[i, F_SIZE], count, scratch)
+        status = kernels.parse_layout(buf, pos + 61, pos + frames[i, F_SIZE], count,
+                                      frames[i, F_LAST_DELTA], scratch)
         if status & (kernels.MALFORMED | kernels.ODD_OFFSETS):
             return kernels.MALFORMED, table, arena, scratch
         out[i, D_STATUS] = status
@@ -422,7 +423,8 @@ def filter_chunk(buf: np.ndarray, frames: np.ndarray, reasons: np.ndarray, dec: 
             continue
         if count > scratch.shape[0]:
             scratch = np.empty((count, kernels.COLUMNS), np.int64)
-        status = kernels.parse_layout(buf, src + 61, src + size, count, scratch)
+        status = kernels.parse_layout(buf, src + 61, src + size, count,
+                                      frames[i, F_LAST_DELTA], scratch)
         if status != kernels.OK:
             return NEEDS_BATCHES, 0, scratch
         if abs(base_ts_source) >= _TS_SAFE or abs(max_ts_source) >= _TS_SAFE:
@@ -485,7 +487,7 @@ class _Section:
         self.buf = np.frombuffer(self.data, np.uint8)
         self.layout = np.empty((count, kernels.COLUMNS), np.int64)
         self.status = kernels.parse_layout(self.buf, start, self.buf.shape[0], count,
-                                           self.layout)
+                                           batch.last_offset_delta, self.layout)
 
 
 class GroupDecider:
@@ -655,7 +657,8 @@ def scan_chunk_keys(buf: np.ndarray, positions: np.ndarray, scratch: np.ndarray
             continue
         if count > scratch.shape[0]:
             scratch = np.empty((count, kernels.COLUMNS), np.int64)
-        if kernels.parse_layout(buf, pos + 61, pos + size, count, scratch) != kernels.OK:
+        if kernels.parse_layout(buf, pos + 61, pos + size, count, _be(buf, pos + 23, 4),
+                                scratch) != kernels.OK:
             left[n_left] = j
             n_left += 1
             continue
@@ -871,7 +874,7 @@ def compile_kernels() -> None:
     tally = np.zeros(8, np.int64)
     no_offsets = np.zeros(0, np.int64)
     for none in (np.zeros(0, np.uint8), np.frombuffer(b"", np.uint8)):
-        kernels.parse_layout(none, 0, 0, 0, layout)
+        kernels.parse_layout(none, 0, 0, 0, 0, layout)
         kernels.rebuild_records(none, layout, 0, reasons, 0, False, 0, 0, small)
         decide_records(none, layout, 0, 0, True, False, 0, False, no_offsets, table,
                        small.copy(), used, reasons, tally)

@@ -15,7 +15,7 @@ of deciding, anything where their bytes could differ from it (:data:`MALFORMED`,
 pure decoder must raise on or accept on its own terms; :data:`NOT_CANONICAL`, a record the pure
 encoder would write differently: record attributes other than 0, a varint longer than needed, a
 varint32 beyond 32 bits, a non-ASCII header key; :data:`ODD_OFFSETS`, offset deltas that do not
-strictly increase), and the callers hand those batches to the pure path.
+strictly increase from 0 or pass the batch's ``lastOffsetDelta``), and the callers hand those batches to the pure path.
 
 Compiled on first use and cached on disk next to this module (``cache=True``); importing this
 module does not compile anything.
@@ -81,9 +81,10 @@ def _field(buf: np.ndarray, pos: int, end: int, nullable: bool) -> tuple[int, in
 
 
 @numba.njit(cache=True)
-def parse_layout(buf: np.ndarray, start: int, end: int, count: int,
+def parse_layout(buf: np.ndarray, start: int, end: int, count: int, last_delta: int,
                  layout: np.ndarray) -> int:
-    """Fill ``layout[:count]`` with the rows of the ``count`` records in ``buf[start:end]``.
+    """Fill ``layout[:count]`` with the rows of the ``count`` records in ``buf[start:end]``,
+    a batch whose header says ``lastOffsetDelta`` = ``last_delta``.
 
     Returns:
         :data:`OK`, or the bits :data:`MALFORMED` (the rows are incomplete),
@@ -115,7 +116,7 @@ def parse_layout(buf: np.ndarray, start: int, end: int, count: int,
             return MALFORMED
         if not minimal or offset_delta < _INT32_MIN or offset_delta > _INT32_MAX:
             status |= NOT_CANONICAL
-        if offset_delta <= previous_delta:
+        if offset_delta <= previous_delta or offset_delta > last_delta:
             status |= ODD_OFFSETS
         previous_delta = offset_delta
         key_len, after, minimal = _field(buf, pos, record_end, True)

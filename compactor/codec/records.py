@@ -220,6 +220,12 @@ class RecordBatch:
             records = None
         if records is None or len(records) != self.records_count:
             return list(self.iter_compiled())  # raises the located error
+        previous, last = self.base_offset - 1, self.last_offset
+        for record in records:
+            offset = record.offset
+            if not previous < offset <= last:
+                return list(self.iter_compiled())  # raises the located error
+            previous = offset
         return records
 
     def iter_compiled(self) -> Iterator[_CompiledRecord]:
@@ -232,8 +238,19 @@ class RecordBatch:
             yield from self.legacy_records  # type: ignore[misc]
             return
         count = 0
+        previous, last = self.base_offset - 1, self.last_offset
         try:
             for record in _CompiledBatch(self.raw):
+                # DefaultRecordBatch's records carry base offset + delta; a delta must grow
+                # from record to record and stay within lastOffsetDelta (the batch's last
+                # offset), or the offsets a reader sees overlap each other or the next batch
+                if not previous < record.offset <= last:
+                    raise CorruptSegmentError(
+                        f"record {count} has offset {record.offset}, but record offsets must "
+                        f"increase within a batch (previous {previous}) and not pass its last "
+                        f"offset {last} (lastOffsetDelta {self.last_offset_delta})",
+                        position=self.position, base_offset=self.base_offset)
+                previous = record.offset
                 count += 1
                 yield record
         except _DECODE_ERRORS as err:

@@ -62,7 +62,7 @@ def test_the_kernels_are_loaded_for_read_only_and_writable_buffers() -> None:
              "for buf in (np.frombuffer(b'', np.uint8), np.zeros(0, np.uint8)):\n"
              "    fast.frame_chunk(buf)\n"
              "    fast.scan_chunk_keys(buf, np.zeros(0, np.int64), layout)\n"
-             "    kernels.parse_layout(buf, 0, 0, 0, layout)\n"
+             "    kernels.parse_layout(buf, 0, 0, 0, 0, layout)\n"
              "print(json.dumps({'counts': counts, 'added': sum(len(k.signatures)\n"
              "                  for k in found.values()) - sum(counts.values())}))\n")
     out = json.loads(subprocess.run([sys.executable, "-c", probe], capture_output=True,
