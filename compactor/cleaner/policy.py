@@ -580,6 +580,9 @@ class PartitionInput:
     replication_checkpoint: int | None
     aborted_txns: tuple[AbortedTxn, ...]
     now_ms: int
+    # (name, identity) of every file of the partition when it was listed, before the scan:
+    # what the commit proves unchanged (compactor.log.swap.check_unchanged)
+    sources: tuple[tuple[str, str], ...] = ()
 
     def plan(self, batches: Sequence[BatchHeader]) -> CleaningPlan:
         return plan_partition(

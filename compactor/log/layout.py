@@ -10,8 +10,8 @@ segments, a crash after leaves the new ones.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import TypedDict
 
 import javaproperties
@@ -50,17 +50,20 @@ from compactor.cluster.metadata import (
 )
 from compactor.model import EpochEntry, SegmentInfo, TopicPartition, segment_file_prefix
 
-LOG_SUFFIX = ".log"
-INDEX_SUFFIX = ".index"
-TIME_INDEX_SUFFIX = ".timeindex"
-TXN_INDEX_SUFFIX = ".txnindex"
-SNAPSHOT_SUFFIX = ".snapshot"
+from compactor.log.names import (  # noqa: F401  (re-exported: the layout's vocabulary)
+    CLEANED_SUFFIX,
+    DELETED_SUFFIX,
+    INDEX_FILE_SUFFIXES,
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    SNAPSHOT_SUFFIX,
+    SWAP_SUFFIX,
+    TEMP_SUFFIXES,
+    TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
+)
+
 PARTITION_METADATA = "partition.metadata"
-INDEX_FILE_SUFFIXES = (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
-CLEANED_SUFFIX = ".cleaned"
-SWAP_SUFFIX = ".swap"
-DELETED_SUFFIX = ".deleted"
-TEMP_SUFFIXES = (CLEANED_SUFFIX, SWAP_SUFFIX, DELETED_SUFFIX)
 IGNORED_DIR_SUFFIXES = ("-delete", "-future", "-stray")
 
 _PARTITION_DIR = re.compile(r"^(?P<topic>.+)-(?P<partition>[0-9]+)$")
@@ -158,6 +161,7 @@ class PartitionLog:
     segments: tuple[SegmentInfo, ...]
     leftovers: tuple[str, ...] = ()
     snapshots: tuple[int, ...] = ()
+    identities: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def active_segment(self) -> SegmentInfo | None:
@@ -426,6 +430,8 @@ def load_partition(partition_dir: str) -> PartitionLog:
             remedy="point the command at a log dir or at one partition directory in it",
         )
     tp = copy.tp
+    # every file's identity first, before anything is read: what a commit compares with
+    identities = storage.identities(partition_dir)
     names = storage.list_dir(partition_dir)
     name_set = set(names)
     leftovers = leftover_names(names)
@@ -461,7 +467,7 @@ def load_partition(partition_dir: str) -> PartitionLog:
         )
     return PartitionLog(
         tp=tp, path=partition_dir, segments=tuple(segments), leftovers=leftovers,
-        snapshots=snapshots,
+        snapshots=snapshots, identities=identities,
     )
 
 

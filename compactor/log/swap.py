@@ -46,7 +46,7 @@ from compactor.codec.checkpoints import (
     parse_offset_checkpoint,
     truncate_epochs_from_start,
 )
-from compactor.errors import CommitConflictError, CompactorError
+from compactor.errors import CommitConflictError, CompactorError, ConditionFailedError
 from compactor.log.layout import (
     DELETED_SUFFIX,
     INDEX_FILE_SUFFIXES,
@@ -60,7 +60,7 @@ from compactor.log.layout import (
     remove_cleaned,
     segment_path,
 )
-from compactor.log.manifest import Copy, SwapManifest
+from compactor.log.manifest import Copy, SwapManifest, new_manifest
 from compactor.model import CommitMessage, TopicPartition
 from compactor.retention import RetentionPlan
 
@@ -116,26 +116,56 @@ def swap_group(partition_dir: str, message: CommitMessage) -> None:
     storage.fsync_dir(partition_dir)
 
 
-def commit_partition(partition_dir: str, messages: Sequence[CommitMessage]) -> None:
+def commit_partition(partition_dir: str, messages: Sequence[CommitMessage],
+                     scanned: Mapping[str, str]) -> None:
     """Swap every group of one partition, in offset order (on an object store, all of them
-    under one swap manifest)."""
+    under one swap manifest), once every file the swap replaces or deletes is proven to be
+    as the scan saw it: ``scanned`` is the partition's :func:`storage.identities` from before
+    the scan.
+
+    Raises:
+        CommitConflictError: a file changed since the scan (nothing was changed), or the
+            cleaned files are not what the executors wrote.
+    """
     ordered = sorted(messages, key=lambda m: m.group_base)
     if not storage.supports_rename(partition_dir):
-        manifest.commit(partition_dir, swap_manifest(partition_dir, ordered))
+        manifest.commit(partition_dir, swap_manifest(partition_dir, ordered, scanned))
         return
+    check_unchanged(partition_dir, source_names(partition_dir, ordered), scanned)
     for message in ordered:
         swap_group(partition_dir, message)
 
 
-def swap_manifest(partition_dir: str, messages: Sequence[CommitMessage]) -> SwapManifest:
+def source_names(partition_dir: str, messages: Sequence[CommitMessage]) -> list[str]:
+    """The names of every file of the groups' source segments (whether present or not)."""
+    return [storage.basename(segment_path(partition_dir, old, suffix))
+            for m in messages for old in m.source_bases
+            for suffix in (LOG_SUFFIX, *INDEX_FILE_SUFFIXES, SNAPSHOT_SUFFIX)]
+
+
+def check_unchanged(partition_dir: str, names: Sequence[str], scanned: Mapping[str, str]) -> None:
+    """Raises: CommitConflictError: one of ``names`` is not as the scan saw it (written
+    again, touched, gone, or there now and not then)."""
+    current = storage.identities(partition_dir)
+    changed = [f"{n} {'appeared' if n not in scanned else 'is gone' if n not in current else 'changed'}"
+               for n in names if current.get(n) != scanned.get(n)]
+    if changed:
+        raise CommitConflictError(
+            "files changed since the scan: " + "; ".join(changed), path=partition_dir,
+            remedy="something other than this run writes to the partition (size, time or "
+                   "inode differ): stop it, then run again; nothing was changed")
+
+
+def swap_manifest(partition_dir: str, messages: Sequence[CommitMessage],
+                  scanned: Mapping[str, str]) -> SwapManifest:
     """The manifest of an object-store swap (:mod:`compactor.log.manifest`): each group's
     ``.cleaned`` objects copied over their final names, then every other file of its source
-    segments deleted, with the producer snapshots of all but the first.
+    segments the scan saw deleted, with the producer snapshots of all but the first.
 
     Raises:
         CommitConflictError: a cleaned log is missing or not what its executor wrote.
     """
-    present = set(storage.list_dir(partition_dir))
+    current = storage.identities(partition_dir)
     copies: list[Copy] = []
     deletes: list[str] = []
     for message in messages:
@@ -143,29 +173,32 @@ def swap_manifest(partition_dir: str, messages: Sequence[CommitMessage]) -> Swap
         base = message.group_base
         targets = set()
         for suffix in message.cleaned_suffixes:
-            source = cleaned_path(partition_dir, base, suffix)
-            target = segment_path(partition_dir, base, suffix)
-            copies.append(Copy(storage.basename(source), storage.basename(target),
-                               storage.object_etag(source)))
-            targets.add(storage.basename(target))
+            source = storage.basename(cleaned_path(partition_dir, base, suffix))
+            target = storage.basename(segment_path(partition_dir, base, suffix))
+            if source not in current:
+                raise CommitConflictError("a cleaned file is missing", path=storage.join(
+                    partition_dir, source), base_offset=base,
+                    remedy="another run may be working on this log dir; rerun when it is done")
+            copies.append(Copy(source, target, current[source]))
+            targets.add(target)
         for old in message.source_bases:
             suffixes = (LOG_SUFFIX, *INDEX_FILE_SUFFIXES) + ((SNAPSHOT_SUFFIX,) if old != base
                                                              else ())
             for suffix in suffixes:
                 name = storage.basename(segment_path(partition_dir, old, suffix))
-                if name in present and name not in targets:
+                if (name in scanned or name in current) and name not in targets:
                     deletes.append(name)
-    return SwapManifest(tuple(copies), tuple(deletes))
+    return new_manifest(tuple(copies), tuple(deletes), scanned)
 
 
-def commit_isolated(partition_dir: str,
-                    messages: Sequence[CommitMessage]) -> CompactorError | None:
+def commit_isolated(partition_dir: str, messages: Sequence[CommitMessage],
+                    scanned: Mapping[str, str]) -> CompactorError | None:
     """:func:`commit_partition`, with a failure kept to this partition: the groups not yet
     swapped are aborted and an interrupted swap is settled at once as Kafka's loader would
     (:func:`compactor.log.layout.recover_partition`), so that every group is old or new when the
     caller goes on to the next partition. Returns the failure, ``None`` on success."""
     try:
-        commit_partition(partition_dir, messages)
+        commit_partition(partition_dir, messages, scanned)
     except CompactorError as err:
         if not _past_commit_point(partition_dir):
             for message in messages:
@@ -208,7 +241,7 @@ def update_cleaner_checkpoint(log_dir: str, offsets: Mapping[TopicPartition, int
 # Retention (Kafka's UnifiedLog.deleteSegments)
 
 
-def delete_segments(partition_dir: str, plan: RetentionPlan) -> None:
+def delete_segments(partition_dir: str, plan: RetentionPlan, scanned: Mapping[str, str]) -> None:
     """Apply a retention plan to one partition, crash-safe at every step:
 
     1. on a roll, create the empty segment at the log end offset, indexes first (without its
@@ -224,9 +257,22 @@ def delete_segments(partition_dir: str, plan: RetentionPlan) -> None:
     back. The caller then truncates ``leader-epoch-checkpoint`` (:func:`truncate_leader_epochs`)
     and rewrites the log dir's ``log-start-offset-checkpoint``; both are idempotent, and stale
     ones are harmless meanwhile (the log start offset is at least the first segment's base).
+
+    Nothing is deleted unless every file of the deleted segments is as the scan saw it
+    (``scanned``, :func:`storage.identities`); on an object store each delete is also
+    conditional on that ETag and the lease is proven first.
+
+    Raises:
+        CommitConflictError: a file changed since the scan (nothing was deleted) or while
+            deleting (an older prefix was deleted, the rest kept).
     """
     if not plan.deleted:
         return
+    names = [storage.basename(segment_path(partition_dir, seg.base_offset, suffix))
+             for seg, _ in plan.deleted
+             for suffix in (SNAPSHOT_SUFFIX, LOG_SUFFIX, *INDEX_FILE_SUFFIXES)]
+    check_unchanged(partition_dir, names, scanned)
+    storage.fence(partition_dir)
     if plan.roll:
         for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, LOG_SUFFIX):  # the .log makes it exist
             storage.write_durable(segment_path(partition_dir, plan.log_end_offset, suffix), b"")
@@ -234,10 +280,18 @@ def delete_segments(partition_dir: str, plan: RetentionPlan) -> None:
     if not storage.supports_rename(partition_dir):
         # an object store: each DELETE is atomic, so delete in the order the renames follow
         # (snapshot, .log, indexes): a crash leaves a shorter deleted prefix and orphan indexes
-        for seg, _ in plan.deleted:
-            for suffix in (SNAPSHOT_SUFFIX, LOG_SUFFIX, *INDEX_FILE_SUFFIXES):
-                storage.remove(segment_path(partition_dir, seg.base_offset, suffix),
-                               missing_ok=True)
+        for name in names:
+            if name not in scanned:
+                continue
+            try:
+                storage.remove(storage.join(partition_dir, name), missing_ok=True,
+                               if_match=scanned[name])
+            except ConditionFailedError as err:
+                raise CommitConflictError(
+                    f"{name} was written again while retention deleted the segments before "
+                    f"it; it and the segments after it were kept", path=partition_dir,
+                    remedy="something other than this run writes to the partition: stop it, "
+                           "then run again") from err
         return
     renamed = []
     for seg, _ in plan.deleted:

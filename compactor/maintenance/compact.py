@@ -218,6 +218,7 @@ def load_partition_input(log_dir: str, tp: TopicPartition, cfg: TopicConfig, opt
         log_start_checkpoint=checkpoints[LOG_START_OFFSET_CHECKPOINT].get(tp),
         replication_checkpoint=checkpoints[REPLICATION_OFFSET_CHECKPOINT].get(tp),
         aborted_txns=tuple(aborted), now_ms=opts.now_ms,
+        sources=tuple(sorted(part.identities.items())),
     )
 
 
@@ -405,7 +406,7 @@ def _commit(inputs: Mapping[int, PartitionInput], plans: Mapping[int, CleaningPl
             rep.error, rep.reason = {**problem, "stage": "rewrite"}, code
             continue
         started = time.perf_counter()
-        failure = swap.commit_isolated(inputs[i].path, got)
+        failure = swap.commit_isolated(inputs[i].path, got, dict(inputs[i].sources))
         if failure is not None:  # the others go on; this one is old or new per group
             rep.status, rep.reason = Outcome.FAILED, failure.code
             rep.error = {**failure.to_dict(), "stage": "swap"}

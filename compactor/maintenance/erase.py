@@ -352,7 +352,7 @@ def apply(spark: SparkSession | None, log_dir: str, state_dir: str, now_ms: int,
                 for m in got:
                     swap.abort_group(d.path, m)
                 line.update(status=Outcome.FAILED, error=next(m.error for m in got if m.error))
-            elif (failure := swap.commit_isolated(d.path, got)) is not None:
+            elif (failure := swap.commit_isolated(d.path, got, parts[i].identities)) is not None:
                 line.update(status=Outcome.FAILED, error=failure.to_dict())
             else:
                 line["status"] = "rewritten" if got else "unchanged"

@@ -56,6 +56,8 @@ class PartitionRetention:
     segments_before: int = 0
     error: dict | None = None
     config: dict[str, Any] | None = None
+    # the partition's files as listed before planning: what the deletion proves unchanged
+    scanned: Mapping[str, str] = field(default_factory=dict, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"topic": self.tp.topic, "partition": self.tp.partition,
@@ -157,6 +159,7 @@ def plan_log_dir(log_dir: str, catalog: Catalog, now_ms: int,
             out.append(rep)
             continue
         rep.segments_before = len(part.segments)
+        rep.scanned = part.identities
         if part.segments:
             start = max(starts.get(tp, 0), part.segments[0].base_offset)
             hw = leo if tp not in hws else min(hws[tp], leo)
@@ -202,7 +205,7 @@ def retain_locked(log_dir: str, catalog: Catalog, now_ms: int, *,
         pdir = ld.partition_path(rep.tp)
         try:
             if plan.deleted:
-                swap.delete_segments(pdir, plan)
+                swap.delete_segments(pdir, plan, rep.scanned)
                 rep.status = Outcome.DELETED
             # idempotent: a run after a crash finishes what the crashed one left
             swap.truncate_leader_epochs(pdir, plan.new_log_start_offset)

@@ -46,8 +46,9 @@ from tests.crash import kill_before
 partition_dir, messages_file, options, crash_at = sys.argv[1:5]
 storage.configure(storage.StorageSettings(options=json.loads(options)))
 messages = pickle.load(open(messages_file, "rb"))
+scanned = storage.identities(partition_dir)
 ops = kill_before(int(crash_at), ("write_new", "copy", "remove"))
-swap.commit_partition(partition_dir, messages)
+swap.commit_partition(partition_dir, messages, scanned)
 print(ops())
 """
 
@@ -75,7 +76,8 @@ def staged(spark, s3_server: S3Server, tmp_path_factory: pytest.TempPathFactory)
         assert not any(m.error for m in messages)
         committed = fresh_url("committed")
         copy_prefix(s3_server.client(), url, committed)
-        swap.commit_partition(f"{committed}/{tp_dir}", messages)
+        swap.commit_partition(f"{committed}/{tp_dir}", messages,
+                              storage.identities(f"{committed}/{tp_dir}"))
     finally:
         storage.configure(before)
     messages_file = root / "messages.pickle"
@@ -150,7 +152,8 @@ def test_a_failure_after_the_commit_point_rolls_forward_and_never_aborts(
     before = storage.settings()
     storage.configure(settings_of(s3_server))
     try:
-        failure = swap.commit_isolated(pdir, pickle.loads(staged["messages_file"].read_bytes()))
+        failure = swap.commit_isolated(pdir, pickle.loads(staged["messages_file"].read_bytes()),
+                                       storage.identities(pdir))
         assert failure is not None and "SlowDown" in str(failure)
         left = storage.list_dir(pdir)
     finally:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from compactor.log import swap
+from compactor.log import storage, swap
 from compactor.cli import main as cli_main
 from compactor.tools.generator import DEFAULT_START_MS, GeneratorConfig, generate
 from compactor.maintenance.compact import run
@@ -33,12 +33,13 @@ GEN = GeneratorConfig(topics=("accounts",), partitions=1, records_per_partition=
 # Runs the swap of the given commit messages and kills itself before file operation N.
 CRASHER = r"""
 import pickle, sys
-from compactor.log import swap
+from compactor.log import storage, swap
 from tests.crash import kill_before
 partition_dir, messages_file, crash_at = sys.argv[1], sys.argv[2], int(sys.argv[3])
 messages = pickle.load(open(messages_file, "rb"))
+scanned = storage.identities(partition_dir)
 ops = kill_before(crash_at, ("rename", "remove", "fsync_dir", "write_atomic"))
-swap.commit_partition(partition_dir, messages)
+swap.commit_partition(partition_dir, messages, scanned)
 print(ops())
 """
 
@@ -56,7 +57,8 @@ def staged(spark, tmp_path_factory: pytest.TempPathFactory) -> dict:
     messages_file.write_bytes(pickle.dumps(messages))
     committed = root / "committed"
     shutil.copytree(log_dir, committed)
-    swap.commit_partition(str(committed / tp_dir), messages)
+    swap.commit_partition(str(committed / tp_dir), messages,
+                          storage.identities(str(committed / tp_dir)))
     return {"log_dir": log_dir, "tp_dir": tp_dir, "before": before, "plan": ref.plan,
             "messages_file": messages_file, "new": segment_bytes(committed / tp_dir),
             "old_files": partition_files(log_dir / tp_dir),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from compactor.log import swap
+from compactor.log import storage, swap
 from compactor.codec.records import NewRecord, NewRecordBatch, encode_batch
 from compactor.codec.segment import iter_batches
 from compactor.config import TopicConfig
@@ -42,7 +42,7 @@ def test_a_failed_swap_leaves_the_partition_as_it_was_and_no_leftover(tmp_path: 
     cleaned = next(pdir.glob("*.log.cleaned"))
     cleaned.write_bytes(cleaned.read_bytes()[:-1])  # not what the executor reported
     before = {k: v for k, v in tree_digest(pdir).items() if not k.endswith(".cleaned")}
-    failure = swap.commit_isolated(str(pdir), [message])
+    failure = swap.commit_isolated(str(pdir), [message], storage.identities(str(pdir)))
     assert isinstance(failure, CommitConflictError)
     assert failure.path == str(cleaned)
     assert tree_digest(pdir) == before  # the .cleaned files are gone, the old ones untouched
@@ -50,7 +50,7 @@ def test_a_failed_swap_leaves_the_partition_as_it_was_and_no_leftover(tmp_path: 
 
 def test_a_successful_swap_reports_no_failure(tmp_path: Path) -> None:
     pdir, message = _cleaned(tmp_path)
-    assert swap.commit_isolated(str(pdir), [message]) is None
+    assert swap.commit_isolated(str(pdir), [message], storage.identities(str(pdir))) is None
     (batch,) = iter_batches((pdir / f"{0:020d}.log").read_bytes())
     assert [r.offset for r in batch.records()] == [0, 2]  # offset 1 was superseded
     assert not [p for p in pdir.iterdir() if p.suffix in (".cleaned", ".swap", ".deleted")]

@@ -55,8 +55,12 @@ def test_storage_options_are_checked_by_name_and_value() -> None:
                                   "part_size_mb": "16"}) == {
         "endpoint_url": "http://127.0.0.1:8333", "part_size_mb": "16"}
     for bad, words in [({"endpont_url": "http://x"}, "unknown --storage-option 'endpont_url'"),
-                       ({"part_size_mb": "4"}, "at least 5 MiB"),
-                       ({"read_ahead_mb": "-1"}, "above 0"),
+                       ({"part_size_mb": "4"}, "from 5 to 5120"),
+                       ({"read_ahead_mb": "-1"}, "from 0.001 to 1024"),
+                       ({"read_ahead_mb": "inf"}, "from 0.001 to 1024"),
+                       ({"part_size_mb": "nan"}, "from 5 to 5120"),
+                       ({"lease_seconds": "0.001"}, "from 1 to 3600"),
+                       ({"lease_seconds": "1e400"}, "from 1 to 3600"),
                        ({"addressing_style": "sideways"}, "path, virtual or auto"),
                        ({"endpoint_url": "127.0.0.1:8333"}, "http:// or https://")]:
         with pytest.raises(ConfigError) as err:

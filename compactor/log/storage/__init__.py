@@ -39,7 +39,7 @@ __all__ = [
     "open_durable", "parse_storage_options", "portable", "read_bytes", "read_text",
     "real_path", "remove", "rename", "settings", "stat", "supports_rename", "write_atomic",
     "write_durable", "write_new", "copy", "delta_options", "object_etag", "fsync_dir",
-    "set_mtime", "discard_stdout",
+    "set_mtime", "discard_stdout", "identities", "fence", "object_metadata",
 ]
 
 R = TypeVar("R")
@@ -173,6 +173,18 @@ def list_dir(path: str) -> list[str]:
     return _store().list_dir(path) if is_url(path) else local.list_dir(path)
 
 
+def identities(path: str) -> dict[str, str]:
+    """``{name: identity}`` of the files directly in a directory, from one listing: an
+    object's ETag, a local file's size, modification time and inode. A file written again
+    has another identity: what a commit compares with what its scan saw."""
+    return _store().identities(path) if is_url(path) else local.identities(path)
+
+
+def object_metadata(path: str) -> tuple[str, dict[str, str]] | None:
+    """``(ETag, user metadata)`` of an object, ``None`` when there is none."""
+    return _store().metadata(path)
+
+
 # --- locations -----------------------------------------------------------------------------
 
 
@@ -263,9 +275,11 @@ def write_new(path: str, data: bytes) -> None:
     _store().put(path, data, if_none_match=True)
 
 
-def copy(src: str, dst: str, *, if_source_etag: str | None = None) -> None:
-    """Copy an object server-side, refused when the source is no longer ``if_source_etag``."""
-    _store().copy(src, dst, if_source_etag=if_source_etag)
+def copy(src: str, dst: str, *, if_source_etag: str | None = None,
+         metadata: Mapping[str, str] | None = None) -> None:
+    """Copy an object server-side, refused when the source is no longer ``if_source_etag``
+    (:class:`~compactor.errors.ConditionFailedError`); ``metadata`` replaces the source's."""
+    _store().copy(src, dst, if_source_etag=if_source_etag, metadata=metadata)
 
 
 def set_mtime(path: str, mtime_ms: int) -> None:
@@ -284,11 +298,26 @@ def rename(src: str, dst: str) -> None:
         local.rename(src, dst)
 
 
-def remove(path: str, *, missing_ok: bool = False) -> None:
+def remove(path: str, *, missing_ok: bool = False, if_match: str | None = None) -> None:
+    """Delete a file; ``if_match`` (object stores) deletes an object only while it still
+    has that ETag (:class:`~compactor.errors.ConditionFailedError` otherwise)."""
     if is_url(path):
-        _store().remove(path, missing_ok=missing_ok)
+        _store().remove(path, missing_ok=missing_ok, if_match=if_match)
     else:
         local.remove(path, missing_ok=missing_ok)
+
+
+def fence(path: str) -> None:
+    """Before a commit point: prove this process still holds the lease of the object-store
+    log dir ``path`` lies in (:meth:`.objects.ObjectStore.fence`). On a local disk the
+    broker's fcntl lock, held by the process for as long as it lives, is the proof already.
+
+    Raises:
+        LogDirLockedError: the lease is lost or may have expired.
+        StorageError: the lease could not be renewed.
+    """
+    if is_url(path):
+        _store().fence(path)
 
 
 _held: set[str] = set()  # the log dirs whose lock (or lease) this process holds

@@ -131,6 +131,22 @@ def stat(path: str) -> FileStat:
                     is_dir=stat_module.S_ISDIR(st.st_mode))
 
 
+def identities(path: str) -> dict[str, str]:
+    """``{name: identity}`` of the regular files directly in a directory, where the identity
+    is size, modification time (ns) and inode: a file written, replaced or touched since is
+    another identity."""
+    out = {}
+    try:
+        with os.scandir(path) as entries:
+            for entry in entries:
+                if entry.is_file(follow_symlinks=False):
+                    st = entry.stat(follow_symlinks=False)
+                    out[entry.name] = f"{st.st_size}:{st.st_mtime_ns}:{st.st_ino}"
+    except OSError as err:
+        raise _fail(err, path, "list directory") from err
+    return out
+
+
 def list_dir(path: str) -> list[str]:
     """Sorted entry names of a directory."""
     try:

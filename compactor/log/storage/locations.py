@@ -117,13 +117,20 @@ STORAGE_OPTIONS: Mapping[str, _OptionSpec] = {
     "session_token": _OptionSpec("session token (default: AWS_SESSION_TOKEN)"),
     "addressing_style": _OptionSpec("path, virtual or auto (default auto: path style for "
                                     "custom endpoints)"),
-    "part_size_mb": _OptionSpec("multipart upload part size in MiB (default 8, at least 5)",
+    "part_size_mb": _OptionSpec("multipart upload part size in MiB (default 8, 5 to 5120)",
                                 "positive"),
     "read_ahead_mb": _OptionSpec("bytes a segment reader fetches per ranged GET, in MiB "
-                                 "(default 8)", "positive"),
-    "lease_seconds": _OptionSpec("lifetime of the log dir lease, renewed every third of it "
-                                 "(default 60)", "positive"),
+                                 "(default 8, 0.001 to 1024)", "positive"),
+    "lease_seconds": _OptionSpec("lifetime of the log dir lease, renewed every third of it; "
+                                 "a run stops changing the log dir once a quarter of it is "
+                                 "left unrenewed (default 60, 1 to 3600)", "positive"),
 }
+
+
+# The range of each number (S3 parts are 5 MiB to 5 GiB; a lease must outlive the requests
+# that renew it, and one that outlives an hour keeps a crashed run's log dir locked too long).
+_BOUNDS = {"part_size_mb": (5.0, 5120.0), "read_ahead_mb": (0.001, 1024.0),
+           "lease_seconds": (1.0, 3600.0)}
 
 
 def parse_storage_options(pairs: Mapping[str, str]) -> dict[str, str]:
@@ -139,15 +146,14 @@ def parse_storage_options(pairs: Mapping[str, str]) -> dict[str, str]:
             raise ConfigError(f"unknown --storage-option {key!r}",
                               remedy="use one of: " + ", ".join(sorted(STORAGE_OPTIONS)))
         if spec.check == "positive":
+            low, high = _BOUNDS[key]
             try:
-                ok = float(value) > 0
+                ok = low <= float(value) <= high  # NaN and inf fail here too
             except ValueError:
                 ok = False
             if not ok:
-                raise ConfigError(f"--storage-option {key}={value}: expected a number above 0")
-        if key == "part_size_mb" and float(value) < 5:
-            raise ConfigError(f"--storage-option part_size_mb={value}: S3 parts are at least "
-                              f"5 MiB")
+                raise ConfigError(f"--storage-option {key}={value}: expected a number from "
+                                  f"{low:g} to {high:g}", remedy=spec.help)
         if key == "addressing_style" and value not in ("path", "virtual", "auto"):
             raise ConfigError(f"--storage-option addressing_style={value}: expected path, "
                               f"virtual or auto")

@@ -147,13 +147,31 @@ class ObjectStore:
             return ConditionFailedError(f"cannot {action}: {detail}", path=url)
         return StorageError(f"cannot {action}: {detail}: {err}", path=url, remedy=remedy)
 
-    def _check_lease(self, url: str) -> None:
-        """Refuse a driver's change under a log dir whose lease this process has lost."""
+    def _lease_of(self, url: str) -> _Lease | None:
         for prefix, lease in self._leases.items():
-            if lease.lost and (url == prefix or url.startswith(prefix + "/")):
-                raise LogDirLockedError(
-                    f"the lease on {prefix} was lost ({lease.lost}); this run stops changing it",
-                    path=url, remedy="another run took the log dir over; let it finish")
+            if url == prefix or url.startswith(prefix + "/"):
+                return lease
+        return None
+
+    def _check_lease(self, url: str) -> None:
+        """Refuse a driver's change under a log dir whose lease this process has lost, or
+        may have lost (:meth:`_Lease.check`)."""
+        lease = self._lease_of(url)
+        if lease is not None:
+            lease.check(url)
+
+    def fence(self, url: str) -> None:
+        """Prove, right now, that this process still holds the lease of the log dir ``url``
+        lies in (a conditional renewal, :meth:`_Lease.confirm`); nothing to prove where it
+        holds none (an executor, a read-only command).
+
+        Raises:
+            LogDirLockedError: the lease is lost or may have expired.
+            StorageError: the store could not be asked (the caller must not go on either).
+        """
+        lease = self._lease_of(url)
+        if lease is not None:
+            lease.confirm(url)
 
     # --- reading -------------------------------------------------------------------------
 
@@ -255,13 +273,17 @@ class ObjectStore:
         return {MTIME_KEY: str(int(time.time() * 1000) if mtime_ms is None else mtime_ms)}
 
     def put(self, url: str, data: bytes, *, mtime_ms: int | None = None,
-            if_none_match: bool = False, if_match: str | None = None) -> str:
+            if_none_match: bool = False, if_match: str | None = None,
+            fenced: bool = True) -> str:
         """One PUT (atomic: readers see the old object or the new one). Returns the ETag.
+        ``fenced=False`` only for the lease's own writes.
 
         Raises:
-            ConditionFailedError: a condition does not hold.
+            ConditionFailedError: a condition does not hold (also when a store answers 404
+                to ``if_match``: the object is gone).
         """
-        self._check_lease(url)
+        if fenced:
+            self._check_lease(url)
         bucket, key = split(url)
         extra: dict[str, str] = {}
         if if_none_match:
@@ -272,7 +294,33 @@ class ObjectStore:
             return self.client.put_object(Bucket=bucket, Key=key, Body=data,
                                           Metadata=self._metadata(mtime_ms), **extra)["ETag"]
         except Exception as err:
+            if if_match and _error_code(err)[1] == 404:
+                raise ConditionFailedError("cannot write object: it is gone (If-Match on a "
+                                           "missing object)", path=url) from err
             raise self._fail(err, url, "write object") from err
+
+    def metadata(self, url: str) -> tuple[str, dict[str, str]] | None:
+        """``(ETag, user metadata)`` of an object, ``None`` when there is none."""
+        found = self.head(url)
+        return None if found is None else (found.get("ETag", ""), dict(found.get("Metadata", {})))
+
+    def identities(self, url: str) -> dict[str, str]:
+        """``{name: ETag}`` of the objects directly under the prefix ``url``, from one listing
+        (an ETag changes whenever an object is written again)."""
+        bucket, key = split(url)
+        prefix = key + "/" if key else ""
+        out: dict[str, str] = {}
+        try:
+            pages = self.client.get_paginator("list_objects_v2").paginate(
+                Bucket=bucket, Prefix=prefix, Delimiter="/")
+            for page in pages:
+                for o in page.get("Contents", ()):
+                    name = o["Key"][len(prefix):]
+                    if name:
+                        out[name] = o["ETag"]
+        except Exception as err:
+            raise self._fail(err, url, "list objects") from err
+        return out
 
     @contextmanager
     def open_write(self, url: str, *, mtime_ms: int | None = None
@@ -330,9 +378,10 @@ class ObjectStore:
             raise
 
     def copy(self, src: str, dst: str, *, if_source_etag: str | None = None,
-             mtime_ms: int | None = None) -> None:
+             mtime_ms: int | None = None, metadata: Mapping[str, str] | None = None) -> None:
         """Server-side copy (atomic at ``dst``), keeping the source's metadata unless
-        ``mtime_ms`` replaces it; refused when the source's ETag is not ``if_source_etag``."""
+        ``mtime_ms`` or ``metadata`` (the whole set) replaces it; refused
+        (:class:`ConditionFailedError`) when the source's ETag is not ``if_source_etag``."""
         self._check_lease(dst)
         sb, sk = split(src)
         db, dk = split(dst)
@@ -341,6 +390,8 @@ class ObjectStore:
             extra["CopySourceIfMatch"] = if_source_etag
         if mtime_ms is not None:
             extra.update(Metadata=self._metadata(mtime_ms), MetadataDirective="REPLACE")
+        if metadata is not None:
+            extra.update(Metadata=dict(metadata), MetadataDirective="REPLACE")
         try:
             self.client.copy_object(Bucket=db, Key=dk, CopySource={"Bucket": sb, "Key": sk},
                                     **extra)
@@ -355,8 +406,12 @@ class ObjectStore:
         self.copy(src, dst)
         self.remove(src, missing_ok=True)
 
-    def remove(self, url: str, *, missing_ok: bool = False, if_match: str | None = None) -> None:
-        self._check_lease(url)
+    def remove(self, url: str, *, missing_ok: bool = False, if_match: str | None = None,
+               fenced: bool = True) -> None:
+        """Delete an object; with ``if_match`` only while it still has that ETag
+        (:class:`ConditionFailedError` otherwise)."""
+        if fenced:
+            self._check_lease(url)
         if not missing_ok and self.head(url) is None:
             raise LogDirError("cannot delete missing object", path=url)
         bucket, key = split(url)
@@ -424,17 +479,29 @@ class _Lease:
 
     Taken with ``If-None-Match: *`` (exactly one of two racing runs succeeds); an expired
     lease, or any lease with ``--break-lease``, is taken over with ``If-Match: <its ETag>``
-    (again exactly one winner). A thread renews it every third of its lifetime with
-    ``If-Match`` on the ETag of the last renewal; when a renewal is refused, someone broke
-    the lease and every later change this process makes under the log dir is refused. Released
-    with a delete conditional on the last ETag.
+    (again exactly one winner). Released with a delete conditional on the last ETag.
+
+    Fencing. The lease is this run's only while its last renewal was accepted and less than
+    the lease time minus a margin (a quarter of it) has passed since that renewal was sent:
+    :attr:`valid_until`, on the monotonic clock. A thread renews it every third of its
+    lifetime with ``If-Match`` on the last ETag, and retries a failed renewal every tenth;
+    the lease is lost for good when a renewal is refused (someone took it over or deleted
+    it) or when renewals kept failing until :attr:`valid_until` passed (from then on
+    another run may take it over, so nothing this one does is safe any more). Every change
+    under the log dir first checks both (:meth:`check`), and the commit point and each step
+    of a roll-forward first renew synchronously (:meth:`confirm`): at that moment no other
+    run holds the lease, and none can take it before :attr:`valid_until` without
+    ``--break-lease``.
     """
 
     def __init__(self, store: ObjectStore, url: str, seconds: float) -> None:
         self.store, self.url, self.seconds = store, url, seconds
+        self.margin = seconds / 4
         self.owner = uuid.uuid4().hex
         self.etag = ""
         self.lost = ""
+        self.valid_until = 0.0
+        self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -444,9 +511,14 @@ class _Lease:
             "expires_ms": int((time.time() + self.seconds) * 1000),
         }).encode()
 
+    def _written(self, etag: str, sent: float) -> None:
+        self.etag, self.valid_until = etag, sent + self.seconds - self.margin
+
     def acquire(self, *, break_lease: bool) -> None:
+        sent = time.monotonic()
         try:
-            self.etag = self.store.put(self.url, self._body(), if_none_match=True)
+            self._written(self.store.put(self.url, self._body(), if_none_match=True,
+                                         fenced=False), sent)
         except ConditionFailedError:
             self._take_over(break_lease)
         self._thread = threading.Thread(target=self._renew, name="compactor-lease",
@@ -455,8 +527,10 @@ class _Lease:
 
     def _take_over(self, break_lease: bool) -> None:
         found = self.store.head(self.url)
+        sent = time.monotonic()
         if found is None:  # released meanwhile: race for it again
-            self.etag = self.store.put(self.url, self._body(), if_none_match=True)
+            self._written(self.store.put(self.url, self._body(), if_none_match=True,
+                                         fenced=False), sent)
             return
         try:
             holder = json.loads(self.store.read_bytes(self.url))
@@ -473,20 +547,76 @@ class _Lease:
                 remedy="wait for that run to finish; if it crashed, wait for the lease to "
                        "expire or rerun with --break-lease")
         try:
-            self.etag = self.store.put(self.url, self._body(), if_match=found["ETag"])
+            self._written(self.store.put(self.url, self._body(), if_match=found["ETag"],
+                                         fenced=False), sent)
         except ConditionFailedError as err:
             raise LogDirLockedError("another run took the expired lease first", path=self.url,
                                     remedy="wait for that run to finish") from err
 
+    def _renew_once(self) -> None:
+        """One conditional renewal; marks the lease lost when it is refused or when it
+        failed past :attr:`valid_until`. Call with ``_lock`` held.
+
+        Raises:
+            LogDirError: the renewal failed (the lease may still be valid).
+        """
+        sent = time.monotonic()
+        try:
+            self._written(self.store.put(self.url, self._body(), if_match=self.etag,
+                                         fenced=False), sent)
+        except ConditionFailedError:
+            self.lost = "another run took it over or deleted it"
+            raise
+        except LogDirError as err:
+            if time.monotonic() >= self.valid_until:
+                self.lost = (f"renewals failed until it could have expired "
+                             f"({err.message})")
+            raise
+
     def _renew(self) -> None:
-        while not self._stop.wait(self.seconds / 3):
+        interval = self.seconds / 3
+        while not self._stop.wait(interval):
+            with self._lock:
+                if self.lost:
+                    return
+                try:
+                    self._renew_once()
+                    interval = self.seconds / 3
+                except LogDirError:
+                    if self.lost:
+                        return
+                    interval = self.seconds / 10  # transient: again soon, before it ends
+
+    def _refuse(self, url: str) -> LogDirLockedError:
+        return LogDirLockedError(
+            f"the lease on the log dir was lost ({self.lost}); this run stops changing it",
+            path=url, remedy="another run may hold the log dir now: let it finish, then run "
+                             "`compactor recover` and this command again")
+
+    def check(self, url: str) -> None:
+        """Raises: LogDirLockedError: the lease is lost, or its validity has run out."""
+        if not self.lost and time.monotonic() >= self.valid_until:
+            self.lost = "it was not renewed in time"
+        if self.lost:
+            raise self._refuse(url)
+
+    def confirm(self, url: str) -> None:
+        """Renew now (:meth:`check` first).
+
+        Raises:
+            LogDirLockedError: the lease is lost.
+            StorageError: the renewal failed; the lease may still hold, but it is not proven.
+        """
+        with self._lock:
+            self.check(url)
             try:
-                self.etag = self.store.put(self.url, self._body(), if_match=self.etag)
+                self._renew_once()
             except ConditionFailedError:
-                self.lost = "another run broke it"
-                return
+                raise self._refuse(url) from None
             except LogDirError:
-                pass  # a transient failure: retried at the next tick, before the lease ends
+                if self.lost:
+                    raise self._refuse(url) from None
+                raise
 
     def release(self) -> None:
         self._stop.set()
@@ -494,7 +624,7 @@ class _Lease:
             self._thread.join()
         if not self.lost:
             try:
-                self.store.remove(self.url, missing_ok=True, if_match=self.etag)
+                self.store.remove(self.url, missing_ok=True, if_match=self.etag, fenced=False)
             except LogDirError:
                 pass  # broken meanwhile, or unreachable: the lease expires on its own
 
