@@ -398,6 +398,28 @@ def add_verbosity_arguments(parser: argparse.ArgumentParser) -> None:
                              "(default: auto, a bar on a terminal, lines otherwise)")
 
 
+# The arguments that name a file a command writes for the user.
+OUTPUT_FILE_ARGUMENTS = ("report_file", "metrics_file", "html_report", "html")
+
+
+def check_output_files(args: argparse.Namespace) -> None:
+    """Every output file the command will write can be written: checked before it changes
+    anything, so that a typo in a path never ends a run after segments were deleted.
+
+    Raises:
+        ConfigError: naming the option, the path and why.
+    """
+    for name in OUTPUT_FILE_ARGUMENTS:
+        path = getattr(args, name, None)
+        if not path or not isinstance(path, str):
+            continue
+        problem = storage.output_problem(storage.absolute(path))
+        if problem is not None:
+            raise ConfigError(f"--{name.replace('_', '-')} {path}: {problem}", path=path,
+                              remedy="name a file in an existing, writable directory; "
+                                     "nothing was changed")
+
+
 def _write_error_report(args: argparse.Namespace, error_line: dict[str, Any]) -> None:
     """A failed command's ``--report-file`` holds its error (code, exit code, location,
     remedy), so a scheduler can tell a lock or a storage hiccup from bad input."""
@@ -405,7 +427,7 @@ def _write_error_report(args: argparse.Namespace, error_line: dict[str, Any]) ->
     if not report_file:
         return
     try:
-        storage.write_atomic(storage.absolute(report_file),
+        storage.write_output(storage.absolute(report_file),
                              (json.dumps(error_line, separators=(",", ":")) + "\n").encode())
     except Exception:  # noqa: BLE001 - the error itself is reported on stderr regardless
         pass
@@ -470,6 +492,7 @@ def run_guarded(name: str, execute: Callable[[argparse.Namespace, TextIO], int],
         out = io.StringIO()
     try:
         configure_storage(args)
+        check_output_files(args)
         return int(execute(args, out))
     except KeyboardInterrupt:
         if "pyspark" in sys.modules:  # a JVM may be starting: it ignores the SIGINT

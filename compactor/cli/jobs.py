@@ -54,7 +54,7 @@ def write_report_file(args: argparse.Namespace, result: Mapping[str, Any]) -> No
     """``--report-file FILE``: the JSON result in one atomic write (schedulers read it)."""
     report_file = getattr(args, "report_file", None)
     if report_file:
-        storage.write_atomic(storage.absolute(report_file),
+        storage.write_output(storage.absolute(report_file),
                              (json.dumps(result, separators=(",", ":")) + "\n").encode())
 
 
@@ -69,13 +69,13 @@ def render(out: TextIO, args: argparse.Namespace, result: Mapping[str, Any],
     if metrics_file:
         from compactor.maintenance import metrics
 
-        storage.write_atomic(storage.absolute(metrics_file), metrics.text(
+        storage.write_output(storage.absolute(metrics_file), metrics.text(
             metrics.registry_of(result, finished_at_s=time.time())))
     html_file = getattr(args, "html_report", None)
     if html_file:
         from compactor.maintenance import html_report
 
-        storage.write_atomic(storage.absolute(html_file), html_report.render(result).encode())
+        storage.write_output(storage.absolute(html_file), html_report.render(result).encode())
     if args.json:
         emit(out, result)
     else:
@@ -404,7 +404,7 @@ def execute_erase_status(args: argparse.Namespace, out: TextIO) -> int:
     if getattr(args, "metrics_file", None):
         from compactor.maintenance import metrics
 
-        storage.write_atomic(storage.absolute(args.metrics_file), metrics.text(
+        storage.write_output(storage.absolute(args.metrics_file), metrics.text(
             metrics.overdue_registry(len(result["overdue"]), result["requests"])))
     write_report_file(args, result)
     if args.json:
@@ -483,7 +483,7 @@ def execute_report(args: argparse.Namespace, out: TextIO) -> int:
     from compactor.maintenance.history import run_report
 
     report = run_report(storage.absolute(args.state_dir), args.run_id)
-    storage.write_atomic(storage.absolute(args.html), html_report.render(report).encode())
+    storage.write_output(storage.absolute(args.html), html_report.render(report).encode())
     out.write(f"wrote {args.html}: {report['command']} run {report['run_id']} "
               f"({len(report['partitions'])} partitions)\n")
     return EXIT_OK

@@ -39,7 +39,8 @@ __all__ = [
     "open_durable", "parse_storage_options", "portable", "read_bytes", "read_text",
     "real_path", "remove", "rename", "settings", "stat", "supports_rename", "write_atomic",
     "write_durable", "write_new", "copy", "delta_options", "object_etag", "fsync_dir",
-    "set_mtime", "discard_stdout", "identities", "fence", "object_metadata",
+    "set_mtime", "discard_stdout", "identities", "fence", "object_metadata", "write_output",
+    "output_problem",
 ]
 
 R = TypeVar("R")
@@ -264,6 +265,23 @@ def write_atomic(path: str, data: bytes) -> None:
         _store().put(path, data)
     else:
         local.write_atomic(path, data)
+
+
+def write_output(path: str, data: bytes) -> None:
+    """Write a file the user named for output (``--report-file``, ``--metrics-file``,
+    ``--html-report``): one PUT on an object store; locally, a regular file is replaced
+    atomically and a FIFO, a device or a symlink's target is written in place
+    (:func:`.local.write_output`)."""
+    if is_url(path):
+        _store().put(path, data)
+    else:
+        local.write_output(path, data)
+
+
+def output_problem(path: str) -> str | None:
+    """Why an output file cannot be written (``None`` when it can; an object-store URL is
+    only known when it is written)."""
+    return None if is_url(path) else local.output_problem(path)
 
 
 def write_new(path: str, data: bytes) -> None:

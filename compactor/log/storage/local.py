@@ -251,6 +251,80 @@ def write_atomic(path: str, data: bytes) -> None:
     fsync_dir(os.path.dirname(os.path.abspath(path)))
 
 
+def output_problem(path: str) -> str | None:
+    """Why a file the user named for output (``--report-file`` and the like) cannot be
+    written, or ``None``: checked before a command changes anything. A symlink is judged by
+    its target."""
+    real = os.path.realpath(path)
+    try:
+        st = os.stat(real)
+    except FileNotFoundError:
+        parent = os.path.dirname(real)
+        if not os.path.isdir(parent):
+            return f"its directory {parent} does not exist"
+        if not os.access(parent, os.W_OK | os.X_OK):
+            return f"this user may not create files in {parent}"
+        return None
+    except OSError as err:
+        return f"it cannot be looked at: {err.strerror or err}"
+    if stat_module.S_ISDIR(st.st_mode):
+        return "it is a directory"
+    if not os.access(real, os.W_OK):
+        return "this user may not write it"
+    if stat_module.S_ISREG(st.st_mode) and not os.access(os.path.dirname(real),
+                                                         os.W_OK | os.X_OK):
+        return f"this user may not replace files in {os.path.dirname(real)}"
+    return None
+
+
+def write_output(path: str, data: bytes) -> None:
+    """Write a file the user named for output. A regular file (or a new one) is replaced
+    atomically (a temporary file next to it, fsynced, renamed over it); anything else --
+    a FIFO, a character device such as ``/dev/stdout`` -- is written in place, and a
+    symlink's target is written while the link stays. A FIFO nobody reads is an error, not
+    a hang; no temporary file is left behind on any failure."""
+    real = os.path.realpath(path)
+    problem = output_problem(real)
+    if problem is not None:
+        raise LogDirError(f"cannot write output file: {problem}", path=path)
+    try:
+        st: os.stat_result | None = os.stat(real)
+    except FileNotFoundError:
+        st = None
+    if st is not None and not stat_module.S_ISREG(st.st_mode):
+        fifo = stat_module.S_ISFIFO(st.st_mode)
+        try:
+            fd = os.open(real, os.O_WRONLY | (os.O_NONBLOCK if fifo else 0))
+        except OSError as err:
+            if err.errno == errno.ENXIO:
+                raise LogDirError("cannot write output file: no process reads this FIFO",
+                                  path=path, remedy="start its reader first") from err
+            raise _fail(err, path, "write output file") from err
+        try:
+            if fifo:  # opened without blocking only to refuse a FIFO nobody reads
+                os.set_blocking(fd, True)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        except OSError as err:
+            raise _fail(err, path, "write output file") from err
+        finally:
+            os.close(fd)
+        return
+    directory, name = os.path.split(real)
+    tmp = os.path.join(directory, f".{name}.{os.getpid()}.tmp")
+    try:
+        write_durable(tmp, data)
+        rename(tmp, real)
+        fsync_dir(directory)
+    except BaseException:
+        try:
+            os.remove(tmp)
+        except OSError:
+            pass
+        raise
+
+
 def set_mtime(path: str, mtime_ms: int) -> None:
     try:
         ns = mtime_ms * 1_000_000
