@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+
+import pytest
 
 from compactor.log import storage, swap
 from compactor.codec.records import NewRecord, NewRecordBatch, encode_batch
@@ -54,3 +57,31 @@ def test_a_successful_swap_reports_no_failure(tmp_path: Path) -> None:
     (batch,) = iter_batches((pdir / f"{0:020d}.log").read_bytes())
     assert [r.offset for r in batch.records()] == [0, 2]  # offset 1 was superseded
     assert not [p for p in pdir.iterdir() if p.suffix in (".cleaned", ".swap", ".deleted")]
+
+
+@pytest.mark.parametrize("change", ["appended", "touched", "replaced"])
+def test_a_source_changed_since_the_scan_aborts_the_swap(tmp_path: Path, change: str) -> None:
+    """Issue 28.2, locally: a segment whose size, mtime or inode differs from what the scan
+    listed is not swapped (before the fix the swap went ahead and the change was lost)."""
+    pdir, message = _cleaned(tmp_path)
+    scanned = storage.identities(str(pdir))
+    log = pdir / f"{0:020d}.log"
+    if change == "appended":
+        with open(log, "ab") as handle:
+            handle.write(b"\0")
+    elif change == "touched":
+        os.utime(log, ns=(1, 1))
+    else:
+        data = log.read_bytes()
+        log.unlink()
+        log.write_bytes(data)
+        os.utime(log, ns=(os.stat(log).st_atime_ns, scanned_mtime_ns(scanned, log.name)))
+    before = {k: v for k, v in tree_digest(pdir).items() if not k.endswith(".cleaned")}
+    failure = swap.commit_isolated(str(pdir), [message], scanned)
+    assert isinstance(failure, CommitConflictError)
+    assert "changed since the scan" in failure.message and log.name in failure.message
+    assert tree_digest(pdir) == before
+
+
+def scanned_mtime_ns(scanned: dict[str, str], name: str) -> int:
+    return int(scanned[name].split(":")[1])

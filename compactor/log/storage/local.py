@@ -133,15 +133,15 @@ def stat(path: str) -> FileStat:
 
 def identities(path: str) -> dict[str, str]:
     """``{name: identity}`` of the regular files directly in a directory, where the identity
-    is size, modification time (ns) and inode: a file written, replaced or touched since is
-    another identity."""
+    is size, modification time, inode and status-change time (ns): a file written, replaced
+    or touched since is another identity (the change time cannot be set back)."""
     out = {}
     try:
         with os.scandir(path) as entries:
             for entry in entries:
                 if entry.is_file(follow_symlinks=False):
                     st = entry.stat(follow_symlinks=False)
-                    out[entry.name] = f"{st.st_size}:{st.st_mtime_ns}:{st.st_ino}"
+                    out[entry.name] = f"{st.st_size}:{st.st_mtime_ns}:{st.st_ino}:{st.st_ctime_ns}"
     except OSError as err:
         raise _fail(err, path, "list directory") from err
     return out
