@@ -90,6 +90,12 @@ class CompactorError(Exception):
             self.base_offset = base_offset
         return self
 
+    def with_remedy(self, remedy: str) -> CompactorError:
+        """The same error with ``remedy`` in place of the one its raiser knew (a layer that
+        knows what was already changed says what to do now)."""
+        self.remedy = remedy
+        return self
+
     def to_dict(self) -> dict[str, Any]:
         """A JSON-friendly form for ``--json`` reports."""
         return {

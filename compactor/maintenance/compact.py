@@ -320,7 +320,15 @@ def run_locked(session: LazySession, opts: MaintenanceOptions, catalog: Catalog)
     finally:
         if headers is not None:
             headers.unpersist()
-    swap.update_cleaner_checkpoint(opts.log_dir, resets)
+    try:
+        swap.update_cleaner_checkpoint(opts.log_dir, resets)
+    except CompactorError as err:  # the swaps stand: say so, with the report
+        err = err.with_remedy(
+            "the cleaned partitions are swapped in and complete; only the cleaner checkpoint "
+            "did not move, so the next round cleans them again from the old checkpoint "
+            "(harmless): fix the cause and run again")
+        report.failed_after_changes(CLEANER_OFFSET_CHECKPOINT, err, [
+            str(p.tp) for p in report.partitions if p.status == Outcome.CLEANED])
     stages.done("commit")
     return report
 

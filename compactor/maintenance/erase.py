@@ -386,9 +386,19 @@ def apply(spark: SparkSession | None, log_dir: str, state_dir: str, now_ms: int,
     if dry_run:
         report["status"] = "ok"
         return report
-    _record(state_dir, "apply", run_id, log_dir, now_ms, started, lines, updates)
     failed = any(u["status"] == "failed" for u in updates)
     report["status"] = "failed" if failed else ("partial" if blocked else "ok")
+    try:
+        _record(state_dir, "apply", run_id, log_dir, now_ms, started, lines, updates)
+    except CompactorError as err:  # the rewrites stand: say so, with the report
+        rewritten = [line["dir"] for line in lines.values() if line["status"] == "rewritten"]
+        report["ledger_error"] = {**err.with_remedy(
+            f"{len(rewritten)} partition(s) were rewritten ({', '.join(rewritten[:5])}) but "
+            f"the ledger does not record it: the requests stay pending; fix the ledger's "
+            f"problem and run `erase apply` again (it finds the erased records gone and "
+            f"records the requests applied)").to_dict(), "rewritten": rewritten}
+        if report["status"] == "ok":
+            report["status"] = "partial"
     return report
 
 
@@ -651,5 +661,9 @@ def summary(report: Mapping[str, Any]) -> str:
              for p in report["partitions"]]
     lines += [f"request {r['request_id']}: " + ", ".join(
         f"{k} {v}" for k, v in r.items() if k != "request_id") for r in report["requests"]]
+    if report.get("ledger_error"):
+        e = report["ledger_error"]
+        lines.append(f"LEDGER NOT UPDATED: {e['message']} ({e.get('path')}); remedy: "
+                     f"{e['remedy']}")
     lines.append(f"{report['command']} ({report['run_id']}): {report['status']}")
     return "\n".join(lines)

@@ -5,12 +5,12 @@ alone because of a problem."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol
 
 from compactor.cluster.catalog import Catalog
-from compactor.errors import EXIT_OK, EXIT_PARTIAL, StorageError, is_data_problem
+from compactor.errors import EXIT_OK, EXIT_PARTIAL, CompactorError, StorageError, is_data_problem
 from compactor.log.layout import ForeignEntry
 
 
@@ -116,13 +116,21 @@ class LogDirReport:
     recovered: int = 0
     catalog: Catalog | None = None
     foreign: tuple[ForeignEntry, ...] = ()
+    # log-dir steps that failed after partitions were changed (a checkpoint write): the
+    # report still goes out, with what changed, and the exit code is partial
+    log_dir_errors: list[dict[str, Any]] = field(default_factory=list)
 
     def lines(self) -> Sequence[PartitionLine]:
         raise NotImplementedError
 
+    def failed_after_changes(self, step: str, err: CompactorError,
+                             changed: Sequence[str]) -> None:
+        """Record that ``step`` failed after the partitions ``changed`` were changed."""
+        self.log_dir_errors.append({**err.to_dict(), "step": step, "changed": list(changed)})
+
     @property
     def exit_code(self) -> int:
-        return exit_code(p.status for p in self.lines())
+        return EXIT_PARTIAL if self.log_dir_errors else exit_code(p.status for p in self.lines())
 
     def envelope(self, command: str, **totals: Any) -> dict[str, Any]:
         """The JSON report: the common head, ``totals``, the common tail."""
@@ -132,10 +140,16 @@ class LogDirReport:
             "recovered_partitions": self.recovered,
             "cluster": self.catalog.to_dict() if self.catalog else None,
             "foreign": [f.to_dict() for f in self.foreign],
+            "log_dir_errors": self.log_dir_errors,
             "partitions": [p.to_dict() for p in self.lines()],
         }
 
     def footer(self, *, hints: bool = True) -> list[str]:
         """The summary's last lines: foreign entries, then the catalog's hints."""
-        return [str(f) for f in self.foreign] + (
+        return [str(f) for f in self.foreign] + [
+            f"LOG DIR: {e['step']} FAILED after {len(e['changed'])} partition(s) were changed "
+            f"({', '.join(e['changed'][:5])}{', ...' if len(e['changed']) > 5 else ''}): "
+            f"{e.get('message')} ({e.get('path')})"
+            + (f"; remedy: {e['remedy']}" if e.get("remedy") else "")
+            for e in self.log_dir_errors] + (
             self.catalog.hints() if self.catalog and hints else [])

@@ -18,7 +18,11 @@ from typing import Any
 from compactor.log import swap
 from compactor.erasure import ledger
 from compactor.log import storage
-from compactor.codec.checkpoints import LOG_START_OFFSET_CHECKPOINT, REPLICATION_OFFSET_CHECKPOINT
+from compactor.codec.checkpoints import (
+    LOG_START_OFFSET_CHECKPOINT,
+    RECOVERY_POINT_CHECKPOINT,
+    REPLICATION_OFFSET_CHECKPOINT,
+)
 from compactor.cluster.catalog import METADATA_LOG, Catalog
 from compactor.config import REPORTED
 from compactor.cluster.metadata import METADATA_TOPIC
@@ -216,10 +220,20 @@ def retain_locked(log_dir: str, catalog: Catalog, now_ms: int, *,
         starts[rep.tp] = (plan.new_log_start_offset
                           if plan.new_log_start_offset > plan.first_segment_base else None)
     if not dry_run:
-        swap.update_log_start_checkpoint(log_dir, starts)
-        swap.raise_recovery_points(log_dir, {
-            rep.tp: rep.plan.new_log_start_offset for rep in report.partitions
-            if rep.plan is not None and rep.status == Outcome.DELETED})
+        deleted = [rep for rep in report.partitions if rep.status == Outcome.DELETED]
+        for step, write in (
+                (LOG_START_OFFSET_CHECKPOINT,
+                 lambda: swap.update_log_start_checkpoint(log_dir, starts)),
+                (RECOVERY_POINT_CHECKPOINT, lambda: swap.raise_recovery_points(log_dir, {
+                    rep.tp: rep.plan.new_log_start_offset for rep in deleted if rep.plan}))):
+            try:
+                write()
+            except CompactorError as err:  # the deletions stand: say so, with the report
+                report.failed_after_changes(step, err.with_remedy(
+                    "the expired segments are deleted; only this checkpoint was not "
+                    "rewritten (a stale one is harmless: the log start offset is at least "
+                    "the first segment's base): fix the cause and run retain again to "
+                    "rewrite it"), [str(rep.tp) for rep in deleted])
     return report
 
 

@@ -269,3 +269,18 @@ def test_the_recovery_point_moves_up_with_the_log_start(
     points = _checkpoint(logs, RECOVERY_POINT_CHECKPOINT)
     assert points[TopicPartition("events", 0)] == starts[("events", 0)]
     assert points[TopicPartition("events", 1)] == 10**9
+
+
+def test_a_checkpoint_failure_after_deleting_says_what_changed_and_exits_partial(
+        logs: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 28.5: the log start checkpoint cannot be written after segments were deleted.
+    Before the fix: exit 3 ("nothing was changed") and no report."""
+    (logs / LOG_START_OFFSET_CHECKPOINT).unlink(missing_ok=True)
+    (logs / (LOG_START_OFFSET_CHECKPOINT + ".tmp")).mkdir()
+    code, report = _retain(logs, capsys, "--config", "retention.ms=3600000")
+    assert code == 6
+    (error,) = report["log_dir_errors"]
+    deleted = [f"{p['topic']}-{p['partition']}" for p in report["partitions"]
+               if p["status"] == "deleted"]
+    assert deleted and sorted(error["changed"]) == sorted(deleted)
+    assert error["step"] == LOG_START_OFFSET_CHECKPOINT and "are deleted" in error["remedy"]

@@ -176,3 +176,23 @@ def test_the_pure_writer_writes_the_same_log_dir_as_the_native_one(
     assert any(p["status"] == "cleaned" for p in topic_lines(native["partitions"]))
     with pytest.raises(SystemExit):
         cli_main(["compact", "--assume-kafka-defaults", str(small_log), *COMPACT, "--writer", "fast"])
+
+
+def test_a_checkpoint_failure_after_the_swaps_says_what_changed_and_exits_partial(
+        spark, small_log: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 28.5: the cleaner checkpoint cannot be written after every partition was swapped
+    (its temporary name is taken by a directory). Before the fix: "nothing was swapped",
+    exit 3, no report."""
+    (small_log / "cleaner-offset-checkpoint.tmp").mkdir()
+    assert cli_main(["compact", "--assume-kafka-defaults", str(small_log),
+                     *COMPACT]) == EXIT_PARTIAL
+    report = report_line(capsys)
+    (error,) = report["log_dir_errors"]
+    cleaned = [f"{p['topic']}-{p['partition']}" for p in topic_lines(report["partitions"])
+               if p["status"] == "cleaned"]
+    assert cleaned and error["step"] == "cleaner-offset-checkpoint"
+    assert sorted(error["changed"]) == sorted(cleaned)
+    assert "swapped in and complete" in error["remedy"]
+    assert "nothing was swapped" not in json.dumps(report)
+    (small_log / "cleaner-offset-checkpoint.tmp").rmdir()
+    assert not inspect_problems(small_log)

@@ -244,10 +244,20 @@ def open_durable(path: str, *, mtime_ms: int | None = None,
 
 
 def write_atomic(path: str, data: bytes) -> None:
-    """Kafka's checkpoint write: ``<path>.tmp``, fsync, rename over ``path``, fsync the dir."""
+    """Kafka's checkpoint write: ``<path>.tmp``, fsync, rename over ``path``, fsync the dir.
+    A failure removes the temporary file (a kill leaves it: :func:`remove_stale_temporary`
+    clears it on the next recovery, as Kafka overwrites it on its next write)."""
     tmp = path + ".tmp"
-    write_durable(tmp, data)
-    rename(tmp, path)
+    try:
+        write_durable(tmp, data)
+        rename(tmp, path)
+    except BaseException:
+        try:
+            if os.path.isfile(tmp) and not os.path.islink(tmp):
+                os.remove(tmp)
+        except OSError:
+            pass
+        raise
     fsync_dir(os.path.dirname(os.path.abspath(path)))
 
 
