@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import functools
 import json
+import re
+import urllib.parse
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, ParamSpec, TypeVar
 
@@ -25,30 +27,137 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
+DAMAGED_REMEDY = ("the ledger's Delta table is damaged: restore the state dir (or the named "
+                  "table) from a backup, or return the table to its last good version with "
+                  "delta-spark's RESTORE; nothing was written to the ledger")
+
+
 def _ledger_errors(action: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
-    """Turn delta-rs errors of a ledger function into :class:`LedgerError` naming the state
-    dir (the function's first argument) and what was being done."""
+    """Check the state dir's tables first (:func:`check_ledger`), then turn delta-rs and
+    Arrow errors of a ledger function into :class:`LedgerError` naming the state dir (the
+    function's first argument) and what was being done."""
 
     def wrap(fn: Callable[P, R]) -> Callable[P, R]:
         @functools.wraps(fn)
         def inner(*args: P.args, **kwargs: P.kwargs) -> R:
             from deltalake.exceptions import CommitFailedError, DeltaError
 
+            if args:
+                check_ledger(str(args[0]))
             try:
                 return fn(*args, **kwargs)
-            except DeltaError as err:
+            except (DeltaError, pa.ArrowException, OSError) as err:
                 raise LedgerError(
                     f"cannot {action}: {type(err).__name__}: {first_line(err)}",
                     path=str(args[0]) if args else None,
-                    remedy=None if isinstance(err, CommitFailedError) else (
-                        "the ledger's Delta table cannot be read as it is: restore the state "
-                        "dir from a backup (or let delta-spark's RESTORE return it to an earlier "
-                        "version); every partition of the log dir is old or new whatever "
-                        "the ledger says")) from err
+                    remedy=None if isinstance(err, CommitFailedError) else DAMAGED_REMEDY
+                ) from err
 
         return inner
 
     return wrap
+
+
+# ---------------------------------------------------------------------------------------------
+# The tables' health, read from the files themselves before delta-rs does
+
+
+_COMMIT = re.compile(r"^(\d{20})\.json$")
+_CHECKPOINT = re.compile(r"^(\d{20})\.checkpoint(\.\d+\.\d+)?\.parquet$")
+_PARQUET_MAGIC = b"PAR1"
+
+
+def check_ledger(state_dir: str) -> None:
+    """Every table under ``state_dir`` is whole, checked file by file the way the Delta
+    protocol lays it out (PROTOCOL.md "Delta Log Entries"), before delta-rs reads or writes it:
+    a ``_delta_log`` with contiguous commit versions from the last checkpoint on, every commit
+    file a non-empty sequence of JSON actions, and every data file those commits add present,
+    of the recorded size and framed as Parquet. A table whose ``_delta_log`` is gone while its
+    data files remain is orphaned. Whatever fails, nothing is written over it.
+
+    Raises:
+        LedgerError: naming the file and what to do.
+    """
+    if not storage.is_dir(state_dir):
+        return
+    for name in (ERASURE_REQUESTS_TABLE, RUNS_TABLE):
+        table = _table_path(state_dir, name)
+        if storage.is_dir(table):
+            _check_table(table)
+
+
+def _damaged(message: str, path: str) -> LedgerError:
+    return LedgerError(message, path=path, remedy=DAMAGED_REMEDY)
+
+
+def _check_table(table: str) -> None:
+    names = storage.list_dir(table)
+    log = storage.join(table, "_delta_log")
+    data = [n for n in names if n.endswith(".parquet")]
+    if "_delta_log" not in names or not storage.is_dir(log):
+        if data:
+            raise _damaged(f"the table has {len(data)} data file(s) but no _delta_log: it is "
+                           f"orphaned (its history is gone)", table)
+        return
+    entries = storage.list_dir(log)
+    commits = sorted(int(m.group(1)) for n in entries if (m := _COMMIT.match(n)))
+    checkpoints = sorted(int(m.group(1)) for n in entries if (m := _CHECKPOINT.match(n)))
+    if not commits and not checkpoints:
+        if data:
+            raise _damaged("the table's _delta_log holds no commit but data files remain: it "
+                           "is orphaned", log)
+        return
+    start = checkpoints[-1] + 1 if checkpoints else 0
+    wanted = list(range(start, max([*commits, start - 1]) + 1))
+    missing = sorted(set(wanted) - set(commits))
+    if missing:
+        raise _damaged(f"commit version {missing[0]} is missing from the table's log (versions "
+                       f"{start} to {wanted[-1]} must all be there)", log)
+    added: dict[str, int] = {}
+    for version in wanted:
+        path = storage.join(log, f"{version:020d}.json")
+        raw = storage.read_bytes(path)
+        if not raw.strip():
+            raise _damaged("the commit file is empty (a write that never finished)", path)
+        for number, line in enumerate(raw.decode("utf-8", "replace").splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                action = json.loads(line)
+                if not isinstance(action, dict):
+                    raise ValueError("not a JSON object")
+            except ValueError as err:
+                raise _damaged(f"line {number} of the commit file is not a Delta action "
+                               f"({err})", path) from err
+            if isinstance(action.get("add"), dict):
+                added[str(action["add"].get("path"))] = int(action["add"].get("size") or -1)
+            elif isinstance(action.get("remove"), dict):
+                added.pop(str(action["remove"].get("path")), None)
+    for rel, size in sorted(added.items()):
+        _check_data_file(storage.join(table, urllib.parse.unquote(rel)), size)
+
+
+def _check_data_file(path: str, size: int) -> None:
+    """A data file a commit adds: present, ``size`` bytes, Parquet's magic at both ends, a
+    footer that fits, and every row group decodable -- read here, on this thread, from bytes
+    in memory (ledger files are small), so that a damaged file is named before delta-rs or
+    Arrow's thread pool meets it."""
+    import pyarrow.parquet as pq
+
+    if not storage.exists(path):
+        raise _damaged("a data file the table's log adds is missing", path)
+    raw = storage.read_bytes(path)
+    if size >= 0 and len(raw) != size:
+        raise _damaged(f"the data file is {len(raw)} bytes, the table's log says {size}", path)
+    footer = int.from_bytes(raw[-8:-4], "little") if len(raw) >= 12 else -1
+    if (raw[:4] != _PARQUET_MAGIC or raw[-4:] != _PARQUET_MAGIC
+            or not 0 <= footer <= len(raw) - 12):
+        raise _damaged("the data file is not intact Parquet (its magic or footer is wrong)",
+                       path)
+    try:
+        pq.ParquetFile(pa.BufferReader(raw)).read(use_threads=False)
+    except (pa.ArrowException, OSError, ValueError) as err:
+        raise _damaged(f"the data file cannot be decoded: {first_line(err)}", path) from err
 
 
 # What marks a directory as a Kafka log dir (LogManager writes these at its root).
@@ -107,6 +216,7 @@ def require_ledger(state_dir: str) -> None:
     Raises:
         ConfigError: no ``erasure_requests`` table under ``state_dir``.
     """
+    check_ledger(state_dir)  # a damaged or orphaned table is that, not "no ledger"
     if not _is_table(_table_path(state_dir, ERASURE_REQUESTS_TABLE)):
         raise ConfigError("no erasure ledger here (no erasure_requests Delta table)",
                           path=state_dir,
