@@ -19,8 +19,11 @@ import javaproperties
 from compactor.log import manifest, storage
 from compactor.log.manifest import MANIFEST_NAME
 from compactor.codec.checkpoints import (
+    CLEANER_OFFSET_CHECKPOINT,
     LEADER_EPOCH_CHECKPOINT,
     LOG_START_OFFSET_CHECKPOINT,
+    RECOVERY_POINT_CHECKPOINT,
+    REPLICATION_OFFSET_CHECKPOINT,
     parse_leader_epoch_checkpoint,
     parse_offset_checkpoint,
 )
@@ -652,7 +655,7 @@ def plan_recovery(
     3. non-temporary files whose offset lies in ``[min swap base, max swap next offset)`` are
        the replaced segments (and their indexes and snapshots) and go -- except the producer
        snapshot at a swapped segment's own base, which the swap keeps;
-    4. remaining ``*.swap`` files lose their suffix;
+    4. remaining ``*.swap`` files lose their suffix, each segment's ``.log`` first;
     5. index files whose ``.log`` is missing go (Kafka deletes orphan indexes on load), and so
        does the producer snapshot of a ``.deleted`` segment that is no live segment's base
        (what ``ProducerStateManager.removeStraySnapshots`` removes when Kafka loads the log).
@@ -703,7 +706,12 @@ def plan_recovery(
                 deletes.append(n)
         elif n.endswith(SNAPSHOT_SUFFIX) and off in deleted_bases and off not in live_bases:
             deletes.append(n)
-    return RecoveryPlan(deletes=tuple(sorted(set(deletes))), renames=tuple(sorted(renames)))
+    # each new segment's .log.swap first: once it is renamed, no later recovery takes the
+    # segment's range for replaced (which would delete its indexes already renamed); its
+    # remaining index .swap files are then plain renames
+    renames.sort(key=lambda r: (file_offset(r[0]) or 0,
+                                not r[0].endswith(LOG_SUFFIX + SWAP_SUFFIX), r[0]))
+    return RecoveryPlan(deletes=tuple(sorted(set(deletes))), renames=tuple(renames))
 
 
 def recover_partition(partition_dir: str, *, dry_run: bool = False) -> RecoveryPlan:
@@ -746,6 +754,8 @@ def recover_partition(partition_dir: str, *, dry_run: bool = False) -> RecoveryP
             ) from err
 
     plan = plan_recovery(names, next_offset)
+    if not dry_run and not storage.is_url(partition_dir):
+        remove_stale_temporaries(partition_dir, PARTITION_CHECKPOINTS)
     if dry_run or plan.is_empty:
         return rolled.then(plan)
     for name in plan.deletes:
@@ -754,6 +764,24 @@ def recover_partition(partition_dir: str, *, dry_run: bool = False) -> RecoveryP
         storage.rename(storage.join(partition_dir, src), storage.join(partition_dir, dst))
     storage.fsync_dir(partition_dir)
     return rolled.then(plan)
+
+
+# The checkpoint files written as ``<name>.tmp`` then renamed (Kafka's CheckpointFile, and
+# storage.write_atomic here): a kill between the two leaves the ``.tmp`` behind.
+LOG_DIR_CHECKPOINTS = (CLEANER_OFFSET_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT,
+                       RECOVERY_POINT_CHECKPOINT, REPLICATION_OFFSET_CHECKPOINT)
+PARTITION_CHECKPOINTS = (LEADER_EPOCH_CHECKPOINT, PARTITION_METADATA)
+
+
+def remove_stale_temporaries(directory: str, checkpoints: Iterable[str]) -> int:
+    """Delete the ``<checkpoint>.tmp`` files a killed checkpoint write left in ``directory``
+    (only regular files of those names: the checkpoint itself was never touched, and its
+    next write would overwrite them); returns how many went."""
+    names = set(storage.identities(directory))  # regular files only
+    stale = [c + ".tmp" for c in checkpoints if c + ".tmp" in names]
+    for name in stale:
+        storage.remove(storage.join(directory, name), missing_ok=True)
+    return len(stale)
 
 
 def recover_partitions(log_dir: str, names: Iterable[str]) -> tuple[int, dict[str, CompactorError]]:
@@ -766,6 +794,8 @@ def recover_partitions(log_dir: str, names: Iterable[str]) -> tuple[int, dict[st
     """
     recovered = 0
     failed: dict[str, CompactorError] = {}
+    if not storage.is_url(log_dir):  # an object store's PUT leaves no temporary
+        remove_stale_temporaries(log_dir, LOG_DIR_CHECKPOINTS)
     for name in names:
         try:
             if not recover_partition(storage.join(log_dir, name)).is_empty:

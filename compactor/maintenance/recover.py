@@ -9,7 +9,14 @@ from dataclasses import dataclass
 from compactor.cluster.metadata import METADATA_DIR_NAME
 from compactor.errors import CompactorError, LogDirError
 from compactor.log import storage
-from compactor.log.layout import RecoveryPlan, is_partition_dir, open_log_dir, recover_partition
+from compactor.log.layout import (
+    LOG_DIR_CHECKPOINTS,
+    RecoveryPlan,
+    is_partition_dir,
+    open_log_dir,
+    recover_partition,
+    remove_stale_temporaries,
+)
 
 
 @dataclass(frozen=True)
@@ -45,6 +52,8 @@ def recover(path: str, *, dry_run: bool) -> list[Recovered]:
         partition_dirs = [storage.join(path, c.name) for c in log_dir.copies_of(lambda _: True)]
     out = []
     with storage.log_dir_lock(lock_dir):
+        if not dry_run and not storage.is_url(lock_dir):
+            remove_stale_temporaries(lock_dir, LOG_DIR_CHECKPOINTS)
         for pdir in partition_dirs:
             try:
                 out.append(Recovered(pdir, plan=recover_partition(pdir, dry_run=dry_run)))

@@ -245,8 +245,8 @@ def open_durable(path: str, *, mtime_ms: int | None = None,
 
 def write_atomic(path: str, data: bytes) -> None:
     """Kafka's checkpoint write: ``<path>.tmp``, fsync, rename over ``path``, fsync the dir.
-    A failure removes the temporary file (a kill leaves it: :func:`remove_stale_temporary`
-    clears it on the next recovery, as Kafka overwrites it on its next write)."""
+    A failure removes the temporary file (a kill leaves it: the next recovery removes it,
+    :func:`compactor.log.layout.remove_stale_temporaries`)."""
     tmp = path + ".tmp"
     try:
         write_durable(tmp, data)
