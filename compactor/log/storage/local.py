@@ -17,6 +17,7 @@ import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 from compactor.errors import LogDirError, LogDirLockedError
 
@@ -50,10 +51,36 @@ def _fail(err: OSError, path: str, action: str) -> LogDirError:
                        remedy=_REMEDIES.get(err.errno or 0))
 
 
-def read_bytes(path: str, start: int = 0, end: int | None = None) -> bytes:
-    """Bytes ``[start, end)`` of a file (``end`` = end of file when ``None``)."""
+def _open_regular(path: str) -> Any:
+    """``path`` opened for reading, refused unless it is a regular file (after symlinks):
+    opened without blocking, so that a FIFO named like a segment cannot hang the run, and
+    checked before a byte is read, so that a link to ``/dev/zero`` cannot fill memory.
+
+    Raises:
+        LogDirError: not a regular file, or it cannot be opened.
+    """
     try:
-        with open(path, "rb") as handle:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as err:
+        raise _fail(err, path, "read file") from err
+    mode = os.fstat(fd).st_mode
+    if not stat_module.S_ISREG(mode):
+        os.close(fd)
+        kind = ("a directory" if stat_module.S_ISDIR(mode) else "a FIFO" if
+                stat_module.S_ISFIFO(mode) else "a device" if stat_module.S_ISCHR(mode)
+                or stat_module.S_ISBLK(mode) else "a socket")
+        raise LogDirError(f"is {kind}, not a regular file: Kafka's files are regular files "
+                          f"and only those are read", path=path,
+                          remedy="move it out of the log dir (a broker would not load it "
+                                 "either); nothing was changed")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
+
+
+def read_bytes(path: str, start: int = 0, end: int | None = None) -> bytes:
+    """Bytes ``[start, end)`` of a regular file (``end`` = end of file when ``None``)."""
+    try:
+        with _open_regular(path) as handle:
             if start:
                 handle.seek(start)
             return handle.read() if end is None else handle.read(max(0, end - start))
@@ -66,7 +93,7 @@ def crc32(path: str, chunk_bytes: int = 1 << 20) -> int:
     1 GiB segment costs one chunk of memory, not the file's size."""
     value = 0
     try:
-        with open(path, "rb") as handle:
+        with _open_regular(path) as handle:
             while chunk := handle.read(chunk_bytes):
                 value = zlib.crc32(chunk, value)
     except OSError as err:
@@ -83,7 +110,7 @@ def mapped(path: str) -> Iterator[bytes]:
     writers away; a shrink would end the process with SIGBUS, leaving only ``.cleaned``
     files that the next run's recovery removes)."""
     try:
-        with open(path, "rb") as handle:
+        with _open_regular(path) as handle:
             view = (mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
                     if os.fstat(handle.fileno()).st_size else None)
     except OSError as err:
@@ -101,11 +128,8 @@ def mapped(path: str) -> Iterator[bytes]:
 
 
 def read_text(path: str) -> str:
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return handle.read()
-    except OSError as err:
-        raise _fail(err, path, "read file") from err
+    try:  # universal newlines, as text mode reads them
+        return read_bytes(path).decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
     except UnicodeDecodeError as err:
         raise LogDirError(f"file is not UTF-8 text: {err}", path=path) from err
 
