@@ -13,27 +13,16 @@ from pathlib import Path
 
 import pytest
 
-from compactor.config import resolve_topic_config
 from compactor.errors import LogDirError
 from compactor.log import storage, swap
-from compactor.log.layout import open_log_dir, read_offset_checkpoint, recover_partition
+from compactor.log.layout import recover_partition
 from compactor.log.manifest import MANIFEST_NAME
-from compactor.maintenance.compact import load_partition_input
-from compactor.maintenance.options import MaintenanceOptions
-from compactor.spark.stages import write_cleaned_segments
-from compactor.tools.generator import DEFAULT_START_MS, GeneratorConfig, generate
 from compactor.tools.s3_server import S3Server, copy_prefix
-from tests.helpers import reference_round
-from tests.objectstore.conftest import download, fresh_url, settings_of, tree, upload
+from tests.objectstore.conftest import download, fresh_url, settings_of, tree
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
-NOW_MS = DEFAULT_START_MS + 3 * 86_400_000
-CONFIGS = {"cleanup.policy": "compact", "segment.index.bytes": "48"}
-GEN = GeneratorConfig(topics=("accounts",), partitions=1, records_per_partition=500,
-                      distinct_keys=80, segment_bytes=4 * 1024, tombstone_ratio=0.2,
-                      transactional_ratio=0.5, abort_ratio=0.4, seed=21, metadata_log=False)
 OBJECT_OPERATIONS = ("write_new", "copy", "remove")
 
 # Swaps the pickled commit messages into a partition on S3, SIGKILLed before object operation
@@ -51,40 +40,6 @@ ops = kill_before(int(crash_at), ("write_new", "copy", "remove"))
 swap.commit_partition(partition_dir, messages, scanned)
 print(ops())
 """
-
-
-@pytest.fixture(scope="module")
-def staged(spark, s3_server: S3Server, tmp_path_factory: pytest.TempPathFactory) -> dict:
-    """A partition on S3 with its cleaned objects written by Spark executors, not swapped."""
-    root = tmp_path_factory.mktemp("s3crash")
-    local = root / "logs"
-    generate(str(local), GEN)
-    (tp_dir, (_, _, ref)), = reference_round(local, CONFIGS, NOW_MS).items()
-    assert len(ref.plan.groups) >= 3 and any(len(g) > 1 for g in ref.plan.groups)
-    url = upload(s3_server, local, "staged")
-    before = storage.settings()
-    storage.configure(settings_of(s3_server))
-    try:
-        tp = open_log_dir(url).partitions[0]
-        opts = MaintenanceOptions(log_dir=url, now_ms=NOW_MS, assume_kafka_defaults=True, config_all=CONFIGS)
-        checkpoints = {name: read_offset_checkpoint(url, name) for name in (
-            "cleaner-offset-checkpoint", "log-start-offset-checkpoint",
-            "replication-offset-checkpoint")}
-        inp = load_partition_input(url, tp, resolve_topic_config(tp.topic, CONFIGS), opts,
-                                   checkpoints)
-        messages = write_cleaned_segments(spark, {0: inp}, {0: ref.plan})
-        assert not any(m.error for m in messages)
-        committed = fresh_url("committed")
-        copy_prefix(s3_server.client(), url, committed)
-        swap.commit_partition(f"{committed}/{tp_dir}", messages,
-                              storage.identities(f"{committed}/{tp_dir}"))
-    finally:
-        storage.configure(before)
-    messages_file = root / "messages.pickle"
-    messages_file.write_bytes(pickle.dumps(messages))
-    download(s3_server, committed, root / "new")
-    return {"url": url, "tp_dir": tp_dir, "messages_file": messages_file,
-            "old": tree(local / tp_dir), "new": tree(root / "new" / tp_dir), "root": root}
 
 
 def _crash(server: S3Server, partition_dir: str, staged: dict,

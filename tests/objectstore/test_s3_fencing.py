@@ -26,7 +26,6 @@ from compactor.log.storage import LEASE_NAME
 from compactor.tools.s3_server import S3Server, copy_prefix
 from tests.objectstore.conftest import download, fresh_url, settings_of, tree
 from tests.objectstore.proxy import HOLD, PASS, THROTTLE, Request, proxy_to
-from tests.objectstore.test_s3_crash import staged  # noqa: F401  (the module's fixture)
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
