@@ -11,6 +11,7 @@ the job fails) and, with ``state_dir``, the job records it in the ``runs`` Delta
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import tempfile
@@ -29,11 +30,67 @@ with open(CONFIG_PATH, encoding="utf-8") as handle:
     SETTINGS = yaml.safe_load(handle) or {}
 
 START = datetime(2026, 1, 1)
+_TASK_SAFE = re.compile(r"^[A-Za-z0-9_.-]+$")
+
+
+def _number(key: str, default: float, problems: list[str]) -> float:
+    value = SETTINGS.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not \
+            0 <= value < 10_000:
+        problems.append(f"{key}: {value!r} is not a number from 0 to 10000")
+        return default
+    return value
+
+
+def _log_dir_problems(entries: Any) -> tuple[dict[str, dict], list[str]]:
+    """The valid ``maintenance.log_dirs`` by name, and what is wrong with the others."""
+    if entries is None:
+        return {}, []
+    if not isinstance(entries, list):
+        return {}, ["maintenance.log_dirs: expected a list of log dirs"]
+    out: dict[str, dict] = {}
+    problems = []
+    for i, d in enumerate(entries):
+        where = f"maintenance.log_dirs[{i}]"
+        if not isinstance(d, dict):
+            problems.append(f"{where}: expected a mapping with name and path")
+            continue
+        name = d.get("name")
+        if not isinstance(name, str) or not _TASK_SAFE.match(name):
+            problems.append(f"{where}: name {name!r} must be letters, digits, '_', '.', '-'")
+            continue
+        if name in out:
+            problems.append(f"{where}: name {name!r} is used twice (each log dir needs its "
+                            f"own: a second one would replace the first)")
+            continue
+        if not isinstance(d.get("path"), str) or not d["path"]:
+            problems.append(f"{where} ({name}): path is missing")
+            continue
+        if not d.get("server_properties") and d.get("assume_kafka_defaults") is not True:
+            problems.append(f"{where} ({name}): server_properties is missing (or say "
+                            f"assume_kafka_defaults: true for a broker that sets no log.* "
+                            f"config)")
+            continue
+        bad = [k for k, kind in (("config", dict), ("server_properties", str),
+                                 ("metadata_log_dir", str), ("topic_configs", str))
+               if d.get(k) not in (None, "", {}) and not isinstance(d[k], kind)]
+        if bad:
+            problems.append(f"{where} ({name}): {', '.join(bad)} has the wrong type")
+            continue
+        out[name] = d
+    return out, problems
+
+
+# Each DAG is checked on its own: a wrong field shows as that DAG's failing task with the
+# message (and in the scheduler's log), while the other DAGs parse and run.
+COMMON_PROBLEMS: list[str] = []
 # retries and their delay come from the settings; which failures are retried, from the job's
 # exit code and error (CompactorJob)
-DEFAULT_ARGS = {"retries": int(SETTINGS.get("retries", 2)),
-                "retry_delay": timedelta(minutes=float(SETTINGS.get("retry_delay_minutes", 5)))}
-LOG_DIRS = {d["name"]: d for d in SETTINGS.get("maintenance", {}).get("log_dirs", [])}
+DEFAULT_ARGS = {"retries": int(_number("retries", 2, COMMON_PROBLEMS)),
+                "retry_delay": timedelta(minutes=_number("retry_delay_minutes", 5,
+                                                         COMMON_PROBLEMS))}
+LOG_DIRS, LOG_DIR_PROBLEMS = _log_dir_problems(
+    (SETTINGS.get("maintenance") or {}).get("log_dirs", []))
 
 #: Failures worth a retry: the log dir locked (exit 4: a broker restarting, another run), an
 #: object store, the ledger or the Spark master refusing for the moment. Configuration errors
@@ -165,6 +222,53 @@ NOW_PARAM = Param("", type=["string", "integer"],
                               "(2026-11-25T10:00:00Z); empty: wall clock; more than an hour "
                               "ahead of the clock is refused")
 
+def _erasure_problems() -> list[str]:
+    problems = [] if SETTINGS.get("state_dir") else ["state_dir: required for erasure"]
+    names = (SETTINGS.get("erasure") or {}).get("log_dirs") or list(LOG_DIRS)
+    if not isinstance(names, list):
+        return [*problems, "erasure.log_dirs: expected a list of names"]
+    seen = set()
+    for name in names:
+        if name in seen:
+            problems.append(f"erasure.log_dirs: {name!r} is named twice")
+        elif name not in LOG_DIRS:
+            problems.append(f"erasure.log_dirs: {name!r} is not a valid maintenance.log_dirs "
+                            f"name" + (" (see its own problem)" if LOG_DIR_PROBLEMS else ""))
+        seen.add(name)
+    # a log dir left out of a broker's erasure would leave the subject there: every problem
+    # of maintenance.log_dirs stops the erasure DAG too
+    return problems + LOG_DIR_PROBLEMS
+
+
+PROBLEMS = {
+    "kafka_log_maintenance": COMMON_PROBLEMS + LOG_DIR_PROBLEMS,
+    "kafka_gdpr_erasure": COMMON_PROBLEMS + _erasure_problems(),
+    "kafka_compaction_oneoff": COMMON_PROBLEMS,
+    "kafka_gdpr_request": COMMON_PROBLEMS + ([] if SETTINGS.get("state_dir")
+                                             else ["state_dir: required for erasure"]),
+}
+
+
+def _refuse(message: str) -> None:
+    raise AirflowFailException(message)
+
+
+def invalid_settings(dag_id: str) -> bool:
+    """Add the failing task of a DAG whose settings are wrong; ``True`` when it did (the DAG
+    then has that task only)."""
+    if not PROBLEMS[dag_id]:
+        return False
+    from airflow.providers.standard.operators.python import PythonOperator
+
+    message = (f"{CONFIG_PATH}: the settings of {dag_id} are wrong: "
+               + "; ".join(PROBLEMS[dag_id]) + ". Fix the file; the other DAGs are not "
+               "affected.")
+    logging.getLogger(__name__).error(message)
+    PythonOperator(task_id="invalid_settings", python_callable=_refuse,
+                   op_args=[message], retries=0)
+    return True
+
+
 with DAG(
     dag_id="kafka_log_maintenance",
     description="Recover, then compaction and retention per topic cleanup.policy, per log dir",
@@ -172,7 +276,7 @@ with DAG(
     start_date=START, catchup=False, max_active_runs=1, default_args=DEFAULT_ARGS,
     params={"now_ms": NOW_PARAM}, tags=["kafka", "compaction", "retention"],
 ):
-    for name, log_dir in LOG_DIRS.items():
+    for name, log_dir in ({} if invalid_settings("kafka_log_maintenance") else LOG_DIRS).items():
         recover = spark_job(f"recover_{name}", "recover", [log_dir["path"], "--json"])
         maintain = spark_job(f"run_{name}", "run", maintenance_args(log_dir))
         recover >> maintain
@@ -183,17 +287,20 @@ with DAG(
     schedule=SETTINGS.get("erasure", {}).get("schedule", "@daily"),
     start_date=START, catchup=False, max_active_runs=1, default_args=DEFAULT_ARGS,
     params={"now_ms": NOW_PARAM}, tags=["kafka", "gdpr"],
-):
+) as erasure_dag:
     state = SETTINGS.get("state_dir", "")
     now = ["--now-ms", "{{ params.now_ms }}"]
+    if invalid_settings("kafka_gdpr_erasure"):
+        erasure_dag = None
     # runs even when an apply or verify failed: an overdue request must still alert
-    status = spark_job("erase_status", "erase", ["status", "--state-dir", state, "--json", *now],
+    status = None if erasure_dag is None else spark_job("erase_status", "erase", ["status", "--state-dir", state, "--json", *now],
                        trigger_rule="all_done")
     # every log dir applies before any verifies (and none verifies after a failed apply, which
     # would find the subject and fail the request): a request is verified only once every
     # replica the metadata names was scanned clean
     applies, verifies = [], []
-    for name in SETTINGS.get("erasure", {}).get("log_dirs") or list(LOG_DIRS):
+    for name in [] if erasure_dag is None else (
+            (SETTINGS.get("erasure") or {}).get("log_dirs") or list(LOG_DIRS)):
         path = LOG_DIRS[name]["path"]
         cluster = cluster_args(LOG_DIRS[name])
         applies.append(spark_job(f"erase_apply_{name}", "erase",
@@ -230,18 +337,19 @@ with DAG(
     },
     tags=["kafka", "compaction"],
 ):
-    spark_job("compact", "compact", [
-        "{{ kc_path(params.log_dir) }}", "--dry-run={{ params.dry_run }}",
-        "--topics", "{{ params.topics }}",
-        "--metadata-log-dir",
-        "{{ kc_setting(params.log_dir, 'metadata_log_dir', params.metadata_log_dir) }}",
-        "--server-properties",
-        "{{ kc_setting(params.log_dir, 'server_properties', params.server_properties) }}",
-        "--config-json", "{{ kc_configs(params.log_dir, params.configs) }}",
-        "--topic-configs", "{{ kc_setting(params.log_dir, 'topic_configs', '') }}",
-        "--now-ms", "{{ params.now_ms }}",
-        "--json", *(["--state-dir", SETTINGS["state_dir"]] if SETTINGS.get("state_dir") else []),
-    ])
+    if not invalid_settings("kafka_compaction_oneoff"):
+        spark_job("compact", "compact", [
+            "{{ kc_path(params.log_dir) }}", "--dry-run={{ params.dry_run }}",
+            "--topics", "{{ params.topics }}",
+            "--metadata-log-dir",
+            "{{ kc_setting(params.log_dir, 'metadata_log_dir', params.metadata_log_dir) }}",
+            "--server-properties",
+            "{{ kc_setting(params.log_dir, 'server_properties', params.server_properties) }}",
+            "--config-json", "{{ kc_configs(params.log_dir, params.configs) }}",
+            "--topic-configs", "{{ kc_setting(params.log_dir, 'topic_configs', '') }}",
+            "--now-ms", "{{ params.now_ms }}",
+            "--json", *(["--state-dir", SETTINGS["state_dir"]] if SETTINGS.get("state_dir") else []),
+        ])
 
 with DAG(
     dag_id="kafka_gdpr_request",
@@ -265,10 +373,11 @@ with DAG(
     },
     tags=["kafka", "gdpr"],
 ):
-    subject = ("{{ '--keys-file=' ~ params.keys_file if params.keys_file else "
-               "('--header=' ~ params.header if params.header else '--key=' ~ params.key) }}")
-    spark_job("erase_request", "erase", [
-        "request", "--state-dir", SETTINGS.get("state_dir", ""), "--topic", "{{ params.topic }}",
-        subject, "--reason={{ params.reason }}", "--deadline-days", "{{ params.deadline_days }}",
-        "--request-id={{ params.request_id }}", "--now-ms={{ params.now_ms }}", "--json",
-    ])
+    if not invalid_settings("kafka_gdpr_request"):
+        subject = ("{{ '--keys-file=' ~ params.keys_file if params.keys_file else "
+                   "('--header=' ~ params.header if params.header else '--key=' ~ params.key) }}")
+        spark_job("erase_request", "erase", [
+            "request", "--state-dir", SETTINGS.get("state_dir", ""), "--topic", "{{ params.topic }}",
+            subject, "--reason={{ params.reason }}", "--deadline-days", "{{ params.deadline_days }}",
+            "--request-id={{ params.request_id }}", "--now-ms={{ params.now_ms }}", "--json",
+        ])

@@ -297,3 +297,39 @@ def test_the_one_off_dag_takes_a_log_dir_by_name_with_its_settings(settings: dic
         task.render_template(task.application_args, {"params": params})))
     assert (opts.log_dir, opts.config_all, opts.config_topics, opts.server_properties) == (
         str(tmp_path / "elsewhere"), {}, {}, None)
+
+
+def test_wrong_settings_break_only_their_dags_and_say_why(
+        settings: dict, tmp_path: Path, airflow_db: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 28.9: a duplicate log-dir name was accepted (one dropped) and one bad field
+    removed all four DAGs (an import error). Now each DAG is checked on its own: the DAGs
+    the problem concerns get one failing task saying what is wrong, the others parse."""
+    cfg = {k: v for k, v in settings.items() if k not in ("logs", "state", "server_properties")}
+    first = cfg["maintenance"]["log_dirs"][0]
+    cfg["maintenance"] = {**cfg["maintenance"], "log_dirs": [first, {**first, "path": "/x"}]}
+    path = tmp_path / "wrong.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    monkeypatch.setenv("KAFKA_COMPACTOR_DAGS_CONFIG", str(path))
+    bag = _bag()
+    assert bag.import_errors == {}
+    assert set(bag.dags) == DAG_IDS
+    for dag_id in ("kafka_log_maintenance", "kafka_gdpr_erasure"):
+        assert set(bag.dags[dag_id].task_dict) == {"invalid_settings"}
+        (message,) = bag.dags[dag_id].task_dict["invalid_settings"].op_args
+        assert "'b1' is used twice" in message and str(path) in message
+    assert set(bag.dags["kafka_compaction_oneoff"].task_dict) == {"compact"}
+    assert set(bag.dags["kafka_gdpr_request"].task_dict) == {"erase_request"}
+    run = bag.dags["kafka_log_maintenance"].test(run_conf={"now_ms": str(NOW)})
+    assert run.state == "failed"
+    (ti,) = run.get_task_instances()
+    assert ti.state == "failed"
+    # and a wrong retries value stops every DAG, each saying so
+    path.write_text(yaml.safe_dump({**settings_of(cfg), "retries": "many"}))
+    bag = _bag()
+    assert bag.import_errors == {} and set(bag.dags) == DAG_IDS
+    assert all(set(d.task_dict) == {"invalid_settings"} for d in bag.dags.values())
+
+
+def settings_of(cfg: dict) -> dict:
+    first = cfg["maintenance"]["log_dirs"][0]
+    return {**cfg, "maintenance": {**cfg["maintenance"], "log_dirs": [first]}}
