@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import socket
+import struct
 import sys
 import threading
 import time
@@ -221,12 +222,14 @@ def _pass_through(batches: Iterator[Any]) -> Iterator[Any]:
 
 
 def check_master_reachable(master: str, timeout_s: float = MASTER_CONNECT_TIMEOUT_S) -> None:
-    """For a standalone master (``spark://host:port[,host:port]``), a TCP connection to one of
-    its hosts within ``timeout_s`` seconds. Spark itself retries registration for about a
-    minute and then fails with a Java stack trace; this says at once what is wrong.
+    """For a standalone master (``spark://host:port[,host:port]``): one of its hosts accepts
+    a connection within ``timeout_s`` seconds and answers like a Spark RPC server
+    (:func:`_speaks_spark_rpc`). Spark itself retries registration for about a minute and
+    then fails its first job with a Java stack trace; this says at once what is wrong.
 
     Raises:
-        SparkUnavailableError: no host of the master URL accepts a connection.
+        SparkUnavailableError: no host of the master URL accepts a connection, or the one
+            that does answers as something else (a web UI, another service).
     """
     if not master.startswith("spark://"):
         return
@@ -234,16 +237,53 @@ def check_master_reachable(master: str, timeout_s: float = MASTER_CONNECT_TIMEOU
     for hostport in master[len("spark://"):].split(","):
         host, _, port = hostport.rpartition(":")
         try:
-            with socket.create_connection((host, int(port)), timeout=timeout_s):
-                return
+            with socket.create_connection((host, int(port)), timeout=timeout_s) as conn:
+                problem = _speaks_spark_rpc(conn, timeout_s)
         except (OSError, ValueError) as err:
             failures.append(f"{hostport}: {getattr(err, 'strerror', None) or err}")
+            continue
+        if problem is None:
+            return
+        failures.append(f"{hostport}: {problem}")
     raise SparkUnavailableError(
         f"the Spark master {master} cannot be reached within {timeout_s:.0f} s "
         f"({'; '.join(failures)})",
-        remedy="check the --master URL and that the master is running and reachable from "
-               "this host (firewall, DNS); nothing was changed")
+        remedy="check the --master URL (the master's RPC port, 7077 by default, not its web "
+               "UI) and that the master is running and reachable from this host (firewall, "
+               "DNS); nothing was changed")
 
+
+_PROBE_ID = 0x6B632D70726F6265  # "kc-probe"
+
+
+def _speaks_spark_rpc(conn: socket.socket, timeout_s: float) -> str | None:
+    """Send one Spark RPC request frame (``MessageEncoder``: frame length, type 3 =
+    RpcRequest, request id, body length, body) whose body no endpoint understands: a Spark
+    RPC server answers with an RpcFailure (type 5) or RpcResponse (type 4) frame for that
+    request id. ``None`` when it does, or when the server closes the connection without a
+    word (a master with ``spark.authenticate`` may; Spark then says more); else what it
+    did instead."""
+    body = b"kafka-compactor: is this a Spark master?"
+    conn.settimeout(timeout_s)
+    try:
+        conn.sendall(struct.pack(">qbqi", 8 + 1 + 8 + 4 + len(body), 3, _PROBE_ID, len(body))
+                     + body)
+        data = b""
+        while len(data) < 17:
+            chunk = conn.recv(4096)
+            if not chunk:
+                break
+            data += chunk
+    except TimeoutError:
+        return f"it accepts connections but did not answer a Spark RPC request in {timeout_s:.0f} s"
+    except OSError:
+        return None  # reset: inconclusive
+    if not data:
+        return None
+    if len(data) >= 17 and data[8] in (4, 5) and struct.unpack(">q", data[9:17])[0] == _PROBE_ID:
+        return None
+    shown = data[:24].decode("ascii", "replace").split("\r")[0]
+    return f"it is not a Spark master: it answered {shown!r}"
 
 
 def stop_child_processes() -> None:

@@ -104,3 +104,33 @@ def test_compaction_on_a_cluster_against_s3_equals_local_mode(
     assert all(p["status"] == "cleaned" for p in topic_lines(remote["partitions"]))
     download(s3_server, url, tmp_path / "down")
     assert tree(tmp_path / "down") == tree(local)
+
+
+def test_a_master_url_that_is_not_a_spark_master_is_refused_at_once(
+        standalone: local_cluster.Cluster, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 28.9: a port that is not a Spark master (here the master's own web UI) took 79 s
+    and ended as an internal error. Now the master is asked one RPC question first."""
+    import socket
+    import time
+
+    from compactor.errors import SparkUnavailableError
+    from compactor.spark.session import check_master_reachable
+
+    check_master_reachable(standalone.master_url)  # the real one answers
+    web_port = standalone.web_url.rsplit(":", 1)[1]
+    with pytest.raises(SparkUnavailableError, match="not a Spark master"):
+        check_master_reachable(f"spark://127.0.0.1:{web_port}")
+    with socket.socket() as silent:  # accepts, never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        with pytest.raises(SparkUnavailableError, match="did not answer"):
+            check_master_reachable(f"spark://127.0.0.1:{silent.getsockname()[1]}",
+                                   timeout_s=1)
+    logs = tmp_path / "logs"
+    generate(str(logs), GEN)
+    started = time.monotonic()
+    code = cli_main(["compact", str(logs), "--assume-kafka-defaults", "--now-ms", NOW,
+                     "--master", f"spark://127.0.0.1:{web_port}", "--json"])
+    assert code == 1 and time.monotonic() - started < 30
+    assert '"SPARK_UNAVAILABLE"' in capsys.readouterr().out
