@@ -805,6 +805,19 @@ def recover_partitions(log_dir: str, names: Iterable[str]) -> tuple[int, dict[st
     return recovered, failed
 
 
+def planned_recovery_errors(log_dir: str, names: Iterable[str]) -> dict[str, CompactorError]:
+    """What :func:`recover_partitions` would fail on, found by planning each directory's
+    recovery without changing anything (a dry run, ``compactor plan``, refuses the same
+    partitions the real run would)."""
+    failed: dict[str, CompactorError] = {}
+    for name in names:
+        try:
+            recover_partition(storage.join(log_dir, name), dry_run=True)
+        except CompactorError as err:
+            failed[name] = err
+    return failed
+
+
 # The files a group's rewrite may leave as ``<base><suffix>.cleaned`` (Kafka's
 # ``LocalLog.CleanedFileSuffix``) until the driver swaps them in.
 CLEANED_FILE_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)

@@ -35,6 +35,7 @@ from compactor.log.layout import (
     load_partition,
     open_log_dir,
     read_aborted_txns,
+    planned_recovery_errors,
     read_offset_checkpoint,
     recover_partitions,
 )
@@ -244,10 +245,12 @@ def run_locked(session: LazySession, opts: MaintenanceOptions, catalog: Catalog)
                          log_dir=opts.log_dir, now_ms=opts.now_ms, catalog=catalog)
     stages = _Stages(report)
     unrecovered: dict[str, CompactorError] = {}
+    selected = [tp.dir_name for tp in log_dir.partitions
+                if opts.selects(tp.topic) and catalog.skip_reason(tp) is None]
     if not opts.dry_run:
-        report.recovered, unrecovered = recover_partitions(opts.log_dir, [
-            tp.dir_name for tp in log_dir.partitions
-            if opts.selects(tp.topic) and catalog.skip_reason(tp) is None])
+        report.recovered, unrecovered = recover_partitions(opts.log_dir, selected)
+    else:  # a plan refuses what the round would refuse: leftovers recovery cannot resolve
+        unrecovered = planned_recovery_errors(opts.log_dir, selected)
     stages.done("recover")
     checkpoints = {name: read_offset_checkpoint(opts.log_dir, name) for name in
                    (CLEANER_OFFSET_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT,

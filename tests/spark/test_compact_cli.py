@@ -196,3 +196,22 @@ def test_a_checkpoint_failure_after_the_swaps_says_what_changed_and_exits_partia
     assert "nothing was swapped" not in json.dumps(report)
     (small_log / "cleaner-offset-checkpoint.tmp").rmdir()
     assert not inspect_problems(small_log)
+
+
+def test_a_plan_refuses_what_the_round_refuses(
+        spark, small_log: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 28.9: ``plan`` predicted would_clean for a partition whose leftover (an
+    unreadable .log.swap) ``compact`` refuses. Now both say SWAP_RECOVERY."""
+    part = next(p for p in sorted(small_log.iterdir()) if p.is_dir() and p.name[-1].isdigit()
+                and not p.name.startswith("__"))
+    base = min(int(p.name[:20]) for p in part.glob("*.log"))
+    (part / f"{base:020d}.log.swap").write_bytes(b"\x00\x00\x00\x00garbage, not a batch")
+
+    def line(command: str) -> dict:
+        cli_main([command, "--assume-kafka-defaults", str(small_log), *COMPACT])
+        return next(p for p in report_line(capsys)["partitions"]
+                    if f"{p['topic']}-{p['partition']}" == part.name)
+
+    planned, done = line("plan"), line("compact")
+    assert done["status"] == "corrupt" and done["reason"] == "SWAP_RECOVERY"
+    assert (planned["status"], planned["reason"]) == (done["status"], done["reason"])
