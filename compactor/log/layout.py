@@ -165,6 +165,7 @@ class PartitionLog:
     leftovers: tuple[str, ...] = ()
     snapshots: tuple[int, ...] = ()
     identities: Mapping[str, str] = field(default_factory=dict)
+    strays: tuple[ForeignEntry, ...] = ()  # entries Kafka does not keep in a partition dir
 
     @property
     def active_segment(self) -> SegmentInfo | None:
@@ -468,10 +469,25 @@ def load_partition(partition_dir: str) -> PartitionLog:
                                                  name_set),
             )
         )
+    strays = tuple(ForeignEntry(f"{name}/{n}", "file" if n in identities else "entry",
+                                "not a file Kafka keeps in a partition directory (Kafka's "
+                                "loader ignores it too)")
+                   for n in names if not is_partition_file(n))
     return PartitionLog(
         tp=tp, path=partition_dir, segments=tuple(segments), leftovers=leftovers,
-        snapshots=snapshots, identities=identities,
+        snapshots=snapshots, identities=identities, strays=strays,
     )
+
+
+_SEGMENT_FILE = re.compile(r"^[0-9]{20}(\.log|\.index|\.timeindex|\.txnindex|\.snapshot)"
+                           r"(\.cleaned|\.swap|\.deleted)?$")
+
+
+def is_partition_file(name: str) -> bool:
+    """Whether Kafka (or a kafka-compactor swap) keeps a file of this name in a partition
+    directory: a segment's files and producer snapshots (with a swap's suffixes), the
+    partition's checkpoints (and their temporaries) and an object-store swap manifest."""
+    return bool(_SEGMENT_FILE.match(name)) or name in _PARTITION_FILES
 
 
 def _size_if_exists(partition_dir: str, name: str, names: set[str]) -> int:
@@ -771,6 +787,10 @@ def recover_partition(partition_dir: str, *, dry_run: bool = False) -> RecoveryP
 LOG_DIR_CHECKPOINTS = (CLEANER_OFFSET_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT,
                        RECOVERY_POINT_CHECKPOINT, REPLICATION_OFFSET_CHECKPOINT)
 PARTITION_CHECKPOINTS = (LEADER_EPOCH_CHECKPOINT, PARTITION_METADATA)
+
+
+_PARTITION_FILES = frozenset({*PARTITION_CHECKPOINTS, *(c + ".tmp" for c in PARTITION_CHECKPOINTS),
+                              MANIFEST_NAME})
 
 
 def remove_stale_temporaries(directory: str, checkpoints: Iterable[str]) -> int:

@@ -29,6 +29,7 @@ from compactor.errors import (
     CorruptSegmentError,
 )
 from compactor.log.layout import (
+    ForeignEntry,
     check_log_start,
     check_partition_files,
     log_end_offset,
@@ -205,9 +206,14 @@ class _Stages:
 
 
 def load_partition_input(log_dir: str, tp: TopicPartition, cfg: TopicConfig, opts: MaintenanceOptions,
-                checkpoints: Mapping[str, Mapping[TopicPartition, int]]) -> PartitionInput:
+                         checkpoints: Mapping[str, Mapping[TopicPartition, int]],
+                         strays: list[ForeignEntry] | None = None) -> PartitionInput:
+    """What the round of one partition needs; entries of its directory that Kafka does not
+    keep there are added to ``strays`` (reported, never touched)."""
     pdir = storage.join(log_dir, tp.dir_name)
     part = load_partition(pdir)
+    if strays is not None:
+        strays.extend(part.strays)
     check_partition_files(part)
     log_start = checkpoints[LOG_START_OFFSET_CHECKPOINT].get(tp)
     if log_start is not None:
@@ -269,6 +275,7 @@ def run_locked(session: LazySession, opts: MaintenanceOptions, catalog: Catalog)
                                                  reason=r.error.code, error=r.error.to_dict(),
                                                  measured=not opts.dry_run))
     inputs: dict[int, PartitionInput] = {}
+    strays: list[ForeignEntry] = []
     for i, tp in enumerate(tps):
         if not opts.selects(tp.topic):
             reports[i].reason = "not_selected"
@@ -286,12 +293,14 @@ def run_locked(session: LazySession, opts: MaintenanceOptions, catalog: Catalog)
         try:
             if tp.dir_name in unrecovered:
                 raise unrecovered[tp.dir_name]
-            inputs[i] = load_partition_input(opts.log_dir, tp, configs[tp.topic], opts, checkpoints)
+            inputs[i] = load_partition_input(opts.log_dir, tp, configs[tp.topic], opts,
+                                             checkpoints, strays)
         except CompactorError as err:
             reports[i].status = Outcome.of_read_error(err.code)
             reports[i].error, reports[i].reason = err.to_dict(), err.code
             continue
         reports[i].segments_before = reports[i].segments_after = len(inputs[i].segments)
+    report.foreign += tuple(strays)
     headers = None
     if not inputs:  # nothing to scan: no session
         if not opts.dry_run:

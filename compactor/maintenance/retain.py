@@ -28,6 +28,7 @@ from compactor.config import REPORTED
 from compactor.cluster.metadata import METADATA_TOPIC
 from compactor.errors import CompactorError
 from compactor.log.layout import (
+    ForeignEntry,
     load_partition,
     check_log_start,
     check_partition_files,
@@ -62,6 +63,7 @@ class PartitionRetention:
     config: dict[str, Any] | None = None
     # the partition's files as listed before planning: what the deletion proves unchanged
     scanned: Mapping[str, str] = field(default_factory=dict, repr=False)
+    strays: tuple[ForeignEntry, ...] = field(default=(), repr=False)  # reported in foreign
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"topic": self.tp.topic, "partition": self.tp.partition,
@@ -164,6 +166,7 @@ def plan_log_dir(log_dir: str, catalog: Catalog, now_ms: int,
             continue
         rep.segments_before = len(part.segments)
         rep.scanned = part.identities
+        rep.strays = part.strays
         if part.segments:
             start = max(starts.get(tp, 0), part.segments[0].base_offset)
             hw = leo if tp not in hws else min(hws[tp], leo)
@@ -189,7 +192,7 @@ def retain_locked(log_dir: str, catalog: Catalog, now_ms: int, *,
             tp.dir_name for tp in partitions if catalog.skip_reason(tp, retention=True) is None])
     report.partitions = plan_log_dir(log_dir, catalog, now_ms, partitions,
                                      unrecovered=unrecovered)
-    report.foreign = ld.foreign
+    report.foreign = ld.foreign + tuple(s for rep in report.partitions for s in rep.strays)
     for r in ld.refused_of(lambda t: not topics or t in topics):
         report.partitions.append(PartitionRetention(
             tp=r.tp, policy=",".join(sorted(catalog.configs[r.tp.topic].cleanup_policy))

@@ -284,3 +284,16 @@ def test_a_checkpoint_failure_after_deleting_says_what_changed_and_exits_partial
                if p["status"] == "deleted"]
     assert deleted and sorted(error["changed"]) == sorted(deleted)
     assert error["step"] == LOG_START_OFFSET_CHECKPOINT and "are deleted" in error["remedy"]
+
+
+def test_stray_files_in_a_partition_directory_are_reported_not_ignored(
+        logs: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 28.9: a file Kafka does not keep in a partition directory was ignored silently.
+    It is reported in ``foreign`` (and left alone, as Kafka's loader leaves it)."""
+    (logs / "events-0" / "notes.txt").write_text("someone's notes")
+    (logs / "events-0" / "00000000000000000000.log.bak").write_bytes(b"copy")
+    code, report = _retain(logs, capsys)
+    assert code == EXIT_OK
+    named = {f["name"] for f in report["foreign"]}
+    assert {"events-0/notes.txt", "events-0/00000000000000000000.log.bak"} <= named
+    assert (logs / "events-0" / "notes.txt").read_text() == "someone's notes"
