@@ -287,30 +287,29 @@ with DAG(
     schedule=SETTINGS.get("erasure", {}).get("schedule", "@daily"),
     start_date=START, catchup=False, max_active_runs=1, default_args=DEFAULT_ARGS,
     params={"now_ms": NOW_PARAM}, tags=["kafka", "gdpr"],
-) as erasure_dag:
-    state = SETTINGS.get("state_dir", "")
-    now = ["--now-ms", "{{ params.now_ms }}"]
-    if invalid_settings("kafka_gdpr_erasure"):
-        erasure_dag = None
-    # runs even when an apply or verify failed: an overdue request must still alert
-    status = None if erasure_dag is None else spark_job("erase_status", "erase", ["status", "--state-dir", state, "--json", *now],
-                       trigger_rule="all_done")
-    # every log dir applies before any verifies (and none verifies after a failed apply, which
-    # would find the subject and fail the request): a request is verified only once every
-    # replica the metadata names was scanned clean
-    applies, verifies = [], []
-    for name in [] if erasure_dag is None else (
-            (SETTINGS.get("erasure") or {}).get("log_dirs") or list(LOG_DIRS)):
-        path = LOG_DIRS[name]["path"]
-        cluster = cluster_args(LOG_DIRS[name])
-        applies.append(spark_job(f"erase_apply_{name}", "erase",
-                                 ["apply", path, "--state-dir", state, "--json", *now,
-                                  *cluster]))
-        verifies.append(spark_job(f"erase_verify_{name}", "erase",
-                                  ["verify", path, "--state-dir", state, "--json", *now,
-                                   *cluster]))
-    for verify in verifies:
-        applies >> verify >> status
+):
+    if not invalid_settings("kafka_gdpr_erasure"):
+        state = SETTINGS.get("state_dir", "")
+        now = ["--now-ms", "{{ params.now_ms }}"]
+        # runs even when an apply or verify failed: an overdue request must still alert
+        status = spark_job("erase_status", "erase",
+                           ["status", "--state-dir", state, "--json", *now],
+                           trigger_rule="all_done")
+        # every log dir applies before any verifies (and none verifies after a failed apply,
+        # which would find the subject and fail the request): a request is verified only once
+        # every replica the metadata names was scanned clean
+        applies, verifies = [], []
+        for name in (SETTINGS.get("erasure") or {}).get("log_dirs") or list(LOG_DIRS):
+            path = LOG_DIRS[name]["path"]
+            cluster = cluster_args(LOG_DIRS[name])
+            applies.append(spark_job(f"erase_apply_{name}", "erase",
+                                     ["apply", path, "--state-dir", state, "--json", *now,
+                                      *cluster]))
+            verifies.append(spark_job(f"erase_verify_{name}", "erase",
+                                      ["verify", path, "--state-dir", state, "--json", *now,
+                                       *cluster]))
+        for verify in verifies:
+            applies >> verify >> status
 
 with DAG(
     dag_id="kafka_compaction_oneoff",
