@@ -89,7 +89,7 @@ def test_recover_killed_at_any_step_of_a_roll_forward_still_ends_new(
         s3_server: S3Server, staged: dict, tmp_path: Path) -> None:
     rng = random.Random(28)
     # a swap killed after its manifest and some copies (a few seeded kill points)
-    for swap_kill in sorted(rng.sample(range(3, 20), 2)):
+    for swap_kill in rng.sample(range(3, 20), 1):  # one seeded kill point: the cost is quadratic
         probe = _swap_killed_at(s3_server, staged, "rf-probe", swap_kill)
         counted = _kill(s3_server, 0, "recover", probe)
         assert counted.returncode == 0, counted.stderr[-2000:]
