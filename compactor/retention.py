@@ -151,6 +151,36 @@ MIN_RETENTION_BYTES = 1 << 20  # 1 MiB per partition
 _FLAGS = (FLAG, TOPIC_FLAG)
 
 
+#: How far before the newest record a given ``now`` may lie without ``--allow-past-now``:
+#: producer clock skew, not a mistyped or stale value.
+PAST_TOLERANCE_MS = 3_600_000
+
+
+def check_now_after_newest(now_ms: int, newest: Mapping[str, int]) -> None:
+    """A ``now`` given on the command line must not lie before the newest record of a
+    partition the command may change: compaction would stamp delete horizons (``now`` +
+    ``delete.retention.ms``, ``LogCleaner``'s ``currentTime``) that have already passed, so
+    the next round drops tombstones consumers never had the time to read.
+
+    Args:
+        newest: the largest record timestamp of each partition (name -> epoch ms).
+
+    Raises:
+        ConfigError: naming the partition and both times.
+    """
+    if not newest:
+        return
+    where, latest = max(newest.items(), key=lambda item: item[1])
+    if now_ms < latest - PAST_TOLERANCE_MS:
+        behind = (latest - now_ms) / 86_400_000
+        raise ConfigError(
+            f"--now-ms {now_ms} lies {behind:.1f} days before the newest record of {where} "
+            f"({latest}): delete horizons would be set in the past and tombstones dropped "
+            f"before consumers could read them",
+            remedy="check the value (or leave --now-ms out: the wall clock); pass "
+                   "--allow-past-now if you mean it; no segment was rewritten or deleted")
+
+
 def check_safety_floor(configs: Mapping[str, TopicConfig], *, allow_aggressive: bool) -> None:
     """Refuse retention settings from flags below the floors (unless allowed), naming rule
     and value.

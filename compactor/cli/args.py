@@ -116,6 +116,9 @@ def add_clock_arguments(parser: argparse.ArgumentParser, what: str) -> None:
     parser.add_argument("--allow-future-now", action="store_true",
                         help="accept a --now-ms more than an hour ahead of this machine's "
                              "clock")
+    parser.add_argument("--allow-past-now", action="store_true",
+                        help="accept a --now-ms more than an hour before the newest record of "
+                             "a partition the command changes")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -325,7 +328,9 @@ def options_from_args(args: argparse.Namespace, *, dry_run: bool = False) -> Mai
         allow_replica_divergence=getattr(args, "allow_replica_divergence", False),
         metadata_log_dir=optional_path(getattr(args, "metadata_log_dir", None)),
         server_properties=optional_path(getattr(args, "server_properties", None)),
-        native_writer=getattr(args, "writer", "native") == "native")
+        native_writer=getattr(args, "writer", "native") == "native",
+        check_past_now=(getattr(args, "now_ms", None) is not None
+                        and not getattr(args, "allow_past_now", True)))
 
 
 def add_erase_arguments(parser: argparse.ArgumentParser, *, apply: bool) -> None:

@@ -51,6 +51,7 @@ from compactor.maintenance.report import (
     problem_line,
 )
 from compactor.maintenance.retain import PartitionRetention, plan_log_dir
+from compactor.retention import check_now_after_newest
 from compactor.spark.session import LazySession
 from compactor.cleaner.policy import (
     CleaningPlan,
@@ -301,6 +302,10 @@ def run_locked(session: LazySession, opts: MaintenanceOptions, catalog: Catalog)
             continue
         reports[i].segments_before = reports[i].segments_after = len(inputs[i].segments)
     report.foreign += tuple(strays)
+    if opts.check_past_now and not opts.dry_run:
+        check_now_after_newest(opts.now_ms, {
+            str(tps[i]): max(s.largest_timestamp_ms for s in inp.segments)
+            for i, inp in inputs.items() if inp.segments})
     headers = None
     if not inputs:  # nothing to scan: no session
         if not opts.dry_run:

@@ -29,6 +29,9 @@ class MaintenanceOptions:
     server_properties: str | None = None
     assume_kafka_defaults: bool = False
     allow_replica_divergence: bool = False  # compact partitions whose ISR lacks a replica
+    # a now given on the command line must not lie before the newest record
+    # (retention.check_now_after_newest); the wall clock and --allow-past-now are not checked
+    check_past_now: bool = False
 
     def selects(self, topic: str) -> bool:
         return not self.topics or topic in self.topics

@@ -215,3 +215,19 @@ def test_a_plan_refuses_what_the_round_refuses(
     planned, done = line("plan"), line("compact")
     assert done["status"] == "corrupt" and done["reason"] == "SWAP_RECOVERY"
     assert (planned["status"], planned["reason"]) == (done["status"], done["reason"])
+
+
+def test_a_now_before_the_newest_record_is_refused_unless_confirmed(
+        spark, small_log: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 28.3: a --now-ms days before the newest record would stamp delete horizons in
+    the past (the next round drops tombstones at once). Refused before any rewrite unless
+    --allow-past-now; the wall clock (no --now-ms) is never refused this way."""
+    before = tree_digest(small_log)
+    past = str(DEFAULT_START_MS - 10 * 86_400_000)
+    args = ["compact", "--assume-kafka-defaults", str(small_log), "--now-ms", past,
+            "--config", "cleanup.policy=compact", "--json"]
+    assert cli_main(args) == EXIT_CONFIG
+    assert "before the newest record" in capsys.readouterr().err
+    assert tree_digest(small_log) == before
+    assert cli_main([*args, "--allow-past-now"]) == EXIT_OK
+    capsys.readouterr()
