@@ -7,11 +7,15 @@ DEMO_DIR ?= demo-logs
 DEMO_STATE ?= demo-state
 DEMO_PROPS ?= demo-server.properties
 PYTEST_ARGS ?=
+# Apache Kafka's own jars (a real broker, its tools, its cleaner) judge the tool in the tests:
+# resolved from Maven Central by tests/kafka/pom.xml into one folder, once per version.
+KAFKA_VERSION ?= 4.1.2
+KAFKA_LIBS := $(VENV)/share/kafka-compactor/kafka-$(KAFKA_VERSION)/libs
 
 export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYSPARK_PYTHON ?= $(abspath $(BIN)/python)
 
-.PHONY: venv kernels browser demo test test-fast bench bench-compact dist clean
+.PHONY: venv kernels browser kafka demo test test-fast bench bench-compact dist clean
 
 venv: $(STAMP)
 
@@ -64,11 +68,18 @@ browser:
 	@command -v chromium >/dev/null || { $(SUDO) apt-get install -y -q chromium \
 		|| { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q chromium; }; }
 
+kafka: $(KAFKA_LIBS)/.fetched
+
+$(KAFKA_LIBS)/.fetched: tests/kafka/pom.xml
+	mvn -q -B -f tests/kafka/pom.xml -Dkafka.version=$(KAFKA_VERSION) \
+		dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(abspath $(KAFKA_LIBS))
+	touch $@
+
 # Set up and run the whole test suite (slow end-to-end tests included).
-test: kernels browser
+test: kernels browser kafka
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-test-fast: kernels browser
+test-fast: kernels browser kafka
 	$(BIN)/python -m pytest -m 'not slow' $(PYTEST_ARGS)
 
 bench: venv

@@ -45,7 +45,8 @@ Never touched, with the reason reports give:
   trunk): Kafka's cleaner leaves a partition uncleanable when a compressed record's body
   exceeds it, which kafka-compactor does not check yet, so it does not clean such topics;
 - ``replicas_out_of_sync`` (compaction only, unless ``--allow-replica-divergence``): a
-  partition whose ISR lacks one of its replicas. Each replica removes tombstones and markers on
+  partition another of whose replicas is neither in its ISR nor an eligible leader
+  (:func:`lagging_replicas`). Each replica removes tombstones and markers on
   its own; one that is offline past ``delete.retention.ms`` would keep a deleted key's old
   value for ever (KAFKA-8522 and its kin), so the round leaves the partition as it is until the
   replicas are back in sync.
@@ -87,7 +88,13 @@ from compactor.log.layout import (
     read_properties,
     read_topic_id,
 )
-from compactor.cluster.metadata import METADATA_DIR_NAME, METADATA_TOPIC, ClusterMetadata, topic_layers_of
+from compactor.cluster.metadata import (
+    METADATA_DIR_NAME,
+    METADATA_TOPIC,
+    ClusterMetadata,
+    PartitionState,
+    topic_layers_of,
+)
 from compactor.model import TopicPartition
 
 METADATA_LOG = "metadata_log"
@@ -129,7 +136,8 @@ class Catalog:
         missing: what the tool would need to know to maintain the unconfigured topics.
         directory_id: the log dir's ``directory.id`` (``meta.properties``, KIP-858), if any.
         dropped: the dynamic broker configs Kafka ignores as invalid (name -> message).
-        out_of_sync: partitions whose ISR lacks one of their replicas (from the metadata).
+        out_of_sync: partitions another of whose replicas may lack part of the log
+            (:func:`lagging_replicas`, from the metadata).
         allow_replica_divergence: compact those too (``--allow-replica-divergence``).
     """
 
@@ -268,6 +276,15 @@ class Catalog:
         return lines
 
 
+def lagging_replicas(state: PartitionState, node_id: int) -> set[int]:
+    """The other replicas of a partition that may lack part of its log: neither in the ISR
+    nor eligible leaders (KIP-966's ELR, which hold the log up to the high watermark). This
+    broker's own replica is not among them: the round rewrites that one, and no other replica
+    depends on what it keeps (a whole cluster stopped cleanly leaves the ISR empty and every
+    replica in the ELR)."""
+    return set(state.replicas) - set(state.isr) - set(state.elr) - {node_id}
+
+
 def build_catalog(log_dir: LogDir, *, config_all: Mapping[str, str],
                   config_topics: Mapping[str, Mapping[str, str]],
                   named_topics: Iterable[str] = (), metadata_log_dir: str | None = None,
@@ -349,7 +366,7 @@ def build_catalog(log_dir: LogDir, *, config_all: Mapping[str, str],
                 skips[tp] = reason
                 continue
             state = meta.partition(meta.topic_ids[tp.topic], tp.partition)
-            if state is not None and set(state.isr) != set(state.replicas):
+            if state is not None and lagging_replicas(state, int(node_id)):  # type: ignore[arg-type]
                 out_of_sync.add(tp)
     return Catalog(configs={t: configs[t] for t in topics},
                    guessed={t: guessed[t] for t in topics}, skips=skips, metadata=meta,

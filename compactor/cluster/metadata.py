@@ -56,6 +56,9 @@ class PartitionState:
     replicas: list[int]
     isr: list[int]
     directories: list[str]
+    # KIP-966: replicas out of the ISR that still hold the log up to the high watermark
+    # (a cleanly stopped broker's replicas land here when no ISR member is left)
+    elr: list[int] = field(default_factory=list)
 
 
 @dataclass(kw_only=True)
@@ -123,7 +126,8 @@ class Replay:
             f = record.fields
             self.state.partitions.setdefault(f["TopicId"], {})[f["PartitionId"]] = \
                 PartitionState(replicas=list(f["Replicas"]), isr=list(f["Isr"]),
-                               directories=list(f.get("Directories") or []))
+                               directories=list(f.get("Directories") or []),
+                               elr=list(f.get("EligibleLeaderReplicas") or []))
         elif record.name == "PartitionChangeRecord":
             # a null field leaves the value as it was (PartitionRegistration.merge)
             f = record.fields
@@ -136,6 +140,8 @@ class Replay:
                 state.isr = list(f["Isr"])
             if f.get("Directories") is not None:
                 state.directories = list(f["Directories"])
+            if f.get("EligibleLeaderReplicas") is not None:
+                state.elr = list(f["EligibleLeaderReplicas"])
         elif record.name == "ConfigRecord":
             f = record.fields
             if f["ResourceType"] == RESOURCE_TOPIC:

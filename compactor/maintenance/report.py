@@ -77,8 +77,9 @@ REASONS: Mapping[str, str] = {
     "decompression_limit": "max.decompressed.message.bytes is set: Kafka's cleaner refuses "
                            "compressed records above it, which kafka-compactor does not check "
                            "yet, so the topic is not compacted",
-    "replicas_out_of_sync": "the partition's ISR lacks one of its replicas: not compacted, so "
-                            "no tombstone or marker goes that the missing replica still needs "
+    "replicas_out_of_sync": "another replica of the partition is neither in its ISR nor an "
+                            "eligible leader (KIP-966): not compacted, so no tombstone or "
+                            "marker goes that the missing replica still needs "
                             "(--allow-replica-divergence overrides)",
 }
 

@@ -468,3 +468,20 @@ def test_a_decompression_limit_keeps_the_topic_from_compaction(tmp_path: Path) -
     assert cat.skip_reason(TopicPartition("kv", 0)) == "decompression_limit"
     assert cat.skip_reason(TopicPartition("kv", 0), retention=True) is None
     assert catalog_of(out, assume_kafka_defaults=True).skip_reason(TopicPartition("kv", 0)) is None
+
+
+def test_a_replica_in_the_elr_or_this_broker_itself_is_not_lagging() -> None:
+    """Found by a real Kafka 4.1 broker (issue 29): a cleanly stopped single-node cluster
+    leaves every partition with an empty ISR and its replica in the ELR (KIP-966), and the
+    round refused to compact anything as "replicas_out_of_sync"."""
+    from compactor.cluster.catalog import lagging_replicas
+    from compactor.cluster.metadata import PartitionState
+
+    def state(replicas: list[int], isr: list[int], elr: list[int]) -> PartitionState:
+        return PartitionState(replicas=replicas, isr=isr, directories=[], elr=elr)
+
+    assert lagging_replicas(state([1], [], [1]), 1) == set()
+    assert lagging_replicas(state([1], [], []), 1) == set()  # only this broker's own
+    assert lagging_replicas(state([1, 2, 3], [1], [2]), 1) == {3}
+    assert lagging_replicas(state([1, 2], [], [1, 2]), 1) == set()
+    assert lagging_replicas(state([1, 2], [2], []), 1) == set()

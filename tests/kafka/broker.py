@@ -1,0 +1,241 @@
+"""A real Apache Kafka broker for the tests: one combined broker and controller in KRaft mode on
+127.0.0.1, run from Kafka's own jars (``tests/kafka/pom.xml``, fetched by ``make kafka``).
+
+``KafkaBroker.start`` formats the log dir once (``kafka.tools.StorageTool format``) and starts
+``kafka.Kafka``; ``stop`` shuts it down cleanly (SIGTERM: a clean shutdown marker, no log
+recovery on the next start), ``kill`` with SIGKILL. The broker logs to ``server.log`` in its
+work dir, which :meth:`KafkaBroker.log_lines` reads. Every broker a test starts is stopped by
+that test (the context manager stops it whatever happens)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+KAFKA_VERSION = os.environ.get("KAFKA_VERSION", "4.1.2")
+
+
+def kafka_libs(version: str = KAFKA_VERSION) -> Path:
+    """The folder of Kafka's jars that ``make kafka`` fills (``$KAFKA_LIBS`` overrides)."""
+    if os.environ.get("KAFKA_LIBS"):
+        return Path(os.environ["KAFKA_LIBS"])
+    return REPO / ".venv" / "share" / "kafka-compactor" / f"kafka-{version}" / "libs"
+
+
+def classpath(version: str = KAFKA_VERSION) -> str:
+    libs = kafka_libs(version)
+    if not (libs / f"kafka_2.13-{version}.jar").exists():
+        raise FileNotFoundError(f"Kafka {version}'s jars are not in {libs}: run `make kafka`")
+    return str(libs / "*")
+
+
+def java(*args: str, version: str = KAFKA_VERSION, log_config: Path | None = None,
+         timeout: float | None = 300, check: bool = True) -> subprocess.CompletedProcess:
+    """Run a Kafka main class (``args[0]``) to completion on Kafka's classpath."""
+    cmd = ["java", "-Xmx512m", "-cp", classpath(version)]
+    if log_config is not None:
+        cmd.append(f"-Dlog4j2.configurationFile={log_config}")
+    proc = subprocess.run([*cmd, *args], capture_output=True, text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise RuntimeError(f"{args[0]} failed ({proc.returncode}): {proc.stderr[-3000:]}"
+                           f"{proc.stdout[-2000:]}")
+    return proc
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+#: The broker's static configs: non-default log.* values, so that the tool is judged on a
+#: broker configured the way real ones are (the tool must read them from server.properties).
+BROKER_LOG_CONFIGS = {
+    "log.retention.hours": "720",
+    "log.cleaner.delete.retention.ms": "7200000",
+    "log.cleaner.min.compaction.lag.ms": "0",
+    "log.segment.bytes": str(1 << 20),
+    "log.cleaner.enable": "false",  # the broker must not clean: our tool does, offline
+}
+
+LOG4J2 = """<?xml version="1.0" encoding="UTF-8"?>
+<Configuration status="WARN">
+  <Appenders>
+    <File name="file" fileName="{path}" append="true">
+      <PatternLayout pattern="[%d] %p %m (%c)%n"/>
+    </File>
+  </Appenders>
+  <Loggers>
+    <Root level="INFO"><AppenderRef ref="file"/></Root>
+    <Logger name="kafka.request.logger" level="WARN"/>
+    <Logger name="org.apache.kafka.controller" level="WARN"/>
+  </Loggers>
+</Configuration>
+"""
+
+
+@dataclass
+class KafkaBroker:
+    """One KRaft broker+controller; ``log_dir`` holds its data (and the metadata log)."""
+
+    work_dir: Path
+    version: str = KAFKA_VERSION
+    extra: Mapping[str, str] = field(default_factory=dict)
+    port: int = field(default_factory=_free_port)
+    controller_port: int = field(default_factory=_free_port)
+    cluster_id: str = ""
+    process: subprocess.Popen | None = None
+
+    @property
+    def log_dir(self) -> Path:
+        return self.work_dir / "logs"
+
+    @property
+    def properties_file(self) -> Path:
+        return self.work_dir / "server.properties"
+
+    @property
+    def log_file(self) -> Path:
+        return self.work_dir / "server.log"
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def properties(self) -> dict[str, str]:
+        return {
+            "process.roles": "broker,controller", "node.id": "1",
+            "controller.quorum.voters": f"1@127.0.0.1:{self.controller_port}",
+            "listeners": f"PLAINTEXT://127.0.0.1:{self.port},"
+                         f"CONTROLLER://127.0.0.1:{self.controller_port}",
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
+            "controller.listener.names": "CONTROLLER", "inter.broker.listener.name": "PLAINTEXT",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "log.dirs": str(self.log_dir), "num.partitions": "1",
+            "offsets.topic.replication.factor": "1", "offsets.topic.num.partitions": "2",
+            "transaction.state.log.replication.factor": "1",
+            "transaction.state.log.min.isr": "1", "transaction.state.log.num.partitions": "2",
+            "group.initial.rebalance.delay.ms": "0", "auto.create.topics.enable": "false",
+            **BROKER_LOG_CONFIGS, **self.extra,
+        }
+
+    def _write_config(self) -> None:
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        self.properties_file.write_text(
+            "".join(f"{k}={v}\n" for k, v in self.properties().items()))
+        (self.work_dir / "log4j2.xml").write_text(LOG4J2.format(path=self.log_file))
+
+    def format(self) -> None:
+        """``kafka-storage format`` (once per log dir)."""
+        self._write_config()
+        self.cluster_id = self.cluster_id or _kafka_uuid()
+        java("kafka.tools.StorageTool", "format", "-t", self.cluster_id, "-c",
+             str(self.properties_file), version=self.version,
+             log_config=self.work_dir / "log4j2.xml")
+
+    def start(self, timeout_s: float = 120) -> None:
+        if not (self.log_dir / "meta.properties").exists():
+            self.format()
+        else:
+            self._write_config()
+        self.log_mark = self.log_file.stat().st_size if self.log_file.exists() else 0
+        self.process = subprocess.Popen(
+            ["java", "-Xmx768m", "-XX:+UseSerialGC",
+             f"-Dlog4j2.configurationFile={self.work_dir / 'log4j2.xml'}",
+             "-cp", classpath(self.version), "kafka.Kafka", str(self.properties_file)],
+            stdout=subprocess.DEVNULL, stderr=open(self.work_dir / "stderr.log", "ab"),
+            start_new_session=True)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"the broker exited ({self.process.returncode}): "
+                                   + "\n".join(self.log_lines()[-30:]))
+            if any("Kafka Server started" in line for line in self.log_lines()):
+                return
+            time.sleep(0.2)
+        self.kill()
+        raise TimeoutError("the broker did not start: " + "\n".join(self.log_lines()[-30:]))
+
+    def log_lines(self, *, since_start: bool = True) -> list[str]:
+        """The broker's log lines (of its last start only, unless told otherwise)."""
+        if not self.log_file.exists():
+            return []
+        with open(self.log_file, "rb") as handle:
+            if since_start:
+                handle.seek(getattr(self, "log_mark", 0))
+            return handle.read().decode("utf-8", "replace").splitlines()
+
+    def stop(self, timeout_s: float = 60) -> None:
+        """A clean shutdown (SIGTERM), then SIGKILL if it does not end in time."""
+        if self.process is None:
+            return
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        self.process = None
+
+    def kill(self) -> None:
+        if self.process is None:
+            return
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+        self.process = None
+
+
+def _kafka_uuid() -> str:
+    """A Kafka cluster id: 16 random bytes, URL-safe base64 without padding (Uuid.toString)."""
+    import base64
+
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+@contextmanager
+def running(work_dir: Path, **kwargs: object) -> Iterator[KafkaBroker]:
+    """A started broker for the block, stopped at its end whatever happens."""
+    broker = KafkaBroker(work_dir, **kwargs)  # type: ignore[arg-type]
+    try:
+        broker.start()
+        yield broker
+    finally:
+        broker.stop()
+
+
+def dump_log_segments(files: list[Path], *args: str,
+                      version: str = KAFKA_VERSION) -> list[str]:
+    """Kafka's ``DumpLogSegments`` over ``files`` with ``args`` (``--deep-iteration``,
+    ``--index-sanity-check``, ``--verify-index-only``); the problems it reports: what it
+    prints on stderr (mismatches, non-consecutive offsets, a failed sanity check, the message
+    of any exception while reading a file) and "invalid bytes" at a segment's end."""
+    if not files:
+        return []
+    proc = java("kafka.tools.DumpLogSegments", "--files", ",".join(str(f) for f in files),
+                *args, version=version, check=False)
+    problems = []
+    gaps = False  # "Non-consecutive offsets in F" and its "  a is followed by b" lines: what
+    # a compacted log is (Kafka's own cleaner leaves the same gaps), not a defect
+    for line in proc.stderr.splitlines():
+        if line.startswith("Non-consecutive offsets in "):
+            gaps = True
+            continue
+        if gaps and " is followed by " in line:
+            continue
+        gaps = False
+        if line.strip() and not line.startswith(("SLF4J", "WARNING")):
+            problems.append(line)
+    problems += [line for line in proc.stdout.splitlines() if "invalid bytes" in line]
+    if proc.returncode != 0:
+        problems.append(f"DumpLogSegments exited {proc.returncode}")
+    return problems
