@@ -20,6 +20,9 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -35,6 +38,17 @@ from tests.kafka.broker import KafkaBroker, dump_log_segments
 pytestmark = [pytest.mark.kafka_broker, pytest.mark.slow]
 
 DAY = 86_400_000
+REPO = Path(__file__).resolve().parents[2]
+# `compactor` (argv[2:]) SIGKILLed before its file operation argv[1] (a swap's rename)
+KILLED_MID_SWAP = r"""
+import os, sys
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+os.environ["PYSPARK_PYTHON"] = sys.executable
+from compactor.cli import main
+from tests.crash import kill_before
+kill_before(int(sys.argv[1]), ("rename",))
+sys.exit(main(sys.argv[2:]))
+"""
 COMPACTED, EVENTS, GROUP = "profiles", "events", "judges"
 KEYS = [f"user-{i:03d}".encode() for i in range(60)]
 # what the broker logs when it finds something wrong with a file on start (LogLoader,
@@ -168,6 +182,37 @@ async def _read_all(bootstrap: str, topic: str, isolation: str) -> list:
         await consumer.stop()
 
 
+async def _read_stamped(bootstrap: str, topic: str) -> list[tuple[int, int]]:
+    """``(offset, timestamp)`` of every record a read_uncommitted reader sees."""
+    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
+                                enable_auto_commit=False)
+    await consumer.start()
+    try:
+        tp = TopicPartition(topic, 0)
+        end = (await consumer.end_offsets([tp]))[tp]
+        out: list[tuple[int, int]] = []
+        while await consumer.position(tp) < end:
+            batch = await consumer.getmany(tp, timeout_ms=2000)
+            out += [(r.offset, r.timestamp) for r in batch.get(tp, [])]
+        return out
+    finally:
+        await consumer.stop()
+
+
+async def _offsets_for_times(bootstrap: str, topic: str, times: list[int]) -> dict[int, int]:
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap)
+    await consumer.start()
+    try:
+        tp = TopicPartition(topic, 0)
+        out = {}
+        for t in times:
+            found = (await consumer.offsets_for_times({tp: t}))[tp]
+            out[t] = found.offset
+        return out
+    finally:
+        await consumer.stop()
+
+
 def _latest_per_key(records: list) -> dict:
     out = {}
     for _, key, value in records:
@@ -192,8 +237,15 @@ def test_the_broker_loads_and_serves_what_compactor_run_left(
 
         segments_before = sorted(p.name for p in (broker.log_dir / f"{COMPACTED}-0").glob("*.log"))
         assert len(segments_before) >= 5
-        code = cli_main(["run", str(broker.log_dir), "--server-properties",
-                         str(broker.properties_file), "--json"])
+        cluster = ["--server-properties", str(broker.properties_file)]
+        # a compaction SIGKILLed in the middle of its swap, then `compactor recover`
+        killed = subprocess.run(
+            [sys.executable, "-c", KILLED_MID_SWAP, "6", "compact", str(broker.log_dir),
+             *cluster, "--json"], capture_output=True, text=True, cwd=REPO, timeout=600)
+        assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+        assert cli_main(["recover", str(broker.log_dir)]) == EXIT_OK
+        capsys.readouterr()
+        code = cli_main(["run", str(broker.log_dir), *cluster, "--json"])
         assert code == EXIT_OK
         report = json.loads(capsys.readouterr().out.splitlines()[-1])
         (line,) = [p for p in report["compaction"]["partitions"] if p["topic"] == COMPACTED]
@@ -203,6 +255,20 @@ def test_the_broker_loads_and_serves_what_compactor_run_left(
                                                          "source": "server.properties"}
         written = sorted((broker.log_dir / f"{COMPACTED}-0").glob("*.*"))
         assert len(list((broker.log_dir / f"{COMPACTED}-0").glob("*.log"))) < len(segments_before)
+
+        # erasure of three keys, with the cluster's own configs
+        erased = sorted(k for k, v in expected.items() if v is not None)[:3]
+        state = tmp_path / "state"
+        for key in erased:
+            assert cli_main(["erase", "request", "--state-dir", str(state), "--topic",
+                             COMPACTED, "--key", key.decode(), "--json"]) == EXIT_OK
+        for action in ("apply", "verify"):
+            assert cli_main(["erase", action, str(broker.log_dir), "--state-dir", str(state),
+                             *cluster, "--json"]) == EXIT_OK, action
+        capsys.readouterr()
+        for key in erased:
+            expected.pop(key)
+        written = sorted((broker.log_dir / f"{COMPACTED}-0").glob("*.*"))
 
         # Kafka's own tool over every file of the cleaned partition
         for args in (("--deep-iteration", "--index-sanity-check"), ("--verify-index-only",)):
@@ -230,6 +296,13 @@ def test_the_broker_loads_and_serves_what_compactor_run_left(
         assert len(committed) < len(committed_before)
         uncommitted = asyncio.run(_read_all(broker.bootstrap, COMPACTED, "read_uncommitted"))
         assert {o for o, _, _ in committed} <= {o for o, _, _ in uncommitted}
+        assert not {k for _, k, _ in uncommitted} & set(erased)  # erased at every level
+        # offsetsForTimes: the first surviving offset at or after each surviving timestamp
+        stamped = asyncio.run(_read_stamped(broker.bootstrap, COMPACTED))
+        answers = asyncio.run(_offsets_for_times(broker.bootstrap, COMPACTED,
+                                                 sorted({t for _, t in stamped})))
+        for t, offset in answers.items():
+            assert offset == min(o for o, ts in stamped if ts >= t), t
         events = asyncio.run(_read_all(broker.bootstrap, EVENTS, "read_uncommitted"))
         assert events and all(not v.startswith(b"event-0-") for _, _, v in events)
     finally:
