@@ -10,7 +10,6 @@ PYTEST_ARGS ?=
 # Apache Kafka's own jars (a real broker, its tools, its cleaner) judge the tool in the tests:
 # resolved from Maven Central by tests/kafka/pom.xml into one folder, once per version.
 KAFKA_VERSION ?= 4.1.2
-KAFKA_LIBS := $(VENV)/share/kafka-compactor/kafka-$(KAFKA_VERSION)/libs
 
 export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYSPARK_PYTHON ?= $(abspath $(BIN)/python)
@@ -68,11 +67,14 @@ browser:
 	@command -v chromium >/dev/null || { $(SUDO) apt-get install -y -q chromium \
 		|| { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q chromium; }; }
 
-kafka: $(KAFKA_LIBS)/.fetched
+KAFKA_NEWER ?= 4.3.1
+KAFKA_HOME := $(VENV)/share/kafka-compactor
 
-$(KAFKA_LIBS)/.fetched: tests/kafka/pom.xml
-	mvn -q -B -f tests/kafka/pom.xml -Dkafka.version=$(KAFKA_VERSION) \
-		dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(abspath $(KAFKA_LIBS))
+kafka: $(KAFKA_HOME)/kafka-$(KAFKA_VERSION)/libs/.fetched $(KAFKA_HOME)/kafka-$(KAFKA_NEWER)/libs/.fetched
+
+$(KAFKA_HOME)/kafka-%/libs/.fetched: tests/kafka/pom.xml
+	mvn -q -B -f tests/kafka/pom.xml -Dkafka.version=$* \
+		dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(abspath $(@D))
 	touch $@
 
 # Set up and run the whole test suite (slow end-to-end tests included).

@@ -22,6 +22,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 KAFKA_VERSION = os.environ.get("KAFKA_VERSION", "4.1.2")
+#: the newer release the broker-judged scenario also runs against (``make kafka`` fetches it)
+KAFKA_NEWER = os.environ.get("KAFKA_NEWER", "4.3.1")
 
 
 def kafka_libs(version: str = KAFKA_VERSION) -> Path:
@@ -221,7 +223,10 @@ def dump_log_segments(files: list[Path], *args: str,
     of any exception while reading a file) and "invalid bytes" at a segment's end."""
     if not files:
         return []
-    proc = java("kafka.tools.DumpLogSegments", "--files", ",".join(str(f) for f in files),
+    # kafka.tools.DumpLogSegments (Scala, core) until 4.1; org.apache.kafka.tools since 4.2
+    main_class = ("kafka.tools.DumpLogSegments" if version.startswith(("4.0", "4.1"))
+                  else "org.apache.kafka.tools.DumpLogSegments")
+    proc = java(main_class, "--files", ",".join(str(f) for f in files),
                 *args, version=version, check=False)
     problems = []
     gaps = False  # "Non-consecutive offsets in F" and its "  a is followed by b" lines: what

@@ -33,7 +33,7 @@ from aiokafka.structs import TopicPartition
 
 from compactor.cli import main as cli_main
 from compactor.errors import EXIT_OK
-from tests.kafka.broker import KafkaBroker, dump_log_segments
+from tests.kafka.broker import KAFKA_NEWER, KAFKA_VERSION, KafkaBroker, dump_log_segments
 
 pytestmark = [pytest.mark.kafka_broker, pytest.mark.slow]
 
@@ -59,19 +59,31 @@ SUSPICIOUS = ("orrupt", "ecovering segment", "ecovering unflushed", "ebuilding i
               "invalid", "ERROR", "Exception", "sanity", "Deleting index", "runcat")
 
 
-async def _admin_create(bootstrap: str) -> None:
+FROZEN = "frozen"  # cleanup.policy empty (Kafka 4.2+, KIP-1161): neither deleted nor compacted
+
+
+async def _admin_create(bootstrap: str, version: str) -> None:
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
     try:
-        await admin.create_topics([
+        topics = [
             NewTopic(COMPACTED, 1, 1, topic_configs={
                 "cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.01",
                 "segment.ms": "300"}),
             NewTopic(EVENTS, 1, 1, topic_configs={"cleanup.policy": "delete",
                                                    "segment.ms": "300"}),
-        ])
+        ]
+        if _empty_policy(version):
+            topics.append(NewTopic(FROZEN, 1, 1, topic_configs={"cleanup.policy": "",
+                                                                "segment.ms": "300"}))
+        await admin.create_topics(topics)
     finally:
         await admin.close()
+
+
+def _empty_policy(version: str) -> bool:
+    """Whether the broker accepts an empty cleanup.policy (4.2 and later)."""
+    return not version.startswith(("4.0", "4.1"))
 
 
 async def _produce(bootstrap: str, rng: random.Random) -> dict:
@@ -114,7 +126,7 @@ async def _produce(bootstrap: str, rng: random.Random) -> dict:
     return latest
 
 
-async def _produce_events(bootstrap: str) -> None:
+async def _produce_events(bootstrap: str, topics: tuple[str, ...]) -> None:
     """Old events (40 days ago: past the broker's 720 h) in early segments, then new ones."""
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
     await producer.start()
@@ -122,8 +134,9 @@ async def _produce_events(bootstrap: str) -> None:
         now = int(time.time() * 1000)
         for burst, age in enumerate((45 * DAY, 40 * DAY, 0, 0)):
             for i in range(30):
-                await producer.send(EVENTS, f"event-{burst}-{i}".encode(),
-                                    timestamp_ms=now - age + i)
+                for topic in topics:
+                    await producer.send(topic, f"event-{burst}-{i}".encode(),
+                                        timestamp_ms=now - age + i)
             await producer.flush()
             await asyncio.sleep(0.35)
     finally:
@@ -220,15 +233,17 @@ def _latest_per_key(records: list) -> dict:
     return out
 
 
+@pytest.mark.parametrize("version", [KAFKA_VERSION, KAFKA_NEWER])
 def test_the_broker_loads_and_serves_what_compactor_run_left(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], version: str) -> None:
     rng = random.Random(29)
-    broker = KafkaBroker(tmp_path / "broker")
+    broker = KafkaBroker(tmp_path / "broker", version=version)
     try:
         broker.start()
-        asyncio.run(_admin_create(broker.bootstrap))
+        asyncio.run(_admin_create(broker.bootstrap, version))
         expected = asyncio.run(_produce(broker.bootstrap, rng))
-        asyncio.run(_produce_events(broker.bootstrap))
+        asyncio.run(_produce_events(broker.bootstrap, (EVENTS, FROZEN) if _empty_policy(version)
+                                    else (EVENTS,)))
         asyncio.run(_consume_and_commit(broker.bootstrap))
         before = asyncio.run(_offsets(broker.bootstrap))
         committed_before = asyncio.run(_read_all(broker.bootstrap, COMPACTED, "read_committed"))
@@ -238,6 +253,8 @@ def test_the_broker_loads_and_serves_what_compactor_run_left(
         segments_before = sorted(p.name for p in (broker.log_dir / f"{COMPACTED}-0").glob("*.log"))
         assert len(segments_before) >= 5
         cluster = ["--server-properties", str(broker.properties_file)]
+        frozen = {p.name: p.read_bytes() for p in (broker.log_dir / f"{FROZEN}-0").iterdir()
+                  if p.is_file() and p.name[:20].isdigit()} if _empty_policy(version) else {}
         # a compaction SIGKILLed in the middle of its swap, then `compactor recover`
         killed = subprocess.run(
             [sys.executable, "-c", KILLED_MID_SWAP, "6", "compact", str(broker.log_dir),
@@ -256,6 +273,10 @@ def test_the_broker_loads_and_serves_what_compactor_run_left(
         written = sorted((broker.log_dir / f"{COMPACTED}-0").glob("*.*"))
         assert len(list((broker.log_dir / f"{COMPACTED}-0").glob("*.log"))) < len(segments_before)
 
+        if frozen:  # an empty cleanup.policy: neither retained nor compacted, as in Kafka
+            assert frozen == {p.name: p.read_bytes()
+                              for p in (broker.log_dir / f"{FROZEN}-0").iterdir()
+                              if p.is_file() and p.name[:20].isdigit()}
         # erasure of three keys, with the cluster's own configs
         erased = sorted(k for k, v in expected.items() if v is not None)[:3]
         state = tmp_path / "state"
@@ -273,7 +294,7 @@ def test_the_broker_loads_and_serves_what_compactor_run_left(
         # Kafka's own tool over every file of the cleaned partition
         for args in (("--deep-iteration", "--index-sanity-check"), ("--verify-index-only",)):
             problems = dump_log_segments([p for p in written if p.suffix in (
-                ".log", ".index", ".timeindex", ".txnindex")], *args)
+                ".log", ".index", ".timeindex", ".txnindex")], *args, version=version)
             assert problems == [], problems
 
         broker.start()
