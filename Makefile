@@ -73,6 +73,8 @@ KAFKA_HOME := $(VENV)/share/kafka-compactor
 kafka: $(KAFKA_HOME)/kafka-$(KAFKA_VERSION)/libs/.fetched $(KAFKA_HOME)/kafka-$(KAFKA_NEWER)/libs/.fetched
 
 $(KAFKA_HOME)/kafka-%/libs/.fetched: tests/kafka/pom.xml
+	@command -v mvn >/dev/null || { $(SUDO) apt-get install -y -q maven \
+		|| { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q maven; }; }
 	mvn -q -B -f tests/kafka/pom.xml -Dkafka.version=$* \
 		dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(abspath $(@D))
 	touch $@
