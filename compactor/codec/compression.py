@@ -69,7 +69,11 @@ def compress(codec: int, data: bytes, *, level: int | None = None, magic: int = 
     if level is None:
         level = DEFAULT_LEVELS.get(Codec(codec), 0)
     if codec == Codec.GZIP:
-        return gzip.compress(data, compresslevel=level, mtime=0)
+        # java.util.zip.GZIPOutputStream's header (Kafka's GzipCompression): mtime 0, no extra
+        # flags and OS 255 ("unknown"; Python writes 3, Unix): the same deflate stream then
+        # gives the same bytes as Kafka's cleaner writes
+        stream = gzip.compress(data, compresslevel=level, mtime=0)
+        return stream[:9] + b"\xff" + stream[10:]
     if codec == Codec.SNAPPY:
         out = [_XERIAL_HEADER]
         for start in range(0, len(data), _XERIAL_BLOCK):
@@ -92,7 +96,12 @@ def compress(codec: int, data: bytes, *, level: int | None = None, magic: int = 
     if codec == Codec.ZSTD:
         if magic < 2:
             raise ValueError("zstd is only allowed with magic 2 record batches")
-        return zstandard.ZstdCompressor(level=level).compress(data)
+        # Kafka's ZstdCompression streams through zstd-jni's ZstdOutputStream behind a
+        # BufferedOutputStream: one compress call, a flush (a block that is not the last), then
+        # the end of the frame (an empty last block); no content size, no checksum
+        cobj = zstandard.ZstdCompressor(level=level, write_content_size=False).compressobj()
+        return (cobj.compress(data) + cobj.flush(zstandard.COMPRESSOBJ_FLUSH_BLOCK)
+                + cobj.flush(zstandard.COMPRESSOBJ_FLUSH_FINISH))
     raise ValueError(f"cannot compress with codec id {codec}")
 
 

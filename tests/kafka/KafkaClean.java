@@ -1,0 +1,118 @@
+// Kafka's own log cleaner on one partition directory, without a broker: the judge of the
+// differential test (tests/kafka/test_cleaner_differential.py). Written against the
+// internal API of Apache Kafka 4.1.2 (org.apache.kafka.storage.internals.log: UnifiedLog,
+// LogCleanerManager.cleanableOffsets, Cleaner.doClean), run by the JDK's source launcher:
+//
+//   java -cp 'libs/*' tests/kafka/KafkaClean.java PARTITION_DIR NOW_MS CONFIG_FILE \
+//        LOG_START RECOVERY_POINT HIGH_WATERMARK FIRST_DIRTY
+//
+// CONFIG_FILE holds the topic's configs (KEY=VALUE). The log is opened as a broker opens it
+// after a clean shutdown, its high watermark set, and cleaned once, from FIRST_DIRTY (-1:
+// the log start) to what Kafka's LogCleanerManager.cleanableOffsets allows at NOW_MS, with
+// an offset map large enough for one pass. Prints one JSON line: the offsets and the
+// cleaner's counts.
+
+import java.io.File;
+import java.io.FileReader;
+import java.util.Map;
+import java.util.Optional;
+import java.util.Properties;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.function.Supplier;
+
+import org.apache.kafka.common.utils.Time;
+import org.apache.kafka.server.util.KafkaScheduler;
+import org.apache.kafka.storage.internals.log.Cleaner;
+import org.apache.kafka.storage.internals.log.CleanerStats;
+import org.apache.kafka.storage.internals.log.LogCleanerManager;
+import org.apache.kafka.storage.internals.log.LogConfig;
+import org.apache.kafka.storage.internals.log.LogDirFailureChannel;
+import org.apache.kafka.storage.internals.log.LogOffsetsListener;
+import org.apache.kafka.storage.internals.log.LogToClean;
+import org.apache.kafka.storage.internals.log.ProducerStateManagerConfig;
+import org.apache.kafka.storage.internals.log.SkimpyOffsetMap;
+import org.apache.kafka.storage.internals.log.UnifiedLog;
+import org.apache.kafka.storage.internals.utils.Throttler;
+import org.apache.kafka.storage.log.metrics.BrokerTopicStats;
+
+public class KafkaClean {
+    /** The clock fixed at the round's `now` (the rules read it through Time). */
+    static final class FixedTime implements Time {
+        private final long now;
+
+        FixedTime(long now) {
+            this.now = now;
+        }
+
+        public long milliseconds() {
+            return now;
+        }
+
+        public long nanoseconds() {
+            return System.nanoTime();
+        }
+
+        public void sleep(long ms) {
+        }
+
+        public void waitObject(Object obj, Supplier<Boolean> condition, long deadlineMs) {
+        }
+    }
+
+    /** A count of CleanerStats (package-private fields in 4.1). */
+    static long count(CleanerStats stats, String name) throws ReflectiveOperationException {
+        java.lang.reflect.Field field = CleanerStats.class.getDeclaredField(name);
+        field.setAccessible(true);
+        return field.getLong(stats);
+    }
+
+    public static void main(String[] args) throws Exception {
+        File dir = new File(args[0]);
+        long now = Long.parseLong(args[1]);
+        Properties props = new Properties();
+        try (FileReader reader = new FileReader(args[2])) {
+            props.load(reader);
+        }
+        long logStart = Long.parseLong(args[3]);
+        long recoveryPoint = Long.parseLong(args[4]);
+        long highWatermark = Long.parseLong(args[5]);
+        long firstDirtyArg = Long.parseLong(args[6]);
+
+        Time time = new FixedTime(now);
+        KafkaScheduler scheduler = new KafkaScheduler(1);
+        scheduler.startup();
+        LogConfig config = new LogConfig(props);
+        UnifiedLog log = UnifiedLog.create(dir, config, logStart, recoveryPoint, scheduler,
+                new BrokerTopicStats(), time, 900_000, new ProducerStateManagerConfig(86_400_000, false),
+                600_000, new LogDirFailureChannel(1), true, Optional.empty(),
+                new ConcurrentHashMap<String, Integer>(), false, LogOffsetsListener.NO_OP_OFFSETS_LISTENER);
+        try {
+            log.updateHighWatermark(Math.min(highWatermark, log.logEndOffset()));
+            Optional<Long> checkpoint = firstDirtyArg < 0 ? Optional.empty() : Optional.of(firstDirtyArg);
+            LogCleanerManager.OffsetsToClean offsets = LogCleanerManager.cleanableOffsets(log, checkpoint, now);
+            long nextDirty = offsets.firstDirtyOffset();
+            String stats = "null";
+            if (offsets.firstUncleanableDirtyOffset() > offsets.firstDirtyOffset()) {
+                Cleaner cleaner = new Cleaner(0, new SkimpyOffsetMap(64 * 1024 * 1024, "MD5"),
+                        1024 * 1024, 16 * 1024 * 1024, 0.9,
+                        new Throttler(Double.MAX_VALUE, 300, "cleaner-io", "bytes", time), time, tp -> { });
+                LogToClean toClean = new LogToClean(log, offsets.firstDirtyOffset(),
+                        offsets.firstUncleanableDirtyOffset(), offsets.forceUpdateCheckpoint());
+                Map.Entry<Long, CleanerStats> result = cleaner.doClean(toClean, now);
+                nextDirty = result.getKey();
+                CleanerStats s = result.getValue();
+                stats = "{\"messages_read\":" + count(s, "messagesRead")
+                        + ",\"messages_written\":" + count(s, "messagesWritten")
+                        + ",\"bytes_read\":" + count(s, "bytesRead")
+                        + ",\"bytes_written\":" + count(s, "bytesWritten") + "}";
+            }
+            log.flush(true);
+            System.out.println("{\"first_dirty\":" + offsets.firstDirtyOffset()
+                    + ",\"first_uncleanable\":" + offsets.firstUncleanableDirtyOffset()
+                    + ",\"next_dirty\":" + nextDirty + ",\"stats\":" + stats + "}");
+        } finally {
+            log.close();
+            scheduler.shutdown();
+        }
+    }
+}
