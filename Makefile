@@ -67,10 +67,10 @@ browser:
 	@command -v chromium >/dev/null || { $(SUDO) apt-get install -y -q chromium \
 		|| { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q chromium; }; }
 
-KAFKA_NEWER ?= 4.3.1
+KAFKA_NEWER ?= 4.2.2 4.3.1
 KAFKA_HOME := $(VENV)/share/kafka-compactor
 
-kafka: $(KAFKA_HOME)/kafka-$(KAFKA_VERSION)/libs/.fetched $(KAFKA_HOME)/kafka-$(KAFKA_NEWER)/libs/.fetched
+kafka: $(foreach v,$(KAFKA_VERSION) $(KAFKA_NEWER),$(KAFKA_HOME)/kafka-$(v)/libs/.fetched)
 
 $(KAFKA_HOME)/kafka-%/libs/.fetched: tests/kafka/pom.xml
 	@command -v mvn >/dev/null || { $(SUDO) apt-get install -y -q maven \

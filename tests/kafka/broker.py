@@ -22,8 +22,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 KAFKA_VERSION = os.environ.get("KAFKA_VERSION", "4.1.2")
-#: the newer release the broker-judged scenario also runs against (``make kafka`` fetches it)
-KAFKA_NEWER = os.environ.get("KAFKA_NEWER", "4.3.1")
+#: the newer releases the broker-judged scenario also runs against (``make kafka`` fetches
+#: them; the Makefile's KAFKA_NEWER says the same)
+KAFKA_NEWER = tuple(os.environ.get("KAFKA_NEWER", "4.2.2 4.3.1").split())
 
 
 def kafka_libs(version: str = KAFKA_VERSION) -> Path:
@@ -223,8 +224,9 @@ def dump_log_segments(files: list[Path], *args: str,
     of any exception while reading a file) and "invalid bytes" at a segment's end."""
     if not files:
         return []
-    # kafka.tools.DumpLogSegments (Scala, core) until 4.1; org.apache.kafka.tools since 4.2
-    main_class = ("kafka.tools.DumpLogSegments" if version.startswith(("4.0", "4.1"))
+    # kafka.tools.DumpLogSegments (Scala, core) until 4.2; org.apache.kafka.tools since 4.3
+    major_minor = tuple(int(x) for x in version.split(".")[:2])
+    main_class = ("kafka.tools.DumpLogSegments" if major_minor < (4, 3)
                   else "org.apache.kafka.tools.DumpLogSegments")
     proc = java(main_class, "--files", ",".join(str(f) for f in files),
                 *args, version=version, check=False)

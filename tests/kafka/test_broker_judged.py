@@ -60,6 +60,8 @@ SUSPICIOUS = ("orrupt", "ecovering segment", "ecovering unflushed", "ebuilding i
 
 
 FROZEN = "frozen"  # cleanup.policy empty (Kafka 4.2+, KIP-1161): neither deleted nor compacted
+APPENDED = "appended"  # compacted, message.timestamp.type=LogAppendTime
+GONE = "gone"  # deleted before the broker stops: a -delete dir Kafka removes later
 
 
 async def _admin_create(bootstrap: str, version: str) -> None:
@@ -73,6 +75,10 @@ async def _admin_create(bootstrap: str, version: str) -> None:
             NewTopic(EVENTS, 1, 1, topic_configs={"cleanup.policy": "delete",
                                                    "segment.ms": "300"}),
         ]
+        topics.append(NewTopic(APPENDED, 1, 1, topic_configs={
+            "cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.01",
+            "segment.ms": "300", "message.timestamp.type": "LogAppendTime"}))
+        topics.append(NewTopic(GONE, 1, 1))
         if _empty_policy(version):
             topics.append(NewTopic(FROZEN, 1, 1, topic_configs={"cleanup.policy": "",
                                                                 "segment.ms": "300"}))
@@ -89,8 +95,10 @@ def _empty_policy(version: str) -> bool:
 async def _produce(bootstrap: str, rng: random.Random) -> dict:
     """Several bursts (a segment each, segment.ms), through a plain idempotent producer with a
     codec per burst and a transactional one (committed and aborted transactions). Returns what
-    a read_committed reader must see: the latest committed value (or tombstone) per key."""
+    a read_committed reader must see: the latest committed value (or tombstone) per key, on
+    the compacted topic and on the LogAppendTime one (plain records only)."""
     latest: dict[bytes, bytes | None] = {}
+    appended: dict[bytes, bytes | None] = {}
     codecs = [None, "gzip", "snappy", "lz4", "zstd"]
     txn = AIOKafkaProducer(bootstrap_servers=bootstrap, transactional_id="judge-txn",
                            enable_idempotence=True)
@@ -105,7 +113,9 @@ async def _produce(bootstrap: str, rng: random.Random) -> dict:
                     value = None if rng.random() < 0.15 else f"{key.decode()}@{burst}".encode()
                     await plain.send(COMPACTED, value, key=key,
                                      headers=[("burst", str(burst).encode())])
+                    await plain.send(APPENDED, value, key=key)
                     latest[key] = value
+                    appended[key] = value
                 await plain.flush()
             finally:
                 await plain.stop()
@@ -123,7 +133,32 @@ async def _produce(bootstrap: str, rng: random.Random) -> dict:
             await asyncio.sleep(0.35)  # the next burst rolls a new segment
     finally:
         await txn.stop()
-    return latest
+    return latest, appended
+
+
+async def _delete_topic(bootstrap: str) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
+    await producer.start()
+    try:
+        for i in range(10):
+            await producer.send_and_wait(GONE, f"gone-{i}".encode(), key=b"k")
+    finally:
+        await producer.stop()
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.delete_topics([GONE])
+    finally:
+        await admin.close()
+
+
+async def _topics(bootstrap: str) -> set[str]:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        return set(await admin.list_topics())
+    finally:
+        await admin.close()
 
 
 async def _produce_events(bootstrap: str, topics: tuple[str, ...]) -> None:
@@ -233,21 +268,36 @@ def _latest_per_key(records: list) -> dict:
     return out
 
 
-@pytest.mark.parametrize("version", [KAFKA_VERSION, KAFKA_NEWER])
+@pytest.mark.parametrize("version", [KAFKA_VERSION, *KAFKA_NEWER])
 def test_the_broker_loads_and_serves_what_compactor_run_left(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], version: str) -> None:
     rng = random.Random(29)
     broker = KafkaBroker(tmp_path / "broker", version=version)
+    loop = asyncio.new_event_loop()  # one loop: a producer lives across the restart
+    run = loop.run_until_complete
+
+    async def make_resumer() -> AIOKafkaProducer:
+        return AIOKafkaProducer(bootstrap_servers=broker.bootstrap, enable_idempotence=True,
+                                request_timeout_ms=60_000, retry_backoff_ms=500)
+
+    resumer = run(make_resumer())
     try:
         broker.start()
-        asyncio.run(_admin_create(broker.bootstrap, version))
-        expected = asyncio.run(_produce(broker.bootstrap, rng))
-        asyncio.run(_produce_events(broker.bootstrap, (EVENTS, FROZEN) if _empty_policy(version)
-                                    else (EVENTS,)))
-        asyncio.run(_consume_and_commit(broker.bootstrap))
-        before = asyncio.run(_offsets(broker.bootstrap))
-        committed_before = asyncio.run(_read_all(broker.bootstrap, COMPACTED, "read_committed"))
-        assert _latest_per_key(committed_before) == expected  # the producer's own record
+        run(_admin_create(broker.bootstrap, version))
+        expected, appended = run(_produce(broker.bootstrap, rng))
+        run(_produce_events(broker.bootstrap, (EVENTS, FROZEN) if _empty_policy(version)
+                            else (EVENTS,)))
+        run(_consume_and_commit(broker.bootstrap))
+        run(_delete_topic(broker.bootstrap))
+        # an idempotent producer that goes on after the restart with its sequence numbers
+        run(resumer.start())
+        for i in range(5):
+            run(resumer.send_and_wait(COMPACTED, b"r%d" % i, key=b"resume-%d" % i))
+        before = run(_offsets(broker.bootstrap))
+        committed_before = run(_read_all(broker.bootstrap, COMPACTED, "read_committed"))
+        stamped_before = set(run(_read_stamped(broker.bootstrap, APPENDED)))
+        assert _latest_per_key([r for r in committed_before
+                                if not r[1].startswith(b"resume-")]) == expected
         broker.stop()
 
         segments_before = sorted(p.name for p in (broker.log_dir / f"{COMPACTED}-0").glob("*.log"))
@@ -267,10 +317,12 @@ def test_the_broker_loads_and_serves_what_compactor_run_left(
         report = json.loads(capsys.readouterr().out.splitlines()[-1])
         (line,) = [p for p in report["compaction"]["partitions"] if p["topic"] == COMPACTED]
         assert line["status"] == "cleaned", line
+        (appended_line,) = [p for p in report["compaction"]["partitions"]
+                            if p["topic"] == APPENDED]
+        assert appended_line["status"] == "cleaned", appended_line
         # the broker's static log.* configs came from its server.properties
         assert line["config"]["delete.retention.ms"] == {"value": 7_200_000,
                                                          "source": "server.properties"}
-        written = sorted((broker.log_dir / f"{COMPACTED}-0").glob("*.*"))
         assert len(list((broker.log_dir / f"{COMPACTED}-0").glob("*.log"))) < len(segments_before)
 
         if frozen:  # an empty cleanup.policy: neither retained nor compacted, as in Kafka
@@ -289,25 +341,35 @@ def test_the_broker_loads_and_serves_what_compactor_run_left(
         capsys.readouterr()
         for key in erased:
             expected.pop(key)
-        written = sorted((broker.log_dir / f"{COMPACTED}-0").glob("*.*"))
 
-        # Kafka's own tool over every file of the cleaned partition
+        # Kafka's own tool over every file of the cleaned partitions
+        written = [p for topic in (COMPACTED, APPENDED)
+                   for p in sorted((broker.log_dir / f"{topic}-0").glob("*.*"))
+                   if p.suffix in (".log", ".index", ".timeindex", ".txnindex")]
         for args in (("--deep-iteration", "--index-sanity-check"), ("--verify-index-only",)):
-            problems = dump_log_segments([p for p in written if p.suffix in (
-                ".log", ".index", ".timeindex", ".txnindex")], *args, version=version)
+            problems = dump_log_segments(written, *args, version=version)
             assert problems == [], problems
 
         broker.start()
-        lines = broker.log_lines()
-        suspicious = [line for line in lines if any(s in line for s in SUSPICIOUS)
-                      and (COMPACTED in line or EVENTS in line)]
+        watched = (COMPACTED, EVENTS, APPENDED, GONE)
+        suspicious = [entry for entry in broker.log_lines()
+                      if any(s in entry for s in SUSPICIOUS) and any(t in entry for t in watched)]
         assert suspicious == [], suspicious
-        after = asyncio.run(_offsets(broker.bootstrap))
-        assert after["latest"] == before["latest"]
+        # the resumed producer goes on with its sequence numbers: no OutOfOrderSequence, no
+        # UnknownProducerId, no duplicate
+        for i in range(5, 10):
+            run(resumer.send_and_wait(COMPACTED, b"r%d" % i, key=b"resume-%d" % i))
+        after = run(_offsets(broker.bootstrap))
+        assert after["latest"][COMPACTED] == before["latest"][COMPACTED] + 5
+        assert after["latest"][EVENTS] == before["latest"][EVENTS]
         assert after["earliest"][COMPACTED] == before["earliest"][COMPACTED]
         assert after["earliest"][EVENTS] > before["earliest"][EVENTS]  # the old events went
         assert after["committed"] == before["committed"]
-        committed = asyncio.run(_read_all(broker.bootstrap, COMPACTED, "read_committed"))
+        assert GONE not in run(_topics(broker.bootstrap))
+        committed = run(_read_all(broker.bootstrap, COMPACTED, "read_committed"))
+        resumed = [(k, v) for _, k, v in committed if k.startswith(b"resume-")]
+        assert sorted(resumed) == sorted((b"resume-%d" % i, b"r%d" % i) for i in range(10))
+        committed = [r for r in committed if not r[1].startswith(b"resume-")]
         assert _latest_per_key(committed) == expected
         # below the first uncleanable offset, one record per key is left (tombstones
         # included); the active segment and the uncleanable tail are not touched
@@ -315,18 +377,27 @@ def test_the_broker_loads_and_serves_what_compactor_run_left(
                    if offset < line["first_uncleanable_offset"]]
         assert cleaned and len(cleaned) == len(set(cleaned))
         assert len(committed) < len(committed_before)
-        uncommitted = asyncio.run(_read_all(broker.bootstrap, COMPACTED, "read_uncommitted"))
+        uncommitted = run(_read_all(broker.bootstrap, COMPACTED, "read_uncommitted"))
         assert {o for o, _, _ in committed} <= {o for o, _, _ in uncommitted}
         assert not {k for _, k, _ in uncommitted} & set(erased)  # erased at every level
         # offsetsForTimes: the first surviving offset at or after each surviving timestamp
-        stamped = asyncio.run(_read_stamped(broker.bootstrap, COMPACTED))
-        answers = asyncio.run(_offsets_for_times(broker.bootstrap, COMPACTED,
-                                                 sorted({t for _, t in stamped})))
+        stamped = run(_read_stamped(broker.bootstrap, COMPACTED))
+        answers = run(_offsets_for_times(broker.bootstrap, COMPACTED,
+                                         sorted({t for _, t in stamped})))
         for t, offset in answers.items():
             assert offset == min(o for o, ts in stamped if ts >= t), t
-        events = asyncio.run(_read_all(broker.bootstrap, EVENTS, "read_uncommitted"))
+        # LogAppendTime: the latest per key, each with the time the broker stamped on it
+        assert _latest_per_key(run(_read_all(broker.bootstrap, APPENDED,
+                                             "read_committed"))) == appended
+        assert set(run(_read_stamped(broker.bootstrap, APPENDED))) <= stamped_before
+        events = run(_read_all(broker.bootstrap, EVENTS, "read_uncommitted"))
         assert events and all(not v.startswith(b"event-0-") for _, _, v in events)
     finally:
+        try:
+            loop.run_until_complete(resumer.stop())
+        except Exception:  # noqa: BLE001 - never started, or the broker is gone
+            pass
+        loop.close()
         broker.stop()
 
 

@@ -32,7 +32,7 @@ from compactor.codec.segment import iter_batches
 from compactor.errors import EXIT_OK
 from compactor.model import TopicPartition
 from compactor.tools.generator import DEFAULT_START_MS, GeneratorConfig, generate
-from tests.kafka.broker import KAFKA_VERSION, classpath
+from tests.kafka.broker import KAFKA_VERSION, classpath, dump_log_segments
 
 pytestmark = [pytest.mark.kafka_cleaner, pytest.mark.spark, pytest.mark.slow]
 
@@ -135,6 +135,10 @@ def test_compactor_leaves_what_kafkas_cleaner_leaves(spark, tmp_path: Path, case
         if not name.endswith(".log"):
             assert mine.get(name) == theirs[name], name
     assert set(mine) == set(theirs)
+    # and Kafka's DumpLogSegments over every file we wrote
+    files = [ours / f"{TOPIC}-0" / n for n in sorted(mine)]
+    for args in (("--deep-iteration", "--index-sanity-check"), ("--verify-index-only",)):
+        assert dump_log_segments(files, *args) == [], args
 
 
 PRODUCER_ID_EXPIRATION_MS = 86_400_000  # producer.id.expiration.ms, Kafka's default
