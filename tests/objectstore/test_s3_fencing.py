@@ -76,8 +76,17 @@ def _go(a: subprocess.Popen) -> str:
     return out
 
 
-def _as_b(server: S3Server, **settings: bool):
-    return storage.StorageSettings(settings_of(server).options, **settings)
+def _as_b(server: S3Server, log_dir: str, path: str, data: bytes, *,
+          break_lease: bool = False) -> None:
+    """Run B: take the log dir's lease (breaking it when told) and write ``data`` there."""
+    before = storage.settings()
+    storage.configure(storage.StorageSettings(settings_of(server).options,
+                                              break_lease=break_lease))
+    try:
+        with storage.log_dir_lock(log_dir):
+            storage.write_durable(path, data)
+    finally:
+        storage.configure(before)
 
 
 def _tree_of(server: S3Server, url: str, dest: Path) -> dict[str, bytes]:
@@ -107,13 +116,8 @@ def test_a_run_whose_renewals_fail_until_its_lease_expires_never_commits(
         try:
             time.sleep(2.5)  # A's lease has expired: its renewals got 503
             assert proxy.throttled
-            before = storage.settings()
-            storage.configure(_as_b(s3_server))
-            try:
-                with storage.log_dir_lock(log_dir):  # taken over without --break-lease
-                    storage.write_durable(f"{log_dir}/b-was-here", b"B")
-            finally:
-                storage.configure(before)
+            # taken over without --break-lease
+            _as_b(s3_server, log_dir, f"{log_dir}/b-was-here", b"B")
             outcome = _go(a)
         finally:
             a.kill()
@@ -127,13 +131,7 @@ def test_a_run_whose_lease_was_broken_never_commits(s3_server: S3Server, staged:
     a = _start_a(log_dir, pdir, staged, {**settings_of(s3_server).options,
                                          "lease_seconds": "30"})
     try:
-        before = storage.settings()
-        storage.configure(_as_b(s3_server, break_lease=True))
-        try:
-            with storage.log_dir_lock(log_dir):
-                storage.write_durable(f"{log_dir}/b-was-here", b"B")
-        finally:
-            storage.configure(before)
+        _as_b(s3_server, log_dir, f"{log_dir}/b-was-here", b"B", break_lease=True)
         outcome = _go(a)
     finally:
         a.kill()
@@ -162,13 +160,8 @@ def test_a_held_manifest_that_lands_after_another_run_changed_the_partition_is_u
             while not proxy.held and time.monotonic() < deadline:
                 time.sleep(0.05)
             assert proxy.held, "A never sent its manifest"
-            before = storage.settings()
-            storage.configure(_as_b(s3_server, break_lease=True))
-            try:
-                with storage.log_dir_lock(log_dir):
-                    storage.write_durable(f"{pdir}/{first}", b"B's erased segment")
-            finally:
-                storage.configure(before)
+            _as_b(s3_server, log_dir, f"{pdir}/{first}", b"B's erased segment",
+                  break_lease=True)
             proxy.release.set()
             assert a.stdout is not None
             outcome = a.stdout.readline().strip()
@@ -177,7 +170,7 @@ def test_a_held_manifest_that_lands_after_another_run_changed_the_partition_is_u
             a.kill()
     assert outcome.split()[0] in ("LogDirLockedError", "CommitConflictError"), outcome
     before = storage.settings()
-    storage.configure(_as_b(s3_server))
+    storage.configure(settings_of(s3_server))
     try:
         recover_partition(pdir)
         assert MANIFEST_NAME not in storage.list_dir(pdir)
