@@ -223,21 +223,31 @@ def test_a_corrupt_chunk_gives_the_pure_paths_located_error(tmp_path: Path, flip
     data[at] ^= 0x40
     seg.write_bytes(bytes(data))
     shutil.copytree(native_dir, pure_dir)
+    error = same_error_on_both_paths(inp, logs, ref.plan, group, name, seg.name, native_dir,
+                                     pure_dir)
+    assert error["position"] == victim.position
+
+
+def same_error_on_both_paths(inp, logs, plan, group, name: str, segment: str,
+                             native_dir: Path, pure_dir: Path) -> dict:
+    """Write ``group`` of partition ``name`` from two copies of a corrupt log dir, natively
+    and in pure Python: both must refuse with the same located error naming ``segment`` and
+    leave no ``.cleaned`` file. Returns the error (without its path)."""
     decisions = {(h.segment_base, h.position): d
-                 for h, d in inp.decide(ref.plan, _headers(inp, logs))}
+                 for h, d in inp.decide(plan, _headers(inp, logs))}
     errors = {}
     for label, root in (("native", native_dir), ("pure", pure_dir)):
         part = replace(inp, path=str(root / name),
                        segments=tuple(replace(s, log_path=str(root / name / Path(
                            s.log_path).name)) for s in inp.segments))
-        m = write_group(part, group, decisions, set(), first_dirty=ref.plan.first_dirty_offset,
+        m = write_group(part, group, decisions, set(), first_dirty=plan.first_dirty_offset,
                         fsync=False, native=label == "native")
-        assert m.error is not None
+        assert m.error is not None, f"the {label} writer carried the batch into its output"
         errors[label] = {k: v for k, v in m.error.items() if k != "path"}
-        assert m.error["path"].endswith(seg.name)
+        assert m.error["path"].endswith(segment)
         assert not list((root / name).glob("*.cleaned"))
     assert errors["native"] == errors["pure"]
-    assert errors["native"]["position"] == victim.position
+    return errors["native"]
 
 
 @st.composite

@@ -13,7 +13,6 @@ from __future__ import annotations
 import gzip
 import shutil
 import struct
-from dataclasses import replace
 from pathlib import Path
 
 import crc32c
@@ -21,10 +20,10 @@ import pytest
 
 from compactor.codec.segment import decode_segment, iter_batches
 from compactor.errors import CorruptSegmentError
-from compactor.spark.writer import write_group
 from compactor.tools.generator import DEFAULT_START_MS, GeneratorConfig, generate
 from compactor.tools.inspect import inspect_partition
 from tests.helpers import reference_round
+from tests.property.test_fast_path import same_error_on_both_paths
 
 PATH = "/logs/t-0/00000000000000000000.log"
 
@@ -162,22 +161,6 @@ def test_both_writer_paths_refuse_it_with_the_same_located_error(tmp_path: Path,
                   if b.records_count >= 3 and not b.is_control and not b.compression)
     seg.write_bytes(_patched(data, victim, defect))
     shutil.copytree(native_dir, pure_dir)
-    from tests.property.test_fast_path import _headers  # the decisions the writer gets
-
-    decisions = {(h.segment_base, h.position): d
-                 for h, d in inp.decide(ref.plan, _headers(inp, logs))}
-    errors = {}
-    for label, root in (("native", native_dir), ("pure", pure_dir)):
-        part = replace(inp, path=str(root / name),
-                       segments=tuple(replace(s, log_path=str(root / name / Path(
-                           s.log_path).name)) for s in inp.segments))
-        m = write_group(part, group, decisions, set(), first_dirty=ref.plan.first_dirty_offset,
-                        fsync=False, native=label == "native")
-        assert m.error is not None, f"the {label} writer carried the batch into its output"
-        errors[label] = {k: v for k, v in m.error.items() if k != "path"}
-        assert m.error["path"].endswith(seg.name)
-        assert not list((root / name).glob("*.cleaned"))
-    assert errors["native"] == errors["pure"]
-    assert (errors["native"]["position"], errors["native"]["base_offset"]) == (
-        victim.position, victim.base_offset)
-
+    error = same_error_on_both_paths(inp, logs, ref.plan, group, name, seg.name, native_dir,
+                                     pure_dir)
+    assert (error["position"], error["base_offset"]) == (victim.position, victim.base_offset)
