@@ -9,8 +9,7 @@
 // CONFIG_FILE holds the topic's configs (KEY=VALUE). The log is opened as a broker opens it
 // after a clean shutdown, its high watermark set, and cleaned once, from FIRST_DIRTY (-1:
 // the log start) to what Kafka's LogCleanerManager.cleanableOffsets allows at NOW_MS, with
-// an offset map large enough for one pass. Prints one JSON line: the offsets and the
-// cleaner's counts.
+// an offset map large enough for one pass. Prints one JSON line: the offsets.
 
 import java.io.File;
 import java.io.FileReader;
@@ -59,13 +58,6 @@ public class KafkaClean {
         }
     }
 
-    /** A count of CleanerStats (package-private fields in 4.1). */
-    static long count(CleanerStats stats, String name) throws ReflectiveOperationException {
-        java.lang.reflect.Field field = CleanerStats.class.getDeclaredField(name);
-        field.setAccessible(true);
-        return field.getLong(stats);
-    }
-
     public static void main(String[] args) throws Exception {
         File dir = new File(args[0]);
         long now = Long.parseLong(args[1]);
@@ -91,7 +83,6 @@ public class KafkaClean {
             Optional<Long> checkpoint = firstDirtyArg < 0 ? Optional.empty() : Optional.of(firstDirtyArg);
             LogCleanerManager.OffsetsToClean offsets = LogCleanerManager.cleanableOffsets(log, checkpoint, now);
             long nextDirty = offsets.firstDirtyOffset();
-            String stats = "null";
             if (offsets.firstUncleanableDirtyOffset() > offsets.firstDirtyOffset()) {
                 Cleaner cleaner = new Cleaner(0, new SkimpyOffsetMap(64 * 1024 * 1024, "MD5"),
                         1024 * 1024, 16 * 1024 * 1024, 0.9,
@@ -100,16 +91,11 @@ public class KafkaClean {
                         offsets.firstUncleanableDirtyOffset(), offsets.forceUpdateCheckpoint());
                 Map.Entry<Long, CleanerStats> result = cleaner.doClean(toClean, now);
                 nextDirty = result.getKey();
-                CleanerStats s = result.getValue();
-                stats = "{\"messages_read\":" + count(s, "messagesRead")
-                        + ",\"messages_written\":" + count(s, "messagesWritten")
-                        + ",\"bytes_read\":" + count(s, "bytesRead")
-                        + ",\"bytes_written\":" + count(s, "bytesWritten") + "}";
             }
             log.flush(true);
             System.out.println("{\"first_dirty\":" + offsets.firstDirtyOffset()
                     + ",\"first_uncleanable\":" + offsets.firstUncleanableDirtyOffset()
-                    + ",\"next_dirty\":" + nextDirty + ",\"stats\":" + stats + "}");
+                    + ",\"next_dirty\":" + nextDirty + "}");
         } finally {
             log.close();
             scheduler.shutdown();

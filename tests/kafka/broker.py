@@ -199,10 +199,15 @@ class KafkaBroker:
 
 
 def _kafka_uuid() -> str:
-    """A Kafka cluster id: 16 random bytes, URL-safe base64 without padding (Uuid.toString)."""
+    """A Kafka cluster id: 16 random bytes, URL-safe base64 without padding (Uuid.toString),
+    never starting with "-" (Uuid.randomUuid redraws those: a command line would take one
+    for an option)."""
     import base64
 
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    while True:
+        text = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not text.startswith("-"):
+            return text
 
 
 @contextmanager

@@ -11,7 +11,8 @@ import pytest
 
 from compactor.config import resolve_topic_config
 from compactor.log import storage, swap
-from compactor.log.layout import open_log_dir, read_offset_checkpoint
+from compactor.log.layout import open_log_dir, read_offset_checkpoint, recover_partition
+from compactor.log.manifest import MANIFEST_NAME
 from compactor.maintenance.compact import load_partition_input
 from compactor.maintenance.options import MaintenanceOptions
 from compactor.spark.stages import write_cleaned_segments
@@ -20,6 +21,17 @@ from compactor.tools.s3_server import S3Server, copy_prefix, download_dir, uploa
 from tests.helpers import reference_round
 
 _prefixes = itertools.count()
+
+
+def recover_on(server: S3Server, partition_dir: str) -> None:
+    """``recover_partition`` on an S3 partition as a new run would, leaving no manifest."""
+    before = storage.settings()
+    storage.configure(settings_of(server))
+    try:
+        recover_partition(partition_dir)
+        assert MANIFEST_NAME not in storage.list_dir(partition_dir)
+    finally:
+        storage.configure(before)
 
 
 def storage_args(server: S3Server) -> list[str]:

@@ -17,11 +17,17 @@ from pathlib import Path
 import pytest
 
 from compactor.log import storage
-from compactor.log.layout import recover_partition
 from compactor.log.manifest import MANIFEST_NAME
 from compactor.tools.generator import DEFAULT_START_MS, GeneratorConfig, generate
 from compactor.tools.s3_server import S3Server, copy_prefix
-from tests.objectstore.conftest import download, fresh_url, settings_of, tree, upload
+from tests.objectstore.conftest import (
+    download,
+    fresh_url,
+    recover_on,
+    settings_of,
+    tree,
+    upload,
+)
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -66,16 +72,6 @@ def _tree(server: S3Server, url: str, dest: Path) -> dict[str, bytes]:
     return {n: d for n, d in tree(dest).items() if not n.endswith(storage.LEASE_NAME)}
 
 
-def _recover(server: S3Server, pdir: str) -> None:
-    before = storage.settings()
-    storage.configure(settings_of(server))
-    try:
-        recover_partition(pdir)
-        assert MANIFEST_NAME not in storage.list_dir(pdir)
-    finally:
-        storage.configure(before)
-
-
 def _swap_killed_at(server: S3Server, staged: dict, name: str, crash_at: int) -> str:
     url = fresh_url(name)
     copy_prefix(server.client(), staged["url"], url)
@@ -99,7 +95,7 @@ def test_recover_killed_at_any_step_of_a_roll_forward_still_ends_new(
             pdir = _swap_killed_at(s3_server, staged, "rf", swap_kill)
             proc = _kill(s3_server, crash_at, "recover", pdir)
             assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
-            _recover(s3_server, pdir)
+            recover_on(s3_server, pdir)
             after = _tree(s3_server, pdir, tmp_path / f"rf-{swap_kill}-{crash_at}")
             assert after == staged["new"], (swap_kill, crash_at)
 
@@ -133,7 +129,7 @@ def test_recover_killed_at_any_step_of_an_undo_still_ends_old(
         pdir = interfered()
         proc = _kill(s3_server, crash_at, "recover", pdir)
         assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
-        _recover(s3_server, pdir)
+        recover_on(s3_server, pdir)
         after = _tree(s3_server, pdir, tmp_path / f"undo-{crash_at}")
         assert {n: d for n, d in after.items() if not n.endswith(".cleaned")} == expected, \
             crash_at

@@ -20,11 +20,10 @@ import pytest
 
 from compactor.errors import CommitConflictError
 from compactor.log import storage, swap
-from compactor.log.layout import recover_partition
 from compactor.log.manifest import MANIFEST_NAME
 from compactor.log.storage import LEASE_NAME
 from compactor.tools.s3_server import S3Server, copy_prefix
-from tests.objectstore.conftest import download, fresh_url, settings_of, tree
+from tests.objectstore.conftest import download, fresh_url, recover_on, settings_of, tree
 from tests.objectstore.proxy import HOLD, PASS, THROTTLE, Request, proxy_to
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -169,13 +168,7 @@ def test_a_held_manifest_that_lands_after_another_run_changed_the_partition_is_u
         finally:
             a.kill()
     assert outcome.split()[0] in ("LogDirLockedError", "CommitConflictError"), outcome
-    before = storage.settings()
-    storage.configure(settings_of(s3_server))
-    try:
-        recover_partition(pdir)
-        assert MANIFEST_NAME not in storage.list_dir(pdir)
-    finally:
-        storage.configure(before)
+    recover_on(s3_server, pdir)
     assert _tree_of(s3_server, pdir, tmp_path / "after") == {
         **staged["old"], first: b"B's erased segment"}
 

@@ -38,7 +38,7 @@ __all__ = [
     "is_link", "is_url", "join", "list_dir", "log_dir_lock", "make_dirs", "mapped",
     "open_durable", "parse_storage_options", "portable", "read_bytes", "read_text",
     "real_path", "remove", "rename", "settings", "stat", "supports_rename", "write_atomic",
-    "write_durable", "write_new", "copy", "delta_options", "object_etag", "fsync_dir",
+    "write_durable", "write_new", "copy", "delta_options", "fsync_dir",
     "set_mtime", "discard_stdout", "identities", "fence", "object_metadata", "write_output",
     "output_problem",
 ]
@@ -162,11 +162,6 @@ def stat(path: str) -> FileStat:
         return local.stat(path)
     st = _store().stat(path)
     return FileStat(size=st.size, mtime_ms=st.mtime_ms, is_dir=st.is_dir)
-
-
-def object_etag(path: str) -> str:
-    """The ETag of an object (its version, for conditional copies)."""
-    return _store().stat(path).etag
 
 
 def list_dir(path: str) -> list[str]:
