@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import shutil
 import sys
 from collections.abc import Iterator
@@ -17,6 +18,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from compactor.spark.session import LOCAL_CONF
+from tests.helpers import WRITTEN_SEGMENT_FILES
 from compactor.tools.generator import GeneratorConfig, generate
 
 settings.register_profile(
@@ -52,12 +54,35 @@ def small_log_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+_SEGMENT_FILE = re.compile(r"\d{20}\.(log|index|timeindex|txnindex)")
+
+
+def _segment_files(log_dir: Path) -> dict[Path, int]:
+    """Each segment file of ``log_dir``'s partitions, with its inode."""
+    return {p: p.stat().st_ino for p in log_dir.glob("*-*/*") if _SEGMENT_FILE.fullmatch(p.name)}
+
+
 @pytest.fixture()
 def small_log(small_log_template: Path, tmp_path: Path) -> Iterator[Path]:
-    """A private copy of the generated log dir."""
+    """A private copy of the generated log dir.
+
+    The segment files the test's commands put in place (new names, or a new inode where the
+    tool renamed a cleaned file over the old one; a test that corrupts a file in place keeps
+    its inode) are handed to Kafka's ``DumpLogSegments`` at the end of the run
+    (``tests/kafka/test_dumped_by_kafka.py``)."""
     dest = tmp_path / "logs"
     shutil.copytree(small_log_template, dest)
+    before = _segment_files(dest)
     yield dest
+    if dest.is_dir():
+        WRITTEN_SEGMENT_FILES.extend(
+            p for p, inode in _segment_files(dest).items() if before.get(p) != inode)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Kafka's judgement of every segment file the suite wrote runs after every other test."""
+    last = [i for i in items if i.name == "test_kafka_reads_every_segment_the_suite_wrote"]
+    items[:] = [i for i in items if i not in last] + last
 
 
 @pytest.fixture(scope="session")

@@ -24,6 +24,11 @@ from compactor.tools.inspect import Problem, inspect_path
 from compactor.log.layout import segment_logs
 
 
+# Segment files the suite's commands wrote into ``small_log`` copies (tests/conftest.py), for
+# Kafka's DumpLogSegments at the end of the run (tests/kafka/test_dumped_by_kafka.py).
+WRITTEN_SEGMENT_FILES: list[Path] = []
+
+
 def inspect_problems(path: Path) -> list[Problem]:
     """Every problem ``compactor inspect --verify`` finds under ``path``."""
     return [i for i in inspect_path(str(path), dump=False, records=False, verify=True)

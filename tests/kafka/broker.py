@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import struct
 import subprocess
 import time
 import uuid
@@ -226,7 +227,11 @@ def dump_log_segments(files: list[Path], *args: str,
     """Kafka's ``DumpLogSegments`` over ``files`` with ``args`` (``--deep-iteration``,
     ``--index-sanity-check``, ``--verify-index-only``); the problems it reports: what it
     prints on stderr (mismatches, non-consecutive offsets, a failed sanity check, the message
-    of any exception while reading a file) and "invalid bytes" at a segment's end."""
+    of any exception while reading a file) and "invalid bytes" at a segment's end.
+
+    Two of its reports describe what Kafka's own cleaner writes, and are not problems: the
+    gaps of a compacted log ("Non-consecutive offsets"), and a time index entry at an emptied
+    batch (:func:`_kafka_empty_batch_entry`)."""
     if not files:
         return []
     # kafka.tools.DumpLogSegments (Scala, core) until 4.2; org.apache.kafka.tools since 4.3
@@ -236,18 +241,56 @@ def dump_log_segments(files: list[Path], *args: str,
     proc = java(main_class, "--files", ",".join(str(f) for f in files),
                 *args, version=version, check=False)
     problems = []
-    gaps = False  # "Non-consecutive offsets in F" and its "  a is followed by b" lines: what
-    # a compacted log is (Kafka's own cleaner leaves the same gaps), not a defect
-    for line in proc.stderr.splitlines():
+    lines = proc.stderr.splitlines()
+    skip = False  # the continuation lines of a report that is not a problem
+    for i, line in enumerate(lines):
         if line.startswith("Non-consecutive offsets in "):
-            gaps = True
+            skip = True
             continue
-        if gaps and " is followed by " in line:
+        if line.startswith("Found timestamp mismatch in :") and i + 1 < len(lines) \
+                and _kafka_empty_batch_entry(Path(line.partition(":")[2]), lines[i + 1]):
+            skip = True
             continue
-        gaps = False
+        if skip and line.startswith("  "):
+            continue
+        skip = False
         if line.strip() and not line.startswith(("SLF4J", "WARNING")):
             problems.append(line)
     problems += [line for line in proc.stdout.splitlines() if "invalid bytes" in line]
     if proc.returncode != 0:
         problems.append(f"DumpLogSegments exited {proc.returncode}")
     return problems
+
+
+_BATCH_HEADER = struct.Struct(">qiibIhiqqqhii")  # DefaultRecordBatch's v2 header, 61 bytes
+
+
+def _kafka_empty_batch_entry(time_index: Path, detail: str) -> bool:
+    """Whether a "timestamp mismatch" of ``--verify-index-only`` (``detail``: "Index
+    timestamp: T, log timestamp: -1") is an entry at a batch the cleaner emptied.
+
+    Kafka's cleaner keeps a producer's last batch as a header without records
+    (``MemoryRecords.filterTo``, ``BatchRetention.RETAIN_EMPTY``) with its max timestamp, and
+    indexes it by that timestamp when it is the segment's largest
+    (``FilterResult.updateRetainedBatchMetadata``). DumpLogSegments takes a batch's timestamp
+    from its records only, finds none and reports -1. Read here from the bytes by the v2
+    header's layout (not by the tool's codec): the entry's offset must be the last offset of
+    a record-less v2 batch whose header carries exactly that max timestamp."""
+    prefix, _, logged = detail.strip().partition(", log timestamp: ")
+    if logged != "-1" or not prefix.startswith("Index timestamp: "):
+        return False
+    timestamp = int(prefix.removeprefix("Index timestamp: "))
+    base = int(time_index.name.split(".")[0])
+    index = time_index.read_bytes()
+    offsets = [base + struct.unpack_from(">qi", index, at)[1]
+               for at in range(0, len(index) - 11, 12)
+               if struct.unpack_from(">qi", index, at)[0] == timestamp]
+    data = time_index.with_suffix(".log").read_bytes()
+    at = 0
+    while at + _BATCH_HEADER.size <= len(data):
+        (base_offset, length, _epoch, magic, _crc, _attributes, last_delta, _first_ts, max_ts,
+         _pid, _producer_epoch, _sequence, count) = _BATCH_HEADER.unpack_from(data, at)
+        if magic == 2 and base_offset + last_delta in offsets:
+            return count == 0 and max_ts == timestamp
+        at += 12 + length
+    return False
