@@ -1,7 +1,8 @@
 """The kafka-compactor DAGs: scheduled log maintenance, daily GDPR erasure, one-off compaction.
 
-Declarative: every task is a ``SparkSubmitOperator`` (:class:`CompactorJob`) calling a job of
-``jobs/`` with the arguments of its command line. Settings come from ``kafka_compactor.yaml``
+Declarative: every task calls a job of ``jobs/`` with the arguments of its command line, under
+spark-submit (:class:`CompactorJob`) when it needs Spark, else directly
+(:class:`CompactorCommand`: ``erase request`` and ``erase status``). Settings come from ``kafka_compactor.yaml``
 next to this file (or ``$KAFKA_COMPACTOR_DAGS_CONFIG``) and from DAG params. Parsing this file
 imports no project code and reads no connection or Variable. Each job writes its JSON report
 with ``--report-file``; the task pushes it to XCom (``return_value``, and ``report`` also when
@@ -20,7 +21,7 @@ from typing import Any
 
 import yaml
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from airflow.sdk import DAG, Param
+from airflow.sdk import DAG, BaseOperator, Param
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 CONFIG_PATH = os.environ.get(
@@ -119,37 +120,91 @@ def _for_xcom(report: dict[str, Any]) -> dict[str, Any]:
                                                          "retention")}
 
 
+def _report_file(ti: Any) -> str:
+    key = re.sub(r"[^A-Za-z0-9_.-]", "_",
+                 f"{ti.dag_id}.{ti.task_id}.{ti.run_id}.{ti.map_index}.{ti.try_number}")
+    return os.path.join(SETTINGS.get("report_dir") or tempfile.gettempdir(),
+                        f"kafka-compactor-{key}.json")
+
+
+def _failed(task_id: str, ti: Any, report_file: str, exit_code: int | None,
+            err: BaseException) -> BaseException:
+    """What a failed job raises: its report goes to XCom (``report``); ``err`` itself (a
+    retry) when the exit or error code says a retry can help, else ``AirflowFailException``
+    naming the error."""
+    report = _read_report(report_file) or {}
+    exit_code = report.get("exit_code", exit_code)
+    if report:
+        ti.xcom_push(key="report", value=_for_xcom(report))
+    if exit_code in RETRY_EXIT_CODES or report.get("code") in RETRY_ERROR_CODES:
+        return err
+    what = (f"[{report['code']}] {report.get('message')}" if report.get("code")
+            else f"status {report.get('status')}" if report else "no report")
+    return AirflowFailException(f"{task_id}: the job ended with exit code {exit_code} "
+                                f"({what}); not retried: a retry cannot fix it")
+
+
 class CompactorJob(SparkSubmitOperator):
-    """A kafka-compactor job: ``--report-file`` is added to its arguments, the report it
-    writes goes to XCom, and a failure is retried only when its exit code or error code says
-    a retry can help (:data:`RETRY_EXIT_CODES`, :data:`RETRY_ERROR_CODES`); any other
-    failure raises ``AirflowFailException`` (no retry) naming the error."""
+    """A kafka-compactor job under spark-submit: ``--report-file`` is added to its arguments,
+    the report it writes goes to XCom, and a failure is retried only when its exit code or
+    error code says a retry can help (:data:`RETRY_EXIT_CODES`, :data:`RETRY_ERROR_CODES`);
+    any other failure raises ``AirflowFailException`` (no retry) naming the error."""
 
     def execute(self, context: Any) -> Any:
         ti = context["ti"]
-        key = re.sub(r"[^A-Za-z0-9_.-]", "_",
-                     f"{ti.dag_id}.{ti.task_id}.{ti.run_id}.{ti.map_index}.{ti.try_number}")
-        report_file = os.path.join(SETTINGS.get("report_dir") or tempfile.gettempdir(),
-                                   f"kafka-compactor-{key}.json")
+        report_file = _report_file(ti)
         self.application_args = [*(self.application_args or []), "--report-file",
                                  report_file]
         try:
             super().execute(context)
         except AirflowException as err:
-            report = _read_report(report_file) or {}
             submitted = getattr(getattr(self, "_hook", None), "_submit_sp", None)
-            exit_code = report.get("exit_code", getattr(submitted, "returncode", None))
-            if report:
-                ti.xcom_push(key="report", value=_for_xcom(report))
-            if exit_code in RETRY_EXIT_CODES or report.get("code") in RETRY_ERROR_CODES:
-                raise
-            what = (f"[{report['code']}] {report.get('message')}" if report.get("code")
-                    else f"status {report.get('status')}" if report else "no report")
-            raise AirflowFailException(
-                f"{self.task_id}: the job ended with exit code {exit_code} ({what}); not "
-                f"retried: a retry cannot fix it") from err
+            raise _failed(self.task_id, ti, report_file,
+                          getattr(submitted, "returncode", None), err) from err
         done = _read_report(report_file)
         return None if done is None else _for_xcom(done)
+
+
+class CompactorCommand(BaseOperator):
+    """A kafka-compactor job that needs no Spark (``erase request``, ``erase status``): the
+    job's script run by the settings' ``python`` directly, without spark-submit's JVM (seconds
+    instead of 10-14 s), with ``py_files`` on its ``PYTHONPATH``. Reports, XCom and retries
+    as :class:`CompactorJob`. Its arguments never hold a subject (``--key-sha256`` or
+    ``--keys-file``), and its output is the job's, which never prints one."""
+
+    template_fields = ("arguments",)
+
+    def __init__(self, *, job: str, arguments: list[str], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.job, self.arguments = job, arguments
+
+    def execute(self, context: Any) -> Any:
+        import subprocess
+
+        ti = context["ti"]
+        report_file = _report_file(ti)
+        env = dict(os.environ)
+        if SETTINGS.get("py_files"):
+            env["PYTHONPATH"] = os.pathsep.join(
+                p for p in (SETTINGS["py_files"], env.get("PYTHONPATH")) if p)
+        command = [SETTINGS.get("python") or "python3",
+                   os.path.join(SETTINGS["jobs_dir"], f"{self.job}.py"),
+                   *self.arguments, "--report-file", report_file]
+        self.log.info("Running %s", " ".join(command))
+        proc = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+        for stream in (proc.stdout, proc.stderr):
+            for line in stream.splitlines():
+                self.log.info("%s", line)
+        if proc.returncode != 0:
+            err = AirflowException(f"{self.task_id}: exit code {proc.returncode}")
+            raise _failed(self.task_id, ti, report_file, proc.returncode, err)
+        done = _read_report(report_file)
+        return None if done is None else _for_xcom(done)
+
+
+def _raise_failed(upstream: str) -> None:
+    raise AirflowFailException(f"a task of this run failed ({upstream}): the run fails so "
+                               f"that Airflow's alerting (email_on_failure, callbacks) fires")
 
 
 def spark_job(task_id: str, job: str, args: list[str], **kwargs: Any) -> SparkSubmitOperator:
@@ -240,7 +295,43 @@ def _erasure_problems() -> list[str]:
     return problems + LOG_DIR_PROBLEMS
 
 
+def request_topic_check() -> list[str]:
+    """``erase request``'s ``--log-dir``: the first erasure log dir, whose topics (or its
+    cluster's metadata) a request's topic must be among, so a typo is refused when filed."""
+    names = (SETTINGS.get("erasure") or {}).get("log_dirs") or list(LOG_DIRS)
+    first = LOG_DIRS.get(names[0]) if names and isinstance(names, list) else None
+    if not first:
+        return []
+    return ["--log-dir", first["path"], *(["--metadata-log-dir", first["metadata_log_dir"]]
+                                          if first.get("metadata_log_dir") else [])]
+
+
+def _rolling_brokers() -> tuple[list[str], list[str]]:
+    """The broker names of the rolling plan (``rolling.plan``, the file ``compactor rolling``
+    reads), in its order, and what is wrong. Read at parse time: the DAG has a task per
+    broker."""
+    section = SETTINGS.get("rolling") or {}
+    plan_path = section.get("plan")
+    if not plan_path:
+        return [], ["rolling.plan: the path of the rolling plan (see `compactor rolling`) "
+                    "is missing"]
+    try:
+        with open(plan_path, encoding="utf-8") as handle:
+            plan = yaml.safe_load(handle) or {}
+    except (OSError, yaml.YAMLError) as err:
+        return [], [f"rolling.plan: {plan_path} cannot be read: {err}"]
+    names = [b.get("name") for b in plan.get("brokers") or [] if isinstance(b, dict)]
+    bad = [n for n in names if not isinstance(n, str) or not _TASK_SAFE.match(n)]
+    if not names or bad:
+        return [], [f"rolling.plan: {plan_path} names no brokers, or a name that is not "
+                    f"letters, digits, '_', '.', '-' ({bad})"]
+    return names, []
+
+
+ROLLING_BROKERS, ROLLING_PROBLEMS = _rolling_brokers() if SETTINGS.get("rolling") else ([], [])
+
 PROBLEMS = {
+    "kafka_rolling_maintenance": COMMON_PROBLEMS + ROLLING_PROBLEMS,
     "kafka_log_maintenance": COMMON_PROBLEMS + LOG_DIR_PROBLEMS,
     "kafka_gdpr_erasure": COMMON_PROBLEMS + _erasure_problems(),
     "kafka_compaction_oneoff": COMMON_PROBLEMS,
@@ -269,10 +360,36 @@ def invalid_settings(dag_id: str) -> bool:
     return True
 
 
+# the rolling maintenance of a live cluster: defined when the settings have a rolling section
+# (the shipped ones do), so that a setup for copies and archives only has no failing DAG
+if SETTINGS.get("rolling"):
+    with DAG(
+        dag_id="kafka_rolling_maintenance",
+        description="One broker at a time: stop, recover, run (and erase), start, back in sync",
+        schedule=SETTINGS["rolling"].get("schedule", "@weekly"),
+        start_date=START, catchup=False, max_active_runs=1,
+        # a roll is not retried by Airflow: a failed roll left the broker it stopped running
+        # again, and the next scheduled run starts over from the health check
+        default_args={**DEFAULT_ARGS, "retries": 0},
+        params={"now_ms": NOW_PARAM}, tags=["kafka", "compaction", "retention", "rolling"],
+    ):
+        if not invalid_settings("kafka_rolling_maintenance"):
+            previous = None
+            for name in ROLLING_BROKERS:
+                # one task per broker, chained: never two brokers down, and a failed one
+                # stops the chain (the later brokers' tasks end upstream_failed)
+                roll = CompactorCommand(task_id=f"roll_{name}", job="rolling", arguments=[
+                    "--config", SETTINGS["rolling"]["plan"], "--broker", name, "--json",
+                    "--now-ms", "{{ params.now_ms }}"])
+                if previous is not None:
+                    previous >> roll
+                previous = roll
+
 with DAG(
     dag_id="kafka_log_maintenance",
-    description="Recover, then compaction and retention per topic cleanup.policy, per log dir",
-    schedule=SETTINGS.get("maintenance", {}).get("schedule", "@hourly"),
+    description="Log dirs no broker serves (copies, archives): recover, then compaction and "
+                "retention per topic cleanup.policy, per log dir",
+    schedule=SETTINGS.get("maintenance", {}).get("schedule", None),
     start_date=START, catchup=False, max_active_runs=1, default_args=DEFAULT_ARGS,
     params={"now_ms": NOW_PARAM}, tags=["kafka", "compaction", "retention"],
 ):
@@ -289,12 +406,21 @@ with DAG(
     params={"now_ms": NOW_PARAM}, tags=["kafka", "gdpr"],
 ):
     if not invalid_settings("kafka_gdpr_erasure"):
+        from airflow.providers.standard.operators.python import PythonOperator
+
         state = SETTINGS.get("state_dir", "")
         now = ["--now-ms", "{{ params.now_ms }}"]
-        # runs even when an apply or verify failed: an overdue request must still alert
-        status = spark_job("erase_status", "erase",
-                           ["status", "--state-dir", state, "--json", *now],
-                           trigger_rule="all_done")
+        # runs even when an apply or verify failed: an overdue request must still alert; it
+        # fails for an overdue or failed request (exit 1) and a partially verified one (6)
+        status = CompactorCommand(task_id="erase_status", job="erase",
+                                  arguments=["status", "--state-dir", state, "--json", *now],
+                                  trigger_rule="all_done")
+        # the run fails when any task failed, whatever the status task says: the "watcher"
+        # of Airflow's own system tests (a leaf that runs only on a failure upstream)
+        watcher = PythonOperator(task_id="fail_if_any_task_failed",
+                                 python_callable=_raise_failed,
+                                 op_args=["{{ ti.dag_id }} {{ run_id }}"],
+                                 trigger_rule="one_failed", retries=0)
         # every log dir applies before any verifies (and none verifies after a failed apply,
         # which would find the subject and fail the request): a request is verified only once
         # every replica the metadata names was scanned clean
@@ -310,6 +436,7 @@ with DAG(
                                        *cluster]))
         for verify in verifies:
             applies >> verify >> status
+        [*applies, *verifies, status] >> watcher
 
 with DAG(
     dag_id="kafka_compaction_oneoff",
@@ -357,12 +484,20 @@ with DAG(
     params={
         "topic": Param("", type="string", minLength=1,
                        description="the topic, or * for every topic"),
-        "key": Param("", type="string", description="the record key (UTF-8)"),
+        "key_sha256": Param("", type="string", pattern="^([0-9a-fA-F]{64})?$",
+                            description="the SHA-256 of the record key's bytes (64 hex "
+                                        "digits: `compactor erase digest`); never the key "
+                                        "itself: what is typed here is kept in Airflow's "
+                                        "database"),
         "keys_file": Param("", type="string",
-                           description="a file of keys, one per line (instead of key)"),
-        "header": Param("", type="string",
-                        description="NAME=VALUE: records whose header has that value "
-                                    "(instead of a key)"),
+                           description="a file of keys, one per line, readable by the job "
+                                       "(instead of key_sha256; its keys stay out of "
+                                       "Airflow)"),
+        "header_name": Param("", type="string",
+                             description="a record header's name: records whose header "
+                                         "value has the SHA-256 header_sha256"),
+        "header_sha256": Param("", type="string", pattern="^([0-9a-fA-F]{64})?$",
+                               description="with header_name: the SHA-256 of the value"),
         "reason": Param("", type="string", description="why (kept in the audit proof)"),
         "deadline_days": Param(30, type="integer", minimum=0,
                                description="days until the request is overdue"),
@@ -374,9 +509,11 @@ with DAG(
 ):
     if not invalid_settings("kafka_gdpr_request"):
         subject = ("{{ '--keys-file=' ~ params.keys_file if params.keys_file else "
-                   "('--header=' ~ params.header if params.header else '--key=' ~ params.key) }}")
-        spark_job("erase_request", "erase", [
-            "request", "--state-dir", SETTINGS.get("state_dir", ""), "--topic", "{{ params.topic }}",
-            subject, "--reason={{ params.reason }}", "--deadline-days", "{{ params.deadline_days }}",
+                   "('--header-sha256=' ~ params.header_name ~ '=' ~ params.header_sha256 "
+                   "if params.header_name else '--key-sha256=' ~ params.key_sha256) }}")
+        CompactorCommand(task_id="erase_request", job="erase", arguments=[
+            "request", "--state-dir", SETTINGS.get("state_dir", ""),
+            "--topic", "{{ params.topic }}", subject, "--reason={{ params.reason }}",
+            "--deadline-days", "{{ params.deadline_days }}",
             "--request-id={{ params.request_id }}", "--now-ms={{ params.now_ms }}", "--json",
-        ])
+            *request_topic_check()])

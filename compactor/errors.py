@@ -272,6 +272,19 @@ class SparkUnavailableError(CompactorError):
     )
 
 
+class ClusterNotReadyError(CompactorError):
+    """The live cluster is not ready for a broker to stop (a partition not fully in sync, a
+    broker not registered), or a restarted broker did not catch up in time; or its admin API
+    cannot be reached."""
+
+    code = "CLUSTER_NOT_READY"
+    exit_code = EXIT_LOCKED
+    default_remedy = (
+        "wait until every partition is in sync again (kafka-topics.sh --describe "
+        "--under-replicated-partitions shows none) and run it again"
+    )
+
+
 class LedgerError(CompactorError):
     """The Delta tables under ``--state-dir`` could not be written or read (delta-rs refused a
     commit because another writer committed first, or the table is damaged)."""

@@ -7,7 +7,6 @@ an exit code declared in :mod:`compactor.errors`; ``--json`` output is one JSON 
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 from collections.abc import Sequence
 from typing import TextIO
@@ -35,15 +34,18 @@ from compactor.cli import jobs
 from compactor.cli.args import (
     add_arguments,
     add_config_arguments,
+    add_change_arguments,
     add_erase_arguments,
     add_recover_arguments,
     add_request_arguments,
     add_storage_arguments,
     add_verbosity_arguments,
     add_retention_arguments,
+    add_rolling_arguments,
     add_status_arguments,
     Parser,
     complete,
+    exit_process,
     run_guarded,
 )
 from compactor.log.layout import (
@@ -169,7 +171,13 @@ def build_parser() -> argparse.ArgumentParser:
     cl.add_argument("--memory", default="1g", help="memory per worker")
     cl.set_defaults(handler=_cmd_cluster)
 
-    er = sub.add_parser("erase", help="GDPR erasure: request, apply, verify, status, report")
+    ro = sub.add_parser("rolling", help="rolling maintenance of a live cluster: each broker "
+                                        "in turn stopped, maintained, started, back in sync")
+    add_rolling_arguments(ro)
+    ro.set_defaults(handler=jobs.execute_rolling)
+
+    er = sub.add_parser("erase", help="GDPR erasure: request, apply, verify, status, retry, "
+                                      "cancel, report")
     esub = er.add_subparsers(dest="erase_command", required=True)
     rq = esub.add_parser("request", help="record erasure requests in the ledger (idempotent)")
     add_request_arguments(rq)
@@ -179,9 +187,18 @@ def build_parser() -> argparse.ArgumentParser:
         p = esub.add_parser(name, help=help_text)
         add_erase_arguments(p, apply=name == "apply")
         p.set_defaults(handler=jobs.execute_erase, action=name)
-    st = esub.add_parser("status", help="requests by status; exit 1 when one is overdue")
+    st = esub.add_parser("status", help="requests by status; exit 1 when one is overdue or "
+                                        "failed, 6 when one is partially verified")
     add_status_arguments(st)
     st.set_defaults(handler=jobs.execute_erase_status)
+    for name, help_text in jobs.CHANGES.items():
+        ch = esub.add_parser(name, help=help_text)
+        add_change_arguments(ch, name)
+        ch.set_defaults(handler=jobs.execute_erase_change, action=name)
+    dg = esub.add_parser("digest", help="print the SHA-256 digest of each subject read from "
+                                        "stdin (one per line), for --key-sha256: the subject "
+                                        "stays off every command line")
+    dg.set_defaults(handler=_cmd_erase_digest)
     ini = esub.add_parser("init", help="create the ledger (before the first request, so "
                                        "that status and the erasure DAG find one)")
     ini.add_argument("--state-dir", required=True, help="the ledger's directory")
@@ -228,11 +245,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     complete(parser)
     args = parser.parse_args(argv)
     code = run_guarded("compactor", args.handler, args, json_line=getattr(args, "json", False))
-    if argv is None:  # the console script: the process exits next
-        # The outcome is decided and reported. Python's exit (about 0.2 s: pyspark's gateway,
-        # the modules' teardown) restores SIGINT's default action, so a Ctrl-C during it
-        # killed the process with no word; the command exits as it reported instead.
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if argv is None:  # the console script: the process exits next, without a teardown
+        exit_process(code)
     return code
 
 
@@ -371,6 +385,22 @@ def _cmd_erase_init(args: argparse.Namespace, out: TextIO) -> int:
 
     created = ledger.init(args.state_dir)
     out.write(f"{'created' if created else 'already there'}: the ledger in {args.state_dir}\n")
+    return EXIT_OK
+
+
+def _cmd_erase_digest(args: argparse.Namespace, out: TextIO) -> int:
+    """``erase digest``: one hex SHA-256 per line of stdin (a terminal prompts, not echoing)."""
+    from compactor.erasure.rules import subject_digest
+
+    if sys.stdin.isatty():
+        import getpass
+
+        lines = [getpass.getpass("subject (not echoed): ")]
+    else:
+        lines = sys.stdin.read().splitlines()
+    for line in lines:
+        if line:
+            out.write(subject_digest(line.encode()) + "\n")
     return EXIT_OK
 
 

@@ -10,11 +10,12 @@ import io
 import json
 import logging
 import os
+import signal
 import sys
 import time
 import traceback
 from collections.abc import Callable, Sequence
-from typing import Any, TextIO
+from typing import Any, NoReturn, TextIO
 
 import yaml
 
@@ -267,11 +268,9 @@ def log_dirs_of(args: argparse.Namespace) -> list[str]:
         return list(given)
     props_path = getattr(args, "server_properties", None)
     if props_path:
-        from compactor.log.layout import read_properties
+        from compactor.log.layout import server_log_dirs
 
-        props = read_properties(props_path)
-        dirs = [d.strip() for d in (props.get("log.dirs") or props.get("log.dir") or "")
-                .split(",") if d.strip()]
+        dirs = server_log_dirs(props_path)
         if dirs:
             return dirs
         raise ConfigError("server.properties names no log.dirs (nor log.dir)",
@@ -467,7 +466,33 @@ def run_main(name: str, parser: argparse.ArgumentParser,
     add_verbosity_arguments(parser)
     complete(parser)
     args = parser.parse_args(argv)
-    return run_guarded(name, execute, args, json_line=True)
+    code = run_guarded(name, execute, args, json_line=True)
+    if argv is None:  # the job's process (spark-submit's Python) exits next
+        exit_process(code)
+    return code
+
+
+def exit_process(code: int) -> NoReturn:
+    """End the process with ``code`` once the command's outcome is reported, without the
+    interpreter's teardown.
+
+    delta-rs and Arrow start native thread pools (the Delta scan's Arrow scanner, the Rust
+    runtime) that still run while Python finalizes its modules; their C++ destructors then
+    race the interpreter's, and libstdc++ aborts the process ("terminate called without an
+    active exception", SIGABRT, exit 134) after the command succeeded, rarely on an idle
+    machine and often under load. The teardown has nothing left to do: reports are written,
+    the ledger committed, locks are descriptors the kernel releases, pyspark's JVM ends when
+    its stdin pipe closes (``java_gateway.launch_gateway``). Also, Python's exit restores
+    SIGINT's default action, so a Ctrl-C during it used to kill a finished command with no
+    word. So: flush, and ``_exit``."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # the reader went away (| head) or the stream closed
+            pass
+    os._exit(code)
 
 
 def run_guarded(name: str, execute: Callable[[argparse.Namespace, TextIO], int],
@@ -530,6 +555,38 @@ def run_guarded(name: str, execute: Callable[[argparse.Namespace, TextIO], int],
         progress.configure(progress.Mode.OFF)  # a caller in the same process gets none
 
 
+def add_rolling_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments of ``compactor rolling`` and of ``jobs/rolling.py``."""
+    parser.add_argument("--config", required=True, metavar="FILE",
+                        help="the rolling plan (YAML): bootstrap_servers, and per broker its "
+                             "name, node_id, server_properties and stop/start commands")
+    parser.add_argument("--broker", action="append", default=[], metavar="NAME",
+                        help="roll only this broker of the plan (repeatable; default: all, "
+                             "in the plan's order)")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="check the plan and the cluster's health; stop nothing")
+    add_clock_arguments(parser, "the maintenance commands' clock")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument("--report-file", default=None, metavar="FILE",
+                        help="also write the JSON report to FILE (schedulers)")
+
+
+def add_change_arguments(parser: argparse.ArgumentParser, action: str) -> None:
+    """The arguments of ``erase retry`` and ``erase cancel`` (``action``)."""
+    parser.add_argument("request_ids", nargs="+", metavar="REQUEST_ID",
+                        help="the requests (see `compactor erase list`)")
+    parser.add_argument("--state-dir", required=True, help="the ledger's directory")
+    parser.add_argument("--reason", required=action == "cancel", default=None,
+                        help="why (in the ledger's audit trail" + (
+                            "; required)" if action == "cancel" else ")"))
+    parser.add_argument("--now-ms", type=clock_ms, default=None,
+                        help="the time recorded (epoch ms or ISO-8601; default: now)")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.add_argument("--report-file", default=None, metavar="FILE",
+                        help="also write the JSON result to FILE (schedulers)")
+    add_storage_arguments(parser, lease=False)
+
+
 def add_request_arguments(parser: argparse.ArgumentParser) -> None:
     """The arguments of ``erase request`` and of ``jobs/erase.py request``."""
     parser.add_argument("--state-dir", required=True,
@@ -539,9 +596,16 @@ def add_request_arguments(parser: argparse.ArgumentParser) -> None:
     who = parser.add_mutually_exclusive_group(required=True)
     who.add_argument("--key", help="the record key (UTF-8)")
     who.add_argument("--key-hex", help="the record key as hex bytes")
-    who.add_argument("--keys-file", help="one UTF-8 key per line; one request per key")
+    who.add_argument("--key-sha256", metavar="HEX",
+                     help="the SHA-256 digest of the record key's bytes (64 hex digits, as "
+                          "`compactor erase digest` prints it): the subject never reaches "
+                          "this command, its argv or a scheduler's database")
+    who.add_argument("--keys-file", help="one UTF-8 key per line; one request per key (a file "
+                                         "only the job reads: the keys stay off the argv)")
     who.add_argument("--header", metavar="NAME=VALUE",
                      help="records whose header NAME has the UTF-8 value VALUE")
+    who.add_argument("--header-sha256", metavar="NAME=HEX",
+                     help="records whose header NAME has a value with this SHA-256 digest")
     parser.add_argument("--reason", default=None,
                         help="why (recorded in the ledger and the audit proof; empty: none)")
     parser.add_argument("--deadline-days", type=int, default=30,

@@ -25,6 +25,8 @@ from typing import Any, TextIO
 from compactor.cli.args import (
     add_arguments,
     add_config_arguments,
+    add_change_arguments,
+    add_rolling_arguments,
     add_erase_arguments,
     add_recover_arguments,
     add_request_arguments,
@@ -291,7 +293,13 @@ def erase_parser() -> argparse.ArgumentParser:
     add_status_arguments(sub.add_parser("status", help="exit 1 when a request is overdue"))
     add_request_arguments(sub.add_parser("request", help="record erasure requests in the "
                                                          "ledger (idempotent)"))
+    for name, text in CHANGES.items():
+        add_change_arguments(sub.add_parser(name, help=text), name)
     return parser
+
+
+CHANGES = {"retry": "apply and verify failed requests again",
+           "cancel": "withdraw requests, with a reason"}
 
 
 def execute_erase(args: argparse.Namespace, out: TextIO) -> int:
@@ -301,6 +309,8 @@ def execute_erase(args: argparse.Namespace, out: TextIO) -> int:
         return execute_erase_status(args, out)
     if args.action == "request":
         return execute_erase_request(args, out)
+    if args.action in CHANGES:
+        return execute_erase_change(args, out)
     return _execute_erase_scan(args, out)
 
 
@@ -331,7 +341,7 @@ def _execute_erase_scan(args: argparse.Namespace, out: TextIO) -> int:
 def execute_erase_request(args: argparse.Namespace, out: TextIO) -> int:
     """``erase request``: record erasure requests in the ledger (idempotent by request id)."""
     from compactor.erasure import ledger
-    from compactor.erasure.rules import ALL_TOPICS, HEADER, KEY, is_internal_topic, new_requests
+    from compactor.erasure.rules import ALL_TOPICS, KEY, is_internal_topic, new_requests
 
     ledger.check_state_dir(args.state_dir, args.log_dir)
     if is_internal_topic(args.topic) and not getattr(args, "quiet", False):
@@ -340,30 +350,13 @@ def execute_erase_request(args: argparse.Namespace, out: TextIO) -> int:
               "coordinator may rebuild state from what remains", file=sys.stderr)
     if args.log_dir and args.topic != ALL_TOPICS:
         _check_request_topic(args)
-    selector, header_name = KEY, None
-    if args.key is not None:
-        subjects = [args.key.encode()]
-    elif args.key_hex is not None:
-        try:
-            subjects = [bytes.fromhex(args.key_hex)]
-        except ValueError:
-            raise ConfigError(f"--key-hex {args.key_hex!r} is not hex") from None
-    elif args.keys_file is not None:
-        subjects = [line.encode() for line in storage.read_text(args.keys_file).splitlines()
-                    if line]
-        if not subjects:
-            raise ConfigError("--keys-file holds no key", path=args.keys_file)
-    else:
-        header_name, sep, value = args.header.partition("=")
-        if not sep or not header_name:
-            raise ConfigError(f"--header {args.header!r} is not NAME=VALUE")
-        selector, subjects = HEADER, [value.encode()]
+    selector, header_name, digests = _request_subjects(args)
     if args.deadline_days < 0:
         raise ConfigError(f"--deadline-days {args.deadline_days} is negative")
     if args.leave_tombstone and selector != KEY:
         raise ConfigError("--leave-tombstone applies to key erasure only (--key, --key-hex, "
                           "--keys-file): a header names no key to leave a tombstone for")
-    requests = new_requests(topic=args.topic, subjects=subjects, selector=selector,
+    requests = new_requests(topic=args.topic, digests=digests, selector=selector,
                             header_name=header_name, reason=args.reason or None,
                             now_ms=now_ms(args), deadline_days=args.deadline_days,
                             request_id=args.request_id or None,
@@ -379,6 +372,46 @@ def execute_erase_request(args: argparse.Namespace, out: TextIO) -> int:
         for r in requests:
             out.write(f"{r.request_id} {'added' if r.request_id in added else 'exists'}\n")
     return EXIT_OK
+
+
+def _request_subjects(args: argparse.Namespace) -> tuple[str, str | None, list[str]]:
+    """The selector, header name and subject digests of ``erase request``'s arguments. A raw
+    subject is digested here and goes no further; errors never repeat it.
+
+    Raises:
+        ConfigError: a malformed subject argument.
+    """
+    from compactor.erasure.rules import HEADER, KEY, parse_subject_digest, subject_digest
+
+    def given(option: str, text: str) -> str:
+        try:
+            return parse_subject_digest(text)
+        except ValueError as err:
+            raise ConfigError(f"{option}: {err}") from None
+
+    if args.key is not None:
+        return KEY, None, [subject_digest(args.key.encode())]
+    if args.key_hex is not None:
+        try:
+            return KEY, None, [subject_digest(bytes.fromhex(args.key_hex))]
+        except ValueError:
+            raise ConfigError("--key-hex is not hex (the value is not repeated here: it is "
+                              "the subject)") from None
+    if args.key_sha256 is not None:
+        return KEY, None, [given("--key-sha256", args.key_sha256)]
+    if args.keys_file is not None:
+        digests = [subject_digest(line.encode())
+                   for line in storage.read_text(args.keys_file).splitlines() if line]
+        if not digests:
+            raise ConfigError("--keys-file holds no key", path=args.keys_file)
+        return KEY, None, digests
+    option, text = ("--header", args.header) if args.header is not None \
+        else ("--header-sha256", args.header_sha256)
+    header_name, sep, value = text.partition("=")
+    if not sep or not header_name:
+        raise ConfigError(f"{option} is not NAME=VALUE (header {header_name!r})")
+    digest = subject_digest(value.encode()) if option == "--header" else given(option, value)
+    return HEADER, header_name, [digest]
 
 
 def _check_request_topic(args: argparse.Namespace) -> None:
@@ -397,7 +430,8 @@ def _check_request_topic(args: argparse.Namespace) -> None:
 
 
 def execute_erase_status(args: argparse.Namespace, out: TextIO) -> int:
-    """``erase status``: exit 1 when a request is overdue (for alerting)."""
+    """``erase status``, for alerting: exit 1 when a request is overdue or failed, 6 when one
+    is partially verified (a replica not scanned clean yet), else 0."""
     from compactor.erasure import ledger
 
     result = ledger.status(args.state_dir, now_ms(args))
@@ -415,6 +449,11 @@ def execute_erase_status(args: argparse.Namespace, out: TextIO) -> int:
         for o in result["overdue"]:
             out.write(f"OVERDUE {o['request_id']} ({o['topic']}, {o['status']}) by "
                       f"{o['overdue_ms'] // 3_600_000} h\n")
+        for f in result["failed"]:
+            out.write(f"FAILED {f['request_id']} ({f['topic']}): "
+                      f"{json.dumps(f['failure'], sort_keys=True) if f['failure'] else 'see the apply report'}"
+                      f"; fix the cause, then `compactor erase retry {f['request_id']}`, or "
+                      f"withdraw it with `compactor erase cancel {f['request_id']} --reason ...`\n")
         for p in result["partially_verified"]:
             missing = p["missing_replicas"]
             out.write(f"PARTIAL {p['request_id']} ({p['topic']}): clean at "
@@ -422,7 +461,35 @@ def execute_erase_status(args: argparse.Namespace, out: TextIO) -> int:
                       + (f"{len(missing)} replicas, e.g. node {missing[0]['node_id']} "
                          f"{missing[0]['partition']}" if missing
                          else "unknown (no metadata log)") + "\n")
-    return EXIT_FAILURE if result["overdue"] else EXIT_OK
+    if result["overdue"] or result["failed"]:
+        return EXIT_FAILURE
+    return EXIT_PARTIAL if result["partially_verified"] else EXIT_OK
+
+
+def execute_erase_change(args: argparse.Namespace, out: TextIO) -> int:
+    """``erase retry`` (failed -> pending: the next apply and verify take it again) and
+    ``erase cancel`` (withdrawn with a reason: no alert, never applied again); each one
+    commit in the ledger's audit trail."""
+    from compactor.erasure import ledger
+    from compactor.erasure.rules import CANCELLABLE, RETRYABLE
+
+    retry = args.action == "retry"
+    if not retry and not (args.reason or "").strip():
+        raise ConfigError("erase cancel needs --reason: why the request is withdrawn goes "
+                          "into the audit trail")
+    changed = ledger.change_status(
+        storage.absolute(args.state_dir), args.request_ids, action=args.action,
+        allowed=RETRYABLE if retry else CANCELLABLE,
+        status="pending" if retry else "cancelled", reason=args.reason or None,
+        now_ms=now_ms(args))
+    result = {"type": "requests", "action": args.action, "changed": changed}
+    write_report_file(args, result)
+    if args.json:
+        emit(out, result)
+    else:
+        for r in changed:
+            out.write(f"{r} {'pending again' if retry else 'cancelled'}\n")
+    return EXIT_OK
 
 
 # -- recover ------------------------------------------------------------------------------------
@@ -474,6 +541,52 @@ def execute_recover(args: argparse.Namespace, out: TextIO) -> int:
     return EXIT_PARTIAL if failed else EXIT_OK
 
 
+# -- rolling ----------------------------------------------------------------------------------
+
+
+def rolling_parser() -> argparse.ArgumentParser:
+    parser = Parser(prog="jobs/rolling.py",
+                    description="Rolling maintenance: one broker at a time, stopped, "
+                                "maintained, started and back in sync.")
+    add_rolling_arguments(parser)
+    return parser
+
+
+def execute_rolling(args: argparse.Namespace, out: TextIO) -> int:
+    """``compactor rolling``: exit 0 when every broker rolled, 1 when a step failed (the
+    broker it stopped was started again; no further broker was touched)."""
+    from compactor.maintenance import rolling
+
+    plan = rolling.load_plan(args.config)
+    clock = [*(["--now-ms", str(now_ms(args))] if args.now_ms is not None else []),
+             *(["--allow-past-now"] if args.allow_past_now else []),
+             *(["--allow-future-now"] if args.allow_future_now else [])]
+
+    def announce(text: str) -> None:
+        if not args.json and not getattr(args, "quiet", False):
+            print(text, file=sys.stderr, flush=True)
+
+    report = rolling.roll(plan, clock=clock, only=args.broker, dry_run=args.dry_run,
+                          announce=announce)
+    report["exit_code"] = EXIT_OK if report["status"] == "ok" else EXIT_FAILURE
+    write_report_file(args, report)
+    if args.json:
+        emit(out, report)
+    else:
+        for b in report["brokers"]:
+            out.write(f"{b['name']} (node {b['node_id']}): {b['status']}\n")
+            for step in b["steps"]:
+                extra = step.get("problems") or step.get("lagging") or step.get("output") or ""
+                out.write(f"  {step['step']}: {step['status']} ({step['seconds']} s)"
+                          + (f": {extra}" if extra and step["status"] == "failed" else "")
+                          + "\n")
+        if report["not_started"]:
+            out.write(f"not touched: {', '.join(report['not_started'])}\n")
+        out.write(f"rolling: {report['status']}" + (" (dry run)" if args.dry_run else "")
+                  + "\n")
+    return int(report["exit_code"])
+
+
 # -- history ----------------------------------------------------------------------------------
 
 
@@ -514,4 +627,5 @@ COMPACT = Job("compact", compact_parser, over_log_dirs(execute_compact))
 RETAIN = Job("retain", retain_parser, over_log_dirs(execute_retain))
 RUN = Job("run", run_parser, over_log_dirs(execute_run))
 ERASE = Job("erase", erase_parser, execute_erase)
+ROLLING = Job("rolling", rolling_parser, execute_rolling)
 RECOVER = Job("recover", recover_parser, execute_recover)

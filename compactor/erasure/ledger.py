@@ -18,7 +18,7 @@ from typing import Any, ParamSpec, TypeVar
 
 import pyarrow as pa
 
-from compactor.erasure.rules import ALL_TOPICS, DONE, STATUSES, ErasureRequest
+from compactor.erasure.rules import ALL_TOPICS, DONE, STATUSES, VERIFIED, ErasureRequest
 from compactor.log import storage
 from compactor.errors import ConfigError, LedgerError, first_line
 from schemas.delta import ERASURE_REQUESTS, ERASURE_REQUESTS_TABLE, RUNS, RUNS_TABLE
@@ -346,6 +346,54 @@ def update_requests(state_dir: str, updates: Sequence[Mapping[str, Any]],
      .when_matched_update(updates={c: f"s.{c}" for c in columns}).execute())
 
 
+@_ledger_errors("change erasure requests' status in the ledger")
+def change_status(state_dir: str, request_ids: Sequence[str], *, action: str,
+                  allowed: frozenset[str], status: str, reason: str | None,
+                  now_ms: int) -> list[str]:
+    """``erase retry`` and ``erase cancel``: move each request of ``request_ids`` whose status
+    is in ``allowed`` to ``status``, in one commit whose metadata (``action``, ``request_ids``,
+    ``reason``, ``at_ms``) is the audit trail's entry (:func:`history`, :func:`audit`). The
+    merge matches only rows still in an allowed status, so a concurrent apply or verify is
+    never overwritten. Returns the ids changed.
+
+    Raises:
+        ConfigError: an unknown id, or one whose status does not allow ``action`` (nothing
+            is changed then).
+    """
+    require_ledger(state_dir)
+    rows = {r["request_id"]: r for r in load_requests(state_dir)}
+    unknown = [i for i in request_ids if i not in rows]
+    if unknown:
+        raise ConfigError(f"no erasure request {', '.join(map(repr, unknown))} in the ledger "
+                          f"(see `compactor erase list`)", path=state_dir)
+    wrong = [f"{i} is {rows[i]['status']}" for i in request_ids
+             if rows[i]["status"] not in allowed]
+    if wrong:
+        raise ConfigError(f"cannot {action} {'; '.join(wrong)}: only "
+                          f"{', '.join(sorted(allowed))} requests can be", path=state_dir)
+    ids = list(dict.fromkeys(request_ids))
+    source = pa.table({"request_id": pa.array(ids, pa.string()),
+                       "status": pa.array([status] * len(ids), pa.string())})
+    table = _table(state_dir, ERASURE_REQUESTS_TABLE, ERASURE_REQUESTS)
+    listed = ", ".join(f"'{s}'" for s in sorted(allowed))
+    meta = {"action": action, "request_ids": ",".join(ids), "at_ms": str(now_ms),
+            **({"reason": reason} if reason else {})}
+    updates = {"status": "s.status"}
+    if status == "pending":  # a retry applies and verifies again from the start, everywhere
+        updates.update(failure="NULL", places="'{}'")
+    metrics = (table.merge(source=source, predicate="t.request_id = s.request_id",
+                           source_alias="s", target_alias="t", commit_properties=_commit(meta))
+               .when_matched_update(updates=updates, predicate=f"t.status IN ({listed})")
+               .execute())
+    if metrics.get("num_target_rows_updated", len(ids)) != len(ids):
+        changed = {r["request_id"] for r in load_requests(state_dir)
+                   if r["request_id"] in ids and r["status"] == status}
+        raise ConfigError(f"{action}: {', '.join(i for i in ids if i not in changed)} changed "
+                          f"status while this ran (an apply or verify at the same time); see "
+                          f"`compactor erase list` and run it again", path=state_dir)
+    return ids
+
+
 @_ledger_errors("append to the runs table")
 def append_runs(state_dir: str, rows: Iterable[Mapping[str, Any]]) -> None:
     """Append run rows (one commit)."""
@@ -421,13 +469,15 @@ def load_runs(state_dir: str, run_ids: Iterable[str] | None = None) -> list[dict
 @_ledger_errors("read a ledger table's history")
 def history(state_dir: str, name: str) -> list[dict[str, Any]]:
     """The Delta commit history of a table, oldest first: version, timestamp, operation and
-    the metadata our commits carry (``action``, ``run_id``, ``request_ids``)."""
+    the metadata our commits carry (``action``, ``run_id``, ``request_ids``; a retry's or
+    cancel's ``reason`` and ``at_ms``)."""
     path = _table_path(state_dir, name)
     if not _is_table(path):
         return []
     out = []
     for entry in _open(path).history():
-        meta = {k: v for k, v in entry.items() if k in ("action", "run_id", "request_ids")}
+        meta = {k: v for k, v in entry.items()
+                if k in ("action", "run_id", "request_ids", "reason", "at_ms")}
         out.append({"version": entry.get("version"), "timestamp_ms": entry.get("timestamp"),
                     "operation": entry.get("operation"), **meta})
     return sorted(out, key=lambda e: e["version"])
@@ -445,7 +495,8 @@ def table_version(state_dir: str, name: str) -> int | None:
 
 
 def status(state_dir: str, now_ms: int) -> dict[str, Any]:
-    """Counts by status and the overdue requests (deadline passed, not verified).
+    """Counts by status, the overdue requests (deadline passed, not verified or cancelled),
+    the failed ones and where the partially verified ones still have to be scanned.
 
     Raises:
         ConfigError: there is no ledger at ``state_dir``.
@@ -465,8 +516,12 @@ def status(state_dir: str, now_ms: int) -> dict[str, Any]:
                                           .items() if p.get("verify_status") == "clean"),
                 "missing_replicas": json.loads(r.get("missing_replicas") or "null")}
                for r in rows if r["status"] == "partially_verified"]
+    failed = [{"request_id": r["request_id"], "topic": r["topic"],
+               "failure": json.loads(r["failure"]) if r.get("failure") else None}
+              for r in rows if r["status"] == "failed"]
     return {"type": "status", "state_dir": state_dir, "now_ms": now_ms, "requests": len(rows),
-            "by_status": counts, "overdue": overdue, "partially_verified": partial,
+            "by_status": counts, "overdue": overdue, "failed": failed,
+            "partially_verified": partial,
             "ledger_version": table_version(state_dir, ERASURE_REQUESTS_TABLE)}
 
 
@@ -489,7 +544,7 @@ def audit(state_dir: str, request_id: str) -> dict[str, Any] | None:
     commits = [c for c in history(state_dir, ERASURE_REQUESTS_TABLE)
                if request_id in (c.get("request_ids") or "").split(",")
                or c.get("run_id") in run_ids]
-    verified = row["status"] in DONE
+    verified = row["status"] in VERIFIED
     return {
         "type": "audit", "request": row,
         "apply_runs": [r for r in runs if r["run_id"] in applies],

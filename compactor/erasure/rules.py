@@ -28,19 +28,39 @@ def is_internal_topic(topic: str) -> bool:
 
 HEADER = "header"
 # pending -> applied (somewhere) -> partially_verified (some replicas scanned clean) ->
-# verified (every replica the metadata names scanned clean) | verified_local_only; or failed
+# verified (every replica the metadata names scanned clean) | verified_local_only; or failed,
+# which an operator retries (back to pending) or cancels with a reason (cancelled)
 STATUSES = ("pending", "applied", "partially_verified", "verified", "verified_local_only",
-            "failed")
+            "failed", "cancelled")
 APPLICABLE = frozenset({"pending", "applied", "partially_verified"})
 VERIFIABLE = frozenset({"applied", "partially_verified"})
+VERIFIED = frozenset({"verified", "verified_local_only"})
 # requests the tool has finished with: no alert once past their deadline
-DONE = frozenset({"verified", "verified_local_only"})
+DONE = VERIFIED | {"cancelled"}
+RETRYABLE = frozenset({"failed"})
+CANCELLABLE = frozenset(STATUSES) - DONE
 DAY_MS = 86_400_000
+SHA256_HEX = 64
 
 
 def subject_digest(value: bytes) -> str:
     """The hex SHA-256 digest a subject is stored and matched by."""
     return hashlib.sha256(value).hexdigest()
+
+
+def parse_subject_digest(text: str) -> str:
+    """A subject given already digested (``--key-sha256``): 64 hex digits, lower-cased.
+
+    Raises:
+        ValueError: anything else, without repeating ``text`` (it may be the raw subject
+            typed into the wrong field).
+    """
+    digest = text.strip().lower()
+    if len(digest) != SHA256_HEX or any(c not in "0123456789abcdef" for c in digest):
+        raise ValueError(f"not a SHA-256 digest: expected {SHA256_HEX} hex digits, got "
+                         f"{len(text)} characters (the value is not repeated here: it may be "
+                         f"the subject itself)")
+    return digest
 
 
 def default_request_id(topic: str, selector: str, header_name: str | None, digest: str) -> str:
@@ -80,22 +100,22 @@ class ErasureRequest:
         return self.topic == topic
 
 
-def new_requests(*, topic: str, subjects: Sequence[bytes], selector: str,
+def new_requests(*, topic: str, digests: Sequence[str], selector: str,
                  header_name: str | None, reason: str | None, now_ms: int, deadline_days: int,
                  request_id: str | None, leave_tombstone: bool = False) -> list[ErasureRequest]:
-    """Requests for ``subjects`` (raw bytes, digested here). With ``request_id`` and several
-    subjects the ids are ``<request_id>-<n>`` (n from 1, in the given order)."""
+    """Requests for the subjects whose SHA-256 ``digests`` (:func:`subject_digest`,
+    :func:`parse_subject_digest`) are given. With ``request_id`` and several subjects the ids
+    are ``<request_id>-<n>`` (n from 1, in the given order)."""
     if selector not in (KEY, HEADER) or (selector == HEADER) != bool(header_name):
         raise ValueError("a header selector needs a header name, a key selector none")
     if leave_tombstone and selector != KEY:
         raise ValueError("only a key erasure can leave a tombstone")
     out = []
-    for n, subject in enumerate(subjects, start=1):
-        digest = subject_digest(subject)
+    for n, digest in enumerate(digests, start=1):
         if request_id is None:
             rid = default_request_id(topic, selector, header_name, digest)
         else:
-            rid = request_id if len(subjects) == 1 else f"{request_id}-{n}"
+            rid = request_id if len(digests) == 1 else f"{request_id}-{n}"
         out.append(ErasureRequest(
             request_id=rid, topic=topic, selector=selector, header_name=header_name,
             subject_sha256=digest, reason=reason, requested_at_ms=now_ms,

@@ -333,6 +333,14 @@ def read_properties(path: str) -> dict[str, str]:
         raise ConfigError(f"not a Java properties file: {err}", path=path) from None
 
 
+def server_log_dirs(server_properties: str) -> list[str]:
+    """The log dirs a broker loads: ``log.dirs``, else ``log.dir``, comma-separated
+    (``KafkaConfig.logDirs``); empty when it names none."""
+    props = read_properties(server_properties)
+    return [d.strip() for d in (props.get("log.dirs") or props.get("log.dir") or "").split(",")
+            if d.strip()]
+
+
 def read_meta_properties(log_dir: str) -> dict[str, str]:
     """The log dir's ``meta.properties`` (``node.id``, ``cluster.id``, ``directory.id``);
     empty without one."""

@@ -383,11 +383,13 @@ def apply(spark: SparkSession | None, log_dir: str, state_dir: str, now_ms: int,
                            if u.get(k) is not None}
                           for u in updates] + [{"request_id": r, "status": "pending",
                                                 "blocked_by": b} for r, b in blocked.items()]
-    if dry_run:
-        report["status"] = "ok"
-        return report
     failed = any(u["status"] == "failed" for u in updates)
+    # a dry run ends as the real run would (its exit code too), in conditional words
     report["status"] = "failed" if failed else ("partial" if blocked else "ok")
+    if dry_run:
+        for r in report["requests"]:
+            r["status"] = DRY_RUN_STATUS[r["status"]]
+        return report
     try:
         _record(state_dir, "apply", run_id, log_dir, now_ms, started, lines, updates)
     except CompactorError as err:  # the rewrites stand: say so, with the report
@@ -400,6 +402,11 @@ def apply(spark: SparkSession | None, log_dir: str, state_dir: str, now_ms: int,
         if report["status"] == "ok":
             report["status"] = "partial"
     return report
+
+
+# what an apply would record, said by --dry-run (which records nothing)
+DRY_RUN_STATUS = {"applied": "would_be_applied", "partially_verified": "would_be_applied",
+                  "failed": "would_fail", "pending": "would_stay_pending"}
 
 
 def _rewrite(spark: LazySession, log_dir: str, dirs: Mapping[int, _Dir],
@@ -653,17 +660,25 @@ def perform(action: str, log_dir: str, state_dir: str, now_ms: int, *, master: s
 
 
 def summary(report: Mapping[str, Any]) -> str:
-    """The human summary of an ``erase apply`` or ``verify`` report."""
+    """The human summary of an ``erase apply`` or ``verify`` report (a dry run's in
+    conditional words: it changed nothing)."""
+    dry = report.get("dry_run", False)
     lines = [f"{p['dir']}: {p['status']}"
              + (f", {p['records_erased']} records erased in {p['segments_rewritten']} segments"
                 if p.get("records_erased") else "")
+             + (f", {p['records_matched']} records would be erased in "
+                f"{p['segments_rewritten']} segments" if dry and p.get("records_matched")
+                else "")
              + (f", {p['records_scanned']} records scanned" if "residual_matches" in p else "")
              for p in report["partitions"]]
     lines += [f"request {r['request_id']}: " + ", ".join(
-        f"{k} {v}" for k, v in r.items() if k != "request_id") for r in report["requests"]]
+        (f"would erase {v}" if dry and k == "records_erased" else f"{k} {v}")
+        for k, v in r.items() if k != "request_id") for r in report["requests"]]
     if report.get("ledger_error"):
         e = report["ledger_error"]
         lines.append(f"LEDGER NOT UPDATED: {e['message']} ({e.get('path')}); remedy: "
                      f"{e['remedy']}")
-    lines.append(f"{report['command']} ({report['run_id']}): {report['status']}")
+    lines.append(f"{report['command']} ({report['run_id']}): "
+                 + (f"dry run, nothing changed; the run would end {report['status']}" if dry
+                    else report["status"]))
     return "\n".join(lines)

@@ -5,6 +5,7 @@ local Spark through the venv's spark-submit) do what the commands do."""
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import json
 import os
@@ -24,8 +25,11 @@ from tests.helpers import lock_held_by_other_process, records_of, segment_bytes,
 
 REPO = Path(__file__).resolve().parents[2]
 DAG_IDS = {"kafka_log_maintenance", "kafka_gdpr_erasure", "kafka_compaction_oneoff",
-           "kafka_gdpr_request"}
+           "kafka_gdpr_request", "kafka_rolling_maintenance"}
 NOW = DEFAULT_START_MS + 2 * 3_600_000  # two hours after the first record
+DAY = 86_400_000
+SUBJECT = b"key-00000005"
+DIGEST = hashlib.sha256(SUBJECT).hexdigest()  # what an operator gives the request DAG
 # the cluster's own configs, in its metadata log: the DAG settings name none
 TOPIC_CONFIGS = {"accounts": {"cleanup.policy": "compact"},
                  "events": {"cleanup.policy": "delete", "retention.ms": "3600000"}}
@@ -41,8 +45,13 @@ def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict:
     generate(str(logs), GEN)
     server_properties = tmp_path / "server.properties"
     server_properties.write_text("log.retention.hours=168\n")
+    plan = tmp_path / "rolling.yaml"
+    plan.write_text(yaml.safe_dump({"bootstrap_servers": "127.0.0.1:9", "brokers": [
+        {"name": f"k{i}", "node_id": i, "server_properties": str(server_properties),
+         "stop": "false", "start": "false"} for i in (1, 2)]}))
     cfg = {
         "spark_conn_id": "spark_default", "jobs_dir": str(REPO / "jobs"),
+        "rolling": {"schedule": "@weekly", "plan": str(plan)},
         "python": os.environ["PYSPARK_PYTHON"], "state_dir": str(tmp_path / "state"),
         "retries": 0,  # dag.test() of a failing job must fail at once
         "maintenance": {"schedule": "@hourly", "log_dirs": [
@@ -76,8 +85,12 @@ def test_dags_parse_without_errors_connections_or_variables(
     assert set(bag.dags) == DAG_IDS
     assert set(bag.dags["kafka_log_maintenance"].task_dict) == {"recover_b1", "run_b1"}
     assert set(bag.dags["kafka_gdpr_erasure"].task_dict) == {
-        "erase_apply_b1", "erase_verify_b1", "erase_status"}
+        "erase_apply_b1", "erase_verify_b1", "erase_status", "fail_if_any_task_failed"}
     assert bag.dags["kafka_compaction_oneoff"].schedule is None
+    # the rolling DAG: a task per broker of the plan, in its order, one after the other
+    rolling = bag.dags["kafka_rolling_maintenance"]
+    assert set(rolling.task_dict) == {"roll_k1", "roll_k2"}
+    assert rolling.task_dict["roll_k2"].upstream_task_ids == {"roll_k1"}
 
 
 def test_every_rendered_argv_is_accepted_by_its_job_parser(settings: dict) -> None:
@@ -90,24 +103,37 @@ def test_every_rendered_argv_is_accepted_by_its_job_parser(settings: dict) -> No
                           configs={"cleanup.policy": "compact,delete", "retention.ms": 86_400_000},
                           now_ms=str(NOW))
         if dag.dag_id == "kafka_gdpr_request":
-            params.update(topic="accounts", key="key-00000005", reason="ticket 7")
+            params.update(topic="accounts", key_sha256=DIGEST, reason="ticket 7")
         for task in dag.tasks:
-            argv = task.render_template(task.application_args, {"params": params})
-            job = importlib.import_module(f"jobs.{Path(task.application).stem}")
-            assert Path(task.application).parent == REPO / "jobs"
+            if task.task_id == "fail_if_any_task_failed":
+                continue
+            if hasattr(task, "application_args"):  # spark-submit
+                argv = task.render_template(task.application_args, {"params": params})
+                application = Path(task.application)
+            else:  # the jobs that need no Spark run without spark-submit
+                argv = task.render_template(task.arguments, {"params": params})
+                application = REPO / "jobs" / f"{task.job}.py"
+            job = importlib.import_module(f"jobs.{application.stem}")
+            assert application.parent == REPO / "jobs"
             args = job.build_parser().parse_args(argv)
             if isinstance(getattr(args, "log_dir", None), list):  # the broker's log dirs
                 (args.log_dir,) = args.log_dir  # one per task here
-            if hasattr(args, "config"):  # maintenance and compaction: validate the configs too
+            if hasattr(args, "config") and dag.dag_id != "kafka_rolling_maintenance":
+                # maintenance and compaction: validate the configs too
                 opts = options_from_args(args)
                 if dag.dag_id == "kafka_compaction_oneoff":
                     assert opts.topics == {"accounts"} and opts.now_ms == NOW
                     assert opts.config_all == {"cleanup.policy": "compact,delete",
                                                "retention.ms": "86400000"}
+            if dag.dag_id == "kafka_rolling_maintenance":
+                assert (args.config, args.broker, args.now_ms) == (
+                    settings["rolling"]["plan"], [task.task_id.removeprefix("roll_")], None)
             if dag.dag_id == "kafka_gdpr_request":
-                assert (args.action, args.topic, args.key, args.keys_file, args.reason,
-                        args.deadline_days, args.request_id, args.now_ms) == (
-                    "request", "accounts", "key-00000005", None, "ticket 7", 30, "", None)
+                assert (args.action, args.topic, args.key, args.key_sha256, args.keys_file,
+                        args.reason, args.deadline_days, args.request_id, args.now_ms) == (
+                    "request", "accounts", None, DIGEST, None, "ticket 7", 30, "", None)
+                # the request's topic is checked against the erasure log dir when filed
+                assert args.log_dir == str(settings["logs"])
             if getattr(args, "log_dir", None) and dag.dag_id != "kafka_compaction_oneoff":
                 assert args.log_dir == str(settings["logs"])
                 if hasattr(args, "metadata_log_dir"):  # the commands that read configs
@@ -117,7 +143,7 @@ def test_every_rendered_argv_is_accepted_by_its_job_parser(settings: dict) -> No
             if hasattr(args, "state_dir"):
                 assert args.state_dir == settings["state_dir"]
             checked += 1
-    assert checked == 7
+    assert checked == 9
 
 
 @pytest.mark.slow
@@ -157,36 +183,128 @@ def test_log_maintenance_dag_compacts_and_retains_like_compactor_run(
 def test_gdpr_erasure_dag_erases_and_verifies_a_request(
         settings: dict, airflow_db: str, capsys: pytest.CaptureFixture[str]) -> None:
     logs, state = settings["logs"], settings["state"]
-    subject = b"key-00000005"
-    assert any(r.key == subject for r in records_of(segment_bytes(logs / "accounts-0")).values())
-    # filed through the request DAG, as an operator would from Airflow's UI
+    assert any(r.key == SUBJECT for r in records_of(segment_bytes(logs / "accounts-0")).values())
+    # filed through the request DAG, as an operator would from Airflow's UI: by digest
     filed = _bag().dags["kafka_gdpr_request"].test(run_conf={
-        "topic": "*", "key": subject.decode(), "request_id": "ticket-1", "reason": "art. 17",
+        "topic": "*", "key_sha256": DIGEST, "request_id": "ticket-1", "reason": "art. 17",
         "now_ms": str(NOW)})
     assert filed.state == "success"
     assert _xcom(filed, "erase_request") == [{"type": "requests", "added": ["ticket-1"],
                                               "existing": []}]
     run = _bag().dags["kafka_gdpr_erasure"].test(run_conf={"now_ms": str(NOW)})
     assert run.state == "success"
+    assert _states(run)["fail_if_any_task_failed"] == "skipped"
     for pdir in logs.glob("*-0"):
-        assert not any(r.key == subject for r in records_of(segment_bytes(pdir)).values())
+        assert not any(r.key == SUBJECT for r in records_of(segment_bytes(pdir)).values())
     (row,) = DeltaTable(str(state / "erasure_requests")).to_pyarrow_table().to_pylist()
     assert row["status"] == "verified" and row["records_erased"] > 0
-    assert row["reason"] == "art. 17"
-    # a corrupt segment blocks a new request (apply fails, the request stays pending); once
-    # it is past its deadline the status task fails too, and so does the run
+    assert row["reason"] == "art. 17" and row["subject_sha256"] == DIGEST
+    # a corrupt segment blocks a new request (apply fails, the request stays pending): the
+    # run fails at once, before any deadline
     segment = sorted((logs / "accounts-0").glob("*.log"))[0]
     data = bytearray(segment.read_bytes())
     data[200] ^= 0xFF
     segment.write_bytes(bytes(data))
     assert cli_main(["erase", "request", "--state-dir", str(state), "--topic", "accounts",
-                     "--key", "key-00000006", "--request-id", "late", "--deadline-days", "0",
+                     "--key", "key-00000006", "--request-id", "blocked",
                      "--now-ms", str(NOW)]) == EXIT_OK
-    run = _bag().dags["kafka_gdpr_erasure"].test(run_conf={"now_ms": str(NOW + 86_400_000)})
+    run = _bag().dags["kafka_gdpr_erasure"].test(run_conf={"now_ms": str(NOW)})
     assert run.state == "failed"
-    states = {ti.task_id: ti.state for ti in run.get_task_instances()}
-    assert states == {"erase_apply_b1": "failed", "erase_verify_b1": "upstream_failed",
-                      "erase_status": "failed"}
+    assert _states(run) == {"erase_apply_b1": "failed", "erase_verify_b1": "upstream_failed",
+                            "erase_status": "success", "fail_if_any_task_failed": "failed"}
+    # past its deadline the status task fails too
+    run = _bag().dags["kafka_gdpr_erasure"].test(run_conf={"now_ms": str(NOW + 31 * DAY)})
+    assert run.state == "failed" and _states(run)["erase_status"] == "failed"
+
+
+@pytest.mark.slow
+def test_a_failed_verify_fails_the_run_until_retried_or_cancelled(
+        settings: dict, airflow_db: str, tmp_path: Path) -> None:
+    """A verify that finds the subject again (a backup restored over an erased log dir
+    between apply and verify) fails the request; the run fails, and so does every later run's status, until the
+    operator retries the request (the next run erases and verifies it) or cancels it with a
+    reason. Both stand in the ledger's audit trail."""
+    logs, state = settings["logs"], str(settings["state"])
+    backup = tmp_path / "backup"
+    shutil.copytree(logs, backup)
+    for rid, key in (("restored", b"key-00000005"), ("withdrawn", b"key-00000007")):
+        assert cli_main(["erase", "request", "--state-dir", state, "--topic", "accounts",
+                         "--key-sha256", hashlib.sha256(key).hexdigest(), "--request-id", rid,
+                         "--now-ms", str(NOW)]) == EXIT_OK
+    # applied, and before the verify a backup is restored: the subjects are back on disk
+    assert cli_main(["erase", "apply", str(logs), "--state-dir", state, "--server-properties",
+                     str(settings["server_properties"]), "--now-ms", str(NOW)]) == EXIT_OK
+    shutil.rmtree(logs)
+    shutil.copytree(backup, logs)
+    erasure = _bag().dags["kafka_gdpr_erasure"]
+    run = erasure.test(run_conf={"now_ms": str(NOW + 1)})
+    assert run.state == "failed"
+    assert _states(run) == {"erase_apply_b1": "success", "erase_verify_b1": "failed",
+                            "erase_status": "failed", "fail_if_any_task_failed": "failed"}
+    (status,) = _xcom(run, "erase_status", "report")
+    assert {f["request_id"] for f in status["failed"]} == {"restored", "withdrawn"}
+    # nothing changes by itself: the next run fails again
+    assert erasure.test(run_conf={"now_ms": str(NOW + 2)}).state == "failed"
+
+    assert cli_main(["erase", "retry", "restored", "--state-dir", state, "--reason",
+                     "backup of 1 Jan restored", "--now-ms", str(NOW + 3)]) == EXIT_OK
+    assert cli_main(["erase", "cancel", "withdrawn", "--state-dir", state,
+                     "--reason", "request withdrawn by the data subject",
+                     "--now-ms", str(NOW + 3)]) == EXIT_OK
+    run = erasure.test(run_conf={"now_ms": str(NOW + 4)})
+    assert run.state == "success", _states(run)
+    rows = {r["request_id"]: r for r in
+            DeltaTable(state + "/erasure_requests").to_pyarrow_table().to_pylist()}
+    assert (rows["restored"]["status"], rows["withdrawn"]["status"]) == ("verified", "cancelled")
+    # the restored copy's key is gone again; the cancelled request's key stays
+    keys = {r.key for r in records_of(segment_bytes(logs / "accounts-0")).values()}
+    assert b"key-00000005" not in keys and b"key-00000007" in keys
+    trail = [c for c in DeltaTable(state + "/erasure_requests").history()
+             if c.get("action") in ("retry", "cancel")]
+    assert sorted((c["action"], c["request_ids"], c["reason"]) for c in trail) == [
+        ("cancel", "withdrawn", "request withdrawn by the data subject"),
+        ("retry", "restored", "backup of 1 Jan restored")]
+
+
+@pytest.mark.slow
+def test_no_raw_subject_reaches_airflow(
+        settings: dict, airflow_db: str, tmp_path: Path,
+        capfd: pytest.CaptureFixture[str]) -> None:
+    """Requests filed through the request DAG, by digest and by a keys file, then erased and
+    verified by the erasure DAG: the raw keys appear in no byte of Airflow's database (its
+    file and journal: dag_run conf, rendered fields, XCom, the log table), in no task log,
+    and in nothing the tasks printed. A topic that does not exist is refused when filed."""
+    keys_file = tmp_path / "ticket-9.keys"
+    keys_file.write_text("key-00000008\nkey-00000009\n")
+    raw = [SUBJECT, b"key-00000008", b"key-00000009"]
+    request = _bag().dags["kafka_gdpr_request"]
+    assert request.test(run_conf={"topic": "accounts", "key_sha256": DIGEST,
+                                  "request_id": "by-digest", "now_ms": str(NOW)}).state == "success"
+    assert request.test(run_conf={"topic": "accounts", "keys_file": str(keys_file),
+                                  "request_id": "by-file", "now_ms": str(NOW)}).state == "success"
+    typo = request.test(run_conf={"topic": "acounts", "key_sha256": DIGEST, "now_ms": str(NOW)})
+    assert typo.state == "failed"
+    (refused,) = _xcom(typo, "erase_request", "report")
+    assert refused["code"] == "CONFIG_ERROR" and "accounts" in refused["message"]
+    assert _bag().dags["kafka_gdpr_erasure"].test(run_conf={"now_ms": str(NOW)}).state == \
+        "success"
+    rows = DeltaTable(str(settings["state"] / "erasure_requests")).to_pyarrow_table().to_pylist()
+    assert {r["request_id"]: r["status"] for r in rows} == {
+        "by-digest": "verified", "by-file-1": "verified", "by-file-2": "verified"}
+    printed = capfd.readouterr()
+    searched = {"task output": (printed.out + printed.err).encode()}
+    for path in Path(airflow_db).rglob("*"):
+        if path.is_file():
+            searched[str(path)] = path.read_bytes()
+    assert any(p.endswith("airflow.db") for p in searched)
+    assert DIGEST.encode() in b"".join(searched.values())  # the search sees what Airflow kept
+    leaks = [(where, key) for where, data in searched.items() for key in raw
+             for form in (key, key.hex().encode()) if form in data]
+    assert leaks == []
+
+
+def _states(run) -> dict[str, str]:  # type: ignore[no-untyped-def]
+    return {ti.task_id: ti.state for ti in run.get_task_instances()}
 
 
 def _retrying(settings: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -243,6 +361,10 @@ def test_retries_come_from_the_settings(settings: dict, tmp_path: Path,
     assert set(bag.dags) == DAG_IDS
     for dag in bag.dags.values():
         for task in dag.tasks:
+            if dag.dag_id == "kafka_rolling_maintenance" or task.task_id in (
+                    "fail_if_any_task_failed", "invalid_settings"):
+                assert task.retries == 0  # a failed roll, a failed run's verdict: never
+                continue
             assert task.retries == 3 and task.retry_delay.total_seconds() == 30
 
 
@@ -328,8 +450,55 @@ def test_wrong_settings_break_only_their_dags_and_say_why(
     bag = _bag()
     assert bag.import_errors == {} and set(bag.dags) == DAG_IDS
     assert all(set(d.task_dict) == {"invalid_settings"} for d in bag.dags.values())
+    # a rolling plan that cannot be read stops that DAG only
+    path.write_text(yaml.safe_dump({**settings_of(cfg),
+                                    "rolling": {"plan": str(tmp_path / "missing.yaml")}}))
+    bag = _bag()
+    assert set(bag.dags["kafka_rolling_maintenance"].task_dict) == {"invalid_settings"}
+    assert set(bag.dags["kafka_log_maintenance"].task_dict) == {"recover_b1", "run_b1"}
 
 
 def settings_of(cfg: dict) -> dict:
     first = cfg["maintenance"]["log_dirs"][0]
     return {**cfg, "maintenance": {**cfg["maintenance"], "log_dirs": [first]}}
+
+
+@pytest.mark.slow
+@pytest.mark.kafka_broker
+def test_the_rolling_dag_rolls_a_real_broker(settings: dict, airflow_db: str, tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """``kafka_rolling_maintenance`` through ``dag.test()`` against a real broker: its task
+    stops the broker with the plan's command, maintains it, starts it, waits until it is in
+    sync; its consumers then read the compacted topic's latest value of every key."""
+    import asyncio
+    import sys
+
+    from tests.kafka.broker import running
+    from tests.kafka.test_rolling import ACCOUNTS, _prepare, _read
+
+    with running(tmp_path / "kafka") as broker:
+        latest = asyncio.run(_prepare(broker.bootstrap))
+        before, _ = asyncio.run(_read(broker.bootstrap, ACCOUNTS))
+        control = [sys.executable, "-m", "tests.kafka.broker"]
+        plan = tmp_path / "live.yaml"
+        plan.write_text(yaml.safe_dump({
+            "bootstrap_servers": broker.bootstrap, "poll_s": 0.5,
+            "state_dir": settings["state_dir"], "brokers": [{
+                "name": "kafka-1", "node_id": 1,
+                "server_properties": str(broker.properties_file),
+                "stop": [*control, "stop", str(broker.work_dir)],
+                "start": [*control, "start", str(broker.work_dir)]}]}))
+        path = tmp_path / "live-settings.yaml"
+        path.write_text(yaml.safe_dump({
+            **{k: v for k, v in settings.items() if k not in ("logs", "state",
+                                                              "server_properties")},
+            "rolling": {"plan": str(plan)}}))
+        monkeypatch.setenv("KAFKA_COMPACTOR_DAGS_CONFIG", str(path))
+        run = _bag().dags["kafka_rolling_maintenance"].test(run_conf={})
+        assert run.state == "success", _states(run)
+        (report,) = _xcom(run, "roll_kafka-1")
+        assert [(s["step"], s["status"]) for s in report["brokers"][0]["steps"]] == [
+            ("check", "ok"), ("stop", "ok"), ("recover", "ok"), ("run", "ok"),
+            ("start", "ok"), ("in_sync", "ok")]
+        after, _ = asyncio.run(_read(broker.bootstrap, ACCOUNTS))
+        assert len(after) < len(before) and dict(after) == latest

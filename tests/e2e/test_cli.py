@@ -7,6 +7,8 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -310,15 +312,50 @@ def test_a_damaged_ledger_is_a_ledger_error_not_a_traceback(tmp_path: Path) -> N
     assert "\n   0: " not in result.stderr  # delta-rs's native backtrace is cut off
 
 
+@contextmanager
+def cpu_load(processes: int) -> Iterator[None]:
+    """``processes`` busy loops for the block (on 2 cores, a load of ``processes`` + 1), each
+    killed at its end."""
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+            for _ in range(processes)]
+    try:
+        yield
+    finally:
+        for proc in busy:
+            proc.kill()
+            proc.wait()
+
+
+READ_THEN_EXIT = """
+import sys
+from deltalake import DeltaTable
+from compactor.cli.args import exit_process
+DeltaTable(sys.argv[1]).to_pyarrow_table()  # Arrow's scanner threads, as a reader's
+exit_process(0)
+"""
+
+
 def test_ledger_commands_never_end_in_a_native_abort(tmp_path: Path) -> None:
-    """Arrow's scanner threads still alive at interpreter exit used to abort the process
-    (exit 134, "terminate called without an active exception") in most runs of these."""
+    """Issue 30.7: delta-rs's and Arrow's native threads still alive at interpreter exit
+    aborted finished commands (exit 134, "terminate called without an active exception"),
+    rarely on an idle machine and often under load. Measured here on 2 cores at load 7: a
+    plain process reading the ledger with ``DeltaTable.to_pyarrow_table()`` and returning
+    aborted in 5 of 40 runs; every command now leaves through ``exit_process`` (no teardown
+    to race), and neither the ledger commands nor that reader abort under the same load."""
     state = str(tmp_path / "state")
     assert run("erase", "init", "--state-dir", state).returncode == 0
     request = ["erase", "request", "--state-dir", state, "--topic", "t", "--key", "k",
                "--reason", "r", "--request-id", "r1"]
     assert run(*request).returncode == 0
-    for command in [request] * 6 + [["erase", "status", "--state-dir", state]] * 4:
-        result = run(*command)
-        assert result.returncode in (0, 1), (command, result.returncode, result.stderr)
-        assert "terminate called" not in result.stderr
+    commands = [request, ["erase", "status", "--state-dir", state],
+                ["erase", "list", "--state-dir", state]]
+    with cpu_load(6):
+        for command in commands * 3:
+            result = run(*command)
+            assert result.returncode == 0, (command, result.returncode, result.stderr)
+            assert "terminate called" not in result.stderr
+        for _ in range(10):
+            result = subprocess.run([sys.executable, "-c", READ_THEN_EXIT,
+                                     state + "/erasure_requests"],
+                                    capture_output=True, text=True, timeout=120)
+            assert (result.returncode, result.stderr) == (0, ""), result.stderr[-500:]

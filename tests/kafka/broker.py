@@ -9,6 +9,7 @@ that test (the context manager stops it whatever happens)."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -97,6 +98,8 @@ class KafkaBroker:
     port: int = field(default_factory=_free_port)
     controller_port: int = field(default_factory=_free_port)
     cluster_id: str = ""
+    node_id: int = 1
+    voters: str = ""  # controller.quorum.voters of a cluster; empty: this node alone
     process: subprocess.Popen | None = None
 
     @property
@@ -117,8 +120,9 @@ class KafkaBroker:
 
     def properties(self) -> dict[str, str]:
         return {
-            "process.roles": "broker,controller", "node.id": "1",
-            "controller.quorum.voters": f"1@127.0.0.1:{self.controller_port}",
+            "process.roles": "broker,controller", "node.id": str(self.node_id),
+            "controller.quorum.voters": self.voters
+            or f"{self.node_id}@127.0.0.1:{self.controller_port}",
             "listeners": f"PLAINTEXT://127.0.0.1:{self.port},"
                          f"CONTROLLER://127.0.0.1:{self.controller_port}",
             "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
@@ -147,17 +151,29 @@ class KafkaBroker:
              log_config=self.work_dir / "log4j2.xml")
 
     def start(self, timeout_s: float = 120) -> None:
+        self.launch()
+        self.wait_started(timeout_s)
+
+    def launch(self) -> None:
+        """Start the process (formatting the log dir first, once); :meth:`wait_started` waits
+        until it serves (a cluster's nodes are all launched first: none serves before the
+        controller quorum forms)."""
         if not (self.log_dir / "meta.properties").exists():
             self.format()
         else:
             self._write_config()
         self.log_mark = self.log_file.stat().st_size if self.log_file.exists() else 0
+        self._save()
         self.process = subprocess.Popen(
             ["java", "-Xmx768m", "-XX:+UseSerialGC",
              f"-Dlog4j2.configurationFile={self.work_dir / 'log4j2.xml'}",
              "-cp", classpath(self.version), "kafka.Kafka", str(self.properties_file)],
             stdout=subprocess.DEVNULL, stderr=open(self.work_dir / "stderr.log", "ab"),
             start_new_session=True)
+        self.pid_file.write_text(str(self.process.pid))
+
+    def wait_started(self, timeout_s: float = 120) -> None:
+        assert self.process is not None
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -178,24 +194,67 @@ class KafkaBroker:
                 handle.seek(getattr(self, "log_mark", 0))
             return handle.read().decode("utf-8", "replace").splitlines()
 
+    @property
+    def pid_file(self) -> Path:
+        return self.work_dir / "broker.pid"
+
+    def _save(self) -> None:
+        """What ``python -m tests.kafka.broker start|stop WORK_DIR`` needs to control this
+        broker from a shell command (the stop and start commands of a rolling plan)."""
+        (self.work_dir / "broker.json").write_text(json.dumps({
+            "work_dir": str(self.work_dir), "version": self.version, "extra": dict(self.extra),
+            "port": self.port, "controller_port": self.controller_port,
+            "cluster_id": self.cluster_id, "node_id": self.node_id, "voters": self.voters}))
+
+    @classmethod
+    def load(cls, work_dir: Path) -> KafkaBroker:
+        data = json.loads((work_dir / "broker.json").read_text())
+        return cls(**{**data, "work_dir": Path(data["work_dir"])})
+
+    def running_pid(self) -> int | None:
+        """The pid of this broker's process when one runs (started here or by a command)."""
+        if self.process is not None and self.process.poll() is None:
+            return self.process.pid
+        try:
+            pid = int(self.pid_file.read_text())
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except (OSError, ValueError, IndexError):
+            return None
+        # the pid file's process, not another that took its pid since
+        ours = b"kafka.Kafka" in command and str(self.properties_file).encode() in command
+        return pid if ours and state != "Z" else None
+
     def stop(self, timeout_s: float = 60) -> None:
-        """A clean shutdown (SIGTERM), then SIGKILL if it does not end in time."""
-        if self.process is None:
-            return
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                self.kill()
-        self.process = None
+        """A clean shutdown (SIGTERM), then SIGKILL if it does not end in time: of the process
+        this object started, and of one a command started on this work dir since (a rolling
+        plan's start command)."""
+        if self.process is not None:
+            if self.process.poll() is None:
+                self.process.send_signal(signal.SIGTERM)
+                try:
+                    self.process.wait(timeout=timeout_s)
+                except subprocess.TimeoutExpired:
+                    self.kill()
+            self.process = None
+        pid = self.running_pid()
+        if pid is not None:
+            os.kill(pid, signal.SIGTERM)
+            deadline = time.monotonic() + timeout_s
+            while self.running_pid() is not None and time.monotonic() < deadline:
+                time.sleep(0.2)
+            if self.running_pid() is not None:
+                os.killpg(pid, signal.SIGKILL)
 
     def kill(self) -> None:
-        if self.process is None:
-            return
-        if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait()
+        pid = self.running_pid()
+        if pid is not None:
+            os.killpg(pid, signal.SIGKILL)
+            if self.process is not None:
+                self.process.wait()
+            else:
+                while self.running_pid() is not None:
+                    time.sleep(0.05)
         self.process = None
 
 
@@ -220,6 +279,33 @@ def running(work_dir: Path, **kwargs: object) -> Iterator[KafkaBroker]:
         yield broker
     finally:
         broker.stop()
+
+
+@contextmanager
+def running_cluster(work_dir: Path, nodes: int = 3,
+                    version: str = KAFKA_VERSION) -> Iterator[list[KafkaBroker]]:
+    """A KRaft cluster of ``nodes`` combined broker+controller nodes (node ids 1..n, every one
+    a voter) with replication factor ``nodes`` and ``min.insync.replicas`` 2, for the block;
+    every node stopped at its end whatever happens."""
+    ports = [(_free_port(), _free_port()) for _ in range(nodes)]
+    voters = ",".join(f"{i}@127.0.0.1:{c}" for i, (_, c) in enumerate(ports, start=1))
+    replication = {"offsets.topic.replication.factor": str(nodes),
+                   "transaction.state.log.replication.factor": str(nodes),
+                   "transaction.state.log.min.isr": "2", "min.insync.replicas": "2",
+                   "default.replication.factor": str(nodes)}
+    cluster_id = _kafka_uuid()
+    brokers = [KafkaBroker(work_dir / f"b{i}", version=version, extra=replication, port=p,
+                           controller_port=c, cluster_id=cluster_id, node_id=i, voters=voters)
+               for i, (p, c) in enumerate(ports, start=1)]
+    try:
+        for b in brokers:
+            b.launch()
+        for b in brokers:
+            b.wait_started()
+        yield brokers
+    finally:
+        for b in brokers:
+            b.stop()
 
 
 def dump_log_segments(files: list[Path], *args: str,
@@ -294,3 +380,22 @@ def _kafka_empty_batch_entry(time_index: Path, detail: str) -> bool:
             return count == 0 and max_ts == timestamp
         at += 12 + length
     return False
+
+
+def _control(argv: list[str]) -> int:
+    """``python -m tests.kafka.broker start|stop WORK_DIR``: a rolling plan's stop and start
+    commands for a broker of these tests (started detached; stop waits until it is gone)."""
+    action, work_dir = argv
+    broker = KafkaBroker.load(Path(work_dir))
+    if action == "stop":
+        broker.stop()
+        return 0
+    broker.start()
+    broker.process = None  # detached: it outlives this command
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(_control(sys.argv[1:]))

@@ -3,9 +3,17 @@ directory names as Kafka parses them. Expected values are written out by hand.""
 
 from __future__ import annotations
 
+import hashlib
+
 import pytest
 
-from compactor.erasure.rules import latest_per_key, new_requests, superseded_by_erased
+from compactor.erasure.rules import (
+    latest_per_key,
+    new_requests,
+    parse_subject_digest,
+    subject_digest,
+    superseded_by_erased,
+)
 from compactor.log.layout import parse_copy_dir_name
 from compactor.model import TopicPartition
 
@@ -33,13 +41,22 @@ def test_latest_per_key() -> None:
 
 def test_only_key_requests_leave_tombstones() -> None:
     with pytest.raises(ValueError, match="key erasure"):
-        new_requests(topic="t", subjects=[b"v"], selector="header", header_name="h",
+        new_requests(topic="t", digests=[subject_digest(b"v")], selector="header", header_name="h",
                      reason=None, now_ms=0, deadline_days=1, request_id=None,
                      leave_tombstone=True)
-    (r,) = new_requests(topic="t", subjects=[b"k"], selector="key", header_name=None,
+    (r,) = new_requests(topic="t", digests=[subject_digest(b"k")], selector="key", header_name=None,
                         reason=None, now_ms=0, deadline_days=1, request_id=None,
                         leave_tombstone=True)
     assert r.leave_tombstone
+
+
+def test_a_given_digest_is_64_hex_digits_and_never_echoed() -> None:
+    digest = hashlib.sha256(b"user-42").hexdigest()
+    assert parse_subject_digest(digest.upper()) == digest == subject_digest(b"user-42")
+    for wrong in ("user-42@example.com", digest[:-1], digest + "0", "g" * 64):
+        with pytest.raises(ValueError) as info:
+            parse_subject_digest(wrong)
+        assert wrong not in str(info.value)
 
 
 @pytest.mark.parametrize(("name", "expected"), [
