@@ -325,7 +325,7 @@ def _rolling_brokers() -> tuple[list[str], list[str]]:
     if not names or bad:
         return [], [f"rolling.plan: {plan_path} names no brokers, or a name that is not "
                     f"letters, digits, '_', '.', '-' ({bad})"]
-    return names, []
+    return [str(n) for n in names], []
 
 
 ROLLING_BROKERS, ROLLING_PROBLEMS = _rolling_brokers() if SETTINGS.get("rolling") else ([], [])

@@ -11,6 +11,7 @@ import sys
 from collections.abc import Sequence
 from typing import TextIO
 
+import compactor
 from compactor import progress
 from compactor.log import storage
 from compactor.codec.compression import Codec
@@ -58,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="compactor",
         description="Offline compaction, retention and GDPR erasure for Kafka log directories.",
     )
-    parser.add_argument("--version", action="version", version=f"kafka-compactor {_version()}")
+    parser.add_argument("--version", action="version", version=f"kafka-compactor {compactor.__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     hi = sub.add_parser("history", help="the runs recorded in a state dir, newest first "
@@ -218,15 +219,6 @@ def build_parser() -> argparse.ArgumentParser:
     for command in _leaf_parsers(parser):
         add_verbosity_arguments(command)
     return parser
-
-
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("kafka-compactor")
-    except PackageNotFoundError:  # running from a source tree that was never installed
-        return "unknown"
 
 
 def _leaf_parsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:

@@ -25,7 +25,6 @@ broker is touched. The report names the step, its exit code and its own report.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -106,7 +105,7 @@ def parse_plan(data: Any, source: str) -> Plan:
                 raise fail(f"{where}: {key} is missing")
         if isinstance(b.get("node_id"), bool) or not isinstance(b.get("node_id"), int):
             raise fail(f"{where} ({b['name']}): node_id must be the broker's node.id")
-        commands = {}
+        commands: dict[str, str | tuple[str, ...]] = {}
         for key in ("stop", "start"):
             value = b.get(key)
             if isinstance(value, list) and value and all(isinstance(v, str) for v in value):

@@ -32,10 +32,20 @@ def build(out: str, root: str | None = None) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    out = args[0] if args else "dist/kafka_compactor.zip"
-    names = build(out)
-    print(f"{out}: {len(names)} files from {', '.join(PACKAGES)}")
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m compactor.tools.dist",
+        description=f"Zip the {', '.join(PACKAGES)} packages (sources only) for spark-submit's "
+                    f"--py-files.")
+    parser.add_argument("out", nargs="?", default="dist/kafka_compactor.zip",
+                        help="the archive to write (default: %(default)s)")
+    args = parser.parse_args(argv)
+    if not args.out.endswith(".zip"):
+        parser.error(f"{args.out!r} does not end in .zip (spark-submit's --py-files takes "
+                     f".zip, .egg or .py files)")
+    names = build(args.out)
+    print(f"{args.out}: {len(names)} files from {', '.join(PACKAGES)}")
     return 0
 
 

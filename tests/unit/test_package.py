@@ -1,0 +1,25 @@
+"""The package's face: its version, what tab completion offers, the dist tool's arguments."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from importlib.metadata import version
+from pathlib import Path
+
+import compactor
+
+
+def test_version_and_completion() -> None:
+    assert compactor.__version__ == version("kafka-compactor")
+    assert set(compactor.__all__) <= set(dir(compactor))
+
+
+def test_dist_help_writes_nothing(tmp_path: Path) -> None:
+    """Issue 30.8: ``--help`` was taken for the archive's name and a zip named ``--help``
+    written."""
+    for argv, code in ((["--help"], 0), (["not-a-zip"], 2)):
+        proc = subprocess.run([sys.executable, "-m", "compactor.tools.dist", *argv],
+                              cwd=tmp_path, capture_output=True, text=True, check=False)
+        assert proc.returncode == code, proc.stderr
+    assert list(tmp_path.iterdir()) == []
