@@ -25,6 +25,8 @@ if TYPE_CHECKING:
 
 #: In lines mode, a step still running after this long prints a line this often.
 HEARTBEAT_S = 60.0
+#: The bar's fixed scale (a fraction in thousandths).
+BAR_SCALE = 1000
 
 
 class Mode(StrEnum):
@@ -64,11 +66,22 @@ class Step:
         return self.total_bytes * min(self.done, self.total) // self.total
 
     def line(self) -> str:
-        """``rewrite: 12/12 tasks, 71.0 MB, 3.2 s``"""
+        """``rewrite: 12/12 tasks, 71.0 MB, 3.2 s``; a step without units (``starting
+        Spark``) only says its time."""
+        elapsed = f"{time.monotonic() - self.started:.1f} s"
+        if not self.unit:
+            return f"{self.name}: {elapsed}"
         count = f"{self.done}/{self.total}" if self.total is not None else f"{self.done}"
         size = f", {human_bytes(self.bytes_done)}" if self.bytes_done is not None else ""
-        return (f"{self.name}: {count} {self.unit}{size}, "
-                f"{time.monotonic() - self.started:.1f} s")
+        return f"{self.name}: {count} {self.unit}{size}, {elapsed}"
+
+    def shown_fraction(self, before: float) -> float:
+        """The bar's fraction: done/total, never less than ``before`` (what it showed): a
+        Spark step's total grows as its later jobs submit their stages, and a bar must not
+        move back."""
+        if not self.total:
+            return before
+        return max(before, min(1.0, self.done / self.total))
 
 
 class Reporter:
@@ -83,6 +96,7 @@ class Reporter:
         self._lock = threading.Lock()
         self._bar: Progress | None = None
         self._tasks: dict[int, TaskID] = {}
+        self._shown: dict[int, float] = {}
         self._last_line: dict[int, float] = {}
 
     def _progress(self) -> Progress:
@@ -90,35 +104,49 @@ class Reporter:
             from rich.console import Console
             from rich.progress import (
                 BarColumn,
-                MofNCompleteColumn,
                 Progress,
                 TextColumn,
                 TimeElapsedColumn,
                 TimeRemainingColumn,
             )
 
+            # the bar runs on a fixed scale of BAR_SCALE that only moves forward
+            # (Step.shown_fraction); the count column shows the step's own numbers
             self._bar = Progress(
-                TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                TextColumn("{task.fields[unit]}{task.fields[size]}"), TimeElapsedColumn(),
-                TextColumn("ETA"), TimeRemainingColumn(),
-                console=Console(file=self.stream), transient=True)
+                TextColumn("[bold]{task.description}"), BarColumn(),
+                TextColumn("{task.fields[count]}{task.fields[unit]}{task.fields[size]}"),
+                TimeElapsedColumn(), TextColumn("{task.fields[eta]}"),
+                TimeRemainingColumn(), console=Console(file=self.stream), transient=True)
             self._bar.start()
         return self._bar
 
     def begin(self, step: Step) -> None:
         with self._lock:
             if self.mode == Mode.BAR:
+                # no total until the step knows one (the bar pulses; no ETA)
                 self._tasks[id(step)] = self._progress().add_task(
-                    self.prefix + step.name, total=step.total, unit=step.unit, size="")
+                    self.prefix + step.name, total=None, **self._fields(step))
+                self._shown[id(step)] = 0.0
             self._last_line[id(step)] = step.started
+
+    @staticmethod
+    def _fields(step: Step) -> dict[str, str]:
+        known = step.total is not None
+        return {"count": f"{step.done}/{step.total} " if known and step.unit else "",
+                "unit": step.unit if known else "",
+                "size": (f", {human_bytes(step.bytes_done)}" if step.bytes_done is not None
+                         else ""),
+                "eta": "ETA" if known else ""}
 
     def refresh(self, step: Step) -> None:
         with self._lock:
             if self.mode == Mode.BAR and id(step) in self._tasks:
-                size = (f", {human_bytes(step.bytes_done)}" if step.bytes_done is not None
-                        else "")
-                self._progress().update(self._tasks[id(step)], completed=step.done,
-                                        total=step.total, size=size)
+                if step.total:
+                    shown = self._shown[id(step)] = step.shown_fraction(self._shown[id(step)])
+                    self._progress().update(self._tasks[id(step)], total=BAR_SCALE,
+                                            completed=shown * BAR_SCALE, **self._fields(step))
+                else:
+                    self._progress().update(self._tasks[id(step)], **self._fields(step))
             elif self.mode == Mode.LINES:
                 now = time.monotonic()
                 if now - self._last_line.get(id(step), now) >= HEARTBEAT_S:
@@ -128,8 +156,15 @@ class Reporter:
     def end(self, step: Step) -> None:
         with self._lock:
             task = self._tasks.pop(id(step), None)
+            shown = step.shown_fraction(self._shown.pop(id(step), 0.0))
             self._last_line.pop(id(step), None)
             if self._bar is not None and task is not None:
+                # drawn once as it ended (a step shorter than a redraw would never show
+                # its count), then replaced by its line
+                if step.total:
+                    self._bar.update(task, total=BAR_SCALE, completed=shown * BAR_SCALE,
+                                     **self._fields(step))
+                self._bar.refresh()
                 self._bar.remove_task(task)
                 if not self._tasks:
                     self._bar.stop()

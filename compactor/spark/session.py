@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import socket
 import struct
+import subprocess
 import sys
 import threading
 import time
@@ -123,14 +124,56 @@ def get_spark(master: str | None, app_name: str = "kafka-compactor", *,
         builder = builder.config("spark.driver.extraJavaOptions", java_options)
     # local Python workers must run the interpreter that has this package installed
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    builder = (builder.config("spark.sql.session.timeZone", "UTC")
+               .config("spark.ui.showConsoleProgress", "false"))
     try:
-        session = (builder.config("spark.sql.session.timeZone", "UTC")
-                   .config("spark.ui.showConsoleProgress", "false").getOrCreate())
+        if not submitted:
+            _launch_gateway(builder._options)
+        session = builder.getOrCreate()
     except PySparkRuntimeError as err:
         raise SparkUnavailableError(f"Spark cannot start: {err}") from err
     if submitted and not _verbose:  # spark-submit's log4j config is the cluster's: WARN here
         session.sparkContext.setLogLevel("WARN")
     return session
+
+
+#: What the JVM prints on stderr for the ``--add-modules=jdk.incubator.vector`` that Spark's
+#: launcher adds (``JavaModuleOptions``): one line at every start, which says nothing to a user
+INCUBATOR_NOTICE = b"WARNING: Using incubator modules:"
+
+
+def _launch_gateway(options: dict[str, Any]) -> None:
+    """Start the driver JVM (pyspark's ``launch_gateway``, with the session's ``options`` as
+    its ``--conf``s, as ``getOrCreate`` would) with its stderr through :func:`_forward`, which
+    drops the incubator notice; ``getOrCreate`` then uses this gateway. Nothing when a JVM is
+    already up."""
+    from pyspark import SparkConf
+    from pyspark.java_gateway import launch_gateway
+
+    if SparkContext._gateway is not None:
+        return
+    conf = SparkConf(loadDefaults=False).setAll(list(options.items()))
+    gateway = launch_gateway(conf, popen_kwargs={"stderr": subprocess.PIPE})
+    threading.Thread(target=_forward, args=(gateway.proc.stderr,), name="jvm-stderr",
+                     daemon=True).start()
+    SparkContext._ensure_initialized(gateway=gateway, conf=conf)
+
+
+def _forward(stream: Any) -> None:
+    """Copy the JVM's stderr (Spark's own errors, ``-v``'s logging, its Python workers'
+    output) to ours, line by line, without the incubator notice."""
+    out = sys.stderr.buffer if hasattr(sys.stderr, "buffer") else None
+    for line in iter(stream.readline, b""):
+        if line.startswith(INCUBATOR_NOTICE):
+            continue
+        try:
+            if out is not None:
+                out.write(line)
+                out.flush()
+            else:
+                sys.stderr.write(line.decode("utf-8", "replace"))
+        except (OSError, ValueError):  # our stderr went away: keep draining the pipe
+            out = None
 
 
 class LazySession:
@@ -153,16 +196,25 @@ class LazySession:
                 (:func:`driver_java_options`).
         """
         if self._session is None:
+            from compactor import progress
+
             fresh = SparkSession.getActiveSession() is None
             started = time.perf_counter()
-            self._session = get_spark(self._master, short_round=input_bytes is not None
-                                      and input_bytes <= SHORT_ROUND_BYTES)
-            if fresh:
-                ready = time.perf_counter()
-                self.startup_s["session_start"] = ready - started
-                _start_workers(self._session)
-                self.startup_s["worker_start"] = time.perf_counter() - ready
+            # shown at once: a JVM and its workers take seconds before any step has tasks
+            with progress.step("starting Spark", unit="") if fresh else _nothing():
+                self._session = get_spark(self._master, short_round=input_bytes is not None
+                                          and input_bytes <= SHORT_ROUND_BYTES)
+                if fresh:
+                    ready = time.perf_counter()
+                    self.startup_s["session_start"] = ready - started
+                    _start_workers(self._session)
+                    self.startup_s["worker_start"] = time.perf_counter() - ready
         return self._session
+
+
+@contextmanager
+def _nothing() -> Iterator[None]:
+    yield
 
 
 def _start_workers(spark: SparkSession) -> None:

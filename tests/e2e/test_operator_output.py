@@ -25,7 +25,7 @@ COMPACTOR = str(Path(sys.executable).parent / "compactor")
 NOW = str(DEFAULT_START_MS + 3 * 86_400_000)
 COMPACT = ["--now-ms", NOW, "--config", "cleanup.policy=compact"]
 SPARK_CHATTER = ("log4j", "NativeCodeLoader", "resolves to a loopback address",
-                 "Setting default log level", "WARN ")
+                 "Setting default log level", "WARN ", "incubator")
 
 
 def _run(*args: str) -> subprocess.CompletedProcess:
@@ -56,6 +56,9 @@ def test_a_round_prints_its_summary_and_nothing_of_spark(small_log: Path,
     steps = {line.split(":")[0]: line for line in res.stderr.splitlines()
              if re.match(r"^[a-z_]+: \d+/\d+ tasks", line)}
     assert set(steps) == {"one_pass"}, res.stderr
+    # the JVM's start is a step too, shown before any other (no silent start)
+    first = res.stderr.splitlines()[0]
+    assert re.fullmatch(r"starting Spark: \d+\.\d s", first), res.stderr
     for line in steps.values():
         done, total = re.search(r"(\d+)/(\d+) tasks", line).groups()  # type: ignore[union-attr]
         assert done == total and int(total) > 0, line
