@@ -246,6 +246,14 @@ def maintenance_args(log_dir: dict) -> list[str]:
         args += ["--topic-configs", log_dir["topic_configs"]]
     if SETTINGS.get("state_dir"):
         args += ["--state-dir", SETTINGS["state_dir"]]
+    # node_exporter's textfile collector reads *.prom; each log dir writes its own file, and
+    # its HTML page next to the others (both replaced atomically by each run)
+    if SETTINGS.get("metrics_dir"):
+        args += ["--metrics-file",
+                 os.path.join(SETTINGS["metrics_dir"], f"kafka_compactor_{log_dir['name']}.prom")]
+    if SETTINGS.get("html_report_dir"):
+        args += ["--html-report",
+                 os.path.join(SETTINGS["html_report_dir"], f"{log_dir['name']}.html")]
     return args
 
 

@@ -26,3 +26,12 @@ def human_bytes(n: int | None) -> str:
 def human_time(ms: int) -> str:
     """Epoch milliseconds as ``YYYY-MM-DD HH:MM:SS UTC``."""
     return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ms / 1000))
+
+
+def human_duration(ms: int) -> str:
+    """``41.2 d``, ``3.5 h``, ``12 min``, ``40 s`` (the largest unit that is at least one)."""
+    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("min", 60_000)):
+        if abs(ms) >= size:
+            value = ms / size
+            return f"{value:.1f} {unit}" if unit != "min" else f"{value:.0f} {unit}"
+    return f"{ms / 1000:.0f} s"

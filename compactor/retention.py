@@ -142,6 +142,46 @@ def plan_retention(segments: Sequence[SegmentInfo], *, config: TopicConfig,
     )
 
 
+def explain_retention(segments: Sequence[SegmentInfo], plan: RetentionPlan,
+                      config: TopicConfig, now_ms: int,
+                      sources: Mapping[str, str] | None = None) -> str:
+    """The numbers behind a partition's retention decision, in the order Kafka checks them:
+    the log start offset, then the size against ``retention.bytes`` and the oldest segment's
+    age (its newest record's, :func:`segment_timestamp`) against ``retention.ms``, each with
+    where its value came from (``sources``: config name -> source)."""
+    from compactor.human import human_bytes, human_duration
+
+    def source(name: str) -> str:
+        return f" from {sources[name]}" if sources and name in sources else ""
+
+    parts = []
+    by_reason = plan.by_reason()
+    if by_reason[RetentionReason.LOG_START_OFFSET.value]["segments"]:
+        parts.append(f"log start offset {plan.new_log_start_offset} lies past "
+                     f"{by_reason['log_start_offset']['segments']} segments")
+    if not config.delete:
+        parts.append("cleanup.policy has no delete: only the log start offset deletes")
+        return "; ".join(parts)
+    size = sum(s.size_bytes for s in segments)
+    if config.retention_bytes < 0:
+        parts.append(f"size {human_bytes(size)}, retention.bytes unlimited"
+                     f"{source('retention.bytes')}")
+    else:
+        over = size >= config.retention_bytes
+        parts.append(f"size {human_bytes(size)} {'at or over' if over else 'under'} "
+                     f"retention.bytes {human_bytes(config.retention_bytes)}"
+                     f"{source('retention.bytes')}")
+    if config.retention_ms < 0:
+        parts.append(f"retention.ms unlimited{source('retention.ms')}")
+    elif segments:
+        age = now_ms - segment_timestamp(segments[0])
+        past = age > config.retention_ms
+        parts.append(f"oldest segment's newest record {human_duration(age)} old, "
+                     f"{'past' if past else 'within'} retention.ms "
+                     f"{human_duration(config.retention_ms)}{source('retention.ms')}")
+    return "; ".join(parts)
+
+
 # Retention settings typed on our command line below these floors delete data faster than any
 # production topic should; they are refused unless the user passes
 # --allow-aggressive-retention. The cluster's own values are Kafka's to judge: a topic whose

@@ -13,6 +13,7 @@ from typing import TextIO
 
 import compactor
 from compactor import progress
+from compactor.human import human_time
 from compactor.log import storage
 from compactor.codec.compression import Codec
 from compactor.config import (
@@ -405,9 +406,14 @@ def _cmd_erase_list(args: argparse.Namespace, out: TextIO) -> int:
     else:
         for r in rows:
             what = r["selector"] + (f" {r['header_name']}" if r["header_name"] else "")
+            places = r["places"]
+            clean = sum(p["verify_status"] == "clean" for p in places.values())
             out.write(f"{r['request_id']}  topic {r['topic']}  {what}  {r['status']}  "
-                      f"deadline {r['deadline_ms']}"
-                      + ("  leave-tombstone" if r["leave_tombstone"] else "") + "\n")
+                      f"requested {human_time(r['requested_at_ms'])[:10]}  "
+                      f"deadline {human_time(r['deadline_ms'])[:10]}"
+                      + (f"  places {clean}/{len(places)} clean" if places else "")
+                      + ("  leave-tombstone" if r["leave_tombstone"] else "")
+                      + (f"  reason: {r['reason']}" if r.get("reason") else "") + "\n")
         out.write(f"{len(rows)} requests\n")
     return EXIT_OK
 
@@ -429,9 +435,17 @@ def _cmd_erase_report(args: argparse.Namespace, out: TextIO) -> int:
                   f"{req['verify_run_id']}: {proof['segments_rescanned']} segments, "
                   f"{proof['records_rescanned']} records, residual matches "
                   f"{proof['residual_matches']}; deadline met: {proof['met_deadline']}\n")
+        out.write(f"requested {human_time(req['requested_at_ms'])}, deadline "
+                  f"{human_time(req['deadline_ms'])}"
+                  + (f", reason: {req['reason']}" if req.get("reason") else "") + "\n")
+        for key, place in sorted((proof.get("places") or {}).items()):
+            out.write(f"  place {key}: " + ("applied" if place.get("applied_run_id")
+                                            else "not applied")
+                      + f", verify {place.get('verify_status') or 'not yet'}\n")
         for c in result["ledger_commits"]:
             out.write(f"  ledger v{c['version']} {c['operation']} {c.get('action', '')} "
-                      f"{c.get('run_id', '')}\n")
+                      f"{c.get('run_id', '')}"
+                      + (f" reason: {c['reason']}" if c.get("reason") else "") + "\n")
     return EXIT_OK
 
 

@@ -439,7 +439,8 @@ def execute_erase_status(args: argparse.Namespace, out: TextIO) -> int:
         from compactor.maintenance import metrics
 
         storage.write_output(storage.absolute(args.metrics_file), metrics.text(
-            metrics.overdue_registry(len(result["overdue"]), result["requests"])))
+            metrics.overdue_registry(len(result["overdue"]), result["requests"],
+                                     len(result["failed"]))))
     write_report_file(args, result)
     if args.json:
         emit(out, result)
@@ -597,8 +598,10 @@ def execute_report(args: argparse.Namespace, out: TextIO) -> int:
 
     report = run_report(storage.absolute(args.state_dir), args.run_id)
     storage.write_output(storage.absolute(args.html), html_report.render(report).encode())
+    parts = [report[k] for k in ("compaction", "retention") if report.get(k)] or [report]
+    partitions = {(p["topic"], p["partition"]) for part in parts for p in part["partitions"]}
     out.write(f"wrote {args.html}: {report['command']} run {report['run_id']} "
-              f"({len(report['partitions'])} partitions)\n")
+              f"({len(partitions)} partitions)\n")
     return EXIT_OK
 
 
@@ -612,12 +615,13 @@ def execute_history(args: argparse.Namespace, out: TextIO) -> int:
             emit(out, {"type": "run", **run})
         return EXIT_OK
     out.write(f"{'started (UTC)':<20} {'command':<13} {'partitions':>10}  {'in':>10} "
-              f"{'out':>10}  status  run id\n")
+              f"{'out':>10}  status  run id  log dir\n")
     for run in runs:
         statuses = ", ".join(f"{n} {s}" for s, n in sorted(run["by_status"].items()))
         out.write(f"{human_time(run['started_at_ms'])[:19]:<20} {run['command']:<13} "
                   f"{run['partitions']:>10}  {human_bytes(run['bytes_in']):>10} "
-                  f"{human_bytes(run['bytes_out']):>10}  {statuses}  {run['run_id']}\n")
+                  f"{human_bytes(run['bytes_out']):>10}  {statuses}  {run['run_id']}  "
+                  f"{run['log_dir']}\n")
     if not runs:
         out.write("no runs recorded yet (commands record them with --state-dir)\n")
     return EXIT_OK

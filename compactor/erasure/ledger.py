@@ -432,14 +432,18 @@ def record_runs(state_dir: str, *, run_id: str, command: str, log_dir: str, now_
     append_runs(state_dir, rows)
 
 
-def record_report(state_dir: str, report: Mapping[str, Any], started_at_ms: int,
-                  finished_at_ms: int) -> str:
-    """Append the partitions of a ``compact`` or ``retain`` JSON report to ``runs``; returns
-    the run id given to them."""
+def new_run_id(command: str, now_ms: int) -> str:
     import uuid
 
+    return f"{command}-{now_ms}-{uuid.uuid4().hex[:8]}"
+
+
+def record_report(state_dir: str, report: Mapping[str, Any], started_at_ms: int,
+                  finished_at_ms: int, run_id: str | None = None) -> str:
+    """Append the partitions of a ``compact`` or ``retain`` JSON report to ``runs`` (under
+    ``run_id``: ``compactor run`` gives both of its steps one); returns the run id."""
     command = report["command"]
-    run_id = f"{command}-{report['now_ms']}-{uuid.uuid4().hex[:8]}"
+    run_id = run_id or new_run_id(command, report["now_ms"])
     seconds = sum(report.get("stages_s", {}).values()) or None
     record_runs(state_dir, run_id=run_id, command=command, log_dir=report["log_dir"],
                 now_ms=report["now_ms"], started_at_ms=started_at_ms,
@@ -546,7 +550,7 @@ def audit(state_dir: str, request_id: str) -> dict[str, Any] | None:
                or c.get("run_id") in run_ids]
     verified = row["status"] in VERIFIED
     return {
-        "type": "audit", "request": row,
+        "type": "audit", "request": decoded(row),
         "apply_runs": [r for r in runs if r["run_id"] in applies],
         "verify_runs": [r for r in runs if r["run_id"] in verifies],
         "ledger_commits": commits,
@@ -578,6 +582,26 @@ def list_requests(state_dir: str) -> list[dict[str, Any]]:
         ConfigError: there is no ledger at ``state_dir``.
     """
     require_ledger(state_dir)
-    return [{k: r.get(k) for k in ("request_id", "topic", "selector", "header_name", "status",
-                                   "requested_at_ms", "deadline_ms", "leave_tombstone")}
-            for r in load_requests(state_dir)]
+    out = []
+    for r in map(decoded, load_requests(state_dir)):
+        places = r.get("places") or {}
+        out.append({**{k: r.get(k) for k in (
+            "request_id", "topic", "selector", "header_name", "status", "reason",
+            "requested_at_ms", "deadline_ms", "applied_at_ms", "verified_at_ms",
+            "leave_tombstone", "missing_replicas")},
+            # per place (one log dir of one broker): applied, and what its verify found
+            "places": {k: {"applied": "applied_run_id" in v,
+                           "verify_status": v.get("verify_status")}
+                       for k, v in sorted(places.items())}})
+    return out
+
+
+#: The ledger's columns that hold JSON (Delta has no nested columns we can rely on across
+#: delta-rs and delta-spark): decoded for reports, never shown as JSON inside a string.
+JSON_COLUMNS = ("failure", "tombstones_left", "coverage", "places", "missing_replicas")
+
+
+def decoded(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A request row with its JSON columns as values."""
+    return {k: (json.loads(v) if k in JSON_COLUMNS and isinstance(v, str) else v)
+            for k, v in row.items()}

@@ -377,9 +377,10 @@ def apply(spark: SparkSession | None, log_dir: str, state_dir: str, now_ms: int,
     report["partitions"] = list(lines.values())
     updates, blocked = _applied_updates(requests, dirs, lines, found, plan, unknown, run_id,
                                         now_ms, catalog.place(log_dir))
-    report["requests"] = [{k: u[k] for k in ("request_id", "status", "records_erased",
-                                             "superseded_by_erased", "partitions_rewritten",
-                                             "segments_rewritten", "failure")
+    report["requests"] = [{k: json.loads(u[k]) if k == "failure" else u[k]
+                           for k in ("request_id", "status", "records_erased",
+                                     "superseded_by_erased", "partitions_rewritten",
+                                     "segments_rewritten", "failure")
                            if u.get(k) is not None}
                           for u in updates] + [{"request_id": r, "status": "pending",
                                                 "blocked_by": b} for r, b in blocked.items()]

@@ -15,21 +15,28 @@ _SUMMED = ("records_in", "records_out", "bytes_in", "bytes_out", "segments_delet
 
 
 def summarize(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """The ``runs`` rows (one per partition and run) grouped by run, newest first: command,
-    log dir, start and end, partitions by status and the summed figures (``None`` where no
-    partition of the run has the figure)."""
+    """The ``runs`` rows (one per partition, step and run) grouped by run, newest first:
+    command (``run`` for a run's compaction and retention together), log dir, start and end,
+    partitions (each once), lines per step, statuses and the summed figures (``None`` where
+    no partition of the run has the figure)."""
     runs: dict[str, dict[str, Any]] = {}
+    seen: dict[str, set[tuple[str, int]]] = {}
     for row in rows:
         run = runs.setdefault(row["run_id"], {
             "run_id": row["run_id"], "command": row["command"], "log_dir": row["log_dir"],
             "started_at_ms": row["started_at_ms"], "finished_at_ms": row["finished_at_ms"],
-            "now_ms": row["now_ms"], "partitions": 0, "by_status": {},
+            "now_ms": row["now_ms"], "partitions": 0, "steps": {}, "by_status": {},
             **{k: None for k in _SUMMED}})
-        run["partitions"] += 1
+        seen.setdefault(row["run_id"], set()).add((row["topic"], row["partition"]))
+        run["steps"][row["command"]] = run["steps"].get(row["command"], 0) + 1
+        if len(run["steps"]) > 1:
+            run["command"] = "run"
         run["by_status"][row["status"]] = run["by_status"].get(row["status"], 0) + 1
         for key in _SUMMED:
             if row.get(key) is not None:
                 run[key] = (run[key] or 0) + row[key]
+    for run_id, run in runs.items():
+        run["partitions"] = len(seen[run_id])
     return sorted(runs.values(), key=lambda r: (r["started_at_ms"], r["run_id"]), reverse=True)
 
 
@@ -68,8 +75,14 @@ def run_report(state_dir: str, run_id: str | None = None) -> dict[str, Any]:
         raise ConfigError(f"no run {run_id!r} recorded here (newest: {newest})",
                           path=state_dir, remedy="see `compactor history --state-dir DIR`")
     rows = ledger.load_runs(state_dir, [chosen["run_id"]])
-    lines = [json.loads(r["report_json"]) for r in rows]
     problems = sum(chosen["by_status"].get(s, 0) for s in ("corrupt", "refused", "failed"))
-    return {"type": "recorded_report", "command": chosen["command"], "log_dir": chosen["log_dir"],
-            "now_ms": chosen["now_ms"], "run_id": chosen["run_id"],
-            "status": "partial" if problems else "ok", "partitions": lines}
+    head = {"log_dir": chosen["log_dir"], "now_ms": chosen["now_ms"],
+            "run_id": chosen["run_id"], "status": "partial" if problems else "ok"}
+    steps = {command: [json.loads(r["report_json"]) for r in rows if r["command"] == command]
+             for command in chosen["steps"]}
+    if chosen["command"] == "run":  # a run's two steps, as its report has them
+        return {"type": "recorded_report", "command": "run", **head,
+                **{key: {"command": command, **head, "partitions": steps.get(command, [])}
+                   for key, command in (("compaction", "compact"), ("retention", "retain"))}}
+    return {"type": "recorded_report", "command": chosen["command"], **head,
+            "partitions": steps[chosen["command"]]}

@@ -33,13 +33,16 @@ def registry_of(report: Mapping[str, Any], *, finished_at_s: float) -> Collector
     def gauge(name: str, doc: str, labels: tuple[str, ...]) -> Gauge:
         return Gauge(f"{PREFIX}_{name}", doc, labels, registry=registry)
 
+    # every series carries the log dir: one broker's several dirs (and several brokers'
+    # textfiles on one host) are told apart
     last_run = gauge("last_run_timestamp_seconds", "when the run ended (epoch seconds)",
-                     ("command",))
+                     ("log_dir", "command"))
     ok = gauge("last_run_ok", "1 when every partition was done, 0 when some were not",
-               ("command",))
-    partitions = gauge("partitions", "partitions by status", ("command", "status"))
-    stage = gauge("stage_seconds", "time spent per stage of the run", ("command", "stage"))
-    flows = {key: gauge(f"{key}", doc, ("command", "topic")) for key, doc in (
+               ("log_dir", "command"))
+    partitions = gauge("partitions", "partitions by status", ("log_dir", "command", "status"))
+    stage = gauge("stage_seconds", "time spent per stage of the run",
+                  ("log_dir", "command", "stage"))
+    flows = {key: gauge(f"{key}", doc, ("log_dir", "command", "topic")) for key, doc in (
         ("bytes_in", "bytes read from the segments the run processed"),
         ("bytes_out", "bytes of the segments the run wrote or kept"),
         ("records_in", "records read"),
@@ -47,13 +50,14 @@ def registry_of(report: Mapping[str, Any], *, finished_at_s: float) -> Collector
         ("segments_deleted", "segments deleted by retention"),
         ("records_erased", "records erased"))}
     dropped = gauge("records_dropped", "records dropped by compaction, by reason",
-                    ("command", "topic", "reason"))
+                    ("log_dir", "command", "topic", "reason"))
+    log_dir = str(report.get("log_dir", ""))
     for part in _reports(report):
         command = str(part.get("command", report.get("command", "")))
-        last_run.labels(command).set(finished_at_s)
-        ok.labels(command).set(1 if part.get("status") == "ok" else 0)
+        last_run.labels(log_dir, command).set(finished_at_s)
+        ok.labels(log_dir, command).set(1 if part.get("status") == "ok" else 0)
         for name, seconds in (part.get("stages_s") or {}).items():
-            stage.labels(command, name).set(seconds)
+            stage.labels(log_dir, command, name).set(seconds)
         by_status: dict[str, int] = defaultdict(int)
         sums: dict[tuple[str, str], float] = defaultdict(float)
         drops: dict[tuple[str, str], float] = defaultdict(float)
@@ -69,19 +73,21 @@ def registry_of(report: Mapping[str, Any], *, finished_at_s: float) -> Collector
             for reason, n in (line.get("dropped") or {}).items():
                 drops[(topic, reason)] += n
         for status, n in by_status.items():
-            partitions.labels(command, status).set(n)
+            partitions.labels(log_dir, command, status).set(n)
         for (key, topic), value in sums.items():
-            flows[key].labels(command, topic).set(value)
+            flows[key].labels(log_dir, command, topic).set(value)
         for (topic, reason), n in drops.items():
-            dropped.labels(command, topic, reason).set(n)
+            dropped.labels(log_dir, command, topic, reason).set(n)
     return registry
 
 
-def overdue_registry(overdue: int, total: int) -> CollectorRegistry:
-    """``erase status``: requests past their deadline and not verified."""
+def overdue_registry(overdue: int, total: int, failed: int = 0) -> CollectorRegistry:
+    """``erase status``: requests past their deadline and not verified, failed requests."""
     registry = CollectorRegistry()
     Gauge(f"{PREFIX}_erasure_requests_overdue", "erasure requests past their deadline and "
           "not verified", registry=registry).set(overdue)
+    Gauge(f"{PREFIX}_erasure_requests_failed", "erasure requests failed (until retried or "
+          "cancelled)", registry=registry).set(failed)
     Gauge(f"{PREFIX}_erasure_requests", "erasure requests in the ledger",
           registry=registry).set(total)
     return registry

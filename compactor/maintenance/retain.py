@@ -46,7 +46,12 @@ from compactor.maintenance.report import (
     Outcome,
     problem_line,
 )
-from compactor.retention import RetentionPlan, check_safety_floor, plan_retention
+from compactor.retention import (
+    RetentionPlan,
+    check_safety_floor,
+    explain_retention,
+    plan_retention,
+)
 
 
 @dataclass(kw_only=True)
@@ -64,12 +69,15 @@ class PartitionRetention:
     # the partition's files as listed before planning: what the deletion proves unchanged
     scanned: Mapping[str, str] = field(default_factory=dict, repr=False)
     strays: tuple[ForeignEntry, ...] = field(default=(), repr=False)  # reported in foreign
+    explanation: str = ""  # the numbers behind the decision (retention.explain_retention)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"topic": self.tp.topic, "partition": self.tp.partition,
                                "cleanup_policy": self.policy, "status": self.status,
                                "reason": self.reason, "config": self.config,
                                "segments_before": self.segments_before}
+        if self.explanation:
+            out["explanation"] = self.explanation
         if self.plan is not None:
             p = self.plan
             out.update(
@@ -115,11 +123,13 @@ class RetentionReport(LogDirReport):
                                     for r, v in p.plan.by_reason().items() if v["segments"])
                 lines.append(f"{p.tp}: {verb} {len(p.plan.deleted)} segments ({reasons}); log "
                              f"start {p.plan.log_start_offset} -> {p.plan.new_log_start_offset}"
-                             + ("; rolled an empty segment at the log end" if p.plan.roll else ""))
+                             + ("; rolled an empty segment at the log end" if p.plan.roll else "")
+                             + (f" ({p.explanation})" if p.explanation else ""))
             elif p.status == Outcome.SKIPPED:
                 lines.append(f"{p.tp}: left alone ({p.reason}: {REASONS.get(p.reason, '')})")
             else:
-                lines.append(f"{p.tp}: nothing to delete")
+                lines.append(f"{p.tp}: nothing to delete"
+                             + (f" ({p.explanation})" if p.explanation else ""))
         lines += self.footer(hints=hints)
         plans = [p.plan for p in self.partitions if p.plan is not None]
         lines.append(f"retain{' (dry run)' if self.dry_run else ''} as of "
@@ -172,6 +182,9 @@ def plan_log_dir(log_dir: str, catalog: Catalog, now_ms: int,
             hw = leo if tp not in hws else min(hws[tp], leo)
             rep.plan = plan_retention(part.segments, config=cfg, log_start_offset=start,
                                       log_end_offset=leo, high_watermark=hw, now_ms=now_ms)
+            rep.explanation = explain_retention(
+                part.segments, rep.plan, cfg, now_ms,
+                {k: v["source"] for k, v in (rep.config or {}).items()})
             rep.status = Outcome.WOULD_DELETE if rep.plan.deleted else Outcome.KEPT
         rep.reason = "expired" if rep.plan and rep.plan.deleted else "nothing_expired"
         out.append(rep)

@@ -55,7 +55,9 @@ def perform(opts: MaintenanceOptions, *, master: str | None, allow_aggressive: b
         "retention": retention.to_dict()}
     if state_dir and not opts.dry_run:
         finished = int(time.time() * 1000)
+        run_id = ledger.new_run_id("run", opts.now_ms)  # both steps: one run of the history
         for part in (result["compaction"], result["retention"]):
             if part is not None:
-                part["run_id"] = ledger.record_report(state_dir, part, started, finished)
+                part["run_id"] = ledger.record_report(state_dir, part, started, finished,
+                                                      run_id)
     return RunOutcome(round_report, retention, result, code)

@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 import pyspark
@@ -201,7 +201,7 @@ class LazySession:
             fresh = SparkSession.getActiveSession() is None
             started = time.perf_counter()
             # shown at once: a JVM and its workers take seconds before any step has tasks
-            with progress.step("starting Spark", unit="") if fresh else _nothing():
+            with progress.step("starting Spark", unit="") if fresh else nullcontext():
                 self._session = get_spark(self._master, short_round=input_bytes is not None
                                           and input_bytes <= SHORT_ROUND_BYTES)
                 if fresh:
@@ -210,11 +210,6 @@ class LazySession:
                     _start_workers(self._session)
                     self.startup_s["worker_start"] = time.perf_counter() - ready
         return self._session
-
-
-@contextmanager
-def _nothing() -> Iterator[None]:
-    yield
 
 
 def _start_workers(spark: SparkSession) -> None:

@@ -45,6 +45,8 @@ def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict:
     generate(str(logs), GEN)
     server_properties = tmp_path / "server.properties"
     server_properties.write_text("log.retention.hours=168\n")
+    (tmp_path / "textfile").mkdir()
+    (tmp_path / "pages").mkdir()
     plan = tmp_path / "rolling.yaml"
     plan.write_text(yaml.safe_dump({"bootstrap_servers": "127.0.0.1:9", "brokers": [
         {"name": f"k{i}", "node_id": i, "server_properties": str(server_properties),
@@ -52,6 +54,7 @@ def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict:
     cfg = {
         "spark_conn_id": "spark_default", "jobs_dir": str(REPO / "jobs"),
         "rolling": {"schedule": "@weekly", "plan": str(plan)},
+        "metrics_dir": str(tmp_path / "textfile"), "html_report_dir": str(tmp_path / "pages"),
         "python": os.environ["PYSPARK_PYTHON"], "state_dir": str(tmp_path / "state"),
         "retries": 0,  # dag.test() of a failing job must fail at once
         "maintenance": {"schedule": "@hourly", "log_dirs": [
@@ -140,6 +143,9 @@ def test_every_rendered_argv_is_accepted_by_its_job_parser(settings: dict) -> No
                     assert args.metadata_log_dir == str(settings["logs"])
             if getattr(args, "server_properties", None) and dag.dag_id == "kafka_log_maintenance":
                 assert args.server_properties == str(settings["server_properties"])
+                # the settings turn on metrics and the HTML page, one file per log dir
+                assert args.metrics_file == f"{settings['metrics_dir']}/kafka_compactor_b1.prom"
+                assert args.html_report == f"{settings['html_report_dir']}/b1.html"
             if hasattr(args, "state_dir"):
                 assert args.state_dir == settings["state_dir"]
             checked += 1
@@ -173,6 +179,10 @@ def test_log_maintenance_dag_compacts_and_retains_like_compactor_run(
             (p["topic"], p["status"], p.get("records_out"), p.get("deleted_segments"))
             for p in report[part]["partitions"]]
     assert segment_bytes(logs / "events-0") == {max(segment_bytes(logs / "events-0")): b""}
+    # the settings' metrics and HTML page, labelled with the log dir
+    prom = (Path(settings["metrics_dir"]) / "kafka_compactor_b1.prom").read_text()
+    assert f'log_dir="{logs}"' in prom and "kafka_compactor_last_run_ok" in prom
+    assert "<h2>Compaction</h2>" in (Path(settings["html_report_dir"]) / "b1.html").read_text()
     history = DeltaTable(str(settings["state"] / "runs")).to_pyarrow_table().to_pylist()
     assert {(r["command"], r["topic"]) for r in history} == {
         (command, topic) for command in ("compact", "retain")
@@ -471,23 +481,21 @@ def test_the_rolling_dag_rolls_a_real_broker(settings: dict, airflow_db: str, tm
     stops the broker with the plan's command, maintains it, starts it, waits until it is in
     sync; its consumers then read the compacted topic's latest value of every key."""
     import asyncio
-    import sys
 
-    from tests.kafka.broker import running
+    from tests.kafka.broker import control, running
     from tests.kafka.test_rolling import ACCOUNTS, _prepare, _read
 
     with running(tmp_path / "kafka") as broker:
         latest = asyncio.run(_prepare(broker.bootstrap))
         before, _ = asyncio.run(_read(broker.bootstrap, ACCOUNTS))
-        control = [sys.executable, "-m", "tests.kafka.broker"]
         plan = tmp_path / "live.yaml"
         plan.write_text(yaml.safe_dump({
             "bootstrap_servers": broker.bootstrap, "poll_s": 0.5,
             "state_dir": settings["state_dir"], "brokers": [{
                 "name": "kafka-1", "node_id": 1,
                 "server_properties": str(broker.properties_file),
-                "stop": [*control, "stop", str(broker.work_dir)],
-                "start": [*control, "start", str(broker.work_dir)]}]}))
+                "stop": control("stop", broker.work_dir),
+                "start": control("start", broker.work_dir)}]}))
         path = tmp_path / "live-settings.yaml"
         path.write_text(yaml.safe_dump({
             **{k: v for k, v in settings.items() if k not in ("logs", "state",

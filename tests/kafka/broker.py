@@ -382,9 +382,19 @@ def _kafka_empty_batch_entry(time_index: Path, detail: str) -> bool:
     return False
 
 
+def control(action: str, work_dir: Path) -> list[str]:
+    """The command line that stops or starts (``action``) the broker of ``work_dir`` from
+    anywhere (a rolling plan's stop and start): this file run as a script, which needs
+    nothing on the path."""
+    import sys
+
+    return [sys.executable, str(Path(__file__).resolve()), action, str(work_dir)]
+
+
 def _control(argv: list[str]) -> int:
-    """``python -m tests.kafka.broker start|stop WORK_DIR``: a rolling plan's stop and start
-    commands for a broker of these tests (started detached; stop waits until it is gone)."""
+    """``python tests/kafka/broker.py start|stop WORK_DIR`` (:func:`control`): a rolling
+    plan's stop and start commands for a broker of these tests (started detached; stop waits
+    until it is gone)."""
     action, work_dir = argv
     broker = KafkaBroker.load(Path(work_dir))
     if action == "stop":

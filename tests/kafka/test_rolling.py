@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 import threading
 import time
 from pathlib import Path
@@ -20,7 +19,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from compactor.cli import main as cli_main
 from compactor.errors import EXIT_FAILURE, EXIT_OK
 from compactor.cluster import admin
-from tests.kafka.broker import KafkaBroker, running, running_cluster
+from tests.kafka.broker import KafkaBroker, control, running, running_cluster
 from tests.kafka.test_broker_judged import SUSPICIOUS
 
 pytestmark = [pytest.mark.kafka_broker, pytest.mark.slow]
@@ -81,12 +80,11 @@ async def _read(bootstrap: str, topic: str) -> tuple[list[tuple[bytes, bytes]], 
 
 
 def _plan(tmp_path: Path, broker: KafkaBroker, **extra: object) -> Path:
-    control = [sys.executable, "-m", "tests.kafka.broker"]
     plan = {"bootstrap_servers": broker.bootstrap, "poll_s": 0.5, "in_sync_timeout_s": 120,
             "stop_timeout_s": 120, "brokers": [
                 {"name": "b1", "node_id": 1, "server_properties": str(broker.properties_file),
-                 "stop": [*control, "stop", str(broker.work_dir)],
-                 "start": [*control, "start", str(broker.work_dir)]}], **extra}
+                 "stop": control("stop", broker.work_dir),
+                 "start": control("start", broker.work_dir)}], **extra}
     path = tmp_path / "rolling.yaml"
     path.write_text(yaml.safe_dump(plan))
     return path
@@ -100,12 +98,11 @@ def _readme_plan(broker: KafkaBroker, state_dir: Path) -> tuple[dict, list[list[
     plan = yaml.safe_load(section.split("```yaml\n", 1)[1].split("```", 1)[0])
     commands = [line.split("#", 1)[0].split() for line in
                 section.split("```bash\n", 1)[1].split("```", 1)[0].splitlines()]
-    control = [sys.executable, "-m", "tests.kafka.broker"]
     (example,) = plan["brokers"]
     assert set(example) == {"name", "node_id", "server_properties", "stop", "start"}
     example.update(node_id=1, server_properties=str(broker.properties_file),
-                   stop=[*control, "stop", str(broker.work_dir)],
-                   start=[*control, "start", str(broker.work_dir)])
+                   stop=control("stop", broker.work_dir),
+                   start=control("start", broker.work_dir))
     plan.update(bootstrap_servers=broker.bootstrap, state_dir=str(state_dir), poll_s=0.5)
     return plan, [c for c in commands if c]
 
@@ -217,13 +214,12 @@ def test_a_three_broker_cluster_rolls_one_broker_at_a_time(
     with running_cluster(tmp_path) as brokers:
         bootstrap = ",".join(b.bootstrap for b in brokers)
         latest = asyncio.run(_prepare(bootstrap, replicas=3))
-        control = [sys.executable, "-m", "tests.kafka.broker"]
         plan = {"bootstrap_servers": bootstrap, "poll_s": 0.5, "in_sync_timeout_s": 120,
                 "stop_timeout_s": 120, "brokers": [
                     {"name": f"b{b.node_id}", "node_id": b.node_id,
                      "server_properties": str(b.properties_file),
-                     "stop": [*control, "stop", str(b.work_dir)],
-                     "start": [*control, "start", str(b.work_dir)]} for b in brokers]}
+                     "stop": control("stop", b.work_dir),
+                     "start": control("start", b.work_dir)} for b in brokers]}
         (tmp_path / "rolling.yaml").write_text(yaml.safe_dump(plan))
         pids = [b.running_pid() for b in brokers]
 

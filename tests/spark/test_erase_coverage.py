@@ -300,7 +300,10 @@ def test_a_proof_cannot_be_false_by_mistake(
         ("ok", "profiles", "pending"), ("typo", "profile", "pending")]
     before = tree_digest(logs)
     code, dry = erase(capsys, "apply", logs, state, "--dry-run")
-    assert code == EXIT_OK and dry["dry_run"]
+    # the dry run ends as the real run will (the typo fails it), in conditional words
+    assert code == EXIT_FAILURE and dry["dry_run"] and dry["status"] == "failed"
+    assert {r["request_id"]: r["status"] for r in dry["requests"]} == {
+        "ok": "would_be_applied", "typo": "would_fail"}
     assert tree_digest(logs) == before
     assert {p["dir"]: p["status"] for p in dry["partitions"]}["profiles-0"] == "would_rewrite"
     code, listed = cli_json(capsys, "erase", "list", "--state-dir", str(state), "--json")
@@ -308,7 +311,8 @@ def test_a_proof_cannot_be_false_by_mistake(
     code, applied = erase(capsys, "apply", logs, state)
     assert code == EXIT_FAILURE
     typo = next(r for r in applied["requests"] if r["request_id"] == "typo")
-    assert typo["status"] == "failed" and "did you mean 'profiles'" in typo["failure"]
+    assert typo["status"] == "failed"
+    assert "did you mean 'profiles'" in typo["failure"]["unknown_topic"]
     assert erase(capsys, "verify", logs, state)[0] == EXIT_OK  # "ok" verifies; typo never
 
 

@@ -156,3 +156,64 @@ def test_the_html_report_renders_with_the_run_figures(spark, small_log: Path, tm
     assert main(["report", "--state-dir", str(state), "--run-id", "no-such-run",
                  "--html", str(recorded)]) == EXIT_CONFIG
     assert retained["run_id"] in capsys.readouterr().err  # the message lists the newest ids
+
+
+class _Rows(HTMLParser):
+    """Table rows in the page, and those outside every (collapsed) ``<details>``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows = self.open_rows = self._details = 0
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self._details += tag == "details"
+        if tag == "tr":
+            self.rows += 1
+            self.open_rows += not self._details
+
+    def handle_endtag(self, tag: str) -> None:
+        self._details -= tag == "details"
+
+
+def test_a_broker_of_2000_partitions_shows_what_needs_attention_then_its_topics(
+        spark, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 30.5: 40 topics of 50 partitions (half compacted, half deleted), one partition
+    with a corrupt segment. The page opens with that partition, then one row per topic (the
+    one needing attention first), counts each partition once though a run reports it twice,
+    and collapses the partition lines: a screen, not 4,000 rows."""
+    from compactor.tools.generator import GeneratorConfig, generate
+
+    logs = tmp_path / "logs"
+    topics = tuple(f"topic-{i:02d}" for i in range(40))
+    generate(str(logs), GeneratorConfig(
+        topics=topics, partitions=50, records_per_partition=12, distinct_keys=4,
+        segment_bytes=1024, legacy_records=0, open_transaction=False, seed=3,
+        topic_configs={t: {"cleanup.policy": "compact" if i % 2 else "delete"}
+                       for i, t in enumerate(topics)}))
+    segment = sorted((logs / "topic-07-3").glob("*.log"))[0]
+    data = bytearray(segment.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    segment.write_bytes(bytes(data))
+    page = tmp_path / "broker.html"
+    code, report = cli_json(capsys, "run", "--assume-kafka-defaults", str(logs), "--dry-run",
+                            "--now-ms", str(DEFAULT_START_MS + 20 * DAY), "--json",
+                            "--html-report", str(page))
+    assert code == 6  # partial: one partition corrupt, the others planned
+    text, external = _rendered_text(page, tmp_path)
+    assert external == []
+    first = {h: text.index(h) for h in ("Needs attention: 1", "By topic", "Compaction",
+                                        "Retention")}
+    assert list(first) == sorted(first, key=first.get), first  # in this order
+    assert re.search(r"Needs attention: 1 partition step status why topic-07-3 plan corrupt",
+                     text), text[:1500]
+    rollup = text[first["By topic"]:first["Compaction"]]
+    assert rollup.split("records erased ")[1].startswith("topic-07 50 "), rollup[:300]
+    assert "partitions 2,001" in text  # every partition once (and the metadata log)
+    rows = _Rows()
+    rows.feed(page.read_text())
+    assert rows.rows > 4000 and rows.open_rows < 100, (rows.rows, rows.open_rows)
+
+    shot = tmp_path / "broker.png"
+    res = _chromium(page, tmp_path, "--window-size=1200,1400", f"--screenshot={shot}")
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert _inked_fraction(shot.read_bytes()) > 0.02

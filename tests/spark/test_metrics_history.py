@@ -33,6 +33,10 @@ def _samples(path: Path) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]
     return out
 
 
+def _labels(**labels: object) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted((k, str(v)) for k, v in labels.items()))
+
+
 def test_metrics_history_and_version(spark, small_log: Path, tmp_path: Path,
                                      capsys: pytest.CaptureFixture[str]) -> None:
     state, prom = tmp_path / "state", tmp_path / "compact.prom"
@@ -44,7 +48,7 @@ def test_metrics_history_and_version(spark, small_log: Path, tmp_path: Path,
     by_status = Counter(p["status"] for p in report["partitions"])
     for status, n in by_status.items():
         assert got[("kafka_compactor_partitions",
-                    (("command", "compact"), ("status", status)))] == n
+                    _labels(command="compact", status=status, log_dir=small_log))] == n
     bytes_in: dict[str, int] = defaultdict(int)
     dropped: dict[tuple[str, str], int] = defaultdict(int)
     for p in report["partitions"]:
@@ -52,14 +56,16 @@ def test_metrics_history_and_version(spark, small_log: Path, tmp_path: Path,
         for reason, n in p["dropped"].items():
             dropped[(p["topic"], reason)] += n
     for topic, n in bytes_in.items():
-        assert got[("kafka_compactor_bytes_in", (("command", "compact"), ("topic", topic)))] == n
+        assert got[("kafka_compactor_bytes_in",
+                    _labels(command="compact", topic=topic, log_dir=small_log))] == n
     for (topic, reason), n in dropped.items():
-        assert got[("kafka_compactor_records_dropped", (
-            ("command", "compact"), ("reason", reason), ("topic", topic)))] == n
+        assert got[("kafka_compactor_records_dropped", _labels(
+            command="compact", reason=reason, topic=topic, log_dir=small_log))] == n
     for stage, seconds in report["stages_s"].items():
-        assert got[("kafka_compactor_stage_seconds",
-                    (("command", "compact"), ("stage", stage)))] == pytest.approx(seconds)
-    assert got[("kafka_compactor_last_run_ok", (("command", "compact"),))] == 1
+        assert got[("kafka_compactor_stage_seconds", _labels(
+            command="compact", stage=stage, log_dir=small_log))] == pytest.approx(seconds)
+    assert got[("kafka_compactor_last_run_ok", _labels(command="compact",
+                                                       log_dir=small_log))] == 1
 
     prom = tmp_path / "retain.prom"
     code, retained = cli_json(capsys, "retain", "--assume-kafka-defaults", str(small_log), "--now-ms", str(NOW + 30 * DAY),
@@ -74,7 +80,7 @@ def test_metrics_history_and_version(spark, small_log: Path, tmp_path: Path,
     for topic, n in deleted.items():
         if n:
             assert got[("kafka_compactor_segments_deleted",
-                        (("command", "retain"), ("topic", topic)))] == n
+                        _labels(command="retain", topic=topic, log_dir=small_log))] == n
 
     # history: both runs, newest first, with the reports' figures
     assert cli_main_ok(capsys, "history", "--state-dir", str(state), "--json")
@@ -85,7 +91,25 @@ def test_metrics_history_and_version(spark, small_log: Path, tmp_path: Path,
     assert runs[1]["run_id"] == report["run_id"]
     assert cli_main_ok(capsys, "history", "--state-dir", str(state))
     table = capsys.readouterr().out
-    assert report["run_id"] in table and "compact" in table
+    assert report["run_id"] in table and "compact" in table and str(small_log) in table
+
+    # a run (compaction, then retention) is one run of the history, its partitions once
+    code, ran = cli_json(capsys, "run", "--assume-kafka-defaults", str(small_log), "--now-ms",
+                         str(NOW + 31 * DAY), "--config", "cleanup.policy=compact,delete",
+                         "--json", "--state-dir", str(state))
+    assert code == EXIT_OK
+    assert ran["compaction"]["run_id"] == ran["retention"]["run_id"]
+    assert cli_main_ok(capsys, "history", "--state-dir", str(state), "--json")
+    newest = json.loads(capsys.readouterr().out.splitlines()[0])
+    assert (newest["command"], newest["run_id"]) == ("run", ran["retention"]["run_id"])
+    assert newest["partitions"] == len(ran["retention"]["partitions"])
+    assert newest["steps"] == {"compact": len(ran["compaction"]["partitions"]),
+                               "retain": len(ran["retention"]["partitions"])}
+    page = tmp_path / "run.html"  # and its page has both steps again
+    assert cli_main_ok(capsys, "report", "--state-dir", str(state), "--html", str(page))
+    html = page.read_text()
+    assert "<h2>Compaction</h2>" in html and "<h2>Retention</h2>" in html
+    assert ran["retention"]["run_id"] in html
 
     # --version: the project's own version
     version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
@@ -113,6 +137,7 @@ def test_erase_status_metrics_count_overdue_requests(tmp_path: Path,
     got = _samples(prom)
     assert got[("kafka_compactor_erasure_requests_overdue", ())] == 2
     assert got[("kafka_compactor_erasure_requests", ())] == 3
+    assert got[("kafka_compactor_erasure_requests_failed", ())] == 0
 
 
 def test_history_of_a_dir_without_runs_is_an_error(tmp_path: Path,
@@ -138,4 +163,4 @@ def test_erase_apply_metrics_count_the_records_erased(spark, small_log: Path, tm
     got = _samples(prom)
     for topic, n in erased.items():
         assert got[("kafka_compactor_records_erased",
-                    (("command", "erase_apply"), ("topic", topic)))] == n
+                    _labels(command="erase_apply", topic=topic, log_dir=small_log))] == n

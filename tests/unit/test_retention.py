@@ -171,3 +171,33 @@ def test_appendix_a3_item_10(spec, retention_ms, retention_bytes, hw_cut, start_
         assert plan.new_log_start_offset == max(start, segs[len(gone)].base_offset)
     if not cfg.delete:
         assert all(r == RetentionReason.LOG_START_OFFSET for _, r in plan.deleted)
+
+
+def test_explanations_say_the_numbers_compared_and_their_sources() -> None:
+    """Issue 30.5: a retention line says why, with the numbers, as compaction lines do
+    (expected text written out by hand)."""
+    from compactor.retention import explain_retention
+
+    day = 86_400_000
+    segs = _segments((0, 5, 0), (5, 5, 40 * day), (10, 5, 45 * day))
+    cfg = _cfg(DELETE, retention_ms=30 * day, retention_bytes=-1)
+    now = 45 * day + 1
+    plan = _plan(segs, cfg, now=now)
+    assert _bases(plan) == [0]
+    sources = {"retention.ms": "broker:log.retention.hours", "retention.bytes": "default"}
+    assert explain_retention(segs, plan, cfg, now, sources) == (
+        "size 1.1 kB, retention.bytes unlimited from default; oldest segment's newest record "
+        "45.0 d old, past retention.ms 30.0 d from broker:log.retention.hours")
+    young = _segments((0, 5, 44 * day), (5, 5, 45 * day))
+    plan = _plan(young, cfg, leo=10, now=now)
+    assert explain_retention(young, plan, cfg, now, {}) == (
+        "size 700 B, retention.bytes unlimited; oldest segment's newest record 1.0 d old, "
+        "within retention.ms 30.0 d")
+    sized = _cfg(DELETE, retention_ms=-1, retention_bytes=700)
+    plan = _plan(THREE, sized)
+    assert explain_retention(THREE, plan, sized, 100_000) == (
+        "size 1.1 kB at or over retention.bytes 700 B; retention.ms unlimited")
+    plan = _plan(THREE, COMPACT, start=10)
+    assert explain_retention(THREE, plan, COMPACT, 100_000) == (
+        "log start offset 10 lies past 2 segments; cleanup.policy has no delete: only the "
+        "log start offset deletes")
