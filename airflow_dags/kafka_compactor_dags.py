@@ -341,6 +341,7 @@ ROLLING_BROKERS, ROLLING_PROBLEMS = _rolling_brokers() if SETTINGS.get("rolling"
 PROBLEMS = {
     "kafka_rolling_maintenance": COMMON_PROBLEMS + ROLLING_PROBLEMS,
     "kafka_log_maintenance": COMMON_PROBLEMS + LOG_DIR_PROBLEMS,
+    "kafka_state_maintenance": COMMON_PROBLEMS,
     "kafka_gdpr_erasure": COMMON_PROBLEMS + _erasure_problems(),
     "kafka_compaction_oneoff": COMMON_PROBLEMS,
     "kafka_gdpr_request": COMMON_PROBLEMS + ([] if SETTINGS.get("state_dir")
@@ -445,6 +446,19 @@ with DAG(
         for verify in verifies:
             applies >> verify >> status
         [*applies, *verifies, status] >> watcher
+
+# the state dir's Delta tables: every run appends files; compacted and vacuumed weekly
+if SETTINGS.get("state_dir"):
+    with DAG(
+        dag_id="kafka_state_maintenance",
+        description="Compact and vacuum the state dir's Delta tables (ledger and run history)",
+        schedule=SETTINGS.get("state_maintenance_schedule", "@weekly"),
+        start_date=START, catchup=False, max_active_runs=1, default_args=DEFAULT_ARGS,
+        tags=["kafka", "gdpr"],
+    ):
+        if not invalid_settings("kafka_state_maintenance"):
+            CompactorCommand(task_id="optimize_state", job="optimize", arguments=[
+                "--state-dir", SETTINGS["state_dir"], "--json"])
 
 with DAG(
     dag_id="kafka_compaction_oneoff",

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from compactor.human import human_bytes
 
@@ -130,7 +130,7 @@ class Reporter:
             self._last_line[id(step)] = step.started
 
     @staticmethod
-    def _fields(step: Step) -> dict[str, str]:
+    def _fields(step: Step) -> dict[str, Any]:
         known = step.total is not None
         return {"count": f"{step.done}/{step.total} " if known and step.unit else "",
                 "unit": step.unit if known else "",

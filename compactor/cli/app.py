@@ -37,6 +37,7 @@ from compactor.cli.args import (
     add_arguments,
     add_config_arguments,
     add_change_arguments,
+    add_optimize_arguments,
     add_erase_arguments,
     add_recover_arguments,
     add_request_arguments,
@@ -172,6 +173,11 @@ def build_parser() -> argparse.ArgumentParser:
     cl.add_argument("--cores", type=int, default=1, help="cores per worker")
     cl.add_argument("--memory", default="1g", help="memory per worker")
     cl.set_defaults(handler=_cmd_cluster)
+
+    op = sub.add_parser("optimize", help="compact and vacuum the state dir's Delta tables "
+                                         "(the ledger's audit trail stays whole)")
+    add_optimize_arguments(op)
+    op.set_defaults(handler=jobs.execute_optimize)
 
     ro = sub.add_parser("rolling", help="rolling maintenance of a live cluster: each broker "
                                         "in turn stopped, maintained, started, back in sync")

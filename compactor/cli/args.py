@@ -571,6 +571,20 @@ def add_rolling_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also write the JSON report to FILE (schedulers)")
 
 
+def add_optimize_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments of ``compactor optimize`` and of ``jobs/optimize.py``."""
+    parser.add_argument("--state-dir", required=True, help="the ledger's and runs' directory")
+    parser.add_argument("--retain-hours", type=int, default=720,
+                        help="vacuum keeps the files of every version younger than this "
+                             "(time travel, VERSION AS OF, reaches that far back)")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="list what vacuum would delete; change nothing")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.add_argument("--report-file", default=None, metavar="FILE",
+                        help="also write the JSON result to FILE (schedulers)")
+    add_storage_arguments(parser, lease=False)
+
+
 def add_change_arguments(parser: argparse.ArgumentParser, action: str) -> None:
     """The arguments of ``erase retry`` and ``erase cancel`` (``action``)."""
     parser.add_argument("request_ids", nargs="+", metavar="REQUEST_ID",

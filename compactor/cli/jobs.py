@@ -26,6 +26,7 @@ from compactor.cli.args import (
     add_arguments,
     add_config_arguments,
     add_change_arguments,
+    add_optimize_arguments,
     add_rolling_arguments,
     add_erase_arguments,
     add_recover_arguments,
@@ -542,6 +543,41 @@ def execute_recover(args: argparse.Namespace, out: TextIO) -> int:
     return EXIT_PARTIAL if failed else EXIT_OK
 
 
+# -- optimize ---------------------------------------------------------------------------------
+
+
+def optimize_parser() -> argparse.ArgumentParser:
+    parser = Parser(prog="jobs/optimize.py",
+                    description="Compact and vacuum the state dir's Delta tables.")
+    add_optimize_arguments(parser)
+    return parser
+
+
+def execute_optimize(args: argparse.Namespace, out: TextIO) -> int:
+    """``compactor optimize``: the state dir's tables compacted, vacuumed, checkpointed."""
+    from compactor.erasure import ledger
+
+    if args.retain_hours < 1:
+        raise ConfigError(f"--retain-hours {args.retain_hours}: at least 1 (a writer's "
+                          f"files of the last hour may not be committed yet)")
+    state_dir = storage.absolute(args.state_dir)
+    ledger.require_state_tables(state_dir)
+    tables = ledger.optimize(state_dir, retention_hours=args.retain_hours,
+                             dry_run=args.dry_run)
+    result = {"type": "optimize", "state_dir": state_dir, "dry_run": args.dry_run,
+              "tables": tables}
+    write_report_file(args, result)
+    if args.json:
+        emit(out, result)
+    else:
+        for t in tables:
+            out.write(f"{t['table']}: {t['files_before']} -> {t['files_after']} files "
+                      f"(compacted {t['files_compacted']}), "
+                      f"{'would vacuum' if args.dry_run else 'vacuumed'} "
+                      f"{t['files_vacuumed']}; version {t['version']}\n")
+    return EXIT_OK
+
+
 # -- rolling ----------------------------------------------------------------------------------
 
 
@@ -632,4 +668,5 @@ RETAIN = Job("retain", retain_parser, over_log_dirs(execute_retain))
 RUN = Job("run", run_parser, over_log_dirs(execute_run))
 ERASE = Job("erase", erase_parser, execute_erase)
 ROLLING = Job("rolling", rolling_parser, execute_rolling)
+OPTIMIZE = Job("optimize", optimize_parser, execute_optimize)
 RECOVER = Job("recover", recover_parser, execute_recover)

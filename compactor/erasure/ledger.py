@@ -252,10 +252,19 @@ def _open(path: str):  # type: ignore[no-untyped-def]
     return DeltaTable(path, storage_options=storage.delta_options(path))
 
 
+#: The requests table's commits are its audit trail (who retried or cancelled what, when and
+#: why; which run applied and verified): Delta's log cleanup, which delta-rs runs at each
+#: checkpoint for commits older than ``delta.logRetentionDuration`` (30 days by default),
+#: would drop them from ``history()``, so the ledger turns it off (delta-spark honours the
+#: same property). Data files are still vacuumed (:func:`optimize`).
+AUDIT_PROPERTIES = {"delta.enableExpiredLogCleanup": "false"}
+
+
 def _table(state_dir: str, name: str, schema: pa.Schema):  # type: ignore[no-untyped-def]
     from deltalake import DeltaTable
 
     path = _table_path(state_dir, name)
+    keep = AUDIT_PROPERTIES if name == ERASURE_REQUESTS_TABLE else {}
     if _is_table(path):
         table = _open(path)
         have = {f.name for f in table.schema().fields}
@@ -265,10 +274,55 @@ def _table(state_dir: str, name: str, schema: pa.Schema):  # type: ignore[no-unt
 
             table.alter.add_columns([Field.from_arrow(f) for f in missing])
             table = _open(path)
+        if any(table.metadata().configuration.get(k) != v for k, v in keep.items()):
+            table.alter.set_table_properties(dict(keep))  # a ledger of an earlier version
+            table = _open(path)
         return table
     storage.make_dirs(state_dir)
     return DeltaTable.create(path, schema=schema, mode="ignore", name=name,
+                             configuration=dict(keep) or None,
                              storage_options=storage.delta_options(path))
+
+
+def require_state_tables(state_dir: str) -> None:
+    """Raises ConfigError when ``state_dir`` holds neither the ledger nor the runs table (a
+    mistyped path is not an empty state dir)."""
+    if not any(_is_table(_table_path(state_dir, n)) for n in (ERASURE_REQUESTS_TABLE,
+                                                                RUNS_TABLE)):
+        raise ConfigError("no ledger and no runs table here", path=state_dir,
+                          remedy="check --state-dir")
+
+
+@_ledger_errors("optimize the state dir's tables")
+def optimize(state_dir: str, *, retention_hours: int, dry_run: bool) -> list[dict[str, Any]]:
+    """``compactor optimize``: per table of ``state_dir``, compact its small files into few
+    (every run appends one), then vacuum the files no version younger than
+    ``retention_hours`` references (time travel to an older version needs them), and write a
+    checkpoint. The requests table's commit log stays whole (:data:`AUDIT_PROPERTIES`).
+    ``dry_run`` lists what vacuum would delete and changes nothing."""
+    out = []
+    for name in (ERASURE_REQUESTS_TABLE, RUNS_TABLE):
+        path = _table_path(state_dir, name)
+        if not _is_table(path):
+            continue
+        if name == ERASURE_REQUESTS_TABLE and not dry_run:
+            _table(state_dir, name, ERASURE_REQUESTS)  # the audit properties, on old ledgers
+        table = _open(path)
+        files_before = len(table.file_uris())
+        compacted: dict[str, Any] = {}
+        if not dry_run:
+            compacted = table.optimize.compact(commit_properties=_commit(
+                {"action": "optimize"}))
+            table = _open(path)
+        vacuumed = table.vacuum(retention_hours=retention_hours, dry_run=dry_run,
+                                enforce_retention_duration=False)
+        if not dry_run:
+            table.create_checkpoint()
+        out.append({"table": name, "version": _open(path).version(),
+                    "files_before": files_before, "files_after": len(_open(path).file_uris()),
+                    "files_compacted": compacted.get("numFilesRemoved", 0),
+                    "files_vacuumed": len(vacuumed)})
+    return out
 
 
 def _rows_table(rows: Sequence[Mapping[str, Any]], schema: pa.Schema) -> pa.Table:

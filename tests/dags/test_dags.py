@@ -25,7 +25,7 @@ from tests.helpers import lock_held_by_other_process, records_of, segment_bytes,
 
 REPO = Path(__file__).resolve().parents[2]
 DAG_IDS = {"kafka_log_maintenance", "kafka_gdpr_erasure", "kafka_compaction_oneoff",
-           "kafka_gdpr_request", "kafka_rolling_maintenance"}
+           "kafka_gdpr_request", "kafka_rolling_maintenance", "kafka_state_maintenance"}
 NOW = DEFAULT_START_MS + 2 * 3_600_000  # two hours after the first record
 DAY = 86_400_000
 SUBJECT = b"key-00000005"
@@ -149,7 +149,7 @@ def test_every_rendered_argv_is_accepted_by_its_job_parser(settings: dict) -> No
             if hasattr(args, "state_dir"):
                 assert args.state_dir == settings["state_dir"]
             checked += 1
-    assert checked == 9
+    assert checked == 10
 
 
 @pytest.mark.slow
