@@ -217,8 +217,8 @@ def reference_round(log_dir: Path, configs: Mapping[str, str], now_ms: int) -> d
 
 
 @contextmanager
-def lock_held_by_other_process(log_dir: Path) -> Iterator[None]:
-    """Another Python process holds the log dir's broker lock for the duration."""
+def lock_held_by_other_process(log_dir: Path) -> Iterator[int]:
+    """Another Python process holds the log dir's broker lock for the duration (its pid)."""
     code = ("import sys\nfrom compactor.log import storage\n"
             "with storage.log_dir_lock(sys.argv[1]):\n print('LOCKED', flush=True)\n"
             " sys.stdin.read()\n")
@@ -226,7 +226,7 @@ def lock_held_by_other_process(log_dir: Path) -> Iterator[None]:
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "LOCKED"
-        yield
+        yield holder.pid
     finally:
         assert holder.stdin is not None
         holder.stdin.close()

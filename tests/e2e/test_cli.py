@@ -202,6 +202,7 @@ def test_a_kafka_style_java_lock_blocks_every_writer(small_log: Path) -> None:
         res = run("recover", str(small_log))
         assert res.returncode == EXIT_LOCKED
         assert "LOG_DIR_LOCKED" in res.stderr and str(small_log / ".lock") in res.stderr
+        assert f"locked by process {holder.pid} (" in res.stderr and "LockHolder" in res.stderr
         assert tree_digest(small_log) == before
     finally:
         assert holder.stdin is not None

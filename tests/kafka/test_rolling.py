@@ -124,6 +124,11 @@ def test_rolling_maintenance_of_a_live_broker_as_the_readme_says(
         (tmp_path / "rolling.yaml").write_text(yaml.safe_dump(plan))
         monkeypatch.chdir(tmp_path)
 
+        # what the README's first paragraph says: a running broker holds its log dir
+        assert cli_main(["run", "--server-properties", str(broker.properties_file),
+                         "--json"]) == 4
+        assert f"locked by a running Kafka broker (pid {pid})" in _report(capsys)["message"]
+
         dry, real = commands  # as the README writes them
         assert dry[:1] == real[:1] == ["compactor"] and "--dry-run" in dry
         assert cli_main([*dry[1:], "--json"]) == EXIT_OK

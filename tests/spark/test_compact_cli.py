@@ -108,10 +108,13 @@ def test_topic_configs_file_selects_the_compacted_topics(
 
 def test_locked_log_dir_is_refused(spark, small_log: Path,
                                    capsys: pytest.CaptureFixture[str]) -> None:
-    with lock_held_by_other_process(small_log):
+    with lock_held_by_other_process(small_log) as pid:
         before = tree_digest(small_log)
         assert cli_main(["compact", "--assume-kafka-defaults", str(small_log), *COMPACT]) == EXIT_LOCKED
-        assert report_line(capsys)["code"] == "LOG_DIR_LOCKED"
+        error = report_line(capsys)
+        assert error["code"] == "LOG_DIR_LOCKED"
+        # the message names the holder (issue 30.8)
+        assert f"locked by another kafka-compactor run (pid {pid}:" in error["message"]
         assert tree_digest(small_log) == before
 
 

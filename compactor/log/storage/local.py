@@ -411,7 +411,9 @@ def log_dir_lock(log_dir: str) -> Iterator[None]:
             fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as err:
             if err.errno in (errno.EACCES, errno.EAGAIN):
+                holder = _lock_holder(fd)
                 raise LogDirLockedError(
+                    f"log dir is locked by {holder}" if holder else
                     "log dir is locked by another process (a running Kafka broker or another "
                     "kafka-compactor run)",
                     path=lock_path,
@@ -423,6 +425,34 @@ def log_dir_lock(log_dir: str) -> Iterator[None]:
             fcntl.lockf(fd, fcntl.LOCK_UN)
     finally:
         os.close(fd)
+
+
+def _lock_holder(fd: int) -> str | None:
+    """Who holds the lock on ``fd``'s file, as far as this host can tell: ``F_GETLK`` names the
+    holder's pid (``struct flock``), ``/proc`` its command line. ``None`` when it cannot be
+    told (another host over NFS, another PID namespace, no ``/proc``)."""
+    import struct
+
+    layout = "hhqqi"  # struct flock: l_type, l_whence, l_start, l_len, l_pid (native)
+    probe = struct.pack(layout, fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0)
+    try:
+        answer = fcntl.fcntl(fd, fcntl.F_GETLK, probe + b"\0" * 8)
+        kind, _, _, _, pid = struct.unpack_from(layout, answer)
+    except (OSError, struct.error):
+        return None
+    if kind == fcntl.F_UNLCK or pid <= 0:
+        return None
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            argv = [a.decode(errors="replace") for a in handle.read().split(b"\0") if a]
+    except OSError:
+        return f"process {pid}"
+    if "kafka.Kafka" in argv:
+        return f"a running Kafka broker (pid {pid})"
+    shown = " ".join(argv)[:160]
+    if "compactor" in shown:
+        return f"another kafka-compactor run (pid {pid}: {shown})"
+    return f"process {pid} ({shown})"
 
 
 def discard_stdout(fileno: int) -> None:
