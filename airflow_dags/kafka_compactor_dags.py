@@ -207,6 +207,21 @@ def _raise_failed(upstream: str) -> None:
                                f"that Airflow's alerting (email_on_failure, callbacks) fires")
 
 
+def spark_conf() -> dict[str, str]:
+    """spark-submit's ``--conf`` for every job: the command line's quiet session (no console
+    progress bar, the driver logging errors only with the project's log4j2 file next to
+    ``jobs_dir``), the settings' ``python``, then the settings' own ``spark_conf`` over
+    them."""
+    conf = {"spark.ui.showConsoleProgress": "false"}
+    quiet = os.path.join(os.path.dirname(os.path.abspath(SETTINGS["jobs_dir"])), "compactor",
+                         "spark", "log4j2-quiet.properties")
+    if os.path.exists(quiet):
+        conf["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile=file:{quiet}"
+    if SETTINGS.get("python"):
+        conf["spark.pyspark.python"] = SETTINGS["python"]
+    return {**conf, **{str(k): str(v) for k, v in (SETTINGS.get("spark_conf") or {}).items()}}
+
+
 def spark_job(task_id: str, job: str, args: list[str], **kwargs: Any) -> SparkSubmitOperator:
     """A task running ``jobs/<job>.py`` with ``args`` (its command line, templated)."""
     python = SETTINGS.get("python")
@@ -217,7 +232,7 @@ def spark_job(task_id: str, job: str, args: list[str], **kwargs: Any) -> SparkSu
         conn_id=SETTINGS.get("spark_conn_id", "spark_default"),
         spark_binary=SETTINGS.get("spark_binary", "spark-submit"),
         py_files=SETTINGS.get("py_files"),
-        conf={"spark.pyspark.python": python} if python else None,
+        conf=spark_conf(),
         env_vars={"PYSPARK_PYTHON": python} if python else None,
         name=f"kafka-compactor-{task_id}",
         **kwargs,

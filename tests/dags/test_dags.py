@@ -113,6 +113,11 @@ def test_every_rendered_argv_is_accepted_by_its_job_parser(settings: dict) -> No
             if hasattr(task, "application_args"):  # spark-submit
                 argv = task.render_template(task.application_args, {"params": params})
                 application = Path(task.application)
+                # the command line's quiet session settings
+                quiet = REPO / "compactor" / "spark" / "log4j2-quiet.properties"
+                assert task.conf["spark.driver.extraJavaOptions"] == (
+                    f"-Dlog4j2.configurationFile=file:{quiet}")
+                assert task.conf["spark.ui.showConsoleProgress"] == "false"
             else:  # the jobs that need no Spark run without spark-submit
                 argv = task.render_template(task.arguments, {"params": params})
                 application = REPO / "jobs" / f"{task.job}.py"
