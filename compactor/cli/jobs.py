@@ -497,11 +497,20 @@ def execute_erase_change(args: argparse.Namespace, out: TextIO) -> int:
 # -- recover ------------------------------------------------------------------------------------
 
 
-def recover_parser() -> argparse.ArgumentParser:
-    parser = Parser(prog="jobs/recover.py",
-                    description="Recover interrupted swaps in a Kafka log dir.")
-    add_recover_arguments(parser)
-    return parser
+def job_parser(job: str, description: str,
+               add: Callable[[argparse.ArgumentParser], None]) -> Callable[[], Parser]:
+    """The parser factory of ``jobs/<job>.py``: its arguments added by ``add``."""
+
+    def build() -> Parser:
+        parser = Parser(prog=f"jobs/{job}.py", description=description)
+        add(parser)
+        return parser
+
+    return build
+
+
+recover_parser = job_parser("recover", "Recover interrupted swaps in a Kafka log dir.",
+                            add_recover_arguments)
 
 
 def execute_recover(args: argparse.Namespace, out: TextIO) -> int:
@@ -546,11 +555,8 @@ def execute_recover(args: argparse.Namespace, out: TextIO) -> int:
 # -- optimize ---------------------------------------------------------------------------------
 
 
-def optimize_parser() -> argparse.ArgumentParser:
-    parser = Parser(prog="jobs/optimize.py",
-                    description="Compact and vacuum the state dir's Delta tables.")
-    add_optimize_arguments(parser)
-    return parser
+optimize_parser = job_parser("optimize", "Compact and vacuum the state dir's Delta tables.",
+                             add_optimize_arguments)
 
 
 def execute_optimize(args: argparse.Namespace, out: TextIO) -> int:
@@ -581,12 +587,9 @@ def execute_optimize(args: argparse.Namespace, out: TextIO) -> int:
 # -- rolling ----------------------------------------------------------------------------------
 
 
-def rolling_parser() -> argparse.ArgumentParser:
-    parser = Parser(prog="jobs/rolling.py",
-                    description="Rolling maintenance: one broker at a time, stopped, "
-                                "maintained, started and back in sync.")
-    add_rolling_arguments(parser)
-    return parser
+rolling_parser = job_parser("rolling", "Rolling maintenance: one broker at a time, stopped, "
+                                       "maintained, started and back in sync.",
+                            add_rolling_arguments)
 
 
 def execute_rolling(args: argparse.Namespace, out: TextIO) -> int:
