@@ -366,12 +366,8 @@ def execute_erase_request(args: argparse.Namespace, out: TextIO) -> int:
         args.state_dir, requests,
         {"action": "request", "request_ids": ",".join(r.request_id for r in requests)})
     result = {"type": "requests", "added": added, "existing": existing}
-    write_report_file(args, result)
-    if args.json:
-        emit(out, result)
-    else:
-        for r in requests:
-            out.write(f"{r.request_id} {'added' if r.request_id in added else 'exists'}\n")
+    render(out, args, result, lambda: "\n".join(
+        f"{r.request_id} {'added' if r.request_id in added else 'exists'}" for r in requests))
     return EXIT_OK
 
 
@@ -485,12 +481,8 @@ def execute_erase_change(args: argparse.Namespace, out: TextIO) -> int:
         status="pending" if retry else "cancelled", reason=args.reason or None,
         now_ms=now_ms(args))
     result = {"type": "requests", "action": args.action, "changed": changed}
-    write_report_file(args, result)
-    if args.json:
-        emit(out, result)
-    else:
-        for r in changed:
-            out.write(f"{r} {'pending again' if retry else 'cancelled'}\n")
+    render(out, args, result, lambda: "\n".join(
+        f"{r} {'pending again' if retry else 'cancelled'}" for r in changed))
     return EXIT_OK
 
 

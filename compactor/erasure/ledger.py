@@ -423,8 +423,9 @@ def change_status(state_dir: str, request_ids: Sequence[str], *, action: str,
     wrong = [f"{i} is {rows[i]['status']}" for i in request_ids
              if rows[i]["status"] not in allowed]
     if wrong:
-        raise ConfigError(f"cannot {action} {'; '.join(wrong)}: only "
-                          f"{', '.join(sorted(allowed))} requests can be", path=state_dir)
+        raise ConfigError(f"cannot {action}: {'; '.join(wrong)} (only "
+                          f"{', '.join(sorted(allowed))} requests can be)", path=state_dir,
+                          remedy="see `compactor erase list`; nothing was changed")
     ids = list(dict.fromkeys(request_ids))
     source = pa.table({"request_id": pa.array(ids, pa.string()),
                        "status": pa.array([status] * len(ids), pa.string())})
