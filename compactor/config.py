@@ -260,6 +260,15 @@ def _check(key: str, raw: str, where: str, *, name: str | None = None,
     integer Kafka reads."""
     spec = SPECS[key]
     name = name or key
+    problem = _check_value(spec, key, raw, where, name=name, flag=flag)
+    if problem is not None and name.endswith(".ms"):
+        # Kafka's durations are integers in milliseconds: "7d" or "1h" are not
+        problem += " (milliseconds: 1 h = 3600000, 7 d = 604800000)"
+    return problem
+
+
+def _check_value(spec: _Spec, key: str, raw: str, where: str, *, name: str,
+                 flag: bool) -> str | None:
     if name != key and name in _UNIT_SYNONYMS:
         try:
             int(raw.strip())

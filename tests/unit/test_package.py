@@ -23,3 +23,18 @@ def test_dist_help_writes_nothing(tmp_path: Path) -> None:
                               cwd=tmp_path, capture_output=True, text=True, check=False)
         assert proc.returncode == code, proc.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_duration_config_in_the_wrong_unit_gets_a_hint() -> None:
+    """Issue 30.8: Kafka's durations are milliseconds; "7d" is refused with the unit's hint."""
+    import pytest
+
+    from compactor.config import resolve_topic_config
+    from compactor.errors import ConfigError
+
+    with pytest.raises(ConfigError) as info:
+        resolve_topic_config("t", {"retention.ms": "7d"})
+    assert "(milliseconds: 1 h = 3600000, 7 d = 604800000)" in str(info.value)
+    with pytest.raises(ConfigError) as info:
+        resolve_topic_config("t", {"retention.bytes": "1GB"})
+    assert "milliseconds" not in str(info.value)
