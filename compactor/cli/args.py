@@ -564,7 +564,8 @@ def add_rolling_arguments(parser: argparse.ArgumentParser) -> None:
                         help="roll only this broker of the plan (repeatable; default: all, "
                              "in the plan's order)")
     parser.add_argument("--dry-run", action="store_true",
-                        help="check the plan and the cluster's health; stop nothing")
+                        help="check the plan and the cluster's health and list what each "
+                             "broker's roll would run; stop nothing")
     add_clock_arguments(parser, "the maintenance commands' clock")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--report-file", default=None, metavar="FILE",

@@ -259,8 +259,12 @@ def _roll_one(plan: Plan, line: _Broker, clock: Sequence[str], dry_run: bool,
         announce(f"{broker.name}: not stopped: {problems[0]}")
         raise _Failed
     line.step("check", started, "ok", partitions=len(state.partitions))
-    if dry_run:
+    if dry_run:  # what the roll would run, in order
         line.step("stop", time.monotonic(), "would_run", command=_shown(broker.stop))
+        for args in _maintenance(plan, broker, dirs, clock):
+            line.step(_step_name(args), time.monotonic(), "would_run",
+                      command=" ".join(["compactor", *args]))
+        line.step("start", time.monotonic(), "would_run", command=_shown(broker.start))
         return
     try:
         started = time.monotonic()
@@ -345,11 +349,15 @@ def _maintenance(plan: Plan, broker: Broker, dirs: Sequence[str],
     return out
 
 
+def _step_name(args: Sequence[str]) -> str:
+    return "_".join(args[:2]) if args[0] == "erase" else args[0]
+
+
 def _compactor_step(plan: Plan, line: _Broker, args: list[str],
                     announce: Callable[[str], None]) -> None:
     """One ``compactor`` command in a process of its own; its JSON reports (one line per log
     dir) in the step."""
-    name = "_".join(args[:2]) if args[0] == "erase" else args[0]
+    name = _step_name(args)
     command = [sys.executable, "-m", "compactor.cli", *args, "--json", "--quiet"]
     started = time.monotonic()
     try:

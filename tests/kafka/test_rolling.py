@@ -134,7 +134,10 @@ def test_rolling_maintenance_of_a_live_broker_as_the_readme_says(
         assert cli_main([*dry[1:], "--json"]) == EXIT_OK
         report = _report(capsys)
         assert [(s["step"], s["status"]) for s in report["brokers"][0]["steps"]] == [
-            ("check", "ok"), ("stop", "would_run")]
+            ("check", "ok"), ("stop", "would_run"), ("recover", "would_run"),
+            ("run", "would_run"), ("start", "would_run")]
+        assert report["brokers"][0]["steps"][3]["command"].startswith(
+            f"compactor run {broker.log_dir} --server-properties {broker.properties_file}")
         assert broker.running_pid() == pid
         assert cli_main([*real[1:], "--json"]) == EXIT_OK
         report = _report(capsys)
