@@ -183,14 +183,9 @@ class _Broker:
     steps: list[dict[str, Any]] = field(default_factory=list)
     stopped: bool = False
 
-    def step(self, name: str, started: float, status: str, **detail: Any) -> dict[str, Any]:
-        entry = {"step": name, "status": status,
-                 "seconds": round(time.monotonic() - started, 3), **detail}
-        self.steps.append(entry)
-        return entry
-
-
-Runner = Callable[[Sequence[str] | str, float], tuple[int, str]]
+    def step(self, name: str, started: float, status: str, **detail: Any) -> None:
+        self.steps.append({"step": name, "status": status,
+                           "seconds": round(time.monotonic() - started, 3), **detail})
 
 
 def _run_command(command: Sequence[str] | str, timeout_s: float) -> tuple[int, str]:
@@ -207,7 +202,7 @@ def _run_command(command: Sequence[str] | str, timeout_s: float) -> tuple[int, s
 
 
 def roll(plan: Plan, *, clock: Sequence[str] = (), only: Sequence[str] = (),
-         dry_run: bool = False, run_command: Runner = _run_command,
+         dry_run: bool = False,
          announce: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
     """Roll the plan's brokers (those named in ``only``, else all) in order; returns the
     report (``status`` ``ok`` or ``failed``, one line per broker with its steps). ``clock``:
@@ -231,7 +226,7 @@ def roll(plan: Plan, *, clock: Sequence[str] = (), only: Sequence[str] = (),
                                   "steps": line.steps})
         announce(f"{broker.name}: rolling")
         try:
-            _roll_one(plan, line, clock, dry_run, run_command, announce)
+            _roll_one(plan, line, clock, dry_run, announce)
         except _Failed:
             report["brokers"][-1]["status"] = "failed"
             report["status"] = "failed"
@@ -242,7 +237,7 @@ def roll(plan: Plan, *, clock: Sequence[str] = (), only: Sequence[str] = (),
 
 
 def _roll_one(plan: Plan, line: _Broker, clock: Sequence[str], dry_run: bool,
-              run_command: Runner, announce: Callable[[str], None]) -> None:
+              announce: Callable[[str], None]) -> None:
     broker = line.broker
     dirs = broker_log_dirs(broker)
     started = time.monotonic()
@@ -268,7 +263,7 @@ def _roll_one(plan: Plan, line: _Broker, clock: Sequence[str], dry_run: bool,
         return
     try:
         started = time.monotonic()
-        code, output = run_command(broker.stop, plan.stop_timeout_s)
+        code, output = _run_command(broker.stop, plan.stop_timeout_s)
         line.stopped = True  # from here on, the broker may be down: it is started again
         if code != 0:
             line.step("stop", started, "failed", exit_code=code, output=output)
@@ -285,14 +280,13 @@ def _roll_one(plan: Plan, line: _Broker, clock: Sequence[str], dry_run: bool,
             _compactor_step(plan, line, args, announce)
     finally:
         if line.stopped:
-            _start_and_wait(plan, line, run_command, announce)
+            _start_and_wait(plan, line, announce)
 
 
-def _start_and_wait(plan: Plan, line: _Broker, run_command: Runner,
-                    announce: Callable[[str], None]) -> None:
+def _start_and_wait(plan: Plan, line: _Broker, announce: Callable[[str], None]) -> None:
     broker = line.broker
     started = time.monotonic()
-    code, output = run_command(broker.start, plan.command_timeout_s)
+    code, output = _run_command(broker.start, plan.command_timeout_s)
     line.stopped = False
     if code != 0:
         line.step("start", started, "failed", exit_code=code, output=output)
