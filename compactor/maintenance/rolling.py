@@ -213,8 +213,9 @@ def roll(plan: Plan, *, clock: Sequence[str] = (), only: Sequence[str] = (),
         raise ConfigError(f"no broker {', '.join(wrong)} in {plan.source} (brokers: "
                           f"{', '.join(sorted(names))})", path=plan.source)
     selected = [b for b in plan.brokers if not only or b.name in only]
-    for b in selected:  # every log dir must be known before anything stops
-        if not broker_log_dirs(b):
+    dirs = {b.name: broker_log_dirs(b) for b in selected}  # all known before anything stops
+    for b in selected:
+        if not dirs[b.name]:
             raise ConfigError(f"{b.name}: no log dir (log.dirs of {b.server_properties})",
                               path=b.server_properties)
     report: dict[str, Any] = {"type": "rolling", "command": "rolling", "plan": plan.source,
@@ -222,11 +223,11 @@ def roll(plan: Plan, *, clock: Sequence[str] = (), only: Sequence[str] = (),
     for broker in selected:
         line = _Broker(broker)
         report["brokers"].append({"name": broker.name, "node_id": broker.node_id,
-                                  "log_dirs": broker_log_dirs(broker), "status": "ok",
+                                  "log_dirs": dirs[broker.name], "status": "ok",
                                   "steps": line.steps})
         announce(f"{broker.name}: rolling")
         try:
-            _roll_one(plan, line, clock, dry_run, announce)
+            _roll_one(plan, line, dirs[broker.name], clock, dry_run, announce)
         except _Failed:
             report["brokers"][-1]["status"] = "failed"
             report["status"] = "failed"
@@ -236,10 +237,9 @@ def roll(plan: Plan, *, clock: Sequence[str] = (), only: Sequence[str] = (),
     return report
 
 
-def _roll_one(plan: Plan, line: _Broker, clock: Sequence[str], dry_run: bool,
-              announce: Callable[[str], None]) -> None:
+def _roll_one(plan: Plan, line: _Broker, dirs: Sequence[str], clock: Sequence[str],
+              dry_run: bool, announce: Callable[[str], None]) -> None:
     broker = line.broker
-    dirs = broker_log_dirs(broker)
     started = time.monotonic()
     try:
         state = admin.describe(plan.bootstrap_servers)
