@@ -149,20 +149,54 @@ ONE_PASS = _schema(
     ("error", StringType(), True),
 )
 
-# Erasure scan (jobs/erase.py): one row per matched record (kind "match") plus one summary row
-# per segment (kind "segment": batches and records scanned, or the error that stopped it).
-ERASURE_MATCH = _schema(
+# Erasure scan (jobs/erase.py): one row per digest a record can be matched by (kind "key": its
+# key's; kind "header": a named header value's), joined with the ledger's requests in Spark,
+# plus one summary row per segment (kind "segment": batches and records scanned, or the error
+# that stopped it).
+ERASURE_SCAN = _schema(
     ("tp_id", IntegerType(), False),
     ("segment_base", LongType(), False),
-    ("kind", StringType(), False),
+    ("kind", StringType(), False),  # segment | key | header
     ("position", LongType(), True),
     ("offset", LongType(), True),
-    ("request_id", StringType(), True),
-    ("key_digest", BinaryType(), True),  # SHA-256 of the matched record's key (match rows)
+    ("name", StringType(), True),  # the header's name (header rows)
+    ("digest", BinaryType(), True),  # SHA-256 of the key or of the header's value
+    ("key_digest", BinaryType(), True),  # SHA-256 of the record's key (null key: null)
     ("bare_tombstone", BooleanType(), True),
-    ("batches", LongType(), True),
+    ("batches", LongType(), True),  # segment rows: what was scanned, or the error
     ("records", LongType(), True),
     ("error", StringType(), True),
+)
+
+# What an erase apply or verify makes of one ledger request (compactor.erasure.outcomes),
+# computed on the executors: "update" rows carry the request's new columns (MERGEd into the
+# ledger where the request is still in expected_status); "blocked", "unverified" and
+# "no_replica_here" rows only say why it was left as it is.
+REQUEST_OUTCOME = _schema(
+    ("request_id", StringType(), False),
+    ("outcome", StringType(), False),
+    ("expected_status", StringType(), False),
+    ("status", StringType(), True),
+    ("run_id", StringType(), True),
+    ("records_erased", LongType(), True),
+    ("superseded_by_erased", LongType(), True),
+    ("partitions_rewritten", LongType(), True),
+    ("segments_rewritten", LongType(), True),
+    ("applied_at_ms", LongType(), True),
+    ("tombstones_left", StringType(), True),
+    ("places", StringType(), True),
+    ("failure", StringType(), True),
+    ("verify_run_id", StringType(), True),
+    ("verified_at_ms", LongType(), True),
+    ("verified_segments_scanned", LongType(), True),
+    ("verified_records_scanned", LongType(), True),
+    ("coverage", StringType(), True),
+    ("remote_tier", StringType(), True),
+    ("missing_replicas", StringType(), True),
+    ("blocked_by", StringType(), True),  # JSON [dir]: kept pending by these directories
+    ("unverified_because", StringType(), True),  # JSON [dir]: could not be scanned
+    ("residual", StringType(), True),  # JSON: the first records found again
+    ("tiered_topics", StringType(), True),  # JSON [topic]: remote segments not scanned
 )
 
 # Other records of the keys an erasure matched (the compacted-topic supersession rule).

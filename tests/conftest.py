@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
+from compactor.spark import delta
 from compactor.spark.session import LOCAL_CONF
 from tests.helpers import WRITTEN_SEGMENT_FILES
 from compactor.tools.generator import GeneratorConfig, generate
@@ -99,6 +100,7 @@ def spark():  # type: ignore[no-untyped-def]
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.session.timeZone", "UTC")
         .config(map=LOCAL_CONF)  # as the command line's local sessions
+        .config(map=delta.session_conf())  # delta-spark's jars, extension and catalog
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")

@@ -17,7 +17,6 @@ import xxhash
 
 from compactor.codec.records import RecordBatch
 from compactor.codec.segment import iter_batches
-from compactor.erasure.rules import Matcher
 from compactor.errors import CompactorError, TruncatedSegmentError
 from compactor.cleaner.policy import NO_CONTROL_TYPE, BatchHeader
 
@@ -246,58 +245,82 @@ def select_rows(rows: KeyedRows, mask: np.ndarray) -> KeyedRows:
 
 
 @dataclass(frozen=True, slots=True)
-class ErasureMatch:
-    """One record an erasure request matches: its batch position and offset, the request,
-    the SHA-256 digest of its key (``None`` for a null key) and whether it is a bare tombstone
-    (null value, no headers: what ``--leave-tombstone`` leaves behind)."""
+class SubjectDigests:
+    """The SHA-256 digests an erasure matches subjects against, for every data record of one
+    segment (columns, one entry per digest): the record's key, and the value of each header
+    whose name is asked for. The matching itself is a join in Spark
+    (:func:`compactor.spark.stages.erasure_matches`), so no subject reaches an executor.
 
-    position: int
-    offset: int
-    request_id: str
-    key_digest: bytes | None
-    bare_tombstone: bool
+    Attributes:
+        kind: ``key`` or ``header`` per entry (:data:`compactor.erasure.rules.KEY`,
+            ``HEADER``).
+        name: the header's name (``None`` for a key).
+        digest: what is matched: the key's or the header value's digest.
+        key_digest: the record's key digest (``None`` for a null key): an erasure by header
+            takes the older records of that key with it on a compacted topic.
+        bare_tombstone: the record has a null value and no headers (what
+            ``--leave-tombstone`` leaves behind).
+    """
 
-
-@dataclass(frozen=True, slots=True)
-class ErasureScan:
-    """What an erasure scan found in one segment, and how many batches and records it looked
-    at."""
-
-    matches: list[ErasureMatch]
+    position: list[int]
+    offset: list[int]
+    kind: list[str]
+    name: list[str | None]
+    digest: list[bytes]
+    key_digest: list[bytes | None]
+    bare_tombstone: list[bool]
     batches: int
     records: int
     headers: list[BatchHeader]
 
 
-def erasure_matches(data: bytes, path: str, segment_base: int, matcher: Matcher) -> ErasureScan:
-    """Every record of a segment that an erasure request matches (by key digest or header
-    value digest), and the headers of its batches; control batches hold no user records and
-    are skipped.
+def subject_digests(data: bytes, path: str, segment_base: int,
+                    header_names: Collection[str]) -> SubjectDigests:
+    """The digests of every data record of a segment (:class:`SubjectDigests`) and the
+    headers of its batches; control batches hold no user records and are skipped.
 
     Raises:
         CompactorError: a batch cannot be decoded (with file, position and base offset).
     """
-    matches: list[ErasureMatch] = []
-    headers: list[BatchHeader] = []
+    out = SubjectDigests(position=[], offset=[], kind=[], name=[], digest=[], key_digest=[],
+                         bare_tombstone=[], batches=0, records=0, headers=[])
     batches = records = 0
+    sha256 = hashlib.sha256
+
+    def add(position: int, offset: int, kind: str, name: str | None, digest: bytes,
+            key: bytes | None, bare: bool) -> None:
+        out.position.append(position)
+        out.offset.append(offset)
+        out.kind.append(kind)
+        out.name.append(name)
+        out.digest.append(digest)
+        out.key_digest.append(key)
+        out.bare_tombstone.append(bare)
+
     try:
         for batch in iter_batches(data, path=path):
             batches += 1
-            headers.append(batch_header(batch, segment_base))
+            out.headers.append(batch_header(batch, segment_base))
             if batch.is_control:
                 continue
+            position = batch.position
             for r in batch.compiled_records():
                 records += 1
-                found = matcher.match(r.key, r.headers)
-                if not found:
-                    continue
-                digest = None if r.key is None else hashlib.sha256(r.key).digest()
                 bare = r.value is None and not r.headers
-                matches += [ErasureMatch(batch.position, r.offset, rid, digest, bare)
-                            for rid in found]
+                key = None if r.key is None else sha256(r.key).digest()
+                if key is not None:
+                    add(position, r.offset, "key", None, key, key, bare)
+                if header_names:
+                    for name, value in r.headers:
+                        if value is not None and name in header_names:
+                            add(position, r.offset, "header", name, sha256(value).digest(),
+                                key, bare)
     except CompactorError as err:
         raise err.with_location(path=path) from None
-    return ErasureScan(matches=matches, batches=batches, records=records, headers=headers)
+    return SubjectDigests(position=out.position, offset=out.offset, kind=out.kind,
+                          name=out.name, digest=out.digest, key_digest=out.key_digest,
+                          bare_tombstone=out.bare_tombstone, batches=batches,
+                          records=records, headers=out.headers)
 
 
 def key_offsets(data: bytes, path: str,

@@ -1,10 +1,23 @@
 """The Delta tables under ``--state-dir``: the erasure request ledger and the run history
-(schemas in ``schemas/delta.py``). Written and read with ``deltalake`` (delta-rs) on the driver
-only — never in Spark workers (delta-rs panics in a forked child) — and readable by
-``delta-spark`` on clusters that have it.
+(schemas in ``schemas/delta.py``), written by two libraries:
 
-Every change is one Delta commit, so ``DeltaTable.history()`` is the audit trail of the ledger:
-who asked when, which run applied, which run verified.
+- ``deltalake`` (delta-rs) where no Spark runs: ``erase request``, ``retry``, ``cancel``,
+  ``status``, ``list``, ``report``, ``history``, ``optimize``, and commands whose work
+  needed no Spark (``retain``). It creates the tables and adds new columns. Never in Spark
+  workers (delta-rs panics in a forked child).
+- ``delta-spark`` in the Spark commands' own session (``compact``, ``run``, ``erase apply``
+  and ``verify``): the pending requests are read as a DataFrame and matched inside Spark,
+  outcomes go in with a MERGE, run rows with an append (:mod:`compactor.spark.delta`).
+
+Every commit by either holds the state dir's writer lock (:func:`compactor.log.storage.
+state_dir_lock`), so no commit of the tool's processes replaces another. Both libraries read
+and write the same tables: protocol 1/2 (reader 1, writer 2: no table feature either lacks),
+timestamps as UTC milliseconds in ``int64`` columns.
+
+Every change is one Delta commit, so the table's history is the audit trail of the ledger:
+who asked when, which run applied, which run verified (delta-rs commits carry our metadata
+as commitInfo fields, delta-spark commits as ``userMetadata`` JSON: :func:`history` reads
+both).
 """
 
 from __future__ import annotations
@@ -12,16 +25,21 @@ from __future__ import annotations
 import functools
 import json
 import re
+import sys
 import urllib.parse
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, ParamSpec, TypeVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 import pyarrow as pa
 
 from compactor.erasure.rules import ALL_TOPICS, DONE, STATUSES, VERIFIED, ErasureRequest
 from compactor.log import storage
-from compactor.errors import ConfigError, LedgerError, first_line
+from compactor.errors import CompactorError, ConfigError, LedgerError, first_line
 from schemas.delta import ERASURE_REQUESTS, ERASURE_REQUESTS_TABLE, RUNS, RUNS_TABLE
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -32,10 +50,12 @@ DAMAGED_REMEDY = ("the ledger's Delta table is damaged: restore the state dir (o
                   "delta-spark's RESTORE; nothing was written to the ledger")
 
 
-def _ledger_errors(action: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
-    """Check the state dir's tables first (:func:`check_ledger`), then turn delta-rs and
-    Arrow errors of a ledger function into :class:`LedgerError` naming the state dir (the
-    function's first argument) and what was being done."""
+def _ledger_errors(action: str, *, writes: bool = False
+                   ) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """Check the state dir's tables first (:func:`check_ledger`), then turn delta-rs,
+    delta-spark and Arrow errors of a ledger function into :class:`LedgerError` naming the
+    state dir (the function's first argument) and what was being done. ``writes``: the
+    function commits, so it runs holding the state dir's writer lock."""
 
     def wrap(fn: Callable[P, R]) -> Callable[P, R]:
         @functools.wraps(fn)
@@ -45,8 +65,17 @@ def _ledger_errors(action: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
             if args:
                 check_ledger(str(args[0]))
             try:
+                if writes:
+                    check_state_dir(str(args[0]))  # before the lock file is made there
+                    with storage.state_dir_lock(str(args[0])):
+                        return fn(*args, **kwargs)
                 return fn(*args, **kwargs)
-            except (DeltaError, pa.ArrowException, OSError) as err:
+            except CompactorError:
+                raise
+            except Exception as err:
+                if not isinstance(err, (DeltaError, pa.ArrowException, OSError)) and \
+                        not _is_spark_error(err):
+                    raise
                 raise LedgerError(
                     f"cannot {action}: {type(err).__name__}: {first_line(err)}",
                     path=str(args[0]) if args else None,
@@ -56,6 +85,14 @@ def _ledger_errors(action: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
         return inner
 
     return wrap
+
+
+def _is_spark_error(err: BaseException) -> bool:
+    """An error of a Spark query or of its JVM (pyspark is imported only where one ran)."""
+    errors = sys.modules.get("pyspark.errors")
+    py4j = sys.modules.get("py4j.protocol")
+    return bool((errors is not None and isinstance(err, errors.PySparkException))
+                or (py4j is not None and isinstance(err, py4j.Py4JError)))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -195,7 +232,7 @@ def check_state_dir(state_dir: str, log_dir: str | None = None) -> None:
         here = parent
 
 
-@_ledger_errors("create the ledger")
+@_ledger_errors("create the ledger", writes=True)
 def init(state_dir: str) -> bool:
     """Create the ledger's tables (``erase init``); returns whether they were new.
 
@@ -293,7 +330,7 @@ def require_state_tables(state_dir: str) -> None:
                           remedy="check --state-dir")
 
 
-@_ledger_errors("optimize the state dir's tables")
+@_ledger_errors("optimize the state dir's tables", writes=True)
 def optimize(state_dir: str, *, retention_hours: int, dry_run: bool) -> list[dict[str, Any]]:
     """``compactor optimize``: per table of ``state_dir``, compact its small files into few
     (every run appends one), then vacuum the files no version younger than
@@ -336,7 +373,7 @@ def _commit(meta: Mapping[str, str] | None):  # type: ignore[no-untyped-def]
     return CommitProperties(custom_metadata=dict(meta)) if meta else None
 
 
-@_ledger_errors("add erasure requests to the ledger")
+@_ledger_errors("add erasure requests to the ledger", writes=True)
 def add_requests(state_dir: str, requests: Sequence[ErasureRequest],
                  meta: Mapping[str, str] | None = None) -> tuple[list[str], list[str]]:
     """Insert requests whose id is new (one commit; ids already present are left as they
@@ -383,7 +420,7 @@ def as_request(row: Mapping[str, Any]) -> ErasureRequest:
         places=json.loads(row.get("places") or "{}"))
 
 
-@_ledger_errors("update erasure requests in the ledger")
+@_ledger_errors("update erasure requests in the ledger", writes=True)
 def update_requests(state_dir: str, updates: Sequence[Mapping[str, Any]],
                     meta: Mapping[str, str] | None = None) -> None:
     """Set columns of existing requests, matched by ``request_id`` (one commit). Every
@@ -400,7 +437,7 @@ def update_requests(state_dir: str, updates: Sequence[Mapping[str, Any]],
      .when_matched_update(updates={c: f"s.{c}" for c in columns}).execute())
 
 
-@_ledger_errors("change erasure requests' status in the ledger")
+@_ledger_errors("change erasure requests' status in the ledger", writes=True)
 def change_status(state_dir: str, request_ids: Sequence[str], *, action: str,
                   allowed: frozenset[str], status: str, reason: str | None,
                   now_ms: int) -> list[str]:
@@ -449,21 +486,33 @@ def change_status(state_dir: str, request_ids: Sequence[str], *, action: str,
     return ids
 
 
-@_ledger_errors("append to the runs table")
-def append_runs(state_dir: str, rows: Iterable[Mapping[str, Any]]) -> None:
-    """Append run rows (one commit)."""
+@_ledger_errors("append to the runs table", writes=True)
+def append_runs(state_dir: str, rows: Iterable[Mapping[str, Any]], *,
+                spark: SparkSession | None = None) -> None:
+    """Append run rows (one commit): with delta-spark in ``spark`` when the command runs one,
+    else with delta-rs."""
     rows = list(rows)
     if not rows:
         return
-    from deltalake import write_deltalake
+    table = _table(state_dir, RUNS_TABLE, RUNS)  # created (or given new columns) by delta-rs
+    if spark is None:
+        from deltalake import write_deltalake
 
-    table = _table(state_dir, RUNS_TABLE, RUNS)
-    write_deltalake(table, _rows_table(rows, RUNS), mode="append")
+        write_deltalake(table, _rows_table(rows, RUNS), mode="append")
+        return
+    from compactor.spark import delta
+
+    delta.require(spark)
+    frame = spark.createDataFrame(_rows_table(rows, RUNS))
+    (frame.write.format("delta").mode("append")
+     .option("userMetadata", json.dumps({"action": "append_runs"}))
+     .save(_table_path(state_dir, RUNS_TABLE)))
 
 
 def record_runs(state_dir: str, *, run_id: str, command: str, log_dir: str, now_ms: int,
                 started_at_ms: int, finished_at_ms: int, seconds: float | None,
-                partitions: Iterable[Mapping[str, Any]]) -> None:
+                partitions: Iterable[Mapping[str, Any]],
+                spark: SparkSession | None = None) -> None:
     """Append one ``runs`` row per partition line of a JSON report (compact, retain, erase)."""
 
     rows = []
@@ -484,7 +533,7 @@ def record_runs(state_dir: str, *, run_id: str, command: str, log_dir: str, now_
             "seconds": line.get("seconds", seconds),
             "report_json": _json(line),
         })
-    append_runs(state_dir, rows)
+    append_runs(state_dir, rows, spark=spark)
 
 
 def new_run_id(command: str, now_ms: int) -> str:
@@ -494,7 +543,8 @@ def new_run_id(command: str, now_ms: int) -> str:
 
 
 def record_report(state_dir: str, report: Mapping[str, Any], started_at_ms: int,
-                  finished_at_ms: int, run_id: str | None = None) -> str:
+                  finished_at_ms: int, run_id: str | None = None, *,
+                  spark: SparkSession | None = None) -> str:
     """Append the partitions of a ``compact`` or ``retain`` JSON report to ``runs`` (under
     ``run_id``: ``compactor run`` gives both of its steps one); returns the run id."""
     command = report["command"]
@@ -502,7 +552,8 @@ def record_report(state_dir: str, report: Mapping[str, Any], started_at_ms: int,
     seconds = sum(report.get("stages_s", {}).values()) or None
     record_runs(state_dir, run_id=run_id, command=command, log_dir=report["log_dir"],
                 now_ms=report["now_ms"], started_at_ms=started_at_ms,
-                finished_at_ms=finished_at_ms, seconds=seconds, partitions=report["partitions"])
+                finished_at_ms=finished_at_ms, seconds=seconds, partitions=report["partitions"],
+                spark=spark)
     return run_id
 
 
@@ -535,7 +586,13 @@ def history(state_dir: str, name: str) -> list[dict[str, Any]]:
         return []
     out = []
     for entry in _open(path).history():
-        meta = {k: v for k, v in entry.items()
+        fields = dict(entry)
+        if isinstance(entry.get("userMetadata"), str):  # a delta-spark commit's metadata
+            try:
+                fields.update(json.loads(entry["userMetadata"]))
+            except ValueError:
+                pass  # someone else's free text
+        meta = {k: v for k, v in fields.items()
                 if k in ("action", "run_id", "request_ids", "reason", "at_ms")}
         out.append({"version": entry.get("version"), "timestamp_ms": entry.get("timestamp"),
                     "operation": entry.get("operation"), **meta})
@@ -547,6 +604,116 @@ def table_version(state_dir: str, name: str) -> int | None:
 
     path = _table_path(state_dir, name)
     return _open(path).version() if _is_table(path) else None
+
+
+# ---------------------------------------------------------------------------------------------
+# The requests as the Spark commands see them: streamed summaries on the driver, the rows in
+# Spark
+
+
+@dataclass(frozen=True, slots=True)
+class PendingSummary:
+    """What an apply or verify needs on the driver before it reads the requests in Spark:
+    how many there are, the topics and header names they name (few, whatever the number of
+    subjects) and the table version read."""
+
+    version: int
+    count: int
+    topics: frozenset[str]
+    header_names: frozenset[str]
+
+
+@_ledger_errors("read the erasure request ledger")
+def pending_summary(state_dir: str, statuses: frozenset[str], *,
+                    not_applied_at: str | None = None) -> PendingSummary:
+    """The requests in ``statuses`` (and, with ``not_applied_at``, not yet applied at that
+    place), summarized batch by batch: the driver's memory does not grow with their
+    number."""
+    import pyarrow.compute as pc
+
+    table = _open(_table_path(state_dir, ERASURE_REQUESTS_TABLE))
+    dataset = table.to_pyarrow_dataset()
+    columns = ["status", "topic", "header_name"] + (["places"] if not_applied_at else [])
+    count = 0
+    topics: set[str] = set()
+    headers: set[str] = set()
+    for batch in dataset.to_batches(columns=columns, use_threads=False,
+                                    filter=pc.field("status").isin(sorted(statuses))):
+        rows = batch.to_pydict()
+        for i, topic in enumerate(rows["topic"]):
+            if not_applied_at and "applied_run_id" in json.loads(
+                    rows["places"][i] or "{}").get(not_applied_at, {}):
+                continue
+            count += 1
+            topics.add(topic)
+            if rows["header_name"][i]:
+                headers.add(rows["header_name"][i])
+    return PendingSummary(version=table.version(), count=count, topics=frozenset(topics),
+                          header_names=frozenset(headers))
+
+
+def requests_frame(spark: SparkSession, state_dir: str, statuses: frozenset[str], *,
+                   version: int, not_applied_at: str | None = None) -> DataFrame:
+    """The request rows in ``statuses`` at table ``version`` (and not yet applied at the
+    place ``not_applied_at``) as a Spark DataFrame read by delta-spark, with the subject's
+    digest as 32 bytes (``digest``) for the join against the scanned records."""
+    from pyspark.sql import functions as F
+
+    from compactor.spark import delta
+
+    delta.require(spark)
+    frame = (spark.read.format("delta").option("versionAsOf", version)
+             .load(_table_path(state_dir, ERASURE_REQUESTS_TABLE))
+             .where(F.col("status").isin(sorted(statuses))))
+    if not_applied_at:
+        places = F.from_json(F.coalesce(F.col("places"), F.lit("{}")),
+                             "map<string,map<string,string>>")
+        frame = frame.where(F.try_element_at(F.try_element_at(places, F.lit(not_applied_at)),
+                                             F.lit("applied_run_id")).isNull())
+    return frame.withColumn("digest", F.unhex("subject_sha256"))
+
+
+@_ledger_errors("record erasure outcomes in the ledger", writes=True)
+def merge_outcomes(state_dir: str, spark: SparkSession, outcomes: DataFrame,
+                   columns: Sequence[str], meta: Mapping[str, str]) -> int:
+    """MERGE the ``update`` rows of ``outcomes`` (``schemas.spark.REQUEST_OUTCOME``) into the
+    requests table with delta-spark, one commit whose ``userMetadata`` is ``meta``: each sets
+    ``columns`` of its request where the request is still in the status it was computed from
+    (a retry or cancel committed meanwhile is not overwritten). Returns the rows updated."""
+    from delta.tables import DeltaTable
+    from pyspark.sql import functions as F
+
+    from compactor.spark import delta
+
+    delta.require(spark)
+    source = outcomes.where(F.col("outcome") == "update")
+    target = DeltaTable.forPath(spark, _table_path(state_dir, ERASURE_REQUESTS_TABLE))
+    with delta.commit_metadata(spark, meta):
+        result = (target.alias("t")
+                  .merge(source.alias("s"), "t.request_id = s.request_id "
+                                            "AND t.status = s.expected_status")
+                  .whenMatchedUpdate(set={c: F.col(f"s.{c}") for c in columns})
+                  .execute())
+    row = result.collect()[0].asDict() if result is not None else {}
+    return int(row.get("num_updated_rows", row.get("num_affected_rows", 0)) or 0)
+
+
+@_ledger_errors("read the erasure request ledger")
+def statuses_by_run(state_dir: str, run_ids: Iterable[str], column: str) -> dict[str, int]:
+    """How many requests whose ``column`` (``run_id``, ``verify_run_id``) is one of
+    ``run_ids`` are in each status, counted batch by batch."""
+    import pyarrow.compute as pc
+
+    wanted = sorted(set(run_ids))
+    out: dict[str, int] = {}
+    if not wanted:
+        return out
+    dataset = _open(_table_path(state_dir, ERASURE_REQUESTS_TABLE)).to_pyarrow_dataset()
+    for batch in dataset.to_batches(columns=["status"], use_threads=False,
+                                    filter=pc.field(column).isin(wanted)):
+        for status in batch.column(0).to_pylist():
+            out[status] = out.get(status, 0) + 1
+    return out
 
 
 # ---------------------------------------------------------------------------------------------

@@ -42,7 +42,7 @@ from compactor.log.layout import (
 )
 from compactor.cluster.metadata import METADATA_TOPIC
 from compactor.model import CommitMessage, TopicPartition
-from compactor.maintenance.options import MaintenanceOptions, load_catalog
+from compactor.maintenance.options import MaintenanceOptions, load_catalog, state_store
 from compactor.human import human_bytes, human_time
 from compactor.maintenance.report import (
     REASONS,
@@ -478,8 +478,9 @@ def perform(opts: MaintenanceOptions, *, master: str | None,
         ledger.check_state_dir(state_dir, opts.log_dir)
     catalog = load_catalog(opts)  # config errors before Spark starts
     started = int(time.time() * 1000)
+    session = LazySession(master, object_store=state_store(state_dir))
     with storage.log_dir_lock(opts.log_dir):  # a held lock before Spark starts too
-        report = run_locked(LazySession(master), opts, catalog)
+        report = run_locked(session, opts, catalog)
     result = report.to_dict()
     retention: list[PartitionRetention] = []
     if opts.dry_run:
@@ -494,5 +495,5 @@ def perform(opts: MaintenanceOptions, *, master: str | None,
             p["retention"] = by_tp.get((p["topic"], p["partition"]))
     if state_dir:  # a plan is recorded too (command "plan", no output figures)
         result["run_id"] = ledger.record_report(state_dir, result, started,
-                                                int(time.time() * 1000))
+                                                int(time.time() * 1000), spark=session.started)
     return CompactOutcome(report, result, retention)

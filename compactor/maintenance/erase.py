@@ -1,23 +1,27 @@
 """GDPR erasure on Spark, on the driver: ``compactor erase apply`` and ``erase verify`` (also
 ``jobs/erase.py``).
 
-``apply`` takes the pending requests from the ledger (``compactor.erasure.ledger``), scans **every**
-segment of the partitions they concern (the active one included) for records whose key or
-named header matches a subject digest, rewrites only the segments holding matches
+``apply`` reads the pending requests from the ledger (``compactor.erasure.ledger``) as a Spark
+DataFrame, scans **every** segment of the partitions they concern (the active one included)
+and matches each record's key digest (or a named header's value digest) against them with a
+join inside Spark, rewrites only the segments holding matches
 (executors write ``.cleaned`` segments; the driver swaps them in with the compaction swap
-protocol), and only then marks the requests applied. A crash before that leaves them pending
-and the log old or new per segment; the next ``apply`` finishes. ``verify`` rescans and marks
-requests verified when no record of theirs remains; a residual match fails the request.
+protocol), and only then records the requests applied, with a Delta MERGE of outcomes computed row by
+row on the executors (:mod:`compactor.erasure.outcomes`): the driver holds what the run
+found, never the list of requests. A crash before that leaves them pending and the log old or
+new per segment; the next ``apply`` finishes. ``verify`` rescans and marks requests verified
+when no record of theirs remains; a residual match fails the request.
 """
 
 from __future__ import annotations
 
 import difflib
+import functools
 import json
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -29,19 +33,17 @@ from compactor.spark import stages as spark_stages
 from compactor.codec.checkpoints import REPLICATION_OFFSET_CHECKPOINT
 from compactor.cluster.catalog import HOW_TO_CONFIGURE, Catalog
 from compactor.config import TopicConfig
+from compactor.erasure import outcomes
+from compactor.erasure.outcomes import ApplyContext, DirState, Matched, VerifyContext, covers_topic
 from compactor.erasure.rules import (
+    ALL_TOPICS,
     APPLICABLE,
     DONE,
-    VERIFIABLE,
-    missing_replicas,
-    place_key,
-    totals,
-    ALL_TOPICS,
     HEADER,
-    ErasureRequest,
-    Matcher,
+    VERIFIABLE,
     keep_when_emptied,
     latest_per_key,
+    place_key,
     superseded_by_erased,
 )
 from compactor.errors import EXIT_FAILURE, EXIT_OK, EXIT_PARTIAL, CompactorError, ConfigError
@@ -59,7 +61,7 @@ from compactor.log.layout import (
 )
 from compactor.model import TopicPartition
 from compactor.cleaner.verify import txn_problems
-from compactor.maintenance.options import MaintenanceOptions, load_catalog
+from compactor.maintenance.options import MaintenanceOptions, load_catalog, state_store
 from compactor.maintenance.report import Outcome
 from compactor.spark.session import LazySession
 
@@ -68,7 +70,7 @@ from compactor.spark.session import LazySession
 BLOCKED = "blocked"
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,12 +90,17 @@ class _Dir:
 
 @dataclass(frozen=True, slots=True)
 class _Match:
+    """A record one request matched, with what the request says of it (from the join)."""
+
     segment_base: int
     position: int
     offset: int
     request_id: str
     key_digest: bytes | None
     bare_tombstone: bool
+    selector: str
+    leave_tombstone: bool
+    request: Mapping[str, Any]  # the request's status, places and tombstones left
 
 
 @dataclass(kw_only=True)
@@ -106,39 +113,41 @@ class _Scan:
     errors: dict[int, dict] = field(default_factory=dict)
 
 
-def _scan(spark: LazySession, parts: Mapping[int, PartitionLog],
-          matchers: Mapping[int, Matcher]) -> _Scan:
+def _scan(session: SparkSession, parts: Mapping[int, PartitionLog], dirs: Mapping[int, _Dir],
+          requests: DataFrame, header_names: frozenset[str]) -> _Scan:
     out = _Scan(matches={i: [] for i in parts}, segments={i: 0 for i in parts},
                 records={i: 0 for i in parts})
-    if not any(p.segments for p in parts.values()):
-        return out
-    session = spark(spark_stages.input_bytes(parts))
-    for r in spark_stages.erasure_scan(session, parts, matchers):
-        if r.kind == "segment":
-            if r.error:
-                out.errors.setdefault(r.tp_id, json.loads(r.error))
-            else:
-                out.segments[r.tp_id] += 1
-                out.records[r.tp_id] += r.records
+    topics = {i: dirs[i].tp.topic for i in parts}
+    segments, matches = spark_stages.erasure_matches(session, parts, topics, requests,
+                                                     header_names)
+    for r in segments:
+        if r.error:
+            out.errors.setdefault(r.tp_id, json.loads(r.error))
         else:
-            out.matches[r.tp_id].append(_Match(r.segment_base, r.position, r.offset,
-                                               r.request_id, r.key_digest, r.bare_tombstone))
+            out.segments[r.tp_id] += 1
+            out.records[r.tp_id] += r.records
+    for r in matches:
+        out.matches[r.tp_id].append(_Match(
+            r.segment_base, r.position, r.offset, r.request_id, r.key_digest,
+            bool(r.bare_tombstone), r.selector, bool(r.leave_tombstone),
+            {"status": r.status, "places": r.places, "tombstones_left": r.tombstones_left}))
+    for found in out.matches.values():
+        found.sort(key=lambda m: (m.segment_base, m.position, m.offset, m.request_id))
     return out
 
 
-def _requests_in(state_dir: str, statuses: frozenset[str]) -> list[ErasureRequest]:
-    return [ledger.as_request(r) for r in ledger.load_requests(state_dir)
-            if r["status"] in statuses]
+def _covered(topics: frozenset[str]) -> Callable[[str], bool]:
+    """Whether a topic is covered by a request on one of ``topics``."""
+    return lambda topic: any(covers_topic(t, topic) for t in topics)
 
 
-def _load(log_dir: str, requests: Sequence[ErasureRequest],
+def _load(log_dir: str, wanted: Callable[[str], bool],
           unrecovered: Mapping[str, CompactorError] | None = None) -> tuple[
         dict[int, _Dir], dict[int, PartitionLog], dict[int, dict]]:
-    """Every directory holding data of the requests' topics (live partitions and their
+    """Every directory holding data of the ``wanted`` topics (live partitions and their
     ``-future``, ``-delete`` and ``-stray`` copies), read; those in ``unrecovered`` (by name)
     and those that cannot be read come back as errors."""
     ld = open_log_dir(log_dir)
-    wanted = lambda t: any(r.applies_to(t) for r in requests)  # noqa: E731
     copies = ld.copies_of(wanted)
     dirs = {i: _Dir(c.tp, c.kind, c.name, storage.join(log_dir, c.name))
             for i, c in enumerate(copies)}
@@ -164,21 +173,21 @@ def _load(log_dir: str, requests: Sequence[ErasureRequest],
     return dirs, parts, errors
 
 
-def _unknown_topics(requests: Sequence[ErasureRequest], dirs: Mapping[int, _Dir],
+def _unknown_topics(topics: frozenset[str], dirs: Mapping[int, _Dir],
                     catalog: Catalog) -> dict[str, str]:
-    """Request id -> why its topic is unknown (no directory holds it and the cluster's
-    metadata does not name it): such a request can never be proven erased."""
+    """Requested topic -> why it is unknown (no directory holds it and the cluster's metadata
+    does not name it): a request on it can never be proven erased."""
     present = {d.tp.topic for d in dirs.values()}
     known = present | (set(catalog.metadata.topic_ids) if catalog.metadata else set())
     out = {}
-    for r in requests:
-        if r.topic == ALL_TOPICS or r.topic in present:
+    for topic in sorted(topics):
+        if topic == ALL_TOPICS or topic in present:
             continue
-        close = difflib.get_close_matches(r.topic, sorted(known), n=1)
-        out[r.request_id] = (f"topic {r.topic!r} has no partition in this log dir"
-                             + (" (the cluster's metadata knows it: its partitions live in "
-                                "another log dir)" if r.topic in known else
-                                f"; did you mean {close[0]!r}?" if close else ""))
+        close = difflib.get_close_matches(topic, sorted(known), n=1)
+        out[topic] = (f"topic {topic!r} has no partition in this log dir"
+                      + (" (the cluster's metadata knows it: its partitions live in "
+                         "another log dir)" if topic in known else
+                         f"; did you mean {close[0]!r}?" if close else ""))
     return out
 
 
@@ -203,7 +212,6 @@ class _Plan:
 
 def _plan_erasure(spark: LazySession, dirs: Mapping[int, _Dir],
                   parts: Mapping[int, PartitionLog], found: _Scan,
-                  requests: Mapping[str, ErasureRequest],
                   configs: Mapping[str, TopicConfig]) -> _Plan:
     """Which records go (Kafka's ``Cleaner.shouldRetainRecord`` keeps only a key's latest record, so on a
     compacted topic an erased latest record takes the key's older records with it,
@@ -213,8 +221,8 @@ def _plan_erasure(spark: LazySession, dirs: Mapping[int, _Dir],
     for i, matches in found.matches.items():
         compacted = configs[dirs[i].tp.topic].compact
         latest = latest_per_key((m.key_digest, m.offset) for m in matches
-                                if m.key_digest is not None
-                                and requests[m.request_id].leave_tombstone and compacted)
+                                if m.key_digest is not None and m.leave_tombstone
+                                and compacted)
         for m in matches:
             if m.key_digest is not None and latest.get(m.key_digest) == m.offset:
                 plan.add(plan.tombstones, i, m.segment_base, m.position, m.offset)
@@ -224,8 +232,7 @@ def _plan_erasure(spark: LazySession, dirs: Mapping[int, _Dir],
             else:
                 plan.add(plan.erased, i, m.segment_base, m.position, m.offset)
             # a key matched by a header (not by its own digest) may have older records
-            if compacted and m.key_digest is not None and \
-                    requests[m.request_id].selector == HEADER:
+            if compacted and m.key_digest is not None and m.selector == HEADER:
                 wanted.setdefault(i, set()).add(m.key_digest)
     if not wanted:
         return plan
@@ -257,20 +264,20 @@ def _plan_erasure(spark: LazySession, dirs: Mapping[int, _Dir],
     return plan
 
 
-def _start(action: str, log_dir: str, state_dir: str, now_ms: int,
-           statuses: frozenset[str]) -> tuple[list[ErasureRequest], str, dict[str, Any]]:
-    """The requests in ``statuses``, a new run id and the report skeleton (status ``ok``
-    already when there is nothing to do)."""
+#: a report lists at most this many requests (with counts of all): a million subjects must
+#: not make a million-line report on the driver
+REPORT_REQUESTS = 1000
+
+
+def _start(action: str, log_dir: str, state_dir: str, now_ms: int) -> tuple[str, dict[str, Any]]:
+    """A new run id and the report skeleton."""
     ledger.check_state_dir(state_dir, log_dir)
     ledger.require_ledger(state_dir)
-    requests = _requests_in(state_dir, statuses)
     run_id = f"erase-{action}-{now_ms}-{uuid.uuid4().hex[:8]}"
     report: dict[str, Any] = {"type": "report", "command": f"erase_{action}", "run_id": run_id,
                               "log_dir": log_dir, "now_ms": now_ms, "partitions": [],
                               "requests": []}
-    if not requests:
-        report["status"] = "ok"
-    return requests, run_id, report
+    return run_id, report
 
 
 def _catalog(log_dir: str, now_ms: int, metadata_log_dir: str | None,
@@ -293,43 +300,50 @@ def _refused(dirs: Mapping[int, _Dir], catalog: Catalog) -> dict[int, dict[str, 
     return out
 
 
+def _session(spark: SparkSession | None, master: str | None, state_dir: str) -> LazySession:
+    return LazySession(master, spark, object_store=state_store(state_dir))
+
+
 def apply(spark: SparkSession | None, log_dir: str, state_dir: str, now_ms: int, *,
           master: str | None = None, fsync: bool = True, metadata_log_dir: str | None = None,
           server_properties: str | None = None, assume_kafka_defaults: bool = False,
           exclude_pending_deletes: bool = False, dry_run: bool = False) -> dict[str, Any]:
     """Erase the records of every request not yet applied here (this log dir of this
-    broker) from every copy on disk; returns the JSON report. ``dry_run`` scans and reports what would be rewritten, changing nothing. A Spark
-    session (``spark``, else a new one on ``master``) starts only when there is something to
-    scan."""
-    requests, run_id, report = _start("apply", log_dir, state_dir, now_ms, APPLICABLE)
+    broker) from every copy on disk; returns the JSON report. ``dry_run`` scans and reports
+    what would be rewritten, changing nothing. A Spark session (``spark``, else a new one on
+    ``master``) starts only when a request is pending here."""
+    run_id, report = _start("apply", log_dir, state_dir, now_ms)
     report["dry_run"] = dry_run
-    if not requests:
+    if ledger.pending_summary(state_dir, APPLICABLE).count == 0:
+        report["status"] = "ok"
         return report
     started = int(time.time() * 1000)
     catalog = _catalog(log_dir, now_ms, metadata_log_dir, server_properties,
                        assume_kafka_defaults)
-    here = place_key(catalog.place(log_dir))
+    place = catalog.place(log_dir)
+    here = place_key(place)
     # a request is applied once per place: other log dirs and brokers still take it
-    requests = [r for r in requests if "applied_run_id" not in r.places.get(here, {})]
-    if not requests:
+    pending = ledger.pending_summary(state_dir, APPLICABLE, not_applied_at=here)
+    if pending.count == 0:
         report["status"] = "ok"
         return report
+    wanted = _covered(pending.topics)
+    session = _session(spark, master, state_dir)
     with storage.log_dir_lock(log_dir):
         ld = open_log_dir(log_dir)
         unrecovered: dict[str, CompactorError] = {}
         if not dry_run:
-            _, unrecovered = recover_partitions(log_dir, [
-                c.name for c in ld.copies_of(lambda t: any(r.applies_to(t) for r in requests))])
-        dirs, parts, errors = _load(log_dir, requests, unrecovered)
+            _, unrecovered = recover_partitions(log_dir, [c.name for c in ld.copies_of(wanted)])
+        dirs, parts, errors = _load(log_dir, wanted, unrecovered)
         refused = _refused(dirs, catalog)
         parts = {i: p for i, p in parts.items() if i not in refused}
-        unknown = _unknown_topics(requests, dirs, catalog)
-        matchers = {i: Matcher.for_topic(dirs[i].tp.topic, requests) for i in parts}
-        session = LazySession(master, spark)
-        found = _scan(session, parts, matchers)
+        unknown = _unknown_topics(pending.topics, dirs, catalog)
+        requests = ledger.requests_frame(session(spark_stages.input_bytes(parts)), state_dir,
+                                         APPLICABLE, version=pending.version,
+                                         not_applied_at=here)
+        found = _scan(session(), parts, dirs, requests, pending.header_names)
         errors.update(found.errors)
-        by_id = {r.request_id: r for r in requests}
-        plan = _plan_erasure(session, dirs, parts, found, by_id, catalog.configs)
+        plan = _plan_erasure(session, dirs, parts, found, catalog.configs)
         errors.update({i: e for i, e in found.errors.items() if i not in errors})
         held = {i for i, d in dirs.items() if exclude_pending_deletes and d.kind in (DELETE, STRAY)}
         writable = {i for i in parts if i not in errors and i not in held}
@@ -375,34 +389,93 @@ def apply(spark: SparkSession | None, log_dir: str, state_dir: str, now_ms: int,
                 line["residual_offsets"] = sorted({m.offset for m in found.matches[i]})[:100]
             lines[i] = line
     report["partitions"] = list(lines.values())
-    updates, blocked = _applied_updates(requests, dirs, lines, found, plan, unknown, run_id,
-                                        now_ms, catalog.place(log_dir))
-    report["requests"] = [{k: json.loads(u[k]) if k == "failure" else u[k]
-                           for k in ("request_id", "status", "records_erased",
-                                     "superseded_by_erased", "partitions_rewritten",
-                                     "segments_rewritten", "failure")
-                           if u.get(k) is not None}
-                          for u in updates] + [{"request_id": r, "status": "pending",
-                                                "blocked_by": b} for r, b in blocked.items()]
-    failed = any(u["status"] == "failed" for u in updates)
-    # a dry run ends as the real run would (its exit code too), in conditional words
-    report["status"] = "failed" if failed else ("partial" if blocked else "ok")
-    if dry_run:
-        for r in report["requests"]:
-            r["status"] = DRY_RUN_STATUS[r["status"]]
-        return report
+    ctx = ApplyContext(
+        run_id=run_id, now_ms=now_ms, place=place, key=here, unknown_topics=unknown,
+        dirs=[DirState(d.name, d.tp.topic, d.kind, lines[i]["status"] in (
+            Outcome.CORRUPT, Outcome.FAILED, BLOCKED)) for i, d in dirs.items()],
+        matched=_matched(found, plan, dirs))
+    result = spark_stages.request_outcomes(session(), requests, functools.partial(
+        outcomes.applied_update, ctx=ctx))
     try:
-        _record(state_dir, "apply", run_id, log_dir, now_ms, started, lines, updates)
-    except CompactorError as err:  # the rewrites stand: say so, with the report
-        rewritten = [line["dir"] for line in lines.values() if line["status"] == "rewritten"]
-        report["ledger_error"] = {**err.with_remedy(
-            f"{len(rewritten)} partition(s) were rewritten ({', '.join(rewritten[:5])}) but "
-            f"the ledger does not record it: the requests stay pending; fix the ledger's "
-            f"problem and run `erase apply` again (it finds the erased records gone and "
-            f"records the requests applied)").to_dict(), "rewritten": rewritten}
-        if report["status"] == "ok":
-            report["status"] = "partial"
-    return report
+        counts, shown = _outcome_report(result, APPLY_REPORTED)
+        report["requests"] = [_apply_entry(r) for r in shown]
+        report["requests_by_outcome"] = counts
+        failed = counts.get("failed", 0) > 0
+        blocked = counts.get(outcomes.BLOCKED, 0) > 0
+        # a dry run ends as the real run would (its exit code too), in conditional words
+        report["status"] = "failed" if failed else ("partial" if blocked else "ok")
+        if dry_run:
+            for r in report["requests"]:
+                r["status"] = DRY_RUN_STATUS[r["status"]]
+            return report
+        try:
+            _record(state_dir, "apply", run_id, log_dir, now_ms, started, lines, result,
+                    session(), APPLIED_COLUMNS)
+        except CompactorError as err:  # the rewrites stand: say so, with the report
+            rewritten = [line["dir"] for line in lines.values()
+                         if line["status"] == "rewritten"]
+            report["ledger_error"] = {**err.with_remedy(
+                f"{len(rewritten)} partition(s) were rewritten ({', '.join(rewritten[:5])}) "
+                f"but the ledger does not record it: the requests stay pending; fix the "
+                f"ledger's problem and run `erase apply` again (it finds the erased records "
+                f"gone and records the requests applied)").to_dict(), "rewritten": rewritten}
+            if report["status"] == "ok":
+                report["status"] = "partial"
+        return report
+    finally:
+        result.unpersist()
+
+
+#: the ledger columns an apply and a verify set (``schemas.spark.REQUEST_OUTCOME``)
+APPLIED_COLUMNS = ("status", "run_id", "records_erased", "superseded_by_erased",
+                   "partitions_rewritten", "segments_rewritten", "applied_at_ms",
+                   "tombstones_left", "places", "failure")
+VERIFIED_COLUMNS = ("status", "verify_run_id", "verified_at_ms", "verified_segments_scanned",
+                    "verified_records_scanned", "coverage", "remote_tier", "places",
+                    "missing_replicas", "failure")
+#: what an apply's report says of each request it lists
+APPLY_REPORTED = ("request_id", "outcome", "status", "records_erased", "superseded_by_erased",
+                  "partitions_rewritten", "segments_rewritten", "failure", "blocked_by")
+VERIFY_REPORTED = ("request_id", "outcome", "status", "verified_segments_scanned",
+                   "verified_records_scanned", "residual", "missing_replicas", "tiered_topics",
+                   "unverified_because", "expected_status")
+
+
+def _matched(found: _Scan, plan: _Plan, dirs: Mapping[int, _Dir]) -> dict[str, Matched]:
+    """What the apply erased of each request that matched here (the requests that did not
+    match are not on the driver at all)."""
+    offsets: dict[str, set[tuple[int, int, int]]] = defaultdict(set)
+    for i, matches in found.matches.items():
+        for m in matches:
+            offsets[m.request_id].add((i, m.segment_base, m.offset))
+    return {rid: Matched(frozenset(o), tuple(plan.tombstones_left.get(rid, ())),
+                         plan.superseded_by_request.get(rid, 0))
+            for rid, o in offsets.items()}
+
+
+def _outcome_report(result: DataFrame, columns: Sequence[str]) -> tuple[
+        dict[str, int], list[dict[str, Any]]]:
+    """Counts of the outcomes (``update`` rows by their new status, the others by outcome)
+    and the first :data:`REPORT_REQUESTS` rows by request id, with ``columns``."""
+    from pyspark.sql import functions as F
+
+    kind = F.when(F.col("outcome") == outcomes.UPDATE, F.col("status")).otherwise(
+        F.col("outcome"))
+    counts = {r["kind"]: r["n"] for r in result.groupBy(kind.alias("kind"))
+              .agg(F.count("*").alias("n")).collect()}
+    shown = [r.asDict() for r in result.select(*columns).orderBy("request_id")
+             .limit(REPORT_REQUESTS).collect()]
+    return counts, shown
+
+
+def _apply_entry(row: Mapping[str, Any]) -> dict[str, Any]:
+    if row["outcome"] == outcomes.BLOCKED:
+        return {"request_id": row["request_id"], "status": "pending",
+                "blocked_by": json.loads(row["blocked_by"])}
+    return {k: json.loads(row[k]) if k == "failure" else row[k]
+            for k in ("request_id", "status", "records_erased", "superseded_by_erased",
+                      "partitions_rewritten", "segments_rewritten", "failure")
+            if row.get(k) is not None}
 
 
 # what an apply would record, said by --dry-run (which records nothing)
@@ -449,51 +522,6 @@ def _rewrite(spark: LazySession, log_dir: str, dirs: Mapping[int, _Dir],
     return out
 
 
-def _applied_updates(requests: Sequence[ErasureRequest], dirs: Mapping[int, _Dir],
-                     lines: Mapping[int, Mapping[str, Any]], found: _Scan, plan: _Plan,
-                     unknown: Mapping[str, str], run_id: str, now_ms: int,
-                     place: Mapping[str, Any]) -> tuple[list[dict[str, Any]], dict[str, list[str]]]:
-    """The ledger updates of an apply at ``place`` (one log dir of one broker): what it
-    erased there joins what earlier applies erased elsewhere (``places``); a request
-    verified on some replicas stays ``partially_verified``."""
-    updates = []
-    blocked: dict[str, list[str]] = {}
-    for r in requests:
-        if r.request_id in unknown:  # never provable: refused with the reason
-            updates.append({"request_id": r.request_id, "status": "failed", "run_id": run_id,
-                            "applied_at_ms": now_ms, "records_erased": 0,
-                            "superseded_by_erased": 0, "partitions_rewritten": 0,
-                            "segments_rewritten": 0, "tombstones_left": "[]",
-                            "failure": json.dumps({"unknown_topic": unknown[r.request_id]})})
-            continue
-        mine = [i for i, d in dirs.items() if r.applies_to(d.tp.topic)]
-        bad = [dirs[i].name for i in mine
-               if lines[i]["status"] in (Outcome.CORRUPT, Outcome.FAILED, BLOCKED)]
-        if bad:
-            blocked[r.request_id] = bad
-            continue
-        offsets = {(i, m.segment_base, m.offset) for i in mine for m in found.matches[i]
-                   if m.request_id == r.request_id}
-        left = plan.tombstones_left.get(r.request_id, [])
-        here = {**place, "applied_run_id": run_id, "applied_at_ms": now_ms,
-                "records_erased": len(offsets) - len(left),
-                "superseded_by_erased": plan.superseded_by_request.get(r.request_id, 0),
-                "partitions_rewritten": len({i for i, _, _ in offsets}),
-                "segments_rewritten": len({(i, b) for i, b, _ in offsets}),
-                "tombstones_left": [{"dir": d, "offset": o} for d, o in left]}
-        key = place_key(place)
-        places = {**r.places, key: {**r.places.get(key, {}), **here}}
-        updates.append({
-            "request_id": r.request_id,
-            "status": "partially_verified" if r.status == "partially_verified" else "applied",
-            "run_id": run_id, **totals(places), "applied_at_ms": now_ms,
-            "tombstones_left": json.dumps([t for p in places.values()
-                                           for t in p.get("tombstones_left", [])]),
-            "places": json.dumps(places, sort_keys=True), "failure": None,
-        })
-    return updates, blocked
-
-
 def verify(spark: SparkSession | None, log_dir: str, state_dir: str, now_ms: int, *,
            master: str | None = None, metadata_log_dir: str | None = None,
            server_properties: str | None = None,
@@ -502,127 +530,101 @@ def verify(spark: SparkSession | None, log_dir: str, state_dir: str, now_ms: int
     left but the bare tombstones it asked to leave, and at least one segment scanned),
     ``verified_local_only`` when a tiered topic's remote segments could not be scanned, or
     failed (with the directories and offsets found)."""
-    requests, run_id, report = _start("verify", log_dir, state_dir, now_ms, VERIFIABLE)
-    if not requests:
+    run_id, report = _start("verify", log_dir, state_dir, now_ms)
+    pending = ledger.pending_summary(state_dir, VERIFIABLE)
+    if pending.count == 0:
+        report["status"] = "ok"
         return report
     started = int(time.time() * 1000)
     catalog = _catalog(log_dir, now_ms, metadata_log_dir, server_properties,
                        assume_kafka_defaults)
+    session = _session(spark, master, state_dir)
     with storage.log_dir_lock(log_dir):
-        dirs, parts, errors = _load(log_dir, requests)
+        dirs, parts, errors = _load(log_dir, _covered(pending.topics))
         refused = _refused(dirs, catalog)
         parts = {i: p for i, p in parts.items() if i not in refused}
-        matchers = {i: Matcher.for_topic(dirs[i].tp.topic, requests) for i in parts}
-        found = _scan(LazySession(master, spark), parts, matchers)
+        requests = ledger.requests_frame(session(spark_stages.input_bytes(parts)), state_dir,
+                                         VERIFIABLE, version=pending.version)
+        found = _scan(session(), parts, dirs, requests, pending.header_names)
     errors.update(found.errors)
     errors.update(refused)  # an unknown policy proves nothing: the request stays applied
-    by_id = {r.request_id: r for r in requests}
 
     place = catalog.place(log_dir)
     key = place_key(place)
-
-    def accepted(i: int, m: _Match) -> bool:  # a tombstone the request asked to leave here
-        request = by_id[m.request_id]
-        left = request.places.get(key, {}).get("tombstones_left")
-        here = ({(t["dir"], t["offset"]) for t in left} if left is not None
-                else set(request.tombstones_left))
-        return m.bare_tombstone and (dirs[i].name, m.offset) in here
-
     lines = {}
+    residual: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for i, d in dirs.items():
+        left = [m for m in found.matches.get(i, []) if not outcomes.accepted_tombstone(
+            m.request, key, d.name, m.offset, m.bare_tombstone)]
+        for m in left:
+            residual[m.request_id].append({**d.line(), "segment_base": m.segment_base,
+                                           "position": m.position, "offset": m.offset})
         line: dict[str, Any] = {**d.line(), "segments_scanned": found.segments.get(i, 0),
                                 "records_scanned": found.records.get(i, 0),
-                                "residual_matches": sum(not accepted(i, m)
-                                                        for m in found.matches.get(i, []))}
+                                "residual_matches": len(left)}
         line["status"] = BLOCKED if i in refused else Outcome.CORRUPT if i in errors else (
             "residual" if line["residual_matches"] else "clean")
         if i in errors:
             line["error"] = errors[i]
         lines[i] = line
-    updates = []
-    for r in requests:
-        mine = [i for i, d in dirs.items() if r.applies_to(d.tp.topic)]
-        if any(i in errors for i in mine):
-            report["requests"].append({"request_id": r.request_id, "status": "applied",
-                                       "unverified_because": [dirs[i].name for i in mine
-                                                              if i in errors]})
-            continue
-        residual = [{**dirs[i].line(), "segment_base": m.segment_base, "position": m.position,
-                     "offset": m.offset}
-                    for i in mine for m in found.matches[i]
-                    if m.request_id == r.request_id and not accepted(i, m)]
-        scanned = sum(found.segments[i] for i in mine)
-        tiered = sorted({dirs[i].tp.topic for i in mine
-                         if catalog.configs[dirs[i].tp.topic].remote_storage_enable})
-        coverage = [{**place, **dirs[i].line(), "segments": found.segments[i],
-                     "records": found.records[i]} for i in mine]
-        replicas = catalog.replicas_of(r.applies_to)
-        expected_here = replicas is None or any(
-            x["node_id"] == place["node_id"] and x["directory_id"] in (None, place[
-                "directory_id"]) for x in replicas)
-        if not residual and not scanned and not expected_here:
-            # no replica of the request's topics lives here: this place proves nothing
-            report["requests"].append({"request_id": r.request_id, "status": r.status,
-                                       "no_replica_here": key})
-            continue
-        here = {**r.places.get(key, {}), **place, "verify_run_id": run_id,
-                "tiered_topics": tiered,
-                "verified_at_ms": now_ms if not residual and scanned else None,
-                "verify_status": "residual" if residual else "clean" if scanned
-                else "nothing_scanned",
-                "scanned": sorted(dirs[i].name for i in mine if dirs[i].kind == LIVE)}
-        places = {**r.places, key: here}
-        missing = missing_replicas(places, replicas) if replicas is not None else None
-        # a tiered topic anywhere (this log dir or another place's) leaves remote segments
-        # that no scan here reaches
-        tiered = sorted({t for p in places.values() for t in p.get("tiered_topics", [])})
-        update = {"request_id": r.request_id, "verify_run_id": run_id,
-                  "verified_segments_scanned": scanned,
-                  "verified_records_scanned": sum(found.records[i] for i in mine),
-                  "coverage": json.dumps(coverage),
-                  "remote_tier": "not_covered" if tiered else None,
-                  "places": json.dumps(places, sort_keys=True),
-                  "missing_replicas": json.dumps(missing) if missing is not None else None}
-        if residual or not scanned:
-            failure = ({"residual_matches": len(residual), "first": residual[:10]} if residual
-                       else {"nothing_scanned": "no segment of the request's topic was "
-                                                "scanned, so nothing proves the erasure"})
-            update.update(status="failed", verified_at_ms=None, failure=json.dumps(failure))
-        elif missing is None or missing:
-            # clean here, but other replicas (or, without the metadata, unknown ones) may
-            # still hold the subject: not verified until every one is scanned clean
-            update.update(status="partially_verified", verified_at_ms=None, failure=None)
-        else:
-            update.update(status="verified_local_only" if tiered else "verified",
-                          verified_at_ms=now_ms, failure=None)
-        updates.append(update)
-        report["requests"].append({k: update[k] for k in (
-            "request_id", "status", "verified_segments_scanned", "verified_records_scanned")}
-            | ({"residual": residual[:10]} if residual else {})
-            | ({"missing_replicas": missing[:20], "missing_replica_count": len(missing)}
-               if missing else {})
-            | ({"missing_replicas": "no metadata log: where the replicas live is unknown"}
-               if missing is None else {})
-            | ({"remote_tier": "not_covered", "tiered_topics": tiered} if tiered else {}))
-    report["partitions"] = list(lines.values())
-    _record(state_dir, "verify", run_id, log_dir, now_ms, started, lines, updates)
-    failed = any(u["status"] == "failed" for u in updates)
-    unverified = any(u["status"] == "partially_verified" for u in updates) or any(
-        "unverified_because" in r for r in report["requests"])
+    ctx = VerifyContext(
+        run_id=run_id, now_ms=now_ms, place=place, key=key, residual=dict(residual),
+        dirs=[DirState(d.name, d.tp.topic, d.kind, i in errors,
+                       segments=found.segments.get(i, 0), records=found.records.get(i, 0),
+                       tiered=bool(catalog.configs[d.tp.topic].remote_storage_enable)
+                       if d.tp.topic in catalog.configs else False, line=d.line())
+              for i, d in dirs.items()],
+        replicas={t: catalog.replicas_of(_covered(frozenset({t}))) for t in pending.topics})
+    result = spark_stages.request_outcomes(session(), requests, functools.partial(
+        outcomes.verified_update, ctx=ctx))
+    try:
+        counts, shown = _outcome_report(result, VERIFY_REPORTED)
+        report["requests"] = [_verify_entry(r) for r in shown]
+        report["requests_by_outcome"] = counts
+        report["partitions"] = list(lines.values())
+        _record(state_dir, "verify", run_id, log_dir, now_ms, started, lines, result,
+                session(), VERIFIED_COLUMNS)
+    finally:
+        result.unpersist()
+    failed = counts.get("failed", 0) > 0
+    unverified = (counts.get("partially_verified", 0) > 0
+                  or counts.get(outcomes.UNVERIFIED, 0) > 0)
     report["status"] = "failed" if failed else ("partial" if unverified else "ok")
     return report
 
 
+def _verify_entry(row: Mapping[str, Any]) -> dict[str, Any]:
+    if row["outcome"] == outcomes.UNVERIFIED:
+        return {"request_id": row["request_id"], "status": row["expected_status"],
+                "unverified_because": json.loads(row["unverified_because"])}
+    if row["outcome"] == outcomes.NO_REPLICA_HERE:
+        return {"request_id": row["request_id"], "status": row["expected_status"],
+                "no_replica_here": True}
+    entry = {k: row[k] for k in ("request_id", "status", "verified_segments_scanned",
+                                 "verified_records_scanned")}
+    if row.get("residual"):
+        entry["residual"] = json.loads(row["residual"])
+    missing = json.loads(row["missing_replicas"]) if row.get("missing_replicas") else None
+    if missing:
+        entry.update(missing_replicas=missing[:20], missing_replica_count=len(missing))
+    elif missing is None:
+        entry["missing_replicas"] = "no metadata log: where the replicas live is unknown"
+    if row.get("tiered_topics"):
+        entry.update(remote_tier="not_covered", tiered_topics=json.loads(row["tiered_topics"]))
+    return entry
+
+
 def _record(state_dir: str, action: str, run_id: str, log_dir: str, now_ms: int, started: int,
-            lines: Mapping[int, Mapping[str, Any]], updates: Sequence[Mapping[str, Any]]) -> None:
-    """The run's rows in ``runs``, then the requests' new state: one Delta commit each."""
+            lines: Mapping[int, Mapping[str, Any]], result: DataFrame, spark: SparkSession,
+            columns: Sequence[str]) -> None:
+    """The run's rows in ``runs``, then the requests' new state (a MERGE of the ``update``
+    outcomes): one Delta commit each, by delta-spark."""
     ledger.record_runs(state_dir, run_id=run_id, command=f"erase_{action}", log_dir=log_dir,
                        now_ms=now_ms, started_at_ms=started,
                        finished_at_ms=int(time.time() * 1000), seconds=None,
-                       partitions=lines.values())
-    ledger.update_requests(state_dir, updates, {
-        "action": action, "run_id": run_id,
-        "request_ids": ",".join(u["request_id"] for u in updates)})
+                       partitions=lines.values(), spark=spark)
+    ledger.merge_outcomes(state_dir, spark, result, columns,
+                          {"action": action, "run_id": run_id})
 
 
 def report_exit_code(report: Mapping[str, Any]) -> int:
@@ -631,16 +633,17 @@ def report_exit_code(report: Mapping[str, Any]) -> int:
 
 def verify_exit_code(state_dir: str, reports: Sequence[Mapping[str, Any]]) -> int:
     """The exit code of verifies run one after the other over a broker's log dirs: by what
-    the ledger says of their requests afterwards (failed: 1; not yet verified everywhere, or
-    left unverified by an unreadable dir: 6), and any run that failed."""
+    the ledger says afterwards of the requests they verified (failed: 1; not yet verified
+    everywhere: 6), any run left partial by an unreadable dir (6), and any run that failed."""
     if any(r["status"] == "failed" for r in reports):
         return EXIT_FAILURE
-    ids = {q["request_id"] for r in reports for q in r["requests"]}
-    statuses = {row["status"] for row in ledger.load_requests(state_dir)
-                if row["request_id"] in ids}
-    if "failed" in statuses:
+    statuses = ledger.statuses_by_run(state_dir, [r["run_id"] for r in reports],
+                                      "verify_run_id")
+    if statuses.get("failed"):
         return EXIT_FAILURE
-    return EXIT_OK if statuses <= DONE else EXIT_PARTIAL
+    unverified = any(r.get("requests_by_outcome", {}).get(outcomes.UNVERIFIED)
+                     for r in reports)
+    return EXIT_OK if set(statuses) <= DONE and not unverified else EXIT_PARTIAL
 
 
 def perform(action: str, log_dir: str, state_dir: str, now_ms: int, *, master: str | None,

@@ -52,3 +52,11 @@ def load_catalog(opts: MaintenanceOptions, log_dir: LogDir | None = None) -> Cat
                          server_properties=opts.server_properties,
                          assume_kafka_defaults=opts.assume_kafka_defaults,
                          allow_replica_divergence=opts.allow_replica_divergence)
+
+
+def state_store(state_dir: str | None) -> dict[str, str] | None:
+    """The object store options of a state dir on S3 (a Spark session started for the
+    command reaches it too), ``None`` on a local disk or without one."""
+    from compactor.log import storage
+
+    return storage.delta_options(state_dir) if state_dir else None

@@ -20,7 +20,7 @@ from compactor.erasure import ledger
 from compactor.errors import EXIT_OK
 from compactor.log import storage
 from compactor.maintenance import compact, retain
-from compactor.maintenance.options import MaintenanceOptions
+from compactor.maintenance.options import MaintenanceOptions, state_store
 from compactor.spark.session import LazySession
 
 
@@ -41,9 +41,9 @@ def perform(opts: MaintenanceOptions, *, master: str | None, allow_aggressive: b
     started = int(time.time() * 1000)
     compacting = any(cfg.compact and cfg.configured for t, cfg in catalog.configs.items()
                      if opts.selects(t))
+    session = LazySession(master, object_store=state_store(state_dir))
     with storage.log_dir_lock(opts.log_dir):
-        round_report = (compact.run_locked(LazySession(master), opts, catalog) if compacting
-                        else None)
+        round_report = (compact.run_locked(session, opts, catalog) if compacting else None)
         retention = retain.retain_locked(opts.log_dir, catalog, opts.now_ms,
                                          dry_run=opts.dry_run, topics=opts.topics)
     codes = [retention.exit_code] + ([round_report.exit_code] if round_report else [])
@@ -59,5 +59,5 @@ def perform(opts: MaintenanceOptions, *, master: str | None, allow_aggressive: b
         for part in (result["compaction"], result["retention"]):
             if part is not None:
                 part["run_id"] = ledger.record_report(state_dir, part, started, finished,
-                                                      run_id)
+                                                      run_id, spark=session.started)
     return RunOutcome(round_report, retention, result, code)

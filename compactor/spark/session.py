@@ -11,7 +11,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager, nullcontext
 from typing import Any
 
@@ -22,7 +22,7 @@ from pyspark.sql import SparkSession
 
 from compactor.errors import SparkUnavailableError
 from compactor.log import storage
-from compactor.spark import daemon
+from compactor.spark import daemon, delta
 
 MASTER_CONNECT_TIMEOUT_S = 10.0
 #: a local session for a round that reads at most this much runs its JVM with the C1 compiler
@@ -91,17 +91,23 @@ def driver_java_options(archive_out: str | None, *, short_round: bool = False) -
 
 
 def get_spark(master: str | None, app_name: str = "kafka-compactor", *,
-              archive_out: str | None = None, short_round: bool = False) -> SparkSession:
-    """The active session, or a new one (``master`` or spark-submit's, else ``local[*]``).
+              archive_out: str | None = None, short_round: bool = False,
+              object_store: Mapping[str, str] | None = None) -> SparkSession:
+    """The active session, or a new one (``master`` or spark-submit's, else ``local[*]``),
+    with Delta Lake (:func:`compactor.spark.delta.session_conf`: the jars fetched at set-up,
+    Delta's extension and catalog; under spark-submit they come from its command line).
 
     Args:
         archive_out: write the driver JVM's class-data-sharing archive there when it exits
             (:mod:`compactor.tools.class_archive`).
         short_round: the session serves one round of at most :data:`SHORT_ROUND_BYTES`
             (:func:`driver_java_options`; only a new local session's JVM is affected).
+        object_store: the ``deltalake`` storage options of a state dir on an object store
+            (:func:`compactor.log.storage.delta_options`): the session gets Hadoop's S3A
+            with the same endpoint and credentials.
 
     Raises:
-        SparkUnavailableError: the session cannot start (no Java, for one).
+        SparkUnavailableError: the session cannot start (no Java, or no Delta jars).
     """
     active = SparkSession.getActiveSession()
     if active is not None:
@@ -126,6 +132,8 @@ def get_spark(master: str | None, app_name: str = "kafka-compactor", *,
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = (builder.config("spark.sql.session.timeZone", "UTC")
                .config("spark.ui.showConsoleProgress", "false"))
+    if not submitted:
+        builder = builder.config(map=delta.session_conf(object_store=object_store))
     try:
         if not submitted:
             _launch_gateway(builder._options)
@@ -181,8 +189,14 @@ class LazySession:
     whether there is work at all before paying for a JVM (no session when nothing compacts,
     no request is pending, or the selection is empty)."""
 
-    def __init__(self, master: str | None = None, existing: SparkSession | None = None) -> None:
+    def __init__(self, master: str | None = None, existing: SparkSession | None = None, *,
+                 object_store: Mapping[str, str] | None = None) -> None:
+        """``object_store``: a new session also reaches a state dir there
+        (:func:`get_spark`)."""
         self._master, self._session = master, existing
+        self._object_store = object_store
+        if existing is not None and object_store is not None:
+            delta.reach_object_store(existing, object_store)
         #: seconds of ``session_start`` (JVM and SparkContext) and ``worker_start`` (the
         #: executors' Python workers) when this object started the session, for the report
         self.startup_s: dict[str, float] = {}
@@ -203,12 +217,20 @@ class LazySession:
             # shown at once: a JVM and its workers take seconds before any step has tasks
             with progress.step("starting Spark", unit="") if fresh else nullcontext():
                 self._session = get_spark(self._master, short_round=input_bytes is not None
-                                          and input_bytes <= SHORT_ROUND_BYTES)
+                                          and input_bytes <= SHORT_ROUND_BYTES,
+                                          object_store=self._object_store)
+                if not fresh and self._object_store is not None:
+                    delta.reach_object_store(self._session, self._object_store)
                 if fresh:
                     ready = time.perf_counter()
                     self.startup_s["session_start"] = ready - started
                     _start_workers(self._session)
                     self.startup_s["worker_start"] = time.perf_counter() - ready
+        return self._session
+
+    @property
+    def started(self) -> SparkSession | None:
+        """The session, when the work started one (or was given one); else ``None``."""
         return self._session
 
 

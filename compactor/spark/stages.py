@@ -18,7 +18,6 @@ from pyspark.sql import functions as F
 
 from compactor.cleaner.policy import BatchHeader, CleaningPlan, PartitionInput
 from compactor.config import TopicConfig
-from compactor.erasure.rules import Matcher
 from compactor.model import CommitMessage, SegmentInfo
 from compactor.spark import transforms
 from compactor.spark.progress import spark_step
@@ -254,15 +253,65 @@ def scan_and_plan(spark: SparkSession, inputs: Mapping[int, PartitionInput]
 # -- erasure ------------------------------------------------------------------------------------
 
 
-def erasure_scan(spark: SparkSession, parts: Mapping[int, HasSegments],
-                 matchers: Mapping[int, Matcher]) -> list[Row]:
-    """Every segment of the partitions scanned for the matchers' subjects: one ``segment``
-    row per segment (records, or the segment's error) and one row per matched record
-    (``schemas.spark.ERASURE_SCAN``)."""
+def erasure_matches(spark: SparkSession, parts: Mapping[int, HasSegments],
+                    topics: Mapping[int, str], requests: DataFrame,
+                    header_names: frozenset[str]) -> tuple[list[Row], list[Row]]:
+    """Every segment of the partitions scanned, and its records matched against the ledger's
+    ``requests`` (a DataFrame of request rows with a binary ``digest`` column) by a join on
+    the SHA-256 digest inside Spark: no subject is collected to the driver or shipped in a
+    task. Returns one row per segment (tp_id, segment_base, batches, records, error) and one
+    per matched record and request (the request's selector, tombstone choice, status, places
+    and tombstones left come with it).
+
+    Args:
+        topics: the topic of each partition id of ``parts``.
+        header_names: the header names some request matches on (the scan digests only
+            those headers' values).
+    """
     if not any(p.segments for p in parts.values()):
-        return []
+        return [], []
+    from pyspark import StorageLevel
+
+    from compactor.erasure.rules import ALL_TOPICS, is_internal_topic
+
     with spark_step(spark, "erase_scan", total_bytes=input_bytes(parts)):
-        return segment_tasks(spark, parts).transform(transforms.scan_erasure(matchers)).collect()
+        scanned = (segment_tasks(spark, parts).transform(transforms.scan_erasure(header_names))
+                   .persist(StorageLevel.MEMORY_AND_DISK))
+        try:
+            segments = (scanned.where(F.col("kind") == "segment")
+                        .select("tp_id", "segment_base", "batches", "records", "error")
+                        .collect())
+            where = spark.createDataFrame(
+                [(i, t, is_internal_topic(t)) for i, t in topics.items() if i in parts],
+                "tp_id int, topic string, internal boolean")
+            c = (scanned.where(F.col("kind") != "segment")
+                 .join(F.broadcast(where), "tp_id").alias("c"))
+            r = requests.alias("r")
+            on = ((F.col("c.digest") == F.col("r.digest"))
+                  & (F.col("c.kind") == F.col("r.selector"))
+                  & F.col("c.name").eqNullSafe(F.col("r.header_name"))
+                  & ((F.col("r.topic") == F.col("c.topic"))
+                     | ((F.col("r.topic") == F.lit(ALL_TOPICS)) & ~F.col("c.internal"))))
+            matches = c.join(r, on).select(
+                "c.tp_id", "c.segment_base", "c.position", "c.offset", "c.key_digest",
+                "c.bare_tombstone", "r.request_id", "r.selector", "r.leave_tombstone",
+                "r.status", "r.places", "r.tombstones_left").collect()
+        finally:
+            scanned.unpersist()
+    return segments, matches
+
+
+def request_outcomes(spark: SparkSession, requests: DataFrame,
+                     outcome: Callable[[Mapping[str, Any]], Mapping[str, Any]]) -> DataFrame:
+    """``outcome`` (a pure function of a request row: :mod:`compactor.erasure.outcomes`)
+    applied to every row of ``requests`` on the executors: ``REQUEST_OUTCOME`` rows, each
+    carrying the status it was computed from (``expected_status``), for a MERGE that changes
+    only rows still in that status. Persisted: the caller counts, reports and merges it."""
+    from pyspark import StorageLevel
+
+    return (requests.drop("digest")
+            .transform(transforms.request_outcomes(outcome))
+            .persist(StorageLevel.MEMORY_AND_DISK))
 
 
 def batch_headers(spark: SparkSession,

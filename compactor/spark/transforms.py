@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -37,7 +38,6 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from compactor.log import storage
 from compactor.codec.indexes import AbortedTxn
 from compactor.config import TopicConfig
-from compactor.erasure.rules import Matcher
 from compactor.errors import CompactorError
 from compactor.log.layout import index_files
 from compactor.model import SegmentInfo
@@ -52,7 +52,7 @@ from compactor.cleaner.scan import (
     BatchFlags,
     batch_flags,
     concat_rows,
-    erasure_matches,
+    subject_digests,
     key_offsets,
     keyed_records,
     locally_superseded,
@@ -66,7 +66,8 @@ from schemas.spark import (
     BATCH_HEADER,
     COMMIT_MESSAGE,
     DECISION,
-    ERASURE_MATCH,
+    ERASURE_SCAN,
+    REQUEST_OUTCOME,
     KEY_OFFSET,
     KEYED_RECORD,
     ONE_PASS,
@@ -78,8 +79,9 @@ Transform = Callable[[DataFrame], DataFrame]
 
 HEADER_FIELDS = [f.name for f in BATCH_HEADER.fields if f.name not in ("tp_id", "error")]
 _HEADER_ARROW = to_arrow_schema(BATCH_HEADER)
-_ERASURE_ARROW = to_arrow_schema(ERASURE_MATCH)
+_ERASURE_ARROW = to_arrow_schema(ERASURE_SCAN)
 _KEY_OFFSET_ARROW = to_arrow_schema(KEY_OFFSET)
+_OUTCOME_ARROW = to_arrow_schema(REQUEST_OUTCOME)
 _COMMIT_ARROW = to_arrow_schema(COMMIT_MESSAGE)
 _KEYED_ARROW = to_arrow_schema(KEYED_RECORD)
 _PLAN_ARROW = to_arrow_schema(PLAN)
@@ -444,33 +446,59 @@ def message_from_row(r: object) -> CommitMessage:
 # hold some
 
 
-def scan_erasure(matchers: Mapping[int, Matcher]) -> Transform:
-    """Segment tasks (``SEGMENT_TASK``) -> ``ERASURE_MATCH`` rows: one per matched record and
-    one summary per segment (batches and records scanned, or the error)."""
+def scan_erasure(header_names: frozenset[str]) -> Transform:
+    """Segment tasks (``SEGMENT_TASK``) -> ``ERASURE_SCAN`` rows: one per digest a record can
+    be matched by (:func:`compactor.cleaner.scan.subject_digests`; the headers named in
+    ``header_names`` only) and one summary per segment (batches and records scanned, or the
+    error)."""
 
     def scan(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for tasks in batches:
             for tp_id, base, path, next_base in zip(
                     *(tasks.column(i).to_pylist() for i in range(4)), strict=True):
-                rows = []
                 try:
                     with storage.mapped(path) as data:
-                        found = erasure_matches(data, path, base, matchers[tp_id])
+                        found = subject_digests(data, path, base, header_names)
                     check_segment(path, base, next_base, found.headers)
                 except CompactorError as err:
-                    rows.append({"tp_id": tp_id, "segment_base": base, "kind": "segment",
-                                 "error": json.dumps(err.to_dict())})
-                else:
-                    rows.append({"tp_id": tp_id, "segment_base": base, "kind": "segment",
-                                 "batches": found.batches, "records": found.records})
-                    rows += [{"tp_id": tp_id, "segment_base": base, "kind": "match",
-                              "position": m.position, "offset": m.offset,
-                              "request_id": m.request_id, "key_digest": m.key_digest,
-                              "bare_tombstone": m.bare_tombstone}
-                             for m in found.matches]
-                yield pa.RecordBatch.from_pylist(rows, schema=_ERASURE_ARROW)
+                    yield pa.RecordBatch.from_pylist(
+                        [{"tp_id": tp_id, "segment_base": base, "kind": "segment",
+                          "error": json.dumps(err.to_dict())}], schema=_ERASURE_ARROW)
+                    continue
+                yield pa.RecordBatch.from_pylist(
+                    [{"tp_id": tp_id, "segment_base": base, "kind": "segment",
+                      "batches": found.batches, "records": found.records}],
+                    schema=_ERASURE_ARROW)
+                n = len(found.offset)
+                if n:
+                    yield pa.RecordBatch.from_arrays([
+                        pa.array([tp_id] * n, pa.int32()), pa.array([base] * n, pa.int64()),
+                        pa.array(found.kind, pa.string()),
+                        pa.array(found.position, pa.int64()),
+                        pa.array(found.offset, pa.int64()), pa.array(found.name, pa.string()),
+                        pa.array(found.digest, pa.binary()),
+                        pa.array(found.key_digest, pa.binary()),
+                        pa.array(found.bare_tombstone, pa.bool_()),
+                        pa.nulls(n, pa.int64()), pa.nulls(n, pa.int64()),
+                        pa.nulls(n, pa.string())], schema=_ERASURE_ARROW)
 
-    return lambda tasks: tasks.mapInArrow(storage.portable(scan), ERASURE_MATCH)
+    return lambda tasks: tasks.mapInArrow(storage.portable(scan), ERASURE_SCAN)
+
+
+def request_outcomes(outcome: Callable[[Mapping[str, Any]], Mapping[str, Any]]) -> Transform:
+    """Ledger request rows -> ``REQUEST_OUTCOME`` rows: ``outcome`` of each row (columns it
+    does not set are null), with the row's status as ``expected_status``."""
+    names = REQUEST_OUTCOME.fieldNames()
+
+    def apply(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            rows = []
+            for row in batch.to_pylist():
+                out = {**outcome(row), "expected_status": row["status"]}
+                rows.append({n: out.get(n) for n in names})
+            yield pa.RecordBatch.from_pylist(rows, schema=_OUTCOME_ARROW)
+
+    return lambda requests: requests.mapInArrow(apply, REQUEST_OUTCOME)
 
 
 def scan_key_offsets(wanted: Mapping[int, frozenset[bytes]]) -> Transform:

@@ -5,6 +5,7 @@ pending and the log old or new."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -223,7 +224,7 @@ def test_applying_again_erases_nothing_more_and_rewrites_nothing(
     # a new request for the same, already erased subject rewrites nothing
     assert cli_json(capsys, *request[:-1], "--request-id", "again", "--json")[0] == EXIT_OK
     code, third = cli_json(capsys, *apply)
-    assert code == EXIT_OK
+    assert code == EXIT_OK, json.dumps(third)
     assert third["requests"] == [{"request_id": "again", "status": "applied",
                                   "records_erased": 0, "superseded_by_erased": 0,
                                   "partitions_rewritten": 0, "segments_rewritten": 0}]

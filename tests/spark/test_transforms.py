@@ -16,6 +16,7 @@ from pyspark import TaskContext
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from compactor.model import SegmentInfo
 from compactor.spark import transforms
 from compactor.codec.records import ControlType
 from compactor.config import TopicConfig
@@ -23,16 +24,15 @@ from compactor.tools.generator import DEFAULT_START_MS
 from compactor.log.layout import load_partition, read_aborted_txns
 from compactor.cleaner.policy import BatchRetention, PartitionInput
 from compactor.codec.segment import iter_batches
-from compactor.erasure.rules import Matcher
 from compactor.errors import CompactorError
-from compactor.cleaner.scan import erasure_matches, key_offsets, key_digest, segment_headers
+from compactor.cleaner.scan import key_offsets, key_digest, segment_headers
 from compactor.spark.writer import write_erased_segment, write_group
 from compactor.spark.stages import group_slots
 from schemas.spark import (
     BATCH_HEADER,
     COMMIT_MESSAGE,
     DECISION,
-    ERASURE_MATCH,
+    ERASURE_SCAN,
     KEY_OFFSET,
     ERASURE_TASK,
     GROUP_SLOT,
@@ -291,22 +291,30 @@ def _erasure_subject(partition: PartitionInput) -> bytes:
                 if not b.is_control for r in b.records() if r.key is not None)
 
 
-def test_scan_erasure_equals_the_pure_scan(spark, partition: PartitionInput) -> None:
-    matcher = Matcher(keys={hashlib.sha256(_erasure_subject(partition)).digest(): ("er-1",)})
-    tasks = spark.createDataFrame(
-        _tasks(partition), SEGMENT_TASK)
-    got = tasks.transform(transforms.scan_erasure({0: matcher}))
+def test_scan_erasure_emits_every_records_digests(spark, partition: PartitionInput) -> None:
+    """The scan's rows against the records read by the codec's plain record iterator and
+    hashed here: one ``key`` row per keyed record, a segment row per segment."""
+    tasks = spark.createDataFrame(_tasks(partition), SEGMENT_TASK)
+    got = tasks.transform(transforms.scan_erasure(frozenset())).collect()
     expected = []
     for s in partition.segments:
-        found = erasure_matches(Path(s.log_path).read_bytes(), s.log_path, s.base_offset,
-                                matcher)
-        expected.append((0, s.base_offset, "segment", None, None, None, None, None,
-                         found.batches, found.records, None))
-        expected += [(0, s.base_offset, "match", m.position, m.offset, m.request_id,
-                      m.key_digest, m.bare_tombstone, None, None, None) for m in found.matches]
-    assert any(row[2] == "match" for row in expected)
-    assert_df_equality(got, spark.createDataFrame(expected, ERASURE_MATCH),
-                       ignore_row_order=True)
+        batches = list(iter_batches(Path(s.log_path).read_bytes()))
+        records = [(b, r) for b in batches if not b.is_control for r in b.records()]
+        expected.append((0, s.base_offset, "segment", None, None, None, None, None, None,
+                         len(batches), len(records), None))
+        expected += [(0, s.base_offset, "key", b.position, r.offset, None,
+                      hashlib.sha256(r.key).digest(), hashlib.sha256(r.key).digest(),
+                      r.value is None and not r.headers, None, None, None)
+                     for b, r in records if r.key is not None]
+    assert sum(row[2] == "key" for row in expected) > 10
+    assert_df_equality(spark.createDataFrame(got, ERASURE_SCAN),
+                       spark.createDataFrame(expected, ERASURE_SCAN), ignore_row_order=True)
+
+
+def _subject_records(seg: SegmentInfo, subject: bytes) -> list[tuple[int, int]]:
+    """(batch position, offset) of the segment's records keyed ``subject`` (plain codec)."""
+    return [(b.position, r.offset) for b in iter_batches(Path(seg.log_path).read_bytes())
+            if not b.is_control for r in b.records() if r.key == subject]
 
 
 def test_scan_key_offsets_equals_the_pure_scan(spark, partition: PartitionInput) -> None:
@@ -324,27 +332,26 @@ def test_scan_key_offsets_equals_the_pure_scan(spark, partition: PartitionInput)
 
 def test_rewrite_erased_equals_the_writer_called_directly(spark, partition: PartitionInput,
                                                           tmp_path: Path) -> None:
-    matcher = Matcher(keys={hashlib.sha256(_erasure_subject(partition)).digest(): ("er-1",)})
+    subject = _erasure_subject(partition)
     twin = _copy_partition(partition, tmp_path / "twin" / "orders-v2-0")
     tasks, expected, segments = [], [], {}
     for seg, twin_seg in zip(partition.segments, twin.segments, strict=True):
-        found = erasure_matches(Path(seg.log_path).read_bytes(), seg.log_path, seg.base_offset,
-                                matcher)
-        if not found.matches:
+        found = _subject_records(seg, subject)
+        if not found:
             continue
         erased: dict[int, list[int]] = {}
         tombstones: dict[int, list[int]] = {}
-        last = found.matches[-1]  # the segment's last match stays as a bare tombstone
-        for m in found.matches[:-1]:
-            erased.setdefault(m.position, []).append(m.offset)
-        tombstones[last.position] = [last.offset]
+        *older, last = found  # the segment's last match stays as a bare tombstone
+        for position, offset in older:
+            erased.setdefault(position, []).append(offset)
+        tombstones[last[0]] = [last[1]]
         tasks.append((0, seg.base_offset, json.dumps(erased), json.dumps([]),
                       json.dumps(tombstones)))
         segments[(0, seg.base_offset)] = (partition.path, seg, partition.config)
         message = write_erased_segment(twin.path, twin_seg, erased, set(), twin.config,
                                        tombstones=tombstones, fsync=False)
         assert message.error is None
-        assert message.dropped.get("erased", 0) == len(found.matches) - 1
+        assert message.dropped.get("erased", 0) == len(found) - 1
         expected.append(transforms.message_to_row(0, message))
     assert tasks
     got = (spark.createDataFrame(tasks, ERASURE_TASK)

@@ -12,6 +12,7 @@ driver's configuration travels with it.
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -359,6 +360,43 @@ def log_dir_lock(log_dir: str) -> Iterator[None]:
             yield
         finally:
             _held.discard(key)
+
+
+#: how long a commit to the state dir's tables waits for another process's commit
+STATE_LOCK_WAIT_S = 120.0
+#: the lock object of the state dir's writers (beside its tables)
+STATE_LOCK_NAME = "_writers.lock"
+_state_threads = threading.RLock()
+
+
+@contextmanager
+def state_dir_lock(state_dir: str, wait_s: float = STATE_LOCK_WAIT_S) -> Iterator[None]:
+    """Hold the state dir's writer lock: every commit the tool makes to the Delta tables
+    under ``state_dir`` (delta-rs's or delta-spark's) holds it, so two of its processes never
+    race for one commit version. delta-rs alone would be safe (an atomic rename on a local
+    disk, ``If-None-Match`` on S3), but delta-spark's log stores exclude only writers of the
+    same JVM (``S3SingleDriverLogStore``; ``HDFSLogStore`` checks, then renames, on a local
+    disk), so one of its commits could replace another process's. An fcntl lock on
+    ``<state_dir>/_writers.lock`` on a local disk, a lease object (:class:`.objects._Lease`)
+    on an object store; waited for up to ``wait_s`` seconds; reentrant within the process.
+
+    Raises:
+        LogDirLockedError: another process held it all that time.
+    """
+    key = real_path(state_dir) + "#" + STATE_LOCK_NAME
+    with _state_threads:
+        if key in _held:
+            yield
+            return
+        make_dirs(state_dir)
+        where = join(state_dir, STATE_LOCK_NAME)
+        with (_store().waiting_lease(where, wait_s) if is_url(state_dir)
+              else local.waiting_lock(where, wait_s)):
+            _held.add(key)
+            try:
+                yield
+            finally:
+                _held.discard(key)
 
 
 def delta_options(path: str) -> dict[str, str] | None:

@@ -427,6 +427,43 @@ def log_dir_lock(log_dir: str) -> Iterator[None]:
         os.close(fd)
 
 
+@contextmanager
+def waiting_lock(path: str, wait_s: float) -> Iterator[None]:
+    """An exclusive ``fcntl`` lock on the file ``path`` (created, never removed), waited for
+    up to ``wait_s`` seconds.
+
+    Raises:
+        LogDirLockedError: another process held it all that time.
+    """
+    import time
+
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as err:
+        raise _fail(err, path, "open lock file") from err
+    try:
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError as err:
+                if err.errno not in (errno.EACCES, errno.EAGAIN):
+                    raise _fail(err, path, "lock") from err
+                if time.monotonic() >= deadline:
+                    holder = _lock_holder(fd)
+                    raise LogDirLockedError(
+                        f"held by {holder or 'another process'} for over {wait_s:.0f} s",
+                        path=path) from err
+                time.sleep(0.02)
+        try:
+            yield
+        finally:
+            fcntl.lockf(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
 def _lock_holder(fd: int) -> str | None:
     """Who holds the lock on ``fd``'s file, as far as this host can tell: ``F_GETLK`` names the
     holder's pid (``struct flock``), ``/proc`` its command line. ``None`` when it cannot be

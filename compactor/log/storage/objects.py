@@ -442,6 +442,29 @@ class ObjectStore:
             self._leases.pop(log_dir, None)
             lease.release()
 
+    @contextmanager
+    def waiting_lease(self, url: str, wait_s: float) -> Iterator[None]:
+        """Hold the lease object ``url`` (:class:`_Lease`) for the block, waiting up to
+        ``wait_s`` seconds while another process holds it.
+
+        Raises:
+            LogDirLockedError: another process held it all that time.
+        """
+        deadline = time.monotonic() + wait_s
+        while True:
+            lease = _Lease(self, url, self.lease_seconds)
+            try:
+                lease.acquire(break_lease=False)
+                break
+            except LogDirLockedError:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.05)
+        try:
+            yield
+        finally:
+            lease.release()
+
     def delta_options(self) -> dict[str, str]:
         """The same endpoint and credentials, as ``deltalake`` (object_store) storage options.
 

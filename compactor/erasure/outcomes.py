@@ -1,0 +1,187 @@
+"""What an ``erase apply`` or ``erase verify`` records for each request: pure functions of the
+request's ledger row and a small context of the run (the directories it read, what matched
+where), applied row by row inside Spark (:mod:`compactor.maintenance.erase`), so a million
+pending requests never sit on the driver. The context holds only what the run found (its
+directories and the requests that matched), never the list of requests.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from compactor.erasure.rules import (
+    ALL_TOPICS,
+    is_internal_topic,
+    missing_replicas,
+    totals,
+)
+
+#: what a row function returns besides the request's new columns
+UPDATE, BLOCKED, UNVERIFIED, NO_REPLICA_HERE = "update", "blocked", "unverified", "no_replica_here"
+
+
+def covers_topic(request_topic: str, topic: str) -> bool:
+    """Whether a request for ``request_topic`` covers ``topic``
+    (:meth:`compactor.erasure.rules.ErasureRequest.applies_to`)."""
+    if request_topic == ALL_TOPICS:
+        return not is_internal_topic(topic)
+    return request_topic == topic
+
+
+@dataclass(frozen=True, slots=True)
+class DirState:
+    """One directory a run read: its name, topic, whether it stopped the run's requests on
+    its topic (unreadable, refused, or failed to rewrite) and, for a verify, what it scanned."""
+
+    name: str
+    topic: str
+    kind: str
+    bad: bool
+    segments: int = 0
+    records: int = 0
+    tiered: bool = False
+    line: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Matched:
+    """What an apply erased of one request here: its records by (dir id, segment base,
+    offset), the bare tombstones it left and the older records of its keys it took along."""
+
+    offsets: frozenset[tuple[int, int, int]]
+    tombstones_left: tuple[tuple[str, int], ...] = ()
+    superseded: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ApplyContext:
+    run_id: str
+    now_ms: int
+    place: Mapping[str, Any]
+    key: str
+    dirs: Sequence[DirState]
+    #: topic -> why no log dir holds it (a request on it can never be proven erased)
+    unknown_topics: Mapping[str, str]
+    matched: Mapping[str, Matched]
+
+
+def _places(row: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    return json.loads(row.get("places") or "{}")
+
+
+def applied_update(row: Mapping[str, Any], ctx: ApplyContext) -> dict[str, Any]:
+    """An apply's outcome for one request row (status pending, applied or partially
+    verified): ``outcome`` ``update`` with the request's new columns, or ``blocked`` with the
+    directories that kept it pending (``blocked_by``)."""
+    rid, topic = row["request_id"], row["topic"]
+    if topic in ctx.unknown_topics:  # never provable: refused with the reason
+        return {"request_id": rid, "outcome": UPDATE, "status": "failed", "run_id": ctx.run_id,
+                "applied_at_ms": ctx.now_ms, "records_erased": 0, "superseded_by_erased": 0,
+                "partitions_rewritten": 0, "segments_rewritten": 0, "tombstones_left": "[]",
+                "places": row.get("places"),
+                "failure": json.dumps({"unknown_topic": ctx.unknown_topics[topic]})}
+    bad = [d.name for d in ctx.dirs if d.bad and covers_topic(topic, d.topic)]
+    if bad:
+        return {"request_id": rid, "outcome": BLOCKED, "blocked_by": json.dumps(bad)}
+    found = ctx.matched.get(rid, Matched(frozenset()))
+    left = list(found.tombstones_left)
+    here = {**ctx.place, "applied_run_id": ctx.run_id, "applied_at_ms": ctx.now_ms,
+            "records_erased": len(found.offsets) - len(left),
+            "superseded_by_erased": found.superseded,
+            "partitions_rewritten": len({i for i, _, _ in found.offsets}),
+            "segments_rewritten": len({(i, b) for i, b, _ in found.offsets}),
+            "tombstones_left": [{"dir": d, "offset": o} for d, o in left]}
+    places = _places(row)
+    places = {**places, ctx.key: {**places.get(ctx.key, {}), **here}}
+    return {"request_id": rid, "outcome": UPDATE,
+            "status": ("partially_verified" if row["status"] == "partially_verified"
+                       else "applied"),
+            "run_id": ctx.run_id, **totals(places), "applied_at_ms": ctx.now_ms,
+            "tombstones_left": json.dumps([t for p in places.values()
+                                           for t in p.get("tombstones_left", [])]),
+            "places": json.dumps(places, sort_keys=True), "failure": None}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class VerifyContext:
+    run_id: str
+    now_ms: int
+    place: Mapping[str, Any]
+    key: str
+    dirs: Sequence[DirState]
+    #: request id -> the records found again that the request did not ask to leave
+    residual: Mapping[str, Sequence[Mapping[str, Any]]]
+    #: request topic -> the replicas the cluster's metadata names for it (``None``: unknown)
+    replicas: Mapping[str, Sequence[Mapping[str, Any]] | None]
+
+
+def verified_update(row: Mapping[str, Any], ctx: VerifyContext) -> dict[str, Any]:
+    """A verify's outcome for one applied or partially verified request row: ``outcome``
+    ``update`` (verified, partially verified or failed, with the new columns), ``unverified``
+    (a directory of its topic could not be scanned: ``unverified_because``) or
+    ``no_replica_here`` (no replica of its topics lives in this log dir: nothing proven)."""
+    rid, topic = row["request_id"], row["topic"]
+    mine = [d for d in ctx.dirs if covers_topic(topic, d.topic)]
+    if any(d.bad for d in mine):
+        return {"request_id": rid, "outcome": UNVERIFIED,
+                "unverified_because": json.dumps([d.name for d in mine if d.bad])}
+    residual = list(ctx.residual.get(rid, ()))
+    scanned = sum(d.segments for d in mine)
+    replicas = ctx.replicas.get(topic)
+    expected_here = replicas is None or any(
+        x["node_id"] == ctx.place["node_id"]
+        and x["directory_id"] in (None, ctx.place["directory_id"]) for x in replicas)
+    if not residual and not scanned and not expected_here:
+        return {"request_id": rid, "outcome": NO_REPLICA_HERE}
+    places = _places(row)
+    tiered = sorted({d.topic for d in mine if d.tiered})
+    here = {**places.get(ctx.key, {}), **ctx.place, "verify_run_id": ctx.run_id,
+            "tiered_topics": tiered,
+            "verified_at_ms": ctx.now_ms if not residual and scanned else None,
+            "verify_status": "residual" if residual else "clean" if scanned
+            else "nothing_scanned",
+            "scanned": sorted(d.name for d in mine if d.kind == "live")}
+    places = {**places, ctx.key: here}
+    missing = missing_replicas(places, replicas) if replicas is not None else None
+    # a tiered topic anywhere (this log dir or another place's) leaves remote segments that
+    # no scan here reaches
+    tiered = sorted({t for p in places.values() for t in p.get("tiered_topics", [])})
+    update: dict[str, Any] = {
+        "request_id": rid, "outcome": UPDATE, "verify_run_id": ctx.run_id,
+        "verified_segments_scanned": scanned,
+        "verified_records_scanned": sum(d.records for d in mine),
+        "coverage": json.dumps([{**ctx.place, **d.line, "segments": d.segments,
+                                 "records": d.records} for d in mine]),
+        "remote_tier": "not_covered" if tiered else None,
+        "places": json.dumps(places, sort_keys=True),
+        "missing_replicas": json.dumps(missing) if missing is not None else None,
+        "residual": json.dumps(residual[:10]) if residual else None,
+        "tiered_topics": json.dumps(tiered) if tiered else None}
+    if residual or not scanned:
+        failure = ({"residual_matches": len(residual), "first": residual[:10]} if residual
+                   else {"nothing_scanned": "no segment of the request's topic was scanned, "
+                                            "so nothing proves the erasure"})
+        update.update(status="failed", verified_at_ms=None, failure=json.dumps(failure))
+    elif missing is None or missing:
+        # clean here, but other replicas (or, without the metadata, unknown ones) may still
+        # hold the subject: not verified until every one is scanned clean
+        update.update(status="partially_verified", verified_at_ms=None, failure=None)
+    else:
+        update.update(status="verified_local_only" if tiered else "verified",
+                      verified_at_ms=ctx.now_ms, failure=None)
+    return update
+
+
+def accepted_tombstone(row: Mapping[str, Any], key: str, dir_name: str, offset: int,
+                       bare_tombstone: bool) -> bool:
+    """Whether a record a verify found is a bare tombstone the request (its ledger ``row``)
+    asked to leave at this place (``key``)."""
+    if not bare_tombstone:
+        return False
+    left = _places(row).get(key, {}).get("tombstones_left")
+    if left is None:
+        left = json.loads(row.get("tombstones_left") or "[]")
+    return any(t["dir"] == dir_name and t["offset"] == offset for t in left)

@@ -1,0 +1,192 @@
+"""Delta Lake inside Spark (delta-spark): the jars every session of the tool loads and the
+settings that make the ledger and the run history ``spark.read.format("delta")`` tables.
+
+The jars come from Maven Central once, at set-up (``python -m compactor.tools.jars``, which
+``make`` runs: ``compactor/spark/pom.xml`` pins them); a session then puts them on its
+classpath from that folder, with no network. A state dir on S3 adds Hadoop's S3A connector
+(its own folder: the AWS SDK is 690 MB, so only sessions that need it load it).
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import sys
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+import pyspark
+
+from compactor.errors import SparkUnavailableError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.types import StructType
+
+#: the pinned releases (compactor/spark/pom.xml): delta-spark 4.4.x is built for Spark 4.2
+DELTA_VERSION = "4.4.0"
+#: Hadoop's S3A must be the release of pyspark's own Hadoop client (hadoop-client-api-3.5.0)
+HADOOP_VERSION = "3.5.0"
+#: the profiles of compactor/spark/pom.xml and their folder names
+PROFILES = {"delta": f"delta-{DELTA_VERSION}", "s3a": f"hadoop-aws-{HADOOP_VERSION}"}
+POM = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pom.xml")
+
+#: Delta's SQL extension (MERGE, DESCRIBE HISTORY, VERSION AS OF) and catalog; and the
+#: partitions delta-spark rebuilds a table's state in: 50 by default, for tables of many
+#: thousand files, where the state dir's tables hold a few (`compactor optimize`): with 2, an
+#: `erase apply` on a small log dir took 4.4 s instead of 7.2
+SESSION_CONF = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+    "spark.databricks.delta.snapshotPartitions": "2",
+}
+
+HOW_TO_FETCH = ("run `python -m compactor.tools.jars` once with access to Maven Central "
+                "(`make` does): it puts the pinned jars in that folder")
+
+
+def jars_home() -> str:
+    """Where the jars are: ``COMPACTOR_JARS_HOME``, else in the Python environment next to
+    its pyspark (``<prefix>/share/kafka-compactor``)."""
+    return os.environ.get("COMPACTOR_JARS_HOME") or os.path.join(
+        sys.prefix, "share", "kafka-compactor")
+
+
+def folder(profile: str) -> str:
+    return os.path.join(jars_home(), PROFILES[profile])
+
+
+def jars(profile: str = "delta") -> list[str]:
+    """The jars of ``profile``, sorted.
+
+    Raises:
+        SparkUnavailableError: they were never fetched.
+    """
+    found = sorted(glob.glob(os.path.join(folder(profile), "*.jar")))
+    if not found or not os.path.exists(os.path.join(folder(profile), ".fetched")):
+        raise SparkUnavailableError(
+            f"the {profile} jars are not installed in {folder(profile)}", remedy=HOW_TO_FETCH)
+    return found
+
+
+def session_conf(*, object_store: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The settings a session of the tool starts with: the jars on its classpath (the
+    driver's and, shipped by Spark, the executors'), Delta's extension and catalog, and with
+    ``object_store`` (:func:`s3a_conf`'s input) S3A for the state dir.
+
+    Raises:
+        SparkUnavailableError: the jars were never fetched.
+    """
+    paths = jars("delta") + (jars("s3a") if object_store is not None else [])
+    conf = {"spark.jars": ",".join(paths), **SESSION_CONF}
+    if object_store is not None:
+        conf.update(s3a_conf(object_store))
+    return conf
+
+
+def s3a_conf(options: Mapping[str, str]) -> dict[str, str]:
+    """Hadoop's S3A settings from the ``deltalake`` storage options of the state dir
+    (:func:`compactor.log.storage.delta_options`): the same endpoint and credentials, for
+    ``s3://`` paths too. Spark redacts the keys in its UI and logs
+    (``spark.redaction.regex``)."""
+    conf = {"spark.hadoop.fs.s3.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",
+            "spark.hadoop.fs.s3a.path.style.access": "true"}
+    pairs = {"AWS_ACCESS_KEY_ID": "access.key", "AWS_SECRET_ACCESS_KEY": "secret.key",
+             "AWS_SESSION_TOKEN": "session.token", "AWS_ENDPOINT_URL": "endpoint",
+             "AWS_REGION": "endpoint.region"}
+    for option, key in pairs.items():
+        if options.get(option):
+            conf[f"spark.hadoop.fs.s3a.{key}"] = options[option]
+    if options.get("AWS_SESSION_TOKEN"):
+        conf["spark.hadoop.fs.s3a.aws.credentials.provider"] = (
+            "org.apache.hadoop.fs.s3a.TemporaryAWSCredentialsProvider")
+    if options.get("AWS_ALLOW_HTTP") == "true":
+        conf["spark.hadoop.fs.s3a.connection.ssl.enabled"] = "false"
+    if options.get("AWS_VIRTUAL_HOSTED_STYLE_REQUEST") == "true":
+        conf["spark.hadoop.fs.s3a.path.style.access"] = "false"
+    return conf
+
+
+def submit_args() -> list[str]:
+    """spark-submit's arguments for a job of the tool: the jars (``--jars``, on the driver's
+    classpath at launch, which a session's own ``spark.jars`` is not under spark-submit) and
+    Delta's extension and catalog."""
+    args = ["--jars", ",".join(jars("delta"))]
+    for key, value in SESSION_CONF.items():
+        args += ["--conf", f"{key}={value}"]
+    return args
+
+
+
+def check_pyspark() -> None:
+    """delta-spark 4.4 is built for Spark 4.2 only."""
+    if not pyspark.__version__.startswith("4.2."):
+        raise SparkUnavailableError(
+            f"delta-spark {DELTA_VERSION} needs pyspark 4.2.x, this is {pyspark.__version__}",
+            remedy="install the pinned pyspark (pyproject.toml)")
+
+
+#: delta-spark's setting whose value a commit records as ``commitInfo.userMetadata``
+USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
+
+
+def require(spark: SparkSession) -> None:
+    """The session has Delta's extension (a session the tool started does; under a
+    spark-submit of one's own, :func:`submit_args` gives it).
+
+    Raises:
+        SparkUnavailableError: it has not.
+    """
+    if SESSION_CONF["spark.sql.extensions"] not in (
+            spark.conf.get("spark.sql.extensions", "") or ""):
+        raise SparkUnavailableError(
+            "this Spark session has no Delta Lake (spark.sql.extensions lacks "
+            f"{SESSION_CONF['spark.sql.extensions']}): the ledger and the run history are "
+            "read and written with delta-spark",
+            remedy="start the job with `spark-submit " + " ".join(submit_args_text()) + " ...` "
+                   "(python -m compactor.tools.jars prints the jar paths), or let the "
+                   "compactor command start its own session")
+
+
+def submit_args_text() -> list[str]:
+    """:func:`submit_args`, or its shape when the jars are not fetched yet."""
+    try:
+        return submit_args()
+    except SparkUnavailableError:
+        return ["--jars", f"{folder('delta')}/*.jar",
+                *(f"--conf {k}={v}" for k, v in SESSION_CONF.items())]
+
+
+def spark_schema(schema: pa.Schema) -> StructType:
+    """A Delta table's Arrow schema (``schemas.delta``) as Spark's."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return from_arrow_schema(schema)
+
+
+@contextmanager
+def commit_metadata(spark: SparkSession, meta: Mapping[str, str]) -> Iterator[None]:
+    """The block's delta-spark commits carry ``meta`` as their ``userMetadata`` (JSON), as
+    delta-rs commits carry it as commitInfo fields (``compactor.erasure.ledger.history``
+    reads both)."""
+    before = spark.conf.get(USER_METADATA, None)
+    spark.conf.set(USER_METADATA, json.dumps(dict(meta), sort_keys=True))
+    try:
+        yield
+    finally:
+        if before is None:
+            spark.conf.unset(USER_METADATA)
+        else:
+            spark.conf.set(USER_METADATA, before)
+
+
+def reach_object_store(spark: SparkSession, options: Mapping[str, str]) -> None:
+    """Give a running session (spark-submit's, a notebook's) S3A's settings for a state dir
+    on an object store (:func:`s3a_conf`), in its Hadoop configuration: file systems it
+    opens from now on use them. Its classpath must hold S3A (``--s3a`` jars)."""
+    hadoop = spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
+    for key, value in s3a_conf(options).items():
+        hadoop.set(key.removeprefix("spark.hadoop."), value)
