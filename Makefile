@@ -14,7 +14,7 @@ KAFKA_VERSION ?= 4.1.2
 export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYSPARK_PYTHON ?= $(abspath $(BIN)/python)
 
-.PHONY: venv kernels browser kafka demo test test-fast bench bench-compact dist clean
+.PHONY: venv jars jars-s3a kernels browser kafka demo test test-fast bench bench-compact dist clean
 
 venv: $(STAMP)
 
@@ -22,9 +22,22 @@ venv: $(STAMP)
 # not by every Spark Python worker side by side on first use; then the driver JVM's archive of
 # Spark's classes (AppCDS, made once per environment: a session starts in two thirds of the
 # time). Without the archive the commands work as before, so failing to make it stops nothing.
-kernels: venv
+kernels: jars
 	$(BIN)/python -c "from compactor.cleaner.fast import compile_kernels; compile_kernels()"
 	-$(BIN)/python -m compactor.tools.class_archive
+
+# Maven (Debian's package) resolves the pinned JVM jars (compactor/spark/pom.xml) once: every
+# Spark session of the tool loads delta-spark from that folder, without network.
+MVN = @command -v mvn >/dev/null || { $(SUDO) apt-get install -y -q maven \
+		|| { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q maven; }; }
+jars: venv
+	$(MVN)
+	$(BIN)/python -m compactor.tools.jars
+
+# and Hadoop's S3A with the AWS SDK (690 MB), for a state dir on S3 (the tests' S3 server)
+jars-s3a: venv
+	$(MVN)
+	$(BIN)/python -m compactor.tools.jars --s3a
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -73,17 +86,16 @@ KAFKA_HOME := $(VENV)/share/kafka-compactor
 kafka: $(foreach v,$(KAFKA_VERSION) $(KAFKA_NEWER),$(KAFKA_HOME)/kafka-$(v)/libs/.fetched)
 
 $(KAFKA_HOME)/kafka-%/libs/.fetched: tests/kafka/pom.xml
-	@command -v mvn >/dev/null || { $(SUDO) apt-get install -y -q maven \
-		|| { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q maven; }; }
+	$(MVN)
 	mvn -q -B -f tests/kafka/pom.xml -Dkafka.version=$* \
 		dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(abspath $(@D))
 	touch $@
 
 # Set up and run the whole test suite (slow end-to-end tests included).
-test: kernels browser kafka
+test: kernels jars-s3a browser kafka
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-test-fast: kernels browser kafka
+test-fast: kernels jars-s3a browser kafka
 	$(BIN)/python -m pytest -m 'not slow' $(PYTEST_ARGS)
 
 bench: venv

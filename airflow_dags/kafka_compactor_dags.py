@@ -222,6 +222,21 @@ def spark_conf() -> dict[str, str]:
     return {**conf, **{str(k): str(v) for k, v in (SETTINGS.get("spark_conf") or {}).items()}}
 
 
+def delta_jars() -> str:
+    """spark-submit's ``--jars``: delta-spark's jars, from the settings' ``delta_jars``
+    folder, else the one ``python -m compactor.tools.jars`` (``make``) filled in the
+    environment of the settings' ``python``. Empty when there is none: the job then fails
+    at once, saying how to fetch them."""
+    import glob
+
+    folder = SETTINGS.get("delta_jars")
+    if not folder and SETTINGS.get("python"):
+        prefix = os.path.dirname(os.path.dirname(SETTINGS["python"]))
+        found = sorted(glob.glob(os.path.join(prefix, "share", "kafka-compactor", "delta-*")))
+        folder = found[-1] if found else None
+    return ",".join(sorted(glob.glob(os.path.join(folder, "*.jar")))) if folder else ""
+
+
 def spark_job(task_id: str, job: str, args: list[str], **kwargs: Any) -> SparkSubmitOperator:
     """A task running ``jobs/<job>.py`` with ``args`` (its command line, templated)."""
     python = SETTINGS.get("python")
@@ -232,6 +247,7 @@ def spark_job(task_id: str, job: str, args: list[str], **kwargs: Any) -> SparkSu
         conn_id=SETTINGS.get("spark_conn_id", "spark_default"),
         spark_binary=SETTINGS.get("spark_binary", "spark-submit"),
         py_files=SETTINGS.get("py_files"),
+        jars=delta_jars() or None,
         conf=spark_conf(),
         env_vars={"PYSPARK_PYTHON": python} if python else None,
         name=f"kafka-compactor-{task_id}",

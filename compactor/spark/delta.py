@@ -111,13 +111,14 @@ def s3a_conf(options: Mapping[str, str]) -> dict[str, str]:
 
 
 def submit_args() -> list[str]:
-    """spark-submit's arguments for a job of the tool: the jars (``--jars``, on the driver's
-    classpath at launch, which a session's own ``spark.jars`` is not under spark-submit) and
-    Delta's extension and catalog."""
-    args = ["--jars", ",".join(jars("delta"))]
-    for key, value in SESSION_CONF.items():
-        args += ["--conf", f"{key}={value}"]
-    return args
+    """spark-submit's ``--jars`` for a job of the tool: on the driver's classpath at launch,
+    which a session's own ``spark.jars`` is not under spark-submit. (The job's session sets
+    Delta's extension and catalog itself, :func:`compactor.spark.session.get_spark`.)
+
+    Raises:
+        SparkUnavailableError: the jars were never fetched.
+    """
+    return ["--jars", ",".join(jars("delta"))]
 
 
 
@@ -146,18 +147,9 @@ def require(spark: SparkSession) -> None:
             "this Spark session has no Delta Lake (spark.sql.extensions lacks "
             f"{SESSION_CONF['spark.sql.extensions']}): the ledger and the run history are "
             "read and written with delta-spark",
-            remedy="start the job with `spark-submit " + " ".join(submit_args_text()) + " ...` "
-                   "(python -m compactor.tools.jars prints the jar paths), or let the "
-                   "compactor command start its own session")
-
-
-def submit_args_text() -> list[str]:
-    """:func:`submit_args`, or its shape when the jars are not fetched yet."""
-    try:
-        return submit_args()
-    except SparkUnavailableError:
-        return ["--jars", f"{folder('delta')}/*.jar",
-                *(f"--conf {k}={v}" for k, v in SESSION_CONF.items())]
+            remedy="give spark-submit delta-spark's jars: spark-submit --jars \"$(python -m "
+                   "compactor.tools.jars --print)\" jobs/...; in a session of your own, also "
+                   + " ".join(f"--conf {k}={v}" for k, v in SESSION_CONF.items()))
 
 
 def spark_schema(schema: pa.Schema) -> StructType:

@@ -132,8 +132,10 @@ def get_spark(master: str | None, app_name: str = "kafka-compactor", *,
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = (builder.config("spark.sql.session.timeZone", "UTC")
                .config("spark.ui.showConsoleProgress", "false"))
-    if not submitted:
-        builder = builder.config(map=delta.session_conf(object_store=object_store))
+    # Delta's extension and catalog; the jars too, except under spark-submit, whose --jars
+    # alone reach the driver's classpath (delta.submit_args)
+    builder = builder.config(map=delta.SESSION_CONF if submitted
+                             else delta.session_conf(object_store=object_store))
     try:
         if not submitted:
             _launch_gateway(builder._options)
@@ -142,6 +144,8 @@ def get_spark(master: str | None, app_name: str = "kafka-compactor", *,
         raise SparkUnavailableError(f"Spark cannot start: {err}") from err
     if submitted and not _verbose:  # spark-submit's log4j config is the cluster's: WARN here
         session.sparkContext.setLogLevel("WARN")
+    if submitted and object_store is not None:
+        delta.reach_object_store(session, object_store)
     return session
 
 

@@ -1,7 +1,12 @@
 """Fetch the JVM jars Spark sessions of the tool load (delta-spark; Hadoop's S3A with
 ``--s3a``) from Maven Central into this installation, once.
 
-Usage: python -m compactor.tools.jars [--s3a] [--force]
+Usage: python -m compactor.tools.jars [--s3a] [--force] [--print]
+
+``--print`` prints the delta-spark jars as spark-submit's ``--jars`` wants them (comma
+separated), fetching them first when needed:
+
+    spark-submit --jars "$(python -m compactor.tools.jars --print)" jobs/erase.py apply ...
 
 Maven resolves ``compactor/spark/pom.xml`` (pinned versions; what pyspark ships is excluded)
 and copies the runtime jars into ``<prefix>/share/kafka-compactor/<profile>-<version>``
@@ -58,6 +63,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="also Hadoop's S3A connector and the AWS SDK (690 MB), for a state "
                          "dir on S3")
     ap.add_argument("--force", action="store_true", help="fetch again")
+    ap.add_argument("--print", action="store_true", dest="print_jars",
+                    help="print the delta-spark jars, comma separated, for spark-submit --jars")
     args = ap.parse_args(argv)
     for profile in ("delta", "s3a") if args.s3a else ("delta",):
         try:
@@ -65,7 +72,10 @@ def main(argv: list[str] | None = None) -> int:
         except (RuntimeError, OSError, subprocess.TimeoutExpired) as err:
             print(f"jars: {profile}: {err}", file=sys.stderr)
             return 1
-        print(f"jars: {profile}: {out} ({len(os.listdir(out)) - 1} jars)")
+        if not args.print_jars:
+            print(f"jars: {profile}: {out} ({len(os.listdir(out)) - 1} jars)")
+    if args.print_jars:
+        print(",".join(delta.jars("delta")))
     return 0
 
 

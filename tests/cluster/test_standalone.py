@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from compactor.spark import delta
 from compactor.tools import local_cluster
 from compactor.cli import main as cli_main
 from compactor.tools.dist import build
@@ -42,7 +43,9 @@ def standalone(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-unt
 
 def _submit(master: str, py_files: str | None, *args: str) -> dict:
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
-    cmd = [str(Path(sys.executable).parent / "spark-submit"), "--master", master]
+    # delta-spark's jars reach the driver's classpath only through spark-submit's --jars
+    cmd = [str(Path(sys.executable).parent / "spark-submit"), "--master", master,
+           *delta.submit_args()]
     if py_files:
         cmd += ["--py-files", py_files]
     proc = subprocess.run([*cmd, *args], capture_output=True, text=True, env=env, check=False,
@@ -80,6 +83,14 @@ def test_compaction_and_erasure_on_a_cluster_equal_local_mode(
                    "--state-dir", str(local) + "-state", *erase[1:])
     assert remote["requests"][0]["records_erased"] == here["requests"][0]["records_erased"] > 0
     assert tree_digest(on_cluster) == tree_digest(local)
+    # the cluster's executors read the ledger and the driver MERGEd the outcome with
+    # delta-spark: the table's own log says so, and delta-rs reads the result
+    from deltalake import DeltaTable
+
+    table = DeltaTable(str(on_cluster) + "-state/erasure_requests")
+    merge = table.history(1)[0]
+    assert merge["operation"] == "MERGE" and "Delta-Lake/4.4.0" in merge["engineInfo"]
+    assert table.to_pyarrow_table().to_pylist()[0]["status"] == "applied"
     for pdir in on_cluster.glob("accounts-*"):
         assert not any(r.key == subject for r in records_of(segment_bytes(pdir)).values())
 
