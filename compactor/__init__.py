@@ -12,9 +12,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from compactor.api import Result, compact, erase, plan, retain, run
+    from compactor.api import Result, compact, erase, plan, retain, run, spark_session
 
-__all__ = ["Result", "compact", "erase", "plan", "retain", "run"]
+__all__ = ["Result", "compact", "erase", "plan", "retain", "run", "spark_session"]
 
 
 def _installed_version() -> str:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import pandas
+    from pyspark.sql import SparkSession
 
     from compactor.maintenance.options import MaintenanceOptions
 
@@ -206,3 +207,28 @@ def erase(action: str, log_dir: str, state_dir: str, *, now_ms: int | None = Non
         assume_kafka_defaults=assume_kafka_defaults)
     return Result(report["command"], report, erasure.summary(report),
                   erasure.report_exit_code(report))
+
+
+def spark_session(master: str | None = None, *, state_dir: str | None = None) -> SparkSession:
+    """A Spark session with delta-spark, as the commands start theirs (the active one when
+    there is one): for reading the state dir's tables from a notebook or script::
+
+        spark = compactor.spark_session()
+        spark.read.format("delta").load("/var/lib/kafka-compactor/erasure_requests")
+
+    ``state_dir`` on S3 gives the session Hadoop's S3A with the endpoint and credentials the
+    commands use (its jars: ``python -m compactor.tools.jars --s3a``).
+
+    Raises:
+        SparkUnavailableError: no Java, or the jars were never fetched.
+    """
+    from compactor.log import storage
+    from compactor.spark.session import get_spark
+
+    options = storage.delta_options(state_dir) if state_dir else None
+    spark = get_spark(master, object_store=options)
+    if options is not None:
+        from compactor.spark import delta
+
+        delta.reach_object_store(spark, options)
+    return spark

@@ -67,4 +67,7 @@ RUNS = pa.schema([
     pa.field("records_erased", pa.int64()),
     pa.field("seconds", pa.float64()),
     pa.field("report_json", pa.string(), nullable=False),  # the partition's JSON report line
+    # added later: disk space the step freed (compaction and erasure: bytes in - bytes out;
+    # retention: the deleted segments' bytes)
+    pa.field("bytes_reclaimed", pa.int64()),
 ])

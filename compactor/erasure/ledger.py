@@ -532,8 +532,20 @@ def record_runs(state_dir: str, *, run_id: str, command: str, log_dir: str, now_
             "records_erased": line.get("records_erased"),
             "seconds": line.get("seconds", seconds),
             "report_json": _json(line),
+            "bytes_reclaimed": _reclaimed(line),
         })
     append_runs(state_dir, rows, spark=spark)
+
+
+def _reclaimed(line: Mapping[str, Any]) -> int | None:
+    """The disk space a partition's step freed: bytes in - bytes out of a rewrite, the
+    deleted segments' bytes of retention."""
+    if line.get("bytes_in") is not None and line.get("bytes_out") is not None:
+        return int(line["bytes_in"]) - int(line["bytes_out"])
+    deleted = line.get("deleted_by_reason")
+    if isinstance(deleted, Mapping):
+        return sum(int(v.get("bytes") or 0) for v in deleted.values())
+    return None
 
 
 def new_run_id(command: str, now_ms: int) -> str:

@@ -11,7 +11,7 @@ from compactor.erasure import ledger
 from compactor.errors import ConfigError
 
 _SUMMED = ("records_in", "records_out", "bytes_in", "bytes_out", "segments_deleted",
-           "records_erased")
+           "records_erased", "bytes_reclaimed")
 
 
 def summarize(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:

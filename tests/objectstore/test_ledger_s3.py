@@ -1,6 +1,7 @@
 """The erasure ledger's Delta tables on S3: concurrent writers from separate processes commit
-one at a time (delta-rs writes each commit with ``If-None-Match: *``, ``conditional_put=etag``):
-a loser gets a clear LEDGER_ERROR, nothing is lost or doubled, and rerunning it succeeds."""
+one at a time: each waits for the state dir's writer lease (and delta-rs writes each commit
+with ``If-None-Match: *``, ``conditional_put=etag``, besides). Should a commit still be refused,
+the loser gets a clear LEDGER_ERROR, nothing is lost or doubled, and rerunning it succeeds."""
 
 from __future__ import annotations
 
