@@ -168,6 +168,13 @@ ERASURE_SCAN = _schema(
     ("error", StringType(), True),
 )
 
+# The Bloom filter of one partition of the pending requests' digests (compactor.erasure.sketch).
+DIGEST_FILTER = _schema(
+    ("packed", BinaryType(), False),
+    ("bits", LongType(), False),
+    ("hashes", IntegerType(), False),
+)
+
 # What an erase apply or verify makes of one ledger request (compactor.erasure.outcomes),
 # computed on the executors: "update" rows carry the request's new columns (MERGEd into the
 # ledger where the request is still in expected_status); "blocked", "unverified" and

@@ -478,7 +478,8 @@ def perform(opts: MaintenanceOptions, *, master: str | None,
         ledger.check_state_dir(state_dir, opts.log_dir)
     catalog = load_catalog(opts)  # config errors before Spark starts
     started = int(time.time() * 1000)
-    session = LazySession(master, object_store=state_store(state_dir))
+    session = LazySession(master, object_store=state_store(state_dir),
+                          delta_tables=bool(state_dir))
     with storage.log_dir_lock(opts.log_dir):  # a held lock before Spark starts too
         report = run_locked(session, opts, catalog)
     result = report.to_dict()

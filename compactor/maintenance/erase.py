@@ -114,12 +114,12 @@ class _Scan:
 
 
 def _scan(session: SparkSession, parts: Mapping[int, PartitionLog], dirs: Mapping[int, _Dir],
-          requests: DataFrame, header_names: frozenset[str]) -> _Scan:
+          requests: DataFrame, pending: ledger.PendingSummary) -> _Scan:
     out = _Scan(matches={i: [] for i in parts}, segments={i: 0 for i in parts},
                 records={i: 0 for i in parts})
     topics = {i: dirs[i].tp.topic for i in parts}
     segments, matches = spark_stages.erasure_matches(session, parts, topics, requests,
-                                                     header_names)
+                                                     pending.header_names, pending.count)
     for r in segments:
         if r.error:
             out.errors.setdefault(r.tp_id, json.loads(r.error))
@@ -301,7 +301,7 @@ def _refused(dirs: Mapping[int, _Dir], catalog: Catalog) -> dict[int, dict[str, 
 
 
 def _session(spark: SparkSession | None, master: str | None, state_dir: str) -> LazySession:
-    return LazySession(master, spark, object_store=state_store(state_dir))
+    return LazySession(master, spark, object_store=state_store(state_dir), delta_tables=True)
 
 
 def apply(spark: SparkSession | None, log_dir: str, state_dir: str, now_ms: int, *,
@@ -341,7 +341,7 @@ def apply(spark: SparkSession | None, log_dir: str, state_dir: str, now_ms: int,
         requests = ledger.requests_frame(session(spark_stages.input_bytes(parts)), state_dir,
                                          APPLICABLE, version=pending.version,
                                          not_applied_at=here)
-        found = _scan(session(), parts, dirs, requests, pending.header_names)
+        found = _scan(session(), parts, dirs, requests, pending)
         errors.update(found.errors)
         plan = _plan_erasure(session, dirs, parts, found, catalog.configs)
         errors.update({i: e for i, e in found.errors.items() if i not in errors})
@@ -545,7 +545,7 @@ def verify(spark: SparkSession | None, log_dir: str, state_dir: str, now_ms: int
         parts = {i: p for i, p in parts.items() if i not in refused}
         requests = ledger.requests_frame(session(spark_stages.input_bytes(parts)), state_dir,
                                          VERIFIABLE, version=pending.version)
-        found = _scan(session(), parts, dirs, requests, pending.header_names)
+        found = _scan(session(), parts, dirs, requests, pending)
     errors.update(found.errors)
     errors.update(refused)  # an unknown policy proves nothing: the request stays applied
 

@@ -41,7 +41,8 @@ def perform(opts: MaintenanceOptions, *, master: str | None, allow_aggressive: b
     started = int(time.time() * 1000)
     compacting = any(cfg.compact and cfg.configured for t, cfg in catalog.configs.items()
                      if opts.selects(t))
-    session = LazySession(master, object_store=state_store(state_dir))
+    session = LazySession(master, object_store=state_store(state_dir),
+                          delta_tables=bool(state_dir) and not opts.dry_run)
     with storage.log_dir_lock(opts.log_dir):
         round_report = (compact.run_locked(session, opts, catalog) if compacting else None)
         retention = retain.retain_locked(opts.log_dir, catalog, opts.now_ms,

@@ -34,14 +34,17 @@ HADOOP_VERSION = "3.5.0"
 PROFILES = {"delta": f"delta-{DELTA_VERSION}", "s3a": f"hadoop-aws-{HADOOP_VERSION}"}
 POM = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pom.xml")
 
-#: Delta's SQL extension (MERGE, DESCRIBE HISTORY, VERSION AS OF) and catalog; and the
+#: Delta's SQL extension (MERGE, DESCRIBE HISTORY, VERSION AS OF) and catalog; the
 #: partitions delta-spark rebuilds a table's state in: 50 by default, for tables of many
 #: thousand files, where the state dir's tables hold a few (`compactor optimize`): with 2, an
-#: `erase apply` on a small log dir took 4.4 s instead of 7.2
+#: `erase apply` on a small log dir took 4.4 s instead of 7.2; and no per-commit checksum file
+#: (`_delta_log/N.crc`, optional in the protocol, which delta-rs does not write): computing
+#: it rebuilds the table's state after every commit
 SESSION_CONF = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
     "spark.databricks.delta.snapshotPartitions": "2",
+    "spark.databricks.delta.writeChecksumFile.enabled": "false",
 }
 
 HOW_TO_FETCH = ("run `python -m compactor.tools.jars` once with access to Maven Central "
@@ -135,21 +138,26 @@ USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
 
 
 def require(spark: SparkSession) -> None:
-    """The session has Delta's extension (a session the tool started does; under a
-    spark-submit of one's own, :func:`submit_args` gives it).
+    """The session has Delta's extension, loaded (a session the tool started does; under
+    spark-submit its ``--jars`` must bring the classes: :func:`submit_args`).
 
     Raises:
         SparkUnavailableError: it has not.
     """
-    if SESSION_CONF["spark.sql.extensions"] not in (
-            spark.conf.get("spark.sql.extensions", "") or ""):
-        raise SparkUnavailableError(
-            "this Spark session has no Delta Lake (spark.sql.extensions lacks "
-            f"{SESSION_CONF['spark.sql.extensions']}): the ledger and the run history are "
-            "read and written with delta-spark",
-            remedy="give spark-submit delta-spark's jars: spark-submit --jars \"$(python -m "
-                   "compactor.tools.jars --print)\" jobs/...; in a session of your own, also "
-                   + " ".join(f"--conf {k}={v}" for k, v in SESSION_CONF.items()))
+    extension = SESSION_CONF["spark.sql.extensions"]
+    configured = extension in (spark.conf.get("spark.sql.extensions", "") or "")
+    jvm = spark.sparkContext._jvm  # type: ignore[attr-defined]
+    if configured and jvm.org.apache.spark.util.Utils.classIsLoadable(extension):
+        return
+    raise SparkUnavailableError(
+        "this Spark session has no Delta Lake ("
+        + ("its classpath lacks delta-spark's jars" if configured else
+           f"spark.sql.extensions lacks {extension}")
+        + "): the ledger and the run history are read and written with delta-spark; "
+          "nothing was changed",
+        remedy="give spark-submit delta-spark's jars: spark-submit --jars \"$(python -m "
+               "compactor.tools.jars --print)\" jobs/...; in a session of your own, also "
+               + " ".join(f"--conf {k}={v}" for k, v in SESSION_CONF.items()))
 
 
 def spark_schema(schema: pa.Schema) -> StructType:

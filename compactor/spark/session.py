@@ -194,13 +194,17 @@ class LazySession:
     no request is pending, or the selection is empty)."""
 
     def __init__(self, master: str | None = None, existing: SparkSession | None = None, *,
-                 object_store: Mapping[str, str] | None = None) -> None:
+                 object_store: Mapping[str, str] | None = None,
+                 delta_tables: bool = False) -> None:
         """``object_store``: a new session also reaches a state dir there
-        (:func:`get_spark`)."""
+        (:func:`get_spark`). ``delta_tables``: the work records in the state dir's tables
+        through this session, so a session without Delta is refused when it starts, before
+        the work changes anything (:func:`compactor.spark.delta.require`)."""
         self._master, self._session = master, existing
         self._object_store = object_store
-        if existing is not None and object_store is not None:
-            delta.reach_object_store(existing, object_store)
+        self._delta_tables = delta_tables
+        if existing is not None:
+            self._ready(existing)
         #: seconds of ``session_start`` (JVM and SparkContext) and ``worker_start`` (the
         #: executors' Python workers) when this object started the session, for the report
         self.startup_s: dict[str, float] = {}
@@ -223,14 +227,21 @@ class LazySession:
                 self._session = get_spark(self._master, short_round=input_bytes is not None
                                           and input_bytes <= SHORT_ROUND_BYTES,
                                           object_store=self._object_store)
-                if not fresh and self._object_store is not None:
-                    delta.reach_object_store(self._session, self._object_store)
+                self._ready(self._session)
                 if fresh:
                     ready = time.perf_counter()
                     self.startup_s["session_start"] = ready - started
                     _start_workers(self._session)
                     self.startup_s["worker_start"] = time.perf_counter() - ready
         return self._session
+
+    def _ready(self, session: SparkSession) -> None:
+        """A session the tool did not start (spark-submit's, a notebook's, the tests'): with
+        Delta when the work needs it, reaching the state dir's object store."""
+        if self._delta_tables:
+            delta.require(session)
+        if self._object_store is not None:
+            delta.reach_object_store(session, self._object_store)
 
     @property
     def started(self) -> SparkSession | None:

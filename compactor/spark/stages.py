@@ -18,6 +18,7 @@ from pyspark.sql import functions as F
 
 from compactor.cleaner.policy import BatchHeader, CleaningPlan, PartitionInput
 from compactor.config import TopicConfig
+from compactor.erasure.sketch import DigestFilter
 from compactor.model import CommitMessage, SegmentInfo
 from compactor.spark import transforms
 from compactor.spark.progress import spark_step
@@ -255,18 +256,21 @@ def scan_and_plan(spark: SparkSession, inputs: Mapping[int, PartitionInput]
 
 def erasure_matches(spark: SparkSession, parts: Mapping[int, HasSegments],
                     topics: Mapping[int, str], requests: DataFrame,
-                    header_names: frozenset[str]) -> tuple[list[Row], list[Row]]:
+                    header_names: frozenset[str], subjects: int) -> tuple[list[Row], list[Row]]:
     """Every segment of the partitions scanned, and its records matched against the ledger's
     ``requests`` (a DataFrame of request rows with a binary ``digest`` column) by a join on
     the SHA-256 digest inside Spark: no subject is collected to the driver or shipped in a
-    task. Returns one row per segment (tp_id, segment_base, batches, records, error) and one
-    per matched record and request (the request's selector, tombstone choice, status, places
-    and tombstones left come with it).
+    task. The scan sends to the join only the records a Bloom filter of the requests'
+    digests may hold (:mod:`compactor.erasure.sketch`, built on the executors and
+    broadcast). Returns one row per segment (tp_id, segment_base, batches, records, error)
+    and one per matched record and request (the request's selector, tombstone choice,
+    status, places and tombstones left come with it).
 
     Args:
         topics: the topic of each partition id of ``parts``.
         header_names: the header names some request matches on (the scan digests only
             those headers' values).
+        subjects: how many requests ``requests`` holds (the filter's size).
     """
     if not any(p.segments for p in parts.values()):
         return [], []
@@ -275,7 +279,9 @@ def erasure_matches(spark: SparkSession, parts: Mapping[int, HasSegments],
     from compactor.erasure.rules import ALL_TOPICS, is_internal_topic
 
     with spark_step(spark, "erase_scan", total_bytes=input_bytes(parts)):
-        scanned = (segment_tasks(spark, parts).transform(transforms.scan_erasure(header_names))
+        sketch = spark.sparkContext.broadcast(digest_filter(requests, subjects))
+        scanned = (segment_tasks(spark, parts)
+                   .transform(transforms.scan_erasure(header_names, sketch))
                    .persist(StorageLevel.MEMORY_AND_DISK))
         try:
             segments = (scanned.where(F.col("kind") == "segment")
@@ -298,7 +304,16 @@ def erasure_matches(spark: SparkSession, parts: Mapping[int, HasSegments],
                 "r.status", "r.places", "r.tombstones_left").collect()
         finally:
             scanned.unpersist()
+            sketch.destroy()
     return segments, matches
+
+
+def digest_filter(requests: DataFrame, subjects: int) -> DigestFilter:
+    """The Bloom filter of the ``digest`` column of ``requests``: one per partition on the
+    executors, merged by OR in a tree (the driver receives one filter, never the digests)."""
+    return (requests.select("digest").transform(transforms.digest_filters(subjects)).rdd
+            .map(lambda row: DigestFilter(bytes(row.packed), row.bits, row.hashes))
+            .treeReduce(DigestFilter.union))
 
 
 def request_outcomes(spark: SparkSession, requests: DataFrame,

@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+from pyspark import Broadcast
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
@@ -48,6 +49,7 @@ from compactor.cleaner.policy import (
     CleaningPlan,
     PartitionInput,
 )
+from compactor.erasure.sketch import DigestFilter
 from compactor.cleaner.scan import (
     BatchFlags,
     batch_flags,
@@ -66,6 +68,7 @@ from schemas.spark import (
     BATCH_HEADER,
     COMMIT_MESSAGE,
     DECISION,
+    DIGEST_FILTER,
     ERASURE_SCAN,
     REQUEST_OUTCOME,
     KEY_OFFSET,
@@ -82,6 +85,7 @@ _HEADER_ARROW = to_arrow_schema(BATCH_HEADER)
 _ERASURE_ARROW = to_arrow_schema(ERASURE_SCAN)
 _KEY_OFFSET_ARROW = to_arrow_schema(KEY_OFFSET)
 _OUTCOME_ARROW = to_arrow_schema(REQUEST_OUTCOME)
+_FILTER_ARROW = to_arrow_schema(DIGEST_FILTER)
 _COMMIT_ARROW = to_arrow_schema(COMMIT_MESSAGE)
 _KEYED_ARROW = to_arrow_schema(KEYED_RECORD)
 _PLAN_ARROW = to_arrow_schema(PLAN)
@@ -446,13 +450,15 @@ def message_from_row(r: object) -> CommitMessage:
 # hold some
 
 
-def scan_erasure(header_names: frozenset[str]) -> Transform:
+def scan_erasure(header_names: frozenset[str], sketch: Broadcast[DigestFilter]) -> Transform:
     """Segment tasks (``SEGMENT_TASK``) -> ``ERASURE_SCAN`` rows: one per digest a record can
     be matched by (:func:`compactor.cleaner.scan.subject_digests`; the headers named in
-    ``header_names`` only) and one summary per segment (batches and records scanned, or the
-    error)."""
+    ``header_names`` only) that the requests' Bloom filter ``sketch`` may hold, and one
+    summary per segment (batches and records scanned, or the error)."""
 
     def scan(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        wanted = sketch.value
+        table = wanted.table()
         for tasks in batches:
             for tp_id, base, path, next_base in zip(
                     *(tasks.column(i).to_pylist() for i in range(4)), strict=True):
@@ -469,20 +475,38 @@ def scan_erasure(header_names: frozenset[str]) -> Transform:
                     [{"tp_id": tp_id, "segment_base": base, "kind": "segment",
                       "batches": found.batches, "records": found.records}],
                     schema=_ERASURE_ARROW)
-                n = len(found.offset)
+                keep = np.flatnonzero(wanted.might_contain(found.digest, table)).tolist()
+                n = len(keep)
                 if n:
+                    pick = lambda values: [values[i] for i in keep]  # noqa: E731
                     yield pa.RecordBatch.from_arrays([
                         pa.array([tp_id] * n, pa.int32()), pa.array([base] * n, pa.int64()),
-                        pa.array(found.kind, pa.string()),
-                        pa.array(found.position, pa.int64()),
-                        pa.array(found.offset, pa.int64()), pa.array(found.name, pa.string()),
-                        pa.array(found.digest, pa.binary()),
-                        pa.array(found.key_digest, pa.binary()),
-                        pa.array(found.bare_tombstone, pa.bool_()),
+                        pa.array(pick(found.kind), pa.string()),
+                        pa.array(pick(found.position), pa.int64()),
+                        pa.array(pick(found.offset), pa.int64()),
+                        pa.array(pick(found.name), pa.string()),
+                        pa.array(pick(found.digest), pa.binary()),
+                        pa.array(pick(found.key_digest), pa.binary()),
+                        pa.array(pick(found.bare_tombstone), pa.bool_()),
                         pa.nulls(n, pa.int64()), pa.nulls(n, pa.int64()),
                         pa.nulls(n, pa.string())], schema=_ERASURE_ARROW)
 
     return lambda tasks: tasks.mapInArrow(storage.portable(scan), ERASURE_SCAN)
+
+
+def digest_filters(subjects: int) -> Transform:
+    """Rows with a 32-byte ``digest`` -> one row per partition: the Bloom filter of its
+    digests (:class:`compactor.erasure.sketch.DigestFilter`, sized for ``subjects``)."""
+
+    def build(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        found = DigestFilter.empty(subjects)
+        for batch in batches:
+            found = found.adding([d for d in batch.column(0).to_pylist() if d is not None])
+        yield pa.RecordBatch.from_pylist(
+            [{"packed": found.packed, "bits": found.bits, "hashes": found.hashes}],
+            schema=_FILTER_ARROW)
+
+    return lambda digests: digests.mapInArrow(build, DIGEST_FILTER)
 
 
 def request_outcomes(outcome: Callable[[Mapping[str, Any]], Mapping[str, Any]]) -> Transform:

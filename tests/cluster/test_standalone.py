@@ -41,17 +41,40 @@ def standalone(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-unt
         assert local_cluster.load(state) is None
 
 
-def _submit(master: str, py_files: str | None, *args: str) -> dict:
+def _run_submit(master: str, py_files: str | None, *args: str,
+                jars: bool = True) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
     # delta-spark's jars reach the driver's classpath only through spark-submit's --jars
     cmd = [str(Path(sys.executable).parent / "spark-submit"), "--master", master,
-           *delta.submit_args()]
+           *(delta.submit_args() if jars else [])]
     if py_files:
         cmd += ["--py-files", py_files]
-    proc = subprocess.run([*cmd, *args], capture_output=True, text=True, env=env, check=False,
+    return subprocess.run([*cmd, *args], capture_output=True, text=True, env=env, check=False,
                           cwd=str(REPO))
+
+
+def _submit(master: str, py_files: str | None, *args: str) -> dict:
+    proc = _run_submit(master, py_files, *args)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.splitlines()[0])
+
+
+def test_a_job_without_deltas_jars_stops_before_it_changes_anything(tmp_path: Path) -> None:
+    """Under spark-submit only --jars reaches the driver's classpath: a compaction that would
+    record in the state dir refuses to start its work without delta-spark, instead of
+    rewriting the log and then failing to record it."""
+    logs = tmp_path / "logs"
+    generate(str(logs), GEN)
+    before = tree_digest(logs)
+    proc = _run_submit("local[1]", None, "jobs/compact.py", str(logs), "--now-ms", NOW,
+                       "--json", "--assume-kafka-defaults", "--state-dir",
+                       str(tmp_path / "state"), jars=False)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    error = json.loads(proc.stdout.splitlines()[0])
+    assert error["code"] == "SPARK_UNAVAILABLE" and "delta-spark's jars" in error["message"]
+    assert "compactor.tools.jars --print" in error["remedy"]
+    assert tree_digest(logs) == before
+    assert not (tmp_path / "state" / "runs").exists()
 
 
 def test_compaction_and_erasure_on_a_cluster_equal_local_mode(

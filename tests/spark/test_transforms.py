@@ -7,6 +7,7 @@ import dataclasses
 import hashlib
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
@@ -16,6 +17,7 @@ from pyspark import TaskContext
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from compactor.erasure.sketch import DigestFilter
 from compactor.model import SegmentInfo
 from compactor.spark import transforms
 from compactor.codec.records import ControlType
@@ -291,11 +293,10 @@ def _erasure_subject(partition: PartitionInput) -> bytes:
                 if not b.is_control for r in b.records() if r.key is not None)
 
 
-def test_scan_erasure_emits_every_records_digests(spark, partition: PartitionInput) -> None:
-    """The scan's rows against the records read by the codec's plain record iterator and
-    hashed here: one ``key`` row per keyed record, a segment row per segment."""
-    tasks = spark.createDataFrame(_tasks(partition), SEGMENT_TASK)
-    got = tasks.transform(transforms.scan_erasure(frozenset())).collect()
+def _key_rows(partition: PartitionInput, wanted: Callable[[bytes], bool]) -> list[tuple]:
+    """What the erasure scan should emit: the records read by the codec's plain record
+    iterator and hashed here, a segment row per segment and a ``key`` row per keyed record
+    whose key ``wanted`` says."""
     expected = []
     for s in partition.segments:
         batches = list(iter_batches(Path(s.log_path).read_bytes()))
@@ -305,10 +306,27 @@ def test_scan_erasure_emits_every_records_digests(spark, partition: PartitionInp
         expected += [(0, s.base_offset, "key", b.position, r.offset, None,
                       hashlib.sha256(r.key).digest(), hashlib.sha256(r.key).digest(),
                       r.value is None and not r.headers, None, None, None)
-                     for b, r in records if r.key is not None]
-    assert sum(row[2] == "key" for row in expected) > 10
-    assert_df_equality(spark.createDataFrame(got, ERASURE_SCAN),
-                       spark.createDataFrame(expected, ERASURE_SCAN), ignore_row_order=True)
+                     for b, r in records if r.key is not None and wanted(r.key)]
+    return expected
+
+
+def test_scan_erasure_emits_the_digests_the_requests_filter_may_hold(
+        spark, partition: PartitionInput) -> None:
+    """Every keyed record's digest when the filter holds every key; the subject's records
+    alone when it holds the subject alone (at this size no false positive is likely)."""
+    tasks = spark.createDataFrame(_tasks(partition), SEGMENT_TASK)
+    keys = {r.key for s in partition.segments
+            for b in iter_batches(Path(s.log_path).read_bytes()) if not b.is_control
+            for r in b.records() if r.key is not None}
+    subject = _erasure_subject(partition)
+    for wanted in (keys, {subject}):
+        sketch = spark.sparkContext.broadcast(DigestFilter.empty(len(wanted)).adding(
+            [hashlib.sha256(k).digest() for k in wanted]))
+        got = tasks.transform(transforms.scan_erasure(frozenset(), sketch)).collect()
+        expected = _key_rows(partition, lambda key: key in wanted)  # noqa: B023
+        assert sum(row[2] == "key" for row in expected) >= (10 if wanted is keys else 1)
+        assert_df_equality(spark.createDataFrame(got, ERASURE_SCAN),
+                           spark.createDataFrame(expected, ERASURE_SCAN), ignore_row_order=True)
 
 
 def _subject_records(seg: SegmentInfo, subject: bytes) -> list[tuple[int, int]]:

@@ -1,0 +1,216 @@
+"""Erasure benchmark: an ``erase apply`` round against many pending subjects, beside a
+compaction round over the same log dir, in one process and one Spark session.
+
+Usage: python bench/erase.py [--records 10000000] [--keys 1000000] [--subjects 1000000]
+           [--present 100] [--small-subjects 1000] [--master local[2]] [--data-dir DIR] [--json]
+
+The log dir is the compaction benchmark's (``bench/compact.py``: 10 M records, 1 M keys, 4
+partitions, 1.1 GB; cached in ``--data-dir``); the ledger holds ``--subjects`` pending key
+requests, of which ``--present`` name keys of the log (the others digests no record has), and
+is cached beside it. In one session (delta-spark, as the commands start theirs), each round on
+a fresh copy of the log dir (and of the ledger):
+
+1. a compaction round (cold: the session's first, it warms the JVM and the Python workers);
+2. the compaction round again, warm: **the baseline**;
+3. ``erase apply`` with ``--small-subjects`` pending requests (``--present`` of them in the
+   log): the erasure round's cost with few subjects;
+4. ``erase apply`` with ``--subjects`` pending requests.
+
+Prints each round's time and the driver's peak memory during it (its Python process and its
+JVM, sampled every 100 ms), the ratio erasure / compaction (target: 1.5 at most) and the
+driver's growth from few to many subjects (target: flat). ``--json`` ends with one JSON line:
+``compact_s``, ``erase_small_s``, ``erase_s``, ``ratio_erase_to_compact``,
+``driver_python_mib_small``, ``driver_python_mib``, ``driver_jvm_mib_small``,
+``driver_jvm_mib``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import compact as compact_bench  # noqa: E402  (bench/compact.py: the same log dir)
+
+from compactor.tools.generator import DEFAULT_START_MS  # noqa: E402
+
+
+class DriverMemory(threading.Thread):
+    """Peak resident memory of this process (the driver's Python) and of its JVM children,
+    sampled every 100 ms from /proc."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        self.stop = threading.Event()
+        self.python_kib = self.jvm_kib = 0
+
+    def run(self) -> None:
+        me = str(os.getpid())
+        while not self.stop.is_set():
+            jvm = 0
+            for pid in filter(str.isdigit, os.listdir("/proc")):
+                try:
+                    stat = Path(f"/proc/{pid}/stat").read_text().split()
+                    cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+                except OSError:
+                    continue
+                if stat[3] == me and b"java" in cmd.split(b"\0")[0]:
+                    jvm += compact_bench.MemorySampler._rss_kib(pid)
+            self.python_kib = max(self.python_kib, compact_bench.MemorySampler._rss_kib(me))
+            self.jvm_kib = max(self.jvm_kib, jvm)
+            self.stop.wait(0.1)
+
+
+def ledger_with(subjects: int, present: int, keys: int, cache_root: Path) -> Path:
+    """A state dir whose ledger holds ``subjects`` pending key requests on topic ``bench``,
+    ``present`` of them for keys the log has; made once."""
+    from compactor.erasure import ledger, rules
+
+    cache = cache_root / f"bench-erase-ledger-v1-{subjects}-{present}-{keys}"
+    if (cache / ".complete").exists():
+        return cache
+    shutil.rmtree(cache, ignore_errors=True)
+    started = time.perf_counter()
+    stride = max(1, keys // max(1, present))
+    digests = [hashlib.sha256(f"key-{i * stride:08d}".encode()).hexdigest()
+               for i in range(present)]
+    digests += [hashlib.sha256(f"absent-{i}".encode()).hexdigest()
+                for i in range(subjects - present)]
+    ledger.init(str(cache))
+    batch = 250_000
+    for start in range(0, len(digests), batch):
+        requests = rules.new_requests(
+            topic="bench", digests=digests[start:start + batch], selector="key",
+            header_name=None, reason="benchmark", now_ms=DEFAULT_START_MS, deadline_days=30,
+            request_id=None)
+        ledger.add_requests(str(cache), requests)
+    (cache / ".complete").write_text("")
+    print(f"ledger of {subjects:,} requests ({present} present) made in "
+          f"{time.perf_counter() - started:.1f} s: {cache}")
+    return cache
+
+
+def fresh_copy(source: Path, name: str) -> Path:
+    work = Path(tempfile.mkdtemp(prefix=f"bench-erase-{name}-")) / source.name
+    shutil.copytree(source, work, ignore=shutil.ignore_patterns(".complete"))
+    return work
+
+
+def timed(label: str, fn) -> tuple[float, DriverMemory, object]:  # type: ignore[no-untyped-def]
+    import gc
+
+    gc.collect()
+    sampler = DriverMemory()
+    sampler.start()
+    started = time.perf_counter()
+    result = fn()
+    seconds = time.perf_counter() - started
+    sampler.stop.set()
+    sampler.join()
+    print(f"{label}: {seconds:.1f} s; driver peak: Python {sampler.python_kib / 1024:.0f} MiB, "
+          f"JVM {sampler.jvm_kib / 1024:.0f} MiB")
+    return seconds, sampler, result
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--records", type=int, default=10_000_000)
+    ap.add_argument("--keys", type=int, default=1_000_000)
+    ap.add_argument("--subjects", type=int, default=1_000_000,
+                    help="pending requests of the big erasure round")
+    ap.add_argument("--small-subjects", type=int, default=1_000,
+                    help="pending requests of the small erasure round")
+    ap.add_argument("--present", type=int, default=100,
+                    help="requests naming keys the log has (the rest match nothing)")
+    ap.add_argument("--value-bytes", type=int, default=110)
+    ap.add_argument("--partitions", type=int, default=4)
+    ap.add_argument("--tombstone-ratio", type=float, default=0.2)
+    ap.add_argument("--segment-bytes", type=int, default=64 * 1024 * 1024)
+    ap.add_argument("--master", default="local[2]")
+    ap.add_argument("--data-dir", default=None, help="cache of the log dir and the ledgers")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    args.data_dir = args.data_dir or tempfile.gettempdir()
+
+    logs = compact_bench._cached(args)
+    root = Path(args.data_dir)
+    # made in a child process, so this one's memory is the driver's alone
+    import multiprocessing
+
+    for n in (args.small_subjects, args.subjects):
+        child = multiprocessing.get_context("spawn").Process(
+            target=ledger_with, args=(n, args.present, args.keys, root))
+        child.start()
+        child.join()
+        assert child.exitcode == 0, f"making the ledger of {n} subjects failed"
+    small = ledger_with(args.small_subjects, args.present, args.keys, root)
+    big = ledger_with(args.subjects, args.present, args.keys, root)
+
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from compactor.maintenance import erase
+    from compactor.maintenance.compact import run
+    from compactor.maintenance.options import MaintenanceOptions
+    from compactor.spark.session import get_spark
+
+    spark = get_spark(args.master, "bench-erase")
+    spark.sparkContext.setLogLevel("ERROR")
+    now_ms = DEFAULT_START_MS + args.records + 86_400_000
+
+    def compaction() -> float:
+        work = fresh_copy(logs, "compact")
+        seconds, memory, report = timed("compaction round", lambda: run(
+            spark, MaintenanceOptions(log_dir=str(work), now_ms=now_ms, fsync=True,
+                                      assume_kafka_defaults=True)))
+        assert report.exit_code == 0, report.exit_code  # type: ignore[attr-defined]
+        shutil.rmtree(work.parent)
+        return seconds
+
+    def erasure(state: Path, label: str) -> tuple[float, DriverMemory, dict]:
+        work = fresh_copy(logs, "erase")
+        ledger_copy = fresh_copy(state, "ledger")
+        seconds, memory, report = timed(label, lambda: erase.apply(
+            spark, str(work), str(ledger_copy), now_ms, assume_kafka_defaults=True))
+        shutil.rmtree(work.parent)
+        shutil.rmtree(ledger_copy.parent)
+        return seconds, memory, report  # type: ignore[return-value]
+
+    compaction()  # the session's first round: JVM and workers warm up
+    compact_s = compaction()
+    small_s, small_mem, small_report = erasure(
+        small, f"erase apply, {args.small_subjects:,} pending subjects")
+    erase_s, big_mem, big_report = erasure(big, f"erase apply, {args.subjects:,} pending subjects")
+    for report in (small_report, big_report):
+        erased = sum(p["records_erased"] for p in report["partitions"])
+        print(f"  {report['status']}: {erased:,} records erased, requests "
+              f"{report.get('requests_by_outcome')}")
+    ratio = erase_s / compact_s
+    print(f"erasure / compaction: {ratio:.2f} (target <= 1.5)")
+    print(f"driver Python peak: {small_mem.python_kib / 1024:.0f} MiB with "
+          f"{args.small_subjects:,} subjects, {big_mem.python_kib / 1024:.0f} MiB with "
+          f"{args.subjects:,}; JVM {small_mem.jvm_kib / 1024:.0f} / "
+          f"{big_mem.jvm_kib / 1024:.0f} MiB")
+    if args.json:
+        print(json.dumps({
+            "compact_s": round(compact_s, 2), "erase_small_s": round(small_s, 2),
+            "erase_s": round(erase_s, 2), "ratio_erase_to_compact": round(ratio, 2),
+            "driver_python_mib_small": round(small_mem.python_kib / 1024),
+            "driver_python_mib": round(big_mem.python_kib / 1024),
+            "driver_jvm_mib_small": round(small_mem.jvm_kib / 1024),
+            "driver_jvm_mib": round(big_mem.jvm_kib / 1024)}))
+    sys.stdout.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()
