@@ -30,12 +30,13 @@ REPO = Path(__file__).resolve().parents[1]
 PROJECT = ("compactor", "jobs", "schemas")
 
 PURE = ("compactor.codec", "compactor.cleaner", "compactor.retention", "compactor.erasure.rules",
+        "compactor.erasure.outcomes", "compactor.erasure.sketch",
         "compactor.cluster.metadata", "compactor.config", "compactor.model", "compactor.errors")
 FORBIDDEN_IN_PURE = ("compactor.log", "compactor.spark", "compactor.maintenance", "compactor.cli",
                      "compactor.erasure.ledger", "pyspark", "time", "datetime", "os", "shutil",
                      "pathlib", "io", "mmap", "fcntl", "deltalake")
 FILE_TOUCHERS = ("compactor.log.storage", "compactor.tools.local_cluster", "compactor.tools.dist",
-                 "compactor.tools.s3_server")
+                 "compactor.tools.s3_server", "compactor.tools.jars")
 SPARK_IMPORTERS = ("compactor.spark", "compactor.tools.local_cluster")
 EXECUTOR_ROOTS = ("compactor.spark.writer", "compactor.spark.transforms")
 DRIVER_ONLY = ("compactor.erasure.ledger", "compactor.log.swap")

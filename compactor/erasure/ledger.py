@@ -174,27 +174,42 @@ def _check_table(table: str) -> None:
         _check_data_file(storage.join(table, urllib.parse.unquote(rel)), size)
 
 
+#: data files found whole by this process, by (path, size, mtime): a Delta data file never
+#: changes once committed, so each is decoded once per process, not at every ledger call
+_checked: set[tuple[str, int, int]] = set()
+
+
 def _check_data_file(path: str, size: int) -> None:
     """A data file a commit adds: present, ``size`` bytes, Parquet's magic at both ends, a
-    footer that fits, and every row group decodable -- read here, on this thread, from bytes
-    in memory (ledger files are small), so that a damaged file is named before delta-rs or
-    Arrow's thread pool meets it."""
+    footer that fits, and every row group decodable -- read here, on this thread, batch by
+    batch (a ledger of a million requests is not held in memory at once), so that a damaged
+    file is named before delta-rs or Arrow's thread pool meets it. Once per file and process
+    (:data:`_checked`)."""
     import pyarrow.parquet as pq
 
     if not storage.exists(path):
         raise _damaged("a data file the table's log adds is missing", path)
-    raw = storage.read_bytes(path)
-    if size >= 0 and len(raw) != size:
-        raise _damaged(f"the data file is {len(raw)} bytes, the table's log says {size}", path)
-    footer = int.from_bytes(raw[-8:-4], "little") if len(raw) >= 12 else -1
-    if (raw[:4] != _PARQUET_MAGIC or raw[-4:] != _PARQUET_MAGIC
-            or not 0 <= footer <= len(raw) - 12):
+    found = storage.stat(path)
+    if (path, found.size, found.mtime_ms) in _checked:
+        return
+    actual = found.size
+    if size >= 0 and actual != size:
+        raise _damaged(f"the data file is {actual} bytes, the table's log says {size}", path)
+    head = storage.read_bytes(path, 0, min(4, actual))
+    tail = storage.read_bytes(path, max(0, actual - 8), actual)
+    footer = int.from_bytes(tail[:4], "little") if actual >= 12 else -1
+    if (head != _PARQUET_MAGIC or tail[-4:] != _PARQUET_MAGIC
+            or not 0 <= footer <= actual - 12):
         raise _damaged("the data file is not intact Parquet (its magic or footer is wrong)",
                        path)
     try:
-        pq.ParquetFile(pa.BufferReader(raw)).read(use_threads=False)
+        source = (pa.BufferReader(storage.read_bytes(path)) if storage.is_url(path)
+                  else pa.memory_map(path))
+        for _ in pq.ParquetFile(source).iter_batches(batch_size=65_536, use_threads=False):
+            pass
     except (pa.ArrowException, OSError, ValueError) as err:
         raise _damaged(f"the data file cannot be decoded: {first_line(err)}", path) from err
+    _checked.add((path, found.size, found.mtime_ms))
 
 
 # What marks a directory as a Kafka log dir (LogManager writes these at its root).
@@ -502,11 +517,8 @@ def append_runs(state_dir: str, rows: Iterable[Mapping[str, Any]], *,
         return
     from compactor.spark import delta
 
-    delta.require(spark)
-    frame = spark.createDataFrame(_rows_table(rows, RUNS))
-    (frame.write.format("delta").mode("append")
-     .option("userMetadata", json.dumps({"action": "append_runs"}))
-     .save(_table_path(state_dir, RUNS_TABLE)))
+    delta.append(spark, _table_path(state_dir, RUNS_TABLE), _rows_table(rows, RUNS),
+                 {"action": "append_runs"})
 
 
 def record_runs(state_dir: str, *, run_id: str, command: str, log_dir: str, now_ms: int,
@@ -669,20 +681,10 @@ def requests_frame(spark: SparkSession, state_dir: str, statuses: frozenset[str]
     """The request rows in ``statuses`` at table ``version`` (and not yet applied at the
     place ``not_applied_at``) as a Spark DataFrame read by delta-spark, with the subject's
     digest as 32 bytes (``digest``) for the join against the scanned records."""
-    from pyspark.sql import functions as F
-
     from compactor.spark import delta
 
-    delta.require(spark)
-    frame = (spark.read.format("delta").option("versionAsOf", version)
-             .load(_table_path(state_dir, ERASURE_REQUESTS_TABLE))
-             .where(F.col("status").isin(sorted(statuses))))
-    if not_applied_at:
-        places = F.from_json(F.coalesce(F.col("places"), F.lit("{}")),
-                             "map<string,map<string,string>>")
-        frame = frame.where(F.try_element_at(F.try_element_at(places, F.lit(not_applied_at)),
-                                             F.lit("applied_run_id")).isNull())
-    return frame.withColumn("digest", F.unhex("subject_sha256"))
+    return delta.read_requests(spark, _table_path(state_dir, ERASURE_REQUESTS_TABLE),
+                               statuses, version=version, not_applied_at=not_applied_at)
 
 
 @_ledger_errors("record erasure outcomes in the ledger", writes=True)
@@ -692,22 +694,10 @@ def merge_outcomes(state_dir: str, spark: SparkSession, outcomes: DataFrame,
     requests table with delta-spark, one commit whose ``userMetadata`` is ``meta``: each sets
     ``columns`` of its request where the request is still in the status it was computed from
     (a retry or cancel committed meanwhile is not overwritten). Returns the rows updated."""
-    from delta.tables import DeltaTable
-    from pyspark.sql import functions as F
-
     from compactor.spark import delta
 
-    delta.require(spark)
-    source = outcomes.where(F.col("outcome") == "update")
-    target = DeltaTable.forPath(spark, _table_path(state_dir, ERASURE_REQUESTS_TABLE))
-    with delta.commit_metadata(spark, meta):
-        result = (target.alias("t")
-                  .merge(source.alias("s"), "t.request_id = s.request_id "
-                                            "AND t.status = s.expected_status")
-                  .whenMatchedUpdate(set={c: F.col(f"s.{c}") for c in columns})
-                  .execute())
-    row = result.collect()[0].asDict() if result is not None else {}
-    return int(row.get("num_updated_rows", row.get("num_affected_rows", 0)) or 0)
+    return delta.merge_outcomes(spark, _table_path(state_dir, ERASURE_REQUESTS_TABLE),
+                                outcomes, columns, meta)
 
 
 @_ledger_errors("read the erasure request ledger")

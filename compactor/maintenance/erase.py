@@ -457,15 +457,7 @@ def _outcome_report(result: DataFrame, columns: Sequence[str]) -> tuple[
         dict[str, int], list[dict[str, Any]]]:
     """Counts of the outcomes (``update`` rows by their new status, the others by outcome)
     and the first :data:`REPORT_REQUESTS` rows by request id, with ``columns``."""
-    from pyspark.sql import functions as F
-
-    kind = F.when(F.col("outcome") == outcomes.UPDATE, F.col("status")).otherwise(
-        F.col("outcome"))
-    counts = {r["kind"]: r["n"] for r in result.groupBy(kind.alias("kind"))
-              .agg(F.count("*").alias("n")).collect()}
-    shown = [r.asDict() for r in result.select(*columns).orderBy("request_id")
-             .limit(REPORT_REQUESTS).collect()]
-    return counts, shown
+    return spark_stages.outcome_summary(result, columns, REPORT_REQUESTS)
 
 
 def _apply_entry(row: Mapping[str, Any]) -> dict[str, Any]:

@@ -9,11 +9,10 @@ classpath from that folder, with no network. A state dir on S3 adds Hadoop's S3A
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
@@ -21,9 +20,10 @@ import pyarrow as pa
 import pyspark
 
 from compactor.errors import SparkUnavailableError
+from compactor.log import storage
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
 #: the pinned releases (compactor/spark/pom.xml): delta-spark 4.4.x is built for Spark 4.2
@@ -68,8 +68,11 @@ def jars(profile: str = "delta") -> list[str]:
     Raises:
         SparkUnavailableError: they were never fetched.
     """
-    found = sorted(glob.glob(os.path.join(folder(profile), "*.jar")))
-    if not found or not os.path.exists(os.path.join(folder(profile), ".fetched")):
+    where = folder(profile)
+    fetched = storage.exists(storage.join(where, ".fetched"))
+    found = sorted(storage.join(where, n) for n in storage.list_dir(where)
+                   if n.endswith(".jar")) if fetched else []
+    if not found:
         raise SparkUnavailableError(
             f"the {profile} jars are not installed in {folder(profile)}", remedy=HOW_TO_FETCH)
     return found
@@ -190,3 +193,54 @@ def reach_object_store(spark: SparkSession, options: Mapping[str, str]) -> None:
     hadoop = spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
     for key, value in s3a_conf(options).items():
         hadoop.set(key.removeprefix("spark.hadoop."), value)
+
+
+# ---------------------------------------------------------------------------------------------
+# The state dir's tables in a session (compactor.erasure.ledger decides what; the lock, the
+# table's creation and its error handling are the ledger's)
+
+
+def append(spark: SparkSession, path: str, rows: pa.Table, meta: Mapping[str, str]) -> None:
+    """Append ``rows`` to the Delta table at ``path``: executors write the data files, the
+    driver commits, with ``meta`` as the commit's ``userMetadata``."""
+    require(spark)
+    (spark.createDataFrame(rows).write.format("delta").mode("append")
+     .option("userMetadata", json.dumps(dict(meta), sort_keys=True)).save(path))
+
+
+def read_requests(spark: SparkSession, path: str, statuses: frozenset[str], *, version: int,
+                  not_applied_at: str | None = None) -> DataFrame:
+    """The requests table's rows in ``statuses`` at ``version`` (and whose ``places`` have no
+    apply at the place ``not_applied_at``), with the subject's digest as 32 bytes
+    (``digest``)."""
+    from pyspark.sql import functions as F
+
+    require(spark)
+    frame = (spark.read.format("delta").option("versionAsOf", version).load(path)
+             .where(F.col("status").isin(sorted(statuses))))
+    if not_applied_at:
+        places = F.from_json(F.coalesce(F.col("places"), F.lit("{}")),
+                             "map<string,map<string,string>>")
+        frame = frame.where(F.try_element_at(F.try_element_at(places, F.lit(not_applied_at)),
+                                             F.lit("applied_run_id")).isNull())
+    return frame.withColumn("digest", F.unhex("subject_sha256"))
+
+
+def merge_outcomes(spark: SparkSession, path: str, outcomes: DataFrame, columns: Sequence[str],
+                   meta: Mapping[str, str]) -> int:
+    """MERGE the ``update`` rows of ``outcomes`` into the requests table at ``path``: set
+    ``columns`` where the request is still in ``expected_status``. Returns the rows
+    updated."""
+    from delta.tables import DeltaTable
+    from pyspark.sql import functions as F
+
+    require(spark)
+    source = outcomes.where(F.col("outcome") == "update")
+    with commit_metadata(spark, meta):
+        result = (DeltaTable.forPath(spark, path).alias("t")
+                  .merge(source.alias("s"), "t.request_id = s.request_id "
+                                            "AND t.status = s.expected_status")
+                  .whenMatchedUpdate(set={c: F.col(f"s.{c}") for c in columns})
+                  .execute())
+    row = result.collect()[0].asDict() if result is not None else {}
+    return int(row.get("num_updated_rows", row.get("num_affected_rows", 0)) or 0)

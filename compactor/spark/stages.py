@@ -308,6 +308,19 @@ def erasure_matches(spark: SparkSession, parts: Mapping[int, HasSegments],
     return segments, matches
 
 
+def outcome_summary(result: DataFrame, columns: Sequence[str], limit: int) -> tuple[
+        dict[str, int], list[dict[str, Any]]]:
+    """Of ``REQUEST_OUTCOME`` rows: how many ended in each status (an ``update``'s new
+    status; the others by their outcome), and the first ``limit`` rows by request id with
+    ``columns`` (the driver holds these, never all the requests)."""
+    kind = F.when(F.col("outcome") == "update", F.col("status")).otherwise(F.col("outcome"))
+    counts = {r["kind"]: r["n"] for r in result.groupBy(kind.alias("kind"))
+              .agg(F.count("*").alias("n")).collect()}
+    shown = [r.asDict() for r in result.select(*columns).orderBy("request_id")
+             .limit(limit).collect()]
+    return counts, shown
+
+
 def digest_filter(requests: DataFrame, subjects: int) -> DigestFilter:
     """The Bloom filter of the ``digest`` column of ``requests``: one per partition on the
     executors, merged by OR in a tree (the driver receives one filter, never the digests)."""
