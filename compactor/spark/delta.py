@@ -149,8 +149,9 @@ def require(spark: SparkSession) -> None:
     """
     extension = SESSION_CONF["spark.sql.extensions"]
     configured = extension in (spark.conf.get("spark.sql.extensions", "") or "")
-    jvm = spark.sparkContext._jvm  # type: ignore[attr-defined]
-    if configured and jvm.org.apache.spark.util.Utils.classIsLoadable(extension):
+    jvm = spark.sparkContext._jvm
+    if configured and jvm is not None and \
+            jvm.org.apache.spark.util.Utils.classIsLoadable(extension):
         return
     raise SparkUnavailableError(
         "this Spark session has no Delta Lake ("

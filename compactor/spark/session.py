@@ -134,8 +134,9 @@ def get_spark(master: str | None, app_name: str = "kafka-compactor", *,
                .config("spark.ui.showConsoleProgress", "false"))
     # Delta's extension and catalog; the jars too, except under spark-submit, whose --jars
     # alone reach the driver's classpath (delta.submit_args)
-    builder = builder.config(map=delta.SESSION_CONF if submitted
-                             else delta.session_conf(object_store=object_store))
+    conf: dict[str, Any] = dict(delta.SESSION_CONF) if submitted else delta.session_conf(
+        object_store=object_store)
+    builder = builder.config(map=conf)
     try:
         if not submitted:
             _launch_gateway(builder._options)

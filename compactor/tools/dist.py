@@ -46,6 +46,8 @@ def main(argv: list[str] | None = None) -> int:
                      f".zip, .egg or .py files)")
     names = build(args.out)
     print(f"{args.out}: {len(names)} files from {', '.join(PACKAGES)}")
+    print(f"run a job with: spark-submit --py-files {args.out} --jars \"$(python -m "
+          f"compactor.tools.jars --print)\" jobs/<job>.py ...")
     return 0
 
 
