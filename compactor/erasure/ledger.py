@@ -423,35 +423,6 @@ def load_requests(state_dir: str) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda r: (r["requested_at_ms"], r["request_id"]))
 
 
-def as_request(row: Mapping[str, Any]) -> ErasureRequest:
-    return ErasureRequest(
-        request_id=row["request_id"], topic=row["topic"], selector=row["selector"],
-        header_name=row["header_name"], subject_sha256=row["subject_sha256"],
-        reason=row["reason"], requested_at_ms=row["requested_at_ms"],
-        deadline_ms=row["deadline_ms"], status=row["status"],
-        leave_tombstone=bool(row.get("leave_tombstone")),
-        tombstones_left=tuple((t["dir"], t["offset"])
-                              for t in json.loads(row.get("tombstones_left") or "[]")),
-        places=json.loads(row.get("places") or "{}"))
-
-
-@_ledger_errors("update erasure requests in the ledger", writes=True)
-def update_requests(state_dir: str, updates: Sequence[Mapping[str, Any]],
-                    meta: Mapping[str, str] | None = None) -> None:
-    """Set columns of existing requests, matched by ``request_id`` (one commit). Every
-    update must carry the same columns."""
-    if not updates:
-        return
-    columns = sorted(set(updates[0]) - {"request_id"})
-    schema = pa.schema([ERASURE_REQUESTS.field("request_id"),
-                        *(ERASURE_REQUESTS.field(c) for c in columns)])
-    source = _rows_table(updates, schema)
-    table = _table(state_dir, ERASURE_REQUESTS_TABLE, ERASURE_REQUESTS)
-    (table.merge(source=source, predicate="t.request_id = s.request_id", source_alias="s",
-                 target_alias="t", commit_properties=_commit(meta))
-     .when_matched_update(updates={c: f"s.{c}" for c in columns}).execute())
-
-
 @_ledger_errors("change erasure requests' status in the ledger", writes=True)
 def change_status(state_dir: str, request_ids: Sequence[str], *, action: str,
                   allowed: frozenset[str], status: str, reason: str | None,

@@ -57,12 +57,19 @@ class Matched:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ApplyContext:
+class RunContext:
+    """The run: its id and clock, its place (one log dir of one broker: the place dict and
+    its key, :func:`compactor.erasure.rules.place_key`) and the directories it read."""
+
     run_id: str
     now_ms: int
     place: Mapping[str, Any]
     key: str
     dirs: Sequence[DirState]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ApplyContext(RunContext):
     #: topic -> why no log dir holds it (a request on it can never be proven erased)
     unknown_topics: Mapping[str, str]
     matched: Mapping[str, Matched]
@@ -106,12 +113,7 @@ def applied_update(row: Mapping[str, Any], ctx: ApplyContext) -> dict[str, Any]:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class VerifyContext:
-    run_id: str
-    now_ms: int
-    place: Mapping[str, Any]
-    key: str
-    dirs: Sequence[DirState]
+class VerifyContext(RunContext):
     #: request id -> the records found again that the request did not ask to leave
     residual: Mapping[str, Sequence[Mapping[str, Any]]]
     #: request topic -> the replicas the cluster's metadata names for it (``None``: unknown)

@@ -160,52 +160,6 @@ def latest_per_key(matched: Iterable[tuple[bytes, int]]) -> dict[bytes, int]:
     return out
 
 
-@dataclass(frozen=True, slots=True)
-class Matcher:
-    """Which requests a record matches, for one topic (picklable, shipped to executors).
-
-    Attributes:
-        keys: key digest (raw 32 bytes) -> request ids.
-        headers: header name -> value digest (raw 32 bytes) -> request ids.
-    """
-
-    keys: dict[bytes, tuple[str, ...]] = field(default_factory=dict)
-    headers: dict[str, dict[bytes, tuple[str, ...]]] = field(default_factory=dict)
-
-    @classmethod
-    def for_topic(cls, topic: str, requests: Iterable[ErasureRequest]) -> Matcher:
-        keys: dict[bytes, list[str]] = {}
-        headers: dict[str, dict[bytes, list[str]]] = {}
-        for r in requests:
-            if not r.applies_to(topic):
-                continue
-            digest = bytes.fromhex(r.subject_sha256)
-            if r.selector == KEY:
-                keys.setdefault(digest, []).append(r.request_id)
-            else:
-                headers.setdefault(r.header_name or "", {}).setdefault(digest, []).append(
-                    r.request_id)
-        return cls(keys={d: tuple(ids) for d, ids in keys.items()},
-                   headers={n: {d: tuple(ids) for d, ids in m.items()}
-                            for n, m in headers.items()})
-
-    def __bool__(self) -> bool:
-        return bool(self.keys or self.headers)
-
-    def match(self, key: bytes | None,
-              headers: Sequence[tuple[str, bytes | None]]) -> tuple[str, ...]:
-        """The ids of the requests a record matches (empty when none)."""
-        found: tuple[str, ...] = ()
-        if key is not None and self.keys:
-            found = self.keys.get(hashlib.sha256(key).digest(), ())
-        if self.headers:
-            for name, value in headers:
-                wanted = self.headers.get(name)
-                if wanted and value is not None:
-                    found += wanted.get(hashlib.sha256(value).digest(), ())
-        return found
-
-
 def keep_when_emptied(headers: Sequence[BatchHeader], high_watermark: int) -> set[tuple[int, int]]:
     """``(segment base, position)`` of the batches that must stay as an empty header if an
     erasure removes all their records: the last batch of the log (it holds the log end

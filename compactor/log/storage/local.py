@@ -15,7 +15,7 @@ import os
 import stat as stat_module
 import zlib
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -402,39 +402,33 @@ def log_dir_lock(log_dir: str) -> Iterator[None]:
     if not os.path.isdir(log_dir):
         raise LogDirError("log dir does not exist or is not a directory", path=log_dir)
     lock_path = os.path.join(log_dir, LOCK_FILE)
-    try:
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as err:
-        raise _fail(err, lock_path, "open lock file") from err
-    try:
-        try:
-            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as err:
-            if err.errno in (errno.EACCES, errno.EAGAIN):
-                holder = _lock_holder(fd)
-                raise LogDirLockedError(
-                    f"log dir is locked by {holder}" if holder else
-                    "log dir is locked by another process (a running Kafka broker or another "
-                    "kafka-compactor run)",
-                    path=lock_path,
-                ) from err
-            raise _fail(err, lock_path, "lock") from err
-        try:
-            yield
-        finally:
-            fcntl.lockf(fd, fcntl.LOCK_UN)
-    finally:
-        os.close(fd)
+
+    def busy(holder: str | None) -> LogDirLockedError:
+        return LogDirLockedError(
+            f"log dir is locked by {holder}" if holder else
+            "log dir is locked by another process (a running Kafka broker or another "
+            "kafka-compactor run)", path=lock_path)
+
+    with _fcntl_lock(lock_path, wait_s=0.0, busy=busy):
+        yield
 
 
-@contextmanager
-def waiting_lock(path: str, wait_s: float) -> Iterator[None]:
+def waiting_lock(path: str, wait_s: float) -> AbstractContextManager[None]:
     """An exclusive ``fcntl`` lock on the file ``path`` (created, never removed), waited for
     up to ``wait_s`` seconds.
 
     Raises:
         LogDirLockedError: another process held it all that time.
     """
+    return _fcntl_lock(path, wait_s=wait_s, busy=lambda holder: LogDirLockedError(
+        f"held by {holder or 'another process'} for over {wait_s:.0f} s", path=path))
+
+
+@contextmanager
+def _fcntl_lock(path: str, *, wait_s: float,
+                busy: Callable[[str | None], LogDirLockedError]) -> Iterator[None]:
+    """Hold an exclusive ``fcntl`` lock on ``path``, trying for ``wait_s`` seconds; ``busy``
+    makes the error, given who holds it (:func:`_lock_holder`)."""
     import time
 
     try:
@@ -451,10 +445,7 @@ def waiting_lock(path: str, wait_s: float) -> Iterator[None]:
                 if err.errno not in (errno.EACCES, errno.EAGAIN):
                     raise _fail(err, path, "lock") from err
                 if time.monotonic() >= deadline:
-                    holder = _lock_holder(fd)
-                    raise LogDirLockedError(
-                        f"held by {holder or 'another process'} for over {wait_s:.0f} s",
-                        path=path) from err
+                    raise busy(_lock_holder(fd)) from err
                 time.sleep(0.02)
         try:
             yield
