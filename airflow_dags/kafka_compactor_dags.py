@@ -224,17 +224,23 @@ def spark_conf() -> dict[str, str]:
 
 def delta_jars() -> str:
     """spark-submit's ``--jars``: delta-spark's jars, from the settings' ``delta_jars``
-    folder, else the one ``python -m compactor.tools.jars`` (``make``) filled in the
-    environment of the settings' ``python``. Empty when there is none: the job then fails
-    at once, saying how to fetch them."""
+    folder (or folders), else the one ``python -m compactor.tools.jars`` (``make``) filled
+    in the environment of the settings' ``python`` (and S3A's beside it for a ``state_dir``
+    on S3). Empty when there is none: the job then fails at once, saying how to fetch
+    them."""
     import glob
 
-    folder = SETTINGS.get("delta_jars")
-    if not folder and SETTINGS.get("python"):
+    folders = SETTINGS.get("delta_jars") or []
+    folders = [folders] if isinstance(folders, str) else list(folders)
+    if not folders and SETTINGS.get("python"):
         prefix = os.path.dirname(os.path.dirname(SETTINGS["python"]))
-        found = sorted(glob.glob(os.path.join(prefix, "share", "kafka-compactor", "delta-*")))
-        folder = found[-1] if found else None
-    return ",".join(sorted(glob.glob(os.path.join(folder, "*.jar")))) if folder else ""
+        wanted = ["delta-*"] + (["hadoop-aws-*"] if str(SETTINGS.get("state_dir", ""))
+                                .startswith("s3://") else [])
+        for pattern in wanted:
+            found = sorted(glob.glob(os.path.join(prefix, "share", "kafka-compactor", pattern)))
+            folders += found[-1:]
+    return ",".join(jar for folder in folders
+                    for jar in sorted(glob.glob(os.path.join(folder, "*.jar"))))
 
 
 def spark_job(task_id: str, job: str, args: list[str], **kwargs: Any) -> SparkSubmitOperator:

@@ -100,7 +100,8 @@ def spark():  # type: ignore[no-untyped-def]
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.session.timeZone", "UTC")
         .config(map=LOCAL_CONF)  # as the command line's local sessions
-        .config(map=delta.session_conf())  # delta-spark's jars, extension and catalog
+        # delta-spark's jars, extension and catalog, and S3A for the state dirs on the S3 server
+        .config(map=delta.session_conf(object_store={}))
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")

@@ -116,15 +116,16 @@ def s3a_conf(options: Mapping[str, str]) -> dict[str, str]:
     return conf
 
 
-def submit_args() -> list[str]:
+def submit_args(*, object_store: bool = False) -> list[str]:
     """spark-submit's ``--jars`` for a job of the tool: on the driver's classpath at launch,
     which a session's own ``spark.jars`` is not under spark-submit. (The job's session sets
     Delta's extension and catalog itself, :func:`compactor.spark.session.get_spark`.)
+    ``object_store``: the state dir is on S3, so S3A's jars too.
 
     Raises:
         SparkUnavailableError: the jars were never fetched.
     """
-    return ["--jars", ",".join(jars("delta"))]
+    return ["--jars", ",".join(jars("delta") + (jars("s3a") if object_store else []))]
 
 
 
@@ -187,10 +188,25 @@ def commit_metadata(spark: SparkSession, meta: Mapping[str, str]) -> Iterator[No
             spark.conf.set(USER_METADATA, before)
 
 
+S3A = "org.apache.hadoop.fs.s3a.S3AFileSystem"
+
+
 def reach_object_store(spark: SparkSession, options: Mapping[str, str]) -> None:
     """Give a running session (spark-submit's, a notebook's) S3A's settings for a state dir
     on an object store (:func:`s3a_conf`), in its Hadoop configuration: file systems it
-    opens from now on use them. Its classpath must hold S3A (``--s3a`` jars)."""
+    opens from now on use them.
+
+    Raises:
+        SparkUnavailableError: the session's classpath lacks S3A (the ``--s3a`` jars).
+    """
+    jvm = spark.sparkContext._jvm
+    if jvm is None or not jvm.org.apache.spark.util.Utils.classIsLoadable(S3A):
+        raise SparkUnavailableError(
+            "this Spark session cannot reach the state dir on S3: its classpath lacks "
+            "Hadoop's S3A (hadoop-aws); nothing was changed",
+            remedy="fetch the jars once with `python -m compactor.tools.jars --s3a`; under "
+                   "spark-submit give it --jars \"$(python -m compactor.tools.jars --print "
+                   "--s3a)\"")
     hadoop = spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
     for key, value in s3a_conf(options).items():
         hadoop.set(key.removeprefix("spark.hadoop."), value)

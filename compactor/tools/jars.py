@@ -3,8 +3,8 @@
 
 Usage: python -m compactor.tools.jars [--s3a] [--force] [--print]
 
-``--print`` prints the delta-spark jars as spark-submit's ``--jars`` wants them (comma
-separated), fetching them first when needed:
+``--print`` prints the delta-spark jars (with ``--s3a``, S3A's too: for a state dir on S3) as
+spark-submit's ``--jars`` wants them (comma separated), fetching them first when needed:
 
     spark-submit --jars "$(python -m compactor.tools.jars --print)" jobs/erase.py apply ...
 
@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.print_jars:
             print(f"jars: {profile}: {out} ({len(os.listdir(out)) - 1} jars)")
     if args.print_jars:
-        print(",".join(delta.jars("delta")))
+        print(",".join(delta.jars("delta") + (delta.jars("s3a") if args.s3a else [])))
     return 0
 
 

@@ -456,7 +456,7 @@ class ObjectStore:
             try:
                 lease.acquire(break_lease=False)
                 break
-            except LogDirLockedError:
+            except (LogDirLockedError, ConditionFailedError):  # held, or another won the race
                 if time.monotonic() >= deadline:
                     raise
                 time.sleep(0.05)
@@ -556,7 +556,16 @@ class _Lease:
                                          fenced=False), sent)
             return
         try:
-            holder = json.loads(self.store.read_bytes(self.url))
+            raw = self.store.read_bytes(self.url)
+        except StorageError:
+            if self.store.head(self.url) is not None:
+                raise
+            # released between the HEAD and the GET: race for it again
+            self._written(self.store.put(self.url, self._body(), if_none_match=True,
+                                         fenced=False), time.monotonic())
+            return
+        try:
+            holder = json.loads(raw)
             expires = int(holder["expires_ms"])
         except (ValueError, KeyError, TypeError):
             holder, expires = {}, 0
