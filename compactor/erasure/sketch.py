@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -43,8 +44,34 @@ def _positions(digests: np.ndarray, bits: int, hashes: int) -> np.ndarray:
     return (h1[None, :] + i * h2[None, :]) % np.uint64(bits)
 
 
-def _words(digests: Sequence[bytes]) -> np.ndarray:
+def _words(digests: Sequence[bytes] | np.ndarray) -> np.ndarray:
+    """Rows of 4 uint64 words: from 32-byte digests, or already such rows."""
+    if isinstance(digests, np.ndarray):
+        return digests
     return np.frombuffer(b"".join(digests), dtype="<u8").reshape(-1, 4)
+
+
+def digest_words(column: Any) -> np.ndarray:
+    """The non-null values of an Arrow binary column of 32-byte digests as rows of 4 uint64
+    words, read from its data buffer (no Python object per digest).
+
+    Raises:
+        ValueError: a value is not 32 bytes.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    values = pc.drop_null(column).cast(pa.binary())
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    if len(values) == 0:
+        return np.zeros((0, 4), dtype="<u8")
+    offsets = np.frombuffer(values.buffers()[1], dtype=np.int32)[values.offset:
+                                                                 values.offset + len(values) + 1]
+    if not np.all(np.diff(offsets) == DIGEST_BYTES):
+        raise ValueError("a digest is not 32 bytes")
+    data = np.frombuffer(values.buffers()[2], dtype=np.uint8)[offsets[0]:offsets[-1]]
+    return data.view("<u8").reshape(-1, 4)
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,9 +87,10 @@ class DigestFilter:
         bits, hashes = size_for(subjects)
         return cls(bytes(bits // 8), bits, hashes)
 
-    def adding(self, digests: Sequence[bytes]) -> DigestFilter:
-        """This filter with ``digests`` (32 bytes each) added."""
-        if not digests:
+    def adding(self, digests: Sequence[bytes] | np.ndarray) -> DigestFilter:
+        """This filter with ``digests`` (32 bytes each, or rows of :func:`digest_words`)
+        added."""
+        if len(digests) == 0:
             return self
         table = np.unpackbits(np.frombuffer(self.packed, dtype=np.uint8))
         table[_positions(_words(digests), self.bits, self.hashes).ravel()] = 1

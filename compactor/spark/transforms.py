@@ -49,7 +49,7 @@ from compactor.cleaner.policy import (
     CleaningPlan,
     PartitionInput,
 )
-from compactor.erasure.sketch import DigestFilter
+from compactor.erasure.sketch import DigestFilter, digest_words
 from compactor.cleaner.scan import (
     BatchFlags,
     batch_flags,
@@ -501,7 +501,7 @@ def digest_filters(subjects: int) -> Transform:
     def build(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         found = DigestFilter.empty(subjects)
         for batch in batches:
-            found = found.adding([d for d in batch.column(0).to_pylist() if d is not None])
+            found = found.adding(digest_words(batch.column(0)))
         yield pa.RecordBatch.from_pylist(
             [{"packed": found.packed, "bits": found.bits, "hashes": found.hashes}],
             schema=_FILTER_ARROW)

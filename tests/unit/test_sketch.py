@@ -36,3 +36,19 @@ def test_its_size_grows_with_the_subjects_by_the_formula() -> None:
 def test_filters_of_different_sizes_do_not_merge() -> None:
     with pytest.raises(ValueError):
         DigestFilter.empty(10).union(DigestFilter.empty(10_000_000))
+
+
+def test_digests_read_from_an_arrow_column_are_the_same_words() -> None:
+    import numpy as np
+    import pyarrow as pa
+
+    from compactor.erasure.sketch import digest_words
+
+    digests = _digests("col", 50)
+    column = pa.array([None, *digests[:20], None, *digests[20:]], pa.binary()).slice(1)
+    assert np.array_equal(digest_words(column),
+                          np.frombuffer(b"".join(digests), dtype="<u8").reshape(-1, 4))
+    added = DigestFilter.empty(50).adding(digest_words(column))
+    assert added == DigestFilter.empty(50).adding(digests)
+    with pytest.raises(ValueError):
+        digest_words(pa.array([b"short"], pa.binary()))
