@@ -14,7 +14,7 @@ KAFKA_VERSION ?= 4.1.2
 export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYSPARK_PYTHON ?= $(abspath $(BIN)/python)
 
-.PHONY: venv jars jars-s3a kernels browser kafka demo test test-fast bench bench-compact dist clean
+.PHONY: venv jars jars-s3a kernels browser kafka demo test test-fast bench bench-compact bench-erase dist clean
 
 venv: $(STAMP)
 
@@ -104,6 +104,10 @@ bench: venv
 # One compaction round over a generated 1 GiB / 10 M record log dir (several minutes).
 bench-compact: kernels
 	$(BIN)/python bench/compact.py
+
+# An erase apply against 1 M pending subjects beside a compaction round (several minutes).
+bench-erase: kernels
+	$(BIN)/python bench/erase.py
 
 clean:
 	rm -rf $(VENV) $(DEMO_DIR) $(DEMO_STATE) $(DEMO_PROPS) .pytest_cache .hypothesis
