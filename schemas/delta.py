@@ -1,5 +1,6 @@
-"""Schemas of the Delta tables under ``--state-dir`` (written with ``deltalake`` on the driver;
-readable by ``delta-spark``). One source of truth: the ledger code and the tests use these.
+"""Schemas of the Delta tables under ``--state-dir`` (written by ``deltalake`` where no Spark
+runs and by ``delta-spark`` in the Spark commands: :mod:`compactor.erasure.ledger`). One source
+of truth: the ledger code and the tests use these.
 
 No column ever holds a raw key or header value: subjects are SHA-256 digests (hex).
 """

@@ -1,6 +1,7 @@
-"""GDPR erasure, pure part: subjects as SHA-256 digests, erasure requests, and the matcher
-executors use to find a subject's records. Nothing here touches files, Delta or Spark; the
-ledger lives in :mod:`compactor.erasure.ledger`, the Spark pass in ``jobs/erase.py``.
+"""GDPR erasure, pure part: subjects as SHA-256 digests, erasure requests, the compacted-topic
+rule and where a request was applied and verified. Nothing here touches files, Delta or
+Spark; the ledger lives in :mod:`compactor.erasure.ledger`, the Spark pass (a join of the
+scanned digests against the requests) in :mod:`compactor.maintenance.erase`.
 
 A request names a subject by the SHA-256 digest of the record key (selector ``key``) or of
 the value of a named record header (selector ``header``), in one topic or in every topic

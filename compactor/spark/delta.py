@@ -99,7 +99,12 @@ def s3a_conf(options: Mapping[str, str]) -> dict[str, str]:
     ``s3://`` paths too. Spark redacts the keys in its UI and logs
     (``spark.redaction.regex``)."""
     conf = {"spark.hadoop.fs.s3.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",
-            "spark.hadoop.fs.s3a.path.style.access": "true"}
+            "spark.hadoop.fs.s3a.path.style.access": "true",
+            # Hadoop caches a file system per bucket with the settings of its first use: a
+            # session that reaches another endpoint later (reach_object_store) must not get
+            # the cached one
+            "spark.hadoop.fs.s3.impl.disable.cache": "true",
+            "spark.hadoop.fs.s3a.impl.disable.cache": "true"}
     pairs = {"AWS_ACCESS_KEY_ID": "access.key", "AWS_SECRET_ACCESS_KEY": "secret.key",
              "AWS_SESSION_TOKEN": "session.token", "AWS_ENDPOINT_URL": "endpoint",
              "AWS_REGION": "endpoint.region"}

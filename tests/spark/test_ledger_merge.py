@@ -1,0 +1,41 @@
+"""The MERGE of erasure outcomes (delta-spark) changes only requests still in the status the run
+read: a ``cancel`` (delta-rs) committed between the run's read and its MERGE stands."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from deltalake import DeltaTable
+
+from compactor.erasure import ledger, rules
+from schemas.spark import REQUEST_OUTCOME
+
+pytestmark = pytest.mark.spark
+
+
+def test_a_cancel_committed_during_the_run_is_not_overwritten(spark, tmp_path: Path) -> None:
+    state = str(tmp_path / "state")
+    ledger.add_requests(state, [r for i in range(3) for r in rules.new_requests(
+        topic="accounts", digests=[rules.subject_digest(f"user-{i}".encode())],
+        selector="key", header_name=None, reason="test", now_ms=1, deadline_days=30,
+        request_id=f"r{i}")])
+    summary = ledger.pending_summary(state, rules.APPLICABLE)
+    read = ledger.requests_frame(spark, state, rules.APPLICABLE, version=summary.version)
+    outcomes = spark.createDataFrame(
+        [{**dict.fromkeys(REQUEST_OUTCOME.fieldNames()), "request_id": r.request_id,
+          "outcome": "update", "expected_status": r.status, "status": "applied",
+          "run_id": "run-1"} for r in read.collect()], REQUEST_OUTCOME)
+    # while the run works, an operator cancels r1 (a delta-rs commit)
+    ledger.change_status(state, ["r1"], action="cancel", allowed=frozenset({"pending"}),
+                         status="cancelled", reason="withdrawn", now_ms=2)
+    updated = ledger.merge_outcomes(state, spark, outcomes, ("status", "run_id"),
+                                    {"action": "apply", "run_id": "run-1"})
+    assert updated == 2
+    rows = {r["request_id"]: (r["status"], r["run_id"]) for r in
+            DeltaTable(f"{state}/erasure_requests").to_pyarrow_table().to_pylist()}
+    assert rows == {"r0": ("applied", "run-1"), "r1": ("cancelled", None),
+                    "r2": ("applied", "run-1")}
+    # the MERGE's commit carries the run's metadata, as the audit trail reads it
+    last = ledger.history(state, "erasure_requests")[-1]
+    assert (last["operation"], last["action"], last["run_id"]) == ("MERGE", "apply", "run-1")
