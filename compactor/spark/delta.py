@@ -86,7 +86,10 @@ def session_conf(*, object_store: Mapping[str, str] | None = None) -> dict[str, 
     Raises:
         SparkUnavailableError: the jars were never fetched.
     """
-    paths = jars("delta") + (jars("s3a") if object_store is not None else [])
+    # S3A whenever it was fetched: a JVM's classpath is fixed when it starts, and a session
+    # (a notebook's, a test run's) may reach a state dir on S3 after its first command
+    s3a = object_store is not None or storage.exists(storage.join(folder("s3a"), ".fetched"))
+    paths = jars("delta") + (jars("s3a") if s3a else [])
     conf = {"spark.jars": ",".join(paths), **SESSION_CONF}
     if object_store is not None:
         conf.update(s3a_conf(object_store))
