@@ -23,7 +23,7 @@ venv: $(STAMP)
 # Spark's classes (AppCDS, made once per environment: a session starts in two thirds of the
 # time). Without the archive the commands work as before, so failing to make it stops nothing.
 kernels: jars
-	$(BIN)/python -c "from compactor.cleaner.fast import compile_kernels; compile_kernels()"
+	$(BIN)/python -c "from compactor.native import compile_kernels; compile_kernels()"
 	-$(BIN)/python -m compactor.tools.class_archive
 
 # Maven (Debian's package) resolves the pinned JVM jars (compactor/spark/pom.xml) once: every

@@ -30,6 +30,7 @@ from compactor.cleaner.policy import BatchDecision, BatchRetention  # noqa: E402
 from compactor.cleaner.rebatch import filter_batch  # noqa: E402
 from compactor.codec.compression import Codec, compress, decompress  # noqa: E402
 from compactor.codec.records import (  # noqa: E402
+    RECORDS_OFFSET,
     NewRecord,
     NewRecordBatch,
     RecordBatch,
@@ -97,7 +98,6 @@ def scan_kafka_python(data: bytes) -> tuple[int, float]:
 
 REBUILD_BATCHES = 2_000
 #: The records section of a v2 batch starts after its 61-byte header (``V2_HEADER``).
-RECORDS_AT = 61
 
 
 def clean_vs_floor(data: bytes) -> tuple[float, float, float, int]:
@@ -106,7 +106,7 @@ def clean_vs_floor(data: bytes) -> tuple[float, float, float, int]:
     (``filter_fast``), and seconds of the floor any cleaner pays for the same batches with
     the same libraries: decompress the records section and compress it again (for
     uncompressed batches: framing with CRC only). Returns the three and the bytes."""
-    from compactor.cleaner import fast
+    from compactor.native import fast
 
     decision = BatchDecision(retention=BatchRetention.DELETE_EMPTY, aborted=False,
                              discard_records=False, retain_deletes=True, marker_horizon=False)
@@ -132,7 +132,7 @@ def clean_vs_floor(data: bytes) -> tuple[float, float, float, int]:
     start = time.perf_counter()
     for batch in iter_batches(data):
         if batch.compression:
-            compress(batch.compression, decompress(batch.compression, batch.raw[RECORDS_AT:]))
+            compress(batch.compression, decompress(batch.compression, batch.raw[RECORDS_OFFSET:]))
     floor_s = time.perf_counter() - start
     return clean_s, native_s, floor_s, len(data)
 

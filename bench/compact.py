@@ -244,7 +244,7 @@ def main() -> int:
             os.sync()  # the copy's dirty pages written now, not during the round's fsyncs
         code, seconds[label], clean_mb_s[label] = _timed_round(
             spark, str(work), now_ms, args.master, label, parse_s, configs,
-            native="pure" not in label)
+            writer="pure" if "pure" in label else "native")
         exit_code |= code
     warm = rounds[1][0]
     figures = {
@@ -335,18 +335,18 @@ def _s3_round(spark, args: argparse.Namespace, options: dict[str, str],  # type:
 
 def _timed_round(spark, work: str, now_ms: int, master: str, label: str,  # type: ignore[no-untyped-def]
                  parse_s: float, configs: dict[str, str],
-                 native: bool = True) -> tuple[int, float, float]:
+                 writer: str = "native") -> tuple[int, float, float]:
     """One round; its exit code, wall seconds and cleaning MB/s of one executor core (input
     bytes over the writer tasks' summed seconds)."""
     from compactor.maintenance.compact import run
-    from compactor.maintenance.options import MaintenanceOptions
+    from compactor.maintenance.options import build_options
 
     sampler = MemorySampler()
     sampler.start()
     start = time.perf_counter()
-    report = run(spark, MaintenanceOptions(log_dir=work, now_ms=now_ms,
-                                       config_all=configs,
-                                       fsync=True, native_writer=native))
+    # the generated log dir has no broker configs: Kafka's defaults, with the round's own
+    report = run(spark, build_options(work, now_ms=now_ms, config_all=configs,
+                                      assume_kafka_defaults=True, writer=writer))
     job_s = time.perf_counter() - start
     sampler.stop.set()
     sampler.join()
@@ -360,6 +360,9 @@ def _timed_round(spark, work: str, now_ms: int, master: str, label: str,  # type
     groups = sum(len(p.plan.groups) for p in report.partitions if p.plan)
     cleaned = sum(p.status == "cleaned" for p in report.partitions)
     print(f"  {groups} groups in {cleaned} partitions")
+    if not cleaned:  # a round that cleaned nothing measures nothing
+        raise SystemExit("the round cleaned no partition: " + "; ".join(
+            f"{p.tp}: {p.status} {p.reason}" for p in report.partitions))
     print(f"  input: {in_records:,} records, {in_bytes / 1e6:,.0f} MB -> "
           f"{out_records:,} records, {out_bytes / 1e6:,.0f} MB")
     print(f"  throughput: {in_records / job_s / 1e6:.2f} M records/s, "

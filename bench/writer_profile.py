@@ -35,6 +35,7 @@ from compactor.config import TopicConfig  # noqa: E402
 from compactor.log import storage  # noqa: E402
 from compactor.log.layout import load_partition, read_aborted_txns, remove_cleaned  # noqa: E402
 from compactor.cleaner.policy import PartitionInput  # noqa: E402
+from compactor.native import engine  # noqa: E402
 from compactor.spark.writer import write_group  # noqa: E402
 from compactor.tools.generator import DEFAULT_START_MS, GeneratorConfig, generate  # noqa: E402
 
@@ -117,26 +118,26 @@ def main() -> int:
         size = sum(os.path.getsize(p) for p in sources)
         framing_s = framing_pass(sources)
 
-        def write(native: bool) -> list:
+        def write(writer: str) -> list:
             messages = [write_group(inp, group, decisions, frozenset(),
                                     first_dirty=plan.first_dirty_offset, fsync=True,
-                                    native=native)
+                                    engine=engine(writer))
                         for group in plan.groups]
             for m in messages:
                 assert m.error is None, m.error
                 remove_cleaned(pdir, m.group_base)
             return messages
 
-        write(True)  # warm-up: the JIT compiles (or loads its cache), the page cache fills
+        write("native")  # warm-up: the JIT compiles (or loads its cache), the page cache fills
         walls = {}
         for label in ("pure", "native"):
             start = time.perf_counter()
-            messages = write(label == "native")
+            messages = write(label)
             walls[label] = time.perf_counter() - start
         profiler = cProfile.Profile()
         start = time.perf_counter()
         profiler.enable()
-        messages = write(args.path == "native")
+        messages = write(args.path)
         profiler.disable()
         wall = time.perf_counter() - start
 

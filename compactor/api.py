@@ -75,23 +75,13 @@ def _options(log_dir: str, *, now_ms: int | None, configs: Mapping[str, Any] | N
              server_properties: str | None, assume_kafka_defaults: bool,
              writer: str = "native", allow_replica_divergence: bool = False
              ) -> MaintenanceOptions:
-    from compactor.errors import ConfigError
-    from compactor.log import storage
-    from compactor.maintenance.options import WRITERS, MaintenanceOptions
+    from compactor.maintenance.options import build_options
 
-    if writer not in WRITERS:
-        raise ConfigError(f"unknown writer {writer!r}; use 'native' (numba kernels) or 'pure' "
-                          f"(the pure-Python reference)")
-    return MaintenanceOptions(
-        log_dir=storage.absolute(log_dir),
-        now_ms=int(time.time() * 1000) if now_ms is None else now_ms,
-        config_all={str(k): str(v) for k, v in (configs or {}).items()},
-        config_topics={str(t): {str(k): str(v) for k, v in c.items()}
-                       for t, c in (topic_configs or {}).items()},
-        dry_run=dry_run, topics=frozenset(topics or ()),
-        metadata_log_dir=metadata_log_dir and storage.absolute(metadata_log_dir),
-        server_properties=server_properties and storage.absolute(server_properties),
-        assume_kafka_defaults=assume_kafka_defaults, native_writer=writer == "native",
+    return build_options(
+        log_dir, now_ms=int(time.time() * 1000) if now_ms is None else now_ms,
+        config_all=configs, config_topics=topic_configs, topics=topics or (), dry_run=dry_run,
+        metadata_log_dir=metadata_log_dir, server_properties=server_properties,
+        assume_kafka_defaults=assume_kafka_defaults, writer=writer,
         allow_replica_divergence=allow_replica_divergence)
 
 

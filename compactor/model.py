@@ -96,6 +96,8 @@ class CommitMessage:
         log_checksum: CRC-32 of the cleaned ``.log`` bytes (checked again before the swap).
         dropped: records dropped, by reason.
         error: the failure, as ``CompactorError.to_dict()``; nothing was left behind.
+        writer: which path wrote the group (``compactor.cleaner.rewrite.PATHS``), empty for
+            an erasure's rewrite.
     """
 
     group_base: int
@@ -112,3 +114,4 @@ class CommitMessage:
     dropped: Mapping[str, int] = field(default_factory=dict)
     seconds: float = 0.0
     error: dict | None = None
+    writer: str = ""

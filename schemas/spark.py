@@ -137,6 +137,7 @@ COMMIT_MESSAGE = _schema(
     ("dropped", StringType(), False),  # JSON: reason -> records
     ("seconds", DoubleType(), False),
     ("error", StringType(), True),
+    ("writer", StringType(), False),  # which path wrote it: native, pure or fallback
 )
 
 # One row per partition cleaned in one pass (one task scans, plans and, when the round is one

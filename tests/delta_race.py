@@ -19,6 +19,7 @@ import sys
 import time
 
 from compactor.erasure import ledger
+from compactor.spark import ledger as spark_ledger
 from compactor.log import storage
 
 
@@ -56,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         rows = [run_row(args.writer, commit, n) for n in range(args.rows)]
         while True:
             try:
-                ledger.append_runs(args.state_dir, rows, spark=spark)
+                ledger.append_runs(args.state_dir, rows, append_with=spark_ledger.appender(spark))
                 break
             except Exception as err:  # a refused commit: counted, tried again
                 refused += 1
@@ -72,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
                 [{**{f: None for f in REQUEST_OUTCOME.fieldNames()}, "request_id": i,
                   "outcome": "update", "expected_status": "pending", "status": "applied",
                   "run_id": args.writer, "places": "{}"} for i in ids], REQUEST_OUTCOME)
-            ledger.merge_outcomes(args.state_dir, spark, outcomes, ("status", "run_id"),
+            spark_ledger.merge_outcomes(args.state_dir, spark, outcomes, ("status", "run_id"),
                                   {"action": "apply", "run_id": args.writer})
         else:
             ledger.change_status(args.state_dir, ids, action="cancel",

@@ -7,11 +7,16 @@
   file calls); the tools that launch JVMs or build archives are the declared exceptions;
 - pyspark is imported (at run time) only under ``compactor/spark/`` and by the local-cluster
   tool; the driver modules name Spark types under ``TYPE_CHECKING`` only;
+- numba is imported only under ``compactor/native/`` (the native seam);
 - nothing under ``compactor/`` imports ``jobs``;
 - executor code (``compactor.spark.writer``, ``compactor.spark.transforms`` and everything
   they import) never reaches the ledger or the driver's swap;
 - ``compactor/maintenance`` neither parses arguments nor prints;
-- no import cycles among the project's modules (imports inside functions count).
+- no import cycles among the project's modules (imports inside functions count), nor among
+  its folders (``log/`` -> ``cluster/`` -> ``log/`` is a cycle even when no chain of modules
+  closes it).
+
+The rules are read from one table, :data:`RULES`.
 
 Each rule is also run against a copy of the tree with one forbidden import added, which it
 must report: the checks can fail.
@@ -29,17 +34,32 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 PROJECT = ("compactor", "jobs", "schemas")
 
-PURE = ("compactor.codec", "compactor.cleaner", "compactor.retention", "compactor.erasure.rules",
-        "compactor.erasure.outcomes", "compactor.erasure.sketch",
-        "compactor.cluster.metadata", "compactor.config", "compactor.model", "compactor.errors")
-FORBIDDEN_IN_PURE = ("compactor.log", "compactor.spark", "compactor.maintenance", "compactor.cli",
-                     "compactor.erasure.ledger", "pyspark", "time", "datetime", "os", "shutil",
-                     "pathlib", "io", "mmap", "fcntl", "deltalake")
-FILE_TOUCHERS = ("compactor.log.storage", "compactor.tools.local_cluster", "compactor.tools.dist",
-                 "compactor.tools.s3_server", "compactor.tools.jars")
-SPARK_IMPORTERS = ("compactor.spark", "compactor.tools.local_cluster")
-EXECUTOR_ROOTS = ("compactor.spark.writer", "compactor.spark.transforms")
-DRIVER_ONLY = ("compactor.erasure.ledger", "compactor.log.swap")
+# The rules, in one table: each names the modules it applies to (a name covers its
+# submodules) and what they may or must not import.
+RULES: dict[str, tuple[str, ...]] = {
+    # pure layers: no files, no Spark, no clock, no ledger; they may import each other
+    "pure": ("compactor.codec", "compactor.cleaner", "compactor.retention",
+             "compactor.erasure.rules", "compactor.erasure.outcomes", "compactor.erasure.sketch",
+             "compactor.cluster.metadata", "compactor.log.names", "compactor.config",
+             "compactor.model", "compactor.errors"),
+    "forbidden_in_pure": ("compactor.log", "compactor.spark", "compactor.maintenance",
+                          "compactor.cli", "compactor.erasure.ledger", "compactor.native",
+                          "pyspark", "numba", "time", "datetime", "os", "shutil", "pathlib",
+                          "io", "mmap", "fcntl", "deltalake"),
+    # the only modules that touch files
+    "file_touchers": ("compactor.log.storage", "compactor.tools.local_cluster",
+                      "compactor.tools.dist", "compactor.tools.s3_server", "compactor.tools.jars"),
+    # the only importers of pyspark (at run time) and of numba (the native seam)
+    "spark_importers": ("compactor.spark", "compactor.tools.local_cluster"),
+    "numba_importers": ("compactor.native",),
+    # executor code, and the driver-only modules its import closure must not reach
+    "executor_roots": ("compactor.spark.writer", "compactor.spark.transforms"),
+    "driver_only": ("compactor.erasure.ledger", "compactor.log.swap"),
+    # no import cycles among these folders (the root package is the API's lazy facade)
+    "packages": ("compactor.cleaner", "compactor.cli", "compactor.cluster", "compactor.codec",
+                 "compactor.erasure", "compactor.log", "compactor.maintenance",
+                 "compactor.native", "compactor.spark", "compactor.tools", "jobs", "schemas"),
+}
 FILE_CALLS = {"open"}
 FILE_MODULE_CALLS = {"os": {"remove", "rename", "replace", "unlink", "listdir", "scandir", "stat",
                             "lstat", "makedirs", "mkdir", "rmdir", "open", "fsync", "utime",
@@ -137,28 +157,71 @@ def _project_edges(mods: Mapping[str, Module], name: str) -> set[str]:
 def violations(mods: Mapping[str, Module]) -> list[str]:
     found = []
     for name, mod in mods.items():
-        if _under(name, PURE):
+        if _under(name, RULES["pure"]):
             found += [f"{name} (pure) imports {i}" for i in sorted(mod.imports)
-                      if _under(i, FORBIDDEN_IN_PURE)]
-        if not _under(name, FILE_TOUCHERS) and name.startswith("compactor"):
+                      if _under(i, RULES["forbidden_in_pure"]) and not _under(i, RULES["pure"])]
+        if not _under(name, RULES["file_touchers"]) and name.startswith("compactor"):
             found += [f"{name} touches files: {c}" for c in mod.file_calls]
-        if not _under(name, SPARK_IMPORTERS):
+        if not _under(name, RULES["spark_importers"]):
             found += [f"{name} imports {i} at run time" for i in sorted(mod.imports)
                       if _under(i, ("pyspark",)) and name.startswith("compactor")]
+        if not _under(name, RULES["numba_importers"]):
+            found += [f"{name} imports {i} outside the native seam"
+                      for i in sorted(mod.imports | mod.typing_only) if _under(i, ("numba",))]
         if name.startswith("compactor"):
             found += [f"{name} imports {i}" for i in sorted(mod.imports) if _under(i, ("jobs",))]
         if _under(name, ("compactor.maintenance",)):
             found += [f"{name}: {what}" for what in mod.argparse_or_print]
-    for root in EXECUTOR_ROOTS:  # the executor side's whole import closure
+    for root in RULES["executor_roots"]:  # the executor side's whole import closure
         seen, todo = {root}, [root]
         while todo:
             for nxt in _project_edges(mods, todo.pop()):
                 if nxt not in seen:
                     seen.add(nxt)
                     todo.append(nxt)
-        found += [f"executor code {root} reaches {d}" for d in DRIVER_ONLY if d in seen]
+        found += [f"executor code {root} reaches {d}" for d in RULES["driver_only"]
+                  if d in seen]
     found += [f"import cycle: {' -> '.join(c)}" for c in cycles(mods)]
+    found += [f"folder cycle: {' <-> '.join(c)}" for c in package_cycles(mods)]
     return found
+
+
+def _package(name: str) -> str | None:
+    return next((p for p in RULES["packages"] if _under(name, (p,))), None)
+
+
+def package_cycles(mods: Mapping[str, Module]) -> list[list[str]]:
+    """Cycles among the folders of ``RULES["packages"]``: module edges lifted to the folders
+    that hold them (a cycle of folders is one the file-level check cannot see, when no
+    single chain of modules closes it). Each cycle is named with one module edge per step."""
+    edges: dict[str, dict[str, str]] = {}
+    for name in mods:
+        src = _package(name)
+        for dst_mod in _project_edges(mods, name):
+            dst = _package(dst_mod)
+            if src and dst and src != dst:
+                edges.setdefault(src, {}).setdefault(dst, f"{name} -> {dst_mod}")
+    graph = {p: set(e) for p, e in edges.items()}
+    out = []
+    for comp in _strongly_connected(sorted(RULES["packages"]), graph):
+        if len(comp) > 1:
+            out.append(sorted(f"{a} ({edges[a][b]})" for a in comp for b in edges.get(a, {})
+                              if b in comp))
+    return out
+
+
+def _strongly_connected(nodes: list[str], graph: Mapping[str, set[str]]) -> list[list[str]]:
+    reach = {}
+    for v in nodes:
+        seen, todo = set(), [v]
+        while todo:
+            for w in graph.get(todo.pop(), ()):
+                if w not in seen:
+                    seen.add(w)
+                    todo.append(w)
+        reach[v] = seen
+    comps = {frozenset([v, *(w for w in reach[v] if v in reach[w])]) for v in nodes}
+    return [sorted(c) for c in comps]
 
 
 def cycles(mods: Mapping[str, Module]) -> list[list[str]]:
@@ -219,6 +282,11 @@ def _source(name: str) -> str:
     ("compactor.maintenance.run", "import argparse", "imports argparse"),
     ("compactor.maintenance.compact", "def f():\n    open('x')", "touches files: open()"),
     ("compactor.cluster.catalog", "def f(p):\n    os.remove(p)", "touches files: os.remove()"),
+    ("compactor.spark.writer", "import numba", "imports numba outside the native seam"),
+    ("compactor.cleaner.scan", "from compactor.native import fast", "(pure) imports"),
+    ("compactor.log.layout", "def f():\n    from compactor.cluster import catalog",
+     "folder cycle"),
+    ("compactor.erasure.ledger", "from compactor.spark import delta", "folder cycle"),
 ])
 def test_a_forbidden_import_is_reported(module: str, added: str, expected: str) -> None:
     tree = load_tree({module: _source(module) + "\n" + added + "\n"})

@@ -451,6 +451,43 @@ class BatchDecision:
     txn_entry: AbortedTxn | None = None
 
 
+# Why a record goes, per record (0: it stays). The pure writer and the native kernels
+# (``compactor/native/fast.py`` compiles :func:`record_fate` as it is) decide by these.
+KEPT, NULL_KEY, FROM_MAP, LOCAL, EXPIRED, ABORTED, MARKER_EXPIRED = range(7)
+REASON_NAMES = {NULL_KEY: "null_key", FROM_MAP: "superseded", LOCAL: "superseded",
+                EXPIRED: "tombstone_expired", ABORTED: "aborted",
+                MARKER_EXPIRED: "marker_expired"}
+
+
+def record_fate(keyed: bool, in_map: bool, later: bool, tombstone: bool,
+                expire_tombstones: bool) -> int:
+    """Why one record of a data batch that is not discarded goes, or :data:`KEPT`
+    (``Cleaner.shouldRetainRecord``): a null key never stays (the cleaner cannot compact it);
+    a record the offset map supersedes across groups (``in_map``) or that a later record of
+    the same key in the group supersedes (``later``) goes; a tombstone goes once its batch's
+    delete horizon has passed (``expire_tombstones``, KIP-534).
+
+    Plain Python on scalars: numba compiles this very function into the native kernels.
+    """
+    if not keyed:
+        return NULL_KEY
+    if in_map:
+        return FROM_MAP
+    if later:
+        return LOCAL
+    if expire_tombstones and tombstone:
+        return EXPIRED
+    return KEPT
+
+
+def enters_map(feed_all: bool, feed_some: bool, offset: int, first_dirty: int) -> bool:
+    """Whether a keyed record's key enters the offset map, so that it supersedes earlier
+    records of its key: every record of a batch at or above the first dirty offset
+    (``feed_all``), and in the batch that straddles it (``feed_some``) the records from it on
+    (``Cleaner.buildOffsetMapForSegment``)."""
+    return feed_all or (feed_some and offset >= first_dirty)
+
+
 class TransactionTracker:
     """``CleanedTransactionMetadata``: aborted transactions are popped from a heap by first
     offset as batches go by; markers learn whether any batch of their transaction was seen in

@@ -35,7 +35,18 @@ from compactor.codec.records import (
     encode_batch,
     rebuild_batch,
 )
-from compactor.cleaner.policy import BatchDecision, BatchRetention
+from compactor.cleaner.policy import (
+    ABORTED,
+    EXPIRED,
+    FROM_MAP,
+    KEPT,
+    MARKER_EXPIRED,
+    REASON_NAMES,
+    BatchDecision,
+    BatchRetention,
+    enters_map,
+    record_fate,
+)
 
 DROP_REASONS = ("superseded", "tombstone_expired", "null_key", "aborted", "marker_expired")
 
@@ -133,7 +144,7 @@ def iter_drops(batches: Iterable[tuple[RecordBatch, BatchDecision]],
         records = batch.compiled_records()
         reasons: Counter[str] = Counter()
         if decision.discard_records:
-            reasons["marker_expired" if batch.is_control else "aborted"] = len(records)
+            reasons[REASON_NAMES[MARKER_EXPIRED if batch.is_control else ABORTED]] = len(records)
             yield BatchDrops(tuple(r.offset for r in records), reasons)
             continue
         if batch.is_control:
@@ -146,31 +157,23 @@ def iter_drops(batches: Iterable[tuple[RecordBatch, BatchDecision]],
         expire_tombstones = not decision.retain_deletes
         add = later.add
         goes: list[int] = []
-        null_keys = from_map = local = expired = 0
+        counts = [0] * (EXPIRED + 1)  # by fate
         for r in reversed(records):
             key = r.key
             offset = r.offset
-            if key is None:
-                null_keys += 1
+            keyed = key is not None
+            fate = record_fate(keyed, keyed and offset in superseded, keyed and key in later,
+                               r.value is None, expire_tombstones)
+            if fate != KEPT:
+                counts[fate] += 1
                 goes.append(offset)
-                continue
-            if offset in superseded:
-                from_map += 1
-                goes.append(offset)
-            elif key in later:
-                local += 1
-                goes.append(offset)
-            elif expire_tombstones and r.value is None:
-                expired += 1
-                goes.append(offset)
-            if feed_all or (feed_some and offset >= first_dirty):
+            if key is not None and enters_map(feed_all, feed_some, offset, first_dirty):
                 add(key)
-        for reason, n in (("null_key", null_keys), ("superseded", from_map + local),
-                          ("tombstone_expired", expired)):
+        for fate, n in enumerate(counts):
             if n:
-                reasons[reason] = n
+                reasons[REASON_NAMES[fate]] += n
         goes.reverse()
-        yield BatchDrops(tuple(goes), reasons, from_map)
+        yield BatchDrops(tuple(goes), reasons, counts[FROM_MAP])
 
 
 def _count(batch: RecordBatch) -> int:

@@ -19,6 +19,7 @@ from compactor.codec.records import RecordBatch
 from compactor.codec.segment import iter_batches
 from compactor.errors import CompactorError, TruncatedSegmentError
 from compactor.cleaner.policy import NO_CONTROL_TYPE, BatchHeader
+from compactor.cleaner.rewrite import Engine
 
 _MASK64 = (1 << 64) - 1
 _SIGN64 = 1 << 63
@@ -117,7 +118,7 @@ KEY_SCAN_CHUNK_BYTES = 16 * 1024 * 1024
 
 
 def keyed_records(data: bytes, path: str, flags_by_position: Mapping[int, BatchFlags],
-                  first_dirty: int, *, native: bool = True) -> KeyedRows:
+                  first_dirty: int, *, engine: Engine) -> KeyedRows:
     """Rows of the keyed records of the listed batches of a segment, in file order.
 
     Args:
@@ -125,11 +126,11 @@ def keyed_records(data: bytes, path: str, flags_by_position: Mapping[int, BatchF
             superseded (the round neither discards them nor are they control batches);
             other batches are skipped.
         first_dirty: records at or above it are in the dirty section.
-        native: read the records with the kernels: plain uncompressed batches a chunk at a
-            time, keys digested in the kernel (:func:`compactor.cleaner.fast.segment_keys`),
-            the batches they leave one by one (:func:`compactor.cleaner.fast.batch_keys`,
-            which hands what it cannot vouch for to the compiled reader). Otherwise every
-            batch of the segment is walked with the compiled reader (the reference).
+        engine: what reads the records (:func:`compactor.native.engine`). The native one
+            reads plain uncompressed batches a chunk at a time with the keys digested in the
+            kernel, and the batches it leaves one by one (what it cannot vouch for goes to
+            the compiled reader). The pure one walks every batch of the segment with the
+            compiled reader (the reference).
 
     Raises:
         CompactorError: a batch cannot be decoded.
@@ -137,17 +138,16 @@ def keyed_records(data: bytes, path: str, flags_by_position: Mapping[int, BatchF
     positions = sorted(flags_by_position)
     columns: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
     try:
-        if native:
-            from compactor.cleaner.fast import segment_keys
-
-            scanned, left = segment_keys(data, positions, KEY_SCAN_CHUNK_BYTES)
+        bulk = engine.segment_keys(data, positions, KEY_SCAN_CHUNK_BYTES)
+        if bulk is not None:
+            scanned, left = bulk
             columns.append(scanned)
             batches: Iterable[RecordBatch] = (_batch_at(data, path, p) for p in left)
         else:
             batches = (b for b in iter_batches(data, path=path, verify_crc=False)
                        if b.position in flags_by_position)
         index = {p: j for j, p in enumerate(positions)}
-        columns += [_batch_rows(b, index[b.position], native) for b in batches]
+        columns += [_batch_rows(b, index[b.position], engine) for b in batches]
     except CompactorError as err:
         raise err.with_location(path=path) from None
     if columns:
@@ -179,14 +179,10 @@ def _batch_at(data: bytes, path: str, position: int) -> RecordBatch:
         "run)", path=path, position=position)
 
 
-def _batch_rows(batch: RecordBatch, index: int, native: bool
+def _batch_rows(batch: RecordBatch, index: int, engine: Engine
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """``(offsets, key_hi, key_lo, batch index)`` of one batch's keyed records."""
-    read = None
-    if native:
-        from compactor.cleaner.fast import batch_keys
-
-        read = batch_keys(batch)
+    read = engine.batch_keys(batch)
     if read is None:
         keyed = [(r.offset, r.key) for r in batch.compiled_records() if r.key is not None]
         offsets = np.fromiter((o for o, _ in keyed), np.int64, len(keyed))

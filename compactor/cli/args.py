@@ -31,7 +31,8 @@ from compactor.errors import (
     first_line,
 )
 from compactor.log import storage
-from compactor.maintenance.options import WRITERS, MaintenanceOptions
+from compactor.maintenance.options import MaintenanceOptions, build_options
+from compactor.native import WRITERS
 from compactor.retention import MIN_RETENTION_BYTES, MIN_RETENTION_MS
 
 
@@ -129,8 +130,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="Spark master URL (default: spark-submit's, else local[*])")
     parser.add_argument("--writer", choices=WRITERS, default="native",
                         help="how executors decide and re-encode records: the numba kernels, "
-                             "or the pure-Python reference (the same bytes, slower; for "
-                             "platforms without numba wheels)")
+                             "or the pure-Python reference (the same bytes, slower; runs "
+                             "without numba)")
 
 
 def add_config_arguments(parser: argparse.ArgumentParser, *, compaction: bool = True) -> None:
@@ -320,14 +321,14 @@ def options_from_args(args: argparse.Namespace, *, dry_run: bool = False) -> Mai
         topic, key, value = parse_topic_assignment(item)
         topics.setdefault(topic, {})[key] = value
     selected = frozenset(t for t in (getattr(args, "topics", None) or "").split(",") if t)
-    return MaintenanceOptions(
-        log_dir=storage.absolute(_one_log_dir(args)), now_ms=now_ms(args), config_all=config_all,
-        config_topics=topics, dry_run=dry_run or getattr(args, "dry_run", False),
-        topics=selected, assume_kafka_defaults=getattr(args, "assume_kafka_defaults", False),
+    return build_options(
+        _one_log_dir(args), now_ms=now_ms(args), config_all=config_all, config_topics=topics,
+        dry_run=dry_run or getattr(args, "dry_run", False), topics=selected,
+        assume_kafka_defaults=getattr(args, "assume_kafka_defaults", False),
         allow_replica_divergence=getattr(args, "allow_replica_divergence", False),
         metadata_log_dir=optional_path(getattr(args, "metadata_log_dir", None)),
         server_properties=optional_path(getattr(args, "server_properties", None)),
-        native_writer=getattr(args, "writer", "native") == "native",
+        writer=getattr(args, "writer", "native"),
         check_past_now=(getattr(args, "now_ms", None) is not None
                         and not getattr(args, "allow_past_now", True)))
 

@@ -80,9 +80,9 @@ from compactor.config import (
 )
 from compactor.errors import CompactorError, ConfigError
 from compactor.codec.kraft import uuid_bytes
+from compactor.cluster.metadata_log import load_cluster_metadata
 from compactor.log.layout import (
     LogDir,
-    load_cluster_metadata,
     read_meta_properties,
     read_node_id,
     read_properties,

@@ -1,6 +1,6 @@
 """The cluster's state as its KRaft metadata log tells it: topic names and ids, removed topics,
 topic configs and dynamic broker configs. Pure: the caller reads the files
-(:func:`compactor.log.layout.load_cluster_metadata`) and feeds the batches in offset order.
+(:func:`compactor.cluster.metadata_log.load_cluster_metadata`) and feeds the batches in offset order.
 
 What a controller or broker does on load (``MetadataLoader``, ``MetadataDelta.replay``): take the
 latest snapshot (``<end offset>-<epoch>.checkpoint``, its records between a SnapshotHeader and a
@@ -27,9 +27,8 @@ from compactor.codec.kraft import (
 )
 from compactor.codec.records import ControlType, RecordBatch
 from compactor.errors import CompactorError, CorruptMetadataError
+from compactor.log.names import METADATA_DIR_NAME, METADATA_TOPIC  # noqa: F401  (re-exported)
 
-METADATA_TOPIC = "__cluster_metadata"
-METADATA_DIR_NAME = f"{METADATA_TOPIC}-0"
 SNAPSHOT_SUFFIX = ".checkpoint"
 # Kafka's Snapshots.filenameFromSnapshotId: 20-digit end offset, '-', 10-digit epoch
 _SNAPSHOT_NAME = re.compile(r"^(?P<offset>[0-9]{20})-(?P<epoch>[0-9]{10})\.checkpoint$")

@@ -43,10 +43,27 @@ from compactor.codec import varint
 from compactor.codec.compression import CODEC_MASK, Codec, DecompressionError, codec_name, compress
 from compactor.errors import CorruptSegmentError
 
+# The v2 batch header, field by field: where each starts (``DefaultRecordBatch``'s
+# ``*_OFFSET`` constants). The kernels read and write the header by these names.
+BASE_OFFSET_OFFSET = 0
+LENGTH_OFFSET = 8  # the batch's size after this field
+PARTITION_LEADER_EPOCH_OFFSET = 12
+MAGIC_OFFSET = 16
+CRC_OFFSET = 17
+ATTRIBUTES_OFFSET = 21  # the CRC-32C covers from here to the end of the batch
+LAST_OFFSET_DELTA_OFFSET = 23
+BASE_TIMESTAMP_OFFSET = 27
+MAX_TIMESTAMP_OFFSET = 35
+PRODUCER_ID_OFFSET = 43
+PRODUCER_EPOCH_OFFSET = 51
+BASE_SEQUENCE_OFFSET = 53
+RECORDS_COUNT_OFFSET = 57
+RECORDS_OFFSET = 61
+
 LOG_OVERHEAD = 12  # offset + size, the framing in front of every entry
-MAGIC_POSITION = 16
-RECORD_BATCH_OVERHEAD = 61
-CRC_START = 21
+MAGIC_POSITION = MAGIC_OFFSET
+RECORD_BATCH_OVERHEAD = RECORDS_OFFSET
+CRC_START = ATTRIBUTES_OFFSET
 NO_TIMESTAMP = -1
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1

@@ -7,7 +7,8 @@
   workers (delta-rs panics in a forked child).
 - ``delta-spark`` in the Spark commands' own session (``compact``, ``run``, ``erase apply``
   and ``verify``): the pending requests are read as a DataFrame and matched inside Spark,
-  outcomes go in with a MERGE, run rows with an append (:mod:`compactor.spark.delta`).
+  outcomes go in with a MERGE, run rows with an append (:mod:`compactor.spark.ledger`, which
+  builds on this module; nothing here imports Spark).
 
 Every commit by either holds the state dir's writer lock (:func:`compactor.log.storage.
 state_dir_lock`), so no commit of the tool's processes replaces another. Both libraries read
@@ -29,7 +30,7 @@ import sys
 import urllib.parse
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 import pyarrow as pa
 
@@ -37,10 +38,6 @@ from compactor.erasure.rules import ALL_TOPICS, DONE, STATUSES, VERIFIED, Erasur
 from compactor.log import storage
 from compactor.errors import CompactorError, ConfigError, LedgerError, first_line
 from schemas.delta import ERASURE_REQUESTS, ERASURE_REQUESTS_TABLE, RUNS, RUNS_TABLE
-
-if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
-
 P = ParamSpec("P")
 R = TypeVar("R")
 
@@ -50,7 +47,7 @@ DAMAGED_REMEDY = ("the ledger's Delta table is damaged: restore the state dir (o
                   "delta-spark's RESTORE; nothing was written to the ledger")
 
 
-def _ledger_errors(action: str, *, writes: bool = False
+def ledger_errors(action: str, *, writes: bool = False
                    ) -> Callable[[Callable[P, R]], Callable[P, R]]:
     """Check the state dir's tables first (:func:`check_ledger`), then turn delta-rs,
     delta-spark and Arrow errors of a ledger function into :class:`LedgerError` naming the
@@ -118,7 +115,7 @@ def check_ledger(state_dir: str) -> None:
     if not storage.is_dir(state_dir):
         return
     for name in (ERASURE_REQUESTS_TABLE, RUNS_TABLE):
-        table = _table_path(state_dir, name)
+        table = table_path(state_dir, name)
         if storage.is_dir(table):
             _check_table(table)
 
@@ -247,7 +244,7 @@ def check_state_dir(state_dir: str, log_dir: str | None = None) -> None:
         here = parent
 
 
-@_ledger_errors("create the ledger", writes=True)
+@ledger_errors("create the ledger", writes=True)
 def init(state_dir: str) -> bool:
     """Create the ledger's tables (``erase init``); returns whether they were new.
 
@@ -255,7 +252,7 @@ def init(state_dir: str) -> bool:
         ConfigError: the state dir is or lies inside a Kafka log dir.
     """
     check_state_dir(state_dir)
-    new = not _is_table(_table_path(state_dir, ERASURE_REQUESTS_TABLE))
+    new = not _is_table(table_path(state_dir, ERASURE_REQUESTS_TABLE))
     _table(state_dir, ERASURE_REQUESTS_TABLE, ERASURE_REQUESTS)
     _table(state_dir, RUNS_TABLE, RUNS)
     return new
@@ -269,7 +266,7 @@ def require_ledger(state_dir: str) -> None:
         ConfigError: no ``erasure_requests`` table under ``state_dir``.
     """
     check_ledger(state_dir)  # a damaged or orphaned table is that, not "no ledger"
-    if not _is_table(_table_path(state_dir, ERASURE_REQUESTS_TABLE)):
+    if not _is_table(table_path(state_dir, ERASURE_REQUESTS_TABLE)):
         raise ConfigError("no erasure ledger here (no erasure_requests Delta table)",
                           path=state_dir,
                           remedy="check --state-dir; `compactor erase init --state-dir DIR` (or "
@@ -286,7 +283,7 @@ def _read(table: Any, columns: Sequence[str] | None = None) -> pa.Table:
         columns=list(columns) if columns is not None else None, use_threads=False)
 
 
-def _table_path(state_dir: str, name: str) -> str:
+def table_path(state_dir: str, name: str) -> str:
     return storage.join(state_dir, name)
 
 
@@ -315,7 +312,7 @@ AUDIT_PROPERTIES = {"delta.enableExpiredLogCleanup": "false"}
 def _table(state_dir: str, name: str, schema: pa.Schema):  # type: ignore[no-untyped-def]
     from deltalake import DeltaTable
 
-    path = _table_path(state_dir, name)
+    path = table_path(state_dir, name)
     keep = AUDIT_PROPERTIES if name == ERASURE_REQUESTS_TABLE else {}
     if _is_table(path):
         table = _open(path)
@@ -339,13 +336,13 @@ def _table(state_dir: str, name: str, schema: pa.Schema):  # type: ignore[no-unt
 def require_state_tables(state_dir: str) -> None:
     """Raises ConfigError when ``state_dir`` holds neither the ledger nor the runs table (a
     mistyped path is not an empty state dir)."""
-    if not any(_is_table(_table_path(state_dir, n)) for n in (ERASURE_REQUESTS_TABLE,
+    if not any(_is_table(table_path(state_dir, n)) for n in (ERASURE_REQUESTS_TABLE,
                                                                 RUNS_TABLE)):
         raise ConfigError("no ledger and no runs table here", path=state_dir,
                           remedy="check --state-dir")
 
 
-@_ledger_errors("optimize the state dir's tables", writes=True)
+@ledger_errors("optimize the state dir's tables", writes=True)
 def optimize(state_dir: str, *, retention_hours: int, dry_run: bool) -> list[dict[str, Any]]:
     """``compactor optimize``: per table of ``state_dir``, compact its small files into few
     (every run appends one), then vacuum the files no version younger than
@@ -354,7 +351,7 @@ def optimize(state_dir: str, *, retention_hours: int, dry_run: bool) -> list[dic
     ``dry_run`` lists what vacuum would delete and changes nothing."""
     out = []
     for name in (ERASURE_REQUESTS_TABLE, RUNS_TABLE):
-        path = _table_path(state_dir, name)
+        path = table_path(state_dir, name)
         if not _is_table(path):
             continue
         if name == ERASURE_REQUESTS_TABLE and not dry_run:
@@ -388,7 +385,7 @@ def _commit(meta: Mapping[str, str] | None):  # type: ignore[no-untyped-def]
     return CommitProperties(custom_metadata=dict(meta)) if meta else None
 
 
-@_ledger_errors("add erasure requests to the ledger", writes=True)
+@ledger_errors("add erasure requests to the ledger", writes=True)
 def add_requests(state_dir: str, requests: Sequence[ErasureRequest],
                  meta: Mapping[str, str] | None = None) -> tuple[list[str], list[str]]:
     """Insert requests whose id is new (one commit; ids already present are left as they
@@ -413,17 +410,17 @@ def _request_row(r: ErasureRequest) -> dict[str, Any]:
             "leave_tombstone": r.leave_tombstone}
 
 
-@_ledger_errors("read the erasure request ledger")
+@ledger_errors("read the erasure request ledger")
 def load_requests(state_dir: str) -> list[dict[str, Any]]:
     """Every request row (empty when the ledger does not exist yet)."""
-    path = _table_path(state_dir, ERASURE_REQUESTS_TABLE)
+    path = table_path(state_dir, ERASURE_REQUESTS_TABLE)
     if not _is_table(path):
         return []
     rows = _read(_open(path)).to_pylist()
     return sorted(rows, key=lambda r: (r["requested_at_ms"], r["request_id"]))
 
 
-@_ledger_errors("change erasure requests' status in the ledger", writes=True)
+@ledger_errors("change erasure requests' status in the ledger", writes=True)
 def change_status(state_dir: str, request_ids: Sequence[str], *, action: str,
                   allowed: frozenset[str], status: str, reason: str | None,
                   now_ms: int) -> list[str]:
@@ -472,30 +469,33 @@ def change_status(state_dir: str, request_ids: Sequence[str], *, action: str,
     return ids
 
 
-@_ledger_errors("append to the runs table", writes=True)
+#: how a command that runs a Spark session appends to a table: (table path, rows, commit
+#: metadata) -> one commit by delta-spark (``compactor.spark.ledger.appender``)
+Appender = Callable[[str, pa.Table, Mapping[str, str]], None]
+
+
+@ledger_errors("append to the runs table", writes=True)
 def append_runs(state_dir: str, rows: Iterable[Mapping[str, Any]], *,
-                spark: SparkSession | None = None) -> None:
-    """Append run rows (one commit): with delta-spark in ``spark`` when the command runs one,
-    else with delta-rs."""
+                append_with: Appender | None = None) -> None:
+    """Append run rows (one commit): with ``append_with`` (delta-spark) when the command
+    runs a Spark session, else with delta-rs."""
     rows = list(rows)
     if not rows:
         return
     table = _table(state_dir, RUNS_TABLE, RUNS)  # created (or given new columns) by delta-rs
-    if spark is None:
+    if append_with is None:
         from deltalake import write_deltalake
 
         write_deltalake(table, _rows_table(rows, RUNS), mode="append")
         return
-    from compactor.spark import delta
-
-    delta.append(spark, _table_path(state_dir, RUNS_TABLE), _rows_table(rows, RUNS),
-                 {"action": "append_runs"})
+    append_with(table_path(state_dir, RUNS_TABLE), _rows_table(rows, RUNS),
+                {"action": "append_runs"})
 
 
 def record_runs(state_dir: str, *, run_id: str, command: str, log_dir: str, now_ms: int,
                 started_at_ms: int, finished_at_ms: int, seconds: float | None,
                 partitions: Iterable[Mapping[str, Any]],
-                spark: SparkSession | None = None) -> None:
+                append_with: Appender | None = None) -> None:
     """Append one ``runs`` row per partition line of a JSON report (compact, retain, erase)."""
 
     rows = []
@@ -517,7 +517,7 @@ def record_runs(state_dir: str, *, run_id: str, command: str, log_dir: str, now_
             "report_json": _json(line),
             "bytes_reclaimed": _reclaimed(line),
         })
-    append_runs(state_dir, rows, spark=spark)
+    append_runs(state_dir, rows, append_with=append_with)
 
 
 def _reclaimed(line: Mapping[str, Any]) -> int | None:
@@ -539,7 +539,7 @@ def new_run_id(command: str, now_ms: int) -> str:
 
 def record_report(state_dir: str, report: Mapping[str, Any], started_at_ms: int,
                   finished_at_ms: int, run_id: str | None = None, *,
-                  spark: SparkSession | None = None) -> str:
+                  append_with: Appender | None = None) -> str:
     """Append the partitions of a ``compact`` or ``retain`` JSON report to ``runs`` (under
     ``run_id``: ``compactor run`` gives both of its steps one); returns the run id."""
     command = report["command"]
@@ -548,7 +548,7 @@ def record_report(state_dir: str, report: Mapping[str, Any], started_at_ms: int,
     record_runs(state_dir, run_id=run_id, command=command, log_dir=report["log_dir"],
                 now_ms=report["now_ms"], started_at_ms=started_at_ms,
                 finished_at_ms=finished_at_ms, seconds=seconds, partitions=report["partitions"],
-                spark=spark)
+                append_with=append_with)
     return run_id
 
 
@@ -558,10 +558,10 @@ def _json(line: Mapping[str, Any]) -> str:
     return json.dumps(line, sort_keys=True, separators=(",", ":"))
 
 
-@_ledger_errors("read the runs table")
+@ledger_errors("read the runs table")
 def load_runs(state_dir: str, run_ids: Iterable[str] | None = None) -> list[dict[str, Any]]:
 
-    path = _table_path(state_dir, RUNS_TABLE)
+    path = table_path(state_dir, RUNS_TABLE)
     if not _is_table(path):
         return []
     rows = _read(_open(path)).to_pylist()
@@ -571,12 +571,12 @@ def load_runs(state_dir: str, run_ids: Iterable[str] | None = None) -> list[dict
     return sorted(rows, key=lambda r: (r["started_at_ms"], r["topic"], r["partition"]))
 
 
-@_ledger_errors("read a ledger table's history")
+@ledger_errors("read a ledger table's history")
 def history(state_dir: str, name: str) -> list[dict[str, Any]]:
     """The Delta commit history of a table, oldest first: version, timestamp, operation and
     the metadata our commits carry (``action``, ``run_id``, ``request_ids``; a retry's or
     cancel's ``reason`` and ``at_ms``)."""
-    path = _table_path(state_dir, name)
+    path = table_path(state_dir, name)
     if not _is_table(path):
         return []
     out = []
@@ -594,10 +594,10 @@ def history(state_dir: str, name: str) -> list[dict[str, Any]]:
     return sorted(out, key=lambda e: e["version"])
 
 
-@_ledger_errors("read a ledger table's version")
+@ledger_errors("read a ledger table's version")
 def table_version(state_dir: str, name: str) -> int | None:
 
-    path = _table_path(state_dir, name)
+    path = table_path(state_dir, name)
     return _open(path).version() if _is_table(path) else None
 
 
@@ -618,7 +618,7 @@ class PendingSummary:
     header_names: frozenset[str]
 
 
-@_ledger_errors("read the erasure request ledger")
+@ledger_errors("read the erasure request ledger")
 def pending_summary(state_dir: str, statuses: frozenset[str], *,
                     not_applied_at: str | None = None) -> PendingSummary:
     """The requests in ``statuses`` (and, with ``not_applied_at``, not yet applied at that
@@ -626,7 +626,7 @@ def pending_summary(state_dir: str, statuses: frozenset[str], *,
     number."""
     import pyarrow.compute as pc
 
-    table = _open(_table_path(state_dir, ERASURE_REQUESTS_TABLE))
+    table = _open(table_path(state_dir, ERASURE_REQUESTS_TABLE))
     dataset = table.to_pyarrow_dataset()
     columns = ["status", "topic", "header_name"] + (["places"] if not_applied_at else [])
     count = 0
@@ -647,31 +647,7 @@ def pending_summary(state_dir: str, statuses: frozenset[str], *,
                           header_names=frozenset(headers))
 
 
-def requests_frame(spark: SparkSession, state_dir: str, statuses: frozenset[str], *,
-                   version: int, not_applied_at: str | None = None) -> DataFrame:
-    """The request rows in ``statuses`` at table ``version`` (and not yet applied at the
-    place ``not_applied_at``) as a Spark DataFrame read by delta-spark, with the subject's
-    digest as 32 bytes (``digest``) for the join against the scanned records."""
-    from compactor.spark import delta
-
-    return delta.read_requests(spark, _table_path(state_dir, ERASURE_REQUESTS_TABLE),
-                               statuses, version=version, not_applied_at=not_applied_at)
-
-
-@_ledger_errors("record erasure outcomes in the ledger", writes=True)
-def merge_outcomes(state_dir: str, spark: SparkSession, outcomes: DataFrame,
-                   columns: Sequence[str], meta: Mapping[str, str]) -> int:
-    """MERGE the ``update`` rows of ``outcomes`` (``schemas.spark.REQUEST_OUTCOME``) into the
-    requests table with delta-spark, one commit whose ``userMetadata`` is ``meta``: each sets
-    ``columns`` of its request where the request is still in the status it was computed from
-    (a retry or cancel committed meanwhile is not overwritten). Returns the rows updated."""
-    from compactor.spark import delta
-
-    return delta.merge_outcomes(spark, _table_path(state_dir, ERASURE_REQUESTS_TABLE),
-                                outcomes, columns, meta)
-
-
-@_ledger_errors("read the erasure request ledger")
+@ledger_errors("read the erasure request ledger")
 def statuses_by_run(state_dir: str, run_ids: Iterable[str], column: str) -> dict[str, int]:
     """How many requests whose ``column`` (``run_id``, ``verify_run_id``) is one of
     ``run_ids`` are in each status, counted batch by batch."""
@@ -681,7 +657,7 @@ def statuses_by_run(state_dir: str, run_ids: Iterable[str], column: str) -> dict
     out: dict[str, int] = {}
     if not wanted:
         return out
-    dataset = _open(_table_path(state_dir, ERASURE_REQUESTS_TABLE)).to_pyarrow_dataset()
+    dataset = _open(table_path(state_dir, ERASURE_REQUESTS_TABLE)).to_pyarrow_dataset()
     for batch in dataset.to_batches(columns=["status"], use_threads=False,
                                     filter=pc.field(column).isin(wanted)):
         for status in batch.column(0).to_pylist():

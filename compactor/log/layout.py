@@ -41,20 +41,14 @@ from compactor.errors import (
     ConfigError,
     CorruptCheckpointError,
     CorruptIndexError,
-    CorruptMetadataError,
     LogDirError,
     SwapRecoveryError,
-)
-from compactor.cluster.metadata import (
-    METADATA_DIR_NAME,
-    ClusterMetadata,
-    Replay,
-    parse_snapshot_name,
 )
 from compactor.model import EpochEntry, SegmentInfo, TopicPartition, segment_file_prefix
 
 from compactor.log.names import (  # noqa: F401  (re-exported: the layout's vocabulary)
     CLEANED_SUFFIX,
+    METADATA_DIR_NAME,
     DELETED_SUFFIX,
     INDEX_FILE_SUFFIXES,
     INDEX_SUFFIX,
@@ -369,46 +363,6 @@ def read_topic_id(partition_dir: str) -> str | None:
         raise CorruptCheckpointError("partition.metadata is not 'version: 0' then "
                                      "'topic_id: <id>'", path=path)
     return lines[1][len("topic_id: "):].strip()
-
-
-def load_cluster_metadata(metadata_dir: str) -> ClusterMetadata:
-    """Replay the KRaft metadata log in ``metadata_dir`` (a ``__cluster_metadata-0``
-    directory): its latest complete snapshot, then the segments' records from the snapshot's
-    end offset on. Reads only.
-
-    Raises:
-        LogDirError: the directory does not exist.
-        CorruptMetadataError: a batch or record cannot be decoded (file, byte position, base
-            offset, record offset and type), a snapshot is incomplete, or the log starts
-            after offset 0 with no snapshot covering the records before it.
-    """
-    if not storage.is_dir(metadata_dir):
-        raise LogDirError("metadata log directory does not exist", path=metadata_dir,
-                          remedy="point --metadata-log-dir at the directory that holds "
-                                 f"{METADATA_DIR_NAME} (Kafka's metadata.log.dir)")
-    names = storage.list_dir(metadata_dir)
-    snapshots = sorted((sid, n) for n in names if (sid := parse_snapshot_name(n)) is not None)
-    replay = Replay()
-    start = 0
-    if snapshots:
-        (start, _), name = snapshots[-1]
-        path = storage.join(metadata_dir, name)
-        replay.feed(iter_batches(storage.read_bytes(path), path=path), path=path,
-                    snapshot=True)
-        replay.state.snapshot = name
-        replay.state.end_offset = start
-    logs = segment_logs(names)
-    if logs and logs[0][0] > start:
-        raise CorruptMetadataError(
-            f"the metadata log starts at offset {logs[0][0]} but no snapshot covers the "
-            f"records before it (latest snapshot ends at {start})",
-            path=storage.join(metadata_dir, logs[0][1]))
-    for _, name in logs:
-        path = storage.join(metadata_dir, name)
-        # read, not mapped: a controller may append to a metadata log outside this log dir
-        replay.feed(iter_batches(storage.read_bytes(path), path=path), path=path,
-                    from_offset=start)
-    return replay.state
 
 
 def read_offset_checkpoint(log_dir: str, name: str) -> dict[TopicPartition, int]:

@@ -15,3 +15,6 @@ CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
 DELETED_SUFFIX = ".deleted"
 TEMP_SUFFIXES = (CLEANED_SUFFIX, SWAP_SUFFIX, DELETED_SUFFIX)
+# the KRaft metadata log's topic and its one partition directory (Topic.CLUSTER_METADATA_TOPIC_NAME)
+METADATA_TOPIC = "__cluster_metadata"
+METADATA_DIR_NAME = f"{METADATA_TOPIC}-0"

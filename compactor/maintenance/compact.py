@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from compactor.erasure import ledger
+from compactor.spark import ledger as spark_ledger
 from compactor.log import storage, swap
 from compactor.spark import stages as spark_stages
 from compactor.codec.checkpoints import (
@@ -96,6 +97,7 @@ class PartitionReport:
     error: dict | None = None
     config: dict[str, Any] | None = None  # the effective configs and their sources
     measured: bool = True  # False in a plan: no output figures exist (null, not 0)
+    writers: dict[int, str] = field(default_factory=dict)  # group base -> the path that wrote it
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"topic": self.tp.topic, "partition": self.tp.partition,
@@ -125,6 +127,8 @@ class PartitionReport:
             out.update(dict.fromkeys(("segments_after", "records_in", "records_out", "bytes_in",
                                       "bytes_out", "batches_in", "batches_out", "dropped",
                                       "stages_s")))
+        if self.writers:
+            out["writers"] = {str(base): path for base, path in sorted(self.writers.items())}
         if self.error is not None:
             out["error"] = self.error
         return out
@@ -329,7 +333,7 @@ def run_locked(session: LazySession, opts: MaintenanceOptions, catalog: Catalog)
             if rest:
                 messages += spark_stages.write_cleaned_segments(
                     spark, inputs, rest, fsync=opts.fsync,
-                    native=opts.native_writer, on_stage=stages.done,
+                    writer=opts.writer, on_stage=stages.done,
                     headers=headers)
             if to_clean:
                 done = _commit(inputs, to_clean, messages, reports)
@@ -371,7 +375,7 @@ def _plan(spark: SparkSession, inputs: dict[int, PartitionInput],
              if fits_one_group(inp.segments, inp.config.segment_bytes,
                                inp.config.segment_index_bytes)}
     plans, errors, messages = spark_stages.clean_in_one_pass(
-        spark, small, write=not opts.dry_run, fsync=opts.fsync, native=opts.native_writer)
+        spark, small, write=not opts.dry_run, fsync=opts.fsync, writer=opts.writer)
     stages.done("one_pass")
     again = {i for i, p in plans.items() if p.will_clean and len(p.groups) > 1}
     rest = {i: inp for i, inp in inputs.items()
@@ -446,6 +450,7 @@ def _commit(inputs: Mapping[int, PartitionInput], plans: Mapping[int, CleaningPl
         rep.batches_in = sum(m.batches_in for m in got)
         rep.batches_out = sum(m.batches_out for m in got)
         rep.segments_after = rep.segments_before - sum(len(m.source_bases) - 1 for m in got)
+        rep.writers = {m.group_base: m.writer for m in got}
         done.append(i)
     return done
 
@@ -496,5 +501,6 @@ def perform(opts: MaintenanceOptions, *, master: str | None,
             p["retention"] = by_tp.get((p["topic"], p["partition"]))
     if state_dir:  # a plan is recorded too (command "plan", no output figures)
         result["run_id"] = ledger.record_report(state_dir, result, started,
-                                                int(time.time() * 1000), spark=session.started)
+                                                int(time.time() * 1000),
+                                                append_with=spark_ledger.appender(session.started))
     return CompactOutcome(report, result, retention)

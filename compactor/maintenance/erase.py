@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from compactor.log import swap
 from compactor.erasure import ledger
+from compactor.spark import ledger as spark_ledger
 from compactor.log import storage
 from compactor.spark import stages as spark_stages
 from compactor.codec.checkpoints import REPLICATION_OFFSET_CHECKPOINT
@@ -338,7 +339,7 @@ def apply(spark: SparkSession | None, log_dir: str, state_dir: str, now_ms: int,
         refused = _refused(dirs, catalog)
         parts = {i: p for i, p in parts.items() if i not in refused}
         unknown = _unknown_topics(pending.topics, dirs, catalog)
-        requests = ledger.requests_frame(session(spark_stages.input_bytes(parts)), state_dir,
+        requests = spark_ledger.requests_frame(session(spark_stages.input_bytes(parts)), state_dir,
                                          APPLICABLE, version=pending.version,
                                          not_applied_at=here)
         found = _scan(session(), parts, dirs, requests, pending)
@@ -535,7 +536,7 @@ def verify(spark: SparkSession | None, log_dir: str, state_dir: str, now_ms: int
         dirs, parts, errors = _load(log_dir, _covered(pending.topics))
         refused = _refused(dirs, catalog)
         parts = {i: p for i, p in parts.items() if i not in refused}
-        requests = ledger.requests_frame(session(spark_stages.input_bytes(parts)), state_dir,
+        requests = spark_ledger.requests_frame(session(spark_stages.input_bytes(parts)), state_dir,
                                          VERIFIABLE, version=pending.version)
         found = _scan(session(), parts, dirs, requests, pending)
     errors.update(found.errors)
@@ -614,8 +615,8 @@ def _record(state_dir: str, action: str, run_id: str, log_dir: str, now_ms: int,
     ledger.record_runs(state_dir, run_id=run_id, command=f"erase_{action}", log_dir=log_dir,
                        now_ms=now_ms, started_at_ms=started,
                        finished_at_ms=int(time.time() * 1000), seconds=None,
-                       partitions=lines.values(), spark=spark)
-    ledger.merge_outcomes(state_dir, spark, result, columns,
+                       partitions=lines.values(), append_with=spark_ledger.appender(spark))
+    spark_ledger.merge_outcomes(state_dir, spark, result, columns,
                           {"action": action, "run_id": run_id})
 
 

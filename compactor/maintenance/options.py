@@ -4,14 +4,13 @@ command line by :mod:`compactor.cli.args`; no Spark here, so driver-only command
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from compactor import native
 from compactor.cluster.catalog import Catalog, build_catalog
+from compactor.log import storage
 from compactor.log.layout import LogDir, open_log_dir
-
-#: the writers a round can use (``--writer``): the numba kernels, or the pure-Python reference
-WRITERS = ("native", "pure")
 
 @dataclass(frozen=True, kw_only=True)
 class MaintenanceOptions:
@@ -23,7 +22,7 @@ class MaintenanceOptions:
     config_topics: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     dry_run: bool = False  # plan and report, change nothing
     fsync: bool = True
-    native_writer: bool = True  # the writer's numba kernels (False: the pure-Python path)
+    writer: str = "native"  # the record engine of a round (compactor.native.WRITERS)
     topics: frozenset[str] = frozenset()  # only these topics (empty: every topic)
     metadata_log_dir: str | None = None  # holds __cluster_metadata-0 (default: the log dir)
     server_properties: str | None = None
@@ -35,6 +34,34 @@ class MaintenanceOptions:
 
     def selects(self, topic: str) -> bool:
         return not self.topics or topic in self.topics
+
+
+def build_options(log_dir: str, *, now_ms: int,
+                  config_all: Mapping[str, object] | None = None,
+                  config_topics: Mapping[str, Mapping[str, object]] | None = None,
+                  topics: Iterable[str] = (), dry_run: bool = False,
+                  metadata_log_dir: str | None = None, server_properties: str | None = None,
+                  assume_kafka_defaults: bool = False, allow_replica_divergence: bool = False,
+                  writer: str = "native", check_past_now: bool = False) -> MaintenanceOptions:
+    """The one way to make :class:`MaintenanceOptions` (the command line and the Python API
+    both come here): paths made absolute, config values as the strings Kafka reads, the
+    writer checked now, before any work (:func:`compactor.native.engine`).
+
+    Raises:
+        ConfigError: an unknown writer, or the native one without numba.
+    """
+    native.engine(writer)
+    return MaintenanceOptions(
+        log_dir=storage.absolute(log_dir), now_ms=now_ms,
+        config_all={str(k): str(v) for k, v in (config_all or {}).items()},
+        config_topics={str(t): {str(k): str(v) for k, v in c.items()}
+                       for t, c in (config_topics or {}).items()},
+        dry_run=dry_run, topics=frozenset(topics),
+        metadata_log_dir=metadata_log_dir and storage.absolute(metadata_log_dir),
+        server_properties=server_properties and storage.absolute(server_properties),
+        assume_kafka_defaults=assume_kafka_defaults,
+        allow_replica_divergence=allow_replica_divergence, writer=writer,
+        check_past_now=check_past_now)
 
 
 def load_catalog(opts: MaintenanceOptions, log_dir: LogDir | None = None) -> Catalog:
@@ -57,6 +84,4 @@ def load_catalog(opts: MaintenanceOptions, log_dir: LogDir | None = None) -> Cat
 def state_store(state_dir: str | None) -> dict[str, str] | None:
     """The object store options of a state dir on S3 (a Spark session started for the
     command reaches it too), ``None`` on a local disk or without one."""
-    from compactor.log import storage
-
     return storage.delta_options(state_dir) if state_dir else None

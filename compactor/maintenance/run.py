@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from compactor.erasure import ledger
+from compactor.spark import ledger as spark_ledger
 from compactor.errors import EXIT_OK
 from compactor.log import storage
 from compactor.maintenance import compact, retain
@@ -60,5 +61,6 @@ def perform(opts: MaintenanceOptions, *, master: str | None, allow_aggressive: b
         for part in (result["compaction"], result["retention"]):
             if part is not None:
                 part["run_id"] = ledger.record_report(state_dir, part, started, finished,
-                                                      run_id, spark=session.started)
+                                                      run_id, append_with=spark_ledger.appender(
+                                                          session.started))
     return RunOutcome(round_report, retention, result, code)

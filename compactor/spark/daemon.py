@@ -79,9 +79,10 @@ def prefer_installed_pyspark() -> None:
 
 
 def preload() -> None:
-    """Import the executor modules and load the writer's kernels, starting no thread."""
-    import compactor.spark.writer  # noqa: F401  (codec, cleaner, numpy, numba)
-    from compactor.cleaner.fast import compile_kernels
+    """Import the executor modules and load the writer's kernels (numba, compactor/native), starting
+    no thread."""
+    import compactor.spark.writer  # noqa: F401  (codec, cleaner, numpy)
+    from compactor.native import compile_kernels
 
     compile_kernels()
     # Arrow's bundled jemalloc starts its background thread when pyarrow loads unless told

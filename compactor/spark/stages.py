@@ -90,7 +90,7 @@ def segment_tasks(spark: SparkSession, partitions: Mapping[int, HasSegments]) ->
 
 def write_cleaned_segments(spark: SparkSession, inputs: Mapping[int, PartitionInput],
                            plans: Mapping[int, CleaningPlan], *, fsync: bool = True,
-                           native: bool = True,
+                           writer: str = "native",
                            on_stage: Callable[[str], None] | None = None,
                            headers: DataFrame | None = None) -> list[CommitMessage]:
     """The executor part of a round: ``.cleaned`` segments written next to the live ones,
@@ -115,19 +115,19 @@ def write_cleaned_segments(spark: SparkSession, inputs: Mapping[int, PartitionIn
     persisted: list[DataFrame] = []
     if whole:
         writes.append(headers.transform(transforms.rewrite_whole_partitions(
-            cleaning, whole, slots, fsync=fsync, native=native)))
+            cleaning, whole, slots, fsync=fsync, writer=writer)))
     if mapped:
         decisions = headers.transform(transforms.decide_batches(cleaning, mapped)).persist()
         with spark_step(spark, "offset_map",
                         total_bytes=_group_bytes({i: inputs[i] for i in mapped}, mapped)):
             superseded = (decisions.transform(transforms.scan_keys(cleaning, mapped, slots,
-                                                                   native=native))
+                                                                   writer=writer))
                           .transform(transforms.latest_per_key)
                           .transform(transforms.superseded_records)).persist()
             superseded.count()
         persisted += [decisions, superseded]
         writes.append(transforms.rewrite_groups(cleaning, mapped, slots, fsync=fsync,
-                                                native=native)(decisions, superseded))
+                                                writer=writer)(decisions, superseded))
     if on_stage:
         on_stage("offset_map")
     with spark_step(spark, "rewrite", total_bytes=_group_bytes(cleaning, plans)):
@@ -184,7 +184,7 @@ def balanced_bins(sizes: Mapping[int, int], count: int) -> list[list[int]]:
 
 
 def clean_in_one_pass(spark: SparkSession, inputs: Mapping[int, PartitionInput], *,
-                      write: bool, fsync: bool = True, native: bool = True
+                      write: bool, fsync: bool = True, writer: str = "native"
                       ) -> tuple[dict[int, CleaningPlan], dict[int, dict], list[CommitMessage]]:
     """Scan, plan and (when ``write``) write the partitions in one Spark job of one stage,
     a task per bin of partitions (:func:`transforms.clean_in_one_pass`): for partitions
@@ -207,7 +207,7 @@ def clean_in_one_pass(spark: SparkSession, inputs: Mapping[int, PartitionInput],
     with spark_step(spark, "one_pass", total_bytes=input_bytes(inputs)):
         rows = (spark.range(len(bins), numPartitions=len(bins))
                 .transform(transforms.clean_in_one_pass(inputs, bins, write=write, fsync=fsync,
-                                                        native=native))
+                                                        writer=writer))
                 .collect())
     for r in rows:
         if r.error is not None:

@@ -62,6 +62,7 @@ from compactor.cleaner.scan import (
     select_rows,
 )
 from compactor.cleaner.verify import index_problems, offset_problems, txn_problems
+from compactor.native import engine as record_engine
 from compactor.spark.writer import CommitMessage, write_erased_segment, write_group
 from compactor.spark import rows
 from schemas.spark import (
@@ -203,14 +204,14 @@ def plan_rounds(inputs: Mapping[int, PartitionInput]) -> Transform:
 
 
 def _write_one_group(tp_id: int, inp: PartitionInput, plan: CleaningPlan,
-                     headers: Sequence[BatchHeader], *, fsync: bool, native: bool) -> dict:
+                     headers: Sequence[BatchHeader], *, fsync: bool, writer: str) -> dict:
     """Decide the batches of a round of one group and write the group: its ``COMMIT_MESSAGE``
     row (every key's latest record is in the group itself, so no record is superseded from
     outside it, see :func:`compactor.spark.stages.write_cleaned_segments`)."""
     (group,) = plan.groups
     decided = inp.decide(plan, headers)
     m = write_group(inp, group, {(h.segment_base, h.position): d for h, d in decided}, set(),
-                    first_dirty=plan.first_dirty_offset, fsync=fsync, native=native)
+                    first_dirty=plan.first_dirty_offset, engine=record_engine(writer), fsync=fsync)
     return message_to_row(tp_id, m)
 
 
@@ -259,7 +260,7 @@ def _decisions_from_arrow(table: pa.Table) -> dict[tuple[int, int], BatchDecisio
 
 
 def scan_keys(inputs: Mapping[int, PartitionInput], plans: Mapping[int, CleaningPlan],
-              slots: DataFrame, *, native: bool = True) -> Transform:
+              slots: DataFrame, *, writer: str = "native") -> Transform:
     """Batch decisions -> one ``KEYED_RECORD`` row per keyed record of the round's data
     batches that is not discarded and not already superseded within its own group (one task
     per group, :func:`compactor.cleaner.scan.locally_superseded`); a group whose records cannot be
@@ -267,7 +268,7 @@ def scan_keys(inputs: Mapping[int, PartitionInput], plans: Mapping[int, Cleaning
 
     Args:
         slots: ``GROUP_SLOT`` rows; groups without one are left out.
-        native: read records with the native kernels (else the compiled reader).
+        writer: the engine that reads the records (:func:`compactor.native.engine`).
     """
 
     def scan(table: pa.Table) -> pa.Table:
@@ -290,7 +291,8 @@ def scan_keys(inputs: Mapping[int, PartitionInput], plans: Mapping[int, Cleaning
             for base in sorted(flags):
                 with storage.mapped(paths[base]) as data:
                     parts.append(keyed_records(data, paths[base], flags[base],
-                                               plans[tp_id].first_dirty_offset, native=native))
+                                               plans[tp_id].first_dirty_offset,
+                                               engine=record_engine(writer)))
             rows = concat_rows(parts)
             rows = select_rows(rows, ~locally_superseded(rows))
         except CompactorError as err:
@@ -341,7 +343,7 @@ def superseded_records(keyed: DataFrame) -> DataFrame:
 
 def rewrite_groups(inputs: Mapping[int, PartitionInput], plans: Mapping[int, CleaningPlan],
                    slots: DataFrame, *, fsync: bool = True,
-                   native: bool = True) -> Callable[[DataFrame, DataFrame], DataFrame]:
+                   writer: str = "native") -> Callable[[DataFrame, DataFrame], DataFrame]:
     """(batch decisions, superseded records) -> one ``COMMIT_MESSAGE`` row per group,
     written by the executor that holds the group's rows (one task per ``GROUP_SLOT``)."""
 
@@ -354,7 +356,8 @@ def rewrite_groups(inputs: Mapping[int, PartitionInput], plans: Mapping[int, Cle
         group = next(g for g in plan.groups if g[0] == group_base)
         m = write_group(inputs[tp_id], group, _decisions_from_arrow(decisions),
                         set(superseded.column("offset").to_pylist()),
-                        first_dirty=plan.first_dirty_offset, fsync=fsync, native=native)
+                        first_dirty=plan.first_dirty_offset, engine=record_engine(writer),
+                        fsync=fsync)
         return pa.Table.from_pylist([message_to_row(tp_id, m)], schema=_COMMIT_ARROW)
 
     slotted = with_slots(slots)
@@ -366,7 +369,7 @@ def rewrite_groups(inputs: Mapping[int, PartitionInput], plans: Mapping[int, Cle
 
 def rewrite_whole_partitions(inputs: Mapping[int, PartitionInput],
                              plans: Mapping[int, CleaningPlan], slots: DataFrame, *,
-                             fsync: bool = True, native: bool = True) -> Transform:
+                             fsync: bool = True, writer: str = "native") -> Transform:
     """Batch headers -> one ``COMMIT_MESSAGE`` row per partition of ``plans``, each a round of
     one group: the task that holds the partition's headers decides its batches and writes the
     group (:func:`_write_one_group`).
@@ -379,7 +382,7 @@ def rewrite_whole_partitions(inputs: Mapping[int, PartitionInput],
     def rewrite(table: pa.Table) -> pa.Table:
         tp_id = table.column("tp_id")[0].as_py()
         row = _write_one_group(tp_id, inputs[tp_id], plans[tp_id], _headers_from_arrow(table),
-                               fsync=fsync, native=native)
+                               fsync=fsync, writer=writer)
         return pa.Table.from_pylist([row], schema=_COMMIT_ARROW)
 
     whole = list(plans)
@@ -390,7 +393,7 @@ def rewrite_whole_partitions(inputs: Mapping[int, PartitionInput],
 
 
 def clean_in_one_pass(inputs: Mapping[int, PartitionInput], bins: Sequence[Sequence[int]], *,
-                      write: bool, fsync: bool = True, native: bool = True) -> Transform:
+                      write: bool, fsync: bool = True, writer: str = "native") -> Transform:
     """Bin numbers (``spark.range`` rows, ``id``) -> one ``ONE_PASS`` row per partition of the
     bin: the task scans the partition's batch headers segment by segment (the checks of
     :func:`check_segment`), plans its round and, when ``write`` and the round is one group,
@@ -423,7 +426,7 @@ def clean_in_one_pass(inputs: Mapping[int, PartitionInput], bins: Sequence[Seque
         plan = inp.plan(headers)
         message = None
         if write and plan.will_clean and len(plan.groups) == 1:
-            message = _write_one_group(tp_id, inp, plan, headers, fsync=fsync, native=native)
+            message = _write_one_group(tp_id, inp, plan, headers, fsync=fsync, writer=writer)
         return {"tp_id": tp_id, "plan": plan_to_row(tp_id, plan), "message": message}
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

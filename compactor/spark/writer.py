@@ -11,7 +11,6 @@ from array import array
 from collections import Counter
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import cast
 
 from compactor.log import storage
 from compactor.codec.records import RecordBatch
@@ -30,8 +29,8 @@ from compactor.codec.indexes import AbortedTxn, decode_txn_index
 from compactor.config import TopicConfig
 from compactor.model import CommitMessage, SegmentInfo
 from compactor.cleaner.policy import BatchDecision, BatchRetention, PartitionInput
-from compactor.cleaner import fast
-from compactor.cleaner.rebatch import FilteredBatch, SegmentBuilder, filter_batch, iter_drops
+from compactor.cleaner.rebatch import SegmentBuilder, filter_batch
+from compactor.cleaner.rewrite import Engine, Fallback, GroupRewrite, fallback_group
 
 def write_group(
     inp: PartitionInput,
@@ -40,8 +39,8 @@ def write_group(
     superseded: Collection[int],
     *,
     first_dirty: int,
+    engine: Engine,
     fsync: bool = True,
-    native: bool = True,
 ) -> CommitMessage:
     """Rewrite the source segments ``source_bases`` into one ``.cleaned`` segment.
 
@@ -51,8 +50,9 @@ def write_group(
             groups; the ones superseded within the group and every other reason a record
             goes for are decided here (:func:`compactor.cleaner.rebatch.iter_drops`).
         first_dirty: the round's first dirty offset (where the offset map starts).
-        native: decide and re-encode records with the native kernels
-            (:mod:`compactor.cleaner.fast`; the same bytes), else with the pure-Python path.
+        engine: what decides and re-encodes the records (:func:`compactor.native.engine`;
+            every engine writes the same bytes). A group the native one hands back is
+            written by the pure path; the message's ``writer`` says which path wrote it.
 
     Returns:
         The commit message; on a corrupt or inconsistent input it carries ``error`` and no
@@ -62,7 +62,7 @@ def write_group(
     group_base = source_bases[0]
     try:
         message = _write(inp, tuple(source_bases), decisions, superseded, first_dirty, fsync,
-                         native)
+                         engine)
     except CompactorError as err:
         remove_cleaned(inp.path, group_base)
         return CommitMessage(group_base=group_base, source_bases=tuple(source_bases),
@@ -87,37 +87,29 @@ class _Decided:
 
     layouts: dict[int, tuple[array, array]] = field(default_factory=dict)
     chunks: dict[int, list[tuple[int, int]]] = field(default_factory=dict)  # byte ranges
-    fates: dict[int, list] = field(default_factory=dict)  # BatchFate, or offsets array | None
-    from_map: int = 0
+    fates: dict[int, list] = field(default_factory=dict)  # by the rewrite's own kind
     last_batch: RecordBatch | None = None
-    native: bool = False
 
 
 def _write(inp: PartitionInput, source_bases: tuple[int, ...],
            decisions: Mapping[tuple[int, int], BatchDecision], superseded: Collection[int],
-           first_dirty: int, fsync: bool, native: bool) -> CommitMessage:
+           first_dirty: int, fsync: bool, engine: Engine) -> CommitMessage:
     """Two passes over the group. Newest batch first, every record's fate is decided with
     the keys seen later in the group (:func:`_decide`); only what goes is kept. Then oldest
     first, the batches are filtered and streamed into the ``.cleaned`` log, so neither a
     source segment nor the output is held in memory whole."""
     by_base = {s.base_offset: s for s in inp.segments}
-    tally = _Tally()
-    decided = None
-    if native:
-        try:
-            decided = _decide(by_base, source_bases, decisions, superseded, first_dirty, tally,
-                              native=True)
-            fast.STATS["groups_native"] += 1
-        except fast.Fallback:
-            tally = _Tally()  # the group takes the pure path (cleaner/fast.py says when)
-            fast.STATS["groups_fallback"] += 1
-    if decided is None:
-        decided = _decide(by_base, source_bases, decisions, superseded, first_dirty, tally,
-                          native=False)
-    if decided.from_map != len(superseded):
+    rewrite = engine.group(superseded, first_dirty)
+    try:
+        decided = _decide(by_base, source_bases, decisions, rewrite)
+    except Fallback:  # before anything is written (compactor/native/fast.py says when)
+        rewrite = fallback_group(superseded, first_dirty)
+        decided = _decide(by_base, source_bases, decisions, rewrite)
+    tally = _Tally(dropped=rewrite.reasons())
+    if rewrite.from_map() != len(superseded):
         raise CorruptSegmentError(
             f"counts do not balance: the offset map superseded {len(superseded)} records of "
-            f"the group but {decided.from_map} were found",
+            f"the group but {rewrite.from_map()} were found",
             path=by_base[source_bases[0]].log_path,
             remedy="the segment changed during the run; rerun once nothing else writes to it",
         )
@@ -138,22 +130,20 @@ def _write(inp: PartitionInput, source_bases: tuple[int, ...],
                 if len(data) != (chunks[-1][1] if chunks else 0):
                     raise changed
                 for start, end in chunks:
-                    if decided.native:
-                        # a chunk of plain batches in one native call
-                        k = bisect.bisect_left(positions, end, lo=count)
-                        done = fast.filter_chunk_batches(
-                            data[start:end], start, positions[count:k], base_offsets[count:k],
-                            fates[count:k], [decisions[(base, p)] for p in positions[count:k]],
-                            now_ms=inp.now_ms, delete_retention_ms=config.delete_retention_ms)
-                        if done is not None:
-                            entries, records_in, records_out = done
-                            tally.batches_in += k - count
-                            tally.records_in += records_in
-                            tally.records_out += records_out
-                            count = k
-                            for entry, txn_entry in entries:
-                                yield entry, None, txn_entry
-                            continue
+                    k = bisect.bisect_left(positions, end, lo=count)
+                    done = rewrite.filter_chunk(
+                        data[start:end], start, positions[count:k], base_offsets[count:k],
+                        fates[count:k], [decisions[(base, p)] for p in positions[count:k]],
+                        now_ms=inp.now_ms, delete_retention_ms=config.delete_retention_ms)
+                    if done is not None:  # the chunk in one call
+                        entries, records_in, records_out = done
+                        tally.batches_in += k - count
+                        tally.records_in += records_in
+                        tally.records_out += records_out
+                        count = k
+                        for entry, txn_entry in entries:
+                            yield entry, None, txn_entry
+                        continue
                     for batch in iter_batches(data, path=seg.log_path, start_position=start,
                                               end_position=end, verify_crc=False):
                         if (count == len(positions) or batch.position != positions[count]
@@ -162,9 +152,12 @@ def _write(inp: PartitionInput, source_bases: tuple[int, ...],
                         fate = fates[count]
                         count += 1
                         decision = decisions[(base, batch.position)]
-                        result, went = _filter(batch, decision, fate, inp.now_ms,
-                                               config.delete_retention_ms, decided.native,
-                                               seg.log_path)
+                        try:
+                            result, went = rewrite.filter(
+                                batch, decision, fate, now_ms=inp.now_ms,
+                                delete_retention_ms=config.delete_retention_ms)
+                        except CompactorError as err:
+                            raise err.with_location(path=seg.log_path) from None
                         if result.records_in - result.records_out != went:
                             raise CorruptSegmentError(
                                 f"{went} records of the batch were decided to go but "
@@ -180,43 +173,30 @@ def _write(inp: PartitionInput, source_bases: tuple[int, ...],
             if count != len(positions):
                 raise changed
 
-    return _write_cleaned(inp.path, source_bases, by_base[source_bases[0]].log_path, outputs(),
-                          decided.last_batch, config, mtime_ms=by_base[source_bases[-1]].mtime_ms,
-                          fsync=fsync, tally=tally)
-
-
-def _filter(batch: RecordBatch, decision: BatchDecision, fate: object, now_ms: int,
-            delete_retention_ms: int, native: bool, path: str) -> tuple[FilteredBatch, int]:
-    """One batch of the forward pass, by the path that decided it, and how many of its
-    records were decided to go."""
-    try:
-        if native:
-            native_fate = cast(fast.BatchFate, fate)
-            return fast.filter_fast(batch, decision, native_fate, now_ms=now_ms,
-                                    delete_retention_ms=delete_retention_ms), native_fate.dropped
-        goes = fate if isinstance(fate, array) else None
-        return filter_batch(batch, decision, frozenset(goes or ()), now_ms=now_ms,
-                            delete_retention_ms=delete_retention_ms), len(goes or ())
-    except CompactorError as err:
-        raise err.with_location(path=path) from None
+    message = _write_cleaned(inp.path, source_bases, by_base[source_bases[0]].log_path,
+                             outputs(), decided.last_batch, config,
+                             mtime_ms=by_base[source_bases[-1]].mtime_ms, fsync=fsync,
+                             tally=tally)
+    return replace(message, writer=rewrite.path)
 
 
 _CHUNK_BYTES = 16 * 1024 * 1024  # the backward walk decodes this much of a segment at a time
 
 
 def _decide(by_base: Mapping[int, SegmentInfo], source_bases: tuple[int, ...],
-            decisions: Mapping[tuple[int, int], BatchDecision], superseded: Collection[int],
-            first_dirty: int, tally: _Tally, *, native: bool) -> _Decided:
+            decisions: Mapping[tuple[int, int], BatchDecision], rewrite: GroupRewrite
+            ) -> _Decided:
     """The backward pass: each segment's batches decoded (CRC checked) a chunk at a time,
-    newest chunk first, and their records decided newest first, natively
-    (:class:`compactor.cleaner.fast.GroupDecider`, which may raise
-    :class:`compactor.cleaner.fast.Fallback`) or by :func:`compactor.cleaner.rebatch.iter_drops`."""
-    decided = _Decided(native=native)
-    later: set[bytes] = set()
+    newest chunk first, and their records decided newest first by ``rewrite`` (a whole chunk
+    in one call where it can).
+
+    Raises:
+        Fallback: the native rewrite hands the group to the pure path.
+    """
+    decided = _Decided()
     planned: dict[int, list[int]] = {}  # the batch positions the planning scan found
     for segment_base, position in sorted(decisions):
         planned.setdefault(segment_base, []).append(position)
-    decider = fast.GroupDecider(superseded, first_dirty) if native else None
     for base in reversed(source_bases):
         path = by_base[base].log_path
         positions: list[array] = []
@@ -229,18 +209,16 @@ def _decide(by_base: Mapping[int, SegmentInfo], source_bases: tuple[int, ...],
             decided.chunks[base] = chunks
             for start, end in reversed(chunks):
                 try:
-                    native_chunk = (decider.decide_chunk(data[start:end], start, base, decisions)
-                                    if decider is not None else None)
-                    if native_chunk is not None:
-                        chunk_positions, chunk_bases, chunk_fates = native_chunk
+                    whole = rewrite.decide_chunk(data[start:end], start, base, decisions)
+                    if whole is not None:
+                        chunk_positions, chunk_bases, chunk_fates = whole
                         if decided.last_batch is None:
                             decided.last_batch = next(iter_batches(
                                 data, path=path, start_position=chunk_positions[-1],
                                 end_position=end))
                     else:
                         chunk_positions, chunk_bases, chunk_fates = _decide_chunk(
-                            data, path, start, end, base, decisions, decided, decider,
-                            superseded, first_dirty, later, tally)
+                            data, path, start, end, base, decisions, decided, rewrite)
                 except CompactorError as err:
                     raise err.with_location(path=path) from None
                 fates.append(chunk_fates)
@@ -248,34 +226,20 @@ def _decide(by_base: Mapping[int, SegmentInfo], source_bases: tuple[int, ...],
                 base_offsets.append(array("q", chunk_bases))
         decided.layouts[base] = (_joined(positions), _joined(base_offsets))
         decided.fates[base] = [f for chunk in reversed(fates) for f in chunk]
-    if decider is not None:
-        tally.dropped.update(decider.reasons())
-        decided.from_map = decider.from_map
     return decided
 
 
 def _decide_chunk(data: bytes, path: str, start: int, end: int, base: int,
                   decisions: Mapping[tuple[int, int], BatchDecision], decided: _Decided,
-                  decider: fast.GroupDecider | None, superseded: Collection[int],
-                  first_dirty: int, later: set[bytes], tally: _Tally
-                  ) -> tuple[list[int], list[int], list]:
-    """One chunk of the backward pass batch by batch (the pure path, and the native one for
-    chunks :meth:`compactor.cleaner.fast.GroupDecider.decide_chunk` leaves to it): its
-    batches decoded (CRC checked) and walked newest first. Returns their positions, base
-    offsets and fates in file order."""
+                  rewrite: GroupRewrite) -> tuple[list[int], list[int], list]:
+    """One chunk of the backward pass batch by batch: its batches decoded (CRC checked) and
+    decided newest first. Returns their positions, base offsets and fates in file order."""
     batches = list(iter_batches(data, path=path, start_position=start, end_position=end))
     if decided.last_batch is None and batches:
         decided.last_batch = batches[-1]
     newest_first = [(b, _decision(decisions, base, b.position, b.base_offset, path))
                     for b in reversed(batches)]
-    fates: list = []
-    if decider is not None:
-        fates = [decider.decide(b, d) for b, d in newest_first]
-    else:
-        for goes in iter_drops(newest_first, superseded, first_dirty, later):
-            fates.append(array("q", goes.offsets) if goes.offsets else None)
-            tally.dropped.update(goes.reasons)
-            decided.from_map += goes.from_map
+    fates = rewrite.decide(newest_first)
     fates.reverse()
     return [b.position for b in batches], [b.base_offset for b in batches], fates
 

@@ -91,10 +91,11 @@ def _plan(tmp_path: Path, broker: KafkaBroker, **extra: object) -> Path:
 
 
 def _readme_plan(broker: KafkaBroker, state_dir: Path) -> tuple[dict, list[list[str]]]:
-    """The plan and the commands of the README's "Running it on your cluster", with this
+    """The plan and the commands of "Running it on your cluster" (docs/operations.md), with this
     broker's address, node, files and control commands put in for the example's."""
-    readme = (REPO / "README.md").read_text()
-    section = readme[readme.index("## Running it on your cluster"):readme.index("## Commands")]
+    readme = (REPO / "docs" / "operations.md").read_text()
+    section = readme[readme.index("## Running it on your cluster"):
+                     readme.index("## Running on Spark clusters")]
     plan = yaml.safe_load(section.split("```yaml\n", 1)[1].split("```", 1)[0])
     commands = [line.split("#", 1)[0].split() for line in
                 section.split("```bash\n", 1)[1].split("```", 1)[0].splitlines()]

@@ -1,4 +1,4 @@
-"""The writer's native path (``compactor/cleaner/fast.py``, numba kernels) against the pure-Python
+"""The writer's native path (``compactor/native/fast.py``, numba kernels) against the pure-Python
 path, byte for byte: per batch under generated records, keep sets, codecs, timestamp types and
 horizons; per group on generated logs with every codec, transactions, LogAppendTime, legacy
 entries and horizons; and the kernels' varints against the pure codec's."""
@@ -15,10 +15,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compactor.cleaner import fast
-from compactor.cleaner.policy import BatchDecision, BatchRetention
+from compactor.cleaner.policy import KEPT, LOCAL, BatchDecision, BatchRetention
 from compactor.cleaner.rebatch import filter_batch
-from compactor.codec import kernels, varint
+from compactor.codec import varint
+from compactor.native import engine, fast, kernels
 from compactor.codec.compression import Codec
 from compactor.codec.records import TimestampType, encode_batch
 from compactor.codec.segment import iter_batches
@@ -46,7 +46,7 @@ def test_a_batch_filtered_natively_is_byte_identical_to_the_pure_path(
     (source,) = iter_batches(raw)
     records = source.compiled_records()
     goes = [not keep[i] for i in range(len(records))]
-    reasons = np.array([fast.LOCAL if g else fast.KEPT for g in goes], np.int8)
+    reasons = np.array([LOCAL if g else KEPT for g in goes], np.int8)
     # the retained tombstones, as the backward pass counts them (or left uncounted)
     tombstones = sum(r.value is None for r, g in zip(records, goes) if not g) if counted else -1
     fate = fast.BatchFate(reasons if any(goes) else None, sum(goes), tombstones=tombstones)
@@ -107,6 +107,7 @@ def test_a_group_written_natively_is_byte_identical_to_the_pure_path(tmp_path: P
     rounds = reference_round(native_dir, CONFIGS, NOW_MS)
     fast.STATS.clear()
     groups = 0
+    paths: list[str] = []  # which path wrote each group (the commit message says)
     for name, (inp, logs, ref) in rounds.items():
         if not ref.plan.will_clean:
             continue
@@ -121,9 +122,10 @@ def test_a_group_written_natively_is_byte_identical_to_the_pure_path(tmp_path: P
                                    s.log_path).name)) for s in inp.segments))
                 m = write_group(part, group, decisions, superseded,
                                 first_dirty=ref.plan.first_dirty_offset, fsync=False,
-                                native=label == "native")
+                                engine=engine(label))
                 assert m.error is None, m.error
-                messages[label] = replace(m, seconds=0.0)
+                messages[label] = replace(m, seconds=0.0, writer="")
+                paths.append(m.writer)
             assert messages["native"] == messages["pure"]
             for suffix in messages["native"].cleaned_suffixes:
                 cleaned = f"{group[0]:020d}{suffix}.cleaned"
@@ -135,11 +137,12 @@ def test_a_group_written_natively_is_byte_identical_to_the_pure_path(tmp_path: P
             groups += 1
     assert groups >= 2
     # the native path really ran (and the legacy groups really fell back)
-    assert fast.STATS["groups_native"] >= 1 and fast.STATS["batches_rebuilt"] >= 10
+    assert "native" in paths and fast.STATS["batches_rebuilt"] >= 10
+    assert paths.count("pure") == groups
     if case == "logappendtime-legacy":
-        assert fast.STATS["groups_fallback"] >= 1
+        assert "fallback" in paths
     else:
-        assert fast.STATS["groups_fallback"] == 0
+        assert "fallback" not in paths
     if case == "uncompressed-txn-tombstones":  # whole chunks decided in one native call
         assert fast.STATS["chunks_native"] >= 5 and fast.STATS["chunks_filtered"] >= 5
 
@@ -196,8 +199,8 @@ def test_the_native_key_scan_reads_what_the_compiled_reader_reads(tmp_path: Path
                                          discard_records=False)
                  for b in iter_batches(data)}
         flags = {k: v for k, v in flags.items() if v is not None}
-        native = keyed_records(data, str(seg), flags, first_dirty=40, native=True)
-        pure = keyed_records(data, str(seg), flags, first_dirty=40, native=False)
+        native = keyed_records(data, str(seg), flags, first_dirty=40, engine=engine("native"))
+        pure = keyed_records(data, str(seg), flags, first_dirty=40, engine=engine("pure"))
         for name in ("group_base", "offset", "key_hi", "key_lo", "in_map"):
             assert np.array_equal(getattr(native, name), getattr(pure, name)), (seg, name)
         rows += len(pure)
@@ -241,7 +244,7 @@ def same_error_on_both_paths(inp, logs, plan, group, name: str, segment: str,
                        segments=tuple(replace(s, log_path=str(root / name / Path(
                            s.log_path).name)) for s in inp.segments))
         m = write_group(part, group, decisions, set(), first_dirty=plan.first_dirty_offset,
-                        fsync=False, native=label == "native")
+                        fsync=False, engine=engine(label))
         assert m.error is not None, f"the {label} writer carried the batch into its output"
         errors[label] = {k: v for k, v in m.error.items() if k != "path"}
         assert m.error["path"].endswith(segment)
@@ -311,7 +314,7 @@ def test_a_chunk_filtered_in_one_call_equals_the_batches_filtered_one_by_one(chu
                               delete_retention_ms=86_400_000)
         if result.data is not None:
             expected.append(result.data)
-        reasons = np.array([fast.LOCAL if g else fast.KEPT for g in goes], np.int8)
+        reasons = np.array([LOCAL if g else KEPT for g in goes], np.int8)
         tombstones = (-1 if batch.is_control else
                       sum(r.value is None for r, g in zip(records, goes) if not g))
         # as the backward pass marks it: records the pure encoder would write differently

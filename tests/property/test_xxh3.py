@@ -1,4 +1,4 @@
-"""The XXH3-128 kernel (``compactor/codec/xxh3.py``) against the ``xxhash`` library, over
+"""The XXH3-128 kernel (``compactor/native/xxh3.py``) against the ``xxhash`` library, over
 every length class of the algorithm, at any position of a buffer."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import xxhash
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from compactor.codec.xxh3 import xxh3_128
+from compactor.native.xxh3 import xxh3_128
 
 # 0, 1-3, 4-8, 9-16, 17-128, 129-240, then blocks of 1 KiB (stripes of 64 bytes)
 BOUNDS = [0, 1, 3, 4, 8, 9, 16, 17, 32, 33, 128, 129, 240, 241, 256, 1023, 1024, 1025, 2048,

@@ -24,8 +24,8 @@ README_STATE = "/var/lib/kafka-compactor"
 
 
 def analyst_example() -> str:
-    """The first python block after the README's "The analyst's view"."""
-    text = (REPO / "README.md").read_text()
+    """The first python block after the reference's "The analyst's view"."""
+    text = (REPO / "docs" / "reference.md").read_text()
     after = text[text.index("**The analyst's view.**"):]
     match = re.search(r"```python\n(.*?)```", after, re.S)
     assert match is not None

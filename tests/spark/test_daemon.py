@@ -22,7 +22,7 @@ def test_preload_loads_the_executor_code_and_arrow_but_starts_no_thread() -> Non
              "before = threads()\n"
              "from compactor.spark import daemon\n"
              "daemon.preload()\n"
-             "from compactor.cleaner import fast\n"
+             "from compactor.native import fast\n"
              "print(json.dumps({'writer': 'compactor.spark.writer' in sys.modules,\n"
              "                  'kernels': bool(fast.decide_chunk.signatures),\n"
              "                  'pyarrow': 'pyarrow' in sys.modules,\n"
@@ -51,8 +51,8 @@ def test_the_kernels_are_loaded_for_read_only_and_writable_buffers() -> None:
     """Each kernel that reads a segment's bytes has a signature per kind of buffer, so a
     worker's first call with either compiles nothing."""
     probe = ("import json, numpy as np\n"
-             "from compactor.cleaner import fast\n"
-             "from compactor.codec import kernels\n"
+             "from compactor.native import fast\n"
+             "from compactor.native import kernels\n"
              "fast.compile_kernels()\n"
              "found = {n: getattr(fast, n) for n in ['frame_chunk', 'decide_chunk',\n"
              "         'filter_chunk', 'scan_chunk_keys', 'decide_records']}\n"
@@ -79,7 +79,7 @@ def test_workers_are_forked_from_the_preloading_daemon(spark) -> None:
 
         main = sys.modules["__main__"]
         return [(getattr(main.__spec__, "name", None), gc.get_freeze_count() > 0,
-                 "compactor.cleaner.fast" in sys.modules,
+                 "compactor.native.fast" in sys.modules,
                  # the pip-installed pyspark is its own SPARK_HOME here: its modules come
                  # from the package (bytecode cached), not from the pyspark.zip Spark ships
                  ".zip" in pyspark.worker.__file__,

@@ -9,6 +9,7 @@ import pytest
 from deltalake import DeltaTable
 
 from compactor.erasure import ledger, rules
+from compactor.spark import ledger as spark_ledger
 from schemas.spark import REQUEST_OUTCOME
 
 pytestmark = pytest.mark.spark
@@ -21,7 +22,7 @@ def test_a_cancel_committed_during_the_run_is_not_overwritten(spark, tmp_path: P
         selector="key", header_name=None, reason="test", now_ms=1, deadline_days=30,
         request_id=f"r{i}")])
     summary = ledger.pending_summary(state, rules.APPLICABLE)
-    read = ledger.requests_frame(spark, state, rules.APPLICABLE, version=summary.version)
+    read = spark_ledger.requests_frame(spark, state, rules.APPLICABLE, version=summary.version)
     outcomes = spark.createDataFrame(
         [{**dict.fromkeys(REQUEST_OUTCOME.fieldNames()), "request_id": r.request_id,
           "outcome": "update", "expected_status": r.status, "status": "applied",
@@ -29,7 +30,7 @@ def test_a_cancel_committed_during_the_run_is_not_overwritten(spark, tmp_path: P
     # while the run works, an operator cancels r1 (a delta-rs commit)
     ledger.change_status(state, ["r1"], action="cancel", allowed=frozenset({"pending"}),
                          status="cancelled", reason="withdrawn", now_ms=2)
-    updated = ledger.merge_outcomes(state, spark, outcomes, ("status", "run_id"),
+    updated = spark_ledger.merge_outcomes(state, spark, outcomes, ("status", "run_id"),
                                     {"action": "apply", "run_id": "run-1"})
     assert updated == 2
     rows = {r["request_id"]: (r["status"], r["run_id"]) for r in

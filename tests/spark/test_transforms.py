@@ -17,6 +17,7 @@ from pyspark import TaskContext
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from compactor.native import engine
 from compactor.erasure.sketch import DigestFilter
 from compactor.model import SegmentInfo
 from compactor.spark import transforms
@@ -274,7 +275,8 @@ def test_rewrite_groups_equals_the_writer_called_directly(spark, partition: Part
     for group in plan.groups:
         offsets = {o for _, g, o in superseded_rows if g == group[0]}
         message = write_group(twin, group, by_batch, offsets,
-                              first_dirty=plan.first_dirty_offset, fsync=False)
+                              first_dirty=plan.first_dirty_offset, engine=engine("native"),
+                              fsync=False)
         assert message.error is None
         expected.append(transforms.message_to_row(0, message))
     assert_df_equality(_without_seconds(got),
@@ -405,7 +407,8 @@ def test_clean_in_one_pass_equals_plan_and_writer_called_directly(
     decided = partition.decide(plan, headers_py)
     message = write_group(twin, plan.groups[0],
                           {(h.segment_base, h.position): d for h, d in decided}, set(),
-                          first_dirty=plan.first_dirty_offset, fsync=False)
+                          first_dirty=plan.first_dirty_offset, engine=engine("native"),
+                          fsync=False)
     assert message.error is None
     several_plan = several.plan(_pure_headers(several))
     assert several_plan.will_clean and len(several_plan.groups) > 1

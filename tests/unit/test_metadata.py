@@ -23,7 +23,8 @@ from compactor.codec.segment import iter_batches
 from compactor.config import broker_layer
 from compactor.errors import ConfigError, CorruptMetadataError
 from compactor.tools.generator import GeneratorConfig, generate
-from compactor.log.layout import load_cluster_metadata, open_log_dir
+from compactor.cluster.metadata_log import load_cluster_metadata
+from compactor.log.layout import open_log_dir
 from compactor.cluster.metadata import Replay, parse_snapshot_name
 from compactor.model import TopicPartition
 

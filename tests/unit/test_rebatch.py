@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from compactor.cleaner.rewrite import PURE
 from compactor.codec.compression import Codec
 from compactor.codec.indexes import decode_time_index
 from compactor.codec.legacy import LegacyRecord, encode_message_set
@@ -107,7 +108,8 @@ def test_a_segment_beyond_the_relative_offset_range_is_a_clear_error(tmp_path) -
                          replication_checkpoint=None, aborted_txns=(), now_ms=10)
     decisions = {(0, b.position): _decision(BatchRetention.DELETE_EMPTY)
                  for b in iter_batches(data)}
-    message = write_group(inp, [0], decisions, set(), first_dirty=0, fsync=False)
+    message = write_group(inp, [0], decisions, set(), first_dirty=0, engine=PURE,
+                          fsync=False)
     assert message.error is not None
     assert message.error["code"] == "UNSUPPORTED_FORMAT"
     assert message.error["path"].endswith(f"{0:020d}.log") and message.error["base_offset"] == 0

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from compactor.codec.records import NewRecord, NewRecordBatch, RecordBatch, encode_batch
 from compactor.codec.segment import iter_batches
 from compactor.errors import CompactorError
+from compactor.native import WRITERS, engine
 from compactor.cleaner.policy import BatchDecision, BatchRetention
 from compactor.cleaner.rebatch import BatchDrops, iter_drops
 from compactor.cleaner.scan import (
@@ -71,7 +72,8 @@ def _segment(*batches: NewRecordBatch) -> bytes:
     return b"".join(encode_batch(b) for b in batches)
 
 
-def test_keyed_records_skip_null_keys_and_unlisted_batches() -> None:
+@pytest.mark.parametrize("writer", WRITERS)
+def test_keyed_records_skip_null_keys_and_unlisted_batches(writer: str) -> None:
     data = _segment(
         NewRecordBatch(base_offset=0, records=[
             NewRecord(offset_delta=0, timestamp=1, key=b"a", value=b"1"),
@@ -86,7 +88,7 @@ def test_keyed_records_skip_null_keys_and_unlisted_batches() -> None:
     positions = [b.position for b in iter_batches(data)]
     flags = {positions[0]: BatchFlags(0, feeds_map=True),
              positions[2]: BatchFlags(4, feeds_map=False)}
-    rows = keyed_records(data, "seg.log", flags, first_dirty=2)
+    rows = keyed_records(data, "seg.log", flags, first_dirty=2, engine=engine(writer))
     assert rows.offset.tolist() == [0, 2, 4]
     assert rows.group_base.tolist() == [0, 0, 4]
     assert rows.in_map.tolist() == [False, True, False]  # below D, in D, aborted batch
@@ -130,7 +132,7 @@ def test_segment_drops_supersede_within_the_segment_like_the_scan() -> None:
     data = b"".join(b.raw for b in batches)
     positions = [b.position for b in iter_batches(data)]
     flags = {p: BatchFlags(0, feeds_map=not d.aborted) for p, d in zip(positions, decisions)}
-    rows = keyed_records(data, "seg.log", flags, first_dirty=2)
+    rows = keyed_records(data, "seg.log", flags, first_dirty=2, engine=engine("native"))
     assert rows.offset[locally_superseded(rows)].tolist() == [1, 3]
 
 
@@ -143,9 +145,10 @@ def test_a_record_superseded_by_the_map_still_supersedes_earlier_ones() -> None:
 
 @given(st.lists(st.lists(st.tuples(st.sampled_from([b"a", b"b", b"c", None]), st.booleans()),
                          min_size=1, max_size=5), min_size=1, max_size=5),
-       st.lists(st.booleans(), min_size=5, max_size=5), st.integers(0, 20), st.integers(0, 5))
+       st.lists(st.booleans(), min_size=5, max_size=5), st.integers(0, 20), st.integers(0, 5),
+       st.sampled_from(WRITERS))
 def test_writer_and_scan_combine_agree(spec: list, aborted: list[bool], first_dirty: int,
-                                       cut: int) -> None:
+                                       cut: int, path: str) -> None:
     """The writer's backward walk over a group of two segments (keys shared across them)
     supersedes exactly what the scan's combine over the group's rows does."""
     batches, base = [], 0
@@ -165,7 +168,7 @@ def test_writer_and_scan_combine_agree(spec: list, aborted: list[bool], first_di
         data = b"".join(b.raw for b in segment)
         flags = {p: BatchFlags(0, feeds_map=not d.aborted) for p, d in zip(
             (b.position for b in iter_batches(data)), segment_decisions)}
-        parts.append(keyed_records(data, "seg.log", flags, first_dirty))
+        parts.append(keyed_records(data, "seg.log", flags, first_dirty, engine=engine(path)))
     rows = concat_rows(parts)
     assert writer == rows.offset[locally_superseded(rows)].tolist()
 
@@ -177,6 +180,6 @@ def test_a_listed_batch_past_the_end_is_a_located_error() -> None:
         NewRecord(offset_delta=0, timestamp=0, key=b"k", value=b"v")]))
     flags = {0: BatchFlags(0, feeds_map=True), len(data): BatchFlags(0, feeds_map=True)}
     with pytest.raises(CompactorError) as raised:
-        keyed_records(data, "seg.log", flags, first_dirty=0, native=True)
+        keyed_records(data, "seg.log", flags, first_dirty=0, engine=engine("native"))
     assert raised.value.code == "TRUNCATED_SEGMENT"
     assert raised.value.path == "seg.log" and raised.value.position == len(data)

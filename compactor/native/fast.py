@@ -1,22 +1,22 @@
 """The writer's native path: the same decisions and the same bytes as
 :func:`compactor.cleaner.rebatch.iter_drops` and :func:`compactor.cleaner.rebatch.filter_batch`,
-with the per-record work in numba kernels (:mod:`compactor.codec.kernels`) instead of a Python
+with the per-record work in numba kernels (:mod:`compactor.native.kernels`) instead of a Python
 object per record.
 
 Two grains. A 16 MB chunk of plain uncompressed v2 batches (data and control) goes through
-each pass in one native call: :meth:`GroupDecider.decide_chunk` frames it, checks its headers
+each pass in one native call: :meth:`NativeRewrite.decide_chunk` frames it, checks its headers
 (and, through ``crc32c``, its CRCs), parses and decides every record newest first;
 :func:`filter_chunk_batches` writes every output batch of it (verbatim copies, rebuilt batches
 with their new headers, empty headers). Anything else (a compressed batch, a header the
-checks refuse) is walked batch by batch: :meth:`GroupDecider.decide` and :func:`filter_fast`,
+checks refuse) is walked batch by batch: :meth:`NativeRewrite.decide_batch` and :func:`filter_fast`,
 every codec.
 
 Whatever the kernels cannot vouch for goes to the pure path, which stays the reference
 (``tests/property/test_fast_path.py`` compares the two byte for byte): a group holding a v0/v1
 entry, a record the kernel finds malformed, offset deltas that do not strictly increase, or
-two different keys with the same 64-bit hash make the whole group :class:`Fallback` (raised
+two different keys with the same 64-bit hash make the whole group :class:`compactor.cleaner.rewrite.Fallback` (raised
 before anything is written); a batch whose records the pure encoder would write differently
-(:data:`compactor.codec.kernels.NOT_CANONICAL`) is filtered by the pure path, and so is a
+(:data:`compactor.native.kernels.NOT_CANONICAL`) is filtered by the pure path, and so is a
 control batch outside a plain chunk.
 
 Keys are compared byte for byte: the group's key table (open addressing) holds a 64-bit hash
@@ -37,27 +37,52 @@ import crc32c
 import numba
 import numpy as np
 
-from compactor.cleaner.policy import BatchDecision, BatchRetention
+from compactor.cleaner import policy
+from compactor.cleaner.policy import (
+    ABORTED,
+    FROM_MAP,
+    KEPT,
+    MARKER_EXPIRED,
+    REASON_NAMES,
+    BatchDecision,
+    BatchRetention,
+)
 from compactor.cleaner.rebatch import FilteredBatch, filter_batch
-from compactor.codec import kernels
-from compactor.codec.segment import chunk_ranges
-from compactor.codec.xxh3 import xxh3_128
-from compactor.codec.compression import Codec, DecompressionError, decompress
+from compactor.cleaner.rewrite import Fallback, Filtered, GroupRewrite, KeyColumns
+from compactor.codec.compression import CODEC_MASK, Codec, DecompressionError, decompress
 from compactor.codec.indexes import AbortedTxn
 from compactor.codec.records import (
+    ATTR_CONTROL,
+    ATTR_DELETE_HORIZON,
+    ATTR_TIMESTAMP_TYPE,
+    ATTR_TRANSACTIONAL,
+    ATTRIBUTES_OFFSET,
+    BASE_OFFSET_OFFSET,
+    BASE_TIMESTAMP_OFFSET,
+    CRC_OFFSET,
     CRC_START,
-    RECORD_BATCH_OVERHEAD,
-    TimestampType,
+    LAST_OFFSET_DELTA_OFFSET,
+    LENGTH_OFFSET,
+    LOG_OVERHEAD,
+    MAGIC_OFFSET,
+    MAX_TIMESTAMP_OFFSET,
+    PARTITION_LEADER_EPOCH_OFFSET,
+    PRODUCER_ID_OFFSET,
+    RECORDS_OFFSET,
+    RECORDS_COUNT_OFFSET,
     RecordBatch,
+    TimestampType,
     empty_batch_like,
     frame_rebuilt,
 )
+from compactor.codec.segment import chunk_ranges
+from compactor.native import kernels
+from compactor.native.xxh3 import xxh3_128
 
-# why a record goes (0: it stays)
-KEPT, NULL_KEY, FROM_MAP, LOCAL, EXPIRED, ABORTED, MARKER_EXPIRED = range(7)
-REASON_NAMES = {NULL_KEY: "null_key", FROM_MAP: "superseded", LOCAL: "superseded",
-                EXPIRED: "tombstone_expired", ABORTED: "aborted",
-                MARKER_EXPIRED: "marker_expired"}
+# the per-record rule, written once (compactor/cleaner/policy.py) and compiled here; numba's
+# disk cache checks only this file's timestamp, so a change there must touch this file
+_record_fate = numba.njit(cache=True, inline="always")(policy.record_fate)
+_enters_map = numba.njit(cache=True, inline="always")(policy.enters_map)
 COLLISION = 8  # a status of decide_records beside the kernels' own
 
 _FNV_OFFSET = np.uint64(0xCBF29CE484222325)
@@ -69,10 +94,6 @@ _FNV_PRIME = np.uint64(0x100000001B3)
 # "chunks_native" (decided in one call), "chunks_filtered" (filtered in one call) and
 # "batches_scanned" (keys read by the kernels): the tests check the native path really ran
 STATS: Counter[str] = Counter()
-
-
-class Fallback(Exception):
-    """The group needs the pure path (see the module's docstring)."""
 
 
 @numba.njit(cache=True, inline="always")
@@ -147,9 +168,11 @@ def decide_records(buf: np.ndarray, layout: np.ndarray, count: int, base_offset:
     for i in range(count - 1, -1, -1):
         key_len = layout[i, kernels.KEY_LEN]
         offset = base_offset + layout[i, kernels.OFFSET_DELTA]
+        tombstone = layout[i, kernels.VALUE_LEN] < 0
         if key_len < 0:
-            reasons[i] = NULL_KEY
-            tally[NULL_KEY] += 1
+            reason = _record_fate(False, False, False, tombstone, expire_tombstones)
+            reasons[i] = reason
+            tally[reason] += 1
             dropped += 1
             continue
         key_pos = layout[i, kernels.KEY_POS]
@@ -158,23 +181,18 @@ def decide_records(buf: np.ndarray, layout: np.ndarray, count: int, base_offset:
         found = table[2 * slot + 1] != 0
         if found and not _same_key(arena, table[2 * slot + 1] - 1, buf, key_pos, key_len):
             return COLLISION, dropped, tombstones, table, arena
-        reason = KEPT
+        in_map = False
         if n_superseded:
             at = np.searchsorted(superseded, offset)
-            if at < n_superseded and superseded[at] == offset:
-                reason = FROM_MAP
-        if reason == KEPT:
-            if found:
-                reason = LOCAL
-            elif expire_tombstones and layout[i, kernels.VALUE_LEN] < 0:
-                reason = EXPIRED
+            in_map = at < n_superseded and superseded[at] == offset
+        reason = _record_fate(True, in_map, found, tombstone, expire_tombstones)
         reasons[i] = reason
         tally[reason] += 1
         if reason != KEPT:
             dropped += 1
-        elif layout[i, kernels.VALUE_LEN] < 0:
+        elif tombstone:
             tombstones += 1
-        if not found and (feed_all or (feed_some and offset >= first_dirty)):
+        if not found and _enters_map(feed_all, feed_some, offset, first_dirty):
             at = used[0]
             if at + 4 + key_len > arena.shape[0]:
                 bigger = np.empty(max(2 * arena.shape[0], at + 4 + key_len), np.uint8)
@@ -247,27 +265,27 @@ def frame_chunk(buf: np.ndarray) -> np.ndarray:
     an empty array when anything else is there (the caller decodes the chunk the general way,
     which raises the located error where there is one)."""
     end = buf.shape[0]
-    frames = np.empty((end // 61 + 1, F_COLUMNS), np.int64)
+    frames = np.empty((end // RECORDS_OFFSET + 1, F_COLUMNS), np.int64)
     n = 0
     pos = 0
     while pos < end:
-        if pos + 61 > end:
+        if pos + RECORDS_OFFSET > end:
             return frames[:0]
-        size = 12 + _be(buf, pos + 8, 4)
-        if size < 61 or pos + size > end or buf[pos + 16] != 2:
+        size = LOG_OVERHEAD + _be(buf, pos + LENGTH_OFFSET, 4)
+        if size < RECORDS_OFFSET or pos + size > end or buf[pos + MAGIC_OFFSET] != 2:
             return frames[:0]
-        attributes = _be(buf, pos + 21, 2)
-        last_delta = _be(buf, pos + 23, 4)
-        count = _be(buf, pos + 57, 4)
-        if attributes & 0x07 or last_delta < 0 or count < 0 or (count == 0 and size != 61):
+        attributes = _be(buf, pos + ATTRIBUTES_OFFSET, 2)
+        last_delta = _be(buf, pos + LAST_OFFSET_DELTA_OFFSET, 4)
+        count = _be(buf, pos + RECORDS_COUNT_OFFSET, 4)
+        if attributes & CODEC_MASK or last_delta < 0 or count < 0 or (count == 0 and size != RECORDS_OFFSET):
             return frames[:0]
         frames[n, F_POS] = pos
         frames[n, F_SIZE] = size
-        frames[n, F_BASE] = _be(buf, pos, 8)
+        frames[n, F_BASE] = _be(buf, pos + BASE_OFFSET_OFFSET, 8)
         frames[n, F_ATTRS] = attributes
         frames[n, F_LAST_DELTA] = last_delta
         frames[n, F_COUNT] = count
-        frames[n, F_CRC] = _be(buf, pos + 17, 4) & 0xFFFFFFFF
+        frames[n, F_CRC] = _be(buf, pos + CRC_OFFSET, 4) & 0xFFFFFFFF
         n += 1
         pos += size
     return frames[:n]
@@ -278,7 +296,7 @@ def decide_chunk(buf: np.ndarray, frames: np.ndarray, flags: np.ndarray, first_d
                  superseded: np.ndarray, table: np.ndarray, arena: np.ndarray,
                  used: np.ndarray, tally: np.ndarray, reasons: np.ndarray, out: np.ndarray,
                  scratch: np.ndarray) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
-    """:meth:`GroupDecider.decide` for every batch of a framed chunk, newest first, in one
+    """:meth:`NativeRewrite.decide_batch` for every batch of a framed chunk, newest first, in one
     call: ``reasons`` holds every record's (batch after batch in file order), ``out`` per batch
     its first record's index there, drops, retained tombstones and parse status.
 
@@ -297,14 +315,14 @@ def decide_chunk(buf: np.ndarray, frames: np.ndarray, flags: np.ndarray, first_d
         base_offset = frames[i, F_BASE]
         if count > scratch.shape[0]:
             scratch = np.empty((count, kernels.COLUMNS), np.int64)
-        status = kernels.parse_layout(buf, pos + 61, pos + frames[i, F_SIZE], count,
+        status = kernels.parse_layout(buf, pos + RECORDS_OFFSET, pos + frames[i, F_SIZE], count,
                                       frames[i, F_LAST_DELTA], scratch)
         if status & (kernels.MALFORMED | kernels.ODD_OFFSETS):
             return kernels.MALFORMED, table, arena, scratch
         out[i, D_STATUS] = status
         at = out[i, D_FIRST]
         mine = reasons[at:at + count]
-        control = (frames[i, F_ATTRS] & 0x20) != 0
+        control = (frames[i, F_ATTRS] & ATTR_CONTROL) != 0
         if flags[i] & DISCARD:
             code = MARKER_EXPIRED if control else ABORTED
             mine[:] = code
@@ -352,17 +370,21 @@ def _header(out: np.ndarray, at: int, buf: np.ndarray, src: int, body: int, attr
             base_ts: int, max_ts: int, count: int) -> None:
     """A v2 header at ``out[at]`` for ``body`` bytes of records, the source batch's base
     offset, leader epoch, ``lastOffsetDelta`` and producer fields, CRC left 0."""
-    out[at:at + 8] = buf[src:src + 8]
-    _put_be(out, at + 8, 49 + body, 4)
-    out[at + 12:at + 16] = buf[src + 12:src + 16]
-    out[at + 16] = 2
-    _put_be(out, at + 17, 0, 4)
-    _put_be(out, at + 21, attributes, 2)
-    out[at + 23:at + 27] = buf[src + 23:src + 27]
-    _put_be(out, at + 27, base_ts, 8)
-    _put_be(out, at + 35, max_ts, 8)
-    out[at + 43:at + 57] = buf[src + 43:src + 57]
-    _put_be(out, at + 57, count, 4)
+    out[at:at + LENGTH_OFFSET] = buf[src:src + LENGTH_OFFSET]  # the base offset
+    _put_be(out, at + LENGTH_OFFSET, RECORDS_OFFSET - LOG_OVERHEAD + body, 4)
+    out[at + PARTITION_LEADER_EPOCH_OFFSET:at + MAGIC_OFFSET] = \
+        buf[src + PARTITION_LEADER_EPOCH_OFFSET:src + MAGIC_OFFSET]
+    out[at + MAGIC_OFFSET] = 2
+    _put_be(out, at + CRC_OFFSET, 0, 4)
+    _put_be(out, at + ATTRIBUTES_OFFSET, attributes, 2)
+    out[at + LAST_OFFSET_DELTA_OFFSET:at + BASE_TIMESTAMP_OFFSET] = \
+        buf[src + LAST_OFFSET_DELTA_OFFSET:src + BASE_TIMESTAMP_OFFSET]
+    _put_be(out, at + BASE_TIMESTAMP_OFFSET, base_ts, 8)
+    _put_be(out, at + MAX_TIMESTAMP_OFFSET, max_ts, 8)
+    # producer id, producer epoch and base sequence
+    out[at + PRODUCER_ID_OFFSET:at + RECORDS_COUNT_OFFSET] = \
+        buf[src + PRODUCER_ID_OFFSET:src + RECORDS_COUNT_OFFSET]
+    _put_be(out, at + RECORDS_COUNT_OFFSET, count, 4)
 
 
 @numba.njit(cache=True, inline="always")
@@ -396,12 +418,12 @@ def filter_chunk(buf: np.ndarray, frames: np.ndarray, reasons: np.ndarray, dec: 
         size = frames[i, F_SIZE]
         count = frames[i, F_COUNT]
         attrs = frames[i, F_ATTRS]
-        control = (attrs & 0x20) != 0
+        control = (attrs & ATTR_CONTROL) != 0
         retained = count - dec[i, C_DROPPED]
-        max_ts_source = _be(buf, src + 35, 8)
-        base_ts_source = _be(buf, src + 27, 8)
-        has_horizon = (attrs & 0x40) != 0
-        keep_attrs = attrs & 0x38  # timestamp type, transactional and control flags
+        max_ts_source = _be(buf, src + MAX_TIMESTAMP_OFFSET, 8)
+        base_ts_source = _be(buf, src + BASE_TIMESTAMP_OFFSET, 8)
+        has_horizon = (attrs & ATTR_DELETE_HORIZON) != 0
+        keep_attrs = attrs & (ATTR_TIMESTAMP_TYPE | ATTR_TRANSACTIONAL | ATTR_CONTROL)
         if retained == 0:
             if retention != _RETAIN_EMPTY:
                 continue
@@ -410,7 +432,7 @@ def filter_chunk(buf: np.ndarray, frames: np.ndarray, reasons: np.ndarray, dec: 
                 n_out = _emit(outs, n_out, pos, size, -1 - i)
             else:  # empty_batch_like
                 _header(out, pos, buf, src, 0, keep_attrs, -1, max_ts_source, 0)
-                size = 61
+                size = RECORDS_OFFSET
                 n_out = _emit(outs, n_out, pos, size, i)
             pos += size
             continue
@@ -423,13 +445,13 @@ def filter_chunk(buf: np.ndarray, frames: np.ndarray, reasons: np.ndarray, dec: 
             continue
         if count > scratch.shape[0]:
             scratch = np.empty((count, kernels.COLUMNS), np.int64)
-        status = kernels.parse_layout(buf, src + 61, src + size, count,
+        status = kernels.parse_layout(buf, src + RECORDS_OFFSET, src + size, count,
                                       frames[i, F_LAST_DELTA], scratch)
         if status != kernels.OK:
             return NEEDS_BATCHES, 0, scratch
         if abs(base_ts_source) >= _TS_SAFE or abs(max_ts_source) >= _TS_SAFE:
             return NEEDS_BATCHES, 0, scratch
-        fixed = (attrs & 0x08) != 0
+        fixed = (attrs & ATTR_TIMESTAMP_TYPE) != 0
         at = dec[i, C_FIRST]
         keep = reasons[at:at + count]
         _, first_ts, max_ts = _retained_figures(scratch, count, keep, base_ts_source, fixed,
@@ -443,12 +465,12 @@ def filter_chunk(buf: np.ndarray, frames: np.ndarray, reasons: np.ndarray, dec: 
         if abs(new_base_ts) >= _TS_SAFE:
             return NEEDS_BATCHES, 0, scratch
         body = kernels.rebuild_records(buf, scratch, count, keep, base_ts_source, fixed,
-                                       max_ts_source, new_base_ts, out[pos + 61:])
-        new_attrs = keep_attrs | (0x40 if has_horizon else 0)
+                                       max_ts_source, new_base_ts, out[pos + RECORDS_OFFSET:])
+        new_attrs = keep_attrs | (ATTR_DELETE_HORIZON if has_horizon else 0)
         _header(out, pos, buf, src, body, new_attrs, new_base_ts,
                 max_ts_source if fixed else max_ts, retained)
-        n_out = _emit(outs, n_out, pos, 61 + body, i)
-        pos += 61 + body
+        n_out = _emit(outs, n_out, pos, RECORDS_OFFSET + body, i)
+        pos += RECORDS_OFFSET + body
     return kernels.OK, n_out, scratch
 
 
@@ -476,23 +498,26 @@ class _Section:
         count = batch.records_count
         if batch.compression != Codec.NONE and count:
             try:
-                body = decompress(batch.compression, raw[RECORD_BATCH_OVERHEAD:])
+                body = decompress(batch.compression, raw[RECORDS_OFFSET:])
             except DecompressionError:
                 raise Fallback from None
             self.data = body
             start = 0
         else:
             self.data = raw
-            start = RECORD_BATCH_OVERHEAD
+            start = RECORDS_OFFSET
         self.buf = np.frombuffer(self.data, np.uint8)
         self.layout = np.empty((count, kernels.COLUMNS), np.int64)
         self.status = kernels.parse_layout(self.buf, start, self.buf.shape[0], count,
                                            batch.last_offset_delta, self.layout)
 
 
-class GroupDecider:
-    """The backward pass of one group (``iter_drops`` with the native kernels): give it every
-    batch of the group newest first; it keeps the group's key table."""
+class NativeRewrite:
+    """A group's record work with the kernels (:class:`compactor.cleaner.rewrite.GroupRewrite`):
+    the backward pass (``iter_drops`` natively) keeps the group's key table; the forward pass
+    filters by its fates (:class:`BatchFate`)."""
+
+    path = "native"
 
     def __init__(self, superseded: Collection[int], first_dirty: int) -> None:
         self.superseded = np.sort(np.fromiter(superseded, np.int64, len(superseded)))
@@ -503,7 +528,16 @@ class GroupDecider:
         self.tally = np.zeros(8, np.int64)
         self.scratch = np.empty((1024, kernels.COLUMNS), np.int64)
 
-    def decide(self, batch: RecordBatch, decision: BatchDecision) -> BatchFate:
+    def decide(self, newest_first: Sequence[tuple[RecordBatch, BatchDecision]]
+               ) -> list[BatchFate]:
+        """The fates of batches given newest first, in that order.
+
+        Raises:
+            Fallback: the group must take the pure path.
+        """
+        return [self.decide_batch(batch, decision) for batch, decision in newest_first]
+
+    def decide_batch(self, batch: RecordBatch, decision: BatchDecision) -> BatchFate:
         """The fate of ``batch``'s records.
 
         Raises:
@@ -515,8 +549,8 @@ class GroupDecider:
         if batch.compression != Codec.NONE and batch.records_count:
             # the header, then the decompressed records: the layout decide_chunk reads
             try:
-                raw = raw[:RECORD_BATCH_OVERHEAD] + decompress(
-                    batch.compression, raw[RECORD_BATCH_OVERHEAD:])
+                raw = raw[:RECORDS_OFFSET] + decompress(
+                    batch.compression, raw[RECORDS_OFFSET:])
             except DecompressionError:
                 raise Fallback from None
         frames = np.array([[0, len(raw), batch.base_offset, batch.attributes,
@@ -581,14 +615,26 @@ class GroupDecider:
             if flag & DISCARD:
                 fates.append(BatchFate(reasons[first:first + count] if count else None,
                                        count, noncanonical))
-            elif attrs & 0x20:  # control (filter_fast hands it to the pure path)
+            elif attrs & ATTR_CONTROL:  # control (filter_fast hands it to the pure path)
                 fates.append(BatchFate(None, 0, noncanonical))
             else:
                 fates.append(BatchFate(reasons[first:first + count] if dropped else None,
                                        dropped, noncanonical, tombstones))
         return fates
 
-    @property
+    def filter_chunk(self, chunk: bytes, start: int, positions: Sequence[int],
+                     base_offsets: Sequence[int], fates: Sequence,
+                     decisions: Sequence[BatchDecision], *, now_ms: int,
+                     delete_retention_ms: int) -> Filtered | None:
+        return filter_chunk_batches(chunk, start, positions, base_offsets, fates, decisions,
+                                    now_ms=now_ms, delete_retention_ms=delete_retention_ms)
+
+    def filter(self, batch: RecordBatch, decision: BatchDecision, fate: object, *, now_ms: int,
+               delete_retention_ms: int) -> tuple[FilteredBatch, int]:
+        assert isinstance(fate, BatchFate)
+        return filter_fast(batch, decision, fate, now_ms=now_ms,
+                           delete_retention_ms=delete_retention_ms), fate.dropped
+
     def from_map(self) -> int:
         return int(self.tally[FROM_MAP])
 
@@ -643,21 +689,21 @@ def scan_chunk_keys(buf: np.ndarray, positions: np.ndarray, scratch: np.ndarray
     n_left = 0
     for j in range(positions.shape[0]):
         pos = positions[j]
-        if pos < 0 or pos + 61 > end:
+        if pos < 0 or pos + RECORDS_OFFSET > end:
             left[n_left] = j
             n_left += 1
             continue
-        size = 12 + _be(buf, pos + 8, 4)
-        attributes = _be(buf, pos + 21, 2)
-        count = _be(buf, pos + 57, 4)
-        if (size < 61 or pos + size > end or buf[pos + 16] != 2 or attributes & 0x27
+        size = LOG_OVERHEAD + _be(buf, pos + LENGTH_OFFSET, 4)
+        attributes = _be(buf, pos + ATTRIBUTES_OFFSET, 2)
+        count = _be(buf, pos + RECORDS_COUNT_OFFSET, 4)
+        if (size < RECORDS_OFFSET or pos + size > end or buf[pos + MAGIC_OFFSET] != 2 or attributes & (CODEC_MASK | ATTR_CONTROL)
                 or count < 0):
             left[n_left] = j
             n_left += 1
             continue
         if count > scratch.shape[0]:
             scratch = np.empty((count, kernels.COLUMNS), np.int64)
-        if kernels.parse_layout(buf, pos + 61, pos + size, count, _be(buf, pos + 23, 4),
+        if kernels.parse_layout(buf, pos + RECORDS_OFFSET, pos + size, count, _be(buf, pos + LAST_OFFSET_DELTA_OFFSET, 4),
                                 scratch) != kernels.OK:
             left[n_left] = j
             n_left += 1
@@ -668,7 +714,7 @@ def scan_chunk_keys(buf: np.ndarray, positions: np.ndarray, scratch: np.ndarray
             key_hi = _grown(key_hi, n, cap)
             key_lo = _grown(key_lo, n, cap)
             which = _grown(which, n, cap)
-        base_offset = _be(buf, pos, 8)
+        base_offset = _be(buf, pos + BASE_OFFSET_OFFSET, 8)
         for i in range(count):
             length = scratch[i, kernels.KEY_LEN]
             if length < 0:
@@ -836,7 +882,7 @@ def filter_chunk_batches(chunk: bytes, start: int, positions: Sequence[int],
         if retention != _DELETE:
             records_out += count - fate.dropped
     reasons = np.concatenate(parts) if parts else np.zeros(0, np.int8)
-    out = np.empty(len(chunk) + 15 * first + 61, np.uint8)
+    out = np.empty(len(chunk) + 15 * first + RECORDS_OFFSET, np.uint8)
     outs = np.empty((n, 3), np.int64)
     status, n_out, _ = filter_chunk(buf, frames, reasons, dec, now_ms + delete_retention_ms,
                                     out, outs, np.empty((256, kernels.COLUMNS), np.int64))
@@ -847,12 +893,28 @@ def filter_chunk_batches(chunk: bytes, start: int, positions: Sequence[int],
     for at, size, source in outs[:n_out, [O_POS, O_SIZE, O_SOURCE]].tolist():
         if source >= 0:  # written here: its CRC
             STATS["batches_rebuilt"] += 1
-            _CRC_BYTES.pack_into(view, at + 17, crc32c.crc32c(view[at + CRC_START:at + size]))
+            _CRC_BYTES.pack_into(view, at + CRC_OFFSET, crc32c.crc32c(view[at + CRC_START:at + size]))
         else:
             source = -1 - source
         entries.append((bytes(view[at:at + size]), decisions[source].txn_entry))
     STATS["chunks_filtered"] += 1
     return entries, records_in, records_out
+
+
+class NativeEngine:
+    """The kernels as a :class:`compactor.cleaner.rewrite.Engine`."""
+
+    name = "native"
+
+    def group(self, superseded: Collection[int], first_dirty: int) -> GroupRewrite:
+        return NativeRewrite(superseded, first_dirty)
+
+    def segment_keys(self, data: bytes, positions: Sequence[int], chunk_bytes: int
+                     ) -> tuple[KeyColumns, Sequence[int]] | None:
+        return segment_keys(data, positions, chunk_bytes)
+
+    def batch_keys(self, batch: RecordBatch) -> tuple[np.ndarray, list[bytes]] | None:
+        return batch_keys(batch)
 
 
 def compile_kernels() -> None:

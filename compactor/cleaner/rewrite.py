@@ -1,0 +1,159 @@
+"""How an executor decides and re-encodes the records of a group: the seam between the writer
+(``compactor/spark/writer.py``), which walks segments, and the code that does the per-record
+work. Two implementations give the same decisions and the same bytes:
+
+- :data:`PURE` (here): :func:`compactor.cleaner.rebatch.iter_drops` and
+  :func:`compactor.cleaner.rebatch.filter_batch`, a Python object per record. It is the
+  reference, and the path of any group the native one cannot vouch for.
+- the native one (``compactor/native/``, numba kernels), chosen by
+  :func:`compactor.native.engine`, the only place that imports numba.
+
+Both decide each record by :func:`compactor.cleaner.policy.record_fate`.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections import Counter
+from collections.abc import Collection, Mapping, Sequence
+from typing import Protocol
+
+import numpy as np
+
+from compactor.cleaner.policy import BatchDecision
+from compactor.cleaner.rebatch import FilteredBatch, filter_batch, iter_drops
+from compactor.codec.indexes import AbortedTxn
+from compactor.codec.records import RecordBatch
+
+#: which path wrote a group, in its commit message and report: the native kernels, the pure
+#: path by choice (``--writer pure``), or the pure path for a group the kernels handed back
+PATHS = ("native", "pure", "fallback")
+
+#: a chunk decided in one call: batch positions, base offsets, fates, in file order
+Decided = tuple[Sequence[int], Sequence[int], list]
+#: a chunk filtered in one call: (output batch, its .txnindex entry) each, records in, out
+Filtered = tuple[list[tuple[bytes, AbortedTxn | None]], int, int]
+#: keys read from a segment: (offsets, key_hi, key_lo, batch index) columns, and the batch
+#: positions left to read one by one
+KeyColumns = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+
+class Fallback(Exception):
+    """The group needs the pure path (``compactor/native/fast.py`` says when); raised before
+    anything of the group is written."""
+
+
+class GroupRewrite(Protocol):
+    """The record work of one group. The writer walks its segments twice: newest chunk first
+    to decide (:meth:`decide_chunk`, else :meth:`decide` batch by batch), then oldest first to
+    filter (:meth:`filter_chunk`, else :meth:`filter` batch by batch)."""
+
+    path: str  # one of PATHS
+
+    def decide_chunk(self, chunk: bytes, start: int, segment_base: int,
+                     decisions: Mapping[tuple[int, int], BatchDecision]) -> Decided | None:
+        """A whole chunk of a segment (at byte ``start``) decided in one call, or ``None``:
+        the writer then decodes its batches and calls :meth:`decide`."""
+
+    def decide(self, newest_first: Sequence[tuple[RecordBatch, BatchDecision]]) -> list:
+        """The fate of each batch, given and returned newest first."""
+
+    def filter_chunk(self, chunk: bytes, start: int, positions: Sequence[int],
+                     base_offsets: Sequence[int], fates: Sequence,
+                     decisions: Sequence[BatchDecision], *, now_ms: int,
+                     delete_retention_ms: int) -> Filtered | None:
+        """Every output batch of a chunk in one call, or ``None`` (then :meth:`filter`)."""
+
+    def filter(self, batch: RecordBatch, decision: BatchDecision, fate: object, *, now_ms: int,
+               delete_retention_ms: int) -> tuple[FilteredBatch, int]:
+        """One batch filtered by its fate, and how many of its records were decided to go."""
+
+    def reasons(self) -> Counter[str]:
+        """The records decided to go so far, by reason."""
+
+    def from_map(self) -> int:
+        """How many of them the offset map superseded across groups."""
+
+
+class Engine(Protocol):
+    """One implementation of the record work: its groups and its key scan."""
+
+    name: str
+
+    def group(self, superseded: Collection[int], first_dirty: int) -> GroupRewrite:
+        """The record work of a group whose records ``superseded`` (offsets) go by the offset
+        map; ``first_dirty`` is the round's first dirty offset."""
+
+    def segment_keys(self, data: bytes, positions: Sequence[int], chunk_bytes: int
+                     ) -> tuple[KeyColumns, Sequence[int]] | None:
+        """The keyed records of the batches at ``positions`` read in bulk, and the positions
+        left to read one by one; ``None``: read every batch one by one."""
+
+    def batch_keys(self, batch: RecordBatch) -> tuple[np.ndarray, list[bytes]] | None:
+        """Offsets and keys of one batch's keyed records, or ``None`` (the compiled reader)."""
+
+
+class _PureRewrite:
+    """:data:`PURE`'s group: batch by batch, a Python object per record. Fates are arrays of
+    the offsets that go (``None``: every record stays)."""
+
+    def __init__(self, superseded: Collection[int], first_dirty: int, path: str) -> None:
+        self.path = path
+        self._superseded = superseded
+        self._first_dirty = first_dirty
+        self._later: set[bytes] = set()  # keys entering the map later in the group
+        self._reasons: Counter[str] = Counter()
+        self._from_map = 0
+
+    def decide_chunk(self, chunk: bytes, start: int, segment_base: int,
+                     decisions: Mapping[tuple[int, int], BatchDecision]) -> Decided | None:
+        return None
+
+    def decide(self, newest_first: Sequence[tuple[RecordBatch, BatchDecision]]) -> list:
+        fates: list = []
+        for goes in iter_drops(newest_first, self._superseded, self._first_dirty, self._later):
+            fates.append(array("q", goes.offsets) if goes.offsets else None)
+            self._reasons.update(goes.reasons)
+            self._from_map += goes.from_map
+        return fates
+
+    def filter_chunk(self, chunk: bytes, start: int, positions: Sequence[int],
+                     base_offsets: Sequence[int], fates: Sequence,
+                     decisions: Sequence[BatchDecision], *, now_ms: int,
+                     delete_retention_ms: int) -> Filtered | None:
+        return None
+
+    def filter(self, batch: RecordBatch, decision: BatchDecision, fate: object, *, now_ms: int,
+               delete_retention_ms: int) -> tuple[FilteredBatch, int]:
+        goes = fate if isinstance(fate, array) else ()
+        return filter_batch(batch, decision, frozenset(goes), now_ms=now_ms,
+                            delete_retention_ms=delete_retention_ms), len(goes)
+
+    def reasons(self) -> Counter[str]:
+        return self._reasons
+
+    def from_map(self) -> int:
+        return self._from_map
+
+
+class _PureEngine:
+    name = "pure"
+
+    def group(self, superseded: Collection[int], first_dirty: int) -> GroupRewrite:
+        return _PureRewrite(superseded, first_dirty, "pure")
+
+    def segment_keys(self, data: bytes, positions: Sequence[int], chunk_bytes: int
+                     ) -> tuple[KeyColumns, Sequence[int]] | None:
+        return None
+
+    def batch_keys(self, batch: RecordBatch) -> tuple[np.ndarray, list[bytes]] | None:
+        return None
+
+
+#: the pure-Python path, importable without numba
+PURE: Engine = _PureEngine()
+
+
+def fallback_group(superseded: Collection[int], first_dirty: int) -> GroupRewrite:
+    """The pure path for a group the native one handed back (:class:`Fallback`)."""
+    return _PureRewrite(superseded, first_dirty, "fallback")

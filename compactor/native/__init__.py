@@ -1,0 +1,55 @@
+"""The native code of the tool, behind one seam: the writer's numba kernels
+(:mod:`compactor.native.fast` over :mod:`compactor.native.kernels` and
+:mod:`compactor.native.xxh3`). This package is the only importer of numba; nothing here
+imports it until a native engine is asked for, so the pure path (``--writer pure``) runs
+where numba does not.
+
+The rest of the tool sees the record work through :class:`compactor.cleaner.rewrite.Engine`
+and gets one from :func:`engine`.
+"""
+
+from __future__ import annotations
+
+from compactor.cleaner.rewrite import PURE, Engine
+from compactor.errors import ConfigError
+
+#: the engines a round can use (``--writer``): the numba kernels, or the pure-Python reference
+WRITERS = ("native", "pure")
+
+
+def available() -> bool:
+    """Whether numba can be imported (the native engine can be built)."""
+    try:
+        import numba  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def engine(writer: str) -> Engine:
+    """The engine named ``writer`` (one of :data:`WRITERS`).
+
+    Raises:
+        ConfigError: an unknown name, or ``native`` where numba is not installed.
+    """
+    if writer == "pure":
+        return PURE
+    if writer != "native":
+        raise ConfigError(f"unknown writer {writer!r}; use one of {', '.join(WRITERS)}",
+                          remedy="pass --writer native or --writer pure")
+    if not available():
+        raise ConfigError("the native writer needs numba, which is not installed",
+                          remedy="install the project's dependencies (pip install "
+                                 "kafka-compactor), or run with --writer pure")
+    from compactor.native.fast import NativeEngine
+
+    return NativeEngine()
+
+
+def compile_kernels() -> None:
+    """Compile (or load from numba's disk cache) every kernel; see
+    :func:`compactor.native.fast.compile_kernels`. Nothing to do without numba."""
+    if available():
+        from compactor.native.fast import compile_kernels as compile_all
+
+        compile_all()

@@ -1,0 +1,43 @@
+"""The ledger's tables (:mod:`compactor.erasure.ledger`) through delta-spark, in the session
+of a Spark command: the pending requests as a DataFrame, the outcomes' MERGE, run rows
+appended. Every write holds the state dir's writer lock and maps errors as the ledger's own
+functions do (:func:`compactor.erasure.ledger.ledger_errors`)."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from compactor.erasure import ledger
+from compactor.spark import delta
+from schemas.delta import ERASURE_REQUESTS_TABLE
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+
+def requests_frame(spark: SparkSession, state_dir: str, statuses: frozenset[str], *,
+                   version: int, not_applied_at: str | None = None) -> DataFrame:
+    """The request rows in ``statuses`` at table ``version`` (and not yet applied at the
+    place ``not_applied_at``) as a Spark DataFrame read by delta-spark, with the subject's
+    digest as 32 bytes (``digest``) for the join against the scanned records."""
+    return delta.read_requests(spark, ledger.table_path(state_dir, ERASURE_REQUESTS_TABLE),
+                               statuses, version=version, not_applied_at=not_applied_at)
+
+
+@ledger.ledger_errors("record erasure outcomes in the ledger", writes=True)
+def merge_outcomes(state_dir: str, spark: SparkSession, outcomes: DataFrame,
+                   columns: Sequence[str], meta: Mapping[str, str]) -> int:
+    """MERGE the ``update`` rows of ``outcomes`` (``schemas.spark.REQUEST_OUTCOME``) into the
+    requests table with delta-spark, one commit whose ``userMetadata`` is ``meta``: each sets
+    ``columns`` of its request where the request is still in the status it was computed from
+    (a retry or cancel committed meanwhile is not overwritten). Returns the rows updated."""
+    return delta.merge_outcomes(spark, ledger.table_path(state_dir, ERASURE_REQUESTS_TABLE),
+                                outcomes, columns, meta)
+
+
+def appender(spark: SparkSession | None) -> ledger.Appender | None:
+    """How a command appends its run rows: by delta-spark in ``spark`` when it ran a
+    session, else ``None`` (delta-rs: no JVM started for one commit)."""
+    return None if spark is None else functools.partial(delta.append, spark)
