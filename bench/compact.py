@@ -344,8 +344,9 @@ def _timed_round(spark, work: str, now_ms: int, master: str, label: str,  # type
     sampler = MemorySampler()
     sampler.start()
     start = time.perf_counter()
+    # the generated log dir has no broker configs: Kafka's defaults, with the round's own
     report = run(spark, MaintenanceOptions(log_dir=work, now_ms=now_ms,
-                                       config_all=configs,
+                                       config_all=configs, assume_kafka_defaults=True,
                                        fsync=True, native_writer=native))
     job_s = time.perf_counter() - start
     sampler.stop.set()
@@ -360,6 +361,9 @@ def _timed_round(spark, work: str, now_ms: int, master: str, label: str,  # type
     groups = sum(len(p.plan.groups) for p in report.partitions if p.plan)
     cleaned = sum(p.status == "cleaned" for p in report.partitions)
     print(f"  {groups} groups in {cleaned} partitions")
+    if not cleaned:  # a round that cleaned nothing measures nothing
+        raise SystemExit("the round cleaned no partition: " + "; ".join(
+            f"{p.tp}: {p.status} {p.reason}" for p in report.partitions))
     print(f"  input: {in_records:,} records, {in_bytes / 1e6:,.0f} MB -> "
           f"{out_records:,} records, {out_bytes / 1e6:,.0f} MB")
     print(f"  throughput: {in_records / job_s / 1e6:.2f} M records/s, "
