@@ -2,9 +2,10 @@
 
 Declarative: every task calls a job of ``jobs/`` with the arguments of its command line, under
 spark-submit (:class:`CompactorJob`) when it needs Spark, else directly
-(:class:`CompactorCommand`: ``erase request`` and ``erase status``). Settings come from ``kafka_compactor.yaml``
-next to this file (or ``$KAFKA_COMPACTOR_DAGS_CONFIG``) and from DAG params. Parsing this file
-imports no project code and reads no connection or Variable. Each job writes its JSON report
+(:class:`CompactorCommand`: ``erase request`` and ``erase status``). Settings come from
+``kafka_compactor.yaml`` next to this file (or ``$KAFKA_COMPACTOR_DAGS_CONFIG``) and from DAG
+params. Parsing this file imports no project code and reads no connection or Variable. Each job
+writes its JSON report
 with ``--report-file``; the task pushes it to XCom (``return_value``, and ``report`` also when
 the job fails) and, with ``state_dir``, the job records it in the ``runs`` Delta table.
 """
@@ -533,7 +534,8 @@ with DAG(
             "--config-json", "{{ kc_configs(params.log_dir, params.configs) }}",
             "--topic-configs", "{{ kc_setting(params.log_dir, 'topic_configs', '') }}",
             "--now-ms", "{{ params.now_ms }}",
-            "--json", *(["--state-dir", SETTINGS["state_dir"]] if SETTINGS.get("state_dir") else []),
+            "--json",
+            *(["--state-dir", SETTINGS["state_dir"]] if SETTINGS.get("state_dir") else []),
         ])
 
 with DAG(

@@ -6,8 +6,8 @@ Usage: python bench/codec.py [--mb 100] [--value-bytes 100] [--codecs none,zstd]
 Each scan decodes every record and touches its key and value the way the compaction scan does
 (xxh3-128 of the key, tombstone test). Stages printed for our reader: framing with CRC-32C
 check, then the full scan. Then the writer's cost per retained record: the first 2,000
-batches rebuilt with every other record, by ``rebuild_batch`` (what a compaction round does) and, as the
-baseline, by the general encoder through one write-model ``NewRecord`` per record (the output
+batches rebuilt with every other record, by ``rebuild_batch`` (what a compaction round does) and, as
+the baseline, by the general encoder through one write-model ``NewRecord`` per record (the output
 must be byte-identical).
 """
 

@@ -52,11 +52,11 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from compactor.cleaner.scan import key_digest  # noqa: E402
 from compactor.codec.compression import Codec  # noqa: E402
 from compactor.codec.segment import iter_batches  # noqa: E402
-from compactor.tools.generator import DEFAULT_START_MS, GeneratorConfig, generate  # noqa: E402
-from compactor.cleaner.scan import key_digest  # noqa: E402
 from compactor.spark.session import LOCAL_CONF, driver_java_options  # noqa: E402
+from compactor.tools.generator import DEFAULT_START_MS, GeneratorConfig, generate  # noqa: E402
 
 
 class MemorySampler(threading.Thread):

@@ -28,13 +28,13 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from compactor.cleaner.policy import PartitionInput  # noqa: E402
 from compactor.cleaner.scan import batch_header  # noqa: E402
 from compactor.codec.compression import Codec  # noqa: E402
 from compactor.codec.segment import iter_batches  # noqa: E402
 from compactor.config import TopicConfig  # noqa: E402
 from compactor.log import storage  # noqa: E402
 from compactor.log.layout import load_partition, read_aborted_txns, remove_cleaned  # noqa: E402
-from compactor.cleaner.policy import PartitionInput  # noqa: E402
 from compactor.native import engine  # noqa: E402
 from compactor.spark.writer import write_group  # noqa: E402
 from compactor.tools.generator import DEFAULT_START_MS, GeneratorConfig, generate  # noqa: E402

@@ -3,8 +3,8 @@
 
 :func:`resolve_topic_config` layers, lowest first: Kafka's defaults, then any lower layers the
 caller found (the broker's ``server.properties``, the cluster's dynamic defaults, this broker's
-dynamic configs, the topic's own ConfigRecords, see :mod:`compactor.cluster.metadata`), then values for
-every topic (``--config``) and values for one topic (``--topic-config``). Broker config names
+dynamic configs, the topic's own ConfigRecords, see :mod:`compactor.cluster.metadata`), then values
+for every topic (``--config``) and values for one topic (``--topic-config``). Broker config names
 reach topic configs through Kafka's synonyms (``ServerTopicConfigSynonyms``). Every value is
 parsed and validated here, so that commands fail before touching any file with a
 :class:`~compactor.errors.ConfigError` that names the key, the value, where it came from and the
@@ -13,9 +13,9 @@ rule. The resolved :class:`TopicConfig` remembers where each value came from.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
 import dataclasses
 import difflib
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 

@@ -74,7 +74,8 @@ class SegmentInfo:
 
 
 def segment_file_prefix(base_offset: int) -> str:
-    """The 20-digit zero-padded file-name prefix of a segment (Kafka's ``LogFileUtils.filenamePrefixFromOffset``)."""
+    """The 20-digit zero-padded file-name prefix of a segment (Kafka's
+    ``LogFileUtils.filenamePrefixFromOffset``)."""
     return f"{base_offset:0{SEGMENT_NAME_DIGITS}d}"
 
 

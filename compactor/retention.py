@@ -1,5 +1,5 @@
-"""Kafka's retention rules (Kafka's ``UnifiedLog.deleteOldSegments``), pure: segment metadata in, the prefix of
-segments to delete and the new log start offset out.
+"""Kafka's retention rules (Kafka's ``UnifiedLog.deleteOldSegments``), pure: segment metadata in,
+the prefix of segments to delete and the new log start offset out.
 
     plan_retention(segments, ...) -> RetentionPlan(deleted=[(segment, reason)], roll, ...)
 
@@ -66,7 +66,8 @@ class RetentionPlan:
 
 
 def segment_timestamp(seg: SegmentInfo) -> int:
-    """The time a segment is aged by: its largest timestamp, else its mtime (``UnifiedLog.deleteRetentionMsBreachedSegments``)."""
+    """The time a segment is aged by: its largest timestamp, else its mtime
+    (``UnifiedLog.deleteRetentionMsBreachedSegments``)."""
     return seg.largest_timestamp_ms if seg.largest_timestamp_ms >= 0 else seg.mtime_ms
 
 

@@ -49,7 +49,8 @@ ERASURE_REQUESTS = pa.schema([
 # One row per partition per run of compaction, retention or erasure: the operational history.
 RUNS = pa.schema([
     pa.field("run_id", pa.string(), nullable=False),
-    pa.field("command", pa.string(), nullable=False),  # compact | retain | erase_apply | erase_verify
+    # compact | retain | erase_apply | erase_verify
+    pa.field("command", pa.string(), nullable=False),
     pa.field("log_dir", pa.string(), nullable=False),
     pa.field("topic", pa.string(), nullable=False),
     pa.field("partition", pa.int32(), nullable=False),

@@ -19,8 +19,8 @@ from hypothesis import HealthCheck, settings
 
 from compactor.spark import delta
 from compactor.spark.session import LOCAL_CONF
-from tests.helpers import WRITTEN_SEGMENT_FILES
 from compactor.tools.generator import GeneratorConfig, generate
+from tests.helpers import WRITTEN_SEGMENT_FILES
 
 settings.register_profile(
     "ci", max_examples=200, derandomize=True, deadline=None,

@@ -19,8 +19,8 @@ import sys
 import time
 
 from compactor.erasure import ledger
-from compactor.spark import ledger as spark_ledger
 from compactor.log import storage
+from compactor.spark import ledger as spark_ledger
 
 
 def run_row(writer: str, commit: int, n: int) -> dict[str, object]:

@@ -7,22 +7,20 @@ import hashlib
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from collections.abc import Mapping
 from pathlib import Path
 
+import pytest
 from aiokafka.record.memory_records import MemoryRecords as AioMemoryRecords
 from kafka.record.memory_records import MemoryRecords as KpMemoryRecords
-import pytest
 
-from compactor.log import storage
 from compactor.codec.indexes import decode_txn_index
 from compactor.codec.records import RecordBatch
 from compactor.codec.segment import iter_batches
-from compactor.tools.inspect import Problem, inspect_path
+from compactor.log import storage
 from compactor.log.layout import segment_logs
-
+from compactor.tools.inspect import Problem, inspect_path
 
 # Segment files the suite's commands wrote into ``small_log`` copies (tests/conftest.py), for
 # Kafka's DumpLogSegments at the end of the run (tests/kafka/test_dumped_by_kafka.py).
@@ -136,7 +134,8 @@ def aborted_offsets(logs: Mapping[int, bytes]) -> set[int]:
 def check_invariants(before: Mapping[int, bytes], after: Mapping[int, bytes], *,
                      first_dirty: int, end_offset: int, now_ms: int,
                      legacy_retain: Mapping[int, bool]) -> None:
-    """Assert the round's invariants (untouched tail, base offsets only disappear, ...) for one round with an unlimited map."""
+    """Assert the round's invariants (untouched tail, base offsets only disappear, ...) for one
+    round with an unlimited map."""
     # 1. untouched tail, base offsets only disappear
     assert set(after) <= set(before)
     for base, data in before.items():
@@ -197,13 +196,14 @@ def check_invariants(before: Mapping[int, bytes], after: Mapping[int, bytes], *,
 
 def reference_round(log_dir: Path, configs: Mapping[str, str], now_ms: int) -> dict:
     """``{partition dir name: (PartitionInput, .log bytes by base, ReferenceRound)}``."""
+    from compactor.cleaner.reference import compact_partition
     from compactor.config import resolve_topic_config
     from compactor.log.layout import open_log_dir, read_offset_checkpoint
-    from compactor.cleaner.reference import compact_partition
     from compactor.maintenance.compact import load_partition_input
     from compactor.maintenance.options import MaintenanceOptions
 
-    opts = MaintenanceOptions(log_dir=str(log_dir), now_ms=now_ms, assume_kafka_defaults=True, config_all=dict(configs))
+    opts = MaintenanceOptions(log_dir=str(log_dir), now_ms=now_ms, assume_kafka_defaults=True,
+                              config_all=dict(configs))
     checkpoints = {name: read_offset_checkpoint(str(log_dir), name) for name in (
         "cleaner-offset-checkpoint", "log-start-offset-checkpoint",
         "replication-offset-checkpoint")}

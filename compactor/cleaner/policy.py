@@ -1,5 +1,6 @@
 """Pure compaction decisions: cleanable range, dirty ratio, groups, producer state,
-transaction bookkeeping and per-batch retention (Kafka's ``LogCleanerManager.cleanableOffsets``, ``Cleaner.doClean``).
+transaction bookkeeping and per-batch retention (Kafka's ``LogCleanerManager.cleanableOffsets``,
+``Cleaner.doClean``).
 
 Everything here is a function of file metadata, batch headers and ``now_ms``: no files, no
 Spark, no clock. The Spark job and the reference compactor both call these functions for the
@@ -143,7 +144,8 @@ def first_dirty_offset(checkpoint: int | None, log_start_offset: int,
                        log_end_offset: int) -> tuple[int, bool]:
     """``(first dirty offset, reset)``: the cleaner checkpoint, or the log start offset when
     there is none or it lies outside ``[log start, log end]`` (then ``reset`` is true and the
-    checkpoint must be rewritten even if nothing is cleaned; ``LogCleanerManager.cleanableOffsets``)."""
+    checkpoint must be rewritten even if nothing is cleaned;
+    ``LogCleanerManager.cleanableOffsets``)."""
     if checkpoint is None:
         return log_start_offset, False
     if checkpoint < log_start_offset or checkpoint > log_end_offset:
@@ -299,13 +301,15 @@ def compaction_delay_ms(segments: Sequence[SegmentInfo], first_batch_timestamps:
 
 def group_segments(segments: Sequence[SegmentInfo], first_uncleanable: int, segment_bytes: int,
                    segment_index_bytes: int) -> tuple[tuple[int, ...], ...]:
-    """Greedy grouping of ``segments`` (in offset order) into output segments (``Cleaner.groupSegmentsBySize``)."""
+    """Greedy grouping of ``segments`` (in offset order) into output segments
+    (``Cleaner.groupSegmentsBySize``)."""
     groups: list[tuple[int, ...]] = []
     i = 0
     while i < len(segments):
         first = segments[i]
         group = [first]
-        log_size, index_size, time_size = first.size_bytes, first.index_bytes, first.time_index_bytes
+        log_size, index_size = first.size_bytes, first.index_bytes
+        time_size = first.time_index_bytes
         i += 1
         while i < len(segments):
             s = segments[i]
@@ -480,12 +484,18 @@ def record_fate(keyed: bool, in_map: bool, later: bool, tombstone: bool,
     return KEPT
 
 
-def enters_map(feed_all: bool, feed_some: bool, offset: int, first_dirty: int) -> bool:
-    """Whether a keyed record's key enters the offset map, so that it supersedes earlier
-    records of its key: every record of a batch at or above the first dirty offset
-    (``feed_all``), and in the batch that straddles it (``feed_some``) the records from it on
-    (``Cleaner.buildOffsetMapForSegment``)."""
-    return feed_all or (feed_some and offset >= first_dirty)
+#: an offset no record reaches: a batch whose keys never enter the offset map
+NEVER = 2**63 - 1
+
+
+def map_entry_offset(aborted: bool, first_dirty: int) -> int:
+    """The lowest offset from which a data batch's keyed records enter the offset map (so
+    that they supersede earlier records of their key): the first dirty offset, as
+    ``Cleaner.buildOffsetMapForSegment`` maps the dirty section only, or :data:`NEVER` for
+    a batch of an aborted transaction (its records go and supersede nothing,
+    ``CleanedTransactionMetadata``). Per batch, so that the per-record test is one
+    comparison on both paths."""
+    return NEVER if aborted else first_dirty
 
 
 class TransactionTracker:

@@ -1,5 +1,6 @@
 """Re-batching of retained records and assembly of a cleaned segment (Kafka's
-``MemoryRecords.filterTo``, ``Cleaner.cleanInto``, ``LogSegment.recover``). Pure: batches and decisions in, bytes out.
+``MemoryRecords.filterTo``, ``Cleaner.cleanInto``, ``LogSegment.recover``). Pure: batches and
+decisions in, bytes out.
 
 Given a source batch, its :class:`~compactor.cleaner.policy.BatchDecision` and the offsets of its
 records that go, :func:`filter_batch` returns the bytes Kafka 4.1 writes for it: nothing, the
@@ -15,6 +16,18 @@ from collections import Counter
 from collections.abc import Callable, Collection, Container, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
+from compactor.cleaner.policy import (
+    ABORTED,
+    EXPIRED,
+    FROM_MAP,
+    KEPT,
+    MARKER_EXPIRED,
+    REASON_NAMES,
+    BatchDecision,
+    BatchRetention,
+    map_entry_offset,
+    record_fate,
+)
 from compactor.codec.indexes import (
     AbortedTxn,
     BatchIndexInfo,
@@ -25,27 +38,15 @@ from compactor.codec.indexes import (
 )
 from compactor.codec.records import (
     NO_TIMESTAMP,
+    V2_HEADER,
     NewRecord,
     NewRecordBatch,
     Record,
     RecordBatch,
-    V2_HEADER,
     TimestampType,
     empty_batch_like,
     encode_batch,
     rebuild_batch,
-)
-from compactor.cleaner.policy import (
-    ABORTED,
-    EXPIRED,
-    FROM_MAP,
-    KEPT,
-    MARKER_EXPIRED,
-    REASON_NAMES,
-    BatchDecision,
-    BatchRetention,
-    enters_map,
-    record_fate,
 )
 
 DROP_REASONS = ("superseded", "tombstone_expired", "null_key", "aborted", "marker_expired")
@@ -73,7 +74,8 @@ def filter_batch(batch: RecordBatch, decision: BatchDecision, dropped: Container
     """Apply the batch and record decisions to one source batch (``MemoryRecords.filterTo``).
 
     Args:
-        dropped: offsets of the batch's records that go (the record-level decision, ``Cleaner.shouldRetainRecord``).
+        dropped: offsets of the batch's records that go (the record-level decision,
+            ``Cleaner.shouldRetainRecord``).
         set_delete_horizon: a cleaning round sets the delete horizon of a rebuilt batch that
             keeps tombstones or is a marker to horizon (Kafka); an erasure rewrite is not a
             cleaning and keeps the batch's horizon as it was.
@@ -103,7 +105,8 @@ def filter_batch(batch: RecordBatch, decision: BatchDecision, dropped: Container
             return FilteredBatch(data=None, records_in=0, records_out=0)
         return FilteredBatch(data=batch.raw, records_in=len(records), records_out=len(records))
     if not retained:
-        data = empty_batch_like(batch) if decision.retention == BatchRetention.RETAIN_EMPTY else None
+        retain = decision.retention == BatchRetention.RETAIN_EMPTY
+        data = empty_batch_like(batch) if retain else None
         return FilteredBatch(data=data, records_in=len(records), records_out=0)
     if needs_horizon:
         horizon = now_ms + delete_retention_ms
@@ -124,14 +127,14 @@ class BatchDrops:
 def iter_drops(batches: Iterable[tuple[RecordBatch, BatchDecision]],
                superseded: Container[int], first_dirty: int,
                later: set[bytes] | None = None) -> Iterator[BatchDrops]:
-    """Which records of a segment's batches go, and why (``Cleaner.shouldRetainRecord``), for ``(batch, decision)``
-    pairs given **newest first**, one :class:`BatchDrops` per pair.
+    """Which records of a segment's batches go, and why (``Cleaner.shouldRetainRecord``), for
+    ``(batch, decision)`` pairs given **newest first**, one :class:`BatchDrops` per pair.
 
     A record is superseded when the offset map says so across groups (``superseded``) or
     when a later record of the same key in the same group enters the map (keyed, batch not
     aborted, at or above ``first_dirty``): the map-side combine of the scan
-    (:func:`compactor.cleaner.scan.locally_superseded`), decided here by key instead of by digest. The
-    other reasons (null key, expired tombstone, aborted data, expired marker) are local to
+    (:func:`compactor.cleaner.scan.locally_superseded`), decided here by key instead of by digest.
+    The other reasons (null key, expired tombstone, aborted data, expired marker) are local to
     the batch. Walking backwards decides each record in one look, each batch decoded once.
 
     Args:
@@ -150,10 +153,7 @@ def iter_drops(batches: Iterable[tuple[RecordBatch, BatchDecision]],
         if batch.is_control:
             yield BatchDrops((), reasons)
             continue
-        # does a keyed record of this batch enter the map: all, none, or by offset
-        feeds_map = not decision.aborted
-        feed_all = feeds_map and batch.base_offset >= first_dirty
-        feed_some = feeds_map and not feed_all and batch.last_offset >= first_dirty
+        entry = map_entry_offset(decision.aborted, first_dirty)
         expire_tombstones = not decision.retain_deletes
         add = later.add
         goes: list[int] = []
@@ -167,7 +167,7 @@ def iter_drops(batches: Iterable[tuple[RecordBatch, BatchDecision]],
             if fate != KEPT:
                 counts[fate] += 1
                 goes.append(offset)
-            if key is not None and enters_map(feed_all, feed_some, offset, first_dirty):
+            if key is not None and offset >= entry:
                 add(key)
         for fate, n in enumerate(counts):
             if n:
@@ -256,7 +256,8 @@ class SegmentBuilder:
     """Assembles one cleaned segment batch by batch: each output batch goes to ``sink`` as
     soon as it is appended (so a segment never has to be held in memory whole), and what the
     indexes need is kept on the way. :meth:`finish` adds the placeholder of a multi-segment
-    group when needed and builds the indexes the way Kafka's recovery path does (``LogSegment.recover``).
+    group when needed and builds the indexes the way Kafka's recovery path does
+    (``LogSegment.recover``).
 
     Deliberate difference from Kafka: when a group of several source segments would produce a
     segment that ends before the group's last source offset (its trailing batches all went, or

@@ -3,8 +3,8 @@
 It follows Kafka's ``Cleaner.doClean`` literally for one partition: the offset map is a plain
 dict keyed by the raw key bytes, built by walking the dirty section in offset order, and every
 record is decided in the same walk that rewrites it. It shares the per-batch rules
-(:mod:`compactor.cleaner.policy`) and the byte-level re-batching (:mod:`compactor.cleaner.rebatch`) with the
-Spark job, but none of the distributed machinery: no digests, no shuffles, no DataFrames.
+(:mod:`compactor.cleaner.policy`) and the byte-level re-batching (:mod:`compactor.cleaner.rebatch`)
+with the Spark job, but none of the distributed machinery: no digests, no shuffles, no DataFrames.
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from compactor.codec.records import Record
-from compactor.codec.segment import iter_batches
 from compactor.cleaner.policy import BatchRetention, CleaningPlan, PartitionInput
 from compactor.cleaner.rebatch import SegmentFiles, assemble_segment, filter_batch
 from compactor.cleaner.scan import batch_header
+from compactor.codec.records import Record
+from compactor.codec.segment import iter_batches
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

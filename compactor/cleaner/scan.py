@@ -8,18 +8,17 @@ by MD5 digest in ``SkimpyOffsetMap``; both treat a digest collision as the same 
 from __future__ import annotations
 
 import hashlib
-
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import xxhash
 
+from compactor.cleaner.policy import NO_CONTROL_TYPE, BatchHeader
+from compactor.cleaner.rewrite import Engine
 from compactor.codec.records import RecordBatch
 from compactor.codec.segment import iter_batches
 from compactor.errors import CompactorError, TruncatedSegmentError
-from compactor.cleaner.policy import NO_CONTROL_TYPE, BatchHeader
-from compactor.cleaner.rewrite import Engine
 
 _MASK64 = (1 << 64) - 1
 _SIGN64 = 1 << 63

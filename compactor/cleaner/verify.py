@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from compactor.cleaner.policy import BatchHeader
 from compactor.codec.indexes import (
     AbortedTxn,
     decode_offset_index,
@@ -31,7 +32,6 @@ from compactor.codec.indexes import (
 from compactor.codec.records import ControlType
 from compactor.errors import BadOffsetsError, CompactorError, CorruptIndexError
 from compactor.model import segment_file_prefix
-from compactor.cleaner.policy import BatchHeader
 
 MAX_RELATIVE_OFFSET = 2**31 - 1  # Integer.MAX_VALUE
 

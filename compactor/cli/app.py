@@ -13,8 +13,26 @@ from typing import TextIO
 
 import compactor
 from compactor import progress
-from compactor.human import human_time
-from compactor.log import storage
+from compactor.cli import jobs
+from compactor.cli.args import (
+    Parser,
+    add_arguments,
+    add_change_arguments,
+    add_config_arguments,
+    add_erase_arguments,
+    add_optimize_arguments,
+    add_recover_arguments,
+    add_request_arguments,
+    add_retention_arguments,
+    add_rolling_arguments,
+    add_status_arguments,
+    add_storage_arguments,
+    add_verbosity_arguments,
+    complete,
+    exit_process,
+    run_guarded,
+)
+from compactor.cluster.metadata import parse_snapshot_name
 from compactor.codec.compression import Codec
 from compactor.config import (
     SERVER_PROPERTIES,
@@ -28,32 +46,14 @@ from compactor.errors import (
     EXIT_OK,
     ConfigError,
 )
-from compactor.tools.generator import GeneratorConfig, generate
-from compactor.cluster.metadata import parse_snapshot_name
-from compactor.tools import dump_log
-from compactor.tools.inspect import INDEX_KINDS, Problem, dump_index_file, inspect_path
-from compactor.cli import jobs
-from compactor.cli.args import (
-    add_arguments,
-    add_config_arguments,
-    add_change_arguments,
-    add_optimize_arguments,
-    add_erase_arguments,
-    add_recover_arguments,
-    add_request_arguments,
-    add_storage_arguments,
-    add_verbosity_arguments,
-    add_retention_arguments,
-    add_rolling_arguments,
-    add_status_arguments,
-    Parser,
-    complete,
-    exit_process,
-    run_guarded,
-)
+from compactor.human import human_time
+from compactor.log import storage
 from compactor.log.layout import (
     parse_partition_dir_name,
 )
+from compactor.tools import dump_log
+from compactor.tools.generator import GeneratorConfig, generate
+from compactor.tools.inspect import INDEX_KINDS, Problem, dump_index_file, inspect_path
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -61,7 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="compactor",
         description="Offline compaction, retention and GDPR erasure for Kafka log directories.",
     )
-    parser.add_argument("--version", action="version", version=f"kafka-compactor {compactor.__version__}")
+    parser.add_argument("--version", action="version",
+                        version=f"kafka-compactor {compactor.__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     hi = sub.add_parser("history", help="the runs recorded in a state dir, newest first "
@@ -369,7 +370,8 @@ def _cmd_cluster(args: argparse.Namespace, out: TextIO) -> int:
     from compactor.tools import local_cluster
 
     if args.action == "start":
-        c = local_cluster.start(args.dir, workers=args.workers, cores=args.cores, memory=args.memory)
+        c = local_cluster.start(args.dir, workers=args.workers, cores=args.cores,
+                                memory=args.memory)
         jobs.emit(out, {"type": "cluster", "master_url": c.master_url, "web_url": c.web_url,
                     "workers": c.workers})
     elif args.action == "stop":

@@ -23,16 +23,16 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from compactor.cli.args import (
+    Parser,
     add_arguments,
-    add_config_arguments,
     add_change_arguments,
-    add_optimize_arguments,
-    add_rolling_arguments,
+    add_config_arguments,
     add_erase_arguments,
+    add_optimize_arguments,
     add_recover_arguments,
     add_request_arguments,
     add_retention_arguments,
-    Parser,
+    add_rolling_arguments,
     add_status_arguments,
     flag_value,
     log_dirs_of,
@@ -42,8 +42,8 @@ from compactor.cli.args import (
     run_main,
 )
 from compactor.errors import EXIT_FAILURE, EXIT_OK, EXIT_PARTIAL, ConfigError
-from compactor.log import storage
 from compactor.human import human_bytes, human_time
+from compactor.log import storage
 
 Execute = Callable[[argparse.Namespace, TextIO], int]
 
@@ -448,8 +448,9 @@ def execute_erase_status(args: argparse.Namespace, out: TextIO) -> int:
             out.write(f"OVERDUE {o['request_id']} ({o['topic']}, {o['status']}) by "
                       f"{o['overdue_ms'] // 3_600_000} h\n")
         for f in result["failed"]:
-            out.write(f"FAILED {f['request_id']} ({f['topic']}): "
-                      f"{json.dumps(f['failure'], sort_keys=True) if f['failure'] else 'see the apply report'}"
+            failure = (json.dumps(f["failure"], sort_keys=True) if f["failure"]
+                       else "see the apply report")
+            out.write(f"FAILED {f['request_id']} ({f['topic']}): {failure}"
                       f"; fix the cause, then `compactor erase retry {f['request_id']}`, or "
                       f"withdraw it with `compactor erase cancel {f['request_id']} --reason ...`\n")
         for p in result["partially_verified"]:

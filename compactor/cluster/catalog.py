@@ -60,7 +60,15 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from compactor.log import storage
+from compactor.cluster.metadata import (
+    METADATA_DIR_NAME,
+    METADATA_TOPIC,
+    ClusterMetadata,
+    PartitionState,
+    topic_layers_of,
+)
+from compactor.cluster.metadata_log import load_cluster_metadata
+from compactor.codec.kraft import uuid_bytes
 from compactor.config import (
     BROKER,
     BROKER_SYNONYMS,
@@ -79,21 +87,13 @@ from compactor.config import (
     resolve_topic_config,
 )
 from compactor.errors import CompactorError, ConfigError
-from compactor.codec.kraft import uuid_bytes
-from compactor.cluster.metadata_log import load_cluster_metadata
+from compactor.log import storage
 from compactor.log.layout import (
     LogDir,
     read_meta_properties,
     read_node_id,
     read_properties,
     read_topic_id,
-)
-from compactor.cluster.metadata import (
-    METADATA_DIR_NAME,
-    METADATA_TOPIC,
-    ClusterMetadata,
-    PartitionState,
-    topic_layers_of,
 )
 from compactor.model import TopicPartition
 

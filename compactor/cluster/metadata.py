@@ -1,6 +1,7 @@
 """The cluster's state as its KRaft metadata log tells it: topic names and ids, removed topics,
 topic configs and dynamic broker configs. Pure: the caller reads the files
-(:func:`compactor.cluster.metadata_log.load_cluster_metadata`) and feeds the batches in offset order.
+(:func:`compactor.cluster.metadata_log.load_cluster_metadata`) and feeds the batches in offset
+order.
 
 What a controller or broker does on load (``MetadataLoader``, ``MetadataDelta.replay``): take the
 latest snapshot (``<end offset>-<epoch>.checkpoint``, its records between a SnapshotHeader and a

@@ -1,4 +1,5 @@
-"""The five Kafka compression codecs (Kafka's ``CompressionType``), for writing and for legacy reads.
+"""The five Kafka compression codecs (Kafka's ``CompressionType``), for writing and for legacy
+reads.
 
 Stream formats follow Kafka's own writers so that every Kafka client can read what we write:
 

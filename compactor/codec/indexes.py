@@ -1,4 +1,5 @@
-"""Segment indexes (Kafka's ``OffsetIndex``, ``TimeIndex``, ``TransactionIndex``): ``.index``, ``.timeindex``, ``.txnindex``.
+"""Segment indexes (Kafka's ``OffsetIndex``, ``TimeIndex``, ``TransactionIndex``): ``.index``,
+``.timeindex``, ``.txnindex``.
 
 Grammar (big-endian, no header, entries back to back)::
 

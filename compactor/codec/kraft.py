@@ -437,8 +437,8 @@ def _write_struct(fields: Sequence[Field], values: Mapping[str, Any], version: i
 def encode_metadata_record(name: str, fields: Mapping[str, Any], version: int = 0) -> bytes:
     """The framed value of a metadata record (frame version 1)."""
     schema = SCHEMAS_BY_NAME[name]
-    return (encode_unsigned(FRAME_VERSION) + encode_unsigned(schema.api_key) + encode_unsigned(version)
-            + _write_struct(schema.fields, fields, version))
+    return (encode_unsigned(FRAME_VERSION) + encode_unsigned(schema.api_key)
+            + encode_unsigned(version) + _write_struct(schema.fields, fields, version))
 
 
 def encode_control_value(control_type: int, fields: Mapping[str, Any]) -> bytes:

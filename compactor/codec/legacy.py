@@ -23,13 +23,13 @@ from dataclasses import dataclass
 from compactor.codec.compression import CODEC_MASK, Codec, DecompressionError, codec_name, compress
 from compactor.codec.compression import decompress as _decompress
 from compactor.codec.records import (
+    ATTR_TIMESTAMP_TYPE,
     LOG_OVERHEAD,
     NO_PARTITION_LEADER_EPOCH,
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
     NO_SEQUENCE,
     NO_TIMESTAMP,
-    ATTR_TIMESTAMP_TYPE,
     Record,
     RecordBatch,
     TimestampType,

@@ -1,4 +1,5 @@
-"""Record batches: the read model, the write model and the v2 encoder (Kafka's ``DefaultRecordBatch``, ``DefaultRecord``).
+"""Record batches: the read model, the write model and the v2 encoder (Kafka's
+``DefaultRecordBatch``, ``DefaultRecord``).
 
 Wire grammar of one ``.log`` entry (every integer big-endian)::
 
@@ -91,7 +92,8 @@ class TimestampType(IntEnum):
 
 
 class ControlType(IntEnum):
-    """Control record types (Kafka's ``ControlRecordType``, ``EndTransactionMarker``); KRaft-only types are listed for display."""
+    """Control record types (Kafka's ``ControlRecordType``, ``EndTransactionMarker``); KRaft-only
+    types are listed for display."""
 
     ABORT = 0
     COMMIT = 1
@@ -528,8 +530,8 @@ def encode_batch(batch: NewRecordBatch) -> bytes:
 def rebuild_batch(source: RecordBatch, retained: Sequence, *,
                   delete_horizon_ms: int | None) -> bytes:
     """A v2 batch rebuilt with only some of its records, the way the cleaner rebuilds it
-    (Kafka's ``MemoryRecords.filterTo``): base offset, ``lastOffsetDelta``, producer fields, leader epoch,
-    codec, timestamp type and the transactional and control flags kept; the base timestamp
+    (Kafka's ``MemoryRecords.filterTo``): base offset, ``lastOffsetDelta``, producer fields, leader
+    epoch, codec, timestamp type and the transactional and control flags kept; the base timestamp
     is the delete horizon when there is one, else the first retained record's; the max
     timestamp is the source's under LogAppendTime, else the largest retained one.
 
@@ -599,7 +601,8 @@ def _frame(batch: NewRecordBatch, body: bytes, count: int, *, last_offset_delta:
 
 def empty_batch_like(batch: RecordBatch) -> bytes:
     """The bare 61-byte header the cleaner writes when a batch must stay but none of its
-    records (``MemoryRecords.filterTo`` keeps such batches for producer state): offsets, epoch, producer fields, transactional/control
+    records (``MemoryRecords.filterTo`` keeps such batches for producer state): offsets, epoch,
+        producer fields, transactional/control
     flags, timestamp type and max timestamp kept; base timestamp -1; no codec; no horizon."""
     return encode_batch(
         NewRecordBatch(

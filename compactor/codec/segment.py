@@ -1,8 +1,9 @@
 """Framing of a ``.log`` segment: bytes in, :class:`RecordBatch` entries out.
 
 Every byte is accounted for. Each entry starts with ``offset:int64 size:int32`` and its magic at
-byte 16 (Kafka's ``ByteBufferLogInputStream.nextBatch``); we frame entries ourselves and hand each one to the decoder for
-its magic, because aiokafka's compiled ``MemoryRecords`` misreads buffers that mix magics.
+byte 16 (Kafka's ``ByteBufferLogInputStream.nextBatch``); we frame entries ourselves and hand each
+one to the decoder for its magic, because aiokafka's compiled ``MemoryRecords`` misreads buffers
+that mix magics.
 
 Any defect raises a subclass of :class:`~compactor.errors.CompactorError` that carries the
 entry's byte position and (when readable) its base offset; the caller adds the file path.

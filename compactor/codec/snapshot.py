@@ -1,4 +1,5 @@
-"""Producer state snapshots ``<offset>.snapshot`` (Kafka's ``ProducerStateManager``, ``ProducerSnapshot.json``).
+"""Producer state snapshots ``<offset>.snapshot`` (Kafka's ``ProducerStateManager``,
+``ProducerSnapshot.json``).
 
 Grammar (big-endian)::
 

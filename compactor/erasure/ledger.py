@@ -35,9 +35,10 @@ from typing import Any, ParamSpec, TypeVar
 import pyarrow as pa
 
 from compactor.erasure.rules import ALL_TOPICS, DONE, STATUSES, VERIFIED, ErasureRequest
-from compactor.log import storage
 from compactor.errors import CompactorError, ConfigError, LedgerError, first_line
+from compactor.log import storage
 from schemas.delta import ERASURE_REQUESTS, ERASURE_REQUESTS_TABLE, RUNS, RUNS_TABLE
+
 P = ParamSpec("P")
 R = TypeVar("R")
 

@@ -16,8 +16,6 @@ from typing import TypedDict
 
 import javaproperties
 
-from compactor.log import manifest, storage
-from compactor.log.manifest import MANIFEST_NAME
 from compactor.codec.checkpoints import (
     CLEANER_OFFSET_CHECKPOINT,
     LEADER_EPOCH_CHECKPOINT,
@@ -44,21 +42,22 @@ from compactor.errors import (
     LogDirError,
     SwapRecoveryError,
 )
-from compactor.model import EpochEntry, SegmentInfo, TopicPartition, segment_file_prefix
-
+from compactor.log import manifest, storage
+from compactor.log.manifest import MANIFEST_NAME
 from compactor.log.names import (  # noqa: F401  (re-exported: the layout's vocabulary)
     CLEANED_SUFFIX,
-    METADATA_DIR_NAME,
     DELETED_SUFFIX,
     INDEX_FILE_SUFFIXES,
     INDEX_SUFFIX,
     LOG_SUFFIX,
+    METADATA_DIR_NAME,
     SNAPSHOT_SUFFIX,
     SWAP_SUFFIX,
     TEMP_SUFFIXES,
     TIME_INDEX_SUFFIX,
     TXN_INDEX_SUFFIX,
 )
+from compactor.model import EpochEntry, SegmentInfo, TopicPartition, segment_file_prefix
 
 PARTITION_METADATA = "partition.metadata"
 IGNORED_DIR_SUFFIXES = ("-delete", "-future", "-stray")
@@ -307,7 +306,8 @@ def open_log_dir(path: str) -> LogDir:
                           f"{tp.dir_name} or move it out of the log dir")
             refused.append(RefusedDir(name, tp, LogDirError(
                 message, path=storage.join(path, name), remedy=remedy)))
-    return LogDir(path=path, partitions=tuple(sorted(partitions)), metadata_log=metadata_log, copies=tuple(sorted(copies)),
+    return LogDir(path=path, partitions=tuple(sorted(partitions)), metadata_log=metadata_log,
+                  copies=tuple(sorted(copies)),
                   refused=tuple(sorted(refused, key=lambda r: (r.tp, r.name))),
                   foreign=tuple(foreign))
 

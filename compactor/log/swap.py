@@ -34,7 +34,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from compactor.log import manifest, storage
 from compactor.codec.checkpoints import (
     CLEANER_OFFSET_CHECKPOINT,
     LEADER_EPOCH_CHECKPOINT,
@@ -47,6 +46,7 @@ from compactor.codec.checkpoints import (
     truncate_epochs_from_start,
 )
 from compactor.errors import CommitConflictError, CompactorError, ConditionFailedError
+from compactor.log import manifest, storage
 from compactor.log.layout import (
     DELETED_SUFFIX,
     INDEX_FILE_SUFFIXES,
@@ -147,8 +147,12 @@ def check_unchanged(partition_dir: str, names: Sequence[str], scanned: Mapping[s
     """Raises: CommitConflictError: one of ``names`` is not as the scan saw it (written
     again, touched, gone, or there now and not then)."""
     current = storage.identities(partition_dir)
-    changed = [f"{n} {'appeared' if n not in scanned else 'is gone' if n not in current else 'changed'}"
-               for n in names if current.get(n) != scanned.get(n)]
+
+    def what(name: str) -> str:
+        return ("appeared" if name not in scanned else "is gone" if name not in current
+                else "changed")
+
+    changed = [f"{n} {what(n)}" for n in names if current.get(n) != scanned.get(n)]
     if changed:
         raise CommitConflictError(
             "files changed since the scan: " + "; ".join(changed), path=partition_dir,
@@ -307,7 +311,8 @@ def delete_segments(partition_dir: str, plan: RetentionPlan, scanned: Mapping[st
 
 
 def truncate_leader_epochs(partition_dir: str, log_start_offset: int) -> None:
-    """Truncate ``leader-epoch-checkpoint`` from the log start offset (``LeaderEpochFileCache.truncateFromStartAsyncFlush``); idempotent, so
+    """Truncate ``leader-epoch-checkpoint`` from the log start offset
+    (``LeaderEpochFileCache.truncateFromStartAsyncFlush``); idempotent, so
     a run after a crash finishes what the crashed one left."""
     epochs_path = storage.join(partition_dir, LEADER_EPOCH_CHECKPOINT)
     if storage.exists(epochs_path):

@@ -14,46 +14,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from compactor.erasure import ledger
-from compactor.spark import ledger as spark_ledger
-from compactor.log import storage, swap
-from compactor.spark import stages as spark_stages
-from compactor.codec.checkpoints import (
-    CLEANER_OFFSET_CHECKPOINT,
-    LOG_START_OFFSET_CHECKPOINT,
-    REPLICATION_OFFSET_CHECKPOINT,
-)
-from compactor.cluster.catalog import METADATA_LOG, Catalog
-from compactor.config import REPORTED, TopicConfig
-from compactor.errors import (
-    CompactorError,
-    CorruptSegmentError,
-)
-from compactor.log.layout import (
-    ForeignEntry,
-    check_log_start,
-    check_partition_files,
-    log_end_offset,
-    load_partition,
-    open_log_dir,
-    read_aborted_txns,
-    planned_recovery_errors,
-    read_offset_checkpoint,
-    recover_partitions,
-)
-from compactor.cluster.metadata import METADATA_TOPIC
-from compactor.model import CommitMessage, TopicPartition
-from compactor.maintenance.options import MaintenanceOptions, load_catalog, state_store
-from compactor.human import human_bytes, human_time
-from compactor.maintenance.report import (
-    REASONS,
-    LogDirReport,
-    Outcome,
-    problem_line,
-)
-from compactor.maintenance.retain import PartitionRetention, plan_log_dir
-from compactor.retention import check_now_after_newest
-from compactor.spark.session import LazySession
 from compactor.cleaner.policy import (
     CleaningPlan,
     PartitionInput,
@@ -62,6 +22,46 @@ from compactor.cleaner.policy import (
     fits_one_group,
 )
 from compactor.cleaner.rebatch import DROP_REASONS
+from compactor.cluster.catalog import METADATA_LOG, Catalog
+from compactor.cluster.metadata import METADATA_TOPIC
+from compactor.codec.checkpoints import (
+    CLEANER_OFFSET_CHECKPOINT,
+    LOG_START_OFFSET_CHECKPOINT,
+    REPLICATION_OFFSET_CHECKPOINT,
+)
+from compactor.config import REPORTED, TopicConfig
+from compactor.erasure import ledger
+from compactor.errors import (
+    CompactorError,
+    CorruptSegmentError,
+)
+from compactor.human import human_bytes, human_time
+from compactor.log import storage, swap
+from compactor.log.layout import (
+    ForeignEntry,
+    check_log_start,
+    check_partition_files,
+    load_partition,
+    log_end_offset,
+    open_log_dir,
+    planned_recovery_errors,
+    read_aborted_txns,
+    read_offset_checkpoint,
+    recover_partitions,
+)
+from compactor.maintenance.options import MaintenanceOptions, load_catalog, state_store
+from compactor.maintenance.report import (
+    REASONS,
+    LogDirReport,
+    Outcome,
+    problem_line,
+)
+from compactor.maintenance.retain import PartitionRetention, plan_log_dir
+from compactor.model import CommitMessage, TopicPartition
+from compactor.retention import check_now_after_newest
+from compactor.spark import ledger as spark_ledger
+from compactor.spark import stages as spark_stages
+from compactor.spark.session import LazySession
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -210,7 +210,8 @@ class _Stages:
         self.t = time.perf_counter()
 
 
-def load_partition_input(log_dir: str, tp: TopicPartition, cfg: TopicConfig, opts: MaintenanceOptions,
+def load_partition_input(log_dir: str, tp: TopicPartition, cfg: TopicConfig,
+                         opts: MaintenanceOptions,
                          checkpoints: Mapping[str, Mapping[TopicPartition, int]],
                          strays: list[ForeignEntry] | None = None) -> PartitionInput:
     """What the round of one partition needs; entries of its directory that Kafka does not
@@ -412,7 +413,8 @@ def _commit(inputs: Mapping[int, PartitionInput], plans: Mapping[int, CleaningPl
         got = by_tp.get(i, [])
         rep = reports[i]
         problem = next((m.error for m in got if m.error), None)
-        if problem is None and sorted(m.group_base for m in got) != sorted(g[0] for g in plan.groups):
+        written = sorted(m.group_base for m in got)
+        if problem is None and written != sorted(g[0] for g in plan.groups):
             problem = CorruptSegmentError(
                 "not every group of the partition produced a cleaned segment",
                 path=inputs[i].path).to_dict()

@@ -6,8 +6,8 @@ DataFrame, scans **every** segment of the partitions they concern (the active on
 and matches each record's key digest (or a named header's value digest) against them with a
 join inside Spark, rewrites only the segments holding matches
 (executors write ``.cleaned`` segments; the driver swaps them in with the compaction swap
-protocol), and only then records the requests applied, with a Delta MERGE of outcomes computed row by
-row on the executors (:mod:`compactor.erasure.outcomes`): the driver holds what the run
+protocol), and only then records the requests applied, with a Delta MERGE of outcomes computed row
+by row on the executors (:mod:`compactor.erasure.outcomes`): the driver holds what the run
 found, never the list of requests. A crash before that leaves them pending and the log old or
 new per segment; the next ``apply`` finishes. ``verify`` rescans and marks requests verified
 when no record of theirs remains; a residual match fails the request.
@@ -25,16 +25,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-
-from compactor.log import swap
-from compactor.erasure import ledger
-from compactor.spark import ledger as spark_ledger
-from compactor.log import storage
-from compactor.spark import stages as spark_stages
-from compactor.codec.checkpoints import REPLICATION_OFFSET_CHECKPOINT
+from compactor.cleaner.verify import txn_problems
 from compactor.cluster.catalog import HOW_TO_CONFIGURE, Catalog
+from compactor.codec.checkpoints import REPLICATION_OFFSET_CHECKPOINT
 from compactor.config import TopicConfig
-from compactor.erasure import outcomes
+from compactor.erasure import ledger, outcomes
 from compactor.erasure.outcomes import ApplyContext, DirState, Matched, VerifyContext, covers_topic
 from compactor.erasure.rules import (
     ALL_TOPICS,
@@ -48,22 +43,24 @@ from compactor.erasure.rules import (
     superseded_by_erased,
 )
 from compactor.errors import EXIT_FAILURE, EXIT_OK, EXIT_PARTIAL, CompactorError, ConfigError
+from compactor.log import storage, swap
 from compactor.log.layout import (
-    check_partition_files,
     DELETE,
     LIVE,
     STRAY,
     PartitionLog,
+    check_partition_files,
     load_partition,
     open_log_dir,
     read_aborted_txns,
     read_offset_checkpoint,
     recover_partitions,
 )
-from compactor.model import TopicPartition
-from compactor.cleaner.verify import txn_problems
 from compactor.maintenance.options import MaintenanceOptions, load_catalog, state_store
 from compactor.maintenance.report import Outcome
+from compactor.model import TopicPartition
+from compactor.spark import ledger as spark_ledger
+from compactor.spark import stages as spark_stages
 from compactor.spark.session import LazySession
 
 # a directory whose topic's cleanup.policy or remote.storage.enable is not known: left as it
@@ -214,8 +211,8 @@ class _Plan:
 def _plan_erasure(spark: LazySession, dirs: Mapping[int, _Dir],
                   parts: Mapping[int, PartitionLog], found: _Scan,
                   configs: Mapping[str, TopicConfig]) -> _Plan:
-    """Which records go (Kafka's ``Cleaner.shouldRetainRecord`` keeps only a key's latest record, so on a
-    compacted topic an erased latest record takes the key's older records with it,
+    """Which records go (Kafka's ``Cleaner.shouldRetainRecord`` keeps only a key's latest record, so
+    on a compacted topic an erased latest record takes the key's older records with it,
     :func:`compactor.erasure.rules.superseded_by_erased`) and which stay as bare tombstones."""
     plan = _Plan()
     wanted: dict[int, set[bytes]] = {}

@@ -12,6 +12,7 @@ from compactor.cluster.catalog import Catalog, build_catalog
 from compactor.log import storage
 from compactor.log.layout import LogDir, open_log_dir
 
+
 @dataclass(frozen=True, kw_only=True)
 class MaintenanceOptions:
     """The arguments of a maintenance command, validated."""

@@ -47,7 +47,8 @@ class Outcome(StrEnum):
 
 #: Every ``reason`` a partition line can carry that is not an error code (a ``corrupt``,
 #: ``refused`` or ``failed`` line's reason is its error's ``code``, :mod:`compactor.errors`).
-#: The reference's table (``docs/reference.md``) and ``schemas/report.schema.json`` list the same codes (a test checks).
+# : The reference's table (``docs/reference.md``) and ``schemas/report.schema.json`` list the same
+# codes (a test checks).
 REASONS: Mapping[str, str] = {
     # compact and plan (cleaner.policy.SkipReason)
     "clean": "the round cleans the partition (its dirty ratio passed the threshold, or a dirty "

@@ -4,8 +4,9 @@ tails), as Kafka's ``UnifiedLog.deleteOldSegments`` does, so it needs no Spark.
 
 Per partition: recover interrupted swaps, plan with :func:`compactor.retention.plan_retention`
 (log start offset for every policy; ``retention.bytes`` and ``retention.ms`` when
-``cleanup.policy`` contains ``delete``), delete the prefix (:func:`compactor.log.swap.delete_segments`),
-then rewrite ``log-start-offset-checkpoint`` once for the log dir.
+``cleanup.policy`` contains ``delete``), delete the prefix
+(:func:`compactor.log.swap.delete_segments`), then rewrite ``log-start-offset-checkpoint`` once for
+the log dir.
 """
 
 from __future__ import annotations
@@ -15,37 +16,36 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from compactor.log import swap
-from compactor.erasure import ledger
-from compactor.log import storage
+from compactor.cluster.catalog import METADATA_LOG, Catalog
+from compactor.cluster.metadata import METADATA_TOPIC
 from compactor.codec.checkpoints import (
     LOG_START_OFFSET_CHECKPOINT,
     RECOVERY_POINT_CHECKPOINT,
     REPLICATION_OFFSET_CHECKPOINT,
 )
-from compactor.cluster.catalog import METADATA_LOG, Catalog
 from compactor.config import REPORTED
-from compactor.cluster.metadata import METADATA_TOPIC
+from compactor.erasure import ledger
 from compactor.errors import CompactorError
+from compactor.human import human_bytes, human_time
+from compactor.log import storage, swap
 from compactor.log.layout import (
     ForeignEntry,
-    load_partition,
     check_log_start,
     check_partition_files,
+    load_partition,
     log_end_offset,
     open_log_dir,
     read_offset_checkpoint,
     recover_partitions,
 )
-from compactor.model import TopicPartition
 from compactor.maintenance.options import MaintenanceOptions, load_catalog
-from compactor.human import human_bytes, human_time
 from compactor.maintenance.report import (
     REASONS,
     LogDirReport,
     Outcome,
     problem_line,
 )
+from compactor.model import TopicPartition
 from compactor.retention import (
     RetentionPlan,
     check_safety_floor,

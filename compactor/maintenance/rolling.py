@@ -85,7 +85,8 @@ def parse_plan(data: Any, source: str) -> Plan:
         raise fail("expected a mapping with bootstrap_servers and brokers")
     unknown = sorted(set(data) - _PLAN_KEYS)
     if unknown:
-        raise fail(f"unknown field(s) {', '.join(unknown)} (known: {', '.join(sorted(_PLAN_KEYS))})")
+        raise fail(f"unknown field(s) {', '.join(unknown)} "
+                   f"(known: {', '.join(sorted(_PLAN_KEYS))})")
     if not isinstance(data.get("bootstrap_servers"), str) or not data["bootstrap_servers"]:
         raise fail("bootstrap_servers is missing (host:port of the cluster's listeners, as "
                    "clients give it)")

@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from compactor.erasure import ledger
-from compactor.spark import ledger as spark_ledger
 from compactor.errors import EXIT_OK
 from compactor.log import storage
 from compactor.maintenance import compact, retain
 from compactor.maintenance.options import MaintenanceOptions, state_store
+from compactor.spark import ledger as spark_ledger
 from compactor.spark.session import LazySession
 
 

@@ -14,7 +14,8 @@ every codec.
 Whatever the kernels cannot vouch for goes to the pure path, which stays the reference
 (``tests/property/test_fast_path.py`` compares the two byte for byte): a group holding a v0/v1
 entry, a record the kernel finds malformed, offset deltas that do not strictly increase, or
-two different keys with the same 64-bit hash make the whole group :class:`compactor.cleaner.rewrite.Fallback` (raised
+two different keys with the same 64-bit hash make the whole group
+:class:`compactor.cleaner.rewrite.Fallback` (raised
 before anything is written); a batch whose records the pure encoder would write differently
 (:data:`compactor.native.kernels.NOT_CANONICAL`) is filtered by the pure path, and so is a
 control batch outside a plain chunk.
@@ -68,8 +69,8 @@ from compactor.codec.records import (
     MAX_TIMESTAMP_OFFSET,
     PARTITION_LEADER_EPOCH_OFFSET,
     PRODUCER_ID_OFFSET,
-    RECORDS_OFFSET,
     RECORDS_COUNT_OFFSET,
+    RECORDS_OFFSET,
     RecordBatch,
     TimestampType,
     empty_batch_like,
@@ -82,7 +83,7 @@ from compactor.native.xxh3 import xxh3_128
 # the per-record rule, written once (compactor/cleaner/policy.py) and compiled here; numba's
 # disk cache checks only this file's timestamp, so a change there must touch this file
 _record_fate = numba.njit(cache=True, inline="always")(policy.record_fate)
-_enters_map = numba.njit(cache=True, inline="always")(policy.enters_map)
+_map_entry_offset = numba.njit(cache=True, inline="always")(policy.map_entry_offset)
 COLLISION = 8  # a status of decide_records beside the kernels' own
 
 _FNV_OFFSET = np.uint64(0xCBF29CE484222325)
@@ -137,8 +138,7 @@ def _slot(table: np.ndarray, h: int) -> int:
 
 @numba.njit(cache=True)
 def decide_records(buf: np.ndarray, layout: np.ndarray, count: int, base_offset: int,
-                   feed_all: bool, feed_some: bool, first_dirty: int,
-                   expire_tombstones: bool, superseded: np.ndarray, table: np.ndarray,
+                   entry: int, expire_tombstones: bool, superseded: np.ndarray, table: np.ndarray,
                    arena: np.ndarray, used: np.ndarray, reasons: np.ndarray, tally: np.ndarray
                    ) -> tuple[int, int, int, np.ndarray, np.ndarray]:
     """The records of one data batch, newest first (``iter_drops``' loop): ``reasons[i]``
@@ -192,7 +192,7 @@ def decide_records(buf: np.ndarray, layout: np.ndarray, count: int, base_offset:
             dropped += 1
         elif tombstone:
             tombstones += 1
-        if not found and _enters_map(feed_all, feed_some, offset, first_dirty):
+        if not found and offset >= entry:
             at = used[0]
             if at + 4 + key_len > arena.shape[0]:
                 bigger = np.empty(max(2 * arena.shape[0], at + 4 + key_len), np.uint8)
@@ -277,7 +277,8 @@ def frame_chunk(buf: np.ndarray) -> np.ndarray:
         attributes = _be(buf, pos + ATTRIBUTES_OFFSET, 2)
         last_delta = _be(buf, pos + LAST_OFFSET_DELTA_OFFSET, 4)
         count = _be(buf, pos + RECORDS_COUNT_OFFSET, 4)
-        if attributes & CODEC_MASK or last_delta < 0 or count < 0 or (count == 0 and size != RECORDS_OFFSET):
+        if (attributes & CODEC_MASK or last_delta < 0 or count < 0
+                or (count == 0 and size != RECORDS_OFFSET)):
             return frames[:0]
         frames[n, F_POS] = pos
         frames[n, F_SIZE] = size
@@ -334,13 +335,10 @@ def decide_chunk(buf: np.ndarray, frames: np.ndarray, flags: np.ndarray, first_d
             out[i, D_DROPPED] = 0
             out[i, D_TOMBSTONES] = -1
             continue
-        feeds_map = not flags[i] & ABORTED_BATCH
-        feed_all = feeds_map and base_offset >= first_dirty
-        feed_some = (feeds_map and not feed_all
-                     and base_offset + frames[i, F_LAST_DELTA] >= first_dirty)
+        entry = _map_entry_offset((flags[i] & ABORTED_BATCH) != 0, first_dirty)
         decided, dropped, tombstones, table, arena = decide_records(
-            buf, scratch, count, base_offset, feed_all, feed_some, first_dirty,
-            not flags[i] & RETAIN_DELETES, superseded, table, arena, used, mine, tally)
+            buf, scratch, count, base_offset, entry, not flags[i] & RETAIN_DELETES, superseded,
+            table, arena, used, mine, tally)
         if decided != kernels.OK:
             return decided, table, arena, scratch
         out[i, D_DROPPED] = dropped
@@ -400,8 +398,8 @@ def filter_chunk(buf: np.ndarray, frames: np.ndarray, reasons: np.ndarray, dec: 
                  horizon_if_set: int, out: np.ndarray, outs: np.ndarray,
                  scratch: np.ndarray) -> tuple[int, int, np.ndarray]:
     """:func:`filter_fast` for every batch of a framed chunk of uncompressed v2 batches (data
-    and control) in one call: the output batches one after the other in ``out`` (CRCs left 0 for the caller),
-    one row of ``outs`` each.
+    and control) in one call: the output batches one after the other in ``out`` (CRCs left 0 for the
+    caller), one row of ``outs`` each.
 
     Returns:
         ``(status, output batches, scratch)``: status :data:`kernels.OK`, or
@@ -696,14 +694,16 @@ def scan_chunk_keys(buf: np.ndarray, positions: np.ndarray, scratch: np.ndarray
         size = LOG_OVERHEAD + _be(buf, pos + LENGTH_OFFSET, 4)
         attributes = _be(buf, pos + ATTRIBUTES_OFFSET, 2)
         count = _be(buf, pos + RECORDS_COUNT_OFFSET, 4)
-        if (size < RECORDS_OFFSET or pos + size > end or buf[pos + MAGIC_OFFSET] != 2 or attributes & (CODEC_MASK | ATTR_CONTROL)
+        if (size < RECORDS_OFFSET or pos + size > end or buf[pos + MAGIC_OFFSET] != 2
+                or attributes & (CODEC_MASK | ATTR_CONTROL)
                 or count < 0):
             left[n_left] = j
             n_left += 1
             continue
         if count > scratch.shape[0]:
             scratch = np.empty((count, kernels.COLUMNS), np.int64)
-        if kernels.parse_layout(buf, pos + RECORDS_OFFSET, pos + size, count, _be(buf, pos + LAST_OFFSET_DELTA_OFFSET, 4),
+        if kernels.parse_layout(buf, pos + RECORDS_OFFSET, pos + size, count, _be(buf,
+                pos + LAST_OFFSET_DELTA_OFFSET, 4),
                                 scratch) != kernels.OK:
             left[n_left] = j
             n_left += 1
@@ -893,7 +893,8 @@ def filter_chunk_batches(chunk: bytes, start: int, positions: Sequence[int],
     for at, size, source in outs[:n_out, [O_POS, O_SIZE, O_SOURCE]].tolist():
         if source >= 0:  # written here: its CRC
             STATS["batches_rebuilt"] += 1
-            _CRC_BYTES.pack_into(view, at + CRC_OFFSET, crc32c.crc32c(view[at + CRC_START:at + size]))
+            _CRC_BYTES.pack_into(view, at + CRC_OFFSET,
+                                 crc32c.crc32c(view[at + CRC_START:at + size]))
         else:
             source = -1 - source
         entries.append((bytes(view[at:at + size]), decisions[source].txn_entry))
@@ -938,7 +939,7 @@ def compile_kernels() -> None:
     for none in (np.zeros(0, np.uint8), np.frombuffer(b"", np.uint8)):
         kernels.parse_layout(none, 0, 0, 0, 0, layout)
         kernels.rebuild_records(none, layout, 0, reasons, 0, False, 0, 0, small)
-        decide_records(none, layout, 0, 0, True, False, 0, False, no_offsets, table,
+        decide_records(none, layout, 0, 0, 0, False, no_offsets, table,
                        small.copy(), used, reasons, tally)
         scan_chunk_keys(none, no_offsets, layout)
         frames = frame_chunk(none)

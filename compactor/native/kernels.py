@@ -15,7 +15,8 @@ of deciding, anything where their bytes could differ from it (:data:`MALFORMED`,
 pure decoder must raise on or accept on its own terms; :data:`NOT_CANONICAL`, a record the pure
 encoder would write differently: record attributes other than 0, a varint longer than needed, a
 varint32 beyond 32 bits, a non-ASCII header key; :data:`ODD_OFFSETS`, offset deltas that do not
-strictly increase from 0 or pass the batch's ``lastOffsetDelta``), and the callers hand those batches to the pure path.
+strictly increase from 0 or pass the batch's ``lastOffsetDelta``), and the callers hand those
+batches to the pure path.
 
 Compiled on first use and cached on disk next to this module (``cache=True``); importing this
 module does not compile anything.

@@ -36,12 +36,6 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from compactor.log import storage
-from compactor.codec.indexes import AbortedTxn
-from compactor.config import TopicConfig
-from compactor.errors import CompactorError
-from compactor.log.layout import index_files
-from compactor.model import SegmentInfo
 from compactor.cleaner.policy import (
     BatchDecision,
     BatchHeader,
@@ -49,33 +43,39 @@ from compactor.cleaner.policy import (
     CleaningPlan,
     PartitionInput,
 )
-from compactor.erasure.sketch import DigestFilter, digest_words
 from compactor.cleaner.scan import (
     BatchFlags,
     batch_flags,
     concat_rows,
-    subject_digests,
     key_offsets,
     keyed_records,
     locally_superseded,
     segment_headers,
     select_rows,
+    subject_digests,
 )
 from compactor.cleaner.verify import index_problems, offset_problems, txn_problems
+from compactor.codec.indexes import AbortedTxn
+from compactor.config import TopicConfig
+from compactor.erasure.sketch import DigestFilter, digest_words
+from compactor.errors import CompactorError
+from compactor.log import storage
+from compactor.log.layout import index_files
+from compactor.model import SegmentInfo
 from compactor.native import engine as record_engine
-from compactor.spark.writer import CommitMessage, write_erased_segment, write_group
 from compactor.spark import rows
+from compactor.spark.writer import CommitMessage, write_erased_segment, write_group
 from schemas.spark import (
     BATCH_HEADER,
     COMMIT_MESSAGE,
     DECISION,
     DIGEST_FILTER,
     ERASURE_SCAN,
-    REQUEST_OUTCOME,
     KEY_OFFSET,
     KEYED_RECORD,
     ONE_PASS,
     PLAN,
+    REQUEST_OUTCOME,
     SUPERSEDED,
 )
 
@@ -330,9 +330,9 @@ def latest_per_key(keyed: DataFrame) -> DataFrame:
 
 def superseded_records(keyed: DataFrame) -> DataFrame:
     """Keyed rows with ``latest`` -> ``SUPERSEDED`` rows: records with a later record of their
-    key in the dirty section of another group (``Cleaner.shouldRetainRecord``; the writer adds the ones superseded
-    within their own group). Error rows are left out: the writer meets the same defect and
-    reports it."""
+    key in the dirty section of another group (``Cleaner.shouldRetainRecord``; the writer adds the
+    ones superseded within their own group). Error rows are left out: the writer meets the same
+    defect and reports it."""
     return (keyed.where(F.col("error").isNull() & (F.col("offset") < F.col("latest")))
             .select(*SUPERSEDED.fieldNames()))
 
@@ -445,7 +445,8 @@ def message_to_row(tp_id: int, m: CommitMessage) -> dict:
 
 def message_from_row(r: object) -> CommitMessage:
     """A collected ``COMMIT_MESSAGE`` row as the commit message the driver acts on."""
-    return rows.from_row(CommitMessage, r.asDict() if hasattr(r, "asDict") else r)  # type: ignore[arg-type]
+    return rows.from_row(CommitMessage, r.asDict() if hasattr(r,
+            "asDict") else r)  # type: ignore[arg-type]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -567,7 +568,8 @@ def rewrite_erased(segments: Mapping[tuple[int, int], tuple[str, SegmentInfo, To
                 erased = {int(p): offsets for p, offsets in json.loads(row["erased_json"]).items()}
                 tombstones = {int(p): offsets
                               for p, offsets in json.loads(row["tombstone_json"]).items()}
-                m = write_erased_segment(pdir, seg, erased, set(json.loads(row["retain_empty_json"])),
+                m = write_erased_segment(pdir, seg, erased,
+                                         set(json.loads(row["retain_empty_json"])),
                                          cfg, tombstones=tombstones, fsync=fsync)
                 yield pa.RecordBatch.from_pylist([message_to_row(row["tp_id"], m)],
                                                  schema=_COMMIT_ARROW)

@@ -12,25 +12,26 @@ from collections import Counter
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from compactor.log import storage
+from compactor.cleaner.policy import BatchDecision, BatchRetention, PartitionInput
+from compactor.cleaner.rebatch import SegmentBuilder, filter_batch
+from compactor.cleaner.rewrite import Engine, Fallback, GroupRewrite, fallback_group
+from compactor.codec.indexes import AbortedTxn, decode_txn_index
 from compactor.codec.records import RecordBatch
 from compactor.codec.segment import chunk_ranges, iter_batches
+from compactor.config import TopicConfig
 from compactor.errors import CompactorError, CorruptSegmentError, UnsupportedFormatError
+from compactor.log import storage
 from compactor.log.layout import (
-    cleaned_path,
-    remove_cleaned,
     INDEX_SUFFIX,
     LOG_SUFFIX,
     TIME_INDEX_SUFFIX,
     TXN_INDEX_SUFFIX,
+    cleaned_path,
+    remove_cleaned,
     segment_path,
 )
-from compactor.codec.indexes import AbortedTxn, decode_txn_index
-from compactor.config import TopicConfig
 from compactor.model import CommitMessage, SegmentInfo
-from compactor.cleaner.policy import BatchDecision, BatchRetention, PartitionInput
-from compactor.cleaner.rebatch import SegmentBuilder, filter_batch
-from compactor.cleaner.rewrite import Engine, Fallback, GroupRewrite, fallback_group
+
 
 def write_group(
     inp: PartitionInput,
@@ -384,7 +385,8 @@ def _write_cleaned(partition_dir: str, source_bases: tuple[int, ...], log_path: 
                                    segment_index_bytes=config.segment_index_bytes)
         except ValueError as err:
             # offsets more than 2^31 - 1 above the base (a legacy segment Kafka would split on
-            # cleaning, ``LocalLog.splitOverflowedSegment``), or more index entries than segment.index.bytes holds
+            # cleaning, ``LocalLog.splitOverflowedSegment``), or more index entries than
+            # segment.index.bytes holds
             raise UnsupportedFormatError(
                 f"the cleaned segment cannot be indexed: {err}", path=log_path, base_offset=base,
                 remedy="the partition was left untouched; Kafka splits such a segment when it "

@@ -15,8 +15,8 @@ Everything is derived from ``seed``: the same config gives byte-identical files.
 from __future__ import annotations
 
 import base64
-import hashlib
 import bisect
+import hashlib
 import itertools
 import random
 import uuid
@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from compactor import progress
-from compactor.log import storage
+from compactor.cluster.metadata import METADATA_DIR_NAME
 from compactor.codec.checkpoints import (
     LEADER_EPOCH_CHECKPOINT,
     LOG_START_OFFSET_CHECKPOINT,
@@ -42,6 +42,13 @@ from compactor.codec.indexes import (
     encode_time_index,
     encode_txn_index,
 )
+from compactor.codec.kraft import (
+    RESOURCE_BROKER,
+    RESOURCE_TOPIC,
+    encode_control_value,
+    encode_metadata_record,
+    random_uuid_text,
+)
 from compactor.codec.legacy import LegacyRecord, encode_message_set
 from compactor.codec.records import (
     ControlType,
@@ -53,17 +60,10 @@ from compactor.codec.records import (
     encode_batch,
     marker_value,
 )
-from compactor.codec.kraft import (
-    RESOURCE_BROKER,
-    RESOURCE_TOPIC,
-    encode_control_value,
-    encode_metadata_record,
-    random_uuid_text,
-)
 from compactor.codec.snapshot import ProducerSnapshotEntry, encode_snapshot
-from compactor.errors import ConfigError, LogDirError
-from compactor.cluster.metadata import METADATA_DIR_NAME
 from compactor.config import INTERNAL_TOPIC_CONFIGS
+from compactor.errors import ConfigError, LogDirError
+from compactor.log import storage
 from compactor.model import EpochEntry, TopicPartition, segment_file_prefix
 
 DEFAULT_START_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z

@@ -14,13 +14,15 @@ from __future__ import annotations
 
 import contextlib
 import functools
-
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from compactor import progress
-from compactor.log import storage
+from compactor.cleaner.policy import BatchHeader
+from compactor.cleaner.scan import batch_header
+from compactor.cleaner.verify import index_problems, offset_problems, txn_problems
+from compactor.cluster.metadata import METADATA_DIR_NAME, parse_snapshot_name
 from compactor.codec.checkpoints import ROOT_CHECKPOINTS
 from compactor.codec.compression import codec_name
 from compactor.codec.indexes import decode_offset_index, decode_time_index, decode_txn_index
@@ -40,6 +42,7 @@ from compactor.errors import (
     LogDirError,
     format_location,
 )
+from compactor.log import storage
 from compactor.log.layout import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
@@ -56,11 +59,7 @@ from compactor.log.layout import (
     segment_logs,
     segment_path,
 )
-from compactor.cluster.metadata import METADATA_DIR_NAME, parse_snapshot_name
 from compactor.model import segment_file_prefix
-from compactor.cleaner.policy import BatchHeader
-from compactor.cleaner.scan import batch_header
-from compactor.cleaner.verify import index_problems, offset_problems, txn_problems
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

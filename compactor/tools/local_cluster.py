@@ -22,8 +22,8 @@ import time
 import urllib.request
 from dataclasses import asdict, dataclass
 
-from compactor.log import storage
 from compactor.errors import CompactorError
+from compactor.log import storage
 
 STATE_FILE = "cluster.json"
 

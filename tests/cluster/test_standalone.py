@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from compactor.cli import main as cli_main
+from compactor.errors import EXIT_OK
 from compactor.spark import delta
 from compactor.tools import local_cluster
-from compactor.cli import main as cli_main
 from compactor.tools.dist import build
-from compactor.errors import EXIT_OK
 from compactor.tools.generator import DEFAULT_START_MS, GeneratorConfig, generate
 from tests.helpers import records_of, segment_bytes, topic_lines, tree_digest
 
@@ -78,7 +78,8 @@ def test_a_job_without_deltas_jars_stops_before_it_changes_anything(tmp_path: Pa
 
 
 def test_compaction_and_erasure_on_a_cluster_equal_local_mode(
-        standalone: local_cluster.Cluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        standalone: local_cluster.Cluster, tmp_path: Path,
+                capsys: pytest.CaptureFixture[str]) -> None:
     py_files = str(tmp_path / "kafka_compactor.zip")
     assert "jobs/compact.py" in build(py_files)
     on_cluster, local = tmp_path / "cluster-logs", tmp_path / "local-logs"

@@ -18,9 +18,9 @@ from airflow.dag_processing.dagbag import DagBag
 from deltalake import DeltaTable
 
 from compactor.cli import main as cli_main
+from compactor.cli.args import options_from_args
 from compactor.errors import EXIT_OK
 from compactor.tools.generator import DEFAULT_START_MS, GeneratorConfig, generate
-from compactor.cli.args import options_from_args
 from tests.helpers import lock_held_by_other_process, records_of, segment_bytes, tree_digest
 
 REPO = Path(__file__).resolve().parents[2]
@@ -236,8 +236,9 @@ def test_gdpr_erasure_dag_erases_and_verifies_a_request(
 def test_a_failed_verify_fails_the_run_until_retried_or_cancelled(
         settings: dict, airflow_db: str, tmp_path: Path) -> None:
     """A verify that finds the subject again (a backup restored over an erased log dir
-    between apply and verify) fails the request; the run fails, and so does every later run's status, until the
-    operator retries the request (the next run erases and verifies it) or cancels it with a
+    between apply and verify) fails the request; the run fails, and so does every later run's
+    status, until the operator retries the request (the next run erases and verifies it) or cancels
+    it with a
     reason. Both stand in the ledger's audit trail."""
     logs, state = settings["logs"], str(settings["state"])
     backup = tmp_path / "backup"

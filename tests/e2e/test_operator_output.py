@@ -39,7 +39,8 @@ def test_a_round_prints_its_summary_and_nothing_of_spark(small_log: Path,
     # them all (the cluster's metadata log is never read)
     scanned = sum(f.stat().st_size for f in small_log.glob("*/*.log")
                   if not f.parent.name.startswith("__"))
-    res = _run("compact", "--assume-kafka-defaults", str(small_log), *COMPACT, "--report-file", str(report_file))
+    res = _run("compact", "--assume-kafka-defaults", str(small_log), *COMPACT, "--report-file",
+               str(report_file))
     assert res.returncode == EXIT_OK, res.stderr
     assert [c for c in SPARK_CHATTER if c in res.stderr] == [], res.stderr
     assert not any(line.startswith("{") for line in res.stdout.splitlines())  # human only
@@ -69,7 +70,8 @@ def test_a_round_prints_its_summary_and_nothing_of_spark(small_log: Path,
 def test_json_prints_only_the_report_and_the_report_file_holds_the_same(
         small_log: Path, tmp_path: Path) -> None:
     report_file = tmp_path / "report.json"
-    res = _run("plan", "--assume-kafka-defaults", str(small_log), *COMPACT, "--json", "--report-file", str(report_file))
+    res = _run("plan", "--assume-kafka-defaults", str(small_log), *COMPACT, "--json",
+               "--report-file", str(report_file))
     assert res.returncode == EXIT_OK, res.stderr
     (line,) = res.stdout.splitlines()
     assert json.loads(line) == json.loads(report_file.read_text())
@@ -125,7 +127,8 @@ def test_ctrl_c_says_what_state_the_log_dir_is_in_and_leaves_no_process(
     """Ctrl-C to the whole process group (as a terminal sends it) while the Spark JVM starts
     (pyspark starts it ignoring SIGINT: it must not outlive the command) and while the round
     runs: one line, exit 130, no process of the command left."""
-    proc = subprocess.Popen([COMPACTOR, "compact", "--assume-kafka-defaults", str(small_log), *COMPACT],
+    proc = subprocess.Popen([COMPACTOR, "compact", "--assume-kafka-defaults", str(small_log),
+                             *COMPACT],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
     deadline = time.monotonic() + 120
@@ -151,7 +154,8 @@ def test_ctrl_c_after_the_report_leaves_the_command_s_outcome(small_log: Path) -
     """Ctrl-C to the whole process group just after the report is printed, while the
     process exits (Python's exit restores SIGINT's default action; the process used to die of
     the signal, with no word): the command ends as it reported, and no process is left."""
-    proc = subprocess.Popen([COMPACTOR, "compact", "--assume-kafka-defaults", str(small_log), *COMPACT, "--json"],
+    proc = subprocess.Popen([COMPACTOR, "compact", "--assume-kafka-defaults", str(small_log),
+                             *COMPACT, "--json"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
     assert proc.stdout is not None
@@ -174,7 +178,8 @@ def test_a_terminal_gets_a_live_bar_with_tasks_and_eta(small_log: Path) -> None:
     ETA) and leaves each finished step as a line."""
     leader, follower = pty.openpty()
     try:
-        proc = subprocess.Popen([COMPACTOR, "compact", "--assume-kafka-defaults", str(small_log), *COMPACT],
+        proc = subprocess.Popen([COMPACTOR, "compact", "--assume-kafka-defaults", str(small_log),
+                                 *COMPACT],
                                 stdout=subprocess.PIPE, stderr=follower,
                                 env={**os.environ, "TERM": "xterm", "COLUMNS": "120"})
         os.close(follower)

@@ -20,10 +20,10 @@ from compactor.codec.checkpoints import (
     parse_offset_checkpoint,
 )
 from compactor.errors import EXIT_CONFIG, EXIT_OK
-from compactor.tools.generator import DEFAULT_START_MS, GeneratorConfig, generate
 from compactor.log.layout import load_partition, log_end_offset, read_leader_epochs
 from compactor.model import TopicPartition
-from tests.helpers import inspect_problems, segment_bytes, tree_digest, topic_lines
+from compactor.tools.generator import DEFAULT_START_MS, GeneratorConfig, generate
+from tests.helpers import inspect_problems, segment_bytes, topic_lines, tree_digest
 
 GEN = GeneratorConfig(topics=("events",), partitions=2, records_per_partition=1200,
                       distinct_keys=300, segment_bytes=12 * 1024, record_interval_ms=1000,
@@ -49,7 +49,8 @@ def logs(template: Path, tmp_path: Path) -> Path:
 
 
 def _retain(logs: Path, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict]:
-    code = cli_main(["retain", "--assume-kafka-defaults", str(logs), "--now-ms", str(NOW), "--json", *args])
+    code = cli_main(["retain", "--assume-kafka-defaults", str(logs), "--now-ms", str(NOW), "--json",
+                     *args])
     (report,) = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line]
     return code, report
 
@@ -191,7 +192,8 @@ def test_dry_run_reports_the_same_plan_and_changes_nothing(
     assert all(p["status"] == "would_delete" for p in topic_lines(dry["partitions"]))
     code, real = _retain(logs, capsys, *args)
     strip = ("status",)
-    assert [{k: v for k, v in p.items() if k not in strip} for p in topic_lines(dry["partitions"])] == [
+    assert [{k: v for k,
+             v in p.items() if k not in strip} for p in topic_lines(dry["partitions"])] == [
         {k: v for k, v in p.items() if k not in strip} for p in topic_lines(real["partitions"])]
 
 
@@ -210,7 +212,8 @@ sys.exit(code)
 @pytest.mark.slow
 def test_a_crash_at_any_step_of_deletion_loses_nothing_and_resurrects_nothing(
         logs: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    args = ["retain", "--assume-kafka-defaults", "--now-ms", str(NOW), "--json", "--config", "cleanup.policy=delete",
+    args = ["retain", "--assume-kafka-defaults", "--now-ms", str(NOW), "--json", "--config",
+            "cleanup.policy=delete",
             "--config", f"retention.ms={DAY}"]
     original = {p.name: segment_bytes(p) for p in logs.glob("events-*")}
     finished = tmp_path / "finished"

@@ -35,7 +35,8 @@ def _check(res: subprocess.CompletedProcess, code: int, words: str = "") -> None
 
 
 def test_control_a_round_with_work_does_start_spark(small_log: Path) -> None:
-    res = _no_java("compact", "--assume-kafka-defaults", str(small_log), "--now-ms", NOW, "--config",
+    res = _no_java("compact", "--assume-kafka-defaults", str(small_log), "--now-ms", NOW,
+                   "--config",
                    "cleanup.policy=compact")
     assert res.returncode == EXIT_FAILURE and "SPARK_UNAVAILABLE" in res.stderr
 
@@ -47,13 +48,15 @@ def test_a_missing_log_dir_is_refused_before_spark(command: str, tmp_path: Path)
 
 
 def test_a_misspelled_config_is_refused_before_spark(small_log: Path) -> None:
-    _check(_no_java("compact", "--assume-kafka-defaults", str(small_log), "--config", "cleanup.polcy=compact"),
+    _check(_no_java("compact", "--assume-kafka-defaults", str(small_log), "--config",
+                    "cleanup.polcy=compact"),
            EXIT_CONFIG, "cleanup.polcy")
 
 
 def test_a_locked_log_dir_is_refused_before_spark(small_log: Path) -> None:
     with lock_held_by_other_process(small_log):
-        _check(_no_java("compact", "--assume-kafka-defaults", str(small_log), "--now-ms", NOW, "--config",
+        _check(_no_java("compact", "--assume-kafka-defaults", str(small_log), "--now-ms", NOW,
+                        "--config",
                         "cleanup.policy=compact"), EXIT_LOCKED, "LOG_DIR_LOCKED")
 
 
@@ -90,10 +93,12 @@ def test_erasure_with_nothing_pending_needs_no_session(small_log: Path, tmp_path
 
 
 def test_an_unknown_topic_selection_is_refused_before_spark(small_log: Path) -> None:
-    _check(_no_java("compact", "--assume-kafka-defaults", str(small_log), "--topics", "orders-v3", "--config",
+    _check(_no_java("compact", "--assume-kafka-defaults", str(small_log), "--topics", "orders-v3",
+                    "--config",
                     "cleanup.policy=compact"), EXIT_CONFIG, "orders-v3")
 
 
 def test_a_selection_with_nothing_to_compact_needs_no_session(small_log: Path) -> None:
-    _check(_no_java("plan", "--assume-kafka-defaults", str(small_log), "--now-ms", NOW, "--topics", "orders-v2",
+    _check(_no_java("plan", "--assume-kafka-defaults", str(small_log), "--now-ms", NOW, "--topics",
+                    "orders-v2",
                     "--config", "cleanup.policy=delete"), EXIT_OK)

@@ -12,7 +12,8 @@ case, plus eight seeded mixes (:func:`_seeded_cases`); ``now`` lies within
 ``producer.id.expiration.ms`` of the data. The outputs are equal batch by batch and record by
 record, and byte for byte except where a snappy or lz4 library compresses the same records
 into other bytes (:data:`LIBRARY_BYTES`, a deliberate difference; the indexes, whose entries
-then follow other batch sizes, are checked by DumpLogSegments against our own log). What this found: gzip headers (Java writes OS 255) and zstd frames (zstd-jni's
+then follow other batch sizes, are checked by DumpLogSegments against our own log). What this found:
+gzip headers (Java writes OS 255) and zstd frames (zstd-jni's
 stream: no content size, a flush block, an empty last block) now match Kafka's. The one
 deliberate difference, an expired producer's emptied batch, is accepted by name in
 :func:`test_the_one_deliberate_difference_is_an_expired_producers_empty_batch`.

@@ -17,8 +17,8 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from compactor.cli import main as cli_main
-from compactor.errors import EXIT_FAILURE, EXIT_OK
 from compactor.cluster import admin
+from compactor.errors import EXIT_FAILURE, EXIT_OK
 from tests.kafka.broker import KafkaBroker, control, running, running_cluster
 from tests.kafka.test_broker_judged import SUSPICIOUS
 

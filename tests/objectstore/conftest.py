@@ -105,7 +105,8 @@ def staged(spark, s3_server: S3Server, tmp_path_factory: pytest.TempPathFactory)
     storage.configure(settings_of(s3_server))
     try:
         tp = open_log_dir(url).partitions[0]
-        opts = MaintenanceOptions(log_dir=url, now_ms=NOW_MS, assume_kafka_defaults=True, config_all=CONFIGS)
+        opts = MaintenanceOptions(log_dir=url, now_ms=NOW_MS, assume_kafka_defaults=True,
+                                  config_all=CONFIGS)
         checkpoints = {name: read_offset_checkpoint(url, name) for name in (
             "cleaner-offset-checkpoint", "log-start-offset-checkpoint",
             "replication-offset-checkpoint")}

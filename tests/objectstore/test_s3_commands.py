@@ -154,10 +154,12 @@ def test_recover_finishes_a_swap_whose_manifest_was_written(
     s3 = storage_args(s3_server)
     finished = tmp_path / "finished"
     shutil.copytree(local, finished)
-    assert cli_json(capsys, "compact", "--assume-kafka-defaults", str(finished), "--now-ms", str(NOW), "--json")[0] == 0
+    assert cli_json(capsys, "compact", "--assume-kafka-defaults", str(finished), "--now-ms",
+                    str(NOW), "--json")[0] == 0
 
     crashed = subprocess.run(
-        [sys.executable, "-c", KILLED_AT_COMMIT_POINT, "compact", "--assume-kafka-defaults", url, "--now-ms", str(NOW),
+        [sys.executable, "-c", KILLED_AT_COMMIT_POINT, "compact", "--assume-kafka-defaults", url,
+         "--now-ms", str(NOW),
          "--json", *s3], capture_output=True, text=True, cwd=REPO, start_new_session=True)
     assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-2000:]
     before = storage.settings()
@@ -196,7 +198,8 @@ def test_recover_finishes_a_swap_whose_manifest_was_written(
 def test_an_unreachable_or_refusing_store_is_a_storage_error_not_corrupt_data(
         spark, s3_server: S3Server, capsys: pytest.CaptureFixture[str]) -> None:
     wrong = [a.replace(s3_server.secret_key, "wrong") for a in storage_args(s3_server)]
-    code, report = cli_json(capsys, "compact", "--assume-kafka-defaults", "s3://logs/anything", "--json", *wrong)
+    code, report = cli_json(capsys, "compact", "--assume-kafka-defaults", "s3://logs/anything",
+                            "--json", *wrong)
     assert code == 1 and report["code"] == "STORAGE_ERROR"
     assert report["path"].startswith("s3://logs/anything")
     assert "AWS_SECRET_ACCESS_KEY" in report["remedy"]

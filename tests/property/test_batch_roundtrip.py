@@ -210,8 +210,8 @@ def test_rebuilt_batch_keeps_the_header_and_exactly_the_retained_records(
         delete_horizon_ms=horizon, partition_leader_epoch=source.partition_leader_epoch,
         producer_id=source.producer_id, producer_epoch=source.producer_epoch,
         base_sequence=source.base_sequence, last_offset_delta=source.last_offset_delta,
-        max_timestamp=(source.max_timestamp if source.timestamp_type == TimestampType.LOG_APPEND_TIME
-                       else None)))
+        max_timestamp=(source.max_timestamp
+                       if source.timestamp_type == TimestampType.LOG_APPEND_TIME else None)))
 
 
 @given(new_batches(), st.data())

@@ -10,18 +10,18 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
-import xxhash
 import pytest
+import xxhash
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from compactor.cleaner.policy import KEPT, LOCAL, BatchDecision, BatchRetention
 from compactor.cleaner.rebatch import filter_batch
 from compactor.codec import varint
-from compactor.native import engine, fast, kernels
 from compactor.codec.compression import Codec
 from compactor.codec.records import TimestampType, encode_batch
 from compactor.codec.segment import iter_batches
+from compactor.native import engine, fast, kernels
 from compactor.spark.writer import write_group
 from compactor.tools.generator import DEFAULT_START_MS, GeneratorConfig, generate
 from tests.helpers import reference_round
@@ -256,8 +256,13 @@ def same_error_on_both_paths(inp, logs, plan, group, name: str, segment: str,
 @st.composite
 def _chunk(draw: st.DrawFn) -> list[tuple[bytes, list[bool], BatchDecision]]:
     """Uncompressed v2 batches, data and control, with each record's fate and a decision."""
-    from compactor.codec.records import (ControlType, NewRecord, NewRecordBatch, control_key,
-                                         marker_value)
+    from compactor.codec.records import (
+        ControlType,
+        NewRecord,
+        NewRecordBatch,
+        control_key,
+        marker_value,
+    )
 
     out, offset = [], draw(st.integers(min_value=0, max_value=2**40))
     for _ in range(draw(st.integers(min_value=1, max_value=8))):

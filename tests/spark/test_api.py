@@ -34,14 +34,17 @@ def test_the_api_matches_the_command_line(spark, small_log: Path, tmp_path: Path
                                           capsys: pytest.CaptureFixture[str]) -> None:
     other = tmp_path / "other"
     shutil.copytree(small_log, other)
-    planned = compactor.plan(str(small_log), now_ms=NOW, configs=CONFIGS, assume_kafka_defaults=True)
+    planned = compactor.plan(str(small_log), now_ms=NOW, configs=CONFIGS,
+                             assume_kafka_defaults=True)
     check_report(planned.report)
     assert planned.ok and planned.command == "plan"
     assert all(p["explanation"] for p in planned.partitions() if p["status"] == "would_clean")
     assert "would clean" in planned.summary
 
-    done = compactor.compact(str(small_log), now_ms=NOW, configs=CONFIGS, assume_kafka_defaults=True)
-    code, by_cli = cli_json(capsys, "compact", "--assume-kafka-defaults", str(other), "--now-ms", str(NOW), "--config",
+    done = compactor.compact(str(small_log), now_ms=NOW, configs=CONFIGS,
+                             assume_kafka_defaults=True)
+    code, by_cli = cli_json(capsys, "compact", "--assume-kafka-defaults", str(other), "--now-ms",
+                            str(NOW), "--config",
                             "cleanup.policy=compact,delete", "--json")
     assert (done.exit_code, code) == (EXIT_OK, EXIT_OK)
     import json
@@ -56,7 +59,8 @@ def test_the_api_matches_the_command_line(spark, small_log: Path, tmp_path: Path
     assert "<svg" in done._repr_html_()
 
     later = NOW + 30 * 86_400_000
-    retained = compactor.retain(str(small_log), now_ms=later, configs=CONFIGS, assume_kafka_defaults=True, dry_run=True)
+    retained = compactor.retain(str(small_log), now_ms=later, configs=CONFIGS,
+                                assume_kafka_defaults=True, dry_run=True)
     check_report(retained.report)
     assert retained.report["dry_run"] and retained.report["segments_deleted"] > 0
     ran = compactor.run(str(small_log), now_ms=later, configs=CONFIGS, assume_kafka_defaults=True)
@@ -79,10 +83,13 @@ def test_the_api_takes_the_writer_of_the_command_line(spark, small_log: Path,
     shutil.copytree(small_log, pure)
     before = tree_digest(small_log)
     with pytest.raises(ConfigError, match="unknown writer 'fast'"):
-        compactor.compact(str(small_log), now_ms=NOW, configs=CONFIGS, assume_kafka_defaults=True, writer="fast")
+        compactor.compact(str(small_log), now_ms=NOW, configs=CONFIGS, assume_kafka_defaults=True,
+                          writer="fast")
     assert tree_digest(small_log) == before
-    native = compactor.compact(str(small_log), now_ms=NOW, configs=CONFIGS, assume_kafka_defaults=True)
-    reference = compactor.compact(str(pure), now_ms=NOW, configs=CONFIGS, assume_kafka_defaults=True, writer="pure")
+    native = compactor.compact(str(small_log), now_ms=NOW, configs=CONFIGS,
+                               assume_kafka_defaults=True)
+    reference = compactor.compact(str(pure), now_ms=NOW, configs=CONFIGS,
+                                  assume_kafka_defaults=True, writer="pure")
     assert native.ok and reference.ok
     assert any(p["status"] == "cleaned" for p in reference.partitions())
     assert tree_digest(small_log) == tree_digest(pure) != before

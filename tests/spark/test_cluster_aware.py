@@ -16,8 +16,8 @@ import pytest
 from compactor.cli import main as cli_main
 from compactor.codec.checkpoints import LOG_START_OFFSET_CHECKPOINT, parse_offset_checkpoint
 from compactor.errors import EXIT_CONFIG, EXIT_OK
-from compactor.tools.generator import DEFAULT_START_MS, GeneratorConfig, generate
 from compactor.model import TopicPartition
+from compactor.tools.generator import DEFAULT_START_MS, GeneratorConfig, generate
 from tests.helpers import inspect_problems, report_line, segment_bytes, tree_digest
 
 pytestmark = pytest.mark.spark
@@ -67,7 +67,8 @@ def test_run_with_no_flags_follows_the_cluster(spark, cluster: Path,
     events_before = segment_bytes(cluster / "events-0")
     offsets_before = segment_bytes(cluster / "__consumer_offsets-0")
 
-    assert cli_main(["run", "--assume-kafka-defaults", str(cluster), "--now-ms", str(NOW), "--json"]) == EXIT_OK
+    assert cli_main(["run", "--assume-kafka-defaults", str(cluster), "--now-ms", str(NOW),
+                     "--json"]) == EXIT_OK
     report = report_line(capsys)
     compaction = lines_by_dir(report["compaction"]["partitions"])
     retention = lines_by_dir(report["retention"]["partitions"])
@@ -106,7 +107,8 @@ def test_run_with_no_flags_follows_the_cluster(spark, cluster: Path,
 def test_plan_shows_every_config_and_its_source(spark, cluster: Path,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
     before = tree_digest(cluster)
-    assert cli_main(["plan", "--assume-kafka-defaults", str(cluster), "--now-ms", str(NOW), "--json",
+    assert cli_main(["plan", "--assume-kafka-defaults", str(cluster), "--now-ms", str(NOW),
+                     "--json",
                      "--topic-config", "payments:min.cleanable.dirty.ratio=0.2"]) == EXIT_OK
     plan = lines_by_dir(report_line(capsys)["partitions"])
     assert tree_digest(cluster) == before
@@ -121,13 +123,15 @@ def test_plan_shows_every_config_and_its_source(spark, cluster: Path,
 def test_the_old_readme_invocation_no_longer_harms_the_metadata_log(
         spark, cluster: Path, capsys: pytest.CaptureFixture[str]) -> None:
     kept = digests(cluster, UNTOUCHABLE)
-    assert cli_main(["compact", "--assume-kafka-defaults", str(cluster), "--now-ms", str(NOW), "--json",
+    assert cli_main(["compact", "--assume-kafka-defaults", str(cluster), "--now-ms", str(NOW),
+                     "--json",
                      "--config", "cleanup.policy=compact"]) == EXIT_OK
     report = lines_by_dir(report_line(capsys)["partitions"])
     assert digests(cluster, UNTOUCHABLE) == kept
     assert report["events-0"]["status"] == "cleaned"  # the flag outranks the cluster
     assert report["events-0"]["config"]["cleanup.policy"]["source"] == "flag"
-    assert cli_main(["retain", "--assume-kafka-defaults", str(cluster), "--now-ms", str(NOW), "--json"]) == EXIT_OK
+    assert cli_main(["retain", "--assume-kafka-defaults", str(cluster), "--now-ms", str(NOW),
+                     "--json"]) == EXIT_OK
     capsys.readouterr()
     assert digests(cluster, UNTOUCHABLE) == kept
 
@@ -145,7 +149,8 @@ def test_recover_and_erase_never_touch_the_metadata_log(
     assert cli_main(["erase", "request", "--state-dir", str(state), "--topic", "*",
                      "--key-hex", "00"]) == EXIT_OK
     capsys.readouterr()
-    assert cli_main(["erase", "apply", "--assume-kafka-defaults", str(cluster), "--state-dir", str(state), "--json",
+    assert cli_main(["erase", "apply", "--assume-kafka-defaults", str(cluster), "--state-dir",
+                     str(state), "--json",
                      "--now-ms", str(NOW)]) == EXIT_OK
     report = report_line(capsys)
     assert "__cluster_metadata" not in {p["topic"] for p in report["partitions"]}
@@ -163,7 +168,8 @@ def test_without_metadata_nothing_is_deleted_or_compacted_on_a_guess(
     # with the metadata found elsewhere (metadata.log.dir), the same run acts
     elsewhere = cluster.parent / "meta"
     generate(str(elsewhere), CLUSTER)
-    assert cli_main(["retain", "--assume-kafka-defaults", str(cluster), "--now-ms", str(NOW), "--json",
+    assert cli_main(["retain", "--assume-kafka-defaults", str(cluster), "--now-ms", str(NOW),
+                     "--json",
                      "--metadata-log-dir", str(elsewhere)]) == EXIT_OK
     retention = lines_by_dir(report_line(capsys)["partitions"])
     assert retention["events-0"]["status"] == "deleted"
@@ -184,7 +190,8 @@ def test_without_metadata_nothing_is_deleted_or_compacted_on_a_guess(
 def test_a_misspelt_topic_is_an_error_naming_the_closest(
         spark, cluster: Path, capsys: pytest.CaptureFixture[str], flags: list[str]) -> None:
     before = tree_digest(cluster)
-    assert cli_main(["run", "--assume-kafka-defaults", str(cluster), "--now-ms", str(NOW), *flags]) == EXIT_CONFIG
+    assert cli_main(["run", "--assume-kafka-defaults", str(cluster), "--now-ms", str(NOW),
+                     *flags]) == EXIT_CONFIG
     assert "did you mean 'payments'" in capsys.readouterr().err
     assert tree_digest(cluster) == before
 
@@ -194,7 +201,8 @@ def test_server_properties_and_a_corrupt_metadata_log(
     props = tmp_path / "server.properties"
     props.write_text("log.retention.hours=1000\n")  # 41 days: nothing of events is that old
     shutil.rmtree(cluster / "__cluster_metadata-0")
-    assert cli_main(["retain", "--assume-kafka-defaults", str(cluster), "--now-ms", str(NOW), "--json",
+    assert cli_main(["retain", "--assume-kafka-defaults", str(cluster), "--now-ms", str(NOW),
+                     "--json",
                      "--server-properties", str(props), "--dry-run"]) == EXIT_OK
     events = lines_by_dir(report_line(capsys)["partitions"])["events-0"]
     assert events["config"]["retention.ms"] == {"value": 1000 * 3_600_000,
@@ -208,7 +216,8 @@ def test_server_properties_and_a_corrupt_metadata_log(
     data[150] ^= 0x01
     snapshot.write_bytes(bytes(data))
     before = tree_digest(cluster)
-    assert cli_main(["run", "--assume-kafka-defaults", str(cluster), "--now-ms", str(NOW), "--json"]) == 5
+    assert cli_main(["run", "--assume-kafka-defaults", str(cluster), "--now-ms", str(NOW),
+                     "--json"]) == 5
     error = report_line(capsys)
     assert error["code"] == "CORRUPT_METADATA" and error["path"] == str(snapshot)
     assert error["position"] is not None and error["base_offset"] is not None

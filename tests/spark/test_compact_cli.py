@@ -13,10 +13,10 @@ from compactor.errors import EXIT_CONFIG, EXIT_LOCKED, EXIT_OK, EXIT_PARTIAL
 from compactor.tools.generator import DEFAULT_START_MS
 from tests.helpers import (
     cli_json,
-    topic_lines,
     inspect_problems,
     lock_held_by_other_process,
     report_line,
+    topic_lines,
     tree_digest,
 )
 
@@ -65,7 +65,8 @@ def test_corrupt_partition_is_reported_and_untouched_while_others_are_compacted(
     segment.write_bytes(bytes(data))
     before = tree_digest(victim)
 
-    assert cli_main(["compact", "--assume-kafka-defaults", str(small_log), *COMPACT]) == EXIT_PARTIAL
+    assert cli_main(["compact", "--assume-kafka-defaults", str(small_log),
+                     *COMPACT]) == EXIT_PARTIAL
     report = report_line(capsys)
     assert report["status"] == "partial"
     by_dir = {f"{p['topic']}-{p['partition']}": p for p in topic_lines(report["partitions"])}
@@ -90,7 +91,8 @@ def test_invalid_configs_are_refused_before_anything_changes(
         spark, small_log: Path, capsys: pytest.CaptureFixture[str], args: list[str],
         needle: str) -> None:
     before = tree_digest(small_log)
-    assert cli_main(["compact", "--assume-kafka-defaults", str(small_log), "--now-ms", NOW, *args]) == EXIT_CONFIG
+    assert cli_main(["compact", "--assume-kafka-defaults", str(small_log), "--now-ms", NOW,
+                     *args]) == EXIT_CONFIG
     assert needle in capsys.readouterr().err
     assert tree_digest(small_log) == before
 
@@ -100,7 +102,8 @@ def test_topic_configs_file_selects_the_compacted_topics(
     configs = tmp_path / "topics.yaml"
     configs.write_text("user-profiles:\n  cleanup.policy: compact,delete\n"
                        "  min.cleanable.dirty.ratio: 0.1\n")
-    assert cli_main(["compact", "--assume-kafka-defaults", str(small_log), "--now-ms", NOW, "--topic-configs",
+    assert cli_main(["compact", "--assume-kafka-defaults", str(small_log), "--now-ms", NOW,
+                     "--topic-configs",
                      str(configs), "--json"]) == EXIT_OK
     statuses = {(p["topic"], p["status"]) for p in topic_lines(report_line(capsys)["partitions"])}
     assert statuses == {("user-profiles", "cleaned"), ("orders-v2", "skipped")}
@@ -110,7 +113,8 @@ def test_locked_log_dir_is_refused(spark, small_log: Path,
                                    capsys: pytest.CaptureFixture[str]) -> None:
     with lock_held_by_other_process(small_log) as pid:
         before = tree_digest(small_log)
-        assert cli_main(["compact", "--assume-kafka-defaults", str(small_log), *COMPACT]) == EXIT_LOCKED
+        assert cli_main(["compact", "--assume-kafka-defaults", str(small_log),
+                         *COMPACT]) == EXIT_LOCKED
         error = report_line(capsys)
         assert error["code"] == "LOG_DIR_LOCKED"
         # the message names the holder (issue 30.8)
@@ -129,7 +133,8 @@ def test_a_plan_tells_its_numbers_predicts_no_figures_and_is_recorded(
     state = tmp_path / "state"
     args = ["--now-ms", str(int(NOW) + 30 * 86_400_000), "--config",
             "cleanup.policy=compact,delete", "--topics", chosen, "--state-dir", str(state)]
-    code, plan = cli_json(capsys, "plan", "--assume-kafka-defaults", str(small_log), *args, "--json")
+    code, plan = cli_json(capsys, "plan", "--assume-kafka-defaults", str(small_log), *args,
+                          "--json")
     assert code == EXIT_OK
     assert "before compaction" in plan["retention_basis"]
     for p in topic_lines(plan["partitions"]):
@@ -170,7 +175,8 @@ def test_the_pure_writer_writes_the_same_log_dir_as_the_native_one(
     shutil.copytree(small_log, pure_log)
     assert cli_main(["compact", "--assume-kafka-defaults", str(small_log), *COMPACT]) == EXIT_OK
     native = report_line(capsys)
-    assert cli_main(["compact", "--assume-kafka-defaults", str(pure_log), *COMPACT, "--writer", "pure"]) == EXIT_OK
+    assert cli_main(["compact", "--assume-kafka-defaults", str(pure_log), *COMPACT, "--writer",
+                     "pure"]) == EXIT_OK
     pure = report_line(capsys)
     assert tree_digest(small_log) == tree_digest(pure_log)
     figures = ("status", "records_in", "records_out", "bytes_in", "bytes_out", "dropped")
@@ -178,7 +184,8 @@ def test_the_pure_writer_writes_the_same_log_dir_as_the_native_one(
             == [{k: p.get(k) for k in figures} for p in topic_lines(pure["partitions"])])
     assert any(p["status"] == "cleaned" for p in topic_lines(native["partitions"]))
     with pytest.raises(SystemExit):
-        cli_main(["compact", "--assume-kafka-defaults", str(small_log), *COMPACT, "--writer", "fast"])
+        cli_main(["compact", "--assume-kafka-defaults", str(small_log), *COMPACT, "--writer",
+                  "fast"])
 
 
 def test_a_checkpoint_failure_after_the_swaps_says_what_changed_and_exits_partial(

@@ -1,6 +1,7 @@
 """Differential tests: the Spark job's output equals the pure-Python reference compactor's,
 batch by batch and record by record (decompressed), over generated logs covering every
-feature of the generator; both satisfy the invariants of :func:`tests.helpers.check_invariants`, and the
+feature of the generator; both satisfy the invariants of :func:`tests.helpers.check_invariants`, and
+the
 output is read by aiokafka and kafka-python and passes ``inspect --verify``."""
 
 from __future__ import annotations
@@ -9,16 +10,16 @@ from pathlib import Path
 
 import pytest
 
+from compactor.cleaner.policy import legacy_horizon_ms
 from compactor.codec.checkpoints import CLEANER_OFFSET_CHECKPOINT, parse_offset_checkpoint
 from compactor.codec.compression import Codec
-from compactor.tools.generator import DEFAULT_START_MS, GeneratorConfig, generate
-from compactor.cleaner.policy import legacy_horizon_ms
 from compactor.maintenance.compact import run
 from compactor.maintenance.options import MaintenanceOptions
+from compactor.tools.generator import DEFAULT_START_MS, GeneratorConfig, generate
 from tests.helpers import (
-    read_with_independent_parsers,
     check_invariants,
     inspect_problems,
+    read_with_independent_parsers,
     reference_round,
     segment_bytes,
     segment_view,
@@ -61,7 +62,8 @@ def test_spark_equalsreference_round(spark, tmp_path: Path, case: str) -> None:
 
     shuffle_conf = [spark.conf.get(k) for k in ("spark.sql.shuffle.partitions",
                                                   "spark.sql.adaptive.coalescePartitions.enabled")]
-    report = run(spark, MaintenanceOptions(log_dir=str(log_dir), now_ms=NOW_MS, assume_kafka_defaults=True, config_all=configs))
+    report = run(spark, MaintenanceOptions(log_dir=str(log_dir), now_ms=NOW_MS,
+                                           assume_kafka_defaults=True, config_all=configs))
     assert report.exit_code == 0
     assert any(p.status == "cleaned" for p in report.partitions)
     # the round's shuffle settings do not outlive it
@@ -113,7 +115,8 @@ def test_second_run_changes_nothing_and_horizon_run_drops_tombstones(spark, tmp_
     gen, configs = CASES["txn-heavy-tombstones-small-groups"]
     log_dir = tmp_path / "logs"
     generate(str(log_dir), gen)
-    opts = MaintenanceOptions(log_dir=str(log_dir), now_ms=NOW_MS, assume_kafka_defaults=True, config_all=configs)
+    opts = MaintenanceOptions(log_dir=str(log_dir), now_ms=NOW_MS, assume_kafka_defaults=True,
+                              config_all=configs)
     run(spark, opts)
     snapshot = tree_digest(log_dir)
     again = run(spark, opts)
@@ -126,7 +129,8 @@ def test_second_run_changes_nothing_and_horizon_run_drops_tombstones(spark, tmp_
     (log_dir / CLEANER_OFFSET_CHECKPOINT).unlink()
     later = NOW_MS + 86_400_000 + 1
     expected = reference_round(log_dir, configs, later)
-    report = run(spark, MaintenanceOptions(log_dir=str(log_dir), now_ms=later, assume_kafka_defaults=True, config_all=configs))
+    report = run(spark, MaintenanceOptions(log_dir=str(log_dir), now_ms=later,
+                                           assume_kafka_defaults=True, config_all=configs))
     assert sum(p.dropped.get("tombstone_expired", 0) for p in report.partitions) > 0
     remaining = _tombstones(log_dir)
     assert len(remaining) < len(tombstones_before)

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from compactor.log import storage, swap
 from compactor.cli import main as cli_main
-from compactor.tools.generator import DEFAULT_START_MS, GeneratorConfig, generate
+from compactor.log import storage, swap
 from compactor.maintenance.compact import run
-from compactor.spark.stages import write_cleaned_segments
 from compactor.maintenance.options import MaintenanceOptions
+from compactor.spark.stages import write_cleaned_segments
+from compactor.tools.generator import DEFAULT_START_MS, GeneratorConfig, generate
 from tests.helpers import partition_files, records_of, reference_round, segment_bytes
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -119,6 +119,7 @@ def test_next_run_completes_the_round(spark, staged, tmp_path: Path, crash_at: i
     work = tmp_path / "logs"
     shutil.copytree(staged["log_dir"], work)
     _crash(work / staged["tp_dir"], staged["messages_file"], crash_at)
-    report = run(spark, MaintenanceOptions(log_dir=str(work), now_ms=NOW_MS, assume_kafka_defaults=True, config_all=CONFIGS))
+    report = run(spark, MaintenanceOptions(log_dir=str(work), now_ms=NOW_MS,
+                                           assume_kafka_defaults=True, config_all=CONFIGS))
     assert report.exit_code == 0
     assert records_of(segment_bytes(work / staged["tp_dir"])) == records_of(staged["new"])

@@ -21,9 +21,9 @@ import pytest
 
 from compactor.codec.compression import Codec
 from compactor.errors import EXIT_OK, EXIT_PARTIAL
-from compactor.tools.generator import DEFAULT_START_MS, GeneratorConfig, generate
 from compactor.maintenance.compact import run
 from compactor.maintenance.options import MaintenanceOptions
+from compactor.tools.generator import DEFAULT_START_MS, GeneratorConfig, generate
 from tests.helpers import segment_bytes, topic_lines
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -89,7 +89,8 @@ def runs(spark, tmp_path_factory: pytest.TempPathFactory) -> dict:
     before = {d.name: _hex(d) for d in sorted(src.glob("ledger-*"))}
     unconstrained = root / "unconstrained"
     shutil.copytree(src, unconstrained)
-    assert run(spark, MaintenanceOptions(log_dir=str(unconstrained), now_ms=NOW, assume_kafka_defaults=True)).exit_code == EXIT_OK
+    assert run(spark, MaintenanceOptions(log_dir=str(unconstrained), now_ms=NOW,
+                                         assume_kafka_defaults=True)).exit_code == EXIT_OK
     cleaned = {d.name: _hex(d) for d in sorted(unconstrained.glob("ledger-*"))}
     sizes = [sum(len(v) // 2 for v in segs.values()) for segs in cleaned.values()]
     assert all(cleaned[name] != before[name] for name in cleaned), "every partition is cleaned"

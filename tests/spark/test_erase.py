@@ -16,24 +16,24 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
+from compactor.cleaner.policy import replay_producers
+from compactor.cleaner.scan import batch_header
 from compactor.cli import main as cli_main
 from compactor.codec.checkpoints import CLEANER_OFFSET_CHECKPOINT, parse_offset_checkpoint
 from compactor.codec.compression import Codec
 from compactor.codec.segment import iter_batches
 from compactor.errors import EXIT_CONFIG, EXIT_FAILURE, EXIT_OK
-from compactor.tools.generator import DEFAULT_START_MS, GeneratorConfig, generate
 from compactor.model import TopicPartition
-from compactor.cleaner.policy import replay_producers
-from compactor.cleaner.scan import batch_header
+from compactor.tools.generator import DEFAULT_START_MS, GeneratorConfig, generate
 from schemas.delta import ERASURE_REQUESTS, RUNS
 from tests.crash import ERASE_APPLY_CRASHER
 from tests.helpers import (
     cli_json,
-    topic_lines,
     inspect_problems,
     read_with_independent_parsers,
     records_of,
     segment_bytes,
+    topic_lines,
     tree_digest,
 )
 
@@ -55,7 +55,8 @@ def compacted(spark, tmp_path_factory: pytest.TempPathFactory) -> Path:
     logs = root / "logs"
     generate(str(logs), GEN)
     # the clock sits in the middle of the data: only segments entirely before it are cleaned
-    assert cli_main(["compact", "--assume-kafka-defaults", str(logs), "--now-ms", str(DEFAULT_START_MS + 40_000), "--json",
+    assert cli_main(["compact", "--assume-kafka-defaults", str(logs), "--now-ms",
+                     str(DEFAULT_START_MS + 40_000), "--json",
                      "--config", "cleanup.policy=compact"]) == EXIT_OK
     return logs
 
@@ -115,7 +116,8 @@ def test_erasing_a_key_removes_every_record_of_it_and_nothing_else(
                      "--json", "--log-dir", str(logs))
     assert code == EXIT_OK
     (rid,) = out["added"]
-    code, report = cli_json(capsys, "erase", "apply", "--assume-kafka-defaults", str(logs), "--state-dir", str(state),
+    code, report = cli_json(capsys, "erase", "apply", "--assume-kafka-defaults", str(logs),
+                            "--state-dir", str(state),
                         "--now-ms", str(NOW), "--json")
     assert code == EXIT_OK and report["status"] == "ok"
     assert report["requests"][0]["records_erased"] == total
@@ -157,7 +159,8 @@ def test_erasing_a_key_removes_every_record_of_it_and_nothing_else(
             assert SUBJECT not in path.read_bytes(), path
 
     # verify by rescan, then the proof
-    code, verified = cli_json(capsys, "erase", "verify", "--assume-kafka-defaults", str(logs), "--state-dir", str(state),
+    code, verified = cli_json(capsys, "erase", "verify", "--assume-kafka-defaults", str(logs),
+                              "--state-dir", str(state),
                           "--now-ms", str(NOW + 1000), "--json")
     assert code == EXIT_OK
     assert verified["requests"][0]["status"] == "verified"
@@ -189,7 +192,8 @@ def test_erasing_by_header_value_in_one_topic(
                    "--header", "source=svc-a", "--request-id", "ticket-42", "--now-ms",
                    str(NOW), "--json")
     assert code == EXIT_OK
-    code, report = cli_json(capsys, "erase", "apply", "--assume-kafka-defaults", str(logs), "--state-dir", str(state),
+    code, report = cli_json(capsys, "erase", "apply", "--assume-kafka-defaults", str(logs),
+                            "--state-dir", str(state),
                         "--now-ms", str(NOW), "--json")
     assert code == EXIT_OK
     after = _partitions(logs)
@@ -203,7 +207,8 @@ def test_erasing_by_header_value_in_one_topic(
         1 for n, s in before.items() if n.startswith("clicks")
         for r in records_of(s).values() if tagged(r))
     assert inspect_problems(logs) == []
-    code, _ = cli_json(capsys, "erase", "verify", "--assume-kafka-defaults", str(logs), "--state-dir", str(state), "--json")
+    code, _ = cli_json(capsys, "erase", "verify", "--assume-kafka-defaults", str(logs),
+                       "--state-dir", str(state), "--json")
     assert code == EXIT_OK
 
 
@@ -215,7 +220,8 @@ def test_applying_again_erases_nothing_more_and_rewrites_nothing(
     assert cli_json(capsys, *request)[0] == EXIT_OK
     _, again = cli_json(capsys, *request)  # the same subject again: the same request
     assert again["added"] == [] and len(again["existing"]) == 1
-    apply = ["erase", "apply", "--assume-kafka-defaults", str(logs), "--state-dir", str(state), "--now-ms", str(NOW),
+    apply = ["erase", "apply", "--assume-kafka-defaults", str(logs), "--state-dir", str(state),
+             "--now-ms", str(NOW),
              "--json"]
     assert cli_json(capsys, *apply)[0] == EXIT_OK
     digest = tree_digest(logs)
@@ -240,13 +246,15 @@ def test_verify_fails_on_a_residual_record_and_status_alerts_when_overdue(
     assert cli_json(capsys, "erase", "request", "--state-dir", str(state), "--topic", "profiles",
                 "--key", SUBJECT.decode(), "--request-id", "r1", "--now-ms", str(NOW),
                 "--deadline-days", "30", "--json")[0] == EXIT_OK
-    assert cli_json(capsys, "erase", "apply", "--assume-kafka-defaults", str(logs), "--state-dir", str(state), "--now-ms",
+    assert cli_json(capsys, "erase", "apply", "--assume-kafka-defaults", str(logs), "--state-dir",
+                    str(state), "--now-ms",
                 str(NOW), "--json")[0] == EXIT_OK
     first = sorted(backup)[0]  # an old copy of a segment comes back (say, from a backup)
     (pdir / first).write_bytes(backup[first])
     (pdir / first.replace(".log", ".index")).unlink()  # let the loader accept the old bytes
     (pdir / first.replace(".log", ".timeindex")).unlink()
-    code, verified = cli_json(capsys, "erase", "verify", "--assume-kafka-defaults", str(logs), "--state-dir", str(state),
+    code, verified = cli_json(capsys, "erase", "verify", "--assume-kafka-defaults", str(logs),
+                              "--state-dir", str(state),
                           "--now-ms", str(NOW), "--json")
     assert code == EXIT_FAILURE and verified["status"] == "failed"
     (req,) = verified["requests"]
@@ -261,7 +269,8 @@ def test_verify_fails_on_a_residual_record_and_status_alerts_when_overdue(
 def test_state_dir_inside_the_log_dir_is_refused(
         logs: Path, capsys: pytest.CaptureFixture[str]) -> None:
     before = tree_digest(logs)
-    code, err = cli_json(capsys, "erase", "apply", "--assume-kafka-defaults", str(logs), "--state-dir", str(logs / "ledger"),
+    code, err = cli_json(capsys, "erase", "apply", "--assume-kafka-defaults", str(logs),
+                         "--state-dir", str(logs / "ledger"),
                      "--json")
     assert code == EXIT_CONFIG and "overlaps the log dir" in err["message"]
     assert tree_digest(logs) == before
@@ -296,7 +305,8 @@ def test_a_crash_mid_apply_leaves_the_request_pending_and_the_next_apply_complet
             kept = {o: r for o, r in records_of({base: data}).items()}
             original = records_of({base: old[base]})
             assert kept in (original, {o: r for o, r in original.items() if o not in subject})
-    code, report = cli_json(capsys, "erase", "apply", "--assume-kafka-defaults", str(logs), "--state-dir", str(state),
+    code, report = cli_json(capsys, "erase", "apply", "--assume-kafka-defaults", str(logs),
+                            "--state-dir", str(state),
                         "--now-ms", str(NOW), "--json")
     assert code == EXIT_OK and report["requests"][0]["request_id"] == "r1"
     after = _partitions(logs)

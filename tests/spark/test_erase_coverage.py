@@ -18,8 +18,8 @@ from kafka.record.memory_records import MemoryRecords as KpMemoryRecords
 from compactor.cli import main as cli_main
 from compactor.codec.checkpoints import CLEANER_OFFSET_CHECKPOINT, parse_offset_checkpoint
 from compactor.errors import EXIT_CONFIG, EXIT_FAILURE, EXIT_OK
-from compactor.tools.generator import DEFAULT_START_MS, GeneratorConfig, generate
 from compactor.model import TopicPartition
+from compactor.tools.generator import DEFAULT_START_MS, GeneratorConfig, generate
 from tests.crash import ERASE_APPLY_CRASHER
 from tests.helpers import cli_json, inspect_problems, records_of, segment_bytes, tree_digest
 
@@ -44,7 +44,8 @@ def compacted(spark, tmp_path_factory: pytest.TempPathFactory) -> Path:
     dirty one above), with its configs from the generated metadata log."""
     logs = tmp_path_factory.mktemp("coverage") / "logs"
     generate(str(logs), GEN)
-    assert cli_main(["compact", "--assume-kafka-defaults", str(logs), "--now-ms", str(DEFAULT_START_MS + 40_000),
+    assert cli_main(["compact", "--assume-kafka-defaults", str(logs), "--now-ms",
+                     str(DEFAULT_START_MS + 40_000),
                      "--json"]) == EXIT_OK
     return logs
 
@@ -190,7 +191,8 @@ def test_header_erasure_on_a_compacted_topic_never_resurrects_an_older_value(
                 and r[0] != clean[0]]
     assert after == expected
     # a later compaction never brings an erased value back
-    assert cli_main(["compact", "--assume-kafka-defaults", str(logs), "--now-ms", str(NOW + 10 * 86_400_000),
+    assert cli_main(["compact", "--assume-kafka-defaults", str(logs), "--now-ms",
+                     str(NOW + 10 * 86_400_000),
                      "--json"]) == EXIT_OK
     capsys.readouterr()
     assert not any(r[2] in (value_key, tombstone_key) for r in kp_records(pdir))

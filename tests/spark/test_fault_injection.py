@@ -301,7 +301,8 @@ def swap_leftover(pdir: Path, logs: Path) -> Expect:
 def log_start_beyond_end(pdir: Path, logs: Path) -> Expect:
     path = logs / "log-start-offset-checkpoint"
     lines = path.read_text().splitlines()
-    entries = [ln for ln in lines[2:] if not ln.startswith(f"{TOPIC} {pdir.name.rsplit('-', 1)[1]} ")]
+    ours = f"{TOPIC} {pdir.name.rsplit('-', 1)[1]} "
+    entries = [ln for ln in lines[2:] if not ln.startswith(ours)]
     entries.append(f"{TOPIC} {pdir.name.rsplit('-', 1)[1]} {10**12}")
     path.write_text("\n".join(["0", str(len(entries)), *entries]) + "\n")
     return Expect(rel(path, logs), "CORRUPT_CHECKPOINT", None, None)
@@ -459,7 +460,8 @@ def test_compact_refuses_every_faulty_partition_untouched_and_cleans_the_others(
         capsys: pytest.CaptureFixture[str]) -> None:
     expected = template[1]
     before = tree_digest(logs)
-    code, report = cli_json(capsys, "compact", "--assume-kafka-defaults", str(logs), "--now-ms", str(NOW), "--json")
+    code, report = cli_json(capsys, "compact", "--assume-kafka-defaults", str(logs), "--now-ms",
+                            str(NOW), "--json")
     assert code == EXIT_PARTIAL
     lines = _by_partition(report)
     for name, expect in expected.items():
@@ -479,7 +481,8 @@ def test_plan_runs_the_same_checks_as_compact(
         spark, logs: Path, template: tuple[Path, dict[str, Expect]],
         capsys: pytest.CaptureFixture[str]) -> None:
     before = tree_digest(logs)
-    code, report = cli_json(capsys, "plan", "--assume-kafka-defaults", str(logs), "--now-ms", str(NOW), "--json")
+    code, report = cli_json(capsys, "plan", "--assume-kafka-defaults", str(logs), "--now-ms",
+                            str(NOW), "--json")
     lines = _by_partition(report)
     for name in template[1]:
         if name in ("compressed_garbage", "record_count", "varint_overflow", "swap_leftover"):
@@ -495,7 +498,8 @@ def test_retain_refuses_what_it_reads_broken_and_deletes_in_the_healthy_partitio
         capsys: pytest.CaptureFixture[str]) -> None:
     expected = template[1]
     before = tree_digest(logs)
-    code, report = cli_json(capsys, "retain", "--assume-kafka-defaults", str(logs), "--now-ms", str(NOW), "--json")
+    code, report = cli_json(capsys, "retain", "--assume-kafka-defaults", str(logs), "--now-ms",
+                            str(NOW), "--json")
     assert code == EXIT_PARTIAL
     lines = _by_partition(report)
     for name, expect in expected.items():
@@ -517,7 +521,8 @@ def test_erase_apply_refuses_faulty_partitions_and_keeps_the_request_pending(
     assert cli_json(capsys, "erase", "request", "--state-dir", str(state), "--topic", TOPIC,
                     "--key", "key-00000003", "--reason", "fault suite", "--json")[0] == 0
     before = tree_digest(logs)
-    code, report = cli_json(capsys, "erase", "apply", "--assume-kafka-defaults", str(logs), "--state-dir", str(state),
+    code, report = cli_json(capsys, "erase", "apply", "--assume-kafka-defaults", str(logs),
+                            "--state-dir", str(state),
                             "--now-ms", str(NOW), "--json")
     assert code == EXIT_PARTIAL
     lines = {p["dir"]: p for p in report["partitions"]}

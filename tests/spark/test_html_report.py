@@ -108,7 +108,8 @@ def test_the_html_report_renders_with_the_run_figures(spark, small_log: Path, tm
                                                        capsys: pytest.CaptureFixture[str]
                                                        ) -> None:
     page, state = tmp_path / "compact.html", tmp_path / "state"
-    code, report = cli_json(capsys, "compact", "--assume-kafka-defaults", str(small_log), "--now-ms", str(NOW),
+    code, report = cli_json(capsys, "compact", "--assume-kafka-defaults", str(small_log),
+                            "--now-ms", str(NOW),
                             "--config", "cleanup.policy=compact,delete", "--json",
                             "--state-dir", str(state), "--html-report", str(page))
     assert code == EXIT_OK
@@ -135,7 +136,8 @@ def test_the_html_report_renders_with_the_run_figures(spark, small_log: Path, tm
     assert _inked_fraction(shot.read_bytes()) > 0.02  # text, tables and bars, not a blank page
 
     # retention, then the page of a recorded run from the runs table
-    code, retained = cli_json(capsys, "retain", "--assume-kafka-defaults", str(small_log), "--now-ms", str(NOW + 30 * DAY),
+    code, retained = cli_json(capsys, "retain", "--assume-kafka-defaults", str(small_log),
+                              "--now-ms", str(NOW + 30 * DAY),
                               "--config", "cleanup.policy=compact,delete", "--json",
                               "--state-dir", str(state))
     assert code == EXIT_OK

@@ -40,7 +40,8 @@ def _labels(**labels: object) -> tuple[tuple[str, str], ...]:
 def test_metrics_history_and_version(spark, small_log: Path, tmp_path: Path,
                                      capsys: pytest.CaptureFixture[str]) -> None:
     state, prom = tmp_path / "state", tmp_path / "compact.prom"
-    code, report = cli_json(capsys, "compact", "--assume-kafka-defaults", str(small_log), "--now-ms", str(NOW), "--config",
+    code, report = cli_json(capsys, "compact", "--assume-kafka-defaults", str(small_log),
+                            "--now-ms", str(NOW), "--config",
                             "cleanup.policy=compact,delete", "--json", "--state-dir",
                             str(state), "--metrics-file", str(prom))
     assert code == EXIT_OK
@@ -68,7 +69,8 @@ def test_metrics_history_and_version(spark, small_log: Path, tmp_path: Path,
                                                        log_dir=small_log))] == 1
 
     prom = tmp_path / "retain.prom"
-    code, retained = cli_json(capsys, "retain", "--assume-kafka-defaults", str(small_log), "--now-ms", str(NOW + 30 * DAY),
+    code, retained = cli_json(capsys, "retain", "--assume-kafka-defaults", str(small_log),
+                              "--now-ms", str(NOW + 30 * DAY),
                               "--config", "cleanup.policy=compact,delete", "--json",
                               "--state-dir", str(state), "--metrics-file", str(prom))
     assert code == EXIT_OK
@@ -153,7 +155,8 @@ def test_erase_apply_metrics_count_the_records_erased(spark, small_log: Path, tm
     code, _ = cli_json(capsys, "erase", "request", "--state-dir", str(state), "--topic", "*",
                        "--key", "key-00000007", "--now-ms", str(NOW), "--json")
     assert code == EXIT_OK
-    code, report = cli_json(capsys, "erase", "apply", "--assume-kafka-defaults", str(small_log), "--state-dir", str(state),
+    code, report = cli_json(capsys, "erase", "apply", "--assume-kafka-defaults", str(small_log),
+                            "--state-dir", str(state),
                             "--now-ms", str(NOW), "--json", "--metrics-file", str(prom))
     assert code == EXIT_OK
     erased: dict[str, int] = defaultdict(int)

@@ -49,10 +49,12 @@ GEN = GeneratorConfig(topics=(TOPIC,), partitions=3, records_per_partition=1500,
 SUBJECT = "key-00000003"
 COMMANDS = {
     "compact": ["compact", "--assume-kafka-defaults", "{logs}", "--now-ms", str(NOW), "--json"],
-    "retain": ["retain", "--assume-kafka-defaults", "{logs}", "--now-ms", str(NOW), "--json", "--topics", TOPIC,
+    "retain": ["retain", "--assume-kafka-defaults", "{logs}", "--now-ms", str(NOW), "--json",
+               "--topics", TOPIC,
                "--topic-config", f"{TOPIC}:cleanup.policy=delete",
                "--topic-config", f"{TOPIC}:retention.ms={DAY}"],
-    "erase": ["erase", "apply", "--assume-kafka-defaults", "{logs}", "--state-dir", "{state}", "--now-ms", str(NOW),
+    "erase": ["erase", "apply", "--assume-kafka-defaults", "{logs}", "--state-dir", "{state}",
+              "--now-ms", str(NOW),
               "--json"],
 }
 
@@ -158,7 +160,8 @@ def _groups(report: dict) -> dict[str, list[list[int]]]:
 
 def _assert_compact_old_or_new(after: Mapping[str, dict[int, bytes]], staged: dict,
                                where: str) -> None:
-    new_all, groups = staged["done"]["compact"]["after"], _groups(staged["done"]["compact"]["report"])
+    done = staged["done"]["compact"]
+    new_all, groups = done["after"], _groups(done["report"])
     for name, old in staged["before"].items():
         now, new = after[name], new_all[name]
         covered: set[int] = set()

@@ -11,15 +11,15 @@ import pytest
 from compactor.cli import main as cli_main
 from compactor.codec.checkpoints import CLEANER_OFFSET_CHECKPOINT, parse_offset_checkpoint
 from compactor.errors import EXIT_CONFIG, EXIT_OK
-from compactor.tools.generator import DEFAULT_START_MS
 from compactor.log.layout import load_partition, log_end_offset
 from compactor.model import TopicPartition
+from compactor.tools.generator import DEFAULT_START_MS
 from tests.helpers import (
-    topic_lines,
     inspect_problems,
     records_of,
     report_line,
     segment_bytes,
+    topic_lines,
     tree_digest,
 )
 
@@ -35,7 +35,8 @@ def test_compact_delete_compacts_then_ages_out_to_one_empty_segment(
     policy = ["--config", "cleanup.policy=compact,delete", "--json"]
     ends = {p.name: log_end_offset(load_partition(str(p))) for p in small_log.glob("*-[0-9]")}
     # retention.ms far away: compaction only
-    assert cli_main(["run", "--assume-kafka-defaults", str(small_log), "--now-ms", str(NOW), *policy,
+    assert cli_main(["run", "--assume-kafka-defaults", str(small_log), "--now-ms", str(NOW),
+                     *policy,
                      "--config", f"retention.ms={30 * DAY}"]) == EXIT_OK
     first = report_line(capsys)
     assert all(p["status"] == "cleaned" for p in topic_lines(first["compaction"]["partitions"]))
@@ -67,14 +68,16 @@ def test_compact_delete_compacts_then_ages_out_to_one_empty_segment(
 def test_each_topic_gets_what_its_policy_says(
         spark, small_log: Path, capsys: pytest.CaptureFixture[str]) -> None:
     before = {p.name: segment_bytes(p) for p in small_log.glob("*-[0-9]")}
-    assert cli_main(["run", "--assume-kafka-defaults", str(small_log), "--now-ms", str(NOW), "--json",
+    assert cli_main(["run", "--assume-kafka-defaults", str(small_log), "--now-ms", str(NOW),
+                     "--json",
                      "--topic-config", "orders-v2:cleanup.policy=delete",
                      "--topic-config", f"orders-v2:retention.ms={DAY}",
                      "--topic-config", "user-profiles:cleanup.policy=compact",
                      "--topic-config", f"user-profiles:retention.ms={DAY}"]) == EXIT_OK
     report = report_line(capsys)
     compaction = {p["topic"]: p for p in topic_lines(report["compaction"]["partitions"])}
-    retention = {(p["topic"], p["partition"]): p for p in topic_lines(report["retention"]["partitions"])}
+    retention = {(p["topic"],
+                  p["partition"]): p for p in topic_lines(report["retention"]["partitions"])}
     assert compaction["orders-v2"]["status"] == "skipped"  # delete only: no compaction
     assert compaction["user-profiles"]["status"] == "cleaned"
     for (topic, partition), p in retention.items():
@@ -101,7 +104,8 @@ def test_plan_shows_retention_and_run_dry_run_changes_nothing(
     for p in topic_lines(plan["partitions"]):
         assert p["status"] == "would_clean"
         assert p["retention"]["status"] == "would_delete" and p["retention"]["rolled"]
-    assert cli_main(["run", "--assume-kafka-defaults", str(small_log), *args, "--dry-run"]) == EXIT_OK
+    assert cli_main(["run", "--assume-kafka-defaults", str(small_log), *args,
+                     "--dry-run"]) == EXIT_OK
     dry = report_line(capsys)
     assert dry["dry_run"] and dry["compaction"]["command"] == "plan"
     assert all(p["status"] == "would_delete" for p in topic_lines(dry["retention"]["partitions"]))
@@ -111,7 +115,8 @@ def test_plan_shows_retention_and_run_dry_run_changes_nothing(
 def test_run_refuses_aggressive_retention(
         spark, small_log: Path, capsys: pytest.CaptureFixture[str]) -> None:
     before = tree_digest(small_log)
-    code = cli_main(["run", "--assume-kafka-defaults", str(small_log), "--now-ms", str(NOW), "--json",
+    code = cli_main(["run", "--assume-kafka-defaults", str(small_log), "--now-ms", str(NOW),
+                     "--json",
                      "--config", "cleanup.policy=delete", "--config", "retention.ms=0"])
     assert code == EXIT_CONFIG
     error = report_line(capsys)
@@ -124,7 +129,8 @@ def test_runs_are_recorded_in_the_runs_delta_table(
     from deltalake import DeltaTable
 
     state = tmp_path / "state"
-    assert cli_main(["run", "--assume-kafka-defaults", str(small_log), "--now-ms", str(NOW), "--json", "--state-dir",
+    assert cli_main(["run", "--assume-kafka-defaults", str(small_log), "--now-ms", str(NOW),
+                     "--json", "--state-dir",
                      str(state), "--config", "cleanup.policy=compact,delete",
                      "--config", f"retention.ms={DAY}"]) == EXIT_OK
     report = report_line(capsys)

@@ -17,28 +17,28 @@ from pyspark import TaskContext
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from compactor.native import engine
-from compactor.erasure.sketch import DigestFilter
-from compactor.model import SegmentInfo
-from compactor.spark import transforms
-from compactor.codec.records import ControlType
-from compactor.config import TopicConfig
-from compactor.tools.generator import DEFAULT_START_MS
-from compactor.log.layout import load_partition, read_aborted_txns
 from compactor.cleaner.policy import BatchRetention, PartitionInput
+from compactor.cleaner.scan import key_digest, key_offsets, segment_headers
+from compactor.codec.records import ControlType
 from compactor.codec.segment import iter_batches
+from compactor.config import TopicConfig
+from compactor.erasure.sketch import DigestFilter
 from compactor.errors import CompactorError
-from compactor.cleaner.scan import key_offsets, key_digest, segment_headers
-from compactor.spark.writer import write_erased_segment, write_group
+from compactor.log.layout import load_partition, read_aborted_txns
+from compactor.model import SegmentInfo
+from compactor.native import engine
+from compactor.spark import transforms
 from compactor.spark.stages import group_slots
+from compactor.spark.writer import write_erased_segment, write_group
+from compactor.tools.generator import DEFAULT_START_MS
 from schemas.spark import (
     BATCH_HEADER,
     COMMIT_MESSAGE,
     DECISION,
     ERASURE_SCAN,
-    KEY_OFFSET,
     ERASURE_TASK,
     GROUP_SLOT,
+    KEY_OFFSET,
     KEYED_RECORD,
     ONE_PASS,
     SEGMENT_TASK,
@@ -146,7 +146,8 @@ def test_plan_and_decide_match_the_policy(spark, partition: PartitionInput) -> N
     assert any(h.control_type == ControlType.ABORT for h, _ in decided)
 
 
-def test_scan_keys_emits_keyed_records_not_superseded_in_their_group(spark, partition: PartitionInput,
+def test_scan_keys_emits_keyed_records_not_superseded_in_their_group(spark,
+                                                                     partition: PartitionInput,
                                                               small_log: Path) -> None:
     headers_py = _pure_headers(partition)
     plan = partition.plan(headers_py)

@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
+from compactor.cleaner.policy import BatchDecision, BatchRetention, PartitionInput
 from compactor.cleaner.rewrite import PURE
-from compactor.log import storage, swap
 from compactor.codec.records import NewRecord, NewRecordBatch, encode_batch
 from compactor.codec.segment import iter_batches
 from compactor.config import TopicConfig
 from compactor.errors import CommitConflictError
+from compactor.log import storage, swap
 from compactor.log.layout import load_partition
-from compactor.cleaner.policy import BatchDecision, BatchRetention, PartitionInput
 from compactor.spark.writer import write_group
 from tests.helpers import tree_digest
 

@@ -4,13 +4,13 @@
 from __future__ import annotations
 
 from compactor.cleaner.policy import (
+    NO_CONTROL_TYPE,
     BatchHeader,
     CleaningPlan,
     SkipReason,
     explain,
     plan_partition,
 )
-from compactor.cleaner.policy import NO_CONTROL_TYPE
 from compactor.config import TopicConfig
 from compactor.model import SegmentInfo
 

@@ -6,7 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from compactor.codec.indexes import build_indexes, encode_offset_index, encode_time_index
+from compactor.codec.indexes import (
+    BatchIndexInfo,
+    build_indexes,
+    encode_offset_index,
+    encode_time_index,
+)
 from compactor.codec.records import NewRecord, NewRecordBatch, encode_batch
 from compactor.codec.segment import decode_segment, iter_batches
 from compactor.log.layout import (
@@ -16,7 +21,6 @@ from compactor.log.layout import (
     plan_recovery,
     recover_partition,
 )
-from compactor.codec.indexes import BatchIndexInfo
 from compactor.model import TopicPartition
 
 
@@ -57,7 +61,8 @@ def test_duplicate_and_non_canonical_partition_dirs_are_refused(small_log: Path)
     shutil.copytree(small_log / "orders-v2-1", small_log / "orders-v2-01")
     (small_log / "user-profiles-0").rename(small_log / "user-profiles-00")
     log_dir = open_log_dir(str(small_log))
-    assert log_dir.partitions == (TopicPartition("orders-v2", 0), TopicPartition("user-profiles", 1))
+    assert log_dir.partitions == (TopicPartition("orders-v2", 0), TopicPartition("user-profiles",
+                                                                                 1))
     refused = {r.name: r.error.message for r in log_dir.refused}
     assert set(refused) == {"orders-v2-01", "orders-v2-1", "user-profiles-00"}
     assert "duplicate log directories" in refused["orders-v2-1"]

@@ -17,16 +17,16 @@ from compactor.cluster.catalog import (
     UNKNOWN_TOPIC,
     build_catalog,
 )
+from compactor.cluster.metadata import Replay, parse_snapshot_name
+from compactor.cluster.metadata_log import load_cluster_metadata
 from compactor.codec.kraft import MetadataRecord, encode_metadata_record, random_uuid_text
 from compactor.codec.records import NewRecord, NewRecordBatch, encode_batch
 from compactor.codec.segment import iter_batches
 from compactor.config import broker_layer
 from compactor.errors import ConfigError, CorruptMetadataError
-from compactor.tools.generator import GeneratorConfig, generate
-from compactor.cluster.metadata_log import load_cluster_metadata
 from compactor.log.layout import open_log_dir
-from compactor.cluster.metadata import Replay, parse_snapshot_name
 from compactor.model import TopicPartition
+from compactor.tools.generator import GeneratorConfig, generate
 
 
 def record(name: str, **fields: object) -> MetadataRecord:
@@ -120,7 +120,8 @@ def test_precedence_and_sources_from_the_cluster(cluster: Path, tmp_path: Path) 
     assert events.retention_ms == 86_400_000 and events.sources["retention.ms"] == "cluster_default"
     # this broker (node.id 1) > cluster default; another broker's config is not ours
     assert events.delete_retention_ms == 6000 and events.sources["delete.retention.ms"] == "broker"
-    assert events.segment_bytes == 2_097_152 and events.sources["segment.bytes"] == "server.properties"
+    assert events.segment_bytes == 2_097_152
+    assert events.sources["segment.bytes"] == "server.properties"
     assert payments.min_cleanable_dirty_ratio == 0.4 and events.min_cleanable_dirty_ratio == 0.6
     assert payments.sources["min.cleanable.dirty.ratio"] == "flag"
     assert events.sources["min.cleanable.dirty.ratio"] == "topic_flag"

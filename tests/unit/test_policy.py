@@ -7,10 +7,6 @@ from __future__ import annotations
 from hypothesis import event, given
 from hypothesis import strategies as st
 
-from compactor.codec.indexes import AbortedTxn
-from compactor.codec.records import ControlType, NewRecord, NewRecordBatch, encode_batch
-from compactor.config import TopicConfig
-from compactor.model import SegmentInfo
 from compactor.cleaner.policy import (
     NO_CONTROL_TYPE,
     BatchHeader,
@@ -23,6 +19,10 @@ from compactor.cleaner.policy import (
     replay_producers,
 )
 from compactor.cleaner.reference import compact_partition
+from compactor.codec.indexes import AbortedTxn
+from compactor.codec.records import ControlType, NewRecord, NewRecordBatch, encode_batch
+from compactor.config import TopicConfig
+from compactor.model import SegmentInfo
 from tests.helpers import check_invariants
 
 NOW = 1_000_000_000
@@ -46,14 +46,16 @@ def batch(base: int, last: int | None = None, *, pid: int = -1, epoch: int = 0,
                        records_count=1)
 
 
-def test_first_dirty_offset_resets() -> None:  # LogCleanerManagerTest: cleanable offsets reset
+def test_first_dirty_offset_resets() -> None:
+    # LogCleanerManagerTest: cleanable offsets reset
     assert first_dirty_offset(None, 0, 100) == (0, False)
     assert first_dirty_offset(40, 0, 100) == (40, False)
     assert first_dirty_offset(200, 0, 100) == (0, True)
     assert first_dirty_offset(0, 10, 100) == (10, True)
 
 
-def test_first_uncleanable_offset_bounds() -> None:  # LogCleanerManagerTest: first uncleanable offset
+def test_first_uncleanable_offset_bounds() -> None:
+    # LogCleanerManagerTest: first uncleanable offset
     segments = [seg(0, largest=100), seg(30, largest=200), seg(60, largest=300), seg(90)]
     # HW/LSO 50 falls inside the segment at 30: that whole segment is uncleanable
     assert first_uncleanable_offset(segments, 0, 50, 0, NOW) == 30
@@ -66,7 +68,8 @@ def test_first_uncleanable_offset_bounds() -> None:  # LogCleanerManagerTest: fi
     assert first_uncleanable_offset(segments, 60, 50, 0, NOW) == 60
 
 
-def test_open_transaction_bounds_the_last_stable_offset() -> None:  # LogCleanerTest: an open transaction bounds the LSO
+def test_open_transaction_bounds_the_last_stable_offset() -> None:
+    # LogCleanerTest: an open transaction bounds the LSO
     batches = [batch(0, pid=1, txn=True), batch(1), batch(2, pid=1, control=ControlType.ABORT),
                batch(3, pid=2, txn=True)]
     replay = replay_producers(batches, high_watermark=4)
@@ -75,7 +78,8 @@ def test_open_transaction_bounds_the_last_stable_offset() -> None:  # LogCleaner
     assert replay_producers(batches[:3], high_watermark=2).unstable_txn_firsts == (0,)
 
 
-def test_segment_grouping() -> None:  # LogCleanerTest: testSegmentGrouping
+def test_segment_grouping() -> None:
+    # LogCleanerTest: testSegmentGrouping
     segments = [seg(i * 10, size=100) for i in range(7)]
     assert group_segments(segments, 70, 10**9, 10**9) == (tuple(range(0, 70, 10)),)
     assert group_segments(segments, 70, 1, 10**9) == tuple((i * 10,) for i in range(7))
@@ -85,7 +89,8 @@ def test_segment_grouping() -> None:  # LogCleanerTest: testSegmentGrouping
     assert group_segments(sparse, 2**32 + 10, 10**9, 10**9) == ((0,), (2**31 - 5,), (2**32,))
 
 
-def test_basic_transaction_aware_cleaning_decisions() -> None:  # LogCleanerTest: transaction-aware cleaning
+def test_basic_transaction_aware_cleaning_decisions() -> None:
+    # LogCleanerTest: transaction-aware cleaning
     batches = [batch(0, 1, pid=1, txn=True), batch(2, 3, pid=2, txn=True),
                batch(4, 5, pid=1, txn=True), batch(6, pid=1, control=ControlType.ABORT),
                batch(7, pid=2, control=ControlType.COMMIT), batch(8, pid=1, txn=True),
@@ -100,7 +105,8 @@ def test_basic_transaction_aware_cleaning_decisions() -> None:  # LogCleanerTest
     assert d[9 - 3].retention == BatchRetention.RETAIN_EMPTY  # last entry of producer 1
 
 
-def test_lone_commit_marker_is_kept_empty_for_the_epoch() -> None:  # LogCleanerTest: a lone commit marker
+def test_lone_commit_marker_is_kept_empty_for_the_epoch() -> None:
+    # LogCleanerTest: a lone commit marker
     batches = [batch(0, pid=1, control=ControlType.COMMIT, ts=NOW), batch(1), batch(2)]
     active = replay_producers(batches, 3).active(NOW, 86_400_000)
     (marker, *_) = decide_batches(batches, aborted_txns=[], active_producers=active,

@@ -1,15 +1,16 @@
-"""Re-batching rules of Kafka's ``MemoryRecords.filterTo`` for cases the generated logs rarely reach."""
+"""Re-batching rules of Kafka's ``MemoryRecords.filterTo`` for cases the generated logs rarely
+reach."""
 
 from __future__ import annotations
 
+from compactor.cleaner.policy import BatchDecision, BatchRetention
+from compactor.cleaner.rebatch import assemble_segment, filter_batch
 from compactor.cleaner.rewrite import PURE
 from compactor.codec.compression import Codec
 from compactor.codec.indexes import decode_time_index
 from compactor.codec.legacy import LegacyRecord, encode_message_set
 from compactor.codec.records import NewRecord, NewRecordBatch, encode_batch
 from compactor.codec.segment import iter_batches
-from compactor.cleaner.policy import BatchDecision, BatchRetention
-from compactor.cleaner.rebatch import assemble_segment, filter_batch
 
 
 def _decision(retention: BatchRetention) -> BatchDecision:
@@ -88,16 +89,18 @@ def test_group_ending_early_keeps_a_placeholder_and_single_segment_groups_do_not
 
 def test_a_segment_beyond_the_relative_offset_range_is_a_clear_error(tmp_path) -> None:
     """A legacy segment whose offsets lie more than 2^31 - 1 above its base (Kafka splits it
-    when cleaning, ``LocalLog.splitOverflowedSegment``) is refused with a located error and leaves no .cleaned file."""
+    when cleaning, ``LocalLog.splitOverflowedSegment``) is refused with a located error and leaves
+    no .cleaned file."""
+    from compactor.cleaner.policy import PartitionInput
     from compactor.config import TopicConfig
     from compactor.log.layout import load_partition
-    from compactor.cleaner.policy import PartitionInput
     from compactor.spark.writer import write_group
 
     far = 2**31 + 10
     pdir = tmp_path / "t-0"
     pdir.mkdir()
-    data = encode_message_set([LegacyRecord(offset=o, key=b"k%d" % o, value=b"v" * 5000, timestamp=1)
+    data = encode_message_set([LegacyRecord(offset=o, key=b"k%d" % o, value=b"v" * 5000,
+                                            timestamp=1)
                                for o in (0, far)], magic=1)  # 5 kB: both get index entries
     (pdir / f"{0:020d}.log").write_bytes(data)
     (pdir / f"{far + 1:020d}.log").write_bytes(b"")

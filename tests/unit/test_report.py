@@ -17,7 +17,8 @@ def test_outcomes_serialise_as_the_report_strings() -> None:
 
 
 @pytest.mark.parametrize("statuses, code", [
-    ([], EXIT_OK), (["cleaned", "skipped", "kept"], EXIT_OK), (["cleaned", "refused"], EXIT_PARTIAL),
+    ([], EXIT_OK), (["cleaned", "skipped", "kept"], EXIT_OK), (["cleaned", "refused"],
+                                                               EXIT_PARTIAL),
     (["failed"], EXIT_PARTIAL), (["deleted", "corrupt"], EXIT_PARTIAL),
 ])
 def test_any_problem_makes_the_run_partial(statuses: list[str], code: int) -> None:

@@ -11,10 +11,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from compactor.codec.records import NewRecord, NewRecordBatch, RecordBatch, encode_batch
-from compactor.codec.segment import iter_batches
-from compactor.errors import CompactorError
-from compactor.native import WRITERS, engine
 from compactor.cleaner.policy import BatchDecision, BatchRetention
 from compactor.cleaner.rebatch import BatchDrops, iter_drops
 from compactor.cleaner.scan import (
@@ -26,6 +22,10 @@ from compactor.cleaner.scan import (
     keyed_records,
     locally_superseded,
 )
+from compactor.codec.records import NewRecord, NewRecordBatch, RecordBatch, encode_batch
+from compactor.codec.segment import iter_batches
+from compactor.errors import CompactorError
+from compactor.native import WRITERS, engine
 
 
 def segment_drops(batches: Sequence[RecordBatch], decisions: Sequence[BatchDecision],

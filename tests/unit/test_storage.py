@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from compactor.errors import LogDirError
 from compactor.log import storage
 from compactor.log.storage import local
-from compactor.errors import LogDirError
 
 
 def test_mapped_reads_like_bytes_and_empty_files_give_empty_bytes(tmp_path: Path) -> None:

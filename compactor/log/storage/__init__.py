@@ -22,19 +22,20 @@ from compactor.errors import LogDirError
 from compactor.log.storage import local
 from compactor.log.storage.local import LOCK_FILE, FileStat, discard_stdout
 from compactor.log.storage.locations import (
+    STORAGE_OPTIONS,
     basename,
     check_location,
     dirname,
     is_url,
     join,
-    STORAGE_OPTIONS,
     parse_storage_options,
     url_contains,
 )
 from compactor.log.storage.objects import LEASE_NAME, ObjectStore
 
 __all__ = [
-    "LEASE_NAME", "LOCK_FILE", "STORAGE_OPTIONS", "FileStat", "StorageSettings", "absolute", "basename",
+    "LEASE_NAME", "LOCK_FILE", "STORAGE_OPTIONS", "FileStat", "StorageSettings", "absolute",
+    "basename",
     "check_location", "configure", "contains", "crc32", "dirname", "exists", "is_dir",
     "is_link", "is_url", "join", "list_dir", "log_dir_lock", "make_dirs", "mapped",
     "open_durable", "parse_storage_options", "portable", "read_bytes", "read_text",
