@@ -170,7 +170,7 @@ def main() -> int:
     def compaction() -> float:
         work = fresh_copy(logs, "compact")
         seconds, memory, report = timed("compaction round", lambda: run(
-            spark, MaintenanceOptions(log_dir=str(work), now_ms=now_ms, fsync=True,
+            spark, MaintenanceOptions(log_dir=str(work), now_ms=now_ms,
                                       assume_kafka_defaults=True)))
         assert report.exit_code == 0, report.exit_code  # type: ignore[attr-defined]
         shutil.rmtree(work.parent)

@@ -120,7 +120,7 @@ def main() -> int:
 
         def write(writer: str) -> list:
             messages = [write_group(inp, group, decisions, frozenset(),
-                                    first_dirty=plan.first_dirty_offset, fsync=True,
+                                    first_dirty=plan.first_dirty_offset,
                                     engine=engine(writer))
                         for group in plan.groups]
             for m in messages:

@@ -24,21 +24,6 @@ class TopicPartition:
         return self.dir_name
 
 
-@dataclass(frozen=True, slots=True, order=True)
-class OffsetRange:
-    """Offsets ``[start, end)``: ``start`` inclusive, ``end`` exclusive."""
-
-    start: int
-    end: int
-
-    def __contains__(self, offset: object) -> bool:
-        return isinstance(offset, int) and self.start <= offset < self.end
-
-    @property
-    def size(self) -> int:
-        return max(0, self.end - self.start)
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SegmentInfo:
     """One segment of a partition as found on storage.
@@ -89,7 +74,7 @@ class EpochEntry:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CommitMessage:
-    """What an executor reports for one group (see ``schemas.spark.COMMIT_MESSAGE``).
+    """What an executor reports for one group (see ``compactor.schemas.spark.COMMIT_MESSAGE``).
 
     Attributes:
         source_bases: base offsets of the group's source segments, ascending.

@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     ids = [i for i in args.requests.split(",") if i]
     if ids:
         if spark is not None:
-            from schemas.spark import REQUEST_OUTCOME
+            from compactor.schemas.spark import REQUEST_OUTCOME
 
             outcomes = spark.createDataFrame(
                 [{**{f: None for f in REQUEST_OUTCOME.fieldNames()}, "request_id": i,

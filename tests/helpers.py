@@ -5,18 +5,25 @@ from __future__ import annotations
 
 import hashlib
 import json
+import struct
 import subprocess
 import sys
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
+import crc32c
 import pytest
 from aiokafka.record.memory_records import MemoryRecords as AioMemoryRecords
 from kafka.record.memory_records import MemoryRecords as KpMemoryRecords
 
 from compactor.codec.indexes import decode_txn_index
-from compactor.codec.records import RecordBatch
+from compactor.codec.records import (
+    ATTRIBUTES_OFFSET,
+    CRC_OFFSET,
+    PARTITION_LEADER_EPOCH_OFFSET,
+    RecordBatch,
+)
 from compactor.codec.segment import iter_batches
 from compactor.log import storage
 from compactor.log.layout import segment_logs
@@ -196,11 +203,11 @@ def check_invariants(before: Mapping[int, bytes], after: Mapping[int, bytes], *,
 
 def reference_round(log_dir: Path, configs: Mapping[str, str], now_ms: int) -> dict:
     """``{partition dir name: (PartitionInput, .log bytes by base, ReferenceRound)}``."""
-    from compactor.cleaner.reference import compact_partition
     from compactor.config import resolve_topic_config
     from compactor.log.layout import open_log_dir, read_offset_checkpoint
     from compactor.maintenance.compact import load_partition_input
     from compactor.maintenance.options import MaintenanceOptions
+    from tests.reference import compact_partition
 
     opts = MaintenanceOptions(log_dir=str(log_dir), now_ms=now_ms, assume_kafka_defaults=True,
                               config_all=dict(configs))
@@ -272,3 +279,35 @@ def cli_json(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict]
     if lines:
         check_report(lines[-1])
     return code, lines[-1] if lines else {}
+
+
+# ---------------------------------------------------------------------------------------------
+# Batches patched where producer-side builders cannot reach
+
+
+def with_partition_leader_epoch(entry: bytes, epoch: int) -> bytes:
+    """A copy of a v2 batch with its partition leader epoch replaced (not covered by the
+    CRC)."""
+    at = PARTITION_LEADER_EPOCH_OFFSET
+    return entry[:at] + struct.pack(">i", epoch) + entry[at + 4:]
+
+
+def with_attributes(entry: bytes, attributes: int) -> bytes:
+    """A copy of a v2 batch with new attributes and a recomputed CRC (bits producer-side
+    builders cannot set: control, delete horizon)."""
+    patched = bytearray(entry)
+    struct.pack_into(">h", patched, ATTRIBUTES_OFFSET, attributes)
+    struct.pack_into(">I", patched, CRC_OFFSET,
+                     crc32c.crc32c(bytes(patched[ATTRIBUTES_OFFSET:])))
+    return bytes(patched)
+
+
+def varint_size(value: int) -> int:
+    """Bytes of ``value`` as a zigzag varint (``ByteUtils.sizeOfVarlong``), counted here
+    independently of the codec's encoder."""
+    unsigned = ((value << 1) ^ (value >> 63)) & 0xFFFFFFFFFFFFFFFF
+    size = 1
+    while unsigned >= 0x80:
+        unsigned >>= 7
+        size += 1
+    return size

@@ -50,7 +50,8 @@ RULES: dict[str, tuple[str, ...]] = {
     "file_touchers": ("compactor.log.storage", "compactor.tools.local_cluster",
                       "compactor.tools.dist", "compactor.tools.s3_server", "compactor.tools.jars"),
     # the only importers of pyspark (at run time) and of numba (the native seam)
-    "spark_importers": ("compactor.spark", "compactor.tools.local_cluster"),
+    "spark_importers": ("compactor.spark", "compactor.schemas.spark",
+                        "compactor.tools.local_cluster"),
     "numba_importers": ("compactor.native",),
     # executor code, and the driver-only modules its import closure must not reach
     "executor_roots": ("compactor.spark.writer", "compactor.spark.transforms"),
@@ -58,7 +59,8 @@ RULES: dict[str, tuple[str, ...]] = {
     # no import cycles among these folders (the root package is the API's lazy facade)
     "packages": ("compactor.cleaner", "compactor.cli", "compactor.cluster", "compactor.codec",
                  "compactor.erasure", "compactor.log", "compactor.maintenance",
-                 "compactor.native", "compactor.spark", "compactor.tools", "jobs", "schemas"),
+                 "compactor.native", "compactor.schemas", "compactor.spark", "compactor.tools",
+                 "jobs"),
 }
 FILE_CALLS = {"open"}
 FILE_MODULE_CALLS = {"os": {"remove", "rename", "replace", "unlink", "listdir", "scandir", "stat",
@@ -81,6 +83,8 @@ class Module:
 
 def _module_name(path: Path, root: Path) -> str:
     parts = list(path.relative_to(root).with_suffix("").parts)
+    if parts[0] == "schemas":  # installed (and imported) as compactor.schemas
+        parts.insert(0, "compactor")
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)

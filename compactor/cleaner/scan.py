@@ -92,7 +92,8 @@ def batch_flags(group_base: int, *, is_control: bool, aborted: bool,
 
 @dataclass(frozen=True, slots=True)
 class KeyedRows:
-    """Columns of keyed record rows (see ``schemas.spark.KEYED_RECORD``), as numpy arrays."""
+    """Columns of keyed record rows (see ``compactor.schemas.spark.KEYED_RECORD``), as numpy
+    arrays."""
 
     group_base: np.ndarray
     offset: np.ndarray

@@ -293,18 +293,3 @@ def _maybe_append_time(times: list[TimeIndexEntry], timestamp: int, offset: int)
     last_timestamp = times[-1].timestamp if times else -1
     if timestamp > last_timestamp:
         times.append(TimeIndexEntry(timestamp, offset))
-
-
-def lookup_position(entries: Sequence[OffsetIndexEntry], target_offset: int) -> int:
-    """Byte position to start scanning for ``target_offset`` (largest entry with offset <=
-    target, else position 0)."""
-    lo, hi = 0, len(entries) - 1
-    best = 0
-    while lo <= hi:
-        mid = (lo + hi) // 2
-        if entries[mid].offset <= target_offset:
-            best = entries[mid].position
-            lo = mid + 1
-        else:
-            hi = mid - 1
-    return best

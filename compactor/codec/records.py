@@ -619,17 +619,3 @@ def empty_batch_like(batch: RecordBatch) -> bytes:
             max_timestamp=batch.max_timestamp,
         )
     )
-
-
-def with_partition_leader_epoch(entry: bytes, epoch: int) -> bytes:
-    """A copy of a v2 batch with bytes 12-15 replaced (not covered by the CRC)."""
-    return entry[:12] + struct.pack(">i", epoch) + entry[16:]
-
-
-def with_attributes(entry: bytes, attributes: int) -> bytes:
-    """A copy of a v2 batch with new attributes and a recomputed CRC (for tests and tools
-    that must set bits producer-side builders cannot, e.g. control or delete horizon)."""
-    patched = bytearray(entry)
-    struct.pack_into(">h", patched, CRC_START, attributes)
-    _CRC_FIELD.pack_into(patched, 17, crc32c.crc32c(bytes(patched[CRC_START:])))
-    return bytes(patched)

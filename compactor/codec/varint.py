@@ -56,16 +56,6 @@ def encode(value: int) -> bytes:
     return encode_unsigned(((value << 1) ^ (value >> 63)) & 0xFFFFFFFFFFFFFFFF)
 
 
-def size_of(value: int) -> int:
-    """Number of bytes ``encode(value)`` produces."""
-    unsigned = ((value << 1) ^ (value >> 63)) & 0xFFFFFFFFFFFFFFFF
-    size = 1
-    while unsigned >= 0x80:
-        unsigned >>= 7
-        size += 1
-    return size
-
-
 def decode(data: bytes | bytearray | memoryview, pos: int) -> tuple[int, int]:
     """Decode one zig-zag varint starting at ``pos``.
 

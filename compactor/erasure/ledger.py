@@ -37,7 +37,7 @@ import pyarrow as pa
 from compactor.erasure.rules import ALL_TOPICS, DONE, STATUSES, VERIFIED, ErasureRequest
 from compactor.errors import CompactorError, ConfigError, LedgerError, first_line
 from compactor.log import storage
-from schemas.delta import ERASURE_REQUESTS, ERASURE_REQUESTS_TABLE, RUNS, RUNS_TABLE
+from compactor.schemas.delta import ERASURE_REQUESTS, ERASURE_REQUESTS_TABLE, RUNS, RUNS_TABLE
 
 P = ParamSpec("P")
 R = TypeVar("R")

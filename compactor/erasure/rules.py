@@ -73,7 +73,7 @@ def default_request_id(topic: str, selector: str, header_name: str | None, diges
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ErasureRequest:
-    """One subject to erase (a row of ``erasure_requests``, ``schemas.delta``)."""
+    """One subject to erase (a row of ``erasure_requests``, ``compactor.schemas.delta``)."""
 
     request_id: str
     topic: str

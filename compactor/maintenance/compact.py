@@ -333,7 +333,7 @@ def run_locked(session: LazySession, opts: MaintenanceOptions, catalog: Catalog)
             rest = {i: p for i, p in to_clean.items() if i not in written}
             if rest:
                 messages += spark_stages.write_cleaned_segments(
-                    spark, inputs, rest, fsync=opts.fsync,
+                    spark, inputs, rest,
                     writer=opts.writer, on_stage=stages.done,
                     headers=headers)
             if to_clean:
@@ -376,7 +376,7 @@ def _plan(spark: SparkSession, inputs: dict[int, PartitionInput],
              if fits_one_group(inp.segments, inp.config.segment_bytes,
                                inp.config.segment_index_bytes)}
     plans, errors, messages = spark_stages.clean_in_one_pass(
-        spark, small, write=not opts.dry_run, fsync=opts.fsync, writer=opts.writer)
+        spark, small, write=not opts.dry_run, writer=opts.writer)
     stages.done("one_pass")
     again = {i for i, p in plans.items() if p.will_clean and len(p.groups) > 1}
     rest = {i: inp for i, inp in inputs.items()

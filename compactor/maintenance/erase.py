@@ -42,7 +42,7 @@ from compactor.erasure.rules import (
     place_key,
     superseded_by_erased,
 )
-from compactor.errors import EXIT_FAILURE, EXIT_OK, EXIT_PARTIAL, CompactorError, ConfigError
+from compactor.errors import CompactorError, ConfigError
 from compactor.log import storage, swap
 from compactor.log.layout import (
     DELETE,
@@ -57,15 +57,11 @@ from compactor.log.layout import (
     recover_partitions,
 )
 from compactor.maintenance.options import MaintenanceOptions, load_catalog, state_store
-from compactor.maintenance.report import Outcome
+from compactor.maintenance.report import ErasureOutcome, RunStatus
 from compactor.model import TopicPartition
 from compactor.spark import ledger as spark_ledger
 from compactor.spark import stages as spark_stages
 from compactor.spark.session import LazySession
-
-# a directory whose topic's cleanup.policy or remote.storage.enable is not known: left as it
-# is, and no request that covers it is applied or verified there
-BLOCKED = "blocked"
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -303,7 +299,7 @@ def _session(spark: SparkSession | None, master: str | None, state_dir: str) -> 
 
 
 def apply(spark: SparkSession | None, log_dir: str, state_dir: str, now_ms: int, *,
-          master: str | None = None, fsync: bool = True, metadata_log_dir: str | None = None,
+          master: str | None = None, metadata_log_dir: str | None = None,
           server_properties: str | None = None, assume_kafka_defaults: bool = False,
           exclude_pending_deletes: bool = False, dry_run: bool = False) -> dict[str, Any]:
     """Erase the records of every request not yet applied here (this log dir of this
@@ -313,7 +309,7 @@ def apply(spark: SparkSession | None, log_dir: str, state_dir: str, now_ms: int,
     run_id, report = _start("apply", log_dir, state_dir, now_ms)
     report["dry_run"] = dry_run
     if ledger.pending_summary(state_dir, APPLICABLE).count == 0:
-        report["status"] = "ok"
+        report["status"] = RunStatus.OK
         return report
     started = int(time.time() * 1000)
     catalog = _catalog(log_dir, now_ms, metadata_log_dir, server_properties,
@@ -323,7 +319,7 @@ def apply(spark: SparkSession | None, log_dir: str, state_dir: str, now_ms: int,
     # a request is applied once per place: other log dirs and brokers still take it
     pending = ledger.pending_summary(state_dir, APPLICABLE, not_applied_at=here)
     if pending.count == 0:
-        report["status"] = "ok"
+        report["status"] = RunStatus.OK
         return report
     wanted = _covered(pending.topics)
     session = _session(spark, master, state_dir)
@@ -346,29 +342,32 @@ def apply(spark: SparkSession | None, log_dir: str, state_dir: str, now_ms: int,
         held = {i for i, d in dirs.items() if exclude_pending_deletes and d.kind in (DELETE, STRAY)}
         writable = {i for i in parts if i not in errors and i not in held}
         messages = {} if dry_run else _rewrite(session, log_dir, dirs, parts, plan, writable,
-                                               catalog.configs, errors, fsync=fsync)
+                                               catalog.configs, errors)
         lines: dict[int, dict[str, Any]] = {}
         for i, d in dirs.items():
             line: dict[str, Any] = d.line()
             got = messages.get(i, [])
             touched = plan.segments(i)
             if i in refused:
-                line.update(status=BLOCKED, error=refused[i])
+                line.update(status=ErasureOutcome.BLOCKED, error=refused[i])
             elif i in errors:
-                line.update(status=Outcome.CORRUPT, error=errors[i])
+                line.update(status=ErasureOutcome.CORRUPT, error=errors[i])
             elif i in held and found.matches.get(i):
-                line["status"] = "residual_copy"  # --exclude-pending-deletes: reported, kept
+                line["status"] = ErasureOutcome.RESIDUAL_COPY  # --exclude-pending-deletes
             elif dry_run:
-                line["status"] = "would_rewrite" if touched else "unchanged"
+                line["status"] = (ErasureOutcome.WOULD_REWRITE if touched
+                                  else ErasureOutcome.UNCHANGED)
             elif any(m.error for m in got):
                 for m in got:
                     swap.abort_group(d.path, m)
-                line.update(status=Outcome.FAILED, error=next(m.error for m in got if m.error))
+                line.update(status=ErasureOutcome.FAILED,
+                            error=next(m.error for m in got if m.error))
             elif (failure := swap.commit_isolated(d.path, got, parts[i].identities)) is not None:
-                line.update(status=Outcome.FAILED, error=failure.to_dict())
+                line.update(status=ErasureOutcome.FAILED, error=failure.to_dict())
             else:
-                line["status"] = "rewritten" if got else "unchanged"
-            done = line["status"] in ("rewritten", "would_rewrite")
+                line["status"] = (ErasureOutcome.REWRITTEN if got
+                                  else ErasureOutcome.UNCHANGED)
+            done = line["status"] in (ErasureOutcome.REWRITTEN, ErasureOutcome.WOULD_REWRITE)
             line.update(
                 segments=len(parts[i].segments) if i in parts else 0,
                 segments_scanned=found.segments.get(i, 0),
@@ -376,7 +375,7 @@ def apply(spark: SparkSession | None, log_dir: str, state_dir: str, now_ms: int,
                 records_matched=len({m.offset for m in found.matches.get(i, [])}),
                 segments_rewritten=len(touched) if done else 0,
                 records_erased=sum(m.records_in - m.records_out for m in got)
-                if line["status"] == "rewritten" else 0,
+                if line["status"] == ErasureOutcome.REWRITTEN else 0,
                 superseded_by_erased=plan.superseded.get(i, 0) if done else 0,
                 tombstones_left=sum(len(o) for seg in plan.tombstones.get(i, {}).values()
                                     for o in seg.values()) if done else 0,
@@ -389,8 +388,8 @@ def apply(spark: SparkSession | None, log_dir: str, state_dir: str, now_ms: int,
     report["partitions"] = list(lines.values())
     ctx = ApplyContext(
         run_id=run_id, now_ms=now_ms, place=place, key=here, unknown_topics=unknown,
-        dirs=[DirState(d.name, d.tp.topic, d.kind, lines[i]["status"] in (
-            Outcome.CORRUPT, Outcome.FAILED, BLOCKED)) for i, d in dirs.items()],
+        dirs=[DirState(d.name, d.tp.topic, d.kind, ErasureOutcome(lines[i]["status"]).is_problem)
+              for i, d in dirs.items()],
         matched=_matched(found, plan, dirs))
     result = spark_stages.request_outcomes(session(), requests, functools.partial(
         outcomes.applied_update, ctx=ctx))
@@ -401,7 +400,7 @@ def apply(spark: SparkSession | None, log_dir: str, state_dir: str, now_ms: int,
         failed = counts.get("failed", 0) > 0
         blocked = counts.get(outcomes.BLOCKED, 0) > 0
         # a dry run ends as the real run would (its exit code too), in conditional words
-        report["status"] = "failed" if failed else ("partial" if blocked else "ok")
+        report["status"] = RunStatus.of(failed=failed, partial=blocked)
         if dry_run:
             for r in report["requests"]:
                 r["status"] = DRY_RUN_STATUS[r["status"]]
@@ -411,20 +410,20 @@ def apply(spark: SparkSession | None, log_dir: str, state_dir: str, now_ms: int,
                     session(), APPLIED_COLUMNS)
         except CompactorError as err:  # the rewrites stand: say so, with the report
             rewritten = [line["dir"] for line in lines.values()
-                         if line["status"] == "rewritten"]
+                         if line["status"] == ErasureOutcome.REWRITTEN]
             report["ledger_error"] = {**err.with_remedy(
                 f"{len(rewritten)} partition(s) were rewritten ({', '.join(rewritten[:5])}) "
                 f"but the ledger does not record it: the requests stay pending; fix the "
                 f"ledger's problem and run `erase apply` again (it finds the erased records "
                 f"gone and records the requests applied)").to_dict(), "rewritten": rewritten}
-            if report["status"] == "ok":
-                report["status"] = "partial"
+            if report["status"] == RunStatus.OK:
+                report["status"] = RunStatus.PARTIAL
         return report
     finally:
         result.unpersist()
 
 
-#: the ledger columns an apply and a verify set (``schemas.spark.REQUEST_OUTCOME``)
+#: the ledger columns an apply and a verify set (``compactor.schemas.spark.REQUEST_OUTCOME``)
 APPLIED_COLUMNS = ("status", "run_id", "records_erased", "superseded_by_erased",
                    "partitions_rewritten", "segments_rewritten", "applied_at_ms",
                    "tombstones_left", "places", "failure")
@@ -475,8 +474,7 @@ DRY_RUN_STATUS = {"applied": "would_be_applied", "partially_verified": "would_be
 
 def _rewrite(spark: LazySession, log_dir: str, dirs: Mapping[int, _Dir],
              parts: Mapping[int, PartitionLog], plan: _Plan, writable: set[int],
-             configs: Mapping[str, TopicConfig], errors: dict[int, dict], *,
-             fsync: bool) -> dict[int, list]:
+             configs: Mapping[str, TopicConfig], errors: dict[int, dict]) -> dict[int, list]:
     """Write ``.cleaned`` copies of the segments holding erased records (readable
     directories only); a directory whose transaction index fails the partition-wide check
     (:func:`compactor.cleaner.verify.txn_problems`) is added to ``errors`` and left alone."""
@@ -507,7 +505,7 @@ def _rewrite(spark: LazySession, log_dir: str, dirs: Mapping[int, _Dir],
                           json.dumps(sorted(p for b, p in keep if b == base)),
                           json.dumps({str(p): sorted(o) for p, o in bare.get(base, {}).items()})))
     out: dict[int, list] = defaultdict(list)
-    for message in spark_stages.rewrite_segments(spark(), tasks, segments, fsync=fsync):
+    for message in spark_stages.rewrite_segments(spark(), tasks, segments):
         out[message.tp_id].append(message)
     return out
 
@@ -523,7 +521,7 @@ def verify(spark: SparkSession | None, log_dir: str, state_dir: str, now_ms: int
     run_id, report = _start("verify", log_dir, state_dir, now_ms)
     pending = ledger.pending_summary(state_dir, VERIFIABLE)
     if pending.count == 0:
-        report["status"] = "ok"
+        report["status"] = RunStatus.OK
         return report
     started = int(time.time() * 1000)
     catalog = _catalog(log_dir, now_ms, metadata_log_dir, server_properties,
@@ -552,8 +550,9 @@ def verify(spark: SparkSession | None, log_dir: str, state_dir: str, now_ms: int
         line: dict[str, Any] = {**d.line(), "segments_scanned": found.segments.get(i, 0),
                                 "records_scanned": found.records.get(i, 0),
                                 "residual_matches": len(left)}
-        line["status"] = BLOCKED if i in refused else Outcome.CORRUPT if i in errors else (
-            "residual" if line["residual_matches"] else "clean")
+        line["status"] = (ErasureOutcome.BLOCKED if i in refused else ErasureOutcome.CORRUPT
+                          if i in errors else ErasureOutcome.RESIDUAL if line["residual_matches"]
+                          else ErasureOutcome.CLEAN)
         if i in errors:
             line["error"] = errors[i]
         lines[i] = line
@@ -579,7 +578,7 @@ def verify(spark: SparkSession | None, log_dir: str, state_dir: str, now_ms: int
     failed = counts.get("failed", 0) > 0
     unverified = (counts.get("partially_verified", 0) > 0
                   or counts.get(outcomes.UNVERIFIED, 0) > 0)
-    report["status"] = "failed" if failed else ("partial" if unverified else "ok")
+    report["status"] = RunStatus.of(failed=failed, partial=unverified)
     return report
 
 
@@ -618,22 +617,22 @@ def _record(state_dir: str, action: str, run_id: str, log_dir: str, now_ms: int,
 
 
 def report_exit_code(report: Mapping[str, Any]) -> int:
-    return {"ok": EXIT_OK, "partial": EXIT_PARTIAL}.get(report["status"], EXIT_FAILURE)
+    """The exit code of an apply's or a verify's report: the shared rule of its status."""
+    return RunStatus(report["status"]).exit_code
 
 
 def verify_exit_code(state_dir: str, reports: Sequence[Mapping[str, Any]]) -> int:
     """The exit code of verifies run one after the other over a broker's log dirs: by what
     the ledger says afterwards of the requests they verified (failed: 1; not yet verified
     everywhere: 6), any run left partial by an unreadable dir (6), and any run that failed."""
-    if any(r["status"] == "failed" for r in reports):
-        return EXIT_FAILURE
+    if any(r["status"] == RunStatus.FAILED for r in reports):
+        return RunStatus.FAILED.exit_code
     statuses = ledger.statuses_by_run(state_dir, [r["run_id"] for r in reports],
                                       "verify_run_id")
-    if statuses.get("failed"):
-        return EXIT_FAILURE
     unverified = any(r.get("requests_by_outcome", {}).get(outcomes.UNVERIFIED)
                      for r in reports)
-    return EXIT_OK if set(statuses) <= DONE and not unverified else EXIT_PARTIAL
+    return RunStatus.of(failed=bool(statuses.get("failed")),
+                        partial=not set(statuses) <= DONE or unverified).exit_code
 
 
 def perform(action: str, log_dir: str, state_dir: str, now_ms: int, *, master: str | None,

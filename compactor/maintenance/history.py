@@ -9,6 +9,7 @@ from typing import Any
 
 from compactor.erasure import ledger
 from compactor.errors import ConfigError
+from compactor.maintenance.report import RunStatus
 
 _SUMMED = ("records_in", "records_out", "bytes_in", "bytes_out", "segments_deleted",
            "records_erased", "bytes_reclaimed")
@@ -77,7 +78,7 @@ def run_report(state_dir: str, run_id: str | None = None) -> dict[str, Any]:
     rows = ledger.load_runs(state_dir, [chosen["run_id"]])
     problems = sum(chosen["by_status"].get(s, 0) for s in ("corrupt", "refused", "failed"))
     head = {"log_dir": chosen["log_dir"], "now_ms": chosen["now_ms"],
-            "run_id": chosen["run_id"], "status": "partial" if problems else "ok"}
+            "run_id": chosen["run_id"], "status": RunStatus.of(partial=bool(problems))}
     steps = {command: [json.loads(r["report_json"]) for r in rows if r["command"] == command]
              for command in chosen["steps"]}
     if chosen["command"] == "run":  # a run's two steps, as its report has them

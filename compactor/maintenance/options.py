@@ -22,7 +22,6 @@ class MaintenanceOptions:
     config_all: Mapping[str, str] = field(default_factory=dict)
     config_topics: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     dry_run: bool = False  # plan and report, change nothing
-    fsync: bool = True
     writer: str = "native"  # the record engine of a round (compactor.native.WRITERS)
     topics: frozenset[str] = frozenset()  # only these topics (empty: every topic)
     metadata_log_dir: str | None = None  # holds __cluster_metadata-0 (default: the log dir)

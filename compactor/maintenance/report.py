@@ -1,6 +1,7 @@
-"""What every maintenance report shares: the outcome of one partition (its line's ``status``)
-and the codes of its ``reason``, the exit-code rule and the human line for a partition left
-alone because of a problem."""
+"""What every maintenance report shares: the outcome of one partition (its line's ``status``:
+:class:`Outcome` for compaction and retention, :class:`ErasureOutcome` for erasure) and the
+codes of its ``reason``, the run's status and its exit code (:class:`RunStatus`, one rule for
+every command), and the human line for a partition left alone because of a problem."""
 
 from __future__ import annotations
 
@@ -10,7 +11,14 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 from compactor.cluster.catalog import Catalog
-from compactor.errors import EXIT_OK, EXIT_PARTIAL, CompactorError, StorageError, is_data_problem
+from compactor.errors import (
+    EXIT_FAILURE,
+    EXIT_OK,
+    EXIT_PARTIAL,
+    CompactorError,
+    StorageError,
+    is_data_problem,
+)
 from compactor.log.layout import ForeignEntry
 
 
@@ -43,6 +51,45 @@ class Outcome(StrEnum):
         """A partition whose rewrite or swap failed: ``corrupt`` when a check refused its data,
         else ``failed`` (storage, a full disk, a conflict)."""
         return Outcome.CORRUPT if is_data_problem(code) else Outcome.FAILED
+
+
+class ErasureOutcome(StrEnum):
+    """What ``erase apply`` or ``erase verify`` did with one directory (its line's
+    ``status``)."""
+
+    REWRITTEN = "rewritten"  # apply: its segments holding matches were rewritten
+    WOULD_REWRITE = "would_rewrite"  # apply --dry-run
+    UNCHANGED = "unchanged"  # apply: no match in it
+    RESIDUAL_COPY = "residual_copy"  # apply --exclude-pending-deletes: a match kept, reported
+    CLEAN = "clean"  # verify: no record of a verified subject in it
+    RESIDUAL = "residual"  # verify: a record of a subject remains
+    CORRUPT = Outcome.CORRUPT.value
+    FAILED = Outcome.FAILED.value
+    SKIPPED = Outcome.SKIPPED.value
+    REFUSED = Outcome.REFUSED.value
+    BLOCKED = "blocked"  # its topic's configs are not known: neither erased nor counted clean
+
+    @property
+    def is_problem(self) -> bool:
+        return self in (ErasureOutcome.CORRUPT, ErasureOutcome.FAILED, ErasureOutcome.BLOCKED)
+
+
+class RunStatus(StrEnum):
+    """A whole run's ``status``, the same in every report, and its exit code: ``ok`` (0),
+    ``partial`` (a partition or request needs attention, the others were done: 6),
+    ``failed`` (what the run is for failed, e.g. an erasure request: 1)."""
+
+    OK = "ok"
+    PARTIAL = "partial"
+    FAILED = "failed"
+
+    @staticmethod
+    def of(*, failed: bool = False, partial: bool = False) -> RunStatus:
+        return RunStatus.FAILED if failed else RunStatus.PARTIAL if partial else RunStatus.OK
+
+    @property
+    def exit_code(self) -> int:
+        return {RunStatus.OK: EXIT_OK, RunStatus.PARTIAL: EXIT_PARTIAL}.get(self, EXIT_FAILURE)
 
 
 #: Every ``reason`` a partition line can carry that is not an error code (a ``corrupt``,
@@ -138,7 +185,8 @@ class LogDirReport:
         """The JSON report: the common head, ``totals``, the common tail."""
         return {
             "type": "report", "command": command, "log_dir": self.log_dir,
-            "now_ms": self.now_ms, **totals, "status": "partial" if self.exit_code else "ok",
+            "now_ms": self.now_ms, **totals,
+            "status": RunStatus.of(partial=self.exit_code != EXIT_OK),
             "recovered_partitions": self.recovered,
             "cluster": self.catalog.to_dict() if self.catalog else None,
             "foreign": [f.to_dict() for f in self.foreign],

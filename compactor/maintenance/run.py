@@ -21,6 +21,7 @@ from compactor.errors import EXIT_OK
 from compactor.log import storage
 from compactor.maintenance import compact, retain
 from compactor.maintenance.options import MaintenanceOptions, state_store
+from compactor.maintenance.report import RunStatus
 from compactor.spark import ledger as spark_ledger
 from compactor.spark.session import LazySession
 
@@ -52,7 +53,7 @@ def perform(opts: MaintenanceOptions, *, master: str | None, allow_aggressive: b
     code = max(codes) if any(c != EXIT_OK for c in codes) else EXIT_OK
     result: dict[str, Any] = {
         "type": "report", "command": "run", "log_dir": opts.log_dir, "now_ms": opts.now_ms,
-        "dry_run": opts.dry_run, "status": "ok" if code == EXIT_OK else "partial",
+        "dry_run": opts.dry_run, "status": RunStatus.of(partial=code != EXIT_OK),
         "compaction": round_report.to_dict() if round_report else None,
         "retention": retention.to_dict()}
     if state_dir and not opts.dry_run:

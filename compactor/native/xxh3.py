@@ -80,11 +80,6 @@ def _fold(a: np.uint64, b: np.uint64) -> np.uint64:
 
 
 @numba.njit(cache=True, inline="always")
-def _rotl64(x: np.uint64, r: int) -> np.uint64:
-    return (x << np.uint64(r)) | (x >> np.uint64(64 - r))
-
-
-@numba.njit(cache=True, inline="always")
 def _swap32(x: np.uint64) -> np.uint64:
     return (((x & np.uint64(0xFF)) << np.uint64(24)) | ((x & np.uint64(0xFF00)) << np.uint64(8))
             | ((x >> np.uint64(8)) & np.uint64(0xFF00)) | ((x >> np.uint64(24)) & np.uint64(0xFF)))

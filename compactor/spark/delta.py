@@ -17,14 +17,12 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
-import pyspark
 
 from compactor.errors import SparkUnavailableError
 from compactor.log import storage
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
-    from pyspark.sql.types import StructType
 
 #: the pinned releases (compactor/spark/pom.xml): delta-spark 4.4.x is built for Spark 4.2
 DELTA_VERSION = "4.4.0"
@@ -137,14 +135,6 @@ def submit_args(*, object_store: bool = False) -> list[str]:
 
 
 
-def check_pyspark() -> None:
-    """delta-spark 4.4 is built for Spark 4.2 only."""
-    if not pyspark.__version__.startswith("4.2."):
-        raise SparkUnavailableError(
-            f"delta-spark {DELTA_VERSION} needs pyspark 4.2.x, this is {pyspark.__version__}",
-            remedy="install the pinned pyspark (pyproject.toml)")
-
-
 #: delta-spark's setting whose value a commit records as ``commitInfo.userMetadata``
 USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
 
@@ -171,13 +161,6 @@ def require(spark: SparkSession) -> None:
         remedy="give spark-submit delta-spark's jars: spark-submit --jars \"$(python -m "
                "compactor.tools.jars --print)\" jobs/...; in a session of your own, also "
                + " ".join(f"--conf {k}={v}" for k, v in SESSION_CONF.items()))
-
-
-def spark_schema(schema: pa.Schema) -> StructType:
-    """A Delta table's Arrow schema (``schemas.delta``) as Spark's."""
-    from pyspark.sql.pandas.types import from_arrow_schema
-
-    return from_arrow_schema(schema)
 
 
 @contextmanager

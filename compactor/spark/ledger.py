@@ -10,8 +10,8 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from compactor.erasure import ledger
+from compactor.schemas.delta import ERASURE_REQUESTS_TABLE
 from compactor.spark import delta
-from schemas.delta import ERASURE_REQUESTS_TABLE
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -29,8 +29,8 @@ def requests_frame(spark: SparkSession, state_dir: str, statuses: frozenset[str]
 @ledger.ledger_errors("record erasure outcomes in the ledger", writes=True)
 def merge_outcomes(state_dir: str, spark: SparkSession, outcomes: DataFrame,
                    columns: Sequence[str], meta: Mapping[str, str]) -> int:
-    """MERGE the ``update`` rows of ``outcomes`` (``schemas.spark.REQUEST_OUTCOME``) into the
-    requests table with delta-spark, one commit whose ``userMetadata`` is ``meta``: each sets
+    """MERGE the ``update`` rows of ``outcomes`` (``compactor.schemas.spark.REQUEST_OUTCOME``) into
+    the requests table with delta-spark, one commit whose ``userMetadata`` is ``meta``: each sets
     ``columns`` of its request where the request is still in the status it was computed from
     (a retry or cancel committed meanwhile is not overwritten). Returns the rows updated."""
     return delta.merge_outcomes(spark, ledger.table_path(state_dir, ERASURE_REQUESTS_TABLE),

@@ -1,6 +1,6 @@
 """Dataclass values to Spark rows and back, generated from the dataclass fields and the row
-schema (``schemas.spark``) instead of written out per type: a column takes the attribute of
-the same name (a property works too: derived columns such as ``dirty_ratio``), converted by the
+schema (``compactor.schemas.spark``) instead of written out per type: a column takes the attribute
+of the same name (a property works too: derived columns such as ``dirty_ratio``), converted by the
 column's type; reading back fills the fields the row has, converted by their annotations.
 
 Conversions: tuples <-> arrays (nested), ``IntEnum`` <-> integer columns, mappings (and ``dict |

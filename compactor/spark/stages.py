@@ -20,9 +20,9 @@ from compactor.cleaner.policy import BatchHeader, CleaningPlan, PartitionInput
 from compactor.config import TopicConfig
 from compactor.erasure.sketch import DigestFilter
 from compactor.model import CommitMessage, SegmentInfo
+from compactor.schemas.spark import ERASURE_TASK, GROUP_SLOT, SEGMENT_TASK
 from compactor.spark import transforms
 from compactor.spark.progress import spark_step
-from schemas.spark import ERASURE_TASK, GROUP_SLOT, SEGMENT_TASK
 
 SHUFFLE_SETTINGS = ("spark.sql.adaptive.coalescePartitions.enabled",
                     "spark.sql.shuffle.partitions")
@@ -89,7 +89,7 @@ def segment_tasks(spark: SparkSession, partitions: Mapping[int, HasSegments]) ->
 
 
 def write_cleaned_segments(spark: SparkSession, inputs: Mapping[int, PartitionInput],
-                           plans: Mapping[int, CleaningPlan], *, fsync: bool = True,
+                           plans: Mapping[int, CleaningPlan], *,
                            writer: str = "native",
                            on_stage: Callable[[str], None] | None = None,
                            headers: DataFrame | None = None) -> list[CommitMessage]:
@@ -115,7 +115,7 @@ def write_cleaned_segments(spark: SparkSession, inputs: Mapping[int, PartitionIn
     persisted: list[DataFrame] = []
     if whole:
         writes.append(headers.transform(transforms.rewrite_whole_partitions(
-            cleaning, whole, slots, fsync=fsync, writer=writer)))
+            cleaning, whole, slots, writer=writer)))
     if mapped:
         decisions = headers.transform(transforms.decide_batches(cleaning, mapped)).persist()
         with spark_step(spark, "offset_map",
@@ -126,7 +126,7 @@ def write_cleaned_segments(spark: SparkSession, inputs: Mapping[int, PartitionIn
                           .transform(transforms.superseded_records)).persist()
             superseded.count()
         persisted += [decisions, superseded]
-        writes.append(transforms.rewrite_groups(cleaning, mapped, slots, fsync=fsync,
+        writes.append(transforms.rewrite_groups(cleaning, mapped, slots,
                                                 writer=writer)(decisions, superseded))
     if on_stage:
         on_stage("offset_map")
@@ -184,7 +184,7 @@ def balanced_bins(sizes: Mapping[int, int], count: int) -> list[list[int]]:
 
 
 def clean_in_one_pass(spark: SparkSession, inputs: Mapping[int, PartitionInput], *,
-                      write: bool, fsync: bool = True, writer: str = "native"
+                      write: bool, writer: str = "native"
                       ) -> tuple[dict[int, CleaningPlan], dict[int, dict], list[CommitMessage]]:
     """Scan, plan and (when ``write``) write the partitions in one Spark job of one stage,
     a task per bin of partitions (:func:`transforms.clean_in_one_pass`): for partitions
@@ -206,7 +206,7 @@ def clean_in_one_pass(spark: SparkSession, inputs: Mapping[int, PartitionInput],
                          4 * spark.sparkContext.defaultParallelism)
     with spark_step(spark, "one_pass", total_bytes=input_bytes(inputs)):
         rows = (spark.range(len(bins), numPartitions=len(bins))
-                .transform(transforms.clean_in_one_pass(inputs, bins, write=write, fsync=fsync,
+                .transform(transforms.clean_in_one_pass(inputs, bins, write=write,
                                                         writer=writer))
                 .collect())
     for r in rows:
@@ -367,14 +367,14 @@ def key_offsets(spark: SparkSession, parts: Mapping[int, HasSegments],
 
 
 def rewrite_segments(spark: SparkSession, tasks: Sequence[tuple[Any, ...]],
-                     segments: Mapping[tuple[int, int], tuple[str, SegmentInfo, TopicConfig]],
-                     *, fsync: bool) -> list[CommitMessage]:
-    """Write the erased copy of each segment of ``tasks`` (``schemas.spark.ERASURE_TASK``
+                     segments: Mapping[tuple[int, int], tuple[str, SegmentInfo, TopicConfig]]
+                     ) -> list[CommitMessage]:
+    """Write the erased copy of each segment of ``tasks`` (``compactor.schemas.spark.ERASURE_TASK``
     rows) as ``.cleaned`` files; one commit message per segment."""
     df = spark.createDataFrame(list(tasks), ERASURE_TASK).repartition(
         max(1, min(len(tasks), spark.sparkContext.defaultParallelism * 2)))
     total = sum(segments[(t[0], t[1])][1].size_bytes for t in tasks
                 if (t[0], t[1]) in segments)
     with spark_step(spark, "erase_rewrite", total_bytes=total):
-        rows = df.transform(transforms.rewrite_erased(segments, fsync=fsync)).collect()
+        rows = df.transform(transforms.rewrite_erased(segments)).collect()
     return [transforms.message_from_row(r) for r in rows]

@@ -63,9 +63,7 @@ from compactor.log import storage
 from compactor.log.layout import index_files
 from compactor.model import SegmentInfo
 from compactor.native import engine as record_engine
-from compactor.spark import rows
-from compactor.spark.writer import CommitMessage, write_erased_segment, write_group
-from schemas.spark import (
+from compactor.schemas.spark import (
     BATCH_HEADER,
     COMMIT_MESSAGE,
     DECISION,
@@ -78,6 +76,8 @@ from schemas.spark import (
     REQUEST_OUTCOME,
     SUPERSEDED,
 )
+from compactor.spark import rows
+from compactor.spark.writer import CommitMessage, write_erased_segment, write_group
 
 Transform = Callable[[DataFrame], DataFrame]
 
@@ -204,14 +204,14 @@ def plan_rounds(inputs: Mapping[int, PartitionInput]) -> Transform:
 
 
 def _write_one_group(tp_id: int, inp: PartitionInput, plan: CleaningPlan,
-                     headers: Sequence[BatchHeader], *, fsync: bool, writer: str) -> dict:
+                     headers: Sequence[BatchHeader], *, writer: str) -> dict:
     """Decide the batches of a round of one group and write the group: its ``COMMIT_MESSAGE``
     row (every key's latest record is in the group itself, so no record is superseded from
     outside it, see :func:`compactor.spark.stages.write_cleaned_segments`)."""
     (group,) = plan.groups
     decided = inp.decide(plan, headers)
     m = write_group(inp, group, {(h.segment_base, h.position): d for h, d in decided}, set(),
-                    first_dirty=plan.first_dirty_offset, engine=record_engine(writer), fsync=fsync)
+                    first_dirty=plan.first_dirty_offset, engine=record_engine(writer))
     return message_to_row(tp_id, m)
 
 
@@ -342,7 +342,7 @@ def superseded_records(keyed: DataFrame) -> DataFrame:
 
 
 def rewrite_groups(inputs: Mapping[int, PartitionInput], plans: Mapping[int, CleaningPlan],
-                   slots: DataFrame, *, fsync: bool = True,
+                   slots: DataFrame, *,
                    writer: str = "native") -> Callable[[DataFrame, DataFrame], DataFrame]:
     """(batch decisions, superseded records) -> one ``COMMIT_MESSAGE`` row per group,
     written by the executor that holds the group's rows (one task per ``GROUP_SLOT``)."""
@@ -356,8 +356,7 @@ def rewrite_groups(inputs: Mapping[int, PartitionInput], plans: Mapping[int, Cle
         group = next(g for g in plan.groups if g[0] == group_base)
         m = write_group(inputs[tp_id], group, _decisions_from_arrow(decisions),
                         set(superseded.column("offset").to_pylist()),
-                        first_dirty=plan.first_dirty_offset, engine=record_engine(writer),
-                        fsync=fsync)
+                        first_dirty=plan.first_dirty_offset, engine=record_engine(writer))
         return pa.Table.from_pylist([message_to_row(tp_id, m)], schema=_COMMIT_ARROW)
 
     slotted = with_slots(slots)
@@ -369,7 +368,7 @@ def rewrite_groups(inputs: Mapping[int, PartitionInput], plans: Mapping[int, Cle
 
 def rewrite_whole_partitions(inputs: Mapping[int, PartitionInput],
                              plans: Mapping[int, CleaningPlan], slots: DataFrame, *,
-                             fsync: bool = True, writer: str = "native") -> Transform:
+                             writer: str = "native") -> Transform:
     """Batch headers -> one ``COMMIT_MESSAGE`` row per partition of ``plans``, each a round of
     one group: the task that holds the partition's headers decides its batches and writes the
     group (:func:`_write_one_group`).
@@ -382,7 +381,7 @@ def rewrite_whole_partitions(inputs: Mapping[int, PartitionInput],
     def rewrite(table: pa.Table) -> pa.Table:
         tp_id = table.column("tp_id")[0].as_py()
         row = _write_one_group(tp_id, inputs[tp_id], plans[tp_id], _headers_from_arrow(table),
-                               fsync=fsync, writer=writer)
+                               writer=writer)
         return pa.Table.from_pylist([row], schema=_COMMIT_ARROW)
 
     whole = list(plans)
@@ -393,7 +392,7 @@ def rewrite_whole_partitions(inputs: Mapping[int, PartitionInput],
 
 
 def clean_in_one_pass(inputs: Mapping[int, PartitionInput], bins: Sequence[Sequence[int]], *,
-                      write: bool, fsync: bool = True, writer: str = "native") -> Transform:
+                      write: bool, writer: str = "native") -> Transform:
     """Bin numbers (``spark.range`` rows, ``id``) -> one ``ONE_PASS`` row per partition of the
     bin: the task scans the partition's batch headers segment by segment (the checks of
     :func:`check_segment`), plans its round and, when ``write`` and the round is one group,
@@ -426,7 +425,7 @@ def clean_in_one_pass(inputs: Mapping[int, PartitionInput], bins: Sequence[Seque
         plan = inp.plan(headers)
         message = None
         if write and plan.will_clean and len(plan.groups) == 1:
-            message = _write_one_group(tp_id, inp, plan, headers, fsync=fsync, writer=writer)
+            message = _write_one_group(tp_id, inp, plan, headers, writer=writer)
         return {"tp_id": tp_id, "plan": plan_to_row(tp_id, plan), "message": message}
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -552,8 +551,8 @@ def scan_key_offsets(wanted: Mapping[int, frozenset[bytes]]) -> Transform:
     return lambda tasks: tasks.mapInArrow(storage.portable(scan), KEY_OFFSET)
 
 
-def rewrite_erased(segments: Mapping[tuple[int, int], tuple[str, SegmentInfo, TopicConfig]], *,
-                   fsync: bool = True) -> Transform:
+def rewrite_erased(segments: Mapping[tuple[int, int], tuple[str, SegmentInfo, TopicConfig]]
+                   ) -> Transform:
     """``ERASURE_TASK`` rows -> one ``COMMIT_MESSAGE`` row per segment, written by the executor
     (:func:`compactor.spark.writer.write_erased_segment`).
 
@@ -570,7 +569,7 @@ def rewrite_erased(segments: Mapping[tuple[int, int], tuple[str, SegmentInfo, To
                               for p, offsets in json.loads(row["tombstone_json"]).items()}
                 m = write_erased_segment(pdir, seg, erased,
                                          set(json.loads(row["retain_empty_json"])),
-                                         cfg, tombstones=tombstones, fsync=fsync)
+                                         cfg, tombstones=tombstones)
                 yield pa.RecordBatch.from_pylist([message_to_row(row["tp_id"], m)],
                                                  schema=_COMMIT_ARROW)
 

@@ -1,6 +1,6 @@
 """Executor side of a round: rewrite one group of source segments into one ``.cleaned`` segment
 with its indexes, durably, and describe it in a picklable commit message. Nothing here renames
-or deletes a live file: the driver commits (``compactor/commit.py``).
+or deletes a live file: the driver commits (``compactor/log/swap.py``).
 """
 
 from __future__ import annotations
@@ -41,7 +41,6 @@ def write_group(
     *,
     first_dirty: int,
     engine: Engine,
-    fsync: bool = True,
 ) -> CommitMessage:
     """Rewrite the source segments ``source_bases`` into one ``.cleaned`` segment.
 
@@ -62,8 +61,7 @@ def write_group(
     started = time.perf_counter()
     group_base = source_bases[0]
     try:
-        message = _write(inp, tuple(source_bases), decisions, superseded, first_dirty, fsync,
-                         engine)
+        message = _write(inp, tuple(source_bases), decisions, superseded, first_dirty, engine)
     except CompactorError as err:
         remove_cleaned(inp.path, group_base)
         return CommitMessage(group_base=group_base, source_bases=tuple(source_bases),
@@ -94,7 +92,7 @@ class _Decided:
 
 def _write(inp: PartitionInput, source_bases: tuple[int, ...],
            decisions: Mapping[tuple[int, int], BatchDecision], superseded: Collection[int],
-           first_dirty: int, fsync: bool, engine: Engine) -> CommitMessage:
+           first_dirty: int, engine: Engine) -> CommitMessage:
     """Two passes over the group. Newest batch first, every record's fate is decided with
     the keys seen later in the group (:func:`_decide`); only what goes is kept. Then oldest
     first, the batches are filtered and streamed into the ``.cleaned`` log, so neither a
@@ -176,7 +174,7 @@ def _write(inp: PartitionInput, source_bases: tuple[int, ...],
 
     message = _write_cleaned(inp.path, source_bases, by_base[source_bases[0]].log_path,
                              outputs(), decided.last_batch, config,
-                             mtime_ms=by_base[source_bases[-1]].mtime_ms, fsync=fsync,
+                             mtime_ms=by_base[source_bases[-1]].mtime_ms,
                              tally=tally)
     return replace(message, writer=rewrite.path)
 
@@ -273,7 +271,6 @@ def write_erased_segment(
     config: TopicConfig,
     *,
     tombstones: Mapping[int, Collection[int]] | None = None,
-    fsync: bool = True,
 ) -> CommitMessage:
     """Rewrite one segment without the erased records, as a ``.cleaned`` segment (executor
     side of ``erase apply``; the driver swaps it in like a one-segment compaction group).
@@ -294,7 +291,7 @@ def write_erased_segment(
     base = segment.base_offset
     try:
         message = _write_erased(partition_dir, segment, erased, retain_empty, config,
-                                tombstones or {}, fsync)
+                                tombstones or {})
     except CompactorError as err:
         remove_cleaned(partition_dir, base)
         return CommitMessage(group_base=base, source_bases=(base,), error=err.to_dict(),
@@ -304,7 +301,7 @@ def write_erased_segment(
 
 def _write_erased(partition_dir: str, segment: SegmentInfo, erased: Mapping[int, Collection[int]],
                   retain_empty: Collection[int], config: TopicConfig,
-                  tombstones: Mapping[int, Collection[int]], fsync: bool) -> CommitMessage:
+                  tombstones: Mapping[int, Collection[int]]) -> CommitMessage:
     base = segment.base_offset
     tally = _Tally()
 
@@ -343,7 +340,7 @@ def _write_erased(partition_dir: str, segment: SegmentInfo, erased: Mapping[int,
     # one source segment: the placeholder of a group's end (which needs the last source
     # batch) never applies
     message = _write_cleaned(partition_dir, (base,), segment.log_path, outputs(), None, config,
-                             mtime_ms=segment.mtime_ms, fsync=fsync, tally=tally,
+                             mtime_ms=segment.mtime_ms, tally=tally,
                              txn_entries=txn_entries)
     expected = sum(len(v) for v in erased.values())
     found = tally.dropped["erased"]
@@ -358,8 +355,7 @@ def _write_erased(partition_dir: str, segment: SegmentInfo, erased: Mapping[int,
 def _write_cleaned(partition_dir: str, source_bases: tuple[int, ...], log_path: str,
                    outputs: Iterable[tuple[bytes, RecordBatch | None, AbortedTxn | None]],
                    last_batch: RecordBatch | None, config: TopicConfig, *, mtime_ms: int,
-                   fsync: bool, tally: _Tally,
-                   txn_entries: Sequence[AbortedTxn] = ()) -> CommitMessage:
+                   tally: _Tally, txn_entries: Sequence[AbortedTxn] = ()) -> CommitMessage:
     """Stream the output batches into the ``.cleaned`` log, then write its indexes (a
     ``.txnindex`` only when it has entries), all durably with ``mtime_ms``, and describe them
     in a commit message (``tally`` is complete once ``outputs`` is exhausted).
@@ -371,8 +367,8 @@ def _write_cleaned(partition_dir: str, source_bases: tuple[int, ...], log_path: 
     """
     base = source_bases[0]
     entries = list(txn_entries)
-    with storage.open_durable(cleaned_path(partition_dir, base, LOG_SUFFIX), mtime_ms=mtime_ms,
-                              fsync=fsync) as write:
+    with storage.open_durable(cleaned_path(partition_dir, base, LOG_SUFFIX),
+                              mtime_ms=mtime_ms) as write:
         builder = SegmentBuilder(base, write)
         for entry, copied_from, txn_entry in outputs:
             builder.append(entry, copied_from)
@@ -397,7 +393,7 @@ def _write_cleaned(partition_dir: str, source_bases: tuple[int, ...], log_path: 
                          (TXN_INDEX_SUFFIX, files.txn_index)):
         if data or suffix != TXN_INDEX_SUFFIX:
             storage.write_durable(cleaned_path(partition_dir, base, suffix), data,
-                                  mtime_ms=mtime_ms, fsync=fsync)
+                                  mtime_ms=mtime_ms)
             written.append(suffix)
     return CommitMessage(
         group_base=base, source_bases=source_bases, cleaned_suffixes=tuple(written),

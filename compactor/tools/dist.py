@@ -1,6 +1,7 @@
-"""Build the ``--py-files`` archive of the Spark jobs: the ``compactor``, ``schemas`` and
-``jobs`` packages, zipped (sources only, no bytecode), so executors of any cluster import the
-same code as the driver.
+"""Build the ``--py-files`` archive of the Spark jobs: the ``compactor`` package with the
+repository's ``schemas/`` as ``compactor.schemas`` (as the wheel installs it), zipped (sources
+only, no bytecode), so executors of any cluster import the same code as the driver. The jobs
+themselves (``jobs/*.py``) are given to spark-submit by path.
 
     python -m compactor.tools.dist dist/kafka_compactor.zip
 """
@@ -12,7 +13,8 @@ import sys
 import zipfile
 from pathlib import Path
 
-PACKAGES = ("compactor", "schemas", "jobs")
+#: the repository's folders and where each goes in the archive
+PACKAGES = {"compactor": "compactor", "schemas": "compactor/schemas"}
 
 
 def build(out: str, root: str | None = None) -> list[str]:
@@ -22,9 +24,9 @@ def build(out: str, root: str | None = None) -> list[str]:
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     tmp = out + ".tmp"
     with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
-        for package in PACKAGES:
+        for package, at in PACKAGES.items():
             for path in sorted((base / package).rglob("*.py")):
-                name = path.relative_to(base).as_posix()
+                name = f"{at}/{path.relative_to(base / package).as_posix()}"
                 zf.write(path, name)
                 names.append(name)
     os.replace(tmp, out)

@@ -81,7 +81,9 @@ def test_compaction_and_erasure_on_a_cluster_equal_local_mode(
         standalone: local_cluster.Cluster, tmp_path: Path,
                 capsys: pytest.CaptureFixture[str]) -> None:
     py_files = str(tmp_path / "kafka_compactor.zip")
-    assert "jobs/compact.py" in build(py_files)
+    names = build(py_files)  # the package, with schemas/ as compactor.schemas as installed
+    assert "compactor/schemas/spark.py" in names and not any(
+        n.startswith(("jobs/", "schemas/")) for n in names)
     on_cluster, local = tmp_path / "cluster-logs", tmp_path / "local-logs"
     generate(str(on_cluster), GEN)
     shutil.copytree(on_cluster, local)

@@ -18,7 +18,7 @@ from deltalake import DeltaTable
 
 from compactor.erasure import ledger, rules
 from compactor.log import storage
-from schemas.delta import ERASURE_REQUESTS_TABLE, RUNS_TABLE
+from compactor.schemas.delta import ERASURE_REQUESTS_TABLE, RUNS_TABLE
 
 pytestmark = [pytest.mark.slow]
 

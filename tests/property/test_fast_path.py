@@ -24,7 +24,7 @@ from compactor.codec.segment import iter_batches
 from compactor.native import engine, fast, kernels
 from compactor.spark.writer import write_group
 from compactor.tools.generator import DEFAULT_START_MS, GeneratorConfig, generate
-from tests.helpers import reference_round
+from tests.helpers import reference_round, varint_size
 from tests.property.strategies import new_batches
 
 NOW_MS = DEFAULT_START_MS + 3 * 86_400_000
@@ -66,7 +66,7 @@ def test_kernel_varints_match_the_pure_codec(values) -> None:
     pos = 0
     for v in values:
         pos = kernels._put_varint(out, pos, v)
-        assert kernels._varint_size(v) == varint.size_of(v)
+        assert kernels._varint_size(v) == varint_size(v)
     assert out[:pos].tobytes() == b"".join(varint.encode(v) for v in values)
     pos = 0
     for v in values:
@@ -121,7 +121,7 @@ def test_a_group_written_natively_is_byte_identical_to_the_pure_path(tmp_path: P
                                segments=tuple(replace(s, log_path=str(root / name / Path(
                                    s.log_path).name)) for s in inp.segments))
                 m = write_group(part, group, decisions, superseded,
-                                first_dirty=ref.plan.first_dirty_offset, fsync=False,
+                                first_dirty=ref.plan.first_dirty_offset,
                                 engine=engine(label))
                 assert m.error is None, m.error
                 messages[label] = replace(m, seconds=0.0, writer="")
@@ -244,7 +244,7 @@ def same_error_on_both_paths(inp, logs, plan, group, name: str, segment: str,
                        segments=tuple(replace(s, log_path=str(root / name / Path(
                            s.log_path).name)) for s in inp.segments))
         m = write_group(part, group, decisions, set(), first_dirty=plan.first_dirty_offset,
-                        fsync=False, engine=engine(label))
+                        engine=engine(label))
         assert m.error is not None, f"the {label} writer carried the batch into its output"
         errors[label] = {k: v for k, v in m.error.items() if k != "path"}
         assert m.error["path"].endswith(segment)

@@ -24,8 +24,8 @@ from compactor.codec.compression import Codec
 from compactor.codec.segment import iter_batches
 from compactor.errors import EXIT_CONFIG, EXIT_FAILURE, EXIT_OK
 from compactor.model import TopicPartition
+from compactor.schemas.delta import ERASURE_REQUESTS, RUNS
 from compactor.tools.generator import DEFAULT_START_MS, GeneratorConfig, generate
-from schemas.delta import ERASURE_REQUESTS, RUNS
 from tests.crash import ERASE_APPLY_CRASHER
 from tests.helpers import (
     cli_json,

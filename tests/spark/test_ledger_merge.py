@@ -9,8 +9,8 @@ import pytest
 from deltalake import DeltaTable
 
 from compactor.erasure import ledger, rules
+from compactor.schemas.spark import REQUEST_OUTCOME
 from compactor.spark import ledger as spark_ledger
-from schemas.spark import REQUEST_OUTCOME
 
 pytestmark = pytest.mark.spark
 

@@ -27,11 +27,7 @@ from compactor.errors import CompactorError
 from compactor.log.layout import load_partition, read_aborted_txns
 from compactor.model import SegmentInfo
 from compactor.native import engine
-from compactor.spark import transforms
-from compactor.spark.stages import group_slots
-from compactor.spark.writer import write_erased_segment, write_group
-from compactor.tools.generator import DEFAULT_START_MS
-from schemas.spark import (
+from compactor.schemas.spark import (
     BATCH_HEADER,
     COMMIT_MESSAGE,
     DECISION,
@@ -44,6 +40,10 @@ from schemas.spark import (
     SEGMENT_TASK,
     SUPERSEDED,
 )
+from compactor.spark import transforms
+from compactor.spark.stages import group_slots
+from compactor.spark.writer import write_erased_segment, write_group
+from compactor.tools.generator import DEFAULT_START_MS
 
 pytestmark = pytest.mark.spark
 
@@ -269,15 +269,14 @@ def test_rewrite_groups_equals_the_writer_called_directly(spark, partition: Part
         BATCH_HEADER)
     decisions = headers.transform(transforms.decide_batches(inputs, plans))
     superseded = spark.createDataFrame(superseded_rows, SUPERSEDED)
-    got = transforms.rewrite_groups(inputs, plans, slots, fsync=False)(decisions, superseded)
+    got = transforms.rewrite_groups(inputs, plans, slots)(decisions, superseded)
 
     by_batch = {(h.segment_base, h.position): d for h, d in decided}
     expected = []
     for group in plan.groups:
         offsets = {o for _, g, o in superseded_rows if g == group[0]}
         message = write_group(twin, group, by_batch, offsets,
-                              first_dirty=plan.first_dirty_offset, engine=engine("native"),
-                              fsync=False)
+                              first_dirty=plan.first_dirty_offset, engine=engine("native"))
         assert message.error is None
         expected.append(transforms.message_to_row(0, message))
     assert_df_equality(_without_seconds(got),
@@ -370,13 +369,13 @@ def test_rewrite_erased_equals_the_writer_called_directly(spark, partition: Part
                       json.dumps(tombstones)))
         segments[(0, seg.base_offset)] = (partition.path, seg, partition.config)
         message = write_erased_segment(twin.path, twin_seg, erased, set(), twin.config,
-                                       tombstones=tombstones, fsync=False)
+                                       tombstones=tombstones)
         assert message.error is None
         assert message.dropped.get("erased", 0) == len(found) - 1
         expected.append(transforms.message_to_row(0, message))
     assert tasks
     got = (spark.createDataFrame(tasks, ERASURE_TASK)
-           .transform(transforms.rewrite_erased(segments, fsync=False)))
+           .transform(transforms.rewrite_erased(segments)))
     assert_df_equality(_without_seconds(got),
                        _without_seconds(spark.createDataFrame(expected, COMMIT_MESSAGE)),
                        ignore_row_order=True)
@@ -408,16 +407,14 @@ def test_clean_in_one_pass_equals_plan_and_writer_called_directly(
     decided = partition.decide(plan, headers_py)
     message = write_group(twin, plan.groups[0],
                           {(h.segment_base, h.position): d for h, d in decided}, set(),
-                          first_dirty=plan.first_dirty_offset, engine=engine("native"),
-                          fsync=False)
+                          first_dirty=plan.first_dirty_offset, engine=engine("native"))
     assert message.error is None
     several_plan = several.plan(_pure_headers(several))
     assert several_plan.will_clean and len(several_plan.groups) > 1
 
     inputs = {0: partition, 1: several, 2: corrupt}
     got = (spark.range(2, numPartitions=2)
-           .transform(transforms.clean_in_one_pass(inputs, [[1, 2], [0]], write=True,
-                                                   fsync=False))
+           .transform(transforms.clean_in_one_pass(inputs, [[1, 2], [0]], write=True))
            .withColumn("message", F.col("message").dropFields("seconds")))
     expected = spark.createDataFrame([
         (0, transforms.plan_to_row(0, plan), transforms.message_to_row(0, message), None),

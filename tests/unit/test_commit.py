@@ -36,7 +36,7 @@ def _cleaned(tmp_path: Path) -> tuple[Path, object]:
     keep = BatchDecision(retention=BatchRetention.DELETE_EMPTY, aborted=False,
                          discard_records=False, retain_deletes=True, marker_horizon=False)
     decisions = {(0, b.position): keep for b in iter_batches(data)}
-    message = write_group(inp, [0], decisions, {1}, first_dirty=0, engine=PURE, fsync=False)
+    message = write_group(inp, [0], decisions, {1}, first_dirty=0, engine=PURE)
     assert message.error is None and list(pdir.glob("*.cleaned"))
     return pdir, message
 

@@ -24,7 +24,6 @@ from compactor.codec.indexes import (
     encode_offset_index,
     encode_time_index,
     encode_txn_index,
-    lookup_position,
 )
 from compactor.model import EpochEntry, TopicPartition
 
@@ -56,11 +55,6 @@ def test_final_time_entry_and_no_timestamps() -> None:
     assert times == [TimeIndexEntry(7, 119)]
     offsets, times = build_indexes(infos([(5000, -1), (5000, -1)]), 100)
     assert times == [] and offsets == [OffsetIndexEntry(119, 5000)]
-
-
-def test_lookup_position() -> None:
-    entries = [OffsetIndexEntry(10, 100), OffsetIndexEntry(20, 200)]
-    assert [lookup_position(entries, t) for t in (0, 10, 15, 20, 99)] == [0, 100, 100, 200, 200]
 
 
 @given(st.lists(st.tuples(st.integers(min_value=61, max_value=9000),

@@ -18,12 +18,12 @@ from compactor.cleaner.policy import (
     group_segments,
     replay_producers,
 )
-from compactor.cleaner.reference import compact_partition
 from compactor.codec.indexes import AbortedTxn
 from compactor.codec.records import ControlType, NewRecord, NewRecordBatch, encode_batch
 from compactor.config import TopicConfig
 from compactor.model import SegmentInfo
 from tests.helpers import check_invariants
+from tests.reference import compact_partition
 
 NOW = 1_000_000_000
 

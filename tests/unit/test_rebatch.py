@@ -111,8 +111,7 @@ def test_a_segment_beyond_the_relative_offset_range_is_a_clear_error(tmp_path) -
                          replication_checkpoint=None, aborted_txns=(), now_ms=10)
     decisions = {(0, b.position): _decision(BatchRetention.DELETE_EMPTY)
                  for b in iter_batches(data)}
-    message = write_group(inp, [0], decisions, set(), first_dirty=0, engine=PURE,
-                          fsync=False)
+    message = write_group(inp, [0], decisions, set(), first_dirty=0, engine=PURE)
     assert message.error is not None
     assert message.error["code"] == "UNSUPPORTED_FORMAT"
     assert message.error["path"].endswith(f"{0:020d}.log") and message.error["base_offset"] == 0

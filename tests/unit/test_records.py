@@ -23,11 +23,10 @@ from compactor.codec.records import (
     marker_value,
     parse_control_record,
     rebuild_batch,
-    with_attributes,
-    with_partition_leader_epoch,
 )
 from compactor.codec.segment import decode_segment, iter_batches
 from compactor.errors import CorruptSegmentError
+from tests.helpers import with_attributes, with_partition_leader_epoch
 
 
 def one(data: bytes):

@@ -15,7 +15,7 @@ import pytest
 import compactor.errors as errors
 from compactor.cleaner.rebatch import DROP_REASONS
 from compactor.config import SOURCES
-from compactor.maintenance.report import REASONS, Outcome
+from compactor.maintenance.report import REASONS, ErasureOutcome, Outcome, RunStatus
 from compactor.retention import RetentionReason
 
 REPO = Path(__file__).resolve().parents[2]
@@ -45,6 +45,9 @@ def test_reasons_and_error_codes_match_the_code() -> None:
     statuses = (set(DEFS["round_partition"]["properties"]["status"]["enum"])
                 | set(DEFS["retention_partition"]["properties"]["status"]["enum"]))
     assert statuses == {o.value for o in Outcome}
+    assert set(DEFS["erase_partition"]["properties"]["status"]["enum"]) == {
+        o.value for o in ErasureOutcome}
+    assert set(DEFS["head"]["properties"]["status"]["enum"]) == {s.value for s in RunStatus}
 
 
 def test_readme_lists_every_status_reason_and_error_code() -> None:
@@ -52,7 +55,7 @@ def test_readme_lists_every_status_reason_and_error_code() -> None:
     listed = set(re.findall(r"^\| `([A-Za-z_]+)`", section, re.M))
     listed |= set(re.findall(r"^\| `[a-z_]+` / `([a-z_]+)`", section, re.M))
     listed |= set(re.findall(r"^\| `[a-z_]+` / `[a-z_]+` / `([a-z_]+)`", section, re.M))
-    erase = set(DEFS["erase_partition"]["properties"]["status"]["enum"])
+    erase = {o.value for o in ErasureOutcome}
     assert {o.value for o in Outcome} | erase | set(REASONS) | _error_codes() <= listed
 
 

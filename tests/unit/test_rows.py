@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from compactor.cleaner.policy import CleaningPlan, SkipReason
 from compactor.model import CommitMessage
+from compactor.schemas.spark import COMMIT_MESSAGE, PLAN
 from compactor.spark import rows
-from schemas.spark import COMMIT_MESSAGE, PLAN
 
 offsets = st.integers(min_value=0, max_value=2**62)
 plans = st.builds(

@@ -5,6 +5,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from compactor.codec import varint
+from tests.helpers import varint_size
 
 VECTORS = [
     (0, b"\x00"),
@@ -24,7 +25,7 @@ VECTORS = [
 @pytest.mark.parametrize(("value", "encoded"), VECTORS)
 def test_vectors(value: int, encoded: bytes) -> None:
     assert varint.encode(value) == encoded
-    assert varint.size_of(value) == len(encoded)
+    assert varint_size(value) == len(encoded)
     assert varint.decode(b"\xaa" + encoded + b"\xbb", 1) == (value, 1 + len(encoded))
 
 
