@@ -60,13 +60,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from compactor.cluster.metadata import (
-    METADATA_DIR_NAME,
-    METADATA_TOPIC,
-    ClusterMetadata,
-    PartitionState,
-    topic_layers_of,
-)
+from compactor.cluster.metadata import ClusterMetadata, PartitionState, topic_layers_of
 from compactor.cluster.metadata_log import load_cluster_metadata
 from compactor.codec.kraft import uuid_bytes
 from compactor.config import (
@@ -95,6 +89,7 @@ from compactor.log.layout import (
     read_properties,
     read_topic_id,
 )
+from compactor.log.names import METADATA_DIR_NAME, METADATA_TOPIC
 from compactor.model import TopicPartition
 
 METADATA_LOG = "metadata_log"

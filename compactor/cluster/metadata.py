@@ -28,7 +28,6 @@ from compactor.codec.kraft import (
 )
 from compactor.codec.records import ControlType, RecordBatch
 from compactor.errors import CompactorError, CorruptMetadataError
-from compactor.log.names import METADATA_DIR_NAME, METADATA_TOPIC  # noqa: F401  (re-exported)
 
 SNAPSHOT_SUFFIX = ".checkpoint"
 # Kafka's Snapshots.filenameFromSnapshotId: 20-digit end offset, '-', 10-digit epoch

@@ -294,7 +294,7 @@ def _is_table(path: str) -> bool:
     return bool(DeltaTable.is_deltatable(path, storage_options=storage.delta_options(path)))
 
 
-def _open(path: str):  # type: ignore[no-untyped-def]
+def _open(path: str):
     """The Delta table at ``path``; on an object store with the endpoint and credentials the
     log dir's commands use (:func:`compactor.log.storage.delta_options`)."""
     from deltalake import DeltaTable
@@ -310,7 +310,7 @@ def _open(path: str):  # type: ignore[no-untyped-def]
 AUDIT_PROPERTIES = {"delta.enableExpiredLogCleanup": "false"}
 
 
-def _table(state_dir: str, name: str, schema: pa.Schema):  # type: ignore[no-untyped-def]
+def _table(state_dir: str, name: str, schema: pa.Schema):
     from deltalake import DeltaTable
 
     path = table_path(state_dir, name)
@@ -380,7 +380,7 @@ def _rows_table(rows: Sequence[Mapping[str, Any]], schema: pa.Schema) -> pa.Tabl
                                 schema=schema)
 
 
-def _commit(meta: Mapping[str, str] | None):  # type: ignore[no-untyped-def]
+def _commit(meta: Mapping[str, str] | None):
     from deltalake import CommitProperties
 
     return CommitProperties(custom_metadata=dict(meta)) if meta else None

@@ -44,7 +44,7 @@ from compactor.errors import (
 )
 from compactor.log import manifest, storage
 from compactor.log.manifest import MANIFEST_NAME
-from compactor.log.names import (  # noqa: F401  (re-exported: the layout's vocabulary)
+from compactor.log.names import (
     CLEANED_SUFFIX,
     DELETED_SUFFIX,
     INDEX_FILE_SUFFIXES,

@@ -47,7 +47,9 @@ from compactor.codec.checkpoints import (
 )
 from compactor.errors import CommitConflictError, CompactorError, ConditionFailedError
 from compactor.log import manifest, storage
-from compactor.log.layout import (
+from compactor.log.layout import cleaned_path, recover_partition, remove_cleaned, segment_path
+from compactor.log.manifest import Copy, SwapManifest, new_manifest
+from compactor.log.names import (
     DELETED_SUFFIX,
     INDEX_FILE_SUFFIXES,
     INDEX_SUFFIX,
@@ -55,12 +57,7 @@ from compactor.log.layout import (
     SNAPSHOT_SUFFIX,
     SWAP_SUFFIX,
     TIME_INDEX_SUFFIX,
-    cleaned_path,
-    recover_partition,
-    remove_cleaned,
-    segment_path,
 )
-from compactor.log.manifest import Copy, SwapManifest, new_manifest
 from compactor.model import CommitMessage, TopicPartition
 from compactor.retention import RetentionPlan
 

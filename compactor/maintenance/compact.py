@@ -23,7 +23,6 @@ from compactor.cleaner.policy import (
 )
 from compactor.cleaner.rebatch import DROP_REASONS
 from compactor.cluster.catalog import METADATA_LOG, Catalog
-from compactor.cluster.metadata import METADATA_TOPIC
 from compactor.codec.checkpoints import (
     CLEANER_OFFSET_CHECKPOINT,
     LOG_START_OFFSET_CHECKPOINT,
@@ -49,6 +48,7 @@ from compactor.log.layout import (
     read_offset_checkpoint,
     recover_partitions,
 )
+from compactor.log.names import METADATA_TOPIC
 from compactor.maintenance.options import MaintenanceOptions, load_catalog, state_store
 from compactor.maintenance.report import (
     REASONS,

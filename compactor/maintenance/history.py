@@ -10,6 +10,7 @@ from typing import Any
 from compactor.erasure import ledger
 from compactor.errors import ConfigError
 from compactor.maintenance.report import RunStatus
+from compactor.schemas.delta import RUNS_TABLE
 
 _SUMMED = ("records_in", "records_out", "bytes_in", "bytes_out", "segments_deleted",
            "records_erased", "bytes_reclaimed")
@@ -47,7 +48,7 @@ def history(state_dir: str, *, limit: int | None = None) -> list[dict[str, Any]]
     Raises:
         ConfigError: no runs table there (a mistyped ``--state-dir`` is not an empty history).
     """
-    if ledger.table_version(state_dir, ledger.RUNS_TABLE) is None:
+    if ledger.table_version(state_dir, RUNS_TABLE) is None:
         raise ConfigError("no runs recorded here (no runs Delta table)", path=state_dir,
                           remedy="check --state-dir; commands given --state-dir record their "
                                  "runs there")

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from compactor.cluster.metadata import METADATA_DIR_NAME
 from compactor.errors import CompactorError, LogDirError
 from compactor.log import storage
 from compactor.log.layout import (
@@ -17,6 +16,7 @@ from compactor.log.layout import (
     recover_partition,
     remove_stale_temporaries,
 )
+from compactor.log.names import METADATA_DIR_NAME
 
 
 @dataclass(frozen=True)

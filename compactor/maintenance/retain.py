@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from compactor.cluster.catalog import METADATA_LOG, Catalog
-from compactor.cluster.metadata import METADATA_TOPIC
 from compactor.codec.checkpoints import (
     LOG_START_OFFSET_CHECKPOINT,
     RECOVERY_POINT_CHECKPOINT,
@@ -38,6 +37,7 @@ from compactor.log.layout import (
     read_offset_checkpoint,
     recover_partitions,
 )
+from compactor.log.names import METADATA_TOPIC
 from compactor.maintenance.options import MaintenanceOptions, load_catalog
 from compactor.maintenance.report import (
     REASONS,

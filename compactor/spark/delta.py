@@ -198,7 +198,7 @@ def reach_object_store(spark: SparkSession, options: Mapping[str, str]) -> None:
             remedy="fetch the jars once with `python -m compactor.tools.jars --s3a`; under "
                    "spark-submit give it --jars \"$(python -m compactor.tools.jars --print "
                    "--s3a)\"")
-    hadoop = spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
+    hadoop = spark.sparkContext._jsc.hadoopConfiguration()
     for key, value in s3a_conf(options).items():
         hadoop.set(key.removeprefix("spark.hadoop."), value)
 

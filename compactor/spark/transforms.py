@@ -61,7 +61,7 @@ from compactor.erasure.sketch import DigestFilter, digest_words
 from compactor.errors import CompactorError
 from compactor.log import storage
 from compactor.log.layout import index_files
-from compactor.model import SegmentInfo
+from compactor.model import CommitMessage, SegmentInfo
 from compactor.native import engine as record_engine
 from compactor.schemas.spark import (
     BATCH_HEADER,
@@ -77,7 +77,7 @@ from compactor.schemas.spark import (
     SUPERSEDED,
 )
 from compactor.spark import rows
-from compactor.spark.writer import CommitMessage, write_erased_segment, write_group
+from compactor.spark.writer import write_erased_segment, write_group
 
 Transform = Callable[[DataFrame], DataFrame]
 

@@ -21,15 +21,8 @@ from compactor.codec.segment import chunk_ranges, iter_batches
 from compactor.config import TopicConfig
 from compactor.errors import CompactorError, CorruptSegmentError, UnsupportedFormatError
 from compactor.log import storage
-from compactor.log.layout import (
-    INDEX_SUFFIX,
-    LOG_SUFFIX,
-    TIME_INDEX_SUFFIX,
-    TXN_INDEX_SUFFIX,
-    cleaned_path,
-    remove_cleaned,
-    segment_path,
-)
+from compactor.log.layout import cleaned_path, remove_cleaned, segment_path
+from compactor.log.names import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX
 from compactor.model import CommitMessage, SegmentInfo
 
 

@@ -41,7 +41,7 @@ def make(out: str) -> str | None:
         generate(log_dir, GeneratorConfig(topics=("classes",), partitions=2,
                                           records_per_partition=2000, seed=1))
         spark = get_spark("local[2]", "kafka-compactor-class-archive", archive_out=partial)
-        proc = getattr(spark.sparkContext._gateway, "proc", None)  # type: ignore[attr-defined]
+        proc = getattr(spark.sparkContext._gateway, "proc", None)
         result = api.compact(log_dir, configs={"cleanup.policy": "compact"})
         spark.stop()
     if proc is None or proc.stdin is None:

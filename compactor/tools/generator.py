@@ -24,7 +24,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from compactor import progress
-from compactor.cluster.metadata import METADATA_DIR_NAME
 from compactor.codec.checkpoints import (
     LEADER_EPOCH_CHECKPOINT,
     LOG_START_OFFSET_CHECKPOINT,
@@ -64,6 +63,7 @@ from compactor.codec.snapshot import ProducerSnapshotEntry, encode_snapshot
 from compactor.config import INTERNAL_TOPIC_CONFIGS
 from compactor.errors import ConfigError, LogDirError
 from compactor.log import storage
+from compactor.log.names import METADATA_DIR_NAME
 from compactor.model import EpochEntry, TopicPartition, segment_file_prefix
 
 DEFAULT_START_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z

@@ -22,7 +22,7 @@ from compactor import progress
 from compactor.cleaner.policy import BatchHeader
 from compactor.cleaner.scan import batch_header
 from compactor.cleaner.verify import index_problems, offset_problems, txn_problems
-from compactor.cluster.metadata import METADATA_DIR_NAME, parse_snapshot_name
+from compactor.cluster.metadata import parse_snapshot_name
 from compactor.codec.checkpoints import ROOT_CHECKPOINTS
 from compactor.codec.compression import codec_name
 from compactor.codec.indexes import decode_offset_index, decode_time_index, decode_txn_index
@@ -44,11 +44,6 @@ from compactor.errors import (
 )
 from compactor.log import storage
 from compactor.log.layout import (
-    INDEX_SUFFIX,
-    LOG_SUFFIX,
-    SNAPSHOT_SUFFIX,
-    TIME_INDEX_SUFFIX,
-    TXN_INDEX_SUFFIX,
     file_offset,
     index_files,
     is_partition_dir,
@@ -58,6 +53,14 @@ from compactor.log.layout import (
     read_offset_checkpoint,
     segment_logs,
     segment_path,
+)
+from compactor.log.names import (
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    METADATA_DIR_NAME,
+    SNAPSHOT_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
 )
 from compactor.model import segment_file_prefix
 

@@ -111,7 +111,7 @@ def _record(state_dir: str, cluster: Cluster) -> None:
     storage.write_atomic(storage.join(state_dir, STATE_FILE), json.dumps(asdict(cluster)).encode())
 
 
-def _wait(ready, timeout_s: float, what: str, state_dir: str) -> None:  # type: ignore[no-untyped-def]
+def _wait(ready, timeout_s: float, what: str, state_dir: str) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if ready():
