@@ -44,13 +44,13 @@ def _number(key: str, default: float, problems: list[str]) -> float:
     return value
 
 
-def _log_dir_problems(entries: Any) -> tuple[dict[str, dict], list[str]]:
+def _log_dir_problems(entries: Any) -> tuple[dict[str, dict[str, Any]], list[str]]:
     """The valid ``maintenance.log_dirs`` by name, and what is wrong with the others."""
     if entries is None:
         return {}, []
     if not isinstance(entries, list):
         return {}, ["maintenance.log_dirs: expected a list of log dirs"]
-    out: dict[str, dict] = {}
+    out: dict[str, dict[str, Any]] = {}
     problems = []
     for i, d in enumerate(entries):
         where = f"maintenance.log_dirs[{i}]"
@@ -262,7 +262,7 @@ def spark_job(task_id: str, job: str, args: list[str], **kwargs: Any) -> SparkSu
     )
 
 
-def cluster_args(log_dir: dict) -> list[str]:
+def cluster_args(log_dir: dict[str, Any]) -> list[str]:
     """Where the cluster's own configs are: the broker's server.properties (or the explicit
     statement that it sets no log.* config), and the metadata log when neither the log dir
     nor server.properties places it."""
@@ -276,7 +276,7 @@ def cluster_args(log_dir: dict) -> list[str]:
     return args
 
 
-def maintenance_args(log_dir: dict) -> list[str]:
+def maintenance_args(log_dir: dict[str, Any]) -> list[str]:
     args = [log_dir["path"], "--json", "--now-ms", "{{ params.now_ms }}", *cluster_args(log_dir)]
     if log_dir.get("config"):
         args += ["--config-json", json.dumps(log_dir["config"], sort_keys=True)]

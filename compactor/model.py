@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 SEGMENT_NAME_DIGITS = 20
 
@@ -99,5 +100,5 @@ class CommitMessage:
     records_out: int = 0
     dropped: Mapping[str, int] = field(default_factory=dict)
     seconds: float = 0.0
-    error: dict | None = None
+    error: dict[str, Any] | None = None
     writer: str = ""

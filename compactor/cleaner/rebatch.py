@@ -15,6 +15,7 @@ import zlib
 from collections import Counter
 from collections.abc import Callable, Collection, Container, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from compactor.cleaner.policy import (
     ABORTED,
@@ -85,7 +86,7 @@ def filter_batch(batch: RecordBatch, decision: BatchDecision, dropped: Container
     if decision.retention == BatchRetention.DELETE:
         return FilteredBatch(data=None, records_in=_count(batch), records_out=0)
     records = batch.compiled_records()
-    retained: list = [r for r in records if r.offset not in dropped] if dropped else records
+    retained: list[Any] = [r for r in records if r.offset not in dropped] if dropped else records
     if tombstones:
         retained = [Record(offset=r.offset, timestamp=r.timestamp, key=r.key, value=None)
                     if r.offset in tombstones else r for r in retained]
@@ -182,7 +183,7 @@ def _count(batch: RecordBatch) -> int:
     return batch.records_count
 
 
-def _legacy_as_v2(batch: RecordBatch, retained: Sequence, decision: BatchDecision,
+def _legacy_as_v2(batch: RecordBatch, retained: Sequence[Any], decision: BatchDecision,
                   delete_horizon_ms: int | None) -> bytes | None:
     """A v0/v1 entry rewritten as a v2 batch: codec kept, CreateTime for v0, no producer,
     leader epoch -1, base offset = first retained offset. An entry that loses every record is

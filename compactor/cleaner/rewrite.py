@@ -16,7 +16,7 @@ from __future__ import annotations
 from array import array
 from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -30,7 +30,7 @@ from compactor.codec.records import RecordBatch
 PATHS = ("native", "pure", "fallback")
 
 #: a chunk decided in one call: batch positions, base offsets, fates, in file order
-Decided = tuple[Sequence[int], Sequence[int], list]
+Decided = tuple[Sequence[int], Sequence[int], list[Any]]
 #: a chunk filtered in one call: (output batch, its .txnindex entry) each, records in, out
 Filtered = tuple[list[tuple[bytes, AbortedTxn | None]], int, int]
 #: keys read from a segment: (offsets, key_hi, key_lo, batch index) columns, and the batch
@@ -55,11 +55,11 @@ class GroupRewrite(Protocol):
         """A whole chunk of a segment (at byte ``start``) decided in one call, or ``None``:
         the writer then decodes its batches and calls :meth:`decide`."""
 
-    def decide(self, newest_first: Sequence[tuple[RecordBatch, BatchDecision]]) -> list:
+    def decide(self, newest_first: Sequence[tuple[RecordBatch, BatchDecision]]) -> list[Any]:
         """The fate of each batch, given and returned newest first."""
 
     def filter_chunk(self, chunk: bytes, start: int, positions: Sequence[int],
-                     base_offsets: Sequence[int], fates: Sequence,
+                     base_offsets: Sequence[int], fates: Sequence[Any],
                      decisions: Sequence[BatchDecision], *, now_ms: int,
                      delete_retention_ms: int) -> Filtered | None:
         """Every output batch of a chunk in one call, or ``None`` (then :meth:`filter`)."""
@@ -109,8 +109,8 @@ class _PureRewrite:
                      decisions: Mapping[tuple[int, int], BatchDecision]) -> Decided | None:
         return None
 
-    def decide(self, newest_first: Sequence[tuple[RecordBatch, BatchDecision]]) -> list:
-        fates: list = []
+    def decide(self, newest_first: Sequence[tuple[RecordBatch, BatchDecision]]) -> list[Any]:
+        fates: list[Any] = []
         for goes in iter_drops(newest_first, self._superseded, self._first_dirty, self._later):
             fates.append(array("q", goes.offsets) if goes.offsets else None)
             self._reasons.update(goes.reasons)
@@ -118,7 +118,7 @@ class _PureRewrite:
         return fates
 
     def filter_chunk(self, chunk: bytes, start: int, positions: Sequence[int],
-                     base_offsets: Sequence[int], fates: Sequence,
+                     base_offsets: Sequence[int], fates: Sequence[Any],
                      decisions: Sequence[BatchDecision], *, now_ms: int,
                      delete_retention_ms: int) -> Filtered | None:
         return None

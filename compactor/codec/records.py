@@ -33,6 +33,7 @@ import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
+from typing import Any
 
 import cramjam
 import crc32c
@@ -437,7 +438,7 @@ _NULL = b"\x01"  # varint -1: a null key, value or header value
 _NO_HEADERS = b"\x00"
 
 
-def _encode_records(records: Sequence, base_offset: int, base_timestamp: int, *,
+def _encode_records(records: Sequence[Any], base_offset: int, base_timestamp: int, *,
                     relative: bool) -> bytes:
     """The records part of a v2 batch, each record with its length varint.
 
@@ -527,7 +528,7 @@ def encode_batch(batch: NewRecordBatch) -> bytes:
                   base_timestamp=base_timestamp, max_timestamp=max_timestamp)
 
 
-def rebuild_batch(source: RecordBatch, retained: Sequence, *,
+def rebuild_batch(source: RecordBatch, retained: Sequence[Any], *,
                   delete_horizon_ms: int | None) -> bytes:
     """A v2 batch rebuilt with only some of its records, the way the cleaner rebuilds it
     (Kafka's ``MemoryRecords.filterTo``): base offset, ``lastOffsetDelta``, producer fields, leader

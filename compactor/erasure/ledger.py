@@ -30,7 +30,7 @@ import sys
 import urllib.parse
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 import pyarrow as pa
 
@@ -38,6 +38,9 @@ from compactor.erasure.rules import ALL_TOPICS, DONE, STATUSES, VERIFIED, Erasur
 from compactor.errors import CompactorError, ConfigError, LedgerError, first_line
 from compactor.log import storage
 from compactor.schemas.delta import ERASURE_REQUESTS, ERASURE_REQUESTS_TABLE, RUNS, RUNS_TABLE
+
+if TYPE_CHECKING:
+    from deltalake import CommitProperties, DeltaTable
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -294,7 +297,7 @@ def _is_table(path: str) -> bool:
     return bool(DeltaTable.is_deltatable(path, storage_options=storage.delta_options(path)))
 
 
-def _open(path: str):
+def _open(path: str) -> DeltaTable:
     """The Delta table at ``path``; on an object store with the endpoint and credentials the
     log dir's commands use (:func:`compactor.log.storage.delta_options`)."""
     from deltalake import DeltaTable
@@ -310,7 +313,7 @@ def _open(path: str):
 AUDIT_PROPERTIES = {"delta.enableExpiredLogCleanup": "false"}
 
 
-def _table(state_dir: str, name: str, schema: pa.Schema):
+def _table(state_dir: str, name: str, schema: pa.Schema) -> DeltaTable:
     from deltalake import DeltaTable
 
     path = table_path(state_dir, name)
@@ -380,7 +383,7 @@ def _rows_table(rows: Sequence[Mapping[str, Any]], schema: pa.Schema) -> pa.Tabl
                                 schema=schema)
 
 
-def _commit(meta: Mapping[str, str] | None):
+def _commit(meta: Mapping[str, str] | None) -> CommitProperties | None:
     from deltalake import CommitProperties
 
     return CommitProperties(custom_metadata=dict(meta)) if meta else None

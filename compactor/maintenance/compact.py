@@ -94,7 +94,7 @@ class PartitionReport:
     dropped: dict[str, int] = field(default_factory=dict)
     expected_input_bytes: int = 0
     stages_s: dict[str, float] = field(default_factory=dict)
-    error: dict | None = None
+    error: dict[str, Any] | None = None
     config: dict[str, Any] | None = None  # the effective configs and their sources
     measured: bool = True  # False in a plan: no output figures exist (null, not 0)
     writers: dict[int, str] = field(default_factory=dict)  # group base -> the path that wrote it

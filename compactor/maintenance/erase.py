@@ -104,7 +104,7 @@ class _Scan:
     matches: dict[int, list[_Match]] = field(default_factory=dict)
     segments: dict[int, int] = field(default_factory=dict)
     records: dict[int, int] = field(default_factory=dict)
-    errors: dict[int, dict] = field(default_factory=dict)
+    errors: dict[int, dict[str, Any]] = field(default_factory=dict)
 
 
 def _scan(session: SparkSession, parts: Mapping[int, PartitionLog], dirs: Mapping[int, _Dir],
@@ -137,7 +137,7 @@ def _covered(topics: frozenset[str]) -> Callable[[str], bool]:
 
 def _load(log_dir: str, wanted: Callable[[str], bool],
           unrecovered: Mapping[str, CompactorError] | None = None) -> tuple[
-        dict[int, _Dir], dict[int, PartitionLog], dict[int, dict]]:
+        dict[int, _Dir], dict[int, PartitionLog], dict[int, dict[str, Any]]]:
     """Every directory holding data of the ``wanted`` topics (live partitions and their
     ``-future``, ``-delete`` and ``-stray`` copies), read; those in ``unrecovered`` (by name)
     and those that cannot be read come back as errors."""
@@ -146,7 +146,7 @@ def _load(log_dir: str, wanted: Callable[[str], bool],
     dirs = {i: _Dir(c.tp, c.kind, c.name, storage.join(log_dir, c.name))
             for i, c in enumerate(copies)}
     parts: dict[int, PartitionLog] = {}
-    errors: dict[int, dict] = {}
+    errors: dict[int, dict[str, Any]] = {}
     # a directory no command may touch (a duplicate, a non-canonical name) still holds the
     # subject's data: it blocks apply and verify of the requests on its topic
     for r in ld.refused_of(wanted):
@@ -474,7 +474,8 @@ DRY_RUN_STATUS = {"applied": "would_be_applied", "partially_verified": "would_be
 
 def _rewrite(spark: LazySession, log_dir: str, dirs: Mapping[int, _Dir],
              parts: Mapping[int, PartitionLog], plan: _Plan, writable: set[int],
-             configs: Mapping[str, TopicConfig], errors: dict[int, dict]) -> dict[int, list]:
+             configs: Mapping[str, TopicConfig], errors: dict[int, dict[str, Any]]
+             ) -> dict[int, list[Any]]:
     """Write ``.cleaned`` copies of the segments holding erased records (readable
     directories only); a directory whose transaction index fails the partition-wide check
     (:func:`compactor.cleaner.verify.txn_problems`) is added to ``errors`` and left alone."""
@@ -504,7 +505,7 @@ def _rewrite(spark: LazySession, log_dir: str, dirs: Mapping[int, _Dir],
                           json.dumps({str(p): sorted(o) for p, o in erased.get(base, {}).items()}),
                           json.dumps(sorted(p for b, p in keep if b == base)),
                           json.dumps({str(p): sorted(o) for p, o in bare.get(base, {}).items()})))
-    out: dict[int, list] = defaultdict(list)
+    out: dict[int, list[Any]] = defaultdict(list)
     for message in spark_stages.rewrite_segments(spark(), tasks, segments):
         out[message.tp_id].append(message)
     return out

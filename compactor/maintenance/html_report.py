@@ -175,7 +175,7 @@ def _count(lines: Sequence[Mapping[str, Any]]) -> dict[str, int]:
     return counts
 
 
-def _largest(rows: Sequence[Mapping[str, Any]], key: Any, what: str) -> tuple[list, str]:
+def _largest(rows: Sequence[Mapping[str, Any]], key: Any, what: str) -> tuple[list[Any], str]:
     """The :data:`CHART_ROWS` largest rows by ``key``, and the note saying so when some were
     left out."""
     top = sorted(rows, key=key, reverse=True)[:CHART_ROWS]

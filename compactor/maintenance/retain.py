@@ -64,7 +64,7 @@ class PartitionRetention:
     reason: str = ""
     plan: RetentionPlan | None = None
     segments_before: int = 0
-    error: dict | None = None
+    error: dict[str, Any] | None = None
     config: dict[str, Any] | None = None
     # the partition's files as listed before planning: what the deletion proves unchanged
     scanned: Mapping[str, str] = field(default_factory=dict, repr=False)

@@ -33,6 +33,7 @@ import struct
 from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import crc32c
 import numba
@@ -621,7 +622,7 @@ class NativeRewrite:
         return fates
 
     def filter_chunk(self, chunk: bytes, start: int, positions: Sequence[int],
-                     base_offsets: Sequence[int], fates: Sequence,
+                     base_offsets: Sequence[int], fates: Sequence[Any],
                      decisions: Sequence[BatchDecision], *, now_ms: int,
                      delete_retention_ms: int) -> Filtered | None:
         return filter_chunk_batches(chunk, start, positions, base_offsets, fates, decisions,

@@ -185,7 +185,8 @@ def balanced_bins(sizes: Mapping[int, int], count: int) -> list[list[int]]:
 
 def clean_in_one_pass(spark: SparkSession, inputs: Mapping[int, PartitionInput], *,
                       write: bool, writer: str = "native"
-                      ) -> tuple[dict[int, CleaningPlan], dict[int, dict], list[CommitMessage]]:
+                      ) -> tuple[dict[int, CleaningPlan], dict[int, dict[str, Any]],
+                                 list[CommitMessage]]:
     """Scan, plan and (when ``write``) write the partitions in one Spark job of one stage,
     a task per bin of partitions (:func:`transforms.clean_in_one_pass`): for partitions
     whose segments fit one group, where the header rows, plans and decisions of the general
@@ -198,7 +199,7 @@ def clean_in_one_pass(spark: SparkSession, inputs: Mapping[int, PartitionInput],
         messages of the groups written (partitions of one group that will clean).
     """
     plans: dict[int, CleaningPlan] = {}
-    errors: dict[int, dict] = {}
+    errors: dict[int, dict[str, Any]] = {}
     messages: list[CommitMessage] = []
     if not inputs:
         return plans, errors, messages
@@ -220,7 +221,7 @@ def clean_in_one_pass(spark: SparkSession, inputs: Mapping[int, PartitionInput],
 
 
 def scan_and_plan(spark: SparkSession, inputs: Mapping[int, PartitionInput]
-                  ) -> tuple[dict[int, CleaningPlan], dict[int, dict], DataFrame | None]:
+                  ) -> tuple[dict[int, CleaningPlan], dict[int, dict[str, Any]], DataFrame | None]:
     """Scan every batch header of the partitions and plan their rounds on the executors.
 
     Returns:
@@ -230,7 +231,7 @@ def scan_and_plan(spark: SparkSession, inputs: Mapping[int, PartitionInput]
         them).
     """
     plans: dict[int, CleaningPlan] = {}
-    errors: dict[int, dict] = {}
+    errors: dict[int, dict[str, Any]] = {}
     if not inputs:
         return plans, errors, None
     headers = segment_tasks(spark, inputs).transform(transforms.scan_headers).persist()

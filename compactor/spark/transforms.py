@@ -131,11 +131,11 @@ def _header_batch(tp_id: int, segment_base: int, path: str,
     try:
         headers = checked_headers(path, segment_base, next_base)
     except CompactorError as err:
-        row: dict[str, list] = {name: [None] for name in _HEADER_ARROW.names}
+        row: dict[str, list[Any]] = {name: [None] for name in _HEADER_ARROW.names}
         row.update(tp_id=[tp_id], segment_base=[segment_base], error=[json.dumps(err.to_dict())])
         return pa.RecordBatch.from_pydict(row, schema=_HEADER_ARROW)
     n = len(headers)
-    cols: dict[str, list] = {"tp_id": [tp_id] * n, "error": [None] * n}
+    cols: dict[str, list[Any]] = {"tp_id": [tp_id] * n, "error": [None] * n}
     for name in HEADER_FIELDS:
         cols[name] = [getattr(h, name) for h in headers]
     return pa.RecordBatch.from_pydict(cols, schema=_HEADER_ARROW)
@@ -167,7 +167,7 @@ def _headers_from_arrow(table: pa.Table) -> list[BatchHeader]:
     return [BatchHeader(**dict(zip(HEADER_FIELDS, values))) for values in zip(*columns)]
 
 
-def _table(rows: Sequence[tuple], schema: pa.Schema) -> pa.Table:
+def _table(rows: Sequence[tuple[Any, ...]], schema: pa.Schema) -> pa.Table:
     """Rows given as tuples in the schema's column order, as an Arrow table."""
     columns = list(zip(*rows)) if rows else [()] * len(schema)
     return pa.Table.from_arrays([pa.array(c, type=f.type) for c, f in zip(columns, schema)],
@@ -178,12 +178,12 @@ def _table(rows: Sequence[tuple], schema: pa.Schema) -> pa.Table:
 # Planning and batch decisions (per partition, sequential)
 
 
-def plan_to_row(tp_id: int, plan: CleaningPlan) -> dict:
+def plan_to_row(tp_id: int, plan: CleaningPlan) -> dict[str, Any]:
     """A plan as a ``PLAN`` row (without error)."""
     return rows.to_row(plan, PLAN, tp_id=tp_id, error=None)
 
 
-def plan_from_row(row: Mapping) -> CleaningPlan:
+def plan_from_row(row: Mapping[str, Any]) -> CleaningPlan:
     return rows.from_row(CleaningPlan, row)
 
 
@@ -204,7 +204,7 @@ def plan_rounds(inputs: Mapping[int, PartitionInput]) -> Transform:
 
 
 def _write_one_group(tp_id: int, inp: PartitionInput, plan: CleaningPlan,
-                     headers: Sequence[BatchHeader], *, writer: str) -> dict:
+                     headers: Sequence[BatchHeader], *, writer: str) -> dict[str, Any]:
     """Decide the batches of a round of one group and write the group: its ``COMMIT_MESSAGE``
     row (every key's latest record is in the group itself, so no record is superseded from
     outside it, see :func:`compactor.spark.stages.write_cleaned_segments`)."""
@@ -408,7 +408,7 @@ def clean_in_one_pass(inputs: Mapping[int, PartitionInput], bins: Sequence[Seque
         bins: the partitions (tp ids) of each bin, the unit of a task.
     """
 
-    def one(tp_id: int) -> dict:
+    def one(tp_id: int) -> dict[str, Any]:
         inp = inputs[tp_id]
         headers: list[BatchHeader] = []
         try:
@@ -437,7 +437,7 @@ def clean_in_one_pass(inputs: Mapping[int, PartitionInput], bins: Sequence[Seque
     return lambda ids: ids.mapInArrow(storage.portable(run), ONE_PASS)
 
 
-def message_to_row(tp_id: int, m: CommitMessage) -> dict:
+def message_to_row(tp_id: int, m: CommitMessage) -> dict[str, Any]:
     """A commit message as a ``COMMIT_MESSAGE`` row."""
     return rows.to_row(m, COMMIT_MESSAGE, tp_id=tp_id)
 

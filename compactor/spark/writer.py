@@ -11,6 +11,7 @@ from array import array
 from collections import Counter
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from compactor.cleaner.policy import BatchDecision, BatchRetention, PartitionInput
 from compactor.cleaner.rebatch import SegmentBuilder, filter_batch
@@ -77,9 +78,9 @@ class _Tally:
 class _Decided:
     """The backward pass's result: every batch's layout and fate, by source segment."""
 
-    layouts: dict[int, tuple[array, array]] = field(default_factory=dict)
+    layouts: dict[int, tuple[array[int], array[int]]] = field(default_factory=dict)
     chunks: dict[int, list[tuple[int, int]]] = field(default_factory=dict)  # byte ranges
-    fates: dict[int, list] = field(default_factory=dict)  # by the rewrite's own kind
+    fates: dict[int, list[Any]] = field(default_factory=dict)  # by the rewrite's own kind
     last_batch: RecordBatch | None = None
 
 
@@ -191,9 +192,9 @@ def _decide(by_base: Mapping[int, SegmentInfo], source_bases: tuple[int, ...],
         planned.setdefault(segment_base, []).append(position)
     for base in reversed(source_bases):
         path = by_base[base].log_path
-        positions: list[array] = []
-        base_offsets: list[array] = []
-        fates: list[list] = []
+        positions: list[array[int]] = []
+        base_offsets: list[array[int]] = []
+        fates: list[list[Any]] = []
         with storage.mapped(path) as data:
             # newest chunk first, each decoded whole (CRC checked) and walked newest batch
             # first: the walk holds one chunk, never the segment
@@ -223,7 +224,7 @@ def _decide(by_base: Mapping[int, SegmentInfo], source_bases: tuple[int, ...],
 
 def _decide_chunk(data: bytes, path: str, start: int, end: int, base: int,
                   decisions: Mapping[tuple[int, int], BatchDecision], decided: _Decided,
-                  rewrite: GroupRewrite) -> tuple[list[int], list[int], list]:
+                  rewrite: GroupRewrite) -> tuple[list[int], list[int], list[Any]]:
     """One chunk of the backward pass batch by batch: its batches decoded (CRC checked) and
     decided newest first. Returns their positions, base offsets and fates in file order."""
     batches = list(iter_batches(data, path=path, start_position=start, end_position=end))
@@ -236,7 +237,7 @@ def _decide_chunk(data: bytes, path: str, start: int, end: int, base: int,
     return [b.position for b in batches], [b.base_offset for b in batches], fates
 
 
-def _joined(chunks: list[array]) -> array:
+def _joined(chunks: list[array[int]]) -> array[int]:
     """Arrays of the chunks, newest chunk first, as one array in file order."""
     out = array("q")
     for chunk in reversed(chunks):

@@ -22,6 +22,7 @@ import random
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from compactor import progress
 from compactor.codec.checkpoints import (
@@ -559,7 +560,7 @@ def _write_metadata_log(out_dir: str, cfg: GeneratorConfig, topic_ids: dict[str,
     storage.make_dirs(pdir)
     clock = cfg.start_ms - 3_600_000
 
-    def rec(name: str, fields: dict, version: int = 0) -> bytes:
+    def rec(name: str, fields: dict[str, Any], version: int = 0) -> bytes:
         return encode_metadata_record(name, fields, version)
 
     def topic_records(topic: str, topic_id: str) -> list[bytes]:
@@ -615,7 +616,7 @@ def _write_metadata_log(out_dir: str, cfg: GeneratorConfig, topic_ids: dict[str,
             records=[NewRecord(offset_delta=i, timestamp=clock, key=None, value=v)
                      for i, v in enumerate(values)]))
 
-    def control(base: int, control_type: ControlType, fields: dict) -> bytes:
+    def control(base: int, control_type: ControlType, fields: dict[str, Any]) -> bytes:
         return encode_batch(NewRecordBatch(
             base_offset=base, is_control=True, partition_leader_epoch=1,
             records=[NewRecord(offset_delta=0, timestamp=clock, key=control_key(control_type),

@@ -20,7 +20,9 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from compactor.errors import CompactorError
 from compactor.log import storage
@@ -111,7 +113,7 @@ def _record(state_dir: str, cluster: Cluster) -> None:
     storage.write_atomic(storage.join(state_dir, STATE_FILE), json.dumps(asdict(cluster)).encode())
 
 
-def _wait(ready, timeout_s: float, what: str, state_dir: str) -> None:
+def _wait(ready: Callable[[], bool], timeout_s: float, what: str, state_dir: str) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if ready():
@@ -175,7 +177,7 @@ def _signal_group(pid: int, sig: int) -> None:
         pass
 
 
-def status(state_dir: str) -> dict:
+def status(state_dir: str) -> dict[str, Any]:
     cluster = load(state_dir)
     if cluster is None:
         return {"running": False}

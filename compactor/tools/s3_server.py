@@ -114,7 +114,7 @@ def running(work_dir: str, *, timeout_s: float = 60.0) -> Iterator[S3Server]:
             proc.wait()
 
 
-def _wait_until_up(server: S3Server, proc: subprocess.Popen, log_path: str,
+def _wait_until_up(server: S3Server, proc: subprocess.Popen[bytes], log_path: str,
                    timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:

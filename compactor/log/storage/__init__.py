@@ -56,12 +56,12 @@ class StorageSettings:
     break_lease: bool = False
 
     @property
-    def key(self) -> tuple:
+    def key(self) -> tuple[Any, ...]:
         return tuple(sorted(self.options.items()))
 
 
 _settings = StorageSettings()
-_stores: dict[tuple, ObjectStore] = {}
+_stores: dict[tuple[Any, ...], ObjectStore] = {}
 
 
 def configure(new: StorageSettings) -> None:

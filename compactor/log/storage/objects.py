@@ -175,7 +175,7 @@ class ObjectStore:
 
     # --- reading -------------------------------------------------------------------------
 
-    def head(self, url: str) -> dict | None:
+    def head(self, url: str) -> dict[str, Any] | None:
         bucket, key = split(url)
         if not key:
             return None
@@ -333,7 +333,7 @@ class ObjectStore:
         bucket, key = split(url)
         meta = self._metadata(mtime_ms)
         buffer = bytearray()
-        parts: list[dict] = []
+        parts: list[dict[str, Any]] = []
         upload: list[str] = []
 
         def send_part() -> None:
