@@ -68,7 +68,8 @@ demo: kernels
 	$(BIN)/compactor erase status --state-dir $(DEMO_STATE)
 	$(BIN)/compactor inspect $(DEMO_DIR) --verify
 
-# What spark-submit --py-files needs to run jobs/*.py on a cluster: our three packages, zipped.
+# What spark-submit --py-files needs to run jobs/*.py on a cluster: the compactor package (with
+# schemas/ as compactor.schemas, as the wheel installs it), zipped.
 # (Executors also need the dependencies of pyproject.toml installed in their Python.)
 dist: venv
 	$(BIN)/python -m compactor.tools.dist dist/kafka_compactor.zip
