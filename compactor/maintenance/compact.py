@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from compactor import native
 from compactor.cleaner.policy import (
     CleaningPlan,
     PartitionInput,
@@ -250,7 +251,12 @@ def run(spark: SparkSession, opts: MaintenanceOptions) -> RoundReport:
 
 def run_locked(session: LazySession, opts: MaintenanceOptions, catalog: Catalog) -> RoundReport:
     """:func:`run` for a caller that holds the log dir lock and read the catalog; the Spark
-    session is started only when a selected partition has segments to scan."""
+    session is started only when a selected partition has segments to scan.
+
+    Raises:
+        ConfigError: the native writer without numba (before anything is read or changed).
+    """
+    native.engine(opts.writer)  # the executors build it again; here it fails before any work
     log_dir = open_log_dir(opts.log_dir)
     configs = catalog.configs
     report = RoundReport(command="plan" if opts.dry_run else "compact",

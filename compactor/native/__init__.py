@@ -26,17 +26,22 @@ def available() -> bool:
     return True
 
 
+def check_name(writer: str) -> None:
+    """Raises: ConfigError: ``writer`` is none of :data:`WRITERS` (numba is not imported)."""
+    if writer not in WRITERS:
+        raise ConfigError(f"unknown writer {writer!r}; use one of {', '.join(WRITERS)}",
+                          remedy="pass --writer native or --writer pure")
+
+
 def engine(writer: str) -> Engine:
     """The engine named ``writer`` (one of :data:`WRITERS`).
 
     Raises:
         ConfigError: an unknown name, or ``native`` where numba is not installed.
     """
+    check_name(writer)
     if writer == "pure":
         return PURE
-    if writer != "native":
-        raise ConfigError(f"unknown writer {writer!r}; use one of {', '.join(WRITERS)}",
-                          remedy="pass --writer native or --writer pure")
     if not available():
         raise ConfigError("the native writer needs numba, which is not installed",
                           remedy="install the project's dependencies (pip install "

@@ -14,6 +14,7 @@ import pytest
 
 import compactor.errors as errors
 from compactor.cleaner.rebatch import DROP_REASONS
+from compactor.cleaner.rewrite import PATHS
 from compactor.config import SOURCES
 from compactor.maintenance.report import REASONS, ErasureOutcome, Outcome, RunStatus
 from compactor.retention import RetentionReason
@@ -48,6 +49,8 @@ def test_reasons_and_error_codes_match_the_code() -> None:
     assert set(DEFS["erase_partition"]["properties"]["status"]["enum"]) == {
         o.value for o in ErasureOutcome}
     assert set(DEFS["head"]["properties"]["status"]["enum"]) == {s.value for s in RunStatus}
+    writers = DEFS["round_partition"]["properties"]["writers"]["additionalProperties"]["enum"]
+    assert set(writers) == set(PATHS)
 
 
 def test_readme_lists_every_status_reason_and_error_code() -> None:
