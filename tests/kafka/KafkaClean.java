@@ -4,12 +4,16 @@
 // LogCleanerManager.cleanableOffsets, Cleaner.doClean), run by the JDK's source launcher:
 //
 //   java -cp 'libs/*' tests/kafka/KafkaClean.java PARTITION_DIR NOW_MS CONFIG_FILE \
-//        LOG_START RECOVERY_POINT HIGH_WATERMARK FIRST_DIRTY
+//        LOG_START RECOVERY_POINT HIGH_WATERMARK FIRST_DIRTY [DEDUPE_BUFFER_BYTES]
 //
 // CONFIG_FILE holds the topic's configs (KEY=VALUE). The log is opened as a broker opens it
 // after a clean shutdown, its high watermark set, and cleaned once, from FIRST_DIRTY (-1:
 // the log start) to what Kafka's LogCleanerManager.cleanableOffsets allows at NOW_MS, with
-// an offset map large enough for one pass. Prints one JSON line: the offsets.
+// an offset map of DEDUPE_BUFFER_BYTES (default 64 MiB: one pass for the tests' logs). A map
+// too small for the dirty section's keys takes several passes, as a broker's cleaner thread
+// does over its next cycles (each pass cleans up to where its map filled). Prints one JSON
+// line: the offsets, the passes, what the cleaner read and wrote (CleanerStats) and the
+// seconds its passes took (System.nanoTime: the rules' clock is fixed at NOW_MS).
 
 import java.io.File;
 import java.io.FileReader;
@@ -69,6 +73,7 @@ public class KafkaClean {
         long recoveryPoint = Long.parseLong(args[4]);
         long highWatermark = Long.parseLong(args[5]);
         long firstDirtyArg = Long.parseLong(args[6]);
+        int bufferBytes = args.length > 7 ? Integer.parseInt(args[7]) : 64 * 1024 * 1024;
 
         Time time = new FixedTime(now);
         KafkaScheduler scheduler = new KafkaScheduler(1);
@@ -83,19 +88,39 @@ public class KafkaClean {
             Optional<Long> checkpoint = firstDirtyArg < 0 ? Optional.empty() : Optional.of(firstDirtyArg);
             LogCleanerManager.OffsetsToClean offsets = LogCleanerManager.cleanableOffsets(log, checkpoint, now);
             long nextDirty = offsets.firstDirtyOffset();
+            int passes = 0;
+            long bytesRead = 0, bytesWritten = 0, messagesRead = 0, messagesWritten = 0;
+            long nanos = 0;
             if (offsets.firstUncleanableDirtyOffset() > offsets.firstDirtyOffset()) {
-                Cleaner cleaner = new Cleaner(0, new SkimpyOffsetMap(64 * 1024 * 1024, "MD5"),
+                Cleaner cleaner = new Cleaner(0, new SkimpyOffsetMap(bufferBytes, "MD5"),
                         1024 * 1024, 16 * 1024 * 1024, 0.9,
                         new Throttler(Double.MAX_VALUE, 300, "cleaner-io", "bytes", time), time, tp -> { });
-                LogToClean toClean = new LogToClean(log, offsets.firstDirtyOffset(),
-                        offsets.firstUncleanableDirtyOffset(), offsets.forceUpdateCheckpoint());
-                Map.Entry<Long, CleanerStats> result = cleaner.doClean(toClean, now);
-                nextDirty = result.getKey();
+                while (nextDirty < offsets.firstUncleanableDirtyOffset()) {
+                    LogToClean toClean = new LogToClean(log, nextDirty,
+                            offsets.firstUncleanableDirtyOffset(), offsets.forceUpdateCheckpoint());
+                    long started = System.nanoTime();
+                    Map.Entry<Long, CleanerStats> result = cleaner.doClean(toClean, now);
+                    nanos += System.nanoTime() - started;
+                    CleanerStats stats = result.getValue();
+                    bytesRead += stats.bytesRead();
+                    bytesWritten += stats.bytesWritten();
+                    messagesRead += stats.messagesRead();
+                    messagesWritten += stats.messagesWritten();
+                    passes++;
+                    if (result.getKey() <= nextDirty) {
+                        break;  // no progress: the map holds nothing (an empty dirty section)
+                    }
+                    nextDirty = result.getKey();
+                }
             }
             log.flush(true);
             System.out.println("{\"first_dirty\":" + offsets.firstDirtyOffset()
                     + ",\"first_uncleanable\":" + offsets.firstUncleanableDirtyOffset()
-                    + ",\"next_dirty\":" + nextDirty + "}");
+                    + ",\"next_dirty\":" + nextDirty + ",\"passes\":" + passes
+                    + ",\"bytes_read\":" + bytesRead + ",\"bytes_written\":" + bytesWritten
+                    + ",\"messages_read\":" + messagesRead
+                    + ",\"messages_written\":" + messagesWritten
+                    + ",\"seconds\":" + (nanos / 1e9) + "}");
         } finally {
             log.close();
             scheduler.shutdown();
