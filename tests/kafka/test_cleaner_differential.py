@@ -45,6 +45,7 @@ HARNESS = Path(__file__).with_name("KafkaClean.java")
 # the snap crate, lz4-java's LZ4HC against the lz4 C library's): the same records, valid
 # streams, other bytes. gzip, zstd and uncompressed batches are byte for byte Kafka's.
 LIBRARY_BYTES = (Codec.SNAPPY, Codec.LZ4)
+DELETE_HORIZON_FLAG = 0x40  # DefaultRecordBatch.DELETE_HORIZON_FLAG_MASK (KIP-534)
 NOW = DEFAULT_START_MS + 3 * 3_600_000  # within producer.id.expiration.ms: see the docstring
 TOPIC = "t"
 # both sides read the same topic configs: the metadata log (ours), a properties file (Kafka's)
@@ -103,7 +104,8 @@ def _checkpoint(log_dir: Path, name: str) -> int | None:
     return parse_offset_checkpoint(path.read_text()).get(TopicPartition(TOPIC, 0))
 
 
-def _kafka_clean(log_dir: Path, work: Path, now: int = NOW) -> dict:
+def _kafka_clean(log_dir: Path, work: Path, now: int = NOW,
+                 buffer_bytes: int | None = None) -> dict:
     props = work / "topic.properties"
     props.write_text("".join(f"{k}={v}\n" for k, v in TOPIC_CONFIGS.items()))
     start = _checkpoint(log_dir, "log-start-offset-checkpoint") or 0
@@ -112,7 +114,8 @@ def _kafka_clean(log_dir: Path, work: Path, now: int = NOW) -> dict:
          str(log_dir / f"{TOPIC}-0"), str(now), str(props), str(start),
          str(_checkpoint(log_dir, "recovery-point-offset-checkpoint") or 0),
          str(_checkpoint(log_dir, "replication-offset-checkpoint") or 2**62),
-         str(_checkpoint(log_dir, "cleaner-offset-checkpoint") or -1)],
+         str(_checkpoint(log_dir, "cleaner-offset-checkpoint") or -1),
+         *([str(buffer_bytes)] if buffer_bytes else [])],
         capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     for leftover in (log_dir / f"{TOPIC}-0").glob("*.deleted"):  # Kafka deletes them later
@@ -182,6 +185,47 @@ def test_compactor_leaves_what_kafkas_cleaner_leaves(spark, tmp_path: Path, case
     files = [ours / f"{TOPIC}-0" / n for n in sorted(mine)]
     for args in (("--deep-iteration", "--index-sanity-check"), ("--verify-index-only",)):
         assert dump_log_segments(files, *args) == [], args
+
+
+def test_several_passes_of_a_small_map_leave_what_our_one_round_leaves(
+        spark, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Kafka's cleaner with a map too small for the dirty section's keys (a 4 KiB
+    ``log.cleaner.dedupe.buffer.size``: 170 MD5 slots, 153 keys a pass at the 0.9 load factor,
+    for 400 keys) cleans in passes, each up to where its map filled, as a broker's cleaner
+    thread does over its next cycles; the harness loops them (``bench/kafka_cleaner.py`` times
+    Kafka's cleaner the same way). Our round, one pass over the distributed map, leaves the
+    same batches and records. Two differences come from the passes' history, not the rules:
+    the segments' grouping, and a batch whose tombstone one pass kept (stamping the batch's
+    delete horizon, KIP-534) and a later pass dropped as superseded keeps that stamp
+    (``MemoryRecords.filterTo`` carries ``batch.deleteHorizonMs()`` into the rebuilt batch);
+    one pass drops the tombstone unstamped."""
+    cfg = GeneratorConfig(**{**asdict(CASES["uncompressed-many-keys"]),
+                             "topic_configs": {TOPIC: TOPIC_CONFIGS}})
+    ours, kafkas = tmp_path / "ours", tmp_path / "kafka"
+    generate(str(ours), cfg)
+    shutil.copytree(ours, kafkas)
+    judged = _kafka_clean(kafkas, tmp_path, buffer_bytes=4096)
+    assert judged["passes"] >= 3, judged
+    assert judged["next_dirty"] == judged["first_uncleanable"], judged
+    assert cli_main(["compact", str(ours), "--assume-kafka-defaults", "--now-ms", str(NOW),
+                     "--json"]) == EXIT_OK
+    capsys.readouterr()
+
+    def batches(partition: Path) -> list[dict]:
+        return [b for seg in sorted(partition.glob("*.log")) for b in _batches(seg.read_bytes())]
+
+    mine, theirs = batches(ours / f"{TOPIC}-0"), batches(kafkas / f"{TOPIC}-0")
+    assert [b["records"] for b in mine] == [b["records"] for b in theirs]
+    horizon = NOW + int(TOPIC_CONFIGS["delete.retention.ms"])
+    stamped = 0
+    for a, b in zip(mine, theirs):
+        if b["attributes"] & DELETE_HORIZON_FLAG and not a["attributes"] & DELETE_HORIZON_FLAG:
+            assert b["base_timestamp"] == horizon, b  # the earlier pass's stamp, nothing else
+            b = {**b, "attributes": b["attributes"] & ~DELETE_HORIZON_FLAG,
+                 "base_timestamp": a["base_timestamp"]}
+            stamped += 1
+        assert a == b
+    assert stamped < len(mine) // 4, stamped  # a few batches, not the log
 
 
 PRODUCER_ID_EXPIRATION_MS = 86_400_000  # producer.id.expiration.ms, Kafka's default
