@@ -14,7 +14,7 @@ KAFKA_VERSION ?= 4.1.2
 export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYSPARK_PYTHON ?= $(abspath $(BIN)/python)
 
-.PHONY: venv jars jars-s3a kernels browser kafka demo test test-fast bench bench-compact bench-erase dist clean
+.PHONY: venv jars jars-s3a kernels browser kafka demo test test-fast bench bench-compact bench-kafka bench-erase dist clean
 
 venv: $(STAMP)
 
@@ -105,6 +105,11 @@ bench: venv
 # One compaction round over a generated 1 GiB / 10 M record log dir (several minutes).
 bench-compact: kernels
 	$(BIN)/python bench/compact.py
+
+# Kafka's own cleaner (4.1.2, one thread) and our round on the same generated logs, per codec
+# (tens of minutes; the 1 GB logs are generated once, cached in the temp dir).
+bench-kafka: kernels kafka
+	$(BIN)/python bench/kafka_cleaner.py
 
 # An erase apply against 1 M pending subjects beside a compaction round (several minutes).
 bench-erase: kernels

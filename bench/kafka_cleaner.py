@@ -1,23 +1,41 @@
-"""Kafka's own cleaner and our round on the same bytes (issue 33; a first cut).
+"""Kafka's own cleaner and our round on the same bytes, side by side in one run (issue 33).
 
-Usage: python bench/kafka_cleaner.py [--records 2000000] [--keys 200000] [--value-bytes 110]
-           [--partitions 2] [--codec none|lz4|zstd] [--buffer-bytes 134217728]
-           [--master local[2]] [--data-dir DIR] [--no-check]
+Usage: python bench/kafka_cleaner.py [--records 10000000] [--keys 1000000] [--value-bytes 110]
+           [--partitions 4] [--segment-bytes 67108864] [--codecs none,lz4,zstd]
+           [--buffers default,one-pass] [--shuffle-codecs none] [--group-bytes 67108864]
+           [--master local[2]] [--data-dir DIR] [--no-check] [--generate-only]
 
-Generates a log dir (cached in ``--data-dir``), then on fresh copies of it:
+For each codec a log dir is generated (cached in ``--data-dir``: 4 partitions of 64 MiB
+segments by default, uniform keys, 20% tombstones, batches of up to 200 records), then on
+fresh copies:
 
-- Kafka 4.1.2's ``Cleaner`` (``tests/kafka/KafkaClean.java``, one thread, the JDK's source
-  launcher, an MD5 offset map of ``--buffer-bytes``: Kafka's ``log.cleaner.dedupe.buffer.size``
-  default is 128 MiB, several passes when the keys do not fit), partition after partition as
-  one cleaner thread takes them; its MB/s is the bytes its passes read over the seconds they
-  took inside the JVM, and its wall time the processes' (JVM start and log load included);
-- our round (``compactor.maintenance.compact.run``, a new Spark session, cold, then warm), with
-  the same ``now``; per core is the input bytes over the writer tasks' summed seconds, wall the
-  round's.
+- **Kafka's cleaner**: Kafka 4.1.2's ``Cleaner`` in one JVM with one thread, as a broker's
+  ``CleanerThread`` takes the partitions one after the other (``tests/kafka/KafkaClean.java``,
+  compiled once; ``UnifiedLog`` opened as after a clean shutdown, ``cleanableOffsets`` at the
+  same ``now``, ``doClean`` passes until the dirty section is clean: several when the keys
+  overflow the MD5 offset map of ``log.cleaner.dedupe.buffer.size``). ``default`` is Kafka's
+  128 MiB (one thread: ``LogCleaner`` splits the buffer over ``log.cleaner.threads``),
+  ``one-pass`` a buffer large enough for the largest partition's keys (24 bytes a slot, 0.9
+  load factor: ``SkimpyOffsetMap``, ``Cleaner.buildOffsetMap``). Its MB/s per thread is the
+  log's cleaned bytes over the seconds its passes took (map and copy, ``System.nanoTime``);
+  ``kafka_stats_mb_s`` is the figure of its own log line (``CleanerStats.bytesRead``, which
+  counts every pass's re-read, over the same seconds).
+- **ours, cold**: ``compactor compact`` in a new process, as a user runs it (interpreter,
+  Spark's JVM, the round); its wall time against Kafka's process (JVM start and log load
+  included), the same way on both sides.
+- **ours, warm**: the same round in a warm session (the writer's kernels compiled, the
+  executors' Python workers started); per core is the cleaned bytes over the round's wall
+  time times the cores (everything counted: listing, planning, the key scan, the writer,
+  the commit, idle cores), and ``ours_clean_mb_s_per_core`` the writer tasks' own figure.
+- **ours, distributed offset map** (``--shuffle-codecs``): the round again with
+  ``segment.bytes`` of ``--group-bytes``, several groups a partition, so records are
+  superseded across groups through the shuffled offset map: the session's first such round
+  and a warm one.
 
-Then both outputs are compared record by record (offset and key of every record left), and one
-JSON line prints ``kafka_mb_s_per_thread``, ``ours_mb_s_per_core``, ``vs_kafka_per_core`` and
-``vs_kafka_wall`` (Kafka's wall over ours).
+Kafka's and our warm outputs are then compared record by record (offset and key of every
+record left) and one JSON line per codec prints ``kafka_mb_s_per_thread``,
+``ours_mb_s_per_core``, ``vs_kafka_per_core`` (per buffer), ``vs_kafka_wall`` (Kafka's process
+over our cold process) and the shuffle figures. See ``docs/benchmarks.md``.
 """
 
 from __future__ import annotations
@@ -31,6 +49,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -39,29 +58,40 @@ from compactor.codec.segment import iter_batches  # noqa: E402
 from compactor.tools.generator import DEFAULT_START_MS, GeneratorConfig, generate  # noqa: E402
 from tests.kafka.broker import classpath  # noqa: E402
 
-HARNESS = Path(__file__).resolve().parents[1] / "tests" / "kafka" / "KafkaClean.java"
+ROOT = Path(__file__).resolve().parents[1]
+HARNESS = ROOT / "tests" / "kafka" / "KafkaClean.java"
 TOPIC = "bench"
-CONFIGS = {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.01",
-           "delete.retention.ms": "86400000", "segment.bytes": str(1 << 30)}
+DEFAULT_BUFFER = 128 * 1024 * 1024  # log.cleaner.dedupe.buffer.size (CleanerConfig)
+SLOT_BYTES = 16 + 8  # SkimpyOffsetMap: an MD5 digest and an offset per slot
+LOAD_FACTOR = 0.9  # log.cleaner.io.buffer.load.factor
+CODECS = {"none": Codec.NONE, "lz4": Codec.LZ4, "zstd": Codec.ZSTD, "gzip": Codec.GZIP,
+          "snappy": Codec.SNAPPY}
 
 
-def _generated(args: argparse.Namespace) -> Path:
+def _configs(segment_bytes: int) -> dict[str, str]:
+    """The topic's configs on both sides (ours through the round, Kafka's as a file)."""
+    return {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.01",
+            "delete.retention.ms": "86400000", "segment.bytes": str(segment_bytes)}
+
+
+def _generated(args: argparse.Namespace, codec: str) -> Path:
     root = Path(args.data_dir or tempfile.gettempdir())
-    name = (f"kafka-cleaner-{args.records}-{args.keys}-{args.value_bytes}-{args.partitions}-"
-            f"{args.codec}-{args.segment_bytes}")
-    out = root / name
+    out = root / (f"kafka-cleaner-v1-{args.records}-{args.keys}-{args.value_bytes}-"
+                  f"{args.partitions}-{args.segment_bytes}-{codec}")
     if (out / ".complete").exists():
         return out
     shutil.rmtree(out, ignore_errors=True)
-    codec = {"none": Codec.NONE, "lz4": Codec.LZ4, "zstd": Codec.ZSTD}[args.codec]
+    started = time.perf_counter()
     generate(str(out), GeneratorConfig(
         topics=(TOPIC,), partitions=args.partitions,
-        records_per_partition=args.records // args.partitions, distinct_keys=args.keys,
-        value_bytes=args.value_bytes, segment_bytes=args.segment_bytes, tombstone_ratio=0.1,
-        zipf_exponent=0.0, max_batch_records=200,
-        null_key_ratio=0.0, transactional_ratio=0.0, codecs=(codec,), seed=33,
-        metadata_log=False))
+        records_per_partition=args.records // args.partitions,
+        distinct_keys=max(1, args.keys // args.partitions), zipf_exponent=0.0,
+        value_bytes=args.value_bytes, tombstone_ratio=0.2, null_key_ratio=0.0,
+        header_ratio=0.0, max_batch_records=200, segment_bytes=args.segment_bytes,
+        index_interval_bytes=4096, codecs=(CODECS[codec],), transactional_producers=0,
+        leader_epochs=1, record_interval_ms=1, seed=33, metadata_log=False))
     (out / ".complete").write_text("")
+    print(f"generated {out} in {time.perf_counter() - started:.0f} s", flush=True)
     return out
 
 
@@ -72,46 +102,80 @@ def _copy(src: Path, dest: Path) -> Path:
     return dest
 
 
-def _kafka(logs: Path, now: int, buffer_bytes: int, work: Path) -> dict[str, float]:
+def _partitions(logs: Path) -> list[Path]:
+    return sorted(p for p in logs.iterdir() if p.is_dir() and p.name.startswith(TOPIC + "-"))
+
+
+def _compile(work: Path) -> Path:
+    """KafkaClean.java compiled once, so no process pays the source launcher's compile."""
+    classes = work / "classes"
+    subprocess.run(["javac", "-nowarn", "-cp", classpath(), "-d", str(classes), str(HARNESS)],
+                   check=True, capture_output=True)
+    return classes
+
+
+def _kafka(logs: Path, now: int, buffer_bytes: int, work: Path, classes: Path,
+           configs: dict[str, str]) -> dict[str, float]:
+    """Kafka's cleaner over every partition in one JVM, one thread."""
     props = work / "topic.properties"
-    props.write_text("".join(f"{k}={v}\n" for k, v in CONFIGS.items()))
-    read = seconds = wall = passes = 0.0
-    for part in sorted(p for p in logs.iterdir() if p.is_dir() and p.name.startswith(TOPIC)):
-        started = time.perf_counter()
-        proc = subprocess.run(
-            ["java", "-Xmx1g", "-cp", classpath(), str(HARNESS), str(part), str(now),
-             str(props), "0", "0", str(2**62), "-1", str(buffer_bytes)],
-            capture_output=True, text=True, timeout=3600)
-        wall += time.perf_counter() - started
-        if proc.returncode:
-            raise SystemExit(proc.stderr[-3000:])
-        out = json.loads(proc.stdout.strip().splitlines()[-1])
-        read += out["bytes_read"]
-        seconds += out["seconds"]
-        passes += out["passes"]
-        for leftover in part.glob("*.deleted"):
+    props.write_text("".join(f"{k}={v}\n" for k, v in configs.items()))
+    heap = max(1024, (buffer_bytes >> 20) + 768)
+    started = time.perf_counter()
+    proc = subprocess.run(
+        ["java", f"-Xmx{heap}m", "-cp", f"{classes}{os.pathsep}{classpath()}", "KafkaClean",
+         os.pathsep.join(str(p) for p in _partitions(logs)), str(now), str(props), "0", "0",
+         str(2**62), "-1", str(buffer_bytes)],
+        capture_output=True, text=True, timeout=7200)
+    wall = time.perf_counter() - started
+    if proc.returncode:
+        raise SystemExit(proc.stderr[-3000:])
+    lines = [json.loads(x) for x in proc.stdout.splitlines() if x.startswith("{")]
+    for part in _partitions(logs):
+        for leftover in part.glob("*.deleted"):  # a broker deletes them later
             leftover.unlink()
-    return {"bytes_read": read, "seconds": seconds, "wall": wall, "passes": passes}
+    return {"bytes_read": sum(x["bytes_read"] for x in lines),
+            "seconds": sum(x["seconds"] for x in lines),
+            "passes": max(x["passes"] for x in lines), "wall": wall}
 
 
-def _ours(spark, logs: Path, now: int) -> dict[str, float]:  # type: ignore[no-untyped-def]
+def _cold(logs: Path, now: int, master: str, configs: dict[str, str]) -> dict[str, float]:
+    """``compactor compact`` in a new process; its wall time and the bytes it cleaned."""
+    cmd = [str(Path(sys.executable).with_name("compactor")), "compact", str(logs),
+           "--assume-kafka-defaults", "--now-ms", str(now), "--master", master, "--json",
+           "-q", "--progress", "off"]
+    for k, v in configs.items():
+        cmd += ["--config", f"{k}={v}"]
+    started = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=7200)
+    wall = time.perf_counter() - started
+    if proc.returncode:
+        raise SystemExit(f"compactor compact exited {proc.returncode}: {proc.stderr[-3000:]}")
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    cleaned = [p for p in report["partitions"] if p["status"] == "cleaned"]
+    return {"wall": wall, "bytes_in": sum(p["bytes_in"] for p in cleaned)}
+
+
+def _round(spark: Any, logs: Path, now: int, configs: dict[str, str]) -> dict[str, Any]:
     from compactor.maintenance.compact import run
     from compactor.maintenance.options import build_options
 
     started = time.perf_counter()
-    report = run(spark, build_options(str(logs), now_ms=now, config_all=CONFIGS,
+    report = run(spark, build_options(str(logs), now_ms=now, config_all=configs,
                                       assume_kafka_defaults=True))
     wall = time.perf_counter() - started
     cleaned = [p for p in report.partitions if p.status == "cleaned"]
-    if not cleaned:
-        raise SystemExit("our round cleaned nothing")
-    return {"bytes_in": sum(p.bytes_in for p in cleaned),
-            "rewrite_s": sum(p.stages_s.get("rewrite", 0.0) for p in cleaned), "wall": wall}
+    if len(cleaned) != len(report.partitions):
+        raise SystemExit("our round did not clean every partition: " + "; ".join(
+            f"{p.tp}: {p.status} {p.reason}" for p in report.partitions))
+    return {"wall": wall, "bytes_in": sum(p.bytes_in for p in cleaned),
+            "groups": sum(len(p.plan.groups) for p in cleaned if p.plan),
+            "rewrite_s": sum(p.stages_s.get("rewrite", 0.0) for p in cleaned),
+            "stages": dict(report.stages_s)}
 
 
 def _records(logs: Path) -> dict[str, list[tuple[int, bytes | None]]]:
     out = {}
-    for part in sorted(p for p in logs.iterdir() if p.is_dir() and p.name.startswith(TOPIC)):
+    for part in _partitions(logs):
         rows = []
         for seg in sorted(part.glob("*.log")):
             for batch in iter_batches(seg.read_bytes()):
@@ -121,66 +185,124 @@ def _records(logs: Path) -> dict[str, list[tuple[int, bytes | None]]]:
     return out
 
 
+def _buffers(names: str, args: argparse.Namespace) -> dict[str, int]:
+    largest = args.keys // args.partitions  # distinct keys of a partition, at most
+    one_pass = int(largest / LOAD_FACTOR * SLOT_BYTES) + (1 << 20)
+    sizes = {"default": DEFAULT_BUFFER, "one-pass": max(DEFAULT_BUFFER, one_pass)}
+    return {n: sizes[n] if n in sizes else int(n) for n in names.split(",")}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--records", type=int, default=2_000_000)
-    parser.add_argument("--keys", type=int, default=200_000)
+    parser.add_argument("--records", type=int, default=10_000_000)
+    parser.add_argument("--keys", type=int, default=1_000_000)
     parser.add_argument("--value-bytes", type=int, default=110)
-    parser.add_argument("--partitions", type=int, default=2)
-    parser.add_argument("--segment-bytes", type=int, default=16 * 1024 * 1024,
+    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--segment-bytes", type=int, default=64 * 1024 * 1024,
                         help="the generated segments' size (the active one is not cleaned)")
-    parser.add_argument("--codec", choices=("none", "lz4", "zstd"), default="none")
-    parser.add_argument("--buffer-bytes", type=int, default=128 * 1024 * 1024)
+    parser.add_argument("--codecs", default="none,lz4,zstd")
+    parser.add_argument("--buffers", default="default",
+                        help="Kafka's dedupe buffer sizes: default (128 MiB), one-pass or bytes")
+    parser.add_argument("--shuffle-codecs", default="none",
+                        help="codecs to time the distributed offset map's round on ('' none)")
+    parser.add_argument("--group-bytes", type=int, default=64 * 1024 * 1024,
+                        help="segment.bytes of the distributed map's round (its groups' size)")
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--no-check", action="store_true")
+    parser.add_argument("--generate-only", action="store_true")
     args = parser.parse_args()
     cores = int(args.master.split("[")[1].rstrip("]")) if "[" in args.master else 1
-
-    source = _generated(args)
+    codecs = args.codecs.split(",")
+    buffers = _buffers(args.buffers, args)
+    sources = {c: _generated(args, c) for c in codecs}
+    if args.generate_only:
+        return 0
     now = DEFAULT_START_MS + args.records + 86_400_000 * 3
-    work = Path(tempfile.mkdtemp(prefix="kafka-cleaner-"))
+    configs = _configs(1 << 30)
+    work = Path(tempfile.mkdtemp(prefix="kafka-cleaner-", dir=args.data_dir))
+    spark = None
     try:
-        kafka_dir = _copy(source, work / "kafka")
-        kafka = _kafka(kafka_dir, now, args.buffer_bytes, work)
-        if not kafka["seconds"]:
-            raise SystemExit("Kafka's cleaner found nothing to clean (one segment per partition? "
-                             "lower --segment-bytes)")
-        kafka_mb_s = kafka["bytes_read"] / kafka["seconds"] / 1e6
-        print(f"Kafka's cleaner (one thread, {args.buffer_bytes >> 20} MiB map): "
-              f"{kafka['bytes_read'] / 1e6:,.0f} MB read in {kafka['seconds']:.1f} s "
-              f"({kafka_mb_s:.0f} MB/s) in {kafka['passes']:.0f} passes; processes "
-              f"{kafka['wall']:.1f} s")
+        classes = _compile(work)
+        for codec in codecs:
+            source = sources[codec]
+            out: dict[str, Any] = {"codec": codec, "records": args.records, "keys": args.keys,
+                                   "cores": cores}
+            kafka = {}
+            for name, buffer_size in buffers.items():
+                kafka_dir = _copy(source, work / f"kafka-{name}")
+                kafka[name] = _kafka(kafka_dir, now, buffer_size, work, classes, configs)
+                if name != next(iter(buffers)):
+                    shutil.rmtree(kafka_dir)
+            cold = _cold(_copy(source, work / "cold"), now, args.master, configs)
+            shutil.rmtree(work / "cold")
+            size = cold["bytes_in"]
 
-        from compactor.spark.session import get_spark
+            if spark is None:
+                from compactor.spark.session import get_spark
 
-        spark = get_spark(args.master, "bench-kafka-cleaner")
-        spark.sparkContext.setLogLevel("ERROR")
-        rounds = {}
-        for label in ("cold", "warm"):
-            ours_dir = _copy(source, work / f"ours-{label}")
-            rounds[label] = _ours(spark, ours_dir, now)
-            r = rounds[label]
-            print(f"our round ({label}, {args.master}): {r['wall']:.1f} s; "
-                  f"{r['bytes_in'] / r['rewrite_s'] / 1e6:.0f} MB/s per core (writer tasks)")
-        spark.stop()
-        if not args.no_check:
-            theirs, ours = _records(kafka_dir), _records(work / "ours-warm")
-            if theirs != ours:
-                diff = [p for p in theirs if theirs[p] != ours.get(p)]
-                raise SystemExit(f"Kafka's cleaner and ours left different records in {diff}")
-            print("both left the same records (offset and key of each)")
-        warm = rounds["warm"]
-        ours_mb_s = warm["bytes_in"] / warm["rewrite_s"] / 1e6
-        print(json.dumps({
-            "codec": args.codec, "keys": args.keys, "records": args.records,
-            "buffer_bytes": args.buffer_bytes, "kafka_passes": kafka["passes"],
-            "kafka_mb_s_per_thread": round(kafka_mb_s, 1),
-            "ours_mb_s_per_core": round(ours_mb_s, 1),
-            "vs_kafka_per_core": round(ours_mb_s / kafka_mb_s, 3),
-            "vs_kafka_wall": round(kafka["wall"] / rounds["cold"]["wall"], 3),
-            "cores": cores}, sort_keys=True))
+                spark = get_spark(args.master, "bench-kafka-cleaner")
+                spark.sparkContext.setLogLevel("ERROR")
+                first = _round(spark, _copy(source, work / "first"), now, configs)
+                shutil.rmtree(work / "first")
+                out["ours_first_round_s"] = round(first["wall"], 2)
+            warm = _round(spark, _copy(source, work / "warm"), now, configs)
+            ours = size / warm["wall"] / cores / 1e6
+            print(f"[{codec}] {size / 1e6:,.0f} MB cleaned; ours: cold process "
+                  f"{cold['wall']:.1f} s, warm round {warm['wall']:.1f} s = {ours:.0f} MB/s per "
+                  f"core ({', '.join(f'{k} {v:.1f}' for k, v in warm['stages'].items())})",
+                  flush=True)
+            out.update(ours_mb_s_per_core=round(ours, 1),
+                       ours_clean_mb_s_per_core=round(size / warm["rewrite_s"] / 1e6, 1),
+                       ours_cold_process_s=round(cold["wall"], 2),
+                       ours_warm_round_s=round(warm["wall"], 2), mb=round(size / 1e6))
+            for name, k in kafka.items():
+                mb_s = size / k["seconds"] / 1e6
+                print(f"[{codec}] Kafka's cleaner, {buffers[name] >> 20} MiB map ({name}): "
+                      f"{k['passes']} pass(es), {k['seconds']:.1f} s cleaning = {mb_s:.0f} MB/s "
+                      f"per thread (its own line: {k['bytes_read'] / k['seconds'] / 1e6:.0f} "
+                      f"MB/s of {k['bytes_read'] / 1e6:,.0f} MB read); process {k['wall']:.1f} s"
+                      f"; ours {ours / mb_s:.2f}x per core", flush=True)
+                out[name] = {"buffer_bytes": buffers[name], "kafka_passes": k["passes"],
+                             "kafka_mb_s_per_thread": round(mb_s, 1),
+                             "kafka_stats_mb_s": round(k["bytes_read"] / k["seconds"] / 1e6, 1),
+                             "kafka_process_s": round(k["wall"], 2),
+                             "vs_kafka_per_core": round(ours / mb_s, 3),
+                             "vs_kafka_wall": round(k["wall"] / cold["wall"], 3)}
+
+            if codec in args.shuffle_codecs.split(","):
+                shuffled = _configs(args.group_bytes)
+                rounds = []
+                for label in ("first", "warm"):
+                    r = _round(spark, _copy(source, work / "shuffle"), now, shuffled)
+                    rounds.append(r)
+                    print(f"[{codec}] distributed offset map ({r['groups']} groups), {label}: "
+                          f"{r['wall']:.1f} s = {size / r['wall'] / cores / 1e6:.0f} MB/s per "
+                          f"core ({', '.join(f'{k} {v:.1f}' for k, v in r['stages'].items())})",
+                          flush=True)
+                shuffle_mb_s = size / rounds[1]["wall"] / cores / 1e6
+                base = kafka[next(iter(kafka))]
+                out["shuffle"] = {
+                    "groups": rounds[1]["groups"], "ours_mb_s_per_core": round(shuffle_mb_s, 1),
+                    "vs_kafka_per_core": round(shuffle_mb_s * base["seconds"] / size * 1e6, 3),
+                    "first_over_warm": round(rounds[0]["wall"] / rounds[1]["wall"], 3)}
+                shutil.rmtree(work / "shuffle")
+
+            if not args.no_check:
+                theirs, mine = _records(work / f"kafka-{next(iter(buffers))}"), _records(
+                    work / "warm")
+                if theirs != mine:
+                    diff = [p for p in theirs if theirs[p] != mine.get(p)]
+                    raise SystemExit(f"Kafka's cleaner and ours left different records in {diff}")
+                out["same_records"] = sum(len(v) for v in mine.values())
+                print(f"[{codec}] both left the same {out['same_records']:,} records (offset "
+                      f"and key of each)", flush=True)
+            for name in ("warm", *(f"kafka-{n}" for n in buffers)):
+                shutil.rmtree(work / name, ignore_errors=True)
+            print(json.dumps(out, sort_keys=True), flush=True)
     finally:
+        if spark is not None:
+            spark.stop()
         shutil.rmtree(work, ignore_errors=True)
     return 0
 

@@ -3,7 +3,7 @@
 // internal API of Apache Kafka 4.1.2 (org.apache.kafka.storage.internals.log: UnifiedLog,
 // LogCleanerManager.cleanableOffsets, Cleaner.doClean), run by the JDK's source launcher:
 //
-//   java -cp 'libs/*' tests/kafka/KafkaClean.java PARTITION_DIR NOW_MS CONFIG_FILE \
+//   java -cp 'libs/*' tests/kafka/KafkaClean.java PARTITION_DIR[:PARTITION_DIR...] NOW_MS CONFIG_FILE \
 //        LOG_START RECOVERY_POINT HIGH_WATERMARK FIRST_DIRTY [DEDUPE_BUFFER_BYTES]
 //
 // CONFIG_FILE holds the topic's configs (KEY=VALUE). The log is opened as a broker opens it
@@ -13,7 +13,9 @@
 // too small for the dirty section's keys takes several passes, as a broker's cleaner thread
 // does over its next cycles (each pass cleans up to where its map filled). Prints one JSON
 // line: the offsets, the passes, what the cleaner read and wrote (CleanerStats) and the
-// seconds its passes took (System.nanoTime: the rules' clock is fixed at NOW_MS).
+// seconds its passes took (System.nanoTime: the rules' clock is fixed at NOW_MS). Several
+// partition dirs (joined by File.pathSeparator) are cleaned one after the other in the one
+// JVM, as one cleaner thread takes its logs (bench/kafka_cleaner.py), one line each.
 
 import java.io.File;
 import java.io.FileReader;
@@ -63,7 +65,12 @@ public class KafkaClean {
     }
 
     public static void main(String[] args) throws Exception {
-        File dir = new File(args[0]);
+        for (String path : args[0].split(File.pathSeparator)) {
+            clean(new File(path), args);
+        }
+    }
+
+    static void clean(File dir, String[] args) throws Exception {
         long now = Long.parseLong(args[1]);
         Properties props = new Properties();
         try (FileReader reader = new FileReader(args[2])) {
@@ -90,6 +97,7 @@ public class KafkaClean {
             long nextDirty = offsets.firstDirtyOffset();
             int passes = 0;
             long bytesRead = 0, bytesWritten = 0, messagesRead = 0, messagesWritten = 0;
+            long mapMessagesRead = 0;
             long nanos = 0;
             if (offsets.firstUncleanableDirtyOffset() > offsets.firstDirtyOffset()) {
                 Cleaner cleaner = new Cleaner(0, new SkimpyOffsetMap(bufferBytes, "MD5"),
@@ -106,6 +114,7 @@ public class KafkaClean {
                     bytesWritten += stats.bytesWritten();
                     messagesRead += stats.messagesRead();
                     messagesWritten += stats.messagesWritten();
+                    mapMessagesRead += stats.mapMessagesRead();
                     passes++;
                     if (result.getKey() <= nextDirty) {
                         break;  // no progress: the map holds nothing (an empty dirty section)
@@ -120,6 +129,7 @@ public class KafkaClean {
                     + ",\"bytes_read\":" + bytesRead + ",\"bytes_written\":" + bytesWritten
                     + ",\"messages_read\":" + messagesRead
                     + ",\"messages_written\":" + messagesWritten
+                    + ",\"map_messages_read\":" + mapMessagesRead
                     + ",\"seconds\":" + (nanos / 1e9) + "}");
         } finally {
             log.close();
