@@ -93,10 +93,10 @@ $(KAFKA_HOME)/kafka-%/libs/.fetched: tests/kafka/pom.xml
 	touch $@
 
 # Set up and run the whole test suite (slow end-to-end tests included).
-test: kernels jars-s3a browser kafka
+test: jars-s3a kernels browser kafka
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-test-fast: kernels jars-s3a browser kafka
+test-fast: jars-s3a kernels browser kafka
 	$(BIN)/python -m pytest -m 'not slow' $(PYTEST_ARGS)
 
 bench: venv

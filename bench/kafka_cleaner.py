@@ -219,7 +219,7 @@ def main() -> int:
     if args.generate_only:
         return 0
     now = DEFAULT_START_MS + args.records + 86_400_000 * 3
-    configs = _configs(1 << 30)
+    configs = _configs(2**31 - 1)  # Int.MaxValue: one group a partition, as Kafka groups
     work = Path(tempfile.mkdtemp(prefix="kafka-cleaner-", dir=args.data_dir))
     spark = None
     try:

@@ -101,7 +101,7 @@ def spark():  # type: ignore[no-untyped-def]
         .config("spark.sql.session.timeZone", "UTC")
         .config(map=LOCAL_CONF)  # as the command line's local sessions
         # delta-spark's jars, extension and catalog, and S3A for the state dirs on the S3 server
-        .config(map=delta.session_conf(object_store={}))
+        .config(map=delta.session_conf(object_store={}, local=True))
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")

@@ -76,22 +76,38 @@ def jars(profile: str = "delta") -> list[str]:
     return found
 
 
-def session_conf(*, object_store: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The settings a session of the tool starts with: the jars on its classpath (the
-    driver's and, shipped by Spark, the executors'), Delta's extension and catalog, and with
-    ``object_store`` (:func:`s3a_conf`'s input) S3A for the state dir.
+def session_conf(*, object_store: Mapping[str, str] | None = None,
+                 local: bool = False) -> dict[str, str]:
+    """The settings a session of the tool starts with: the jars on its classpath, Delta's
+    extension and catalog, and with ``object_store`` (:func:`s3a_conf`'s input) S3A for the
+    state dir.
+
+    A cluster's executors get the jars through ``spark.jars`` (Spark serves them; each
+    executor fetches its copy). In local mode (``local``) the driver's JVM is the executor:
+    the jars go on that JVM's own classpath (``spark.driver.extraClassPath``), since through
+    ``spark.jars`` its executor would copy every jar into the session's temp dir
+    (``Executor.updateDependencies``, no fetch cache in local mode), the AWS SDK's 690 MB
+    included: 2.5 s and 690 MB of disk per session (docs/benchmarks.md).
 
     Raises:
         SparkUnavailableError: the jars were never fetched.
     """
     # S3A whenever it was fetched: a JVM's classpath is fixed when it starts, and a session
     # (a notebook's, a test run's) may reach a state dir on S3 after its first command
-    s3a = object_store is not None or storage.exists(storage.join(folder("s3a"), ".fetched"))
-    paths = jars("delta") + (jars("s3a") if s3a else [])
-    conf = {"spark.jars": ",".join(paths), **SESSION_CONF}
+    conf = {**classpath_conf(local=local, s3a=object_store is not None), **SESSION_CONF}
     if object_store is not None:
         conf.update(s3a_conf(object_store))
     return conf
+
+
+def classpath_conf(*, local: bool, s3a: bool = False) -> dict[str, str]:
+    """Where a new session's JVM finds the tool's jars (:func:`session_conf`): delta-spark's,
+    and S3A's when ``s3a`` or when it was fetched."""
+    s3a = s3a or storage.exists(storage.join(folder("s3a"), ".fetched"))
+    paths = jars("delta") + (jars("s3a") if s3a else [])
+    if local:
+        return {"spark.driver.extraClassPath": os.pathsep.join(paths)}
+    return {"spark.jars": ",".join(paths)}
 
 
 def s3a_conf(options: Mapping[str, str]) -> dict[str, str]:

@@ -4,6 +4,7 @@ retries."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import socket
 import struct
@@ -57,7 +58,19 @@ def class_archive() -> str:
     (``COMPACTOR_CLASS_ARCHIVE``, else in the Python environment, next to its pyspark:
     ``python -m compactor.tools.class_archive`` makes it, ``make`` does so once)."""
     return os.environ.get("COMPACTOR_CLASS_ARCHIVE") or os.path.join(
-        sys.prefix, "share", "kafka-compactor", f"spark-classes-{pyspark.__version__}.jsa")
+        sys.prefix, "share", "kafka-compactor",
+        f"spark-classes-{pyspark.__version__}-{_classpath_tag()}.jsa")
+
+
+def _classpath_tag() -> str:
+    """A digest of the jars a local session puts on its JVM's classpath: an archive serves
+    only the classpath it was made with (the JVM checks that the classpath starts with the
+    archive's), so fetching S3A later calls for an archive of its own."""
+    try:
+        paths = delta.classpath_conf(local=True)["spark.driver.extraClassPath"]
+    except SparkUnavailableError:
+        paths = ""
+    return hashlib.sha256(paths.encode()).hexdigest()[:8]
 
 
 def driver_java_options(archive_out: str | None, *, short_round: bool = False) -> str:
@@ -135,7 +148,7 @@ def get_spark(master: str | None, app_name: str = "kafka-compactor", *,
     # Delta's extension and catalog; the jars too, except under spark-submit, whose --jars
     # alone reach the driver's classpath (delta.submit_args)
     conf: dict[str, Any] = dict(delta.SESSION_CONF) if submitted else delta.session_conf(
-        object_store=object_store)
+        object_store=object_store, local=local)
     builder = builder.config(map=conf)
     try:
         if not submitted:

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from compactor.spark import session
+from compactor.spark import delta, session
 
 PROBE = """
 import json, sys
@@ -19,9 +19,22 @@ from compactor.spark.session import LazySession
 lazy = LazySession(None)
 spark = lazy(input_bytes=int(sys.argv[1]))
 runtime = spark._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
+from pyspark import SparkFiles
+import os
+def loads(name):
+    try:
+        spark._jvm.java.lang.Class.forName(name)
+        return True
+    except Exception:
+        return False
 print(json.dumps({"jvm_args": list(runtime.getInputArguments()),
                   "conf": dict(spark.sparkContext.getConf().getAll()),
-                  "stages": sorted(lazy.startup_s)}))
+                  "stages": sorted(lazy.startup_s),
+                  "served_jars": str(spark.sparkContext._jsc.sc().listJars().mkString(",")),
+                  "copied": sorted(os.listdir(SparkFiles.getRootDirectory())),
+                  "classpath": runtime.getClassPath(),
+                  "loads": {n: loads(n) for n in ("io.delta.sql.DeltaSparkSessionExtension",
+                                                  "org.apache.hadoop.fs.s3a.S3AFileSystem")}}))
 spark.stop()
 """
 
@@ -37,3 +50,20 @@ def test_a_short_round_gets_a_jvm_for_short_work(input_bytes: int, c1_only: bool
     for key, value in session.LOCAL_CONF.items():
         assert started["conf"].get(key) == value, key
     assert started["stages"] == ["session_start", "worker_start"]
+
+
+def test_a_local_session_loads_the_jars_in_place() -> None:
+    """Local mode: the driver's JVM is the executor, so the jars are on that JVM's classpath
+    (``spark.driver.extraClassPath``), not served through ``spark.jars``, whose every jar the
+    local executor copies into the session's temp dir on its first task: the AWS SDK's 690 MB
+    in every command once S3A was fetched (``make test`` fetches it)."""
+    res = subprocess.run([sys.executable, "-c", PROBE, str(session.SHORT_ROUND_BYTES + 1)],
+                         capture_output=True, text=True, timeout=300, check=False)
+    assert res.returncode == 0, res.stderr
+    started = json.loads(res.stdout.splitlines()[-1])
+    assert started["served_jars"] == "" and started["copied"] == []  # workers have run a task
+    assert started["stages"] == ["session_start", "worker_start"]
+    wanted = delta.jars("delta") + delta.jars("s3a")
+    assert set(wanted) <= set(started["classpath"].split(":"))
+    assert started["loads"] == {"io.delta.sql.DeltaSparkSessionExtension": True,
+                                "org.apache.hadoop.fs.s3a.S3AFileSystem": True}
