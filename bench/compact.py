@@ -126,7 +126,7 @@ def framing_only(log_dir: Path) -> tuple[int, float]:
     return size, time.perf_counter() - start
 
 
-def _cores(master: str) -> int:
+def executor_cores(master: str) -> int:
     """Executor cores of a ``local[N]`` master (1 for ``local``, the CPU count for ``*``)."""
     inside = master[master.find("[") + 1:master.find("]")] if "[" in master else "1"
     return (os.cpu_count() or 1) if inside == "*" else int(inside.split(",")[0])
@@ -251,7 +251,7 @@ def main() -> int:
         "ratio_cold": seconds[rounds[0][0]] / parse_s, "ratio_warm": seconds[warm] / parse_s,
         "ratio_shuffle_first": seconds[rounds[2][0]] / parse_s,
         "ratio_shuffle": seconds[rounds[3][0]] / parse_s,
-        "mb_per_s_per_core": size / seconds[warm] / 1e6 / _cores(args.master),
+        "mb_per_s_per_core": size / seconds[warm] / 1e6 / executor_cores(args.master),
         "clean_mb_per_s_per_core": clean_mb_s[warm], "framing_mb_per_s": framing_mb_s,
         "clean_vs_framing": clean_mb_s[warm] / framing_mb_s,
         "ratio_warm_pure": seconds[rounds[4][0]] / parse_s,

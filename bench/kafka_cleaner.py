@@ -53,6 +53,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bench.compact import executor_cores  # noqa: E402
 from compactor.codec.compression import Codec  # noqa: E402
 from compactor.codec.segment import iter_batches  # noqa: E402
 from compactor.tools.generator import DEFAULT_START_MS, GeneratorConfig, generate  # noqa: E402
@@ -212,7 +213,7 @@ def main() -> int:
     parser.add_argument("--no-check", action="store_true")
     parser.add_argument("--generate-only", action="store_true")
     args = parser.parse_args()
-    cores = int(args.master.split("[")[1].rstrip("]")) if "[" in args.master else 1
+    cores = executor_cores(args.master)
     codecs = args.codecs.split(",")
     buffers = _buffers(args.buffers, args)
     sources = {c: _generated(args, c) for c in codecs}
@@ -281,10 +282,10 @@ def main() -> int:
                           f"core ({', '.join(f'{k} {v:.1f}' for k, v in r['stages'].items())})",
                           flush=True)
                 shuffle_mb_s = size / rounds[1]["wall"] / cores / 1e6
-                base = kafka[next(iter(kafka))]
+                kafka_mb_s = size / kafka[next(iter(kafka))]["seconds"] / 1e6
                 out["shuffle"] = {
                     "groups": rounds[1]["groups"], "ours_mb_s_per_core": round(shuffle_mb_s, 1),
-                    "vs_kafka_per_core": round(shuffle_mb_s * base["seconds"] / size * 1e6, 3),
+                    "vs_kafka_per_core": round(shuffle_mb_s / kafka_mb_s, 3),
                     "first_over_warm": round(rounds[0]["wall"] / rounds[1]["wall"], 3)}
                 shutil.rmtree(work / "shuffle")
 

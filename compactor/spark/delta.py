@@ -87,7 +87,7 @@ def session_conf(*, object_store: Mapping[str, str] | None = None,
     the jars go on that JVM's own classpath (``spark.driver.extraClassPath``), since through
     ``spark.jars`` its executor would copy every jar into the session's temp dir
     (``Executor.updateDependencies``, no fetch cache in local mode), the AWS SDK's 690 MB
-    included: 2.5 s and 690 MB of disk per session (docs/benchmarks.md).
+    included: about 3 s and 690 MB of disk per session (docs/benchmarks.md).
 
     Raises:
         SparkUnavailableError: the jars were never fetched.

@@ -6,6 +6,7 @@ process, as a command does."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -64,6 +65,6 @@ def test_a_local_session_loads_the_jars_in_place() -> None:
     assert started["served_jars"] == "" and started["copied"] == []  # workers have run a task
     assert started["stages"] == ["session_start", "worker_start"]
     wanted = delta.jars("delta") + delta.jars("s3a")
-    assert set(wanted) <= set(started["classpath"].split(":"))
+    assert set(wanted) <= set(started["classpath"].split(os.pathsep))
     assert started["loads"] == {"io.delta.sql.DeltaSparkSessionExtension": True,
                                 "org.apache.hadoop.fs.s3a.S3AFileSystem": True}

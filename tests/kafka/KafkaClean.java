@@ -12,7 +12,7 @@
 // an offset map of DEDUPE_BUFFER_BYTES (default 64 MiB: one pass for the tests' logs). A map
 // too small for the dirty section's keys takes several passes, as a broker's cleaner thread
 // does over its next cycles (each pass cleans up to where its map filled). Prints one JSON
-// line: the offsets, the passes, what the cleaner read and wrote (CleanerStats) and the
+// line: the offsets, the passes, the bytes its passes read (CleanerStats.bytesRead) and the
 // seconds its passes took (System.nanoTime: the rules' clock is fixed at NOW_MS). Several
 // partition dirs (joined by File.pathSeparator) are cleaned one after the other in the one
 // JVM, as one cleaner thread takes its logs (bench/kafka_cleaner.py), one line each.
@@ -96,8 +96,7 @@ public class KafkaClean {
             LogCleanerManager.OffsetsToClean offsets = LogCleanerManager.cleanableOffsets(log, checkpoint, now);
             long nextDirty = offsets.firstDirtyOffset();
             int passes = 0;
-            long bytesRead = 0, bytesWritten = 0, messagesRead = 0, messagesWritten = 0;
-            long mapMessagesRead = 0;
+            long bytesRead = 0;
             long nanos = 0;
             if (offsets.firstUncleanableDirtyOffset() > offsets.firstDirtyOffset()) {
                 Cleaner cleaner = new Cleaner(0, new SkimpyOffsetMap(bufferBytes, "MD5"),
@@ -109,12 +108,7 @@ public class KafkaClean {
                     long started = System.nanoTime();
                     Map.Entry<Long, CleanerStats> result = cleaner.doClean(toClean, now);
                     nanos += System.nanoTime() - started;
-                    CleanerStats stats = result.getValue();
-                    bytesRead += stats.bytesRead();
-                    bytesWritten += stats.bytesWritten();
-                    messagesRead += stats.messagesRead();
-                    messagesWritten += stats.messagesWritten();
-                    mapMessagesRead += stats.mapMessagesRead();
+                    bytesRead += result.getValue().bytesRead();
                     passes++;
                     if (result.getKey() <= nextDirty) {
                         break;  // no progress: the map holds nothing (an empty dirty section)
@@ -126,11 +120,7 @@ public class KafkaClean {
             System.out.println("{\"first_dirty\":" + offsets.firstDirtyOffset()
                     + ",\"first_uncleanable\":" + offsets.firstUncleanableDirtyOffset()
                     + ",\"next_dirty\":" + nextDirty + ",\"passes\":" + passes
-                    + ",\"bytes_read\":" + bytesRead + ",\"bytes_written\":" + bytesWritten
-                    + ",\"messages_read\":" + messagesRead
-                    + ",\"messages_written\":" + messagesWritten
-                    + ",\"map_messages_read\":" + mapMessagesRead
-                    + ",\"seconds\":" + (nanos / 1e9) + "}");
+                    + ",\"bytes_read\":" + bytesRead + ",\"seconds\":" + (nanos / 1e9) + "}");
         } finally {
             log.close();
             scheduler.shutdown();
