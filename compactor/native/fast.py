@@ -22,9 +22,9 @@ control batch outside a plain chunk.
 
 Keys are compared byte for byte: the group's key table (open addressing) holds a 64-bit hash
 of each key (FNV-1a, murmur3's finalizer) with the key's bytes, in its slot when the key is
-short, else in an arena the slot points at, and a hash hit is confirmed by comparing them, so a record is dropped as superseded only when a
-later record has exactly its key (``Cleaner.shouldRetainRecord``; within a group no digest is
-trusted).
+short, else in an arena the slot points at, and a hash hit is confirmed by comparing them, so
+a record is dropped as superseded only when a later record has exactly its key
+(``Cleaner.shouldRetainRecord``; within a group no digest is trusted).
 """
 
 from __future__ import annotations
