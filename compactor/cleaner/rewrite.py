@@ -58,11 +58,12 @@ class GroupRewrite(Protocol):
     def decide(self, newest_first: Sequence[tuple[RecordBatch, BatchDecision]]) -> list[Any]:
         """The fate of each batch, given and returned newest first."""
 
-    def filter_chunk(self, chunk: bytes, start: int, positions: Sequence[int],
-                     base_offsets: Sequence[int], fates: Sequence[Any],
+    def filter_chunk(self, chunk: bytes, start: int, segment_base: int,
+                     positions: Sequence[int], base_offsets: Sequence[int], fates: Sequence[Any],
                      decisions: Sequence[BatchDecision], *, now_ms: int,
                      delete_retention_ms: int) -> Filtered | None:
-        """Every output batch of a chunk in one call, or ``None`` (then :meth:`filter`)."""
+        """Every output batch of a chunk (the one :meth:`decide_chunk` saw) in one call, or
+        ``None`` (then :meth:`filter`)."""
 
     def filter(self, batch: RecordBatch, decision: BatchDecision, fate: object, *, now_ms: int,
                delete_retention_ms: int) -> tuple[FilteredBatch, int]:
@@ -117,8 +118,8 @@ class _PureRewrite:
             self._from_map += goes.from_map
         return fates
 
-    def filter_chunk(self, chunk: bytes, start: int, positions: Sequence[int],
-                     base_offsets: Sequence[int], fates: Sequence[Any],
+    def filter_chunk(self, chunk: bytes, start: int, segment_base: int,
+                     positions: Sequence[int], base_offsets: Sequence[int], fates: Sequence[Any],
                      decisions: Sequence[BatchDecision], *, now_ms: int,
                      delete_retention_ms: int) -> Filtered | None:
         return None

@@ -51,7 +51,13 @@ from compactor.cleaner.policy import (
 )
 from compactor.cleaner.rebatch import FilteredBatch, filter_batch
 from compactor.cleaner.rewrite import Fallback, Filtered, GroupRewrite, KeyColumns
-from compactor.codec.compression import CODEC_MASK, Codec, DecompressionError, decompress
+from compactor.codec.compression import (
+    CODEC_MASK,
+    Codec,
+    DecompressionError,
+    compress,
+    decompress,
+)
 from compactor.codec.indexes import AbortedTxn
 from compactor.codec.records import (
     ATTR_CONTROL,
@@ -292,11 +298,11 @@ def _be(buf: np.ndarray, pos: int, size: int) -> int:
 
 
 @numba.njit(cache=True)
-def frame_chunk(buf: np.ndarray) -> np.ndarray:
-    """The frames of a chunk that holds only uncompressed v2 batches with sound headers
-    (``segment._decode_v2_header``'s checks but the CRC), one row of ``F_COLUMNS`` each;
-    an empty array when anything else is there (the caller decodes the chunk the general way,
-    which raises the located error where there is one)."""
+def frame_chunk(buf: np.ndarray, codecs: bool) -> np.ndarray:
+    """The frames of a chunk that holds only v2 batches with sound headers
+    (``segment._decode_v2_header``'s checks but the CRC), uncompressed unless ``codecs``, one
+    row of ``F_COLUMNS`` each; an empty array when anything else is there (the caller decodes
+    the chunk the general way, which raises the located error where there is one)."""
     end = buf.shape[0]
     frames = np.empty((end // RECORDS_OFFSET + 1, F_COLUMNS), np.int64)
     n = 0
@@ -310,7 +316,7 @@ def frame_chunk(buf: np.ndarray) -> np.ndarray:
         attributes = _be(buf, pos + ATTRIBUTES_OFFSET, 2)
         last_delta = _be(buf, pos + LAST_OFFSET_DELTA_OFFSET, 4)
         count = _be(buf, pos + RECORDS_COUNT_OFFSET, 4)
-        if (attributes & CODEC_MASK or last_delta < 0 or count < 0
+        if ((attributes & CODEC_MASK and not codecs) or last_delta < 0 or count < 0
                 or (count == 0 and size != RECORDS_OFFSET)):
             return frames[:0]
         frames[n, F_POS] = pos
@@ -543,6 +549,48 @@ class _Section:
                                            batch.last_offset_delta, self.layout)
 
 
+# the decompressed chunks a group's backward pass keeps for its forward pass, in bytes: beyond
+# it a chunk is decompressed again (the group's memory stays bounded whatever its size)
+KEEP_EXPANDED_BYTES = 256 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Expanded:
+    """A framed chunk with its compressed batches' records decompressed: each batch's 61-byte
+    header, then its records as the kernels parse them (a batch without records as it is).
+    ``frames`` are the chunk's frames (:func:`frame_chunk`) with positions and sizes in
+    ``buf``; the kernels read headers and records there as in an uncompressed chunk."""
+
+    buf: np.ndarray
+    frames: np.ndarray
+
+    @classmethod
+    def of(cls, chunk: bytes, frames: np.ndarray) -> Expanded:
+        """Raises:
+            Fallback: a batch cannot be decompressed (the pure path reports where).
+        """
+        view = memoryview(chunk)
+        parts: list[bytes | memoryview] = []
+        expanded = frames.copy()
+        at = 0
+        for i, (pos, size, attrs, count) in enumerate(
+                frames[:, [F_POS, F_SIZE, F_ATTRS, F_COUNT]].tolist()):
+            codec = attrs & CODEC_MASK
+            if codec and count:
+                try:
+                    body = decompress(codec, chunk[pos + RECORDS_OFFSET:pos + size])
+                except DecompressionError:
+                    raise Fallback from None
+                parts += (view[pos:pos + RECORDS_OFFSET], body)
+                size = RECORDS_OFFSET + len(body)
+            else:
+                parts.append(view[pos:pos + size])
+            expanded[i, F_POS] = at
+            expanded[i, F_SIZE] = size
+            at += size
+        return cls(np.frombuffer(b"".join(parts), np.uint8), expanded)
+
+
 class NativeRewrite:
     """A group's record work with the kernels (:class:`compactor.cleaner.rewrite.GroupRewrite`):
     the backward pass (``iter_drops`` natively) keeps the group's key table; the forward pass
@@ -558,6 +606,9 @@ class NativeRewrite:
         self.used = np.zeros(2, np.int64)
         self.tally = np.zeros(8, np.int64)
         self.scratch = np.empty((1024, kernels.COLUMNS), np.int64)
+        # decompressed chunks for filter_chunk, by segment and chunk start
+        self._kept: dict[tuple[int, int], Expanded] = {}
+        self._kept_bytes = 0
 
     def decide(self, newest_first: Sequence[tuple[RecordBatch, BatchDecision]]
                ) -> list[BatchFate]:
@@ -594,14 +645,16 @@ class NativeRewrite:
         """:meth:`decide` for every batch of a chunk of a segment (``chunk`` holds the
         segment's bytes from ``start``) in one native call: ``(positions, base offsets,
         fates)`` of its batches in file order, or ``None``, before anything is decided, when
-        the chunk needs the general walk (a compressed or legacy batch, a header or CRC the
-        checks refuse, a batch without a decision).
+        the chunk needs the general walk (a legacy batch, a header or CRC the checks refuse, a
+        batch without a decision). A chunk with compressed batches is decided on its
+        :class:`Expanded` form, which is kept for :meth:`filter_chunk` while the group's
+        :data:`KEEP_EXPANDED_BYTES` allow.
 
         Raises:
             Fallback: the group must take the pure path.
         """
         buf = np.frombuffer(chunk, np.uint8)
-        frames = frame_chunk(buf)
+        frames = frame_chunk(buf, True)
         if not frames.shape[0]:
             return None
         view = memoryview(chunk)
@@ -616,7 +669,15 @@ class NativeRewrite:
             if decision is None:
                 return None
             chosen.append(decision)
-        fates = self._decide_frames(buf, frames, chosen)
+        if (frames[:, F_ATTRS] & CODEC_MASK).any():
+            expanded = Expanded.of(chunk, frames)
+            fates = self._decide_frames(expanded.buf, expanded.frames, chosen)
+            if self._kept_bytes + expanded.buf.shape[0] <= KEEP_EXPANDED_BYTES:
+                self._kept[(segment_base, start)] = expanded
+                self._kept_bytes += expanded.buf.shape[0]
+            STATS["chunks_expanded"] += 1
+        else:
+            fates = self._decide_frames(buf, frames, chosen)
         STATS["chunks_native"] += 1
         return positions, frames[:, F_BASE].tolist(), fates
 
@@ -653,12 +714,16 @@ class NativeRewrite:
                                        dropped, noncanonical, tombstones))
         return fates
 
-    def filter_chunk(self, chunk: bytes, start: int, positions: Sequence[int],
-                     base_offsets: Sequence[int], fates: Sequence[Any],
+    def filter_chunk(self, chunk: bytes, start: int, segment_base: int,
+                     positions: Sequence[int], base_offsets: Sequence[int], fates: Sequence[Any],
                      decisions: Sequence[BatchDecision], *, now_ms: int,
                      delete_retention_ms: int) -> Filtered | None:
+        kept = self._kept.pop((segment_base, start), None)
+        if kept is not None:
+            self._kept_bytes -= kept.buf.shape[0]
         return filter_chunk_batches(chunk, start, positions, base_offsets, fates, decisions,
-                                    now_ms=now_ms, delete_retention_ms=delete_retention_ms)
+                                    now_ms=now_ms, delete_retention_ms=delete_retention_ms,
+                                    expanded=kept)
 
     def filter(self, batch: RecordBatch, decision: BatchDecision, fate: object, *, now_ms: int,
                delete_retention_ms: int) -> tuple[FilteredBatch, int]:
@@ -880,24 +945,40 @@ _CRC_BYTES = struct.Struct(">I")
 def filter_chunk_batches(chunk: bytes, start: int, positions: Sequence[int],
                          base_offsets: Sequence[int], fates: Sequence[BatchFate],
                          decisions: Sequence[BatchDecision], *, now_ms: int,
-                         delete_retention_ms: int
+                         delete_retention_ms: int, expanded: Expanded | None = None
                          ) -> tuple[list[tuple[bytes, AbortedTxn | None]], int, int] | None:
     """:func:`filter_fast` for the batches of a chunk of a segment (``chunk`` holds the
     segment's bytes from ``start``; ``positions``, ``base_offsets``, ``fates`` and
-    ``decisions`` are its batches', as the backward pass saw them) in one native call.
+    ``decisions`` are its batches', as the backward pass saw them) in one native call. A chunk
+    with compressed batches is filtered on its :class:`Expanded` form (``expanded``, as the
+    backward pass kept it, or decompressed here): a batch that stays whole is copied from
+    ``chunk`` as it is, a rebuilt one is compressed again with its codec
+    (:func:`compactor.codec.records.frame_rebuilt`).
 
     Returns:
         ``(output batches with their transaction index entries, records in, records out)``,
-        or ``None`` when the chunk needs the batch-by-batch walk (anything but uncompressed v2
-        data batches the kernels parsed cleanly, or a chunk that is not what the backward pass
+        or ``None`` when the chunk needs the batch-by-batch walk (anything but v2 data
+        batches the kernels parsed cleanly, or a chunk that is not what the backward pass
         saw: the walk then raises the located error).
     """
     buf = np.frombuffer(chunk, np.uint8)
-    frames = frame_chunk(buf)
+    frames = frame_chunk(buf, True)
     n = frames.shape[0]
     if (n != len(positions) or (frames[:, F_POS] + start).tolist() != list(positions)
             or frames[:, F_BASE].tolist() != list(base_offsets)):
         return None
+    codecs = (frames[:, F_ATTRS] & CODEC_MASK).tolist()
+    source_frames = frames
+    if any(codecs):
+        if expanded is None:
+            try:
+                expanded = Expanded.of(chunk, frames)
+            except Fallback:
+                return None  # the walk raises the located error
+            STATS["chunks_expanded_again"] += 1
+        elif expanded.frames[:, F_CRC].tolist() != frames[:, F_CRC].tolist():
+            return None  # not the bytes the backward pass decided
+        buf, frames = expanded.buf, expanded.frames
     counts = frames[:, F_COUNT].tolist()
     dec = np.empty((n, 5), np.int64)
     parts = []
@@ -915,7 +996,7 @@ def filter_chunk_batches(chunk: bytes, start: int, positions: Sequence[int],
         if retention != _DELETE:
             records_out += count - fate.dropped
     reasons = np.concatenate(parts) if parts else np.zeros(0, np.int8)
-    out = np.empty(len(chunk) + 15 * first + RECORDS_OFFSET, np.uint8)
+    out = np.empty(buf.shape[0] + 15 * first + RECORDS_OFFSET, np.uint8)
     outs = np.empty((n, 3), np.int64)
     status, n_out, _ = filter_chunk(buf, frames, reasons, dec, now_ms + delete_retention_ms,
                                     out, outs, np.empty((256, kernels.COLUMNS), np.int64))
@@ -924,15 +1005,43 @@ def filter_chunk_batches(chunk: bytes, start: int, positions: Sequence[int],
     view = out.data
     entries = []
     for at, size, source in outs[:n_out, [O_POS, O_SIZE, O_SOURCE]].tolist():
-        if source >= 0:  # written here: its CRC
-            STATS["batches_rebuilt"] += 1
-            _CRC_BYTES.pack_into(view, at + CRC_OFFSET,
-                                 crc32c.crc32c(view[at + CRC_START:at + size]))
-        else:
+        if source < 0:  # the batch as it is: its CRC stands
             source = -1 - source
-        entries.append((bytes(view[at:at + size]), decisions[source].txn_entry))
+            if codecs[source]:
+                pos = source_frames[source, F_POS]
+                entry = chunk[pos:pos + source_frames[source, F_SIZE]]
+            else:
+                entry = bytes(view[at:at + size])
+        else:
+            STATS["batches_rebuilt"] += 1
+            if codecs[source] and size > RECORDS_OFFSET:  # records: compressed again
+                entry = _compressed(view[at:at + size], codecs[source])
+            else:  # uncompressed, or no records left (written uncompressed, as Kafka does)
+                _CRC_BYTES.pack_into(view, at + CRC_OFFSET,
+                                     crc32c.crc32c(view[at + CRC_START:at + size]))
+                entry = bytes(view[at:at + size])
+        entries.append((entry, decisions[source].txn_entry))
     STATS["chunks_filtered"] += 1
     return entries, records_in, records_out
+
+
+_LENGTH_BYTES = struct.Struct(">i")
+_ATTRIBUTES_BYTES = struct.Struct(">h")
+
+
+def _compressed(rebuilt: memoryview, codec: int) -> bytes:
+    """A batch the kernels rebuilt uncompressed, its records compressed with ``codec``: the
+    header's length, attributes and CRC as :func:`compactor.codec.records.frame_rebuilt`
+    writes them."""
+    body = compress(codec, bytes(rebuilt[RECORDS_OFFSET:]))
+    header = bytearray(rebuilt[:RECORDS_OFFSET])
+    _LENGTH_BYTES.pack_into(header, LENGTH_OFFSET, RECORDS_OFFSET - LOG_OVERHEAD + len(body))
+    (attributes,) = _ATTRIBUTES_BYTES.unpack_from(header, ATTRIBUTES_OFFSET)
+    _ATTRIBUTES_BYTES.pack_into(header, ATTRIBUTES_OFFSET, attributes | codec)
+    crc = crc32c.crc32c(header[CRC_START:])
+    crc = crc32c.crc32c(body, crc)
+    _CRC_BYTES.pack_into(header, CRC_OFFSET, crc)
+    return bytes(header) + body
 
 
 class NativeEngine:
@@ -975,7 +1084,7 @@ def compile_kernels() -> None:
         decide_records(none, layout, 0, 0, 0, False, no_offsets, table,
                        small.copy(), used, reasons, tally)
         scan_chunk_keys(none, no_offsets, layout)
-        frames = frame_chunk(none)
+        frames = frame_chunk(none, False)
         decide_chunk(none, frames, reasons, 0, no_offsets, table, small.copy(), used, tally,
                      reasons, np.zeros((0, 4), np.int64), layout)
         filter_chunk(none, frames, reasons, np.zeros((0, 5), np.int64), 0, small,

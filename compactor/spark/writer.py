@@ -125,7 +125,7 @@ def _write(inp: PartitionInput, source_bases: tuple[int, ...],
                 for start, end in chunks:
                     k = bisect.bisect_left(positions, end, lo=count)
                     done = rewrite.filter_chunk(
-                        data[start:end], start, positions[count:k], base_offsets[count:k],
+                        data[start:end], start, base, positions[count:k], base_offsets[count:k],
                         fates[count:k], [decisions[(base, p)] for p in positions[count:k]],
                         now_ms=inp.now_ms, delete_retention_ms=config.delete_retention_ms)
                     if done is not None:  # the chunk in one call

@@ -98,9 +98,13 @@ CONFIGS = {"cleanup.policy": "compact", "delete.retention.ms": "3600000",
            "segment.index.bytes": "72"}  # several groups: records superseded across groups
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
-def test_a_group_written_natively_is_byte_identical_to_the_pure_path(tmp_path: Path,
-                                                                     case: str) -> None:
+@pytest.mark.parametrize("case, keep", [(case, fast.KEEP_EXPANDED_BYTES) for case in sorted(CASES)]
+                         + [("every-codec-txn-horizons", 0)])
+def test_a_group_written_natively_is_byte_identical_to_the_pure_path(
+        tmp_path: Path, case: str, keep: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``keep``: the bytes of decompressed chunks the backward pass may keep for the forward
+    pass (0: the forward pass decompresses every compressed chunk again)."""
+    monkeypatch.setattr(fast, "KEEP_EXPANDED_BYTES", keep)
     native_dir, pure_dir = tmp_path / "native", tmp_path / "pure"
     generate(str(native_dir), CASES[case])
     shutil.copytree(native_dir, pure_dir)
@@ -145,6 +149,10 @@ def test_a_group_written_natively_is_byte_identical_to_the_pure_path(tmp_path: P
         assert "fallback" not in paths
     if case == "uncompressed-txn-tombstones":  # whole chunks decided in one native call
         assert fast.STATS["chunks_native"] >= 5 and fast.STATS["chunks_filtered"] >= 5
+    if case == "every-codec-txn-horizons":  # compressed chunks in one call, each way
+        assert fast.STATS["chunks_expanded"] >= 5 and fast.STATS["chunks_filtered"] >= 5
+        again = fast.STATS["chunks_expanded_again"]
+        assert again == 0 if keep else again == fast.STATS["chunks_expanded"]
 
 
 def _headers(inp, logs):

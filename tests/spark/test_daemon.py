@@ -60,7 +60,7 @@ def test_the_kernels_are_loaded_for_read_only_and_writable_buffers() -> None:
              "counts = {n: len(k.signatures) for n, k in found.items()}\n"
              "layout = np.zeros((1, kernels.COLUMNS), np.int64)\n"
              "for buf in (np.frombuffer(b'', np.uint8), np.zeros(0, np.uint8)):\n"
-             "    fast.frame_chunk(buf)\n"
+             "    fast.frame_chunk(buf, True)\n"
              "    fast.scan_chunk_keys(buf, np.zeros(0, np.int64), layout)\n"
              "    kernels.parse_layout(buf, 0, 0, 0, 0, layout)\n"
              "print(json.dumps({'counts': counts, 'added': sum(len(k.signatures)\n"
