@@ -3,13 +3,13 @@
 with the per-record work in numba kernels (:mod:`compactor.native.kernels`) instead of a Python
 object per record.
 
-Two grains. A 16 MB chunk of plain uncompressed v2 batches (data and control) goes through
-each pass in one native call: :meth:`NativeRewrite.decide_chunk` frames it, checks its headers
-(and, through ``crc32c``, its CRCs), parses and decides every record newest first;
-:func:`filter_chunk_batches` writes every output batch of it (verbatim copies, rebuilt batches
-with their new headers, empty headers). Anything else (a compressed batch, a header the
-checks refuse) is walked batch by batch: :meth:`NativeRewrite.decide_batch` and :func:`filter_fast`,
-every codec.
+Two grains. A 16 MB chunk of v2 batches (data and control, any codec) goes through each pass
+in one native call: :meth:`NativeRewrite.decide_chunk` frames it, checks its headers (and,
+through ``crc32c``, its CRCs), decompresses its compressed batches once (:class:`Expanded`),
+parses and decides every record newest first; :func:`filter_chunk_batches` writes every output
+batch of it (verbatim copies, rebuilt batches with their new headers, compressed again with
+their codec, empty headers). Anything else (a legacy entry, a header the checks refuse) is
+walked batch by batch: :meth:`NativeRewrite.decide_batch` and :func:`filter_fast`.
 
 Whatever the kernels cannot vouch for goes to the pure path, which stays the reference
 (``tests/property/test_fast_path.py`` compares the two byte for byte): a group holding a v0/v1
