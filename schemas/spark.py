@@ -141,12 +141,12 @@ COMMIT_MESSAGE = _schema(
 )
 
 # One row per partition cleaned in one pass (one task scans, plans and, when the round is one
-# group, writes it): its plan, or the error that stopped it, and the commit message of the
-# group it wrote (null when it wrote none).
+# group or its groups fit one key table, writes it): its plan, or the error that stopped it,
+# and the commit messages of the groups it wrote (empty when it wrote none).
 ONE_PASS = _schema(
     ("tp_id", IntegerType(), False),
     ("plan", PLAN, True),
-    ("message", COMMIT_MESSAGE, True),
+    ("messages", ArrayType(COMMIT_MESSAGE, False), True),
     ("error", StringType(), True),
 )
 

@@ -344,6 +344,34 @@ def fits_one_group(segments: Sequence[SegmentInfo], segment_bytes: int,
             and sum(s.time_index_bytes for s in inactive) <= segment_index_bytes)
 
 
+#: a round of several groups with at most this many records is cleaned in one task with one
+#: key table (``compactor.spark.writer.write_groups``); more go through the distributed offset
+#: map. Its records bound its keys, and the table takes at most 64 bytes a key (slots of 32,
+#: at most half full) plus the bytes of keys longer than 16: 256 MiB here, twice Kafka's
+#: default ``log.cleaner.dedupe.buffer.size`` (128 MiB, about 5.6 M keys at 24 bytes each).
+ONE_TASK_RECORDS = 4_000_000
+#: a partition of more bytes than this is not offered to one task even when its round has few
+#: records: its groups are written in parallel through the distributed offset map
+ONE_TASK_BYTES = 2 * 1024**3
+
+
+def fits_one_task(segments: Sequence[SegmentInfo], segment_bytes: int,
+                  segment_index_bytes: int) -> bool:
+    """Whether a partition is offered to one task that scans, plans and writes its round
+    (``compactor.spark.stages.clean_in_one_pass``): its round is one group
+    (:func:`fits_one_group`), or its segments total at most :data:`ONE_TASK_BYTES` (the task
+    then writes its groups when they hold at most :data:`ONE_TASK_RECORDS` records)."""
+    return (fits_one_group(segments, segment_bytes, segment_index_bytes)
+            or sum(s.size_bytes for s in segments) <= ONE_TASK_BYTES)
+
+
+def round_records(plan: CleaningPlan, headers: Sequence[BatchHeader]) -> int:
+    """The records in the batches of the plan's groups (a bound on the keys its offset map
+    holds)."""
+    bases = {base for group in plan.groups for base in group}
+    return sum(h.records_count for h in headers if h.segment_base in bases)
+
+
 def plan_partition(
     *,
     segments: Sequence[SegmentInfo],

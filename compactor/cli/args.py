@@ -20,6 +20,7 @@ from typing import Any, NoReturn, TextIO
 import yaml
 
 from compactor import progress
+from compactor.cleaner.policy import ONE_TASK_RECORDS
 from compactor.config import parse_assignment, parse_topic_assignment
 from compactor.erasure.rules import ALL_TOPICS
 from compactor.errors import (
@@ -132,6 +133,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="how executors decide and re-encode records: the numba kernels, "
                              "or the pure-Python reference (the same bytes, slower; runs "
                              "without numba)")
+    parser.add_argument("--task-records", type=int, default=ONE_TASK_RECORDS, metavar="N",
+                        help="a partition whose round has several groups and at most N "
+                             "records is cleaned in one task with one key table (at most 64 "
+                             "bytes a key); larger ones go through the distributed offset "
+                             f"map, 0 sends every such round there (default {ONE_TASK_RECORDS:,})")
 
 
 def add_config_arguments(parser: argparse.ArgumentParser, *, compaction: bool = True) -> None:
@@ -329,6 +335,7 @@ def options_from_args(args: argparse.Namespace, *, dry_run: bool = False) -> Mai
         metadata_log_dir=optional_path(getattr(args, "metadata_log_dir", None)),
         server_properties=optional_path(getattr(args, "server_properties", None)),
         writer=getattr(args, "writer", "native"),
+        task_records=getattr(args, "task_records", ONE_TASK_RECORDS),
         check_past_now=(getattr(args, "now_ms", None) is not None
                         and not getattr(args, "allow_past_now", True)))
 

@@ -20,7 +20,7 @@ from compactor.cleaner.policy import (
     PartitionInput,
     SkipReason,
     explain,
-    fits_one_group,
+    fits_one_task,
 )
 from compactor.cleaner.rebatch import DROP_REASONS
 from compactor.cluster.catalog import METADATA_LOG, Catalog
@@ -369,22 +369,25 @@ def _plan(spark: SparkSession, inputs: dict[int, PartitionInput],
     """Plan every readable partition; a partition a check refuses is reported corrupt and
     dropped from ``inputs``.
 
-    A partition whose segments all fit one group is cleaned in one pass (one task scans,
-    plans and, unless this is a plan, writes it: :func:`spark_stages.clean_in_one_pass`).
-    The others have their headers scanned segment by segment (kept cached for the rewrite),
-    and so has a partition the one pass planned several groups after all.
+    A partition small enough for one task (:func:`fits_one_task`) is cleaned in one pass (one
+    task scans, plans and, unless this is a plan, writes it:
+    :func:`spark_stages.clean_in_one_pass`). The others have their headers scanned segment by
+    segment (kept cached for the rewrite), and so has a partition the one pass planned but
+    did not write (more records than ``--task-records``).
 
     Returns:
         The plans, the cached header rows (``None`` when no partition needed them) and the
         commit messages of the groups the one pass wrote.
     """
     small = {i: inp for i, inp in inputs.items()
-             if fits_one_group(inp.segments, inp.config.segment_bytes,
-                               inp.config.segment_index_bytes)}
+             if fits_one_task(inp.segments, inp.config.segment_bytes,
+                              inp.config.segment_index_bytes)}
     plans, errors, messages = spark_stages.clean_in_one_pass(
-        spark, small, write=not opts.dry_run, writer=opts.writer)
+        spark, small, write=not opts.dry_run, writer=opts.writer,
+        task_records=opts.task_records)
     stages.done("one_pass")
-    again = {i for i, p in plans.items() if p.will_clean and len(p.groups) > 1}
+    written = {m.tp_id for m in messages}
+    again = {i for i, p in plans.items() if p.will_clean and i not in written}
     rest = {i: inp for i, inp in inputs.items()
             if i not in small or (i in again and not opts.dry_run)}
     more, more_errors, headers = spark_stages.scan_and_plan(spark, rest)

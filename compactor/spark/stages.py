@@ -16,7 +16,7 @@ from typing import Any, Protocol
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
-from compactor.cleaner.policy import BatchHeader, CleaningPlan, PartitionInput
+from compactor.cleaner.policy import ONE_TASK_RECORDS, BatchHeader, CleaningPlan, PartitionInput
 from compactor.config import TopicConfig
 from compactor.erasure.sketch import DigestFilter
 from compactor.model import CommitMessage, SegmentInfo
@@ -184,19 +184,25 @@ def balanced_bins(sizes: Mapping[int, int], count: int) -> list[list[int]]:
 
 
 def clean_in_one_pass(spark: SparkSession, inputs: Mapping[int, PartitionInput], *,
-                      write: bool, writer: str = "native"
+                      write: bool, writer: str = "native",
+                      task_records: int = ONE_TASK_RECORDS
                       ) -> tuple[dict[int, CleaningPlan], dict[int, dict[str, Any]],
                                  list[CommitMessage]]:
     """Scan, plan and (when ``write``) write the partitions in one Spark job of one stage,
     a task per bin of partitions (:func:`transforms.clean_in_one_pass`): for partitions
-    whose segments fit one group, where the header rows, plans and decisions of the general
-    path would cost more Spark jobs than the work itself. The tasks come from ``spark.range``,
-    so no row is serialized and nothing is shuffled to start them.
+    small enough for one task (:func:`compactor.cleaner.policy.fits_one_task`), where the
+    header rows, plans, decisions and offset-map shuffle of the general path would cost more
+    than the work itself. The tasks come from ``spark.range``, so no row is serialized and
+    nothing is shuffled to start them.
+
+    Args:
+        task_records: a round of several groups is written here when it has at most this
+            many records (its key table's bound), else only planned.
 
     Returns:
         The plans of the partitions with at least one batch, the first error (as
         ``CompactorError.to_dict()``) of each partition a check refused, and the commit
-        messages of the groups written (partitions of one group that will clean).
+        messages of the groups written.
     """
     plans: dict[int, CleaningPlan] = {}
     errors: dict[int, dict[str, Any]] = {}
@@ -208,15 +214,15 @@ def clean_in_one_pass(spark: SparkSession, inputs: Mapping[int, PartitionInput],
     with spark_step(spark, "one_pass", total_bytes=input_bytes(inputs)):
         rows = (spark.range(len(bins), numPartitions=len(bins))
                 .transform(transforms.clean_in_one_pass(inputs, bins, write=write,
-                                                        writer=writer))
+                                                        writer=writer,
+                                                        task_records=task_records))
                 .collect())
     for r in rows:
         if r.error is not None:
             errors[r.tp_id] = json.loads(r.error)
         elif r.plan is not None:
             plans[r.tp_id] = transforms.plan_from_row(r.plan.asDict())
-        if r.message is not None:
-            messages.append(transforms.message_from_row(r.message))
+        messages += [transforms.message_from_row(m) for m in r.messages or ()]
     return plans, errors, messages
 
 

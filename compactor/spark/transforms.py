@@ -37,11 +37,13 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from compactor.cleaner.policy import (
+    ONE_TASK_RECORDS,
     BatchDecision,
     BatchHeader,
     BatchRetention,
     CleaningPlan,
     PartitionInput,
+    round_records,
 )
 from compactor.cleaner.scan import (
     BatchFlags,
@@ -77,7 +79,7 @@ from compactor.schemas.spark import (
     SUPERSEDED,
 )
 from compactor.spark import rows
-from compactor.spark.writer import write_erased_segment, write_group
+from compactor.spark.writer import write_erased_segment, write_group, write_groups
 
 Transform = Callable[[DataFrame], DataFrame]
 
@@ -213,6 +215,17 @@ def _write_one_group(tp_id: int, inp: PartitionInput, plan: CleaningPlan,
     m = write_group(inp, group, {(h.segment_base, h.position): d for h, d in decided}, set(),
                     first_dirty=plan.first_dirty_offset, engine=record_engine(writer))
     return message_to_row(tp_id, m)
+
+
+def _write_groups(tp_id: int, inp: PartitionInput, plan: CleaningPlan,
+                  headers: Sequence[BatchHeader], *, writer: str) -> list[dict[str, Any]]:
+    """Decide the batches of a round of several groups and write them all with one key table
+    (:func:`compactor.spark.writer.write_groups`): their ``COMMIT_MESSAGE`` rows."""
+    decided = inp.decide(plan, headers)
+    messages = write_groups(inp, plan.groups,
+                            {(h.segment_base, h.position): d for h, d in decided},
+                            first_dirty=plan.first_dirty_offset, engine=record_engine(writer))
+    return [message_to_row(tp_id, m) for m in messages]
 
 
 def decide_batches(inputs: Mapping[int, PartitionInput],
@@ -392,17 +405,20 @@ def rewrite_whole_partitions(inputs: Mapping[int, PartitionInput],
 
 
 def clean_in_one_pass(inputs: Mapping[int, PartitionInput], bins: Sequence[Sequence[int]], *,
-                      write: bool, writer: str = "native") -> Transform:
+                      write: bool, writer: str = "native",
+                      task_records: int = ONE_TASK_RECORDS) -> Transform:
     """Bin numbers (``spark.range`` rows, ``id``) -> one ``ONE_PASS`` row per partition of the
     bin: the task scans the partition's batch headers segment by segment (the checks of
-    :func:`check_segment`), plans its round and, when ``write`` and the round is one group,
-    decides its batches and writes the group. A partition that is planned several groups
-    is only planned (the driver cleans it the general way); one that a check refuses gives
+    :func:`check_segment`), plans its round and, when ``write``, decides its batches and
+    writes its groups: one group alone, several with one key table carried from the newest
+    to the oldest (:func:`compactor.spark.writer.write_groups`) when the round has at most
+    ``task_records`` records. A partition of more records is only planned: the driver cleans
+    it the general way, through the distributed offset map. One that a check refuses gives
     its first error, and one without batches neither plan nor error.
 
     The whole round of a small partition is then one Python task in one Spark job: no header
-    rows, plans or decisions travel, which is most of a small round's time
-    (:func:`compactor.spark.stages.clean_in_one_pass`).
+    rows, plans or decisions travel and nothing is shuffled, which is most of a small round's
+    time (:func:`compactor.spark.stages.clean_in_one_pass`).
 
     Args:
         bins: the partitions (tp ids) of each bin, the unit of a task.
@@ -423,10 +439,13 @@ def clean_in_one_pass(inputs: Mapping[int, PartitionInput], bins: Sequence[Seque
         if not headers:
             return {"tp_id": tp_id}
         plan = inp.plan(headers)
-        message = None
-        if write and plan.will_clean and len(plan.groups) == 1:
-            message = _write_one_group(tp_id, inp, plan, headers, writer=writer)
-        return {"tp_id": tp_id, "plan": plan_to_row(tp_id, plan), "message": message}
+        messages: list[dict[str, Any]] = []
+        if write and plan.will_clean:
+            if len(plan.groups) == 1:
+                messages = [_write_one_group(tp_id, inp, plan, headers, writer=writer)]
+            elif round_records(plan, headers) <= task_records:
+                messages = _write_groups(tp_id, inp, plan, headers, writer=writer)
+        return {"tp_id": tp_id, "plan": plan_to_row(tp_id, plan), "messages": messages}
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for ids in batches:

@@ -89,8 +89,9 @@ def _write(inp: PartitionInput, source_bases: tuple[int, ...],
            first_dirty: int, engine: Engine) -> CommitMessage:
     """Two passes over the group. Newest batch first, every record's fate is decided with
     the keys seen later in the group (:func:`_decide`); only what goes is kept. Then oldest
-    first, the batches are filtered and streamed into the ``.cleaned`` log, so neither a
-    source segment nor the output is held in memory whole."""
+    first, the batches are filtered and streamed into the ``.cleaned`` log
+    (:func:`_write_decided`), so neither a source segment nor the output is held in memory
+    whole."""
     by_base = {s.base_offset: s for s in inp.segments}
     rewrite = engine.group(superseded, first_dirty)
     try:
@@ -98,7 +99,6 @@ def _write(inp: PartitionInput, source_bases: tuple[int, ...],
     except Fallback:  # before anything is written (compactor/native/fast.py says when)
         rewrite = fallback_group(superseded, first_dirty)
         decided = _decide(by_base, source_bases, decisions, rewrite)
-    tally = _Tally(dropped=rewrite.reasons())
     if rewrite.from_map() != len(superseded):
         raise CorruptSegmentError(
             f"counts do not balance: the offset map superseded {len(superseded)} records of "
@@ -106,6 +106,80 @@ def _write(inp: PartitionInput, source_bases: tuple[int, ...],
             path=by_base[source_bases[0]].log_path,
             remedy="the segment changed during the run; rerun once nothing else writes to it",
         )
+    return _write_decided(inp, source_bases, decisions, decided, rewrite, rewrite.reasons())
+
+
+def write_groups(inp: PartitionInput, groups: Sequence[Sequence[int]],
+                 decisions: Mapping[tuple[int, int], BatchDecision], *, first_dirty: int,
+                 engine: Engine) -> list[CommitMessage]:
+    """Rewrite every group of a partition's round in one task, with one key table: the
+    groups are decided newest first, each with the keys that entered the offset map in the
+    groups after it (``Cleaner.buildOffsetMap`` over the whole dirty section, then
+    ``Cleaner.cleanSegments`` group by group: Kafka's one-pass round, with exact keys), then
+    written oldest first. What the distributed offset map supersedes across groups is found
+    in the table instead, so nothing is shuffled. A group the native rewrite hands back
+    (:class:`Fallback`) sends the whole round to the pure path, from its newest group again.
+
+    Returns:
+        A commit message per group, or, when a group cannot be decided, only that group's
+        message with its error (nothing is written). After a group that fails to write, no
+        more are written: the partition is not swapped.
+    """
+    try:
+        decided, rewrite = _decide_groups(inp, groups, decisions, engine.group((), first_dirty))
+    except Fallback:
+        decided, rewrite = _decide_groups(inp, groups, decisions, fallback_group((), first_dirty))
+    if isinstance(decided, CommitMessage):
+        return [decided]
+    messages = []
+    for group in groups:
+        started = time.perf_counter()
+        done, dropped, seconds = decided.pop(group[0])
+        try:
+            message = _write_decided(inp, tuple(group), decisions, done, rewrite, dropped)
+        except CompactorError as err:
+            remove_cleaned(inp.path, group[0])
+            message = CommitMessage(group_base=group[0], source_bases=tuple(group),
+                                    error=err.to_dict())
+        messages.append(replace(message, seconds=seconds + time.perf_counter() - started))
+        if message.error:
+            break
+    return messages
+
+
+def _decide_groups(inp: PartitionInput, groups: Sequence[Sequence[int]],
+                   decisions: Mapping[tuple[int, int], BatchDecision], rewrite: GroupRewrite
+                   ) -> tuple[dict[int, tuple[_Decided, Counter[str], float]] | CommitMessage,
+                              GroupRewrite]:
+    """The backward pass of :func:`write_groups`: per group (by base) what it decided, the
+    records it drops by reason and its seconds; or the message of the first group that
+    cannot be decided.
+
+    Raises:
+        Fallback: the native rewrite hands the round back.
+    """
+    by_base = {s.base_offset: s for s in inp.segments}
+    decided: dict[int, tuple[_Decided, Counter[str], float]] = {}
+    for group in reversed(groups):
+        started = time.perf_counter()
+        before = Counter(rewrite.reasons())  # a copy: the pure path's is live
+        try:
+            done = _decide(by_base, tuple(group), decisions, rewrite)
+        except CompactorError as err:
+            return CommitMessage(group_base=group[0], source_bases=tuple(group),
+                                 error=err.to_dict(),
+                                 seconds=time.perf_counter() - started), rewrite
+        decided[group[0]] = (done, rewrite.reasons() - before, time.perf_counter() - started)
+    return decided, rewrite
+
+
+def _write_decided(inp: PartitionInput, source_bases: tuple[int, ...],
+                   decisions: Mapping[tuple[int, int], BatchDecision], decided: _Decided,
+                   rewrite: GroupRewrite, dropped: Counter[str]) -> CommitMessage:
+    """The forward pass of a decided group: its batches filtered oldest first and streamed
+    into the ``.cleaned`` log."""
+    by_base = {s.base_offset: s for s in inp.segments}
+    tally = _Tally(dropped=dropped)
     config = inp.config
 
     def outputs() -> Iterator[tuple[bytes, RecordBatch | None, AbortedTxn | None]]:

@@ -22,7 +22,7 @@ from compactor.codec.compression import Codec
 from compactor.codec.records import TimestampType, encode_batch
 from compactor.codec.segment import iter_batches
 from compactor.native import engine, fast, kernels
-from compactor.spark.writer import write_group
+from compactor.spark.writer import write_group, write_groups
 from compactor.tools.generator import DEFAULT_START_MS, GeneratorConfig, generate
 from tests.helpers import reference_round, varint_size
 from tests.property.strategies import new_batches
@@ -153,6 +153,48 @@ def test_a_group_written_natively_is_byte_identical_to_the_pure_path(
         assert fast.STATS["chunks_expanded"] >= 5 and fast.STATS["chunks_filtered"] >= 5
         again = fast.STATS["chunks_expanded_again"]
         assert again == 0 if keep else again == fast.STATS["chunks_expanded"]
+
+
+@pytest.mark.parametrize("label", ["native", "pure"])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_a_round_of_several_groups_in_one_task_writes_what_the_offset_map_writes(
+        tmp_path: Path, case: str, label: str) -> None:
+    """``write_groups`` (one key table carried from the newest group to the oldest) against
+    the independent reference round group by group, and its commit messages against the
+    ones each group gets from ``write_group`` with the offset map's supersessions."""
+    one_dir, each_dir = tmp_path / "one", tmp_path / "each"
+    generate(str(one_dir), CASES[case])
+    shutil.copytree(one_dir, each_dir)
+    rounds = reference_round(one_dir, CONFIGS, NOW_MS)
+    rounds_checked = 0
+    for name, (inp, logs, ref) in rounds.items():
+        if not ref.plan.will_clean or len(ref.plan.groups) < 2:
+            continue
+        headers = _headers(inp, logs)
+        decisions = {(h.segment_base, h.position): d for h, d in inp.decide(ref.plan, headers)}
+
+        def moved(root: Path):
+            return replace(inp, path=str(root / name), segments=tuple(
+                replace(s, log_path=str(root / name / Path(s.log_path).name))
+                for s in inp.segments))
+
+        got = write_groups(moved(one_dir), ref.plan.groups, decisions,
+                           first_dirty=ref.plan.first_dirty_offset, engine=engine(label))
+        assert [m.group_base for m in got] == [g[0] for g in ref.plan.groups]
+        # a legacy entry sends the whole round to the pure path
+        assert {m.writer for m in got} == ({"fallback"} if case == "logappendtime-legacy"
+                                           and label == "native" else {label})
+        for group, message in zip(ref.plan.groups, got, strict=True):
+            assert message.error is None, message.error
+            each = write_group(moved(each_dir), group, decisions,
+                               _superseded_across_groups(inp, logs, ref.plan, group, decisions),
+                               first_dirty=ref.plan.first_dirty_offset, engine=engine(label))
+            assert replace(message, seconds=0.0, writer="") == replace(each, seconds=0.0,
+                                                                        writer="")
+            assert ((one_dir / name / f"{group[0]:020d}.log.cleaned").read_bytes()
+                    == ref.outputs[group[0]].log)
+        rounds_checked += 1
+    assert rounds_checked >= 1
 
 
 def _headers(inp, logs):

@@ -17,7 +17,7 @@ from pyspark import TaskContext
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from compactor.cleaner.policy import BatchRetention, PartitionInput
+from compactor.cleaner.policy import BatchRetention, PartitionInput, round_records
 from compactor.cleaner.scan import key_digest, key_offsets, segment_headers
 from compactor.codec.records import ControlType
 from compactor.codec.segment import iter_batches
@@ -42,7 +42,7 @@ from compactor.schemas.spark import (
 )
 from compactor.spark import transforms
 from compactor.spark.stages import group_slots
-from compactor.spark.writer import write_erased_segment, write_group
+from compactor.spark.writer import write_erased_segment, write_group, write_groups
 from compactor.tools.generator import DEFAULT_START_MS
 
 pytestmark = pytest.mark.spark
@@ -385,7 +385,8 @@ def test_rewrite_erased_equals_the_writer_called_directly(spark, partition: Part
 
 def test_clean_in_one_pass_equals_plan_and_writer_called_directly(
         spark, partition: PartitionInput, tmp_path: Path) -> None:
-    # 0: one group, written; 1: several groups, only planned; 2: a corrupt segment, refused
+    # 0: one group, written; 1: several groups with more records than a task's key table
+    # may hold, only planned; 2: a corrupt segment, refused
     partition = dataclasses.replace(partition, aborted_txns=tuple(
         read_aborted_txns(load_partition(partition.path))))
     twin = _copy_partition(partition, tmp_path / "twin" / "orders-v2-0")
@@ -409,18 +410,21 @@ def test_clean_in_one_pass_equals_plan_and_writer_called_directly(
                           {(h.segment_base, h.position): d for h, d in decided}, set(),
                           first_dirty=plan.first_dirty_offset, engine=engine("native"))
     assert message.error is None
-    several_plan = several.plan(_pure_headers(several))
+    several_headers = _pure_headers(several)
+    several_plan = several.plan(several_headers)
     assert several_plan.will_clean and len(several_plan.groups) > 1
 
     inputs = {0: partition, 1: several, 2: corrupt}
     got = (spark.range(2, numPartitions=2)
-           .transform(transforms.clean_in_one_pass(inputs, [[1, 2], [0]], write=True))
-           .withColumn("message", F.col("message").dropFields("seconds")))
+           .transform(transforms.clean_in_one_pass(
+               inputs, [[1, 2], [0]], write=True,
+               task_records=round_records(several_plan, several_headers) - 1))
+           .withColumn("messages", _messages_without_seconds("messages")))
     expected = spark.createDataFrame([
-        (0, transforms.plan_to_row(0, plan), transforms.message_to_row(0, message), None),
-        (1, transforms.plan_to_row(1, several_plan), None, None),
+        (0, transforms.plan_to_row(0, plan), [transforms.message_to_row(0, message)], None),
+        (1, transforms.plan_to_row(1, several_plan), [], None),
         (2, None, None, json.dumps(refused.value.to_dict())),
-    ], ONE_PASS).withColumn("message", F.col("message").dropFields("seconds"))
+    ], ONE_PASS).withColumn("messages", _messages_without_seconds("messages"))
     assert_df_equality(got, expected, ignore_row_order=True)
     written = sorted(p.name for p in Path(partition.path).glob("*.cleaned"))
     assert written and written == sorted(p.name for p in Path(twin.path).glob("*.cleaned"))
@@ -430,12 +434,45 @@ def test_clean_in_one_pass_equals_plan_and_writer_called_directly(
     assert not list(Path(corrupt.path).glob("*.cleaned"))
 
 
+def test_clean_in_one_pass_writes_several_groups_within_task_records(
+        spark, partition: PartitionInput, tmp_path: Path) -> None:
+    """A round of several groups within ``task_records``: written in the task, one key table
+    for all its groups, as ``write_groups`` called directly writes it."""
+    partition = dataclasses.replace(partition, aborted_txns=tuple(
+        read_aborted_txns(load_partition(partition.path))), config=dataclasses.replace(
+            partition.config, segment_bytes=40_000))  # legacy entries: native falls back
+    several = _copy_partition(partition, tmp_path / "several" / "orders-v2-0")
+    twin = _copy_partition(partition, tmp_path / "twin" / "orders-v2-0")
+    headers = _pure_headers(several)
+    plan = several.plan(headers)
+    assert plan.will_clean and len(plan.groups) > 1
+    decided = twin.decide(plan, headers)
+    direct = write_groups(twin, plan.groups, {(h.segment_base, h.position): d for h, d in decided},
+                          first_dirty=plan.first_dirty_offset, engine=engine("native"))
+    assert direct and all(m.error is None for m in direct)
+    (row,) = (spark.range(1).transform(transforms.clean_in_one_pass(
+        {0: several}, [[0]], write=True, task_records=round_records(plan, headers)))
+        .withColumn("messages", _messages_without_seconds("messages")).collect())
+    assert row.error is None
+    assert [transforms.message_from_row(m) for m in row.messages] == [
+        dataclasses.replace(m, seconds=0.0, tp_id=0) for m in direct]
+    written = sorted(p.name for p in Path(several.path).glob("*.cleaned"))
+    assert len(written) >= 3 * len(plan.groups)
+    assert written == sorted(p.name for p in Path(twin.path).glob("*.cleaned"))
+    for name in written:
+        assert (Path(several.path) / name).read_bytes() == (Path(twin.path) / name).read_bytes()
+
+
+def _messages_without_seconds(column: str):
+    return F.transform(F.col(column), lambda m: m.dropFields("seconds"))
+
+
 def test_clean_in_one_pass_without_write_only_plans(spark, partition: PartitionInput) -> None:
     partition = dataclasses.replace(partition, aborted_txns=tuple(
         read_aborted_txns(load_partition(partition.path))))
     before = {p.name: p.read_bytes() for p in Path(partition.path).iterdir()}
     (row,) = (spark.range(1).transform(
         transforms.clean_in_one_pass({0: partition}, [[0]], write=False)).collect())
-    assert row.message is None and row.error is None
+    assert row.messages == [] and row.error is None
     assert transforms.plan_from_row(row.plan.asDict()) == partition.plan(_pure_headers(partition))
     assert {p.name: p.read_bytes() for p in Path(partition.path).iterdir()} == before
