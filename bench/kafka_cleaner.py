@@ -27,12 +27,13 @@ fresh copies:
   executors' Python workers started); per core is the cleaned bytes over the round's wall
   time times the cores (everything counted: listing, planning, the key scan, the writer,
   the commit, idle cores), and ``ours_clean_mb_s_per_core`` the writer tasks' own figure.
-- **ours, distributed offset map** (``--shuffle-codecs``): the round again with
-  ``segment.bytes`` of ``--group-bytes``, several groups a partition, so records are
-  superseded across groups through the shuffled offset map: the session's first such round
-  and a warm one.
+- **ours, several groups** (``--shuffle-codecs``): the round again with ``segment.bytes`` of
+  ``--group-bytes``, several groups a partition, so records are superseded across groups:
+  in one task a partition with one key table (``groups_one_task``, the default within
+  ``--task-records``), then through the distributed offset map (``shuffle``,
+  ``--task-records 0``); each the session's first such round and a warm one.
 
-Kafka's and our warm outputs are then compared record by record (offset and key of every
+Kafka's output and each of ours are then compared record by record (offset and key of every
 record left) and one JSON line per codec prints ``kafka_mb_s_per_thread``,
 ``ours_mb_s_per_core``, ``vs_kafka_per_core`` (per buffer), ``vs_kafka_wall`` (Kafka's process
 over our cold process) and the shuffle figures. See ``docs/benchmarks.md``.
@@ -156,13 +157,15 @@ def _cold(logs: Path, now: int, master: str, configs: dict[str, str]) -> dict[st
     return {"wall": wall, "bytes_in": sum(p["bytes_in"] for p in cleaned)}
 
 
-def _round(spark: Any, logs: Path, now: int, configs: dict[str, str]) -> dict[str, Any]:
+def _round(spark: Any, logs: Path, now: int, configs: dict[str, str], *,
+           task_records: int | None = None) -> dict[str, Any]:
     from compactor.maintenance.compact import run
     from compactor.maintenance.options import build_options
 
+    more = {} if task_records is None else {"task_records": task_records}
     started = time.perf_counter()
     report = run(spark, build_options(str(logs), now_ms=now, config_all=configs,
-                                      assume_kafka_defaults=True))
+                                      assume_kafka_defaults=True, **more))
     wall = time.perf_counter() - started
     cleaned = [p for p in report.partitions if p.status == "cleaned"]
     if len(cleaned) != len(report.partitions):
@@ -271,34 +274,44 @@ def main() -> int:
                              "vs_kafka_per_core": round(ours / mb_s, 3),
                              "vs_kafka_wall": round(k["wall"] / cold["wall"], 3)}
 
+            several: dict[str, Path] = {}  # the several-group rounds' outputs, checked below
             if codec in args.shuffle_codecs.split(","):
-                shuffled = _configs(args.group_bytes)
-                rounds = []
-                for label in ("first", "warm"):
-                    r = _round(spark, _copy(source, work / "shuffle"), now, shuffled)
-                    rounds.append(r)
-                    print(f"[{codec}] distributed offset map ({r['groups']} groups), {label}: "
-                          f"{r['wall']:.1f} s = {size / r['wall'] / cores / 1e6:.0f} MB/s per "
-                          f"core ({', '.join(f'{k} {v:.1f}' for k, v in r['stages'].items())})",
-                          flush=True)
-                shuffle_mb_s = size / rounds[1]["wall"] / cores / 1e6
                 kafka_mb_s = size / kafka[next(iter(kafka))]["seconds"] / 1e6
-                out["shuffle"] = {
-                    "groups": rounds[1]["groups"], "ours_mb_s_per_core": round(shuffle_mb_s, 1),
-                    "vs_kafka_per_core": round(shuffle_mb_s / kafka_mb_s, 3),
-                    "first_over_warm": round(rounds[0]["wall"] / rounds[1]["wall"], 3)}
-                shutil.rmtree(work / "shuffle")
+                # the round with several groups a partition: in one task per partition (one
+                # key table, the default within --task-records), then through the distributed
+                # offset map (--task-records 0)
+                for key, task_records, what in (
+                        ("groups_one_task", None, "one task a partition"),
+                        ("shuffle", 0, "distributed offset map")):
+                    rounds = []
+                    for label in ("first", "warm"):
+                        several[key] = _copy(source, work / key)
+                        r = _round(spark, several[key], now, _configs(args.group_bytes),
+                                   task_records=task_records)
+                        rounds.append(r)
+                        stages = ", ".join(f"{k} {v:.1f}" for k, v in r["stages"].items())
+                        print(f"[{codec}] {r['groups']} groups, {what}, {label}: "
+                              f"{r['wall']:.1f} s = {size / r['wall'] / cores / 1e6:.0f} MB/s "
+                              f"per core ({stages})", flush=True)
+                    mb_s = size / rounds[1]["wall"] / cores / 1e6
+                    out[key] = {
+                        "groups": rounds[1]["groups"], "ours_mb_s_per_core": round(mb_s, 1),
+                        "vs_kafka_per_core": round(mb_s / kafka_mb_s, 3),
+                        "first_over_warm": round(rounds[0]["wall"] / rounds[1]["wall"], 3)}
 
             if not args.no_check:
-                theirs, mine = _records(work / f"kafka-{next(iter(buffers))}"), _records(
-                    work / "warm")
-                if theirs != mine:
-                    diff = [p for p in theirs if theirs[p] != mine.get(p)]
-                    raise SystemExit(f"Kafka's cleaner and ours left different records in {diff}")
+                theirs = _records(work / f"kafka-{next(iter(buffers))}")
+                for name, logs in {"warm": work / "warm", **several}.items():
+                    mine = _records(logs)
+                    if theirs != mine:
+                        diff = [p for p in theirs if theirs[p] != mine.get(p)]
+                        raise SystemExit(f"Kafka's cleaner and our {name} round left different "
+                                         f"records in {diff}")
                 out["same_records"] = sum(len(v) for v in mine.values())
-                print(f"[{codec}] both left the same {out['same_records']:,} records (offset "
-                      f"and key of each)", flush=True)
-            for name in ("warm", *(f"kafka-{n}" for n in buffers)):
+                print(f"[{codec}] Kafka and each of our rounds ({', '.join(['warm', *several])})"
+                      f" left the same {out['same_records']:,} records (offset and key of each)",
+                      flush=True)
+            for name in ("warm", *several, *(f"kafka-{n}" for n in buffers)):
                 shutil.rmtree(work / name, ignore_errors=True)
             print(json.dumps(out, sort_keys=True), flush=True)
     finally:
