@@ -27,9 +27,9 @@ from compactor.codec.checkpoints import (
 )
 from compactor.codec.indexes import (
     AbortedTxn,
-    decode_offset_index,
-    decode_time_index,
     decode_txn_index,
+    last_offset_entry,
+    last_time_entry,
 )
 from compactor.codec.records import RecordBatch
 from compactor.codec.segment import iter_batches
@@ -462,11 +462,11 @@ def _largest_timestamp(
     largest = -1
     time_path = storage.join(partition_dir, prefix + TIME_INDEX_SUFFIX)
     if storage.exists(time_path):
-        entries = decode_time_index(
+        last = last_time_entry(
             storage.read_bytes(time_path), base, path=time_path, allow_preallocated=is_active
         )
-        if entries:
-            largest = entries[-1].timestamp
+        if last is not None:
+            largest = last.timestamp
     log_path = storage.join(partition_dir, prefix + LOG_SUFFIX)
     for batch in _tail_batches(log_path, base, size, allow_preallocated=is_active):
         largest = max(largest, batch.max_timestamp)
@@ -487,10 +487,10 @@ def _tail_batches(log_path: str, base: int, size: int, *,
     start = slot = 0
     index_path = log_path[: -len(LOG_SUFFIX)] + INDEX_SUFFIX
     if storage.exists(index_path):
-        entries = decode_offset_index(storage.read_bytes(index_path), base, path=index_path,
-                                      allow_preallocated=allow_preallocated)
-        if entries and entries[-1].position < size:
-            start, slot = entries[-1].position, len(entries) - 1
+        last = last_offset_entry(storage.read_bytes(index_path), base, path=index_path,
+                                 allow_preallocated=allow_preallocated)
+        if last is not None and last[1].position < size:
+            slot, start = last[0], last[1].position
     try:
         return list(iter_batches(storage.read_bytes(log_path, start), path=log_path,
                                  verify_crc=False))
