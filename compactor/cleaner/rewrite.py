@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from compactor.cleaner.policy import BatchDecision
+from compactor.cleaner.policy import BatchDecision, BatchHeader
 from compactor.cleaner.rebatch import FilteredBatch, filter_batch, iter_drops
 from compactor.codec.indexes import AbortedTxn
 from compactor.codec.records import RecordBatch
@@ -93,6 +93,11 @@ class Engine(Protocol):
     def batch_keys(self, batch: RecordBatch) -> tuple[np.ndarray, list[bytes]] | None:
         """Offsets and keys of one batch's keyed records, or ``None`` (the compiled reader)."""
 
+    def segment_headers(self, data: Any, path: str, segment_base: int
+                        ) -> list[BatchHeader] | None:
+        """A segment's batch headers, CRCs verified, read in bulk; ``None``: the pure scan
+        (:func:`compactor.cleaner.scan.segment_headers`) reads them."""
+
 
 class _PureRewrite:
     """:data:`PURE`'s group: batch by batch, a Python object per record. Fates are arrays of
@@ -148,6 +153,10 @@ class _PureEngine:
         return None
 
     def batch_keys(self, batch: RecordBatch) -> tuple[np.ndarray, list[bytes]] | None:
+        return None
+
+    def segment_headers(self, data: Any, path: str, segment_base: int
+                        ) -> list[BatchHeader] | None:
         return None
 
 

@@ -45,12 +45,15 @@ from compactor.cleaner.policy import (
     FROM_MAP,
     KEPT,
     MARKER_EXPIRED,
+    NO_CONTROL_TYPE,
     REASON_NAMES,
     BatchDecision,
+    BatchHeader,
     BatchRetention,
 )
 from compactor.cleaner.rebatch import FilteredBatch, filter_batch
 from compactor.cleaner.rewrite import Fallback, Filtered, GroupRewrite, KeyColumns
+from compactor.cleaner.scan import batch_header
 from compactor.codec.compression import (
     CODEC_MASK,
     Codec,
@@ -75,6 +78,7 @@ from compactor.codec.records import (
     MAGIC_OFFSET,
     MAX_TIMESTAMP_OFFSET,
     PARTITION_LEADER_EPOCH_OFFSET,
+    PRODUCER_EPOCH_OFFSET,
     PRODUCER_ID_OFFSET,
     RECORDS_COUNT_OFFSET,
     RECORDS_OFFSET,
@@ -83,7 +87,7 @@ from compactor.codec.records import (
     empty_batch_like,
     frame_rebuilt,
 )
-from compactor.codec.segment import chunk_ranges
+from compactor.codec.segment import chunk_ranges, iter_batches
 from compactor.native import kernels
 from compactor.native.xxh3 import xxh3_128
 
@@ -297,38 +301,77 @@ def _be(buf: np.ndarray, pos: int, size: int) -> int:
     return value
 
 
+@numba.njit(cache=True, inline="always")
+def _frame_at(buf: np.ndarray, pos: int, end: int, codecs: bool, frames: np.ndarray,
+              n: int) -> int:
+    """Frame the batch at ``pos`` into ``frames[n]``: its size, or 0 when it is not a v2
+    batch with a sound header (uncompressed unless ``codecs``) ending by ``end``."""
+    if pos + RECORDS_OFFSET > end:
+        return 0
+    size = LOG_OVERHEAD + _be(buf, pos + LENGTH_OFFSET, 4)
+    if size < RECORDS_OFFSET or pos + size > end or buf[pos + MAGIC_OFFSET] != 2:
+        return 0
+    attributes = _be(buf, pos + ATTRIBUTES_OFFSET, 2)
+    last_delta = _be(buf, pos + LAST_OFFSET_DELTA_OFFSET, 4)
+    count = _be(buf, pos + RECORDS_COUNT_OFFSET, 4)
+    if ((attributes & CODEC_MASK and not codecs) or last_delta < 0 or count < 0
+            or (count == 0 and size != RECORDS_OFFSET)):
+        return 0
+    frames[n, F_POS] = pos
+    frames[n, F_SIZE] = size
+    frames[n, F_BASE] = _be(buf, pos + BASE_OFFSET_OFFSET, 8)
+    frames[n, F_ATTRS] = attributes
+    frames[n, F_LAST_DELTA] = last_delta
+    frames[n, F_COUNT] = count
+    frames[n, F_CRC] = _be(buf, pos + CRC_OFFSET, 4) & 0xFFFFFFFF
+    return size
+
+
 @numba.njit(cache=True)
 def frame_chunk(buf: np.ndarray, codecs: bool) -> np.ndarray:
     """The frames of a chunk that holds only v2 batches with sound headers
-    (``segment._decode_v2_header``'s checks but the CRC), uncompressed unless ``codecs``, one
-    row of ``F_COLUMNS`` each; an empty array when anything else is there (the caller decodes
-    the chunk the general way, which raises the located error where there is one)."""
+    (``segment._decode_v2_header``'s checks but the CRC and the codec's id), uncompressed
+    unless ``codecs``, one row of ``F_COLUMNS`` each; an empty array when anything else is
+    there (the caller decodes the chunk the general way, which raises the located error where
+    there is one)."""
     end = buf.shape[0]
     frames = np.empty((end // RECORDS_OFFSET + 1, F_COLUMNS), np.int64)
     n = 0
     pos = 0
     while pos < end:
-        if pos + RECORDS_OFFSET > end:
+        size = _frame_at(buf, pos, end, codecs, frames, n)
+        if size == 0:
             return frames[:0]
-        size = LOG_OVERHEAD + _be(buf, pos + LENGTH_OFFSET, 4)
-        if size < RECORDS_OFFSET or pos + size > end or buf[pos + MAGIC_OFFSET] != 2:
-            return frames[:0]
-        attributes = _be(buf, pos + ATTRIBUTES_OFFSET, 2)
-        last_delta = _be(buf, pos + LAST_OFFSET_DELTA_OFFSET, 4)
-        count = _be(buf, pos + RECORDS_COUNT_OFFSET, 4)
-        if ((attributes & CODEC_MASK and not codecs) or last_delta < 0 or count < 0
-                or (count == 0 and size != RECORDS_OFFSET)):
-            return frames[:0]
-        frames[n, F_POS] = pos
-        frames[n, F_SIZE] = size
-        frames[n, F_BASE] = _be(buf, pos + BASE_OFFSET_OFFSET, 8)
-        frames[n, F_ATTRS] = attributes
-        frames[n, F_LAST_DELTA] = last_delta
-        frames[n, F_COUNT] = count
-        frames[n, F_CRC] = _be(buf, pos + CRC_OFFSET, 4) & 0xFFFFFFFF
         n += 1
         pos += size
     return frames[:n]
+
+
+# the header fields of a framed batch beside its frame (frame_headers)
+H_PRODUCER_ID, H_PRODUCER_EPOCH, H_BASE_TS, H_MAX_TS = range(4)
+
+
+@numba.njit(cache=True)
+def frame_headers(buf: np.ndarray, start: int, frames: np.ndarray, fields: np.ndarray
+                  ) -> tuple[int, int]:
+    """:func:`frame_chunk` (codecs allowed) of a segment from byte ``start``, at most
+    ``frames.shape[0]`` batches, with their producer id and epoch and timestamps in ``fields``:
+    ``(batches framed, where the next one starts)``, or ``(-1, where framing stopped)`` at
+    anything it refuses."""
+    end = buf.shape[0]
+    pos = start
+    n = 0
+    while pos < end and n < frames.shape[0]:
+        size = _frame_at(buf, pos, end, True, frames, n)
+        if size == 0:
+            return -1, pos
+        fields[n, H_PRODUCER_ID] = _be(buf, pos + PRODUCER_ID_OFFSET, 8)
+        fields[n, H_PRODUCER_EPOCH] = _be(buf, pos + PRODUCER_EPOCH_OFFSET, 2)
+        fields[n, H_BASE_TS] = _be(buf, pos + BASE_TIMESTAMP_OFFSET, 8)
+        fields[n, H_MAX_TS] = _be(buf, pos + MAX_TIMESTAMP_OFFSET, 8)
+        n += 1
+        pos += size
+    return n, pos
 
 
 @numba.njit(cache=True)
@@ -1044,6 +1087,58 @@ def _compressed(rebuilt: memoryview, codec: int) -> bytes:
     return bytes(header) + body
 
 
+_HEADER_ROWS = 1 << 16  # batches framed per frame_headers call (memory flat in the segment)
+
+
+def segment_headers(data: Any, path: str, segment_base: int) -> list[BatchHeader] | None:
+    """:func:`compactor.cleaner.scan.segment_headers` with the framing in a kernel and the
+    CRCs through ``crc32c``: the same headers, or ``None`` when the segment holds anything
+    but v2 batches with sound headers, known codecs and matching CRCs, or is not a buffer
+    (an object store's ranged reader): the pure scan then reads it and raises the located
+    error where there is one. A control batch's type is read from its record by the pure
+    decoder."""
+    try:
+        buf = np.frombuffer(data, np.uint8)
+    except (TypeError, ValueError):
+        return None
+    view = memoryview(data)
+    frames = np.empty((_HEADER_ROWS, F_COLUMNS), np.int64)
+    fields = np.empty((_HEADER_ROWS, 4), np.int64)
+    headers: list[BatchHeader] = []
+    pos = 0
+    while pos < buf.shape[0]:
+        n, pos = frame_headers(buf, pos, frames, fields)
+        if n < 0:
+            return None
+        rows = frames[:n]
+        if ((rows[:, F_ATTRS] & CODEC_MASK) > _LAST_CODEC).any():
+            return None
+        for at, size, crc in zip(rows[:, F_POS].tolist(), rows[:, F_SIZE].tolist(),
+                                 rows[:, F_CRC].tolist()):
+            if crc32c.crc32c(view[at + CRC_START:at + size]) != crc:
+                return None
+        for (at, size, base, attrs, last_delta, count, _), (pid, epoch, base_ts, max_ts) in zip(
+                rows.tolist(), fields[:n].tolist()):
+            if attrs & ATTR_CONTROL:  # its control type is in its record
+                (batch,) = iter_batches(data, path=path, start_position=at,
+                                        end_position=at + size, verify_crc=False)
+                headers.append(batch_header(batch, segment_base))
+                continue
+            headers.append(BatchHeader(
+                segment_base=segment_base, position=at, size_in_bytes=size, base_offset=base,
+                last_offset=base + last_delta, magic=2, is_control=False,
+                is_transactional=bool(attrs & ATTR_TRANSACTIONAL),
+                control_type=NO_CONTROL_TYPE, producer_id=pid, producer_epoch=epoch,
+                max_timestamp=max_ts,
+                horizon_ms=base_ts if attrs & ATTR_DELETE_HORIZON else -1,
+                records_count=count))
+    STATS["segments_framed"] += 1
+    return headers
+
+
+_LAST_CODEC = max(int(c) for c in Codec)
+
+
 class NativeEngine:
     """The kernels as a :class:`compactor.cleaner.rewrite.Engine`."""
 
@@ -1058,6 +1153,10 @@ class NativeEngine:
 
     def batch_keys(self, batch: RecordBatch) -> tuple[np.ndarray, list[bytes]] | None:
         return batch_keys(batch)
+
+    def segment_headers(self, data: Any, path: str, segment_base: int
+                        ) -> list[BatchHeader] | None:
+        return segment_headers(data, path, segment_base)
 
 
 def compile_kernels() -> None:
@@ -1085,6 +1184,7 @@ def compile_kernels() -> None:
                        small.copy(), used, reasons, tally)
         scan_chunk_keys(none, no_offsets, layout)
         frames = frame_chunk(none, False)
+        frame_headers(none, 0, np.zeros((1, F_COLUMNS), np.int64), np.zeros((1, 4), np.int64))
         decide_chunk(none, frames, reasons, 0, no_offsets, table, small.copy(), used, tally,
                      reasons, np.zeros((0, 4), np.int64), layout)
         filter_chunk(none, frames, reasons, np.zeros((0, 5), np.int64), 0, small,

@@ -45,6 +45,7 @@ from compactor.cleaner.policy import (
     PartitionInput,
     round_records,
 )
+from compactor.cleaner.rewrite import PURE, Engine
 from compactor.cleaner.scan import (
     BatchFlags,
     batch_flags,
@@ -116,14 +117,18 @@ def check_segment(path: str, base: int, next_base: int | None,
         raise problems[0]
 
 
-def checked_headers(path: str, base: int, next_base: int | None) -> list[BatchHeader]:
-    """A segment's batch headers, CRCs verified, after the checks of :func:`check_segment`.
+def checked_headers(path: str, base: int, next_base: int | None, *,
+                    engine: Engine = PURE) -> list[BatchHeader]:
+    """A segment's batch headers, CRCs verified, after the checks of :func:`check_segment`
+    (read in bulk by ``engine`` where it can).
 
     Raises:
         CompactorError: the first problem found.
     """
     with storage.mapped(path) as data:
-        headers = segment_headers(data, path, base)
+        headers = engine.segment_headers(data, path, base)
+        if headers is None:
+            headers = segment_headers(data, path, base)
     check_segment(path, base, next_base, headers)
     return headers
 
@@ -430,7 +435,8 @@ def clean_in_one_pass(inputs: Mapping[int, PartitionInput], bins: Sequence[Seque
         try:
             for s, nxt in zip(inp.segments, [*inp.segments[1:], None], strict=True):
                 headers += checked_headers(s.log_path, s.base_offset,
-                                           None if nxt is None else nxt.base_offset)
+                                           None if nxt is None else nxt.base_offset,
+                                           engine=record_engine(writer))
             problems = txn_problems(inp.path, headers, inp.aborted_txns)
             if problems:
                 raise problems[0]
