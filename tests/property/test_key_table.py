@@ -106,3 +106,24 @@ def _keyed_batch(key: bytes, *, base_offset: int):
         NewRecord(offset_delta=0, timestamp=1_700_000_000_000, key=key, value=b"v")]))
     (batch,) = iter_batches(raw)
     return batch
+
+
+def test_the_kernel_grows_a_full_table_itself() -> None:
+    """The kernel's own growth (the safety net behind ``NativeRewrite``'s growing ahead):
+    from four slots, 300 keys of both homes all enter, and every one is found again."""
+    from compactor.native import kernels
+
+    keys = [b"k%d" % i if i % 2 else _PREFIX + b"%d" % i for i in range(300)]
+    (batch,) = iter_batches(_chunk(keys, 300))
+    buf = np.frombuffer(batch.raw, np.uint8)
+    layout = np.empty((300, kernels.COLUMNS), np.int64)
+    assert kernels.parse_layout(buf, 61, len(buf), 300, 299, layout) == kernels.OK
+    table, arena = np.zeros(fast._SLOT << 2, np.int64), np.empty(8, np.uint8)
+    used, tally = np.zeros(2, np.int64), np.zeros(8, np.int64)
+    for newer in (True, False):  # the same records as a later batch, then as an earlier one
+        reasons = np.zeros(300, np.int8)
+        status, dropped, _, table, arena = fast.decide_records(
+            buf, layout, 300, 0, 0, False, np.zeros(0, np.int64), table, arena, used, reasons,
+            tally)
+        assert status == kernels.OK and dropped == (0 if newer else 300)
+    assert used[1] == 300 and table.shape[0] >= 2 * fast._SLOT * 300
