@@ -323,7 +323,10 @@ def run_locked(session: LazySession, opts: MaintenanceOptions, catalog: Catalog)
             stages.done("commit")
         return report
     stages.done("metadata")
-    spark = session(spark_stages.input_bytes(inputs))
+    # what the JVM itself works through: the partitions the distributed stages may read (a
+    # partition one task cleans costs the JVM one task to schedule, whatever its size)
+    spark = session(spark_stages.input_bytes(
+        {i: inp for i, inp in inputs.items() if not _fits_one_task(inp)}))
     stages.split(session.startup_s)
     try:
         with spark_stages.round_settings(spark, inputs):
@@ -379,9 +382,7 @@ def _plan(spark: SparkSession, inputs: dict[int, PartitionInput],
         The plans, the cached header rows (``None`` when no partition needed them) and the
         commit messages of the groups the one pass wrote.
     """
-    small = {i: inp for i, inp in inputs.items()
-             if fits_one_task(inp.segments, inp.config.segment_bytes,
-                              inp.config.segment_index_bytes)}
+    small = {i: inp for i, inp in inputs.items() if _fits_one_task(inp)}
     plans, errors, messages = spark_stages.clean_in_one_pass(
         spark, small, write=not opts.dry_run, writer=opts.writer,
         task_records=opts.task_records)
@@ -408,6 +409,10 @@ def _plan(spark: SparkSession, inputs: dict[int, PartitionInput],
         reports[i].expected_input_bytes = sum(by_base[b] for g in plan.groups for b in g)
     stages.done("scan_and_plan")
     return plans, headers, messages
+
+
+def _fits_one_task(inp: PartitionInput) -> bool:
+    return fits_one_task(inp.segments, inp.config.segment_bytes, inp.config.segment_index_bytes)
 
 
 def _commit(inputs: Mapping[int, PartitionInput], plans: Mapping[int, CleaningPlan],

@@ -227,9 +227,10 @@ class LazySession:
         """The session, started by the first call.
 
         Args:
-            input_bytes: how much the session's work reads, when known: a local session for
-                at most :data:`SHORT_ROUND_BYTES` starts a JVM for short work
-                (:func:`driver_java_options`).
+            input_bytes: how much the session's work reads through the JVM's own stages
+                (scans and shuffles, not the one-task rounds whose JVM work is scheduling
+                them), when known: a local session for at most :data:`SHORT_ROUND_BYTES`
+                starts a JVM for short work (:func:`driver_java_options`).
         """
         if self._session is None:
             from compactor import progress

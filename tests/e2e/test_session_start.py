@@ -68,3 +68,43 @@ def test_a_local_session_loads_the_jars_in_place() -> None:
     assert set(wanted) <= set(started["classpath"].split(os.pathsep))
     assert started["loads"] == {"io.delta.sql.DeltaSparkSessionExtension": True,
                                 "org.apache.hadoop.fs.s3a.S3AFileSystem": True}
+
+
+ROUND_PROBE = """
+import json, sys
+from compactor.cleaner import policy
+from compactor.maintenance.compact import run_locked
+from compactor.maintenance.options import build_options, load_catalog
+from compactor.spark import session
+from compactor.spark.session import LazySession
+from compactor.tools.generator import DEFAULT_START_MS
+session.SHORT_ROUND_BYTES = 1  # every log dir counts as big
+if sys.argv[2] == "distributed":
+    policy.ONE_TASK_BYTES = 0  # no partition is offered to one task
+opts = build_options(sys.argv[1], now_ms=DEFAULT_START_MS + 3 * 86_400_000,
+                     config_all={"cleanup.policy": "compact", "segment.index.bytes": "72"},
+                     assume_kafka_defaults=True)  # several groups a partition
+lazy = LazySession(None)
+report = run_locked(lazy, opts, load_catalog(opts))
+spark = lazy.started
+runtime = spark._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
+print(json.dumps({"jvm_args": list(runtime.getInputArguments()),
+                  "statuses": sorted({p.status for p in report.partitions}),
+                  "stages": sorted(report.stages_s)}))
+spark.stop()
+"""
+
+
+@pytest.mark.parametrize(("path", "c1_only"), [("one_task", True), ("distributed", False)])
+def test_a_round_one_task_cleans_gets_a_jvm_for_short_work_whatever_its_size(
+        small_log, path: str, c1_only: bool) -> None:
+    """The JVM's own work decides its compilers: partitions one task cleans whole cost it
+    only their scheduling, however many bytes they hold; partitions the distributed stages
+    read make it scan and shuffle."""
+    res = subprocess.run([sys.executable, "-c", ROUND_PROBE, str(small_log), path],
+                         capture_output=True, text=True, timeout=600, check=False)
+    assert res.returncode == 0, res.stderr
+    started = json.loads(res.stdout.splitlines()[-1])
+    assert ("-XX:TieredStopAtLevel=1" in started["jvm_args"]) is c1_only
+    assert "cleaned" in started["statuses"]
+    assert ("offset_map" in started["stages"]) is (path == "distributed")
