@@ -346,9 +346,10 @@ def fits_one_group(segments: Sequence[SegmentInfo], segment_bytes: int,
 
 #: a round of several groups with at most this many records is cleaned in one task with one
 #: key table (``compactor.spark.writer.write_groups``); more go through the distributed offset
-#: map. Its records bound its keys, and the table takes at most 64 bytes a key (slots of 32,
-#: at most half full) plus the bytes of keys longer than 16: 256 MiB here, twice Kafka's
-#: default ``log.cleaner.dedupe.buffer.size`` (128 MiB, about 5.6 M keys at 24 bytes each).
+#: map. Its records bound its keys, and the table (32-byte slots, a power of two of them, at
+#: most half full) for this many keys takes at most 256 MiB, plus the bytes of keys longer
+#: than 16: twice Kafka's default ``log.cleaner.dedupe.buffer.size`` (128 MiB, about 5.6 M
+#: keys at 24 bytes each).
 ONE_TASK_RECORDS = 4_000_000
 #: a partition of more bytes than this is not offered to one task even when its round has few
 #: records: its groups are written in parallel through the distributed offset map

@@ -135,7 +135,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "without numba)")
     parser.add_argument("--task-records", type=int, default=ONE_TASK_RECORDS, metavar="N",
                         help="a partition whose round has several groups and at most N "
-                             "records is cleaned in one task with one key table (at most 64 "
+                             "records is cleaned in one task with one key table (64-128 "
                              "bytes a key); larger ones go through the distributed offset "
                              f"map, 0 sends every such round there (default {ONE_TASK_RECORDS:,})")
 
