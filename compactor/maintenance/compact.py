@@ -20,6 +20,7 @@ from compactor.cleaner.policy import (
     PartitionInput,
     SkipReason,
     explain,
+    fits_one_group,
     fits_one_task,
 )
 from compactor.cleaner.rebatch import DROP_REASONS
@@ -326,7 +327,7 @@ def run_locked(session: LazySession, opts: MaintenanceOptions, catalog: Catalog)
     # what the JVM itself works through: the partitions the distributed stages may read (a
     # partition one task cleans costs the JVM one task to schedule, whatever its size)
     spark = session(spark_stages.input_bytes(
-        {i: inp for i, inp in inputs.items() if not _fits_one_task(inp)}))
+        {i: inp for i, inp in inputs.items() if not _fits_one_task(inp, opts.task_records)}))
     stages.split(session.startup_s)
     try:
         with spark_stages.round_settings(spark, inputs):
@@ -382,7 +383,7 @@ def _plan(spark: SparkSession, inputs: dict[int, PartitionInput],
         The plans, the cached header rows (``None`` when no partition needed them) and the
         commit messages of the groups the one pass wrote.
     """
-    small = {i: inp for i, inp in inputs.items() if _fits_one_task(inp)}
+    small = {i: inp for i, inp in inputs.items() if _fits_one_task(inp, opts.task_records)}
     plans, errors, messages = spark_stages.clean_in_one_pass(
         spark, small, write=not opts.dry_run, writer=opts.writer,
         task_records=opts.task_records)
@@ -411,7 +412,13 @@ def _plan(spark: SparkSession, inputs: dict[int, PartitionInput],
     return plans, headers, messages
 
 
-def _fits_one_task(inp: PartitionInput) -> bool:
+def _fits_one_task(inp: PartitionInput, task_records: int) -> bool:
+    """Whether the one-pass task is offered the partition (with ``--task-records 0`` only a
+    round of one group: a task would scan the others only for the driver to scan them
+    again)."""
+    if not task_records:
+        return fits_one_group(inp.segments, inp.config.segment_bytes,
+                              inp.config.segment_index_bytes)
     return fits_one_task(inp.segments, inp.config.segment_bytes, inp.config.segment_index_bytes)
 
 
