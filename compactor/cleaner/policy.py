@@ -357,13 +357,15 @@ ONE_TASK_BYTES = 2 * 1024**3
 
 
 def fits_one_task(segments: Sequence[SegmentInfo], segment_bytes: int,
-                  segment_index_bytes: int) -> bool:
+                  segment_index_bytes: int, task_records: int = ONE_TASK_RECORDS) -> bool:
     """Whether a partition is offered to one task that scans, plans and writes its round
     (``compactor.spark.stages.clean_in_one_pass``): its round is one group
-    (:func:`fits_one_group`), or its segments total at most :data:`ONE_TASK_BYTES` (the task
-    then writes its groups when they hold at most :data:`ONE_TASK_RECORDS` records)."""
+    (:func:`fits_one_group`), or its segments total at most :data:`ONE_TASK_BYTES` and
+    ``task_records`` allows several groups at all (the task then writes them when they hold
+    at most ``task_records`` records; with 0 it would scan them only for the driver to scan
+    them again)."""
     return (fits_one_group(segments, segment_bytes, segment_index_bytes)
-            or sum(s.size_bytes for s in segments) <= ONE_TASK_BYTES)
+            or (task_records > 0 and sum(s.size_bytes for s in segments) <= ONE_TASK_BYTES))
 
 
 def round_records(plan: CleaningPlan, headers: Sequence[BatchHeader]) -> int:

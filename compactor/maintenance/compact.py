@@ -20,7 +20,6 @@ from compactor.cleaner.policy import (
     PartitionInput,
     SkipReason,
     explain,
-    fits_one_group,
     fits_one_task,
 )
 from compactor.cleaner.rebatch import DROP_REASONS
@@ -413,13 +412,8 @@ def _plan(spark: SparkSession, inputs: dict[int, PartitionInput],
 
 
 def _fits_one_task(inp: PartitionInput, task_records: int) -> bool:
-    """Whether the one-pass task is offered the partition (with ``--task-records 0`` only a
-    round of one group: a task would scan the others only for the driver to scan them
-    again)."""
-    if not task_records:
-        return fits_one_group(inp.segments, inp.config.segment_bytes,
-                              inp.config.segment_index_bytes)
-    return fits_one_task(inp.segments, inp.config.segment_bytes, inp.config.segment_index_bytes)
+    return fits_one_task(inp.segments, inp.config.segment_bytes, inp.config.segment_index_bytes,
+                         task_records)
 
 
 def _commit(inputs: Mapping[int, PartitionInput], plans: Mapping[int, CleaningPlan],
