@@ -25,6 +25,8 @@ Transforms never collect, count or cache: the job (``jobs/compact.py``) decides 
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
@@ -97,6 +99,26 @@ _DECISION_ARROW = to_arrow_schema(DECISION)
 _ONE_PASS_ARROW = to_arrow_schema(ONE_PASS)
 
 
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector paused for one unit of an executor's work (a
+    segment, a group, a partition). That work makes objects by the ten thousand (batch
+    headers, decisions, fates, output batches) and no reference cycles, so reference counting
+    frees them all, while the collector's passes over them and over every loaded module's
+    objects cost a tenth to a third of the work: on one partition of the benchmark's
+    1 M-key log, the header scan took 0.28 s with the collector and 0.19 s without, the lz4
+    writer 1.29 / 1.18 s, the zstd one 1.87 / 1.64 s (``bench/kafka_cleaner.py``). Cycles
+    made meanwhile are collected after it. Nested pauses leave the outer one in charge."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
 # ---------------------------------------------------------------------------------------------
 # Scan of batch headers
 
@@ -136,7 +158,8 @@ def checked_headers(path: str, base: int, next_base: int | None, *,
 def _header_batch(tp_id: int, segment_base: int, path: str,
                   next_base: int | None) -> pa.RecordBatch:
     try:
-        headers = checked_headers(path, segment_base, next_base)
+        with _collector_paused():
+            headers = checked_headers(path, segment_base, next_base)
     except CompactorError as err:
         row: dict[str, list[Any]] = {name: [None] for name in _HEADER_ARROW.names}
         row.update(tp_id=[tp_id], segment_base=[segment_base], error=[json.dumps(err.to_dict())])
@@ -290,40 +313,41 @@ def scan_keys(inputs: Mapping[int, PartitionInput], plans: Mapping[int, Cleaning
     """
 
     def scan(table: pa.Table) -> pa.Table:
-        columns = {name: table.column(name).to_pylist() for name in
-                   ("tp_id", "group_base", "segment_base", "position", "is_control", "aborted",
-                    "discard_records")}
-        tp_id, group_base = columns["tp_id"][0], columns["group_base"][0]
-        inp = inputs[tp_id]
-        paths = {s.base_offset: s.log_path for s in inp.segments}
-        flags: dict[int, dict[int, BatchFlags]] = {}
-        for base, position, is_control, aborted, discard in zip(
-                columns["segment_base"], columns["position"], columns["is_control"],
-                columns["aborted"], columns["discard_records"], strict=True):
-            f = batch_flags(group_base, is_control=is_control, aborted=aborted,
-                            discard_records=discard)
-            if f is not None:
-                flags.setdefault(base, {})[position] = f
-        try:
-            parts = []
-            for base in sorted(flags):
-                with storage.mapped(paths[base]) as data:
-                    parts.append(keyed_records(data, paths[base], flags[base],
-                                               plans[tp_id].first_dirty_offset,
-                                               engine=record_engine(writer)))
-            rows = concat_rows(parts)
-            rows = select_rows(rows, ~locally_superseded(rows))
-        except CompactorError as err:
-            return pa.Table.from_pylist([{
-                "tp_id": tp_id, "group_base": group_base, "offset": -1, "in_map": False,
-                "error": json.dumps(err.to_dict()),
-            }], schema=_KEYED_ARROW)
-        n = len(rows)
-        return pa.Table.from_arrays([
-            pa.array(np.full(n, tp_id, dtype=np.int32)), pa.array(rows.group_base),
-            pa.array(rows.offset), pa.array(rows.key_hi), pa.array(rows.key_lo),
-            pa.array(rows.in_map), pa.nulls(n, pa.string()),
-        ], schema=_KEYED_ARROW)
+        with _collector_paused():
+            columns = {name: table.column(name).to_pylist() for name in
+                       ("tp_id", "group_base", "segment_base", "position", "is_control", "aborted",
+                        "discard_records")}
+            tp_id, group_base = columns["tp_id"][0], columns["group_base"][0]
+            inp = inputs[tp_id]
+            paths = {s.base_offset: s.log_path for s in inp.segments}
+            flags: dict[int, dict[int, BatchFlags]] = {}
+            for base, position, is_control, aborted, discard in zip(
+                    columns["segment_base"], columns["position"], columns["is_control"],
+                    columns["aborted"], columns["discard_records"], strict=True):
+                f = batch_flags(group_base, is_control=is_control, aborted=aborted,
+                                discard_records=discard)
+                if f is not None:
+                    flags.setdefault(base, {})[position] = f
+            try:
+                parts = []
+                for base in sorted(flags):
+                    with storage.mapped(paths[base]) as data:
+                        parts.append(keyed_records(data, paths[base], flags[base],
+                                                   plans[tp_id].first_dirty_offset,
+                                                   engine=record_engine(writer)))
+                rows = concat_rows(parts)
+                rows = select_rows(rows, ~locally_superseded(rows))
+            except CompactorError as err:
+                return pa.Table.from_pylist([{
+                    "tp_id": tp_id, "group_base": group_base, "offset": -1, "in_map": False,
+                    "error": json.dumps(err.to_dict()),
+                }], schema=_KEYED_ARROW)
+            n = len(rows)
+            return pa.Table.from_arrays([
+                pa.array(np.full(n, tp_id, dtype=np.int32)), pa.array(rows.group_base),
+                pa.array(rows.offset), pa.array(rows.key_hi), pa.array(rows.key_lo),
+                pa.array(rows.in_map), pa.nulls(n, pa.string()),
+            ], schema=_KEYED_ARROW)
 
     keyed = ~F.col("is_control") & ~F.col("discard_records")
     return lambda decisions: (decisions.where(keyed).transform(with_slots(slots))
@@ -366,16 +390,17 @@ def rewrite_groups(inputs: Mapping[int, PartitionInput], plans: Mapping[int, Cle
     written by the executor that holds the group's rows (one task per ``GROUP_SLOT``)."""
 
     def rewrite(decisions: pa.Table, superseded: pa.Table) -> pa.Table:
-        if decisions.num_rows == 0:
-            return _COMMIT_ARROW.empty_table()
-        tp_id = decisions.column("tp_id")[0].as_py()
-        group_base = decisions.column("group_base")[0].as_py()
-        plan = plans[tp_id]
-        group = next(g for g in plan.groups if g[0] == group_base)
-        m = write_group(inputs[tp_id], group, _decisions_from_arrow(decisions),
-                        set(superseded.column("offset").to_pylist()),
-                        first_dirty=plan.first_dirty_offset, engine=record_engine(writer))
-        return pa.Table.from_pylist([message_to_row(tp_id, m)], schema=_COMMIT_ARROW)
+        with _collector_paused():
+            if decisions.num_rows == 0:
+                return _COMMIT_ARROW.empty_table()
+            tp_id = decisions.column("tp_id")[0].as_py()
+            group_base = decisions.column("group_base")[0].as_py()
+            plan = plans[tp_id]
+            group = next(g for g in plan.groups if g[0] == group_base)
+            m = write_group(inputs[tp_id], group, _decisions_from_arrow(decisions),
+                            set(superseded.column("offset").to_pylist()),
+                            first_dirty=plan.first_dirty_offset, engine=record_engine(writer))
+            return pa.Table.from_pylist([message_to_row(tp_id, m)], schema=_COMMIT_ARROW)
 
     slotted = with_slots(slots)
     return lambda decisions, superseded: (
@@ -397,10 +422,11 @@ def rewrite_whole_partitions(inputs: Mapping[int, PartitionInput],
     """
 
     def rewrite(table: pa.Table) -> pa.Table:
-        tp_id = table.column("tp_id")[0].as_py()
-        row = _write_one_group(tp_id, inputs[tp_id], plans[tp_id], _headers_from_arrow(table),
-                               writer=writer)
-        return pa.Table.from_pylist([row], schema=_COMMIT_ARROW)
+        with _collector_paused():
+            tp_id = table.column("tp_id")[0].as_py()
+            row = _write_one_group(tp_id, inputs[tp_id], plans[tp_id], _headers_from_arrow(table),
+                                   writer=writer)
+            return pa.Table.from_pylist([row], schema=_COMMIT_ARROW)
 
     whole = list(plans)
     return lambda headers: (
@@ -430,28 +456,29 @@ def clean_in_one_pass(inputs: Mapping[int, PartitionInput], bins: Sequence[Seque
     """
 
     def one(tp_id: int) -> dict[str, Any]:
-        inp = inputs[tp_id]
-        headers: list[BatchHeader] = []
-        try:
-            for s, nxt in zip(inp.segments, [*inp.segments[1:], None], strict=True):
-                headers += checked_headers(s.log_path, s.base_offset,
-                                           None if nxt is None else nxt.base_offset,
-                                           engine=record_engine(writer))
-            problems = txn_problems(inp.path, headers, inp.aborted_txns)
-            if problems:
-                raise problems[0]
-        except CompactorError as err:
-            return {"tp_id": tp_id, "error": json.dumps(err.to_dict())}
-        if not headers:
-            return {"tp_id": tp_id}
-        plan = inp.plan(headers)
-        messages: list[dict[str, Any]] = []
-        if write and plan.will_clean:
-            if len(plan.groups) == 1:
-                messages = [_write_one_group(tp_id, inp, plan, headers, writer=writer)]
-            elif round_records(plan, headers) <= task_records:
-                messages = _write_groups(tp_id, inp, plan, headers, writer=writer)
-        return {"tp_id": tp_id, "plan": plan_to_row(tp_id, plan), "messages": messages}
+        with _collector_paused():
+            inp = inputs[tp_id]
+            headers: list[BatchHeader] = []
+            try:
+                for s, nxt in zip(inp.segments, [*inp.segments[1:], None], strict=True):
+                    headers += checked_headers(s.log_path, s.base_offset,
+                                               None if nxt is None else nxt.base_offset,
+                                               engine=record_engine(writer))
+                problems = txn_problems(inp.path, headers, inp.aborted_txns)
+                if problems:
+                    raise problems[0]
+            except CompactorError as err:
+                return {"tp_id": tp_id, "error": json.dumps(err.to_dict())}
+            if not headers:
+                return {"tp_id": tp_id}
+            plan = inp.plan(headers)
+            messages: list[dict[str, Any]] = []
+            if write and plan.will_clean:
+                if len(plan.groups) == 1:
+                    messages = [_write_one_group(tp_id, inp, plan, headers, writer=writer)]
+                elif round_records(plan, headers) <= task_records:
+                    messages = _write_groups(tp_id, inp, plan, headers, writer=writer)
+            return {"tp_id": tp_id, "plan": plan_to_row(tp_id, plan), "messages": messages}
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for ids in batches:
@@ -491,9 +518,10 @@ def scan_erasure(header_names: frozenset[str], sketch: Broadcast[DigestFilter]) 
             for tp_id, base, path, next_base in zip(
                     *(tasks.column(i).to_pylist() for i in range(4)), strict=True):
                 try:
-                    with storage.mapped(path) as data:
-                        found = subject_digests(data, path, base, header_names)
-                    check_segment(path, base, next_base, found.headers)
+                    with _collector_paused():
+                        with storage.mapped(path) as data:
+                            found = subject_digests(data, path, base, header_names)
+                        check_segment(path, base, next_base, found.headers)
                 except CompactorError as err:
                     yield pa.RecordBatch.from_pylist(
                         [{"tp_id": tp_id, "segment_base": base, "kind": "segment",
@@ -563,7 +591,7 @@ def scan_key_offsets(wanted: Mapping[int, frozenset[bytes]]) -> Transform:
             for tp_id, base, path in zip(*(tasks.column(i).to_pylist() for i in range(3)),
                                          strict=True):
                 try:
-                    with storage.mapped(path) as data:
+                    with _collector_paused(), storage.mapped(path) as data:
                         found = key_offsets(data, path, wanted[tp_id])
                 except CompactorError as err:
                     rows = [{"tp_id": tp_id, "segment_base": base,
@@ -592,9 +620,10 @@ def rewrite_erased(segments: Mapping[tuple[int, int], tuple[str, SegmentInfo, To
                 erased = {int(p): offsets for p, offsets in json.loads(row["erased_json"]).items()}
                 tombstones = {int(p): offsets
                               for p, offsets in json.loads(row["tombstone_json"]).items()}
-                m = write_erased_segment(pdir, seg, erased,
-                                         set(json.loads(row["retain_empty_json"])),
-                                         cfg, tombstones=tombstones)
+                with _collector_paused():
+                    m = write_erased_segment(pdir, seg, erased,
+                                             set(json.loads(row["retain_empty_json"])),
+                                             cfg, tombstones=tombstones)
                 yield pa.RecordBatch.from_pylist([message_to_row(row["tp_id"], m)],
                                                  schema=_COMMIT_ARROW)
 

@@ -476,3 +476,48 @@ def test_clean_in_one_pass_without_write_only_plans(spark, partition: PartitionI
     assert row.messages == [] and row.error is None
     assert transforms.plan_from_row(row.plan.asDict()) == partition.plan(_pure_headers(partition))
     assert {p.name: p.read_bytes() for p in Path(partition.path).iterdir()} == before
+
+
+def test_collector_paused_for_a_unit_of_work_and_restored_after() -> None:
+    """The executors' pause of the cyclic collector (``transforms._collector_paused``): no
+    collection runs inside it however much is allocated, one runs again after it, and it
+    leaves the collector as it found it: enabled after an error too, still disabled inside
+    an outer pause."""
+    import gc
+
+    from compactor.spark.transforms import _collector_paused
+
+    collections: list[str] = []
+
+    def seen(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            collections.append(phase)
+
+    def allocate() -> None:
+        for _ in range(50_000):
+            pair: list[object] = []
+            pair.append(pair)  # a cycle: only the collector frees it
+
+    gc.callbacks.append(seen)
+    try:
+        assert gc.isenabled()
+        with _collector_paused():
+            assert not gc.isenabled()
+            allocate()
+            during = len(collections)  # read inside: the first allocation after may collect
+        assert during == 0 and gc.isenabled()
+        allocate()
+        assert collections, "the collector ran again after the pause"
+
+        with pytest.raises(ValueError), _collector_paused():
+            raise ValueError
+        assert gc.isenabled()
+
+        with _collector_paused():
+            with _collector_paused():
+                pass
+            assert not gc.isenabled()
+        assert gc.isenabled()
+    finally:
+        gc.callbacks.remove(seen)
+        gc.enable()
