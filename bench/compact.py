@@ -227,7 +227,7 @@ def main() -> int:
     # spark-submit would; run 2: the same round on a fresh copy in the now warm session (with
     # Kafka's default segment.bytes of 1 GiB each partition cleans in one group, which needs no
     # shuffle; it is cleaned in one pass); run 3: smaller groups, so records are superseded
-    # across groups through the distributed offset map (--task-records 0: within the default
+    # across groups through the distributed offset map (--task-keys 0: within the default
     # budget each partition's groups would be written in one task with one key table): the
     # session's first round down that path (its Spark stages run for the first time), then
     # run 4 the same again, warm;
@@ -247,7 +247,7 @@ def main() -> int:
         code, seconds[label], clean_mb_s[label] = _timed_round(
             spark, str(work), now_ms, args.master, label, parse_s, configs,
             writer="pure" if "pure" in label else "native",
-            task_records=0 if configs is shuffle else None)
+            task_keys=0 if configs is shuffle else None)
         exit_code |= code
     warm = rounds[1][0]
     figures = {
@@ -338,7 +338,7 @@ def _s3_round(spark, args: argparse.Namespace, options: dict[str, str],  # type:
 
 def _timed_round(spark, work: str, now_ms: int, master: str, label: str,  # type: ignore[no-untyped-def]
                  parse_s: float, configs: dict[str, str],
-                 writer: str = "native", task_records: int | None = None
+                 writer: str = "native", task_keys: int | None = None
                  ) -> tuple[int, float, float]:
     """One round; its exit code, wall seconds and cleaning MB/s of one executor core (input
     bytes over the writer tasks' summed seconds)."""
@@ -349,7 +349,7 @@ def _timed_round(spark, work: str, now_ms: int, master: str, label: str,  # type
     sampler.start()
     start = time.perf_counter()
     # the generated log dir has no broker configs: Kafka's defaults, with the round's own
-    more = {} if task_records is None else {"task_records": task_records}
+    more = {} if task_keys is None else {"task_keys": task_keys}
     report = run(spark, build_options(work, now_ms=now_ms, config_all=configs,
                                       assume_kafka_defaults=True, writer=writer, **more))
     job_s = time.perf_counter() - start

@@ -30,8 +30,8 @@ fresh copies:
 - **ours, several groups** (``--shuffle-codecs``): the round again with ``segment.bytes`` of
   ``--group-bytes``, several groups a partition, so records are superseded across groups:
   in one task a partition with one key table (``groups_one_task``, the default within
-  ``--task-records``), then through the distributed offset map (``shuffle``,
-  ``--task-records 0``); each the session's first such round and a warm one.
+  ``--task-keys``), then through the distributed offset map (``shuffle``,
+  ``--task-keys 0``); each the session's first such round and a warm one.
 
 Kafka's output and each of ours are then compared record by record (offset and key of every
 record left) and one JSON line per codec prints ``kafka_mb_s_per_thread``,
@@ -158,11 +158,11 @@ def _cold(logs: Path, now: int, master: str, configs: dict[str, str]) -> dict[st
 
 
 def _round(spark: Any, logs: Path, now: int, configs: dict[str, str], *,
-           task_records: int | None = None) -> dict[str, Any]:
+           task_keys: int | None = None) -> dict[str, Any]:
     from compactor.maintenance.compact import run
     from compactor.maintenance.options import build_options
 
-    more = {} if task_records is None else {"task_records": task_records}
+    more = {} if task_keys is None else {"task_keys": task_keys}
     started = time.perf_counter()
     report = run(spark, build_options(str(logs), now_ms=now, config_all=configs,
                                       assume_kafka_defaults=True, **more))
@@ -278,16 +278,16 @@ def main() -> int:
             if codec in args.shuffle_codecs.split(","):
                 kafka_mb_s = size / kafka[next(iter(kafka))]["seconds"] / 1e6
                 # the round with several groups a partition: in one task per partition (one
-                # key table, the default within --task-records), then through the distributed
-                # offset map (--task-records 0)
-                for key, task_records, what in (
+                # key table, the default within --task-keys), then through the distributed
+                # offset map (--task-keys 0)
+                for key, task_keys, what in (
                         ("groups_one_task", None, "one task a partition"),
                         ("shuffle", 0, "distributed offset map")):
                     rounds = []
                     for label in ("first", "warm"):
                         several[key] = _copy(source, work / key)
                         r = _round(spark, several[key], now, _configs(args.group_bytes),
-                                   task_records=task_records)
+                                   task_keys=task_keys)
                         rounds.append(r)
                         stages = ", ".join(f"{k} {v:.1f}" for k, v in r["stages"].items())
                         print(f"[{codec}] {r['groups']} groups, {what}, {label}: "

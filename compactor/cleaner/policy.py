@@ -344,35 +344,29 @@ def fits_one_group(segments: Sequence[SegmentInfo], segment_bytes: int,
             and sum(s.time_index_bytes for s in inactive) <= segment_index_bytes)
 
 
-#: a round of several groups with at most this many records is cleaned in one task with one
-#: key table (``compactor.spark.writer.write_groups``); more go through the distributed offset
-#: map. Its records bound its keys, and the table (32-byte slots, a power of two of them, at
-#: most half full) for this many keys takes at most 256 MiB, plus the bytes of keys longer
-#: than 16: twice Kafka's default ``log.cleaner.dedupe.buffer.size`` (128 MiB, about 5.6 M
-#: keys at 24 bytes each).
-ONE_TASK_RECORDS = 4_000_000
+#: a round of several groups is cleaned in one task with one key table
+#: (``compactor.spark.writer.write_groups``) while the table holds at most this many keys;
+#: the task stops deciding (before it writes anything) as soon as it holds more, and the
+#: round goes through the distributed offset map. The table (32-byte slots, a power of two
+#: of them, at most half full) for this many keys takes at most 256 MiB, plus the bytes of
+#: keys longer than 16: twice Kafka's default ``log.cleaner.dedupe.buffer.size`` (128 MiB,
+#: about 5.6 M keys at 24 bytes each).
+ONE_TASK_KEYS = 4_000_000
 #: a partition of more bytes than this is not offered to one task even when its round has few
-#: records: its groups are written in parallel through the distributed offset map
+#: keys: its groups are written in parallel through the distributed offset map
 ONE_TASK_BYTES = 2 * 1024**3
 
 
 def fits_one_task(segments: Sequence[SegmentInfo], segment_bytes: int,
-                  segment_index_bytes: int, task_records: int = ONE_TASK_RECORDS) -> bool:
+                  segment_index_bytes: int, task_keys: int = ONE_TASK_KEYS) -> bool:
     """Whether a partition is offered to one task that scans, plans and writes its round
     (``compactor.spark.stages.clean_in_one_pass``): its round is one group
     (:func:`fits_one_group`), or its segments total at most :data:`ONE_TASK_BYTES` and
-    ``task_records`` allows several groups at all (the task then writes them when they hold
-    at most ``task_records`` records; with 0 it would scan them only for the driver to scan
-    them again)."""
+    ``task_keys`` allows several groups at all (the task then writes them unless its key
+    table comes to hold more than ``task_keys`` keys; with 0 it would scan them only for the
+    driver to scan them again)."""
     return (fits_one_group(segments, segment_bytes, segment_index_bytes)
-            or (task_records > 0 and sum(s.size_bytes for s in segments) <= ONE_TASK_BYTES))
-
-
-def round_records(plan: CleaningPlan, headers: Sequence[BatchHeader]) -> int:
-    """The records in the batches of the plan's groups (a bound on the keys its offset map
-    holds)."""
-    bases = {base for group in plan.groups for base in group}
-    return sum(h.records_count for h in headers if h.segment_base in bases)
+            or (task_keys > 0 and sum(s.size_bytes for s in segments) <= ONE_TASK_BYTES))
 
 
 def plan_partition(

@@ -75,6 +75,9 @@ class GroupRewrite(Protocol):
     def from_map(self) -> int:
         """How many of them the offset map superseded across groups."""
 
+    def keys(self) -> int:
+        """The distinct keys its key table holds so far: what its memory grows with."""
+
 
 class Engine(Protocol):
     """One implementation of the record work: its groups and its key scan."""
@@ -140,6 +143,9 @@ class _PureRewrite:
 
     def from_map(self) -> int:
         return self._from_map
+
+    def keys(self) -> int:
+        return len(self._later)
 
 
 class _PureEngine:

@@ -20,7 +20,7 @@ from typing import Any, NoReturn, TextIO
 import yaml
 
 from compactor import progress
-from compactor.cleaner.policy import ONE_TASK_RECORDS
+from compactor.cleaner.policy import ONE_TASK_KEYS
 from compactor.config import parse_assignment, parse_topic_assignment
 from compactor.erasure.rules import ALL_TOPICS
 from compactor.errors import (
@@ -133,11 +133,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="how executors decide and re-encode records: the numba kernels, "
                              "or the pure-Python reference (the same bytes, slower; runs "
                              "without numba)")
-    parser.add_argument("--task-records", type=int, default=ONE_TASK_RECORDS, metavar="N",
-                        help="a partition whose round has several groups and at most N "
-                             "records is cleaned in one task with one key table (64-128 "
-                             "bytes a key); larger ones go through the distributed offset "
-                             f"map, 0 sends every such round there (default {ONE_TASK_RECORDS:,})")
+    parser.add_argument("--task-keys", type=int, default=ONE_TASK_KEYS, metavar="N",
+                        help="a partition whose round has several groups is cleaned in one "
+                             "task with one key table (64-128 bytes a key) while that table "
+                             "holds at most N keys; beyond, the round goes through the "
+                             "distributed offset map, and 0 sends every such round there "
+                             f"(default {ONE_TASK_KEYS:,})")
 
 
 def add_config_arguments(parser: argparse.ArgumentParser, *, compaction: bool = True) -> None:
@@ -335,7 +336,7 @@ def options_from_args(args: argparse.Namespace, *, dry_run: bool = False) -> Mai
         metadata_log_dir=optional_path(getattr(args, "metadata_log_dir", None)),
         server_properties=optional_path(getattr(args, "server_properties", None)),
         writer=getattr(args, "writer", "native"),
-        task_records=getattr(args, "task_records", ONE_TASK_RECORDS),
+        task_keys=getattr(args, "task_keys", ONE_TASK_KEYS),
         check_past_now=(getattr(args, "now_ms", None) is not None
                         and not getattr(args, "allow_past_now", True)))
 

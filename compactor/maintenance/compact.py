@@ -326,7 +326,7 @@ def run_locked(session: LazySession, opts: MaintenanceOptions, catalog: Catalog)
     # what the JVM itself works through: the partitions the distributed stages may read (a
     # partition one task cleans costs the JVM one task to schedule, whatever its size)
     spark = session(spark_stages.input_bytes(
-        {i: inp for i, inp in inputs.items() if not _fits_one_task(inp, opts.task_records)}))
+        {i: inp for i, inp in inputs.items() if not _fits_one_task(inp, opts.task_keys)}))
     stages.split(session.startup_s)
     try:
         with spark_stages.round_settings(spark, inputs):
@@ -376,16 +376,16 @@ def _plan(spark: SparkSession, inputs: dict[int, PartitionInput],
     task scans, plans and, unless this is a plan, writes it:
     :func:`spark_stages.clean_in_one_pass`). The others have their headers scanned segment by
     segment (kept cached for the rewrite), and so has a partition the one pass planned but
-    did not write (more records than ``--task-records``).
+    did not write (its key table passed ``--task-keys``).
 
     Returns:
         The plans, the cached header rows (``None`` when no partition needed them) and the
         commit messages of the groups the one pass wrote.
     """
-    small = {i: inp for i, inp in inputs.items() if _fits_one_task(inp, opts.task_records)}
+    small = {i: inp for i, inp in inputs.items() if _fits_one_task(inp, opts.task_keys)}
     plans, errors, messages = spark_stages.clean_in_one_pass(
         spark, small, write=not opts.dry_run, writer=opts.writer,
-        task_records=opts.task_records)
+        task_keys=opts.task_keys)
     stages.done("one_pass")
     written = {m.tp_id for m in messages}
     again = {i for i, p in plans.items() if p.will_clean and i not in written}
@@ -411,9 +411,9 @@ def _plan(spark: SparkSession, inputs: dict[int, PartitionInput],
     return plans, headers, messages
 
 
-def _fits_one_task(inp: PartitionInput, task_records: int) -> bool:
+def _fits_one_task(inp: PartitionInput, task_keys: int) -> bool:
     return fits_one_task(inp.segments, inp.config.segment_bytes, inp.config.segment_index_bytes,
-                         task_records)
+                         task_keys)
 
 
 def _commit(inputs: Mapping[int, PartitionInput], plans: Mapping[int, CleaningPlan],

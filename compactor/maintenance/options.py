@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from compactor import native
-from compactor.cleaner.policy import ONE_TASK_RECORDS
+from compactor.cleaner.policy import ONE_TASK_KEYS
 from compactor.cluster.catalog import Catalog, build_catalog
 from compactor.errors import ConfigError
 from compactor.log import storage
@@ -25,9 +25,9 @@ class MaintenanceOptions:
     config_topics: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     dry_run: bool = False  # plan and report, change nothing
     writer: str = "native"  # the record engine of a round (compactor.native.WRITERS)
-    # a round of several groups with at most this many records is written in one task
-    # (compactor.cleaner.policy.ONE_TASK_RECORDS)
-    task_records: int = ONE_TASK_RECORDS
+    # a round of several groups is written in one task while its key table holds at most
+    # this many keys (compactor.cleaner.policy.ONE_TASK_KEYS)
+    task_keys: int = ONE_TASK_KEYS
     topics: frozenset[str] = frozenset()  # only these topics (empty: every topic)
     metadata_log_dir: str | None = None  # holds __cluster_metadata-0 (default: the log dir)
     server_properties: str | None = None
@@ -48,18 +48,18 @@ def build_options(log_dir: str, *, now_ms: int,
                   metadata_log_dir: str | None = None, server_properties: str | None = None,
                   assume_kafka_defaults: bool = False, allow_replica_divergence: bool = False,
                   writer: str = "native", check_past_now: bool = False,
-                  task_records: int = ONE_TASK_RECORDS) -> MaintenanceOptions:
+                  task_keys: int = ONE_TASK_KEYS) -> MaintenanceOptions:
     """The one way to make :class:`MaintenanceOptions` (the command line and the Python API
     both come here): paths made absolute, config values as the strings Kafka reads, the
     writer's name checked (a round builds its engine before any work; commands without one
     never import numba).
 
     Raises:
-        ConfigError: an unknown writer, or a negative ``task_records``.
+        ConfigError: an unknown writer, or a negative ``task_keys``.
     """
     native.check_name(writer)
-    if task_records < 0:
-        raise ConfigError(f"--task-records must be 0 or more, not {task_records}")
+    if task_keys < 0:
+        raise ConfigError(f"--task-keys must be 0 or more, not {task_keys}")
     return MaintenanceOptions(
         log_dir=storage.absolute(log_dir), now_ms=now_ms,
         config_all={str(k): str(v) for k, v in (config_all or {}).items()},
@@ -70,7 +70,7 @@ def build_options(log_dir: str, *, now_ms: int,
         server_properties=server_properties and storage.absolute(server_properties),
         assume_kafka_defaults=assume_kafka_defaults,
         allow_replica_divergence=allow_replica_divergence, writer=writer,
-        check_past_now=check_past_now, task_records=task_records)
+        check_past_now=check_past_now, task_keys=task_keys)
 
 
 def load_catalog(opts: MaintenanceOptions, log_dir: LogDir | None = None) -> Catalog:

@@ -808,6 +808,9 @@ class NativeRewrite:
     def from_map(self) -> int:
         return int(self.tally[FROM_MAP])
 
+    def keys(self) -> int:
+        return int(self.used[1])
+
     def reasons(self) -> Counter[str]:
         counts: Counter[str] = Counter()
         for code, name in REASON_NAMES.items():

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
-from compactor.cleaner.policy import ONE_TASK_RECORDS, BatchHeader, CleaningPlan, PartitionInput
+from compactor.cleaner.policy import ONE_TASK_KEYS, BatchHeader, CleaningPlan, PartitionInput
 from compactor.config import TopicConfig
 from compactor.erasure.sketch import DigestFilter
 from compactor.model import CommitMessage, SegmentInfo
@@ -185,7 +185,7 @@ def balanced_bins(sizes: Mapping[int, int], count: int) -> list[list[int]]:
 
 def clean_in_one_pass(spark: SparkSession, inputs: Mapping[int, PartitionInput], *,
                       write: bool, writer: str = "native",
-                      task_records: int = ONE_TASK_RECORDS
+                      task_keys: int = ONE_TASK_KEYS
                       ) -> tuple[dict[int, CleaningPlan], dict[int, dict[str, Any]],
                                  list[CommitMessage]]:
     """Scan, plan and (when ``write``) write the partitions in one Spark job of one stage,
@@ -196,8 +196,8 @@ def clean_in_one_pass(spark: SparkSession, inputs: Mapping[int, PartitionInput],
     nothing is shuffled to start them.
 
     Args:
-        task_records: a round of several groups is written here when it has at most this
-            many records (its key table's bound), else only planned.
+        task_keys: a round of several groups is written here unless its key table comes
+            to hold more than this many keys (it is then only planned).
 
     Returns:
         The plans of the partitions with at least one batch, the first error (as
@@ -215,7 +215,7 @@ def clean_in_one_pass(spark: SparkSession, inputs: Mapping[int, PartitionInput],
         rows = (spark.range(len(bins), numPartitions=len(bins))
                 .transform(transforms.clean_in_one_pass(inputs, bins, write=write,
                                                         writer=writer,
-                                                        task_records=task_records))
+                                                        task_keys=task_keys))
                 .collect())
     for r in rows:
         if r.error is not None:

@@ -39,13 +39,12 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from compactor.cleaner.policy import (
-    ONE_TASK_RECORDS,
+    ONE_TASK_KEYS,
     BatchDecision,
     BatchHeader,
     BatchRetention,
     CleaningPlan,
     PartitionInput,
-    round_records,
 )
 from compactor.cleaner.rewrite import PURE, Engine
 from compactor.cleaner.scan import (
@@ -246,14 +245,17 @@ def _write_one_group(tp_id: int, inp: PartitionInput, plan: CleaningPlan,
 
 
 def _write_groups(tp_id: int, inp: PartitionInput, plan: CleaningPlan,
-                  headers: Sequence[BatchHeader], *, writer: str) -> list[dict[str, Any]]:
+                  headers: Sequence[BatchHeader], *, writer: str, task_keys: int
+                  ) -> list[dict[str, Any]]:
     """Decide the batches of a round of several groups and write them all with one key table
-    (:func:`compactor.spark.writer.write_groups`): their ``COMMIT_MESSAGE`` rows."""
+    (:func:`compactor.spark.writer.write_groups`): their ``COMMIT_MESSAGE`` rows, none when
+    the table passed ``task_keys`` keys (nothing is written)."""
     decided = inp.decide(plan, headers)
     messages = write_groups(inp, plan.groups,
                             {(h.segment_base, h.position): d for h, d in decided},
-                            first_dirty=plan.first_dirty_offset, engine=record_engine(writer))
-    return [message_to_row(tp_id, m) for m in messages]
+                            first_dirty=plan.first_dirty_offset, engine=record_engine(writer),
+                            max_keys=task_keys)
+    return [message_to_row(tp_id, m) for m in messages or ()]
 
 
 def decide_batches(inputs: Mapping[int, PartitionInput],
@@ -437,15 +439,16 @@ def rewrite_whole_partitions(inputs: Mapping[int, PartitionInput],
 
 def clean_in_one_pass(inputs: Mapping[int, PartitionInput], bins: Sequence[Sequence[int]], *,
                       write: bool, writer: str = "native",
-                      task_records: int = ONE_TASK_RECORDS) -> Transform:
+                      task_keys: int = ONE_TASK_KEYS) -> Transform:
     """Bin numbers (``spark.range`` rows, ``id``) -> one ``ONE_PASS`` row per partition of the
     bin: the task scans the partition's batch headers segment by segment (the checks of
     :func:`check_segment`), plans its round and, when ``write``, decides its batches and
     writes its groups: one group alone, several with one key table carried from the newest
-    to the oldest (:func:`compactor.spark.writer.write_groups`) when the round has at most
-    ``task_records`` records. A partition of more records is only planned: the driver cleans
-    it the general way, through the distributed offset map. One that a check refuses gives
-    its first error, and one without batches neither plan nor error.
+    to the oldest (:func:`compactor.spark.writer.write_groups`) unless that table comes to
+    hold more than ``task_keys`` keys. A partition whose table does is only planned, nothing
+    written: the driver cleans it the general way, through the distributed offset map. One
+    that a check refuses gives its first error, and one without batches neither plan nor
+    error.
 
     The whole round of a small partition is then one Python task in one Spark job: no header
     rows, plans or decisions travel and nothing is shuffled, which is most of a small round's
@@ -476,8 +479,9 @@ def clean_in_one_pass(inputs: Mapping[int, PartitionInput], bins: Sequence[Seque
             if write and plan.will_clean:
                 if len(plan.groups) == 1:
                     messages = [_write_one_group(tp_id, inp, plan, headers, writer=writer)]
-                elif round_records(plan, headers) <= task_records:
-                    messages = _write_groups(tp_id, inp, plan, headers, writer=writer)
+                else:
+                    messages = _write_groups(tp_id, inp, plan, headers, writer=writer,
+                                             task_keys=task_keys)
             return {"tp_id": tp_id, "plan": plan_to_row(tp_id, plan), "messages": messages}
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

@@ -109,9 +109,13 @@ def _write(inp: PartitionInput, source_bases: tuple[int, ...],
     return _write_decided(inp, source_bases, decisions, decided, rewrite, rewrite.reasons())
 
 
+class _OverKeys(Exception):
+    """The key table passed the task's key budget (:func:`write_groups`)."""
+
+
 def write_groups(inp: PartitionInput, groups: Sequence[Sequence[int]],
                  decisions: Mapping[tuple[int, int], BatchDecision], *, first_dirty: int,
-                 engine: Engine) -> list[CommitMessage]:
+                 engine: Engine, max_keys: int | None = None) -> list[CommitMessage] | None:
     """Rewrite every group of a partition's round in one task, with one key table: the
     groups are decided newest first, each with the keys that entered the offset map in the
     groups after it (``Cleaner.buildOffsetMap`` over the whole dirty section, then
@@ -120,15 +124,26 @@ def write_groups(inp: PartitionInput, groups: Sequence[Sequence[int]],
     in the table instead, so nothing is shuffled. A group the native rewrite hands back
     (:class:`Fallback`) sends the whole round to the pure path, from its newest group again.
 
+    Args:
+        max_keys: the key budget: once the table holds more keys than this (checked after
+            each chunk decided, so it passes the budget by at most one chunk's keys), the
+            round stops before anything is written.
+
     Returns:
         A commit message per group, or, when a group cannot be decided, only that group's
         message with its error (nothing is written). After a group that fails to write, no
-        more are written: the partition is not swapped.
+        more are written: the partition is not swapped. ``None`` when the key table passed
+        ``max_keys``: nothing is written.
     """
     try:
-        decided, rewrite = _decide_groups(inp, groups, decisions, engine.group((), first_dirty))
-    except Fallback:
-        decided, rewrite = _decide_groups(inp, groups, decisions, fallback_group((), first_dirty))
+        try:
+            decided, rewrite = _decide_groups(inp, groups, decisions,
+                                              engine.group((), first_dirty), max_keys)
+        except Fallback:
+            decided, rewrite = _decide_groups(inp, groups, decisions,
+                                              fallback_group((), first_dirty), max_keys)
+    except _OverKeys:
+        return None
     if isinstance(decided, CommitMessage):
         return [decided]
     messages = []
@@ -148,7 +163,8 @@ def write_groups(inp: PartitionInput, groups: Sequence[Sequence[int]],
 
 
 def _decide_groups(inp: PartitionInput, groups: Sequence[Sequence[int]],
-                   decisions: Mapping[tuple[int, int], BatchDecision], rewrite: GroupRewrite
+                   decisions: Mapping[tuple[int, int], BatchDecision], rewrite: GroupRewrite,
+                   max_keys: int | None
                    ) -> tuple[dict[int, tuple[_Decided, Counter[str], float]] | CommitMessage,
                               GroupRewrite]:
     """The backward pass of :func:`write_groups`: per group (by base) what it decided, the
@@ -157,6 +173,7 @@ def _decide_groups(inp: PartitionInput, groups: Sequence[Sequence[int]],
 
     Raises:
         Fallback: the native rewrite hands the round back.
+        _OverKeys: the key table passed ``max_keys``.
     """
     by_base = {s.base_offset: s for s in inp.segments}
     decided: dict[int, tuple[_Decided, Counter[str], float]] = {}
@@ -164,7 +181,7 @@ def _decide_groups(inp: PartitionInput, groups: Sequence[Sequence[int]],
         started = time.perf_counter()
         before = Counter(rewrite.reasons())  # a copy: the pure path's is live
         try:
-            done = _decide(by_base, tuple(group), decisions, rewrite)
+            done = _decide(by_base, tuple(group), decisions, rewrite, max_keys)
         except CompactorError as err:
             return CommitMessage(group_base=group[0], source_bases=tuple(group),
                                  error=err.to_dict(),
@@ -251,14 +268,15 @@ _CHUNK_BYTES = 16 * 1024 * 1024  # the backward walk decodes this much of a segm
 
 
 def _decide(by_base: Mapping[int, SegmentInfo], source_bases: tuple[int, ...],
-            decisions: Mapping[tuple[int, int], BatchDecision], rewrite: GroupRewrite
-            ) -> _Decided:
+            decisions: Mapping[tuple[int, int], BatchDecision], rewrite: GroupRewrite,
+            max_keys: int | None = None) -> _Decided:
     """The backward pass: each segment's batches decoded (CRC checked) a chunk at a time,
     newest chunk first, and their records decided newest first by ``rewrite`` (a whole chunk
     in one call where it can).
 
     Raises:
         Fallback: the native rewrite hands the group to the pure path.
+        _OverKeys: after a chunk, the key table holds more than ``max_keys`` keys.
     """
     decided = _Decided()
     planned: dict[int, list[int]] = {}  # the batch positions the planning scan found
@@ -288,6 +306,8 @@ def _decide(by_base: Mapping[int, SegmentInfo], source_bases: tuple[int, ...],
                             data, path, start, end, base, decisions, decided, rewrite)
                 except CompactorError as err:
                     raise err.with_location(path=path) from None
+                if max_keys is not None and rewrite.keys() > max_keys:
+                    raise _OverKeys
                 fates.append(chunk_fates)
                 positions.append(array("q", chunk_positions))
                 base_offsets.append(array("q", chunk_bases))

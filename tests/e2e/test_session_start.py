@@ -84,7 +84,7 @@ if sys.argv[2] == "distributed":
 opts = build_options(sys.argv[1], now_ms=DEFAULT_START_MS + 3 * 86_400_000,
                      config_all={"cleanup.policy": "compact", "segment.index.bytes": "72"},
                      assume_kafka_defaults=True,  # several groups a partition
-                     task_records=0 if sys.argv[2] == "no-task" else 4_000_000)
+                     task_keys=0 if sys.argv[2] == "no-task" else 4_000_000)
 lazy = LazySession(None)
 report = run_locked(lazy, opts, load_catalog(opts))
 spark = lazy.started
@@ -102,7 +102,7 @@ def test_a_round_one_task_cleans_gets_a_jvm_for_short_work_whatever_its_size(
         small_log, path: str, c1_only: bool) -> None:
     """The JVM's own work decides its compilers: partitions one task cleans whole cost it
     only their scheduling, however many bytes they hold; partitions the distributed stages
-    read make it scan and shuffle (all of several groups under ``--task-records 0``)."""
+    read make it scan and shuffle (all of several groups under ``--task-keys 0``)."""
     res = subprocess.run([sys.executable, "-c", ROUND_PROBE, str(small_log), path],
                          capture_output=True, text=True, timeout=600, check=False)
     assert res.returncode == 0, res.stderr

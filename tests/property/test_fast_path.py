@@ -162,10 +162,13 @@ def test_a_round_of_several_groups_in_one_task_writes_what_the_offset_map_writes
         tmp_path: Path, case: str, label: str) -> None:
     """``write_groups`` (one key table carried from the newest group to the oldest) against
     the independent reference round group by group, and its commit messages against the
-    ones each group gets from ``write_group`` with the offset map's supersessions."""
-    one_dir, each_dir = tmp_path / "one", tmp_path / "each"
+    ones each group gets from ``write_group`` with the offset map's supersessions. Its key
+    budget is exact: with as many keys as enter the offset map it writes the round, with
+    one fewer it stops and writes nothing."""
+    one_dir, each_dir, over_dir = tmp_path / "one", tmp_path / "each", tmp_path / "over"
     generate(str(one_dir), CASES[case])
     shutil.copytree(one_dir, each_dir)
+    shutil.copytree(one_dir, over_dir)
     rounds = reference_round(one_dir, CONFIGS, NOW_MS)
     rounds_checked = 0
     for name, (inp, logs, ref) in rounds.items():
@@ -179,8 +182,16 @@ def test_a_round_of_several_groups_in_one_task_writes_what_the_offset_map_writes
                 replace(s, log_path=str(root / name / Path(s.log_path).name))
                 for s in inp.segments))
 
+        map_keys = len(_map_entries(inp, logs, ref.plan, decisions))
+        assert map_keys >= 1
+        assert write_groups(moved(over_dir), ref.plan.groups, decisions,
+                            first_dirty=ref.plan.first_dirty_offset, engine=engine(label),
+                            max_keys=map_keys - 1) is None
+        assert not list((over_dir / name).glob("*.cleaned"))
         got = write_groups(moved(one_dir), ref.plan.groups, decisions,
-                           first_dirty=ref.plan.first_dirty_offset, engine=engine(label))
+                           first_dirty=ref.plan.first_dirty_offset, engine=engine(label),
+                           max_keys=map_keys)
+        assert got is not None
         assert [m.group_base for m in got] == [g[0] for g in ref.plan.groups]
         # a legacy entry sends the whole round to the pure path
         assert {m.writer for m in got} == ({"fallback"} if case == "logappendtime-legacy"
@@ -208,19 +219,7 @@ def _headers(inp, logs):
 def _superseded_across_groups(inp, logs, plan, group, decisions) -> set[int]:
     """Offsets of the group's records whose key has a later offset-map record in a later
     group (what the distributed offset map hands a writer), computed from the batches."""
-    latest: dict[bytes, int] = {}
-    owner: dict[int, int] = {}
-    for g in plan.groups:
-        for base in g:
-            owner[base] = g[0]
-    for s in inp.segments:
-        for b in iter_batches(logs[s.base_offset]):
-            d = decisions.get((s.base_offset, b.position))
-            if d is None or b.is_control or d.aborted or b.last_offset < plan.first_dirty_offset:
-                continue
-            for r in b.records():
-                if r.key is not None and r.offset >= plan.first_dirty_offset:
-                    latest[r.key] = r.offset
+    latest = _map_entries(inp, logs, plan, decisions)
     group_end = max(b.next_offset for b in iter_batches(logs[group[-1]])) \
         if logs[group[-1]] else group[-1]
     out: set[int] = set()
@@ -233,6 +232,21 @@ def _superseded_across_groups(inp, logs, plan, group, decisions) -> set[int]:
                 if r.key is not None and latest.get(r.key, -1) >= group_end:
                     out.add(r.offset)
     return out
+
+
+def _map_entries(inp, logs, plan, decisions) -> dict[bytes, int]:
+    """The offset map of the round, from the batches: each key of a record of the dirty
+    section (data, not aborted) with its largest offset."""
+    latest: dict[bytes, int] = {}
+    for s in inp.segments:
+        for b in iter_batches(logs[s.base_offset]):
+            d = decisions.get((s.base_offset, b.position))
+            if d is None or b.is_control or d.aborted or b.last_offset < plan.first_dirty_offset:
+                continue
+            for r in b.records():
+                if r.key is not None and r.offset >= plan.first_dirty_offset:
+                    latest[r.key] = r.offset
+    return latest
 
 
 

@@ -17,7 +17,7 @@ from pyspark import TaskContext
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from compactor.cleaner.policy import BatchRetention, PartitionInput, round_records
+from compactor.cleaner.policy import BatchRetention, CleaningPlan, PartitionInput
 from compactor.cleaner.scan import key_digest, key_offsets, segment_headers
 from compactor.codec.records import ControlType
 from compactor.codec.segment import iter_batches
@@ -418,7 +418,7 @@ def test_clean_in_one_pass_equals_plan_and_writer_called_directly(
     got = (spark.range(2, numPartitions=2)
            .transform(transforms.clean_in_one_pass(
                inputs, [[1, 2], [0]], write=True,
-               task_records=round_records(several_plan, several_headers) - 1))
+               task_keys=1))
            .withColumn("messages", _messages_without_seconds("messages")))
     expected = spark.createDataFrame([
         (0, transforms.plan_to_row(0, plan), [transforms.message_to_row(0, message)], None),
@@ -434,10 +434,27 @@ def test_clean_in_one_pass_equals_plan_and_writer_called_directly(
     assert not list(Path(corrupt.path).glob("*.cleaned"))
 
 
-def test_clean_in_one_pass_writes_several_groups_within_task_records(
+def _round_keys(inp: PartitionInput, plan: CleaningPlan) -> tuple[int, int]:
+    """``(records, distinct keys)`` of the data batches of the plan's groups, read with the
+    pure decoder: the keys bound what a key table of the round holds."""
+    records, keys = 0, set()
+    for seg in inp.segments:
+        if not any(seg.base_offset in group for group in plan.groups):
+            continue
+        for batch in iter_batches(Path(seg.log_path).read_bytes(), path=seg.log_path):
+            if not batch.is_control:
+                for record in batch.records():
+                    records += 1
+                    if record.key is not None:
+                        keys.add(record.key)
+    return records, len(keys)
+
+
+def test_clean_in_one_pass_writes_several_groups_within_task_keys(
         spark, partition: PartitionInput, tmp_path: Path) -> None:
-    """A round of several groups within ``task_records``: written in the task, one key table
-    for all its groups, as ``write_groups`` called directly writes it."""
+    """A round of several groups whose keys fit ``task_keys`` (and whose records do not: the
+    budget counts keys): written in the task, one key table for all its groups, as
+    ``write_groups`` called directly writes it."""
     partition = dataclasses.replace(partition, aborted_txns=tuple(
         read_aborted_txns(load_partition(partition.path))), config=dataclasses.replace(
             partition.config, segment_bytes=40_000))  # legacy entries: native falls back
@@ -450,8 +467,10 @@ def test_clean_in_one_pass_writes_several_groups_within_task_records(
     direct = write_groups(twin, plan.groups, {(h.segment_base, h.position): d for h, d in decided},
                           first_dirty=plan.first_dirty_offset, engine=engine("native"))
     assert direct and all(m.error is None for m in direct)
+    records, keys = _round_keys(several, plan)
+    assert keys < records
     (row,) = (spark.range(1).transform(transforms.clean_in_one_pass(
-        {0: several}, [[0]], write=True, task_records=round_records(plan, headers)))
+        {0: several}, [[0]], write=True, task_keys=keys))
         .withColumn("messages", _messages_without_seconds("messages")).collect())
     assert row.error is None
     assert [transforms.message_from_row(m) for m in row.messages] == [
