@@ -348,9 +348,10 @@ def fits_one_group(segments: Sequence[SegmentInfo], segment_bytes: int,
 #: (``compactor.spark.writer.write_groups``) while the table holds at most this many keys;
 #: the task stops deciding (before it writes anything) as soon as it holds more, and the
 #: round goes through the distributed offset map. The table (32-byte slots, a power of two
-#: of them, at most half full) for this many keys takes at most 256 MiB, plus the bytes of
-#: keys longer than 16: twice Kafka's default ``log.cleaner.dedupe.buffer.size`` (128 MiB,
-#: about 5.6 M keys at 24 bytes each).
+#: of them, at most half full) for this many keys takes 256 MiB (512 MiB if the chunk that
+#: passes the budget carries it past 4.19 M keys), plus the bytes of keys longer than 16:
+#: twice Kafka's default ``log.cleaner.dedupe.buffer.size`` (128 MiB, about 5.6 M keys at
+#: 24 bytes each).
 ONE_TASK_KEYS = 4_000_000
 #: a partition of more bytes than this is not offered to one task even when its round has few
 #: keys: its groups are written in parallel through the distributed offset map
