@@ -104,10 +104,11 @@ def _collector_paused() -> Iterator[None]:
     segment, a group, a partition). That work makes objects by the ten thousand (batch
     headers, decisions, fates, output batches) and no reference cycles, so reference counting
     frees them all, while the collector's passes over them and over every loaded module's
-    objects cost a tenth to a third of the work: on one partition of the benchmark's
-    1 M-key log, the header scan took 0.28 s with the collector and 0.19 s without, the lz4
-    writer 1.29 / 1.18 s, the zstd one 1.87 / 1.64 s (``bench/kafka_cleaner.py``). Cycles
-    made meanwhile are collected after it. Nested pauses leave the outer one in charge."""
+    objects cost a task alone about 15%: one lz4 partition of ``bench/kafka_cleaner.py``'s
+    1 M-key log in a Spark Python worker, header scan 0.21 s with the collector and 0.14 s
+    without, writer 1.27 / 1.10 s. (With two tasks at once the benchmark's round gained 0-8%,
+    within its noise: ``docs/benchmarks.md``.) Cycles made meanwhile are collected after it.
+    Nested pauses leave the outer one in charge."""
     if not gc.isenabled():
         yield
         return
