@@ -358,16 +358,31 @@ ONE_TASK_KEYS = 4_000_000
 ONE_TASK_BYTES = 2 * 1024**3
 
 
-def fits_one_task(segments: Sequence[SegmentInfo], segment_bytes: int,
-                  segment_index_bytes: int, task_keys: int = ONE_TASK_KEYS) -> bool:
-    """Whether a partition is offered to one task that scans, plans and writes its round
-    (``compactor.spark.stages.clean_in_one_pass``): its round is one group
-    (:func:`fits_one_group`), or its segments total at most :data:`ONE_TASK_BYTES` and
+#: the two ways a round is written (a cleaned partition's report line says which, and why:
+#: ``round_path`` and ``round_path_reason``): by one task, or through the distributed offset map
+ONE_TASK, OFFSET_MAP = "one_task", "offset_map"
+#: why one task wrote it: the round is one group, or its groups' keys stayed within the budget
+ONE_GROUP, WITHIN_TASK_KEYS = "one_group", "within_task_keys"
+#: why the offset map did (:func:`offset_map_reason`, or a task's key table passed the budget)
+OVER_TASK_BYTES, OVER_TASK_KEYS, TASK_KEYS_ZERO = "over_task_bytes", "over_task_keys", "task_keys_0"
+ROUND_PATH_REASONS = (ONE_GROUP, WITHIN_TASK_KEYS, OVER_TASK_BYTES, OVER_TASK_KEYS, TASK_KEYS_ZERO)
+
+
+def offset_map_reason(segments: Sequence[SegmentInfo], segment_bytes: int,
+                      segment_index_bytes: int, task_keys: int = ONE_TASK_KEYS) -> str | None:
+    """Why a partition is not offered to one task that scans, plans and writes its round
+    (``compactor.spark.stages.clean_in_one_pass``), or ``None`` when it is: its round is one
+    group (:func:`fits_one_group`), or its segments total at most :data:`ONE_TASK_BYTES` and
     ``task_keys`` allows several groups at all (the task then writes them unless its key
-    table comes to hold more than ``task_keys`` keys; with 0 it would scan them only for the
-    driver to scan them again)."""
-    return (fits_one_group(segments, segment_bytes, segment_index_bytes)
-            or (task_keys > 0 and sum(s.size_bytes for s in segments) <= ONE_TASK_BYTES))
+    table comes to hold more than ``task_keys`` keys: :data:`OVER_TASK_KEYS`; with 0 it
+    would scan them only for the driver to scan them again)."""
+    if fits_one_group(segments, segment_bytes, segment_index_bytes):
+        return None
+    if task_keys <= 0:
+        return TASK_KEYS_ZERO
+    if sum(s.size_bytes for s in segments) > ONE_TASK_BYTES:
+        return OVER_TASK_BYTES
+    return None
 
 
 def plan_partition(

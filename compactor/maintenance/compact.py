@@ -16,11 +16,16 @@ from typing import TYPE_CHECKING, Any
 
 from compactor import native
 from compactor.cleaner.policy import (
+    OFFSET_MAP,
+    ONE_GROUP,
+    ONE_TASK,
+    OVER_TASK_KEYS,
+    WITHIN_TASK_KEYS,
     CleaningPlan,
     PartitionInput,
     SkipReason,
     explain,
-    fits_one_task,
+    offset_map_reason,
 )
 from compactor.cleaner.rebatch import DROP_REASONS
 from compactor.cluster.catalog import METADATA_LOG, Catalog
@@ -99,6 +104,9 @@ class PartitionReport:
     config: dict[str, Any] | None = None  # the effective configs and their sources
     measured: bool = True  # False in a plan: no output figures exist (null, not 0)
     writers: dict[int, str] = field(default_factory=dict)  # group base -> the path that wrote it
+    # one_task or offset_map, and why (policy.offset_map_reason): a round written or tried
+    round_path: str = ""
+    round_path_reason: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"topic": self.tp.topic, "partition": self.tp.partition,
@@ -130,6 +138,8 @@ class PartitionReport:
                                       "stages_s")))
         if self.writers:
             out["writers"] = {str(base): path for base, path in sorted(self.writers.items())}
+        if self.round_path:
+            out.update(round_path=self.round_path, round_path_reason=self.round_path_reason)
         if self.error is not None:
             out["error"] = self.error
         return out
@@ -340,6 +350,9 @@ def run_locked(session: LazySession, opts: MaintenanceOptions, catalog: Catalog)
                 return report
             written = {m.tp_id for m in messages}  # by their one-pass task
             rest = {i: p for i, p in to_clean.items() if i not in written}
+            for i, p in to_clean.items():
+                reports[i].round_path, reports[i].round_path_reason = _round_path(
+                    inputs[i], p, i in written, opts.task_keys)
             if rest:
                 messages += spark_stages.write_cleaned_segments(
                     spark, inputs, rest,
@@ -372,8 +385,8 @@ def _plan(spark: SparkSession, inputs: dict[int, PartitionInput],
     """Plan every readable partition; a partition a check refuses is reported corrupt and
     dropped from ``inputs``.
 
-    A partition small enough for one task (:func:`fits_one_task`) is cleaned in one pass (one
-    task scans, plans and, unless this is a plan, writes it:
+    A partition small enough for one task (:func:`offset_map_reason` gives none) is cleaned
+    in one pass (one task scans, plans and, unless this is a plan, writes it:
     :func:`spark_stages.clean_in_one_pass`). The others have their headers scanned segment by
     segment (kept cached for the rewrite), and so has a partition the one pass planned but
     did not write (its key table passed ``--task-keys``).
@@ -411,9 +424,24 @@ def _plan(spark: SparkSession, inputs: dict[int, PartitionInput],
     return plans, headers, messages
 
 
+def _offset_map_reason(inp: PartitionInput, task_keys: int) -> str | None:
+    return offset_map_reason(inp.segments, inp.config.segment_bytes,
+                             inp.config.segment_index_bytes, task_keys)
+
+
 def _fits_one_task(inp: PartitionInput, task_keys: int) -> bool:
-    return fits_one_task(inp.segments, inp.config.segment_bytes, inp.config.segment_index_bytes,
-                         task_keys)
+    return _offset_map_reason(inp, task_keys) is None
+
+
+def _round_path(inp: PartitionInput, plan: CleaningPlan, by_one_task: bool, task_keys: int
+                ) -> tuple[str, str]:
+    """How a partition's round is written, for its report line: by its one-pass task (one
+    group, or several within ``task_keys``), or through the distributed offset map and why. A
+    partition offered to one task that did not write it passed the key budget (:func:`_plan`
+    scans it again)."""
+    if by_one_task:
+        return ONE_TASK, ONE_GROUP if len(plan.groups) == 1 else WITHIN_TASK_KEYS
+    return OFFSET_MAP, _offset_map_reason(inp, task_keys) or OVER_TASK_KEYS
 
 
 def _commit(inputs: Mapping[int, PartitionInput], plans: Mapping[int, CleaningPlan],

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from compactor.cleaner import policy
 from compactor.cli import main as cli_main
 from compactor.errors import EXIT_CONFIG, EXIT_LOCKED, EXIT_OK, EXIT_PARTIAL
 from compactor.tools.generator import DEFAULT_START_MS
@@ -53,7 +54,38 @@ def test_plan_changes_nothing_and_compact_does_what_it_planned(
         assert p["segments_after"] == p["segments_before"] - sum(len(g) - 1 for g in p["groups"])
         assert set(p["stages_s"]) == {"rewrite", "commit"}
         assert all(seconds >= 0 for seconds in p["stages_s"].values())
+        assert (p["round_path"], p["round_path_reason"]) == ("one_task", "one_group")
     assert inspect_problems(small_log) == []
+    assert all("round_path" not in p for p in plan["partitions"])
+
+
+@pytest.mark.parametrize("task_keys, task_bytes, path, why", [
+    (None, None, "one_task", "within_task_keys"),
+    ("1", None, "offset_map", "over_task_keys"),
+    ("0", None, "offset_map", "task_keys_0"),
+    (None, 0, "offset_map", "over_task_bytes"),
+])
+def test_the_report_says_how_each_round_was_written_and_why(
+        spark, small_log: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch, task_keys: str | None, task_bytes: int | None,
+        path: str, why: str) -> None:
+    """Rounds of several groups: by one task within the key budget, else
+    through the distributed offset map, each line saying why; a round of one group is
+    always one task's."""
+    if task_bytes is not None:
+        monkeypatch.setattr(policy, "ONE_TASK_BYTES", task_bytes)
+    # small indexes make several groups (segment.bytes may not go below 1 MiB)
+    args = ["--config", "segment.index.bytes=48", *(["--task-keys", task_keys] if task_keys
+                                                      else [])]
+    assert cli_main(["compact", "--assume-kafka-defaults", str(small_log), *COMPACT,
+                     *args]) == EXIT_OK
+    lines = [p for p in topic_lines(report_line(capsys)["partitions"])
+             if p["status"] == "cleaned"]
+    several = [p for p in lines if len(p["groups"]) > 1]
+    assert several, "no round of several groups: the case is not exercised"
+    for p in lines:
+        assert (p["round_path"], p["round_path_reason"]) == (
+            (path, why) if len(p["groups"]) > 1 else ("one_task", "one_group"))
 
 
 def test_corrupt_partition_is_reported_and_untouched_while_others_are_compacted(
