@@ -3,7 +3,7 @@
 Usage: python bench/kafka_cleaner.py [--records 10000000] [--keys 1000000] [--value-bytes 110]
            [--partitions 4] [--segment-bytes 67108864] [--codecs none,lz4,zstd]
            [--buffers default,one-pass] [--shuffle-codecs none] [--group-bytes 67108864]
-           [--master local[2]] [--data-dir DIR] [--no-check] [--generate-only]
+           [--master local[2]] [--repeat 1] [--data-dir DIR] [--no-check] [--generate-only]
 
 For each codec a log dir is generated (cached in ``--data-dir``: 4 partitions of 64 MiB
 segments by default, uniform keys, 20% tombstones, batches of up to 200 records), then on
@@ -32,6 +32,11 @@ fresh copies:
   in one task a partition with one key table (``groups_one_task``, the default within
   ``--task-keys``), then through the distributed offset map (``shuffle``,
   ``--task-keys 0``); each the session's first such round and a warm one.
+
+With ``--repeat N`` Kafka's cleaner (each buffer) and our warm round run N times, one after
+the other in turn, and the figures are their medians, with the range of the N ratios of a
+Kafka run to the round beside it (``vs_kafka_per_core_range``): this machine's speed drifts
+by 10-15% over minutes, and the alternation exposes both sides to the same drift.
 
 Kafka's output and each of ours are then compared record by record (offset and key of every
 record left) and one JSON line per codec prints ``kafka_mb_s_per_thread``,
@@ -102,6 +107,11 @@ def _copy(src: Path, dest: Path) -> Path:
     shutil.copytree(src, dest, ignore=shutil.ignore_patterns(".complete"))
     os.sync()
     return dest
+
+
+def _median(runs: list[dict[str, Any]], key: str) -> dict[str, Any]:
+    """The run with the median ``key`` (the lower middle one of an even count)."""
+    return sorted(runs, key=lambda r: r[key])[(len(runs) - 1) // 2]
 
 
 def _partitions(logs: Path) -> list[Path]:
@@ -212,6 +222,9 @@ def main() -> int:
     parser.add_argument("--group-bytes", type=int, default=64 * 1024 * 1024,
                         help="segment.bytes of the distributed map's round (its groups' size)")
     parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="Kafka's cleaner and our warm round in turn this many times "
+                             "(medians reported, with the range of the ratios)")
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--no-check", action="store_true")
     parser.add_argument("--generate-only", action="store_true")
@@ -232,51 +245,66 @@ def main() -> int:
             source = sources[codec]
             out: dict[str, Any] = {"codec": codec, "records": args.records, "keys": args.keys,
                                    "cores": cores}
-            kafka = {}
-            for name, buffer_size in buffers.items():
-                kafka_dir = _copy(source, work / f"kafka-{name}")
-                kafka[name] = _kafka(kafka_dir, now, buffer_size, work, classes, configs)
-                if name != next(iter(buffers)):
-                    shutil.rmtree(kafka_dir)
-            cold = _cold(_copy(source, work / "cold"), now, args.master, configs)
-            shutil.rmtree(work / "cold")
+            kafka: dict[str, list[dict[str, float]]] = {name: [] for name in buffers}
+            warms: list[dict[str, Any]] = []
+            cold: dict[str, float] = {}
+            for turn in range(args.repeat):
+                for name, buffer_size in buffers.items():
+                    kafka_dir = _copy(source, work / f"kafka-{name}")
+                    kafka[name].append(_kafka(kafka_dir, now, buffer_size, work, classes,
+                                              configs))
+                    if name != next(iter(buffers)):
+                        shutil.rmtree(kafka_dir)
+                if not turn:
+                    cold = _cold(_copy(source, work / "cold"), now, args.master, configs)
+                    shutil.rmtree(work / "cold")
+                if spark is None:
+                    from compactor.spark.session import get_spark
+
+                    spark = get_spark(args.master, "bench-kafka-cleaner")
+                    spark.sparkContext.setLogLevel("ERROR")
+                    first = _round(spark, _copy(source, work / "first"), now, configs)
+                    shutil.rmtree(work / "first")
+                    out["ours_first_round_s"] = round(first["wall"], 2)
+                warms.append(_round(spark, _copy(source, work / "warm"), now, configs))
             size = cold["bytes_in"]
-
-            if spark is None:
-                from compactor.spark.session import get_spark
-
-                spark = get_spark(args.master, "bench-kafka-cleaner")
-                spark.sparkContext.setLogLevel("ERROR")
-                first = _round(spark, _copy(source, work / "first"), now, configs)
-                shutil.rmtree(work / "first")
-                out["ours_first_round_s"] = round(first["wall"], 2)
-            warm = _round(spark, _copy(source, work / "warm"), now, configs)
+            warm = _median(warms, "wall")
             ours = size / warm["wall"] / cores / 1e6
             print(f"[{codec}] {size / 1e6:,.0f} MB cleaned; ours: cold process "
                   f"{cold['wall']:.1f} s, warm round {warm['wall']:.1f} s = {ours:.0f} MB/s per "
-                  f"core ({', '.join(f'{k} {v:.1f}' for k, v in warm['stages'].items())})",
+                  f"core ({', '.join(f'{k} {v:.1f}' for k, v in warm['stages'].items())})"
+                  + (f"; the median of {args.repeat}: "
+                     + ", ".join(f"{w['wall']:.1f}" for w in warms) + " s"
+                     if args.repeat > 1 else ""),
                   flush=True)
             out.update(ours_mb_s_per_core=round(ours, 1),
                        ours_clean_mb_s_per_core=round(size / warm["rewrite_s"] / 1e6, 1),
                        ours_cold_process_s=round(cold["wall"], 2),
-                       ours_warm_round_s=round(warm["wall"], 2), mb=round(size / 1e6))
-            for name, k in kafka.items():
+                       ours_warm_round_s=round(warm["wall"], 2), mb=round(size / 1e6),
+                       repeat=args.repeat)
+            for name, runs in kafka.items():
+                k = _median(runs, "seconds")
                 mb_s = size / k["seconds"] / 1e6
+                ratios = sorted(r["seconds"] / w["wall"] / cores for r, w in zip(runs, warms))
                 print(f"[{codec}] Kafka's cleaner, {buffers[name] >> 20} MiB map ({name}): "
                       f"{k['passes']} pass(es), {k['seconds']:.1f} s cleaning = {mb_s:.0f} MB/s "
                       f"per thread (its own line: {k['bytes_read'] / k['seconds'] / 1e6:.0f} "
                       f"MB/s of {k['bytes_read'] / 1e6:,.0f} MB read); process {k['wall']:.1f} s"
-                      f"; ours {ours / mb_s:.2f}x per core", flush=True)
+                      f"; ours {ours / mb_s:.2f}x per core"
+                      + (f" (each turn: {', '.join(f'{x:.2f}' for x in ratios)}x)"
+                         if args.repeat > 1 else ""), flush=True)
                 out[name] = {"buffer_bytes": buffers[name], "kafka_passes": k["passes"],
                              "kafka_mb_s_per_thread": round(mb_s, 1),
                              "kafka_stats_mb_s": round(k["bytes_read"] / k["seconds"] / 1e6, 1),
                              "kafka_process_s": round(k["wall"], 2),
                              "vs_kafka_per_core": round(ours / mb_s, 3),
+                             "vs_kafka_per_core_range": [round(ratios[0], 3),
+                                                         round(ratios[-1], 3)],
                              "vs_kafka_wall": round(k["wall"] / cold["wall"], 3)}
 
             several: dict[str, Path] = {}  # the several-group rounds' outputs, checked below
             if codec in args.shuffle_codecs.split(","):
-                kafka_mb_s = size / kafka[next(iter(kafka))]["seconds"] / 1e6
+                kafka_mb_s = size / _median(kafka[next(iter(kafka))], "seconds")["seconds"] / 1e6
                 # the round with several groups a partition: in one task per partition (one
                 # key table, the default within --task-keys), then through the distributed
                 # offset map (--task-keys 0)
