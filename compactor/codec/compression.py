@@ -106,8 +106,9 @@ def compress(codec: int, data: bytes, *, level: int | None = None, magic: int = 
     raise ValueError(f"cannot compress with codec id {codec}")
 
 
-def decompress(codec: int, data: bytes, *, magic: int = 2) -> bytes:
-    """Inverse of :func:`compress`; raises :class:`DecompressionError` on bad input."""
+def decompress(codec: int, data: bytes | memoryview, *, magic: int = 2) -> bytes:
+    """Inverse of :func:`compress`; raises :class:`DecompressionError` on bad input. ``data``
+    may be a view of a mapped segment (the writer's chunks: ``storage.window``)."""
     # Only what each decoder raises on bad bytes becomes a DecompressionError: anything else
     # (an I/O error, a bug) is not evidence of a corrupt segment and propagates as itself.
     try:
@@ -130,8 +131,8 @@ def decompress(codec: int, data: bytes, *, magic: int = 2) -> bytes:
     raise DecompressionError(f"unknown compression codec id {codec}")
 
 
-def _snappy_decompress(data: bytes) -> bytes:
-    if not data.startswith(_XERIAL_HEADER[:8]):
+def _snappy_decompress(data: bytes | memoryview) -> bytes:
+    if data[:8] != _XERIAL_HEADER[:8]:
         return bytes(cramjam.snappy.decompress_raw(data))
     pos = len(_XERIAL_HEADER)
     out = []
@@ -147,7 +148,7 @@ def _snappy_decompress(data: bytes) -> bytes:
     return b"".join(out)
 
 
-def _zstd_decompress(data: bytes) -> bytes:
+def _zstd_decompress(data: bytes | memoryview) -> bytes:
     # Frames written by streaming compressors carry no content size; decompressobj copes.
     dobj = zstandard.ZstdDecompressor().decompressobj()
     out = dobj.decompress(data)

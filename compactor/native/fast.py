@@ -628,7 +628,7 @@ class Expanded:
             codec = attrs & CODEC_MASK
             if codec and count:
                 try:
-                    body = decompress(codec, chunk[pos + RECORDS_OFFSET:pos + size])
+                    body = decompress(codec, view[pos + RECORDS_OFFSET:pos + size])
                 except DecompressionError:
                     raise Fallback from None
                 parts += (view[pos:pos + RECORDS_OFFSET], body)
@@ -1086,7 +1086,7 @@ def filter_chunk_batches(chunk: bytes, start: int, positions: Sequence[int],
             source = -1 - source
             if codecs[source]:
                 pos = source_frames[source, F_POS]
-                entry = chunk[pos:pos + source_frames[source, F_SIZE]]
+                entry = bytes(chunk[pos:pos + source_frames[source, F_SIZE]])
             else:
                 entry = bytes(view[at:at + size])
         else:

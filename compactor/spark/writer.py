@@ -216,8 +216,9 @@ def _write_decided(inp: PartitionInput, source_bases: tuple[int, ...],
                 for start, end in chunks:
                     k = bisect.bisect_left(positions, end, lo=count)
                     done = rewrite.filter_chunk(
-                        data[start:end], start, base, positions[count:k], base_offsets[count:k],
-                        fates[count:k], [decisions[(base, p)] for p in positions[count:k]],
+                        storage.window(data, start, end), start, base, positions[count:k],
+                        base_offsets[count:k], fates[count:k],
+                        [decisions[(base, p)] for p in positions[count:k]],
                         now_ms=inp.now_ms, delete_retention_ms=config.delete_retention_ms)
                     if done is not None:  # the chunk in one call
                         entries, records_in, records_out = done
@@ -294,7 +295,8 @@ def _decide(by_base: Mapping[int, SegmentInfo], source_bases: tuple[int, ...],
             decided.chunks[base] = chunks
             for start, end in reversed(chunks):
                 try:
-                    whole = rewrite.decide_chunk(data[start:end], start, base, decisions)
+                    whole = rewrite.decide_chunk(storage.window(data, start, end), start,
+                                                 base, decisions)
                     if whole is not None:
                         chunk_positions, chunk_bases, chunk_fates = whole
                         if decided.last_batch is None:

@@ -99,6 +99,14 @@ CONFIGS = {"cleanup.policy": "compact", "delete.retention.ms": "3600000",
            "segment.index.bytes": "72"}  # several groups: records superseded across groups
 
 
+def _mapped_under(directory: Path) -> list[str]:
+    """The files under ``directory`` this process has memory-mapped (``/proc/self/maps``)."""
+    prefix = str(directory.resolve()) + "/"
+    with open("/proc/self/maps") as maps:
+        fields = [line.split(maxsplit=5) for line in maps]
+    return [f[5].strip() for f in fields if len(f) == 6 and f[5].startswith(prefix)]
+
+
 @pytest.mark.parametrize("case, keep", [(case, fast.KEEP_EXPANDED_BYTES) for case in sorted(CASES)]
                          + [("every-codec-txn-horizons", 0)])
 def test_a_group_written_natively_is_byte_identical_to_the_pure_path(
@@ -131,6 +139,9 @@ def test_a_group_written_natively_is_byte_identical_to_the_pure_path(
                 assert m.error is None, m.error
                 messages[label] = replace(m, seconds=0.0, writer="")
                 paths.append(m.writer)
+                # the passes read the segments through views of their maps, no copies: none
+                # of them outlives the write (a view kept would keep its map)
+                assert not _mapped_under(root / name), f"{label} left segments mapped"
             assert messages["native"] == messages["pure"]
             for suffix in messages["native"].cleaned_suffixes:
                 cleaned = f"{group[0]:020d}{suffix}.cleaned"

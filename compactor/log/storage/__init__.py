@@ -12,6 +12,7 @@ driver's configuration travels with it.
 from __future__ import annotations
 
 import functools
+import mmap
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -135,6 +136,17 @@ def mapped(path: str) -> Iterator[Any]:
     else:
         with local.mapped(path) as data:
             yield data
+
+
+def window(data: Any, start: int, end: int) -> Any:
+    """``data[start:end]`` of a file :func:`mapped`, without a copy where it can: a read-only
+    ``memoryview`` of the mapped pages on a local disk (it keeps the mapping alive: the map
+    is closed when the last view of it goes), the fetched ``bytes`` from an object store.
+    The writer's passes take their 16 MB chunks this way: a copy of each cost more than the
+    kernels' filter of it (a fresh allocation's page faults and the copy)."""
+    if isinstance(data, mmap.mmap):
+        return memoryview(data)[start:end]
+    return data[start:end]
 
 
 def read_text(path: str) -> str:
