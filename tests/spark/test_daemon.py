@@ -89,6 +89,32 @@ def test_workers_are_forked_from_the_preloading_daemon(spark) -> None:
     assert rows == {("compactor.spark.daemon", True, True, False, False)}
 
 
+def test_workers_keep_chunk_sized_buffers_on_the_heap_and_keep_them_when_freed(spark) -> None:
+    """The daemon's malloc settings (``keep_freed_memory``), inherited by its workers: a
+    32 MiB block, a decompressed chunk's size, comes from the heap, not a mapping of its own
+    (glibc's default maps anything over 128 KiB to 32 MiB), and the heap keeps it once freed
+    (glibc's ``mallinfo2``, counted in the worker itself)."""
+
+    def probe(_: object) -> list[tuple[int, int]]:
+        import ctypes
+
+        class MallInfo2(ctypes.Structure):
+            _fields_ = [(name, ctypes.c_size_t) for name in (
+                "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks",
+                "uordblks", "fordblks", "keepcost")]
+
+        mallinfo2 = ctypes.CDLL(None).mallinfo2
+        mallinfo2.restype = MallInfo2
+        mapped = mallinfo2().hblkhd
+        block = bytearray(32 << 20)
+        mapped_for_it = mallinfo2().hblkhd - mapped
+        del block
+        return [(mapped_for_it, mallinfo2().fordblks)]
+
+    rows = spark.sparkContext.parallelize(range(2), 2).mapPartitions(probe).collect()
+    assert rows and all(mapped == 0 and free >= 32 << 20 for mapped, free in rows), rows
+
+
 def test_the_rdd_api_and_the_sql_engine_share_one_daemon(spark) -> None:
     """What the session's start relies on to start the daemon before the SQL engine's first
     query is planned (``session.LOCAL_CONF``)."""
