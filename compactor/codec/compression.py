@@ -123,7 +123,7 @@ def decompress(codec: int, data: bytes | memoryview, *, magic: int = 2) -> bytes
         raise DecompressionError(f"{codec_name(codec)} stream cannot be decoded: {err}") from err
     if codec == Codec.LZ4:
         if magic == 0:
-            data = _with_lz4_header_checksum(data, broken=False)
+            data = _with_lz4_header_checksum(bytes(data), broken=False)
         try:
             return bytes(lz4.frame.decompress(data))
         except RuntimeError as err:  # python-lz4 reports every frame error as RuntimeError
