@@ -31,12 +31,14 @@ fresh copies:
   ``--group-bytes``, several groups a partition, so records are superseded across groups:
   in one task a partition with one key table (``groups_one_task``, the default within
   ``--task-keys``), then through the distributed offset map (``shuffle``,
-  ``--task-keys 0``); each the session's first such round and a warm one.
+  ``--task-keys 0``); each the session's first such round, then ``--repeat`` warm ones.
 
 With ``--repeat N`` Kafka's cleaner (each buffer) and our warm round run N times, one after
 the other in turn, and the figures are their medians, with the range of the N ratios of a
 Kafka run to the round beside it (``vs_kafka_per_core_range``): this machine's speed drifts
-by 10-15% over minutes, and the alternation exposes both sides to the same drift.
+by 10-15% over minutes, and the alternation exposes both sides to the same drift. The
+several-group rounds run N warm times too, after Kafka's runs (their ratios pair the runs in
+order), and ``first_over_warm`` is the first round over the median warm one.
 
 Kafka's output and each of ours are then compared record by record (offset and key of every
 record left) and one JSON line per codec prints ``kafka_mb_s_per_thread``,
@@ -312,20 +314,35 @@ def main() -> int:
                         ("groups_one_task", None, "one task a partition"),
                         ("shuffle", 0, "distributed offset map")):
                     rounds = []
-                    for label in ("first", "warm"):
+                    for turn in range(1 + args.repeat):  # the session's first, then warm ones
                         several[key] = _copy(source, work / key)
                         r = _round(spark, several[key], now, _configs(args.group_bytes),
                                    task_keys=task_keys)
                         rounds.append(r)
                         stages = ", ".join(f"{k} {v:.1f}" for k, v in r["stages"].items())
-                        print(f"[{codec}] {r['groups']} groups, {what}, {label}: "
+                        print(f"[{codec}] {r['groups']} groups, {what}, "
+                              f"{'warm' if turn else 'first'}: "
                               f"{r['wall']:.1f} s = {size / r['wall'] / cores / 1e6:.0f} MB/s "
                               f"per core ({stages})", flush=True)
-                    mb_s = size / rounds[1]["wall"] / cores / 1e6
+                    first, warm_runs = rounds[0], rounds[1:]
+                    warm = _median(warm_runs, "wall")
+                    mb_s = size / warm["wall"] / cores / 1e6
                     out[key] = {
-                        "groups": rounds[1]["groups"], "ours_mb_s_per_core": round(mb_s, 1),
+                        "groups": warm["groups"], "ours_mb_s_per_core": round(mb_s, 1),
+                        "ours_warm_round_s": round(warm["wall"], 2),
                         "vs_kafka_per_core": round(mb_s / kafka_mb_s, 3),
-                        "first_over_warm": round(rounds[0]["wall"] / rounds[1]["wall"], 3)}
+                        "first_over_warm": round(first["wall"] / warm["wall"], 3)}
+                    if args.repeat > 1:
+                        # Kafka's runs of the same codec (default buffer) were earlier turns;
+                        # pair them in order, as the plain round's ratios are
+                        ratios = sorted(r["seconds"] / w["wall"] / cores
+                                        for r, w in zip(kafka[next(iter(kafka))], warm_runs))
+                        out[key]["vs_kafka_per_core_range"] = [round(ratios[0], 3),
+                                                               round(ratios[-1], 3)]
+                        print(f"[{codec}] {what}: the median of {args.repeat} warm rounds, "
+                              f"{mb_s:.0f} MB/s per core = {mb_s / kafka_mb_s:.2f}x Kafka "
+                              f"(each: {', '.join(f'{x:.2f}' for x in ratios)}x); first/warm "
+                              f"{first['wall'] / warm['wall']:.2f}", flush=True)
 
             if not args.no_check:
                 theirs = _records(work / f"kafka-{next(iter(buffers))}")
