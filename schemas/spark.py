@@ -100,25 +100,32 @@ DECISION = _schema(
     ("txn_last_stable_offset", LongType(), True),
 )
 
-# One row per keyed record that can be superseded (data batches the round does not discard):
-# the offset map's input. Values, null keys, markers and discarded batches never travel; the
-# writer decides those records itself. A segment that cannot be decoded gives one row with
-# ``error`` set (and null keys).
-KEYED_RECORD = _schema(
+# The offset map's input: the keyed records of one group that fall in one bucket of the map,
+# as columns packed in binary values (little-endian int64; ``in_map`` one byte a record), a row
+# per (group, bucket) rather than per record, so the JVM moves blocks of bytes instead of
+# converting millions of rows. Only records that can be superseded travel: data batches the
+# round does not discard, not already superseded within their group; values, null keys,
+# markers and discarded batches never do (the writer decides those). ``bucket`` is the value
+# the shuffle hashes to the bucket's own partition. A group that cannot be decoded gives one
+# row with ``error`` set (and no records).
+KEY_BUCKET = _schema(
     ("tp_id", IntegerType(), False),
     ("group_base", LongType(), False),
-    ("offset", LongType(), False),
-    ("key_hi", LongType(), True),
-    ("key_lo", LongType(), True),
-    ("in_map", BooleanType(), False),
+    ("bucket", LongType(), False),
+    ("records", IntegerType(), False),
+    ("offsets", BinaryType(), False),
+    ("key_hi", BinaryType(), False),
+    ("key_lo", BinaryType(), False),
+    ("in_map", BinaryType(), False),
     ("error", StringType(), True),
 )
 
-# One row per record superseded by a later record of its key in the dirty section.
+# The offsets (little-endian int64, packed) of one group's records that one bucket of the
+# offset map found superseded by a later record of their key in the dirty section.
 SUPERSEDED = _schema(
     ("tp_id", IntegerType(), False),
     ("group_base", LongType(), False),
-    ("offset", LongType(), False),
+    ("offsets", BinaryType(), False),
 )
 
 # One row per group written by an executor: the commit message the driver acts on.

@@ -92,7 +92,7 @@ def batch_flags(group_base: int, *, is_control: bool, aborted: bool,
 
 @dataclass(frozen=True, slots=True)
 class KeyedRows:
-    """Columns of keyed record rows (see ``compactor.schemas.spark.KEYED_RECORD``), as numpy
+    """Columns of keyed record rows (what ``compactor.schemas.spark.KEY_BUCKET`` packs), as numpy
     arrays."""
 
     group_base: np.ndarray
@@ -198,28 +198,45 @@ def locally_superseded(rows: KeyedRows) -> np.ndarray:
     with ``in_map`` and a larger offset): the map-side combine of the offset map. What a
     group's scan can decide alone never travels through the shuffle; the writer reaches the
     same verdict from the same records (:func:`compactor.cleaner.rebatch.iter_drops`)."""
-    n = len(rows)
+    return superseded_mask(None, rows.key_hi, rows.key_lo, rows.offset, rows.in_map)
+
+
+def superseded_mask(partition: np.ndarray | None, key_hi: np.ndarray, key_lo: np.ndarray,
+                    offset: np.ndarray, in_map: np.ndarray) -> np.ndarray:
+    """Mask of the rows with a later row of the same key of the same partition that enters
+    the offset map (``in_map``, a larger offset): ``Cleaner.shouldRetainRecord``'s "the map
+    holds a later offset for this key", over rows given as columns. It serves a group's own
+    rows (:func:`locally_superseded`, ``partition`` None: all of one partition) and a
+    shuffle bucket of the distributed offset map, whose rows come from many partitions
+    (:func:`compactor.spark.transforms.superseded_records`)."""
+    n = len(offset)
     if n == 0:
         return np.zeros(0, dtype=bool)
-    offset = rows.offset
     # grouping the rows by key is all that matters (the verdict compares each row with the
-    # largest offset of its key): a sort on the digest's high half alone does it, cheaper
-    # than one on both halves, unless two keys share a high half (then the full sort)
-    order = np.argsort(rows.key_hi)
-    hi, lo = rows.key_hi[order], rows.key_lo[order]
-    same_hi = hi[1:] == hi[:-1]
-    if np.any(same_hi & (lo[1:] != lo[:-1])):
-        order = np.lexsort((rows.key_lo, rows.key_hi))
-        hi, lo = rows.key_hi[order], rows.key_lo[order]
-        same_hi = (hi[1:] == hi[:-1]) & (lo[1:] == lo[:-1])
-    offset = offset[order]
+    # largest offset of its key): a sort on the digest's high half alone does it (after the
+    # partition), cheaper than one on both halves, unless two keys share a high half (then
+    # the full sort)
+    sort_keys: tuple[np.ndarray, ...] = (key_hi,) if partition is None else (key_hi, partition)
+    order = np.argsort(key_hi) if partition is None else np.lexsort(sort_keys)
+    same = np.ones(n - 1, dtype=bool)
+    for column in sort_keys:
+        c = column[order]
+        same &= c[1:] == c[:-1]
+    lo = key_lo[order]
+    if np.any(same & (lo[1:] != lo[:-1])):
+        order = np.lexsort((key_lo, *sort_keys))
+        same = np.ones(n - 1, dtype=bool)
+        for column in (key_lo, *sort_keys):
+            c = column[order]
+            same &= c[1:] == c[:-1]
+    ordered = offset[order]
     new_key = np.empty(n, dtype=bool)
     new_key[0] = True
-    np.logical_not(same_hi, out=new_key[1:])
+    np.logical_not(same, out=new_key[1:])
     starts = np.flatnonzero(new_key)
-    latest = np.maximum.reduceat(np.where(rows.in_map[order], offset, -1), starts)
+    latest = np.maximum.reduceat(np.where(in_map[order], ordered, -1), starts)
     superseded = np.empty(n, dtype=bool)
-    superseded[order] = offset < np.repeat(latest, np.diff(np.append(starts, n)))
+    superseded[order] = ordered < np.repeat(latest, np.diff(np.append(starts, n)))
     return superseded
 
 

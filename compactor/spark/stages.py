@@ -66,17 +66,24 @@ def group_slots(spark: SparkSession, groups: Sequence[tuple[int, int]]) -> DataF
     n = max(len(groups), int(spark.conf.get("spark.sql.shuffle.partitions") or 0))
     spark.conf.set("spark.sql.shuffle.partitions", str(n))
     spark.conf.set("spark.sql.adaptive.coalescePartitions.enabled", "false")
+    slots = partition_slots(spark, n)
+    return spark.createDataFrame([(tp_id, base, slots[k])
+                                  for k, (tp_id, base) in enumerate(groups)], GROUP_SLOT)
+
+
+def partition_slots(spark: SparkSession, n: int) -> list[int]:
+    """``n`` values that Spark's hash partitioning into ``n`` partitions sends one to each
+    partition (the ``k``-th to partition ``k``): found by asking Spark which partition each
+    candidate value hashes to, with the hash its shuffles use."""
     slot_of: dict[int, int] = {}
     start = 0
-    while len(slot_of) < len(groups):
+    while len(slot_of) < n:
         probe = spark.range(start, start + 8 * n).select(
             "id", F.pmod(F.hash("id"), F.lit(n)).alias("partition"))
         for row in probe.collect():
             slot_of.setdefault(row.partition, row.id)
         start += 8 * n
-    slots = list(slot_of.values())
-    return spark.createDataFrame([(tp_id, base, slots[k])
-                                  for k, (tp_id, base) in enumerate(groups)], GROUP_SLOT)
+    return [slot_of[k] for k in range(n)]
 
 
 def segment_tasks(spark: SparkSession, partitions: Mapping[int, HasSegments]) -> DataFrame:
@@ -118,12 +125,12 @@ def write_cleaned_segments(spark: SparkSession, inputs: Mapping[int, PartitionIn
             cleaning, whole, slots, writer=writer)))
     if mapped:
         decisions = headers.transform(transforms.decide_batches(cleaning, mapped)).persist()
-        with spark_step(spark, "offset_map",
-                        total_bytes=_group_bytes({i: inputs[i] for i in mapped}, mapped)):
-            superseded = (decisions.transform(transforms.scan_keys(cleaning, mapped, slots,
-                                                                   writer=writer))
-                          .transform(transforms.latest_per_key)
-                          .transform(transforms.superseded_records)).persist()
+        map_bytes = _group_bytes({i: inputs[i] for i in mapped}, mapped)
+        buckets = offset_map_buckets(spark, map_bytes)
+        with spark_step(spark, "offset_map", total_bytes=map_bytes):
+            superseded = (decisions.transform(transforms.scan_keys(
+                cleaning, mapped, slots, partition_slots(spark, buckets), writer=writer))
+                          .transform(transforms.superseded_records(buckets))).persist()
             superseded.count()
         persisted += [decisions, superseded]
         writes.append(transforms.rewrite_groups(cleaning, mapped, slots,
@@ -137,6 +144,21 @@ def write_cleaned_segments(spark: SparkSession, inputs: Mapping[int, PartitionIn
     if on_stage:
         on_stage("rewrite")
     return [transforms.message_from_row(r) for r in rows]
+
+
+#: segment bytes of a round per bucket of the distributed offset map at most: a bucket's task
+#: holds its keyed records in memory (:func:`compactor.spark.transforms.superseded_records`),
+#: so 256 MiB of 100-byte records is at most 2.7 M records, 160 MB with the sort's indexes
+OFFSET_MAP_BUCKET_BYTES = 256 << 20
+
+
+def offset_map_buckets(spark: SparkSession, map_bytes: int) -> int:
+    """The distributed offset map's buckets for a round whose groups read ``map_bytes``: the
+    session's shuffle partitions, or more when its buckets would hold more than
+    :data:`OFFSET_MAP_BUCKET_BYTES` of input each (a session set to few shuffle partitions
+    must not make one task hold a round's keys)."""
+    configured = int(spark.conf.get("spark.sql.shuffle.partitions") or 1)
+    return max(1, configured, -(-map_bytes // OFFSET_MAP_BUCKET_BYTES))
 
 
 def _group_bytes(inputs: Mapping[int, HasSegments], plans: Mapping[int, CleaningPlan]) -> int:

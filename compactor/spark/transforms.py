@@ -3,23 +3,23 @@ distributed).
 
     segment tasks --scan_headers--> batch headers --plan_rounds--> one plan per partition
     batch headers --decide_batches--> batch decisions --scan_keys--> keyed record rows
-    keyed rows --latest_per_key--> + latest offset of the key in the dirty section
-               --superseded_records--> offsets superseded by a later record of their key
+    keyed rows --superseded_records--> offsets superseded by a later record of their key
     (batch decisions, superseded) --rewrite_groups--> commit messages (one per output segment)
     batch headers --rewrite_whole_partitions--> commit messages (partitions of one group)
     bins of small partitions --clean_in_one_pass--> plans and commit messages (one task a bin)
 
 The sequential, per-partition rules (producer state, transactions, batch retention) run per
-partition inside ``applyInArrow``; the offset map is a window over ``(partition, key digest)``,
-so its size is bounded by the cluster, not by a buffer. Only keyed records of data batches
-travel through it (digest and offset, never a value), and only for partitions cleaned in
-several groups; null keys, markers, aborted data and expired tombstones are decided by the
-writer from the batch decisions. A partition cleaned in one group needs neither the offset map
-nor decision rows: ``rewrite_whole_partitions`` decides its batches and writes it in one task,
-and one whose segments all fit one group is cleaned in one pass (``clean_in_one_pass``: one
-task scans, plans and writes it, so a round of small partitions is one Spark job). Every
-Python stage exchanges Arrow tables; no pandas DataFrame is built on either side. The grouped
-stages key on a group slot (``with_slots``) so that every group is a task of its own.
+partition inside ``applyInArrow``; the offset map is a shuffle on ``(partition, key digest)``
+into buckets, each grouped by key, so its size is bounded by the cluster, not by a buffer. Only
+keyed records of data batches travel through it (digest and offset, never a value), and only
+for partitions cleaned in several groups; null keys, markers, aborted data and expired
+tombstones are decided by the writer from the batch decisions. A partition cleaned in one group
+needs neither the offset map nor decision rows: ``rewrite_whole_partitions`` decides its
+batches and writes it in one task, and one whose segments all fit one group is cleaned in one
+pass (``clean_in_one_pass``: one task scans, plans and writes it, so a round of small
+partitions is one Spark job). Every Python stage exchanges Arrow tables; no pandas DataFrame is
+built on either side. The grouped stages key on a group slot (``with_slots``) so that every
+group is a task of its own.
 Transforms never collect, count or cache: the job (``jobs/compact.py``) decides actions.
 """
 
@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 from pyspark import Broadcast
-from pyspark.sql import DataFrame, Window
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 
@@ -49,6 +49,7 @@ from compactor.cleaner.policy import (
 from compactor.cleaner.rewrite import PURE, Engine
 from compactor.cleaner.scan import (
     BatchFlags,
+    KeyedRows,
     batch_flags,
     concat_rows,
     key_offsets,
@@ -57,6 +58,7 @@ from compactor.cleaner.scan import (
     segment_headers,
     select_rows,
     subject_digests,
+    superseded_mask,
 )
 from compactor.cleaner.verify import index_problems, offset_problems, txn_problems
 from compactor.codec.indexes import AbortedTxn
@@ -73,8 +75,8 @@ from compactor.schemas.spark import (
     DECISION,
     DIGEST_FILTER,
     ERASURE_SCAN,
+    KEY_BUCKET,
     KEY_OFFSET,
-    KEYED_RECORD,
     ONE_PASS,
     PLAN,
     REQUEST_OUTCOME,
@@ -92,10 +94,11 @@ _KEY_OFFSET_ARROW = to_arrow_schema(KEY_OFFSET)
 _OUTCOME_ARROW = to_arrow_schema(REQUEST_OUTCOME)
 _FILTER_ARROW = to_arrow_schema(DIGEST_FILTER)
 _COMMIT_ARROW = to_arrow_schema(COMMIT_MESSAGE)
-_KEYED_ARROW = to_arrow_schema(KEYED_RECORD)
+_KEY_BUCKET_ARROW = to_arrow_schema(KEY_BUCKET)
 _PLAN_ARROW = to_arrow_schema(PLAN)
 _DECISION_ARROW = to_arrow_schema(DECISION)
 _ONE_PASS_ARROW = to_arrow_schema(ONE_PASS)
+_SUPERSEDED_ARROW = to_arrow_schema(SUPERSEDED)
 
 
 @contextlib.contextmanager
@@ -304,16 +307,19 @@ def _decisions_from_arrow(table: pa.Table) -> dict[tuple[int, int], BatchDecisio
 
 
 def scan_keys(inputs: Mapping[int, PartitionInput], plans: Mapping[int, CleaningPlan],
-              slots: DataFrame, *, writer: str = "native") -> Transform:
-    """Batch decisions -> one ``KEYED_RECORD`` row per keyed record of the round's data
-    batches that is not discarded and not already superseded within its own group (one task
-    per group, :func:`compactor.cleaner.scan.locally_superseded`); a group whose records cannot be
-    decoded gives one row with ``error`` set.
+              slots: DataFrame, buckets: Sequence[int], *, writer: str = "native") -> Transform:
+    """Batch decisions -> ``KEY_BUCKET`` rows: the keyed records of the round's data batches
+    that are not discarded and not already superseded within their own group (one task per
+    group, :func:`compactor.cleaner.scan.locally_superseded`), one row per bucket of the
+    offset map they fall in (:func:`key_buckets`); a group whose records cannot be decoded
+    gives one row with ``error`` set.
 
     Args:
         slots: ``GROUP_SLOT`` rows; groups without one are left out.
+        buckets: the offset map's bucket values (:func:`superseded_records`), one a bucket.
         writer: the engine that reads the records (:func:`compactor.native.engine`).
     """
+    bucket_values = np.asarray(buckets, dtype=np.int64)
 
     def scan(table: pa.Table) -> pa.Table:
         with _collector_paused():
@@ -342,19 +348,96 @@ def scan_keys(inputs: Mapping[int, PartitionInput], plans: Mapping[int, Cleaning
                 rows = select_rows(rows, ~locally_superseded(rows))
             except CompactorError as err:
                 return pa.Table.from_pylist([{
-                    "tp_id": tp_id, "group_base": group_base, "offset": -1, "in_map": False,
+                    "tp_id": tp_id, "group_base": group_base, "bucket": int(bucket_values[0]),
+                    "records": 0, "offsets": b"", "key_hi": b"", "key_lo": b"", "in_map": b"",
                     "error": json.dumps(err.to_dict()),
-                }], schema=_KEYED_ARROW)
-            n = len(rows)
-            return pa.Table.from_arrays([
-                pa.array(np.full(n, tp_id, dtype=np.int32)), pa.array(rows.group_base),
-                pa.array(rows.offset), pa.array(rows.key_hi), pa.array(rows.key_lo),
-                pa.array(rows.in_map), pa.nulls(n, pa.string()),
-            ], schema=_KEYED_ARROW)
+                }], schema=_KEY_BUCKET_ARROW)
+            return key_buckets(tp_id, group_base, rows, bucket_values)
 
     keyed = ~F.col("is_control") & ~F.col("discard_records")
     return lambda decisions: (decisions.where(keyed).transform(with_slots(slots))
-                              .groupBy("slot").applyInArrow(storage.portable(scan), KEYED_RECORD))
+                              .groupBy("slot").applyInArrow(storage.portable(scan), KEY_BUCKET))
+
+
+def key_buckets(tp_id: int, group_base: int, rows: KeyedRows,
+                bucket_values: np.ndarray) -> pa.Table:
+    """``KEY_BUCKET`` rows of one group's keyed rows: a key's bucket is its digest's low half
+    modulo the number of buckets (the same bucket in every group and partition, so a bucket
+    holds every record of its keys), and a bucket without records has no row."""
+    which = (rows.key_lo.view(np.uint64) % np.uint64(len(bucket_values))).astype(np.int64)
+    order = np.argsort(which, kind="stable")
+    counts = np.bincount(which, minlength=len(bucket_values))
+    ends = np.cumsum(counts)
+    columns = {"offsets": rows.offset[order], "key_hi": rows.key_hi[order],
+               "key_lo": rows.key_lo[order], "in_map": rows.in_map[order]}
+    out: dict[str, list[Any]] = {name: [] for name in _KEY_BUCKET_ARROW.names}
+    for b in np.flatnonzero(counts):
+        start, end = int(ends[b] - counts[b]), int(ends[b])
+        out["tp_id"].append(tp_id)
+        out["group_base"].append(group_base)
+        out["bucket"].append(int(bucket_values[b]))
+        out["records"].append(end - start)
+        for name, column in columns.items():
+            out[name].append(column[start:end].astype(column.dtype.newbyteorder("<")).tobytes())
+        out["error"].append(None)
+    return pa.Table.from_pydict(out, schema=_KEY_BUCKET_ARROW)
+
+
+def superseded_records(buckets: int) -> Transform:
+    """``KEY_BUCKET`` rows -> ``SUPERSEDED`` rows: the records with a later record of their
+    key in the dirty section of another group (``Cleaner.shouldRetainRecord``; the writer adds
+    the ones superseded within their own group). This is the distributed offset map: the
+    rows are shuffled on their bucket, so each task holds every record of its keys, and the
+    task groups them by (partition, key digest) in numpy
+    (:func:`compactor.cleaner.scan.superseded_mask`, the rule of the group scans' map-side
+    combine): no buffer bounds the number of keys. Error rows are left out: the writer meets
+    the same defect and reports it.
+
+    (Records travelled as rows of their own before, through a window over (partition, key
+    digest): the JVM's conversions of 3.65 M rows in and out of Python and its sort were most
+    of the round; see docs/benchmarks.md.)
+
+    Args:
+        buckets: how many buckets the rows' ``bucket`` values hash to one each
+            (:func:`compactor.spark.stages.offset_map_buckets`); a task holds its bucket's
+            records in memory, about 25 bytes a record (with the sort's indexes 60).
+    """
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        with _collector_paused():
+            table = pa.Table.from_batches(list(batches), schema=_KEY_BUCKET_ARROW)
+            if table.num_rows == 0:
+                return
+            counts = np.asarray(table.column("records").to_numpy(), dtype=np.int64)
+
+            def packed(name: str, dtype: str) -> np.ndarray:
+                return np.frombuffer(b"".join(table.column(name).to_pylist()), dtype=dtype)
+
+            tp_ids = table.column("tp_id").to_numpy()
+            mask = superseded_mask(np.repeat(tp_ids, counts), packed("key_hi", "<i8"),
+                                   packed("key_lo", "<i8"), packed("offsets", "<i8"),
+                                   packed("in_map", "?"))
+            offsets = packed("offsets", "<i8")
+            ends = np.cumsum(counts)
+            out: dict[str, list[Any]] = {"tp_id": [], "group_base": [], "offsets": []}
+            for i, group_base in enumerate(table.column("group_base").to_pylist()):
+                start, end = int(ends[i] - counts[i]), int(ends[i])
+                gone = offsets[start:end][mask[start:end]]
+                if len(gone):
+                    out["tp_id"].append(int(tp_ids[i]))
+                    out["group_base"].append(group_base)
+                    out["offsets"].append(gone.astype("<i8").tobytes())
+            if out["offsets"]:
+                yield pa.RecordBatch.from_pydict(out, schema=_SUPERSEDED_ARROW)
+
+    return lambda keyed: (keyed.where(F.col("error").isNull())
+                          .repartition(buckets, "bucket")
+                          .mapInArrow(storage.portable(run), SUPERSEDED))
+
+
+def superseded_offsets(table: pa.Table) -> np.ndarray:
+    """The offsets of ``SUPERSEDED`` rows (a group's, from every bucket of the map)."""
+    return np.frombuffer(b"".join(table.column("offsets").to_pylist()), dtype="<i8")
 
 
 def with_slots(slots: DataFrame) -> Transform:
@@ -363,23 +446,6 @@ def with_slots(slots: DataFrame) -> Transform:
     return lambda df: df.join(
         F.broadcast(slots.select("tp_id", "group_base", F.col("slot").alias("slot"))),
         ["tp_id", "group_base"])
-
-
-def latest_per_key(keyed: DataFrame) -> DataFrame:
-    """Add ``latest``: the largest offset of the row's key among the rows that enter the
-    offset map (``in_map``: dirty section, batch not aborted); null when the key does not
-    occur there. The window over ``(partition, key digest)`` is the distributed offset map."""
-    window = Window.partitionBy("tp_id", "key_hi", "key_lo")
-    return keyed.withColumn("latest", F.max(F.when(F.col("in_map"), F.col("offset"))).over(window))
-
-
-def superseded_records(keyed: DataFrame) -> DataFrame:
-    """Keyed rows with ``latest`` -> ``SUPERSEDED`` rows: records with a later record of their
-    key in the dirty section of another group (``Cleaner.shouldRetainRecord``; the writer adds the
-    ones superseded within their own group). Error rows are left out: the writer meets the same
-    defect and reports it."""
-    return (keyed.where(F.col("error").isNull() & (F.col("offset") < F.col("latest")))
-            .select(*SUPERSEDED.fieldNames()))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -401,7 +467,7 @@ def rewrite_groups(inputs: Mapping[int, PartitionInput], plans: Mapping[int, Cle
             plan = plans[tp_id]
             group = next(g for g in plan.groups if g[0] == group_base)
             m = write_group(inputs[tp_id], group, _decisions_from_arrow(decisions),
-                            set(superseded.column("offset").to_pylist()),
+                            set(superseded_offsets(superseded).tolist()),
                             first_dirty=plan.first_dirty_offset, engine=record_engine(writer))
             return pa.Table.from_pylist([message_to_row(tp_id, m)], schema=_COMMIT_ARROW)
 

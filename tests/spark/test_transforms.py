@@ -7,9 +7,11 @@ import dataclasses
 import hashlib
 import json
 import shutil
+import struct
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pytest
 from chispa import assert_df_equality
@@ -34,14 +36,14 @@ from compactor.schemas.spark import (
     ERASURE_SCAN,
     ERASURE_TASK,
     GROUP_SLOT,
+    KEY_BUCKET,
     KEY_OFFSET,
-    KEYED_RECORD,
     ONE_PASS,
     SEGMENT_TASK,
     SUPERSEDED,
 )
 from compactor.spark import transforms
-from compactor.spark.stages import group_slots
+from compactor.spark.stages import group_slots, partition_slots
 from compactor.spark.writer import write_erased_segment, write_group, write_groups
 from compactor.tools.generator import DEFAULT_START_MS
 
@@ -64,27 +66,55 @@ KEYED = [
 ]
 
 
-def test_latest_per_key(spark) -> None:
-    df = spark.createDataFrame(KEYED, KEYED_RECORD)
-    got = df.transform(transforms.latest_per_key).select("tp_id", "offset", "latest")
-    expected = spark.createDataFrame(
-        [(0, 0, 3), (0, 1, 1), (0, 3, 3), (0, 4, 1), (0, 5, 5), (0, 9, None), (1, 2, 2)],
-        "tp_id int, offset long, latest long")
-    assert_df_equality(got, expected, ignore_row_order=True, ignore_nullable=True)
+def _packed(spark, keyed: list[tuple], buckets: int) -> DataFrame:
+    """``KEY_BUCKET`` rows of keyed record tuples (tp, group, offset, key_hi, key_lo, in_map,
+    error), one row per record, packed by hand: a key's rows share the bucket of its
+    ``key_lo`` (the only thing the map asks of buckets)."""
+    slots = partition_slots(spark, buckets)
+
+    def row(tp, group, offset, hi, lo, in_map, error):
+        if error is not None:
+            return (tp, group, slots[0], 0, b"", b"", b"", b"", error)
+        return (tp, group, slots[lo % buckets], 1, struct.pack("<q", offset),
+                struct.pack("<q", hi), struct.pack("<q", lo), struct.pack("<?", in_map), None)
+
+    return spark.createDataFrame([row(*k) for k in keyed], KEY_BUCKET)
+
+
+def _superseded(df: DataFrame) -> list[tuple[int, int, int]]:
+    """(tp, group, offset) of every record of ``SUPERSEDED`` rows, sorted."""
+    return sorted((r.tp_id, r.group_base, offset) for r in df.collect()
+                  for (offset,) in struct.iter_unpack("<q", r.offsets))
 
 
 def test_superseded_records(spark) -> None:
-    got = (spark.createDataFrame(KEYED, KEYED_RECORD).transform(transforms.latest_per_key)
-           .transform(transforms.superseded_records))
-    expected = spark.createDataFrame([(0, 0, 0)], SUPERSEDED)
-    assert_df_equality(got, expected, ignore_row_order=True)
+    # hand-derived from the rows' comments: only offset 0 has a later key-1 record in the map
+    got = _packed(spark, KEYED, 3).transform(transforms.superseded_records(3))
+    assert _superseded(got) == [(0, 0, 0)]
+
+
+def test_superseded_records_group_each_key_in_one_bucket(spark) -> None:
+    # many keys over few buckets, each key's rows from several groups of two partitions: a
+    # row is superseded by the later in-map row of its key in its own partition, wherever
+    # the shuffle put the rows (a bucket holds many keys and both partitions)
+    rows = [(tp, g, 100 * g + k, k, k, g != 2, None)
+            for tp in (0, 1) for g in range(3) for k in range(40 + tp)]
+    # partition 1's key 40 has a later in-map record in group 3, which supersedes its
+    # records of groups 1 and 2 too, and nothing of partition 0's key 40
+    rows.append((1, 3, 340, 40, 40, True, None))
+    rows.append((0, 0, 99, 40, 40, False, None))
+    got = _packed(spark, rows, 4).transform(transforms.superseded_records(4))
+    # groups 0 and 1 of each key are superseded by group 1 or 2; group 2 is not in the map,
+    # so group 1 is the latest in-map record and supersedes group 0 only
+    expected = sorted([(tp, 0, k) for tp in (0, 1) for k in range(40 + tp)]
+                      + [(1, 1, 140), (1, 2, 240)])
+    assert _superseded(got) == expected
 
 
 def test_superseded_records_leave_error_rows_out(spark) -> None:
     rows = [*KEYED, (0, 0, -1, None, None, False, '{"code": "CORRUPT_SEGMENT"}')]
-    got = (spark.createDataFrame(rows, KEYED_RECORD).transform(transforms.latest_per_key)
-           .transform(transforms.superseded_records))
-    assert [r.offset for r in got.collect()] == [0]
+    got = _packed(spark, rows, 2).transform(transforms.superseded_records(2))
+    assert _superseded(got) == [(0, 0, 0)]
 
 
 @pytest.fixture()
@@ -156,7 +186,9 @@ def test_scan_keys_emits_keyed_records_not_superseded_in_their_group(spark,
         BATCH_HEADER)
     decisions = headers.transform(transforms.decide_batches({0: partition}, {0: plan}))
     slots = group_slots(spark, [(0, g[0]) for g in plan.groups])
-    got = decisions.transform(transforms.scan_keys({0: partition}, {0: plan}, slots))
+    buckets = partition_slots(spark, 3)
+    got = decisions.transform(transforms.scan_keys({0: partition}, {0: plan}, slots,
+                                                   buckets)).collect()
 
     group_of = {b: g[0] for g in plan.groups for b in g}
     rows = []
@@ -181,7 +213,21 @@ def test_scan_keys_emits_keyed_records_not_superseded_in_their_group(spark,
     expected = [row for _, row in rows
                 if row[2] >= latest_in_group.get((row[1], row[3], row[4]), -1)]
     assert 0 < len(expected) < len(rows)
-    assert_df_equality(got, spark.createDataFrame(expected, KEYED_RECORD), ignore_row_order=True)
+    unpacked = [(r.tp_id, r.group_base, *fields, None) for r in got for fields in zip(
+        *(np.frombuffer(getattr(r, c), dtype=t).tolist() for c, t in (
+            ("offsets", "<i8"), ("key_hi", "<i8"), ("key_lo", "<i8"), ("in_map", "?"))),
+        strict=True)]
+    assert all(r.error is None and r.records == len(r.offsets) // 8 for r in got)
+    assert sorted(unpacked) == sorted(expected)
+    # every record of a key in one bucket, of those given; a group's bucket once at most
+    bucket_of: dict[tuple[int, int], set[int]] = {}
+    for r in got:
+        for hi, lo in zip(np.frombuffer(r.key_hi, "<i8").tolist(),
+                          np.frombuffer(r.key_lo, "<i8").tolist(), strict=True):
+            bucket_of.setdefault((hi, lo), set()).add(r.bucket)
+    assert all(len(b) == 1 and b <= set(buckets) for b in bucket_of.values())
+    assert len({r.bucket for r in got}) == 3
+    assert len({(r.group_base, r.bucket) for r in got}) == len(got)
 
 
 def test_with_slots_adds_the_group_slot(spark) -> None:
@@ -268,7 +314,13 @@ def test_rewrite_groups_equals_the_writer_called_directly(spark, partition: Part
         [(0, *(getattr(h, f) for f in transforms.HEADER_FIELDS), None) for h in headers_py],
         BATCH_HEADER)
     decisions = headers.transform(transforms.decide_batches(inputs, plans))
-    superseded = spark.createDataFrame(superseded_rows, SUPERSEDED)
+    by_group: dict[tuple[int, int], list[int]] = {}
+    for tp, group, offset in superseded_rows:  # as buckets send them: a group's in pieces
+        by_group.setdefault((tp, group), []).append(offset)
+    superseded = spark.createDataFrame(
+        [(tp, group, struct.pack(f"<{len(part)}q", *part))
+         for (tp, group), offsets in by_group.items()
+         for part in (offsets[::2], offsets[1::2]) if part], SUPERSEDED)
     got = transforms.rewrite_groups(inputs, plans, slots)(decisions, superseded)
 
     by_batch = {(h.segment_base, h.position): d for h, d in decided}

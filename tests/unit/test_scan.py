@@ -21,6 +21,7 @@ from compactor.cleaner.scan import (
     key_digests,
     keyed_records,
     locally_superseded,
+    superseded_mask,
 )
 from compactor.codec.records import NewRecord, NewRecordBatch, RecordBatch, encode_batch
 from compactor.codec.segment import iter_batches
@@ -66,6 +67,28 @@ def test_locally_superseded_is_the_brute_force_rule(rows: list[tuple[int, bool]]
                     for j, (k2, m2) in enumerate(rows))
                 for i, (k, _) in enumerate(rows)]
     assert locally_superseded(keyed).tolist() == expected
+
+
+@given(st.lists(st.tuples(st.integers(0, 2), st.integers(0, 5), st.booleans()), max_size=60),
+       st.sampled_from([2, 1 << 40]), st.randoms(use_true_random=False))
+def test_superseded_mask_keeps_partitions_apart(rows: list[tuple[int, int, bool]], hi_mod: int,
+                                                rng: random.Random) -> None:
+    # a bucket of the distributed offset map: rows of several partitions, where the same key
+    # in another partition supersedes nothing (each partition has a map of its own)
+    n = len(rows)
+    offsets = [rng.randrange(8) for _ in range(n)]  # partitions' offsets overlap
+    for i in range(n):  # one offset per (partition, offset), as in a log
+        while any(rows[j][0] == rows[i][0] and offsets[j] == offsets[i] for j in range(i)):
+            offsets[i] += 8
+    mask = superseded_mask(np.asarray([p for p, _, _ in rows], dtype=np.int32),
+                           np.asarray([k % hi_mod for _, k, _ in rows], dtype=np.int64),
+                           np.asarray([k for _, k, _ in rows], dtype=np.int64),
+                           np.asarray(offsets, dtype=np.int64),
+                           np.asarray([m for _, _, m in rows], dtype=bool))
+    expected = [any(p2 == p and k2 == k and m2 and offsets[j] > offsets[i]
+                    for j, (p2, k2, m2) in enumerate(rows))
+                for i, (p, k, _) in enumerate(rows)]
+    assert mask.tolist() == expected
 
 
 def _segment(*batches: NewRecordBatch) -> bytes:
