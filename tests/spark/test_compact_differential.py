@@ -53,8 +53,13 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
-def test_spark_equalsreference_round(spark, tmp_path: Path, case: str) -> None:
+@pytest.mark.parametrize("case, task_keys", [
+    *((case, None) for case in sorted(CASES)),
+    # the same round through the distributed offset map (the key scan's buckets, the shuffle)
+    ("txn-heavy-tombstones-small-groups", 0),
+])
+def test_spark_equalsreference_round(spark, tmp_path: Path, case: str,
+                                     task_keys: int | None) -> None:
     gen, configs = CASES[case]
     log_dir = tmp_path / "logs"
     generate(str(log_dir), gen)
@@ -62,8 +67,10 @@ def test_spark_equalsreference_round(spark, tmp_path: Path, case: str) -> None:
 
     shuffle_conf = [spark.conf.get(k) for k in ("spark.sql.shuffle.partitions",
                                                   "spark.sql.adaptive.coalescePartitions.enabled")]
+    more = {} if task_keys is None else {"task_keys": task_keys}
     report = run(spark, MaintenanceOptions(log_dir=str(log_dir), now_ms=NOW_MS,
-                                           assume_kafka_defaults=True, config_all=configs))
+                                           assume_kafka_defaults=True, config_all=configs,
+                                           **more))
     assert report.exit_code == 0
     assert any(p.status == "cleaned" for p in report.partitions)
     # the round's shuffle settings do not outlive it
@@ -73,6 +80,8 @@ def test_spark_equalsreference_round(spark, tmp_path: Path, case: str) -> None:
     # both writer paths: one-group rounds skip the key scan, others go through the offset map
     multi_group = any(len(p.plan.groups) > 1 for p in report.partitions if p.plan)
     assert multi_group == (case == "txn-heavy-tombstones-small-groups")
+    assert {p.round_path for p in report.partitions if p.plan and len(p.plan.groups) > 1} == (
+        {"offset_map"} if task_keys == 0 else {"one_task"} if multi_group else set())
 
     checkpoint = parse_offset_checkpoint((log_dir / CLEANER_OFFSET_CHECKPOINT).read_text())
     for rep in report.partitions:
