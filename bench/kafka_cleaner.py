@@ -34,11 +34,12 @@ fresh copies:
   ``--task-keys 0``); each the session's first such round, then ``--repeat`` warm ones.
 
 With ``--repeat N`` Kafka's cleaner (each buffer) and our warm round run N times, one after
-the other in turn, and the figures are their medians, with the range of the N ratios of a
-Kafka run to the round beside it (``vs_kafka_per_core_range``): this machine's speed drifts
-by 10-15% over minutes, and the alternation exposes both sides to the same drift. The
-several-group rounds run N warm times too, after Kafka's runs (their ratios pair the runs in
-order), and ``first_over_warm`` is the first round over the median warm one.
+the other in turn with our cold process, and the figures are their medians, with the range of
+the N ratios of a Kafka run to the round beside it (``vs_kafka_per_core_range``,
+``vs_kafka_wall_range``): this machine's speed drifts by 10-15% over minutes, and the
+alternation exposes both sides to the same drift. The several-group rounds run N warm times
+too, after Kafka's runs (their ratios pair the runs in order), and ``first_over_warm`` is the
+first round over the median warm one.
 
 Kafka's output and each of ours are then compared record by record (offset and key of every
 record left) and one JSON line per codec prints ``kafka_mb_s_per_thread``,
@@ -249,7 +250,7 @@ def main() -> int:
                                    "cores": cores}
             kafka: dict[str, list[dict[str, float]]] = {name: [] for name in buffers}
             warms: list[dict[str, Any]] = []
-            cold: dict[str, float] = {}
+            colds: list[dict[str, float]] = []
             for turn in range(args.repeat):
                 for name, buffer_size in buffers.items():
                     kafka_dir = _copy(source, work / f"kafka-{name}")
@@ -257,9 +258,8 @@ def main() -> int:
                                               configs))
                     if name != next(iter(buffers)):
                         shutil.rmtree(kafka_dir)
-                if not turn:
-                    cold = _cold(_copy(source, work / "cold"), now, args.master, configs)
-                    shutil.rmtree(work / "cold")
+                colds.append(_cold(_copy(source, work / "cold"), now, args.master, configs))
+                shutil.rmtree(work / "cold")
                 if spark is None:
                     from compactor.spark.session import get_spark
 
@@ -269,13 +269,15 @@ def main() -> int:
                     shutil.rmtree(work / "first")
                     out["ours_first_round_s"] = round(first["wall"], 2)
                 warms.append(_round(spark, _copy(source, work / "warm"), now, configs))
+            cold = _median(colds, "wall")
             size = cold["bytes_in"]
             warm = _median(warms, "wall")
             ours = size / warm["wall"] / cores / 1e6
             print(f"[{codec}] {size / 1e6:,.0f} MB cleaned; ours: cold process "
                   f"{cold['wall']:.1f} s, warm round {warm['wall']:.1f} s = {ours:.0f} MB/s per "
                   f"core ({', '.join(f'{k} {v:.1f}' for k, v in warm['stages'].items())})"
-                  + (f"; the median of {args.repeat}: "
+                  + (f"; the medians of {args.repeat}: cold "
+                     + ", ".join(f"{c['wall']:.1f}" for c in colds) + " s, warm "
                      + ", ".join(f"{w['wall']:.1f}" for w in warms) + " s"
                      if args.repeat > 1 else ""),
                   flush=True)
@@ -302,7 +304,10 @@ def main() -> int:
                              "vs_kafka_per_core": round(ours / mb_s, 3),
                              "vs_kafka_per_core_range": [round(ratios[0], 3),
                                                          round(ratios[-1], 3)],
-                             "vs_kafka_wall": round(k["wall"] / cold["wall"], 3)}
+                             "vs_kafka_wall": round(k["wall"] / cold["wall"], 3),
+                             "vs_kafka_wall_range": [
+                                 round(min(r["wall"] / c["wall"] for r, c in zip(runs, colds)), 3),
+                                 round(max(r["wall"] / c["wall"] for r, c in zip(runs, colds)), 3)]}
 
             several: dict[str, Path] = {}  # the several-group rounds' outputs, checked below
             if codec in args.shuffle_codecs.split(","):
