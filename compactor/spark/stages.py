@@ -147,8 +147,9 @@ def write_cleaned_segments(spark: SparkSession, inputs: Mapping[int, PartitionIn
 
 
 #: segment bytes of a round per bucket of the distributed offset map at most: a bucket's task
-#: holds its keyed records in memory (:func:`compactor.spark.transforms.superseded_records`),
-#: so 256 MiB of 100-byte records is at most 2.7 M records, 160 MB with the sort's indexes
+#: holds its keyed records in memory (:func:`compactor.spark.transforms.superseded_records`,
+#: about 100 bytes a record at its peak), so 256 MiB of 110-byte records, at most 2.4 M, take
+#: about 250 MB
 OFFSET_MAP_BUCKET_BYTES = 256 << 20
 
 

@@ -400,7 +400,8 @@ def superseded_records(buckets: int) -> Transform:
     Args:
         buckets: how many buckets the rows' ``bucket`` values hash to one each
             (:func:`compactor.spark.stages.offset_map_buckets`); a task holds its bucket's
-            records in memory, about 25 bytes a record (with the sort's indexes 60).
+            records in memory: 25 bytes a record, about 100 at its peak (the columns joined,
+            the sort's order and the columns gathered in it).
     """
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -414,10 +415,9 @@ def superseded_records(buckets: int) -> Transform:
                 return np.frombuffer(b"".join(table.column(name).to_pylist()), dtype=dtype)
 
             tp_ids = table.column("tp_id").to_numpy()
-            mask = superseded_mask(np.repeat(tp_ids, counts), packed("key_hi", "<i8"),
-                                   packed("key_lo", "<i8"), packed("offsets", "<i8"),
-                                   packed("in_map", "?"))
             offsets = packed("offsets", "<i8")
+            mask = superseded_mask(np.repeat(tp_ids, counts), packed("key_hi", "<i8"),
+                                   packed("key_lo", "<i8"), offsets, packed("in_map", "?"))
             ends = np.cumsum(counts)
             out: dict[str, list[Any]] = {"tp_id": [], "group_base": [], "offsets": []}
             for i, group_base in enumerate(table.column("group_base").to_pylist()):
