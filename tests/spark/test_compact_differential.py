@@ -77,7 +77,8 @@ def test_spark_equalsreference_round(spark, tmp_path: Path, case: str,
     assert [spark.conf.get(k) for k in ("spark.sql.shuffle.partitions",
                                         "spark.sql.adaptive.coalescePartitions.enabled")
             ] == shuffle_conf
-    # both writer paths: one-group rounds skip the key scan, others go through the offset map
+    # both writer paths: one-group rounds skip the key scan; rounds of several groups are one
+    # task's within the key budget, and go through the offset map with --task-keys 0
     multi_group = any(len(p.plan.groups) > 1 for p in report.partitions if p.plan)
     assert multi_group == (case == "txn-heavy-tombstones-small-groups")
     assert {p.round_path for p in report.partitions if p.plan and len(p.plan.groups) > 1} == (

@@ -104,8 +104,8 @@ def test_superseded_records_group_each_key_in_one_bucket(spark) -> None:
     rows.append((1, 3, 340, 40, 40, True, None))
     rows.append((0, 0, 99, 40, 40, False, None))
     got = _packed(spark, rows, 4).transform(transforms.superseded_records(4))
-    # groups 0 and 1 of each key are superseded by group 1 or 2; group 2 is not in the map,
-    # so group 1 is the latest in-map record and supersedes group 0 only
+    # group 2 is not in the map, so a key's group-1 record is its latest in-map one and
+    # supersedes its group-0 record only
     expected = sorted([(tp, 0, k) for tp in (0, 1) for k in range(40 + tp)]
                       + [(1, 1, 140), (1, 2, 240)])
     assert _superseded(got) == expected
