@@ -101,7 +101,8 @@ DECISION = _schema(
 )
 
 # The offset map's input: the keyed records of one group that fall in one bucket of the map,
-# as columns packed in binary values (little-endian int64; ``in_map`` one byte a record), a row
+# as columns packed in binary values (little-endian int64, 8 bytes a record; ``in_map`` one
+# byte a record), a row
 # per (group, bucket) rather than per record, so the JVM moves blocks of bytes instead of
 # converting millions of rows. Only records that can be superseded travel: data batches the
 # round does not discard, not already superseded within their group; values, null keys,
@@ -112,7 +113,6 @@ KEY_BUCKET = _schema(
     ("tp_id", IntegerType(), False),
     ("group_base", LongType(), False),
     ("bucket", LongType(), False),
-    ("records", IntegerType(), False),
     ("offsets", BinaryType(), False),
     ("key_hi", BinaryType(), False),
     ("key_lo", BinaryType(), False),

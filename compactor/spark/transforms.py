@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark import Broadcast
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -349,7 +350,7 @@ def scan_keys(inputs: Mapping[int, PartitionInput], plans: Mapping[int, Cleaning
             except CompactorError as err:
                 return pa.Table.from_pylist([{
                     "tp_id": tp_id, "group_base": group_base, "bucket": int(bucket_values[0]),
-                    "records": 0, "offsets": b"", "key_hi": b"", "key_lo": b"", "in_map": b"",
+                    "offsets": b"", "key_hi": b"", "key_lo": b"", "in_map": b"",
                     "error": json.dumps(err.to_dict()),
                 }], schema=_KEY_BUCKET_ARROW)
             return key_buckets(tp_id, group_base, rows, bucket_values)
@@ -376,7 +377,6 @@ def key_buckets(tp_id: int, group_base: int, rows: KeyedRows,
         out["tp_id"].append(tp_id)
         out["group_base"].append(group_base)
         out["bucket"].append(int(bucket_values[b]))
-        out["records"].append(end - start)
         for name, column in columns.items():
             out[name].append(column[start:end].astype(column.dtype.newbyteorder("<")).tobytes())
         out["error"].append(None)
@@ -409,15 +409,13 @@ def superseded_records(buckets: int) -> Transform:
             table = pa.Table.from_batches(list(batches), schema=_KEY_BUCKET_ARROW)
             if table.num_rows == 0:
                 return
-            counts = np.asarray(table.column("records").to_numpy(), dtype=np.int64)
-
-            def packed(name: str, dtype: str) -> np.ndarray:
-                return np.frombuffer(b"".join(table.column(name).to_pylist()), dtype=dtype)
-
+            counts = np.asarray(pc.binary_length(table.column("offsets")), dtype=np.int64) // 8
             tp_ids = table.column("tp_id").to_numpy()
-            offsets = packed("offsets", "<i8")
-            mask = superseded_mask(np.repeat(tp_ids, counts), packed("key_hi", "<i8"),
-                                   packed("key_lo", "<i8"), offsets, packed("in_map", "?"))
+            offsets = _unpacked(table.column("offsets"), "<i8")
+            mask = superseded_mask(np.repeat(tp_ids, counts),
+                                   _unpacked(table.column("key_hi"), "<i8"),
+                                   _unpacked(table.column("key_lo"), "<i8"), offsets,
+                                   _unpacked(table.column("in_map"), "?"))
             ends = np.cumsum(counts)
             out: dict[str, list[Any]] = {"tp_id": [], "group_base": [], "offsets": []}
             for i, group_base in enumerate(table.column("group_base").to_pylist()):
@@ -437,7 +435,13 @@ def superseded_records(buckets: int) -> Transform:
 
 def superseded_offsets(table: pa.Table) -> np.ndarray:
     """The offsets of ``SUPERSEDED`` rows (a group's, from every bucket of the map)."""
-    return np.frombuffer(b"".join(table.column("offsets").to_pylist()), dtype="<i8")
+    return _unpacked(table.column("offsets"), "<i8")
+
+
+def _unpacked(column: pa.ChunkedArray, dtype: str) -> np.ndarray:
+    """One numpy column of a binary column's packed values (``KEY_BUCKET``, ``SUPERSEDED``),
+    its rows' values in order."""
+    return np.frombuffer(b"".join(column.to_pylist()), dtype=dtype)
 
 
 def with_slots(slots: DataFrame) -> Transform:
