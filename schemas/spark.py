@@ -121,10 +121,14 @@ KEY_BUCKET = _schema(
 )
 
 # The offsets (little-endian int64, packed) of one group's records that one bucket of the
-# offset map found superseded by a later record of their key in the dirty section.
+# offset map found superseded by a later record of their key in the dirty section, and how
+# many of the group's records the bucket held (``records``: its keys, at most one record a key
+# entering the map; the writer sizes its key table from their sum). A row per (group, bucket)
+# with records.
 SUPERSEDED = _schema(
     ("tp_id", IntegerType(), False),
     ("group_base", LongType(), False),
+    ("records", LongType(), False),
     ("offsets", BinaryType(), False),
 )
 

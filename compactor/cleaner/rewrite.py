@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from array import array
 from collections import Counter
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Container, Mapping, Sequence
 from typing import Any, Protocol
 
 import numpy as np
@@ -84,9 +84,12 @@ class Engine(Protocol):
 
     name: str
 
-    def group(self, superseded: Collection[int], first_dirty: int) -> GroupRewrite:
-        """The record work of a group whose records ``superseded`` (offsets) go by the offset
-        map; ``first_dirty`` is the round's first dirty offset."""
+    def group(self, superseded: Collection[int], first_dirty: int, keys: int = 0
+              ) -> GroupRewrite:
+        """The record work of a group whose records ``superseded`` (distinct offsets: a set,
+        or a numpy array as the offset map's rows give them) go by the offset map;
+        ``first_dirty`` is the round's first dirty offset; ``keys``, when not 0, about how
+        many keys its table will hold."""
 
     def segment_keys(self, data: bytes, positions: Sequence[int], chunk_bytes: int
                      ) -> tuple[KeyColumns, Sequence[int]] | None:
@@ -108,7 +111,9 @@ class _PureRewrite:
 
     def __init__(self, superseded: Collection[int], first_dirty: int, path: str) -> None:
         self.path = path
-        self._superseded = superseded
+        # a set to look offsets up in (the offset map's rows arrive as an array)
+        self._superseded: Container[int] = (
+            frozenset(superseded.tolist()) if isinstance(superseded, np.ndarray) else superseded)
         self._first_dirty = first_dirty
         self._later: set[bytes] = set()  # keys entering the map later in the group
         self._reasons: Counter[str] = Counter()
@@ -151,7 +156,8 @@ class _PureRewrite:
 class _PureEngine:
     name = "pure"
 
-    def group(self, superseded: Collection[int], first_dirty: int) -> GroupRewrite:
+    def group(self, superseded: Collection[int], first_dirty: int, keys: int = 0
+              ) -> GroupRewrite:
         return _PureRewrite(superseded, first_dirty, "pure")
 
     def segment_keys(self, data: bytes, positions: Sequence[int], chunk_bytes: int

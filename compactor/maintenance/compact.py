@@ -404,7 +404,7 @@ def _plan(spark: SparkSession, inputs: dict[int, PartitionInput],
     again = {i for i, p in plans.items() if p.will_clean and i not in written}
     rest = {i: inp for i, inp in inputs.items()
             if i not in small or (i in again and not opts.dry_run)}
-    more, more_errors, headers = spark_stages.scan_and_plan(spark, rest)
+    more, more_errors, headers = spark_stages.scan_and_plan(spark, rest, writer=opts.writer)
     plans.update(more)
     errors.update(more_errors)
     for i, error in errors.items():

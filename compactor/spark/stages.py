@@ -114,7 +114,7 @@ def write_cleaned_segments(spark: SparkSession, inputs: Mapping[int, PartitionIn
         return []
     cleaning = {i: inputs[i] for i in plans}
     if headers is None:
-        headers = segment_tasks(spark, cleaning).transform(transforms.scan_headers)
+        headers = segment_tasks(spark, cleaning).transform(transforms.scan_headers(writer))
     slots = group_slots(spark, [(i, g[0]) for i, p in plans.items() for g in p.groups])
     whole = {i: p for i, p in plans.items() if len(p.groups) == 1}
     mapped = {i: p for i, p in plans.items() if len(p.groups) > 1}
@@ -249,9 +249,11 @@ def clean_in_one_pass(spark: SparkSession, inputs: Mapping[int, PartitionInput],
     return plans, errors, messages
 
 
-def scan_and_plan(spark: SparkSession, inputs: Mapping[int, PartitionInput]
+def scan_and_plan(spark: SparkSession, inputs: Mapping[int, PartitionInput], *,
+                  writer: str = "native"
                   ) -> tuple[dict[int, CleaningPlan], dict[int, dict[str, Any]], DataFrame | None]:
-    """Scan every batch header of the partitions and plan their rounds on the executors.
+    """Scan every batch header of the partitions (framed by the ``writer`` engine) and plan
+    their rounds on the executors.
 
     Returns:
         The plans of the partitions with at least one batch, the first error (as
@@ -263,7 +265,8 @@ def scan_and_plan(spark: SparkSession, inputs: Mapping[int, PartitionInput]
     errors: dict[int, dict[str, Any]] = {}
     if not inputs:
         return plans, errors, None
-    headers = segment_tasks(spark, inputs).transform(transforms.scan_headers).persist()
+    headers = (segment_tasks(spark, inputs).transform(transforms.scan_headers(writer))
+               .persist())
     with spark_step(spark, "scan", total_bytes=input_bytes(inputs)):
         failed = headers.where(F.col("error").isNotNull()).select("tp_id", "error").collect()
     for row in failed:
@@ -379,7 +382,7 @@ def batch_headers(spark: SparkSession,
     if not any(p.segments for p in parts.values()):
         return out
     with spark_step(spark, "scan_headers", total_bytes=input_bytes(parts)):
-        rows = segment_tasks(spark, parts).transform(transforms.scan_headers).collect()
+        rows = segment_tasks(spark, parts).transform(transforms.scan_headers()).collect()
     for r in rows:
         if r.error is None:
             out[r.tp_id].append(transforms.header_from_row(r))

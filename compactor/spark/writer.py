@@ -35,6 +35,7 @@ def write_group(
     *,
     first_dirty: int,
     engine: Engine,
+    keys: int = 0,
 ) -> CommitMessage:
     """Rewrite the source segments ``source_bases`` into one ``.cleaned`` segment.
 
@@ -47,6 +48,9 @@ def write_group(
         engine: what decides and re-encodes the records (:func:`compactor.native.engine`;
             every engine writes the same bytes). A group the native one hands back is
             written by the pure path; the message's ``writer`` says which path wrote it.
+        keys: about how many keys the group's table will hold, when known (the offset map's
+            count of its records, :data:`compactor.schemas.spark.SUPERSEDED`): the table is
+            sized for them up front instead of grown on the way.
 
     Returns:
         The commit message; on a corrupt or inconsistent input it carries ``error`` and no
@@ -55,7 +59,8 @@ def write_group(
     started = time.perf_counter()
     group_base = source_bases[0]
     try:
-        message = _write(inp, tuple(source_bases), decisions, superseded, first_dirty, engine)
+        message = _write(inp, tuple(source_bases), decisions, superseded, first_dirty, engine,
+                         keys)
     except CompactorError as err:
         remove_cleaned(inp.path, group_base)
         return CommitMessage(group_base=group_base, source_bases=tuple(source_bases),
@@ -86,14 +91,14 @@ class _Decided:
 
 def _write(inp: PartitionInput, source_bases: tuple[int, ...],
            decisions: Mapping[tuple[int, int], BatchDecision], superseded: Collection[int],
-           first_dirty: int, engine: Engine) -> CommitMessage:
+           first_dirty: int, engine: Engine, keys: int) -> CommitMessage:
     """Two passes over the group. Newest batch first, every record's fate is decided with
     the keys seen later in the group (:func:`_decide`); only what goes is kept. Then oldest
     first, the batches are filtered and streamed into the ``.cleaned`` log
     (:func:`_write_decided`), so neither a source segment nor the output is held in memory
     whole."""
     by_base = {s.base_offset: s for s in inp.segments}
-    rewrite = engine.group(superseded, first_dirty)
+    rewrite = engine.group(superseded, first_dirty, keys)
     try:
         decided = _decide(by_base, source_bases, decisions, rewrite)
     except Fallback:  # before anything is written (compactor/native/fast.py says when)

@@ -28,7 +28,7 @@ from compactor.erasure.sketch import DigestFilter
 from compactor.errors import CompactorError
 from compactor.log.layout import load_partition, read_aborted_txns
 from compactor.model import SegmentInfo
-from compactor.native import engine
+from compactor.native import WRITERS, engine
 from compactor.schemas.spark import (
     BATCH_HEADER,
     COMMIT_MESSAGE,
@@ -109,6 +109,14 @@ def test_superseded_records_group_each_key_in_one_bucket(spark) -> None:
     expected = sorted([(tp, 0, k) for tp in (0, 1) for k in range(40 + tp)]
                       + [(1, 1, 140), (1, 2, 240)])
     assert _superseded(got) == expected
+    # each group's rows count what it sent, over every bucket (the writer's table size)
+    sent: dict[tuple[int, int], int] = {}
+    for tp, g, *_ in rows:
+        sent[(tp, g)] = sent.get((tp, g), 0) + 1
+    counted: dict[tuple[int, int], int] = {}
+    for r in got.collect():
+        counted[(r.tp_id, r.group_base)] = counted.get((r.tp_id, r.group_base), 0) + r.records
+    assert counted == sent
 
 
 def test_superseded_records_leave_error_rows_out(spark) -> None:
@@ -139,10 +147,11 @@ def _pure_headers(inp: PartitionInput) -> list:
             for h in segment_headers(Path(s.log_path).read_bytes(), s.log_path, s.base_offset)]
 
 
-def test_scan_headers_equals_the_pure_scan(spark, partition: PartitionInput) -> None:
+@pytest.mark.parametrize("writer", WRITERS)
+def test_scan_headers_equals_the_pure_scan(spark, partition: PartitionInput, writer: str) -> None:
     tasks = spark.createDataFrame(
         _tasks(partition), SEGMENT_TASK)
-    got = tasks.transform(transforms.scan_headers)
+    got = tasks.transform(transforms.scan_headers(writer))
     expected = spark.createDataFrame(
         [(0, *(getattr(h, f) for f in transforms.HEADER_FIELDS), None)
          for h in _pure_headers(partition)], BATCH_HEADER)
@@ -318,7 +327,7 @@ def test_rewrite_groups_equals_the_writer_called_directly(spark, partition: Part
     for tp, group, offset in superseded_rows:  # as buckets send them: a group's in pieces
         by_group.setdefault((tp, group), []).append(offset)
     superseded = spark.createDataFrame(
-        [(tp, group, struct.pack(f"<{len(part)}q", *part))
+        [(tp, group, len(part), struct.pack(f"<{len(part)}q", *part))
          for (tp, group), offsets in by_group.items()
          for part in (offsets[::2], offsets[1::2]) if part], SUPERSEDED)
     got = transforms.rewrite_groups(inputs, plans, slots)(decisions, superseded)

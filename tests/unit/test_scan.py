@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from compactor.cleaner.policy import BatchDecision, BatchRetention
 from compactor.cleaner.rebatch import BatchDrops, iter_drops
 from compactor.cleaner.scan import (
+    _PARTITION_MIX,
     BatchFlags,
     KeyedRows,
     concat_rows,
@@ -70,18 +71,22 @@ def test_locally_superseded_is_the_brute_force_rule(rows: list[tuple[int, bool]]
 
 
 @given(st.lists(st.tuples(st.integers(0, 2), st.integers(0, 5), st.booleans()), max_size=60),
-       st.sampled_from([2, 1 << 40]), st.randoms(use_true_random=False))
+       st.sampled_from([2, 1 << 40]), st.booleans(), st.randoms(use_true_random=False))
 def test_superseded_mask_keeps_partitions_apart(rows: list[tuple[int, int, bool]], hi_mod: int,
-                                                rng: random.Random) -> None:
+                                                collide: bool, rng: random.Random) -> None:
     # a bucket of the distributed offset map: rows of several partitions, where the same key
-    # in another partition supersedes nothing (each partition has a map of its own)
+    # in another partition supersedes nothing (each partition has a map of its own). With
+    # ``collide``, a key's high half in partition p is mixed with p the way the sort mixes it
+    # in, so the same key of different partitions shares one sort value (the sort alone
+    # cannot tell them apart)
     n = len(rows)
     offsets = [rng.randrange(8) for _ in range(n)]  # partitions' offsets overlap
     for i in range(n):  # one offset per (partition, offset), as in a log
         while any(rows[j][0] == rows[i][0] and offsets[j] == offsets[i] for j in range(i)):
             offsets[i] += 8
     mask = superseded_mask(np.asarray([p for p, _, _ in rows], dtype=np.int32),
-                           np.asarray([k % hi_mod for _, k, _ in rows], dtype=np.int64),
+                           np.asarray([(k % hi_mod) ^ (_mixed(p) if collide else 0)
+                                       for p, k, _ in rows], dtype=np.int64),
                            np.asarray([k for _, k, _ in rows], dtype=np.int64),
                            np.asarray(offsets, dtype=np.int64),
                            np.asarray([m for _, _, m in rows], dtype=bool))
@@ -89,6 +94,11 @@ def test_superseded_mask_keeps_partitions_apart(rows: list[tuple[int, int, bool]
                     for j, (p2, k2, m2) in enumerate(rows))
                 for i, (p, k, _) in enumerate(rows)]
     assert mask.tolist() == expected
+
+
+def _mixed(partition: int) -> int:
+    """What :func:`superseded_mask`'s sort xors into a high half of ``partition`` (int64)."""
+    return (partition * _PARTITION_MIX + (1 << 63)) % (1 << 64) - (1 << 63)  # wraps as int64
 
 
 def _segment(*batches: NewRecordBatch) -> bytes:
