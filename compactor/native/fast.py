@@ -674,7 +674,7 @@ class NativeRewrite:
             else np.fromiter(superseded, np.int64, len(superseded)))
         self.first_dirty = first_dirty
         # sized for ``keys`` when given (each growth on the way rehashes every key: on
-        # 6.5 M keys a partition in 64 MiB groups, a third of the kernels' time)
+        # 6.5 M keys a partition in 64 MiB groups, about a quarter of the kernels' time)
         self.table = _grown_table(np.zeros(_SLOT << 12, np.int64), keys, 0, 0)
         self.arena = np.empty(1 << 16, np.uint8)
         self.used = np.zeros(2, np.int64)

@@ -395,12 +395,13 @@ def key_buckets(tp_id: int, group_base: int, rows: KeyedRows,
 def superseded_records(buckets: int) -> Transform:
     """``KEY_BUCKET`` rows -> ``SUPERSEDED`` rows: the records with a later record of their
     key in the dirty section of another group (``Cleaner.shouldRetainRecord``; the writer adds
-    the ones superseded within their own group). This is the distributed offset map: the
-    rows are shuffled on their bucket, so each task holds every record of its keys, and the
-    task groups them by (partition, key digest) in numpy
-    (:func:`compactor.cleaner.scan.superseded_mask`, the rule of the group scans' map-side
-    combine): no buffer bounds the number of keys. Error rows are left out: the writer meets
-    the same defect and reports it.
+    the ones superseded within their own group), one row per group and bucket with the count
+    of the group's records the bucket held (the writer sizes its key table from their sum).
+    This is the distributed offset map: the rows are shuffled on their bucket, so each task
+    holds every record of its keys, and the task groups them by (partition, key digest) in
+    numpy (:func:`compactor.cleaner.scan.superseded_mask`, the rule of the group scans'
+    map-side combine): no buffer bounds the number of keys. Error rows are left out: the
+    writer meets the same defect and reports it.
 
     (Records travelled as rows of their own before, through a window over (partition, key
     digest): the JVM's conversions of 3.65 M rows in and out of Python and its sort were most
