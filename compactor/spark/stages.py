@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, Protocol
 
+import numpy as np
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
@@ -74,14 +75,22 @@ def group_slots(spark: SparkSession, groups: Sequence[tuple[int, int]]) -> DataF
 def partition_slots(spark: SparkSession, n: int) -> list[int]:
     """``n`` values that Spark's hash partitioning into ``n`` partitions sends one to each
     partition (the ``k``-th to partition ``k``): found by asking Spark which partition each
-    candidate value hashes to, with the hash its shuffles use."""
+    candidate value hashes to, with the hash its shuffles use. The candidates come back as
+    Arrow columns and the smallest of each partition is kept in numpy (the offset map's
+    buckets can number hundreds of thousands: 8 candidates each)."""
     slot_of: dict[int, int] = {}
     start = 0
     while len(slot_of) < n:
-        probe = spark.range(start, start + 8 * n).select(
-            "id", F.pmod(F.hash("id"), F.lit(n)).alias("partition"))
-        for row in probe.collect():
-            slot_of.setdefault(row.partition, row.id)
+        probe = (spark.range(start, start + 8 * n)
+                 .select("id", F.pmod(F.hash("id"), F.lit(n)).alias("partition"))
+                 .toArrow())
+        ids = probe.column("id").to_numpy()
+        order = np.argsort(ids, kind="stable")
+        partitions, first = np.unique(probe.column("partition").to_numpy()[order],
+                                      return_index=True)
+        for partition, value in zip(partitions.tolist(), ids[order][first].tolist(),
+                                    strict=True):
+            slot_of.setdefault(partition, value)
         start += 8 * n
     return [slot_of[k] for k in range(n)]
 
