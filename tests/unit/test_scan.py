@@ -22,6 +22,7 @@ from compactor.cleaner.scan import (
     key_digests,
     keyed_records,
     locally_superseded,
+    packed_order,
     superseded_mask,
 )
 from compactor.codec.records import NewRecord, NewRecordBatch, RecordBatch, encode_batch
@@ -49,18 +50,27 @@ def test_key_digests_equal_the_scalar_digest(keys: list[bytes]) -> None:
 rows_strategy = st.lists(st.tuples(st.integers(0, 5), st.booleans()), max_size=60)
 
 
-@given(rows_strategy, st.sampled_from([2, 1 << 40]), st.randoms(use_true_random=False))
-def test_locally_superseded_is_the_brute_force_rule(rows: list[tuple[int, bool]], hi_mod: int,
+#: how the test keys' digests' high halves differ: "shared", keys share one (the full sort);
+#: "low", they differ in the low bits only, which the packed sort gives to the rows' indexes
+#: (the full sort too); "high", they differ above those bits (the packed sort alone)
+SPREADS = ("shared", "low", "high")
+
+
+def _high(key: int, spread: str) -> int:
+    return {"shared": key % 2, "low": key, "high": key << 40}[spread]
+
+
+@given(rows_strategy, st.sampled_from(SPREADS), st.randoms(use_true_random=False))
+def test_locally_superseded_is_the_brute_force_rule(rows: list[tuple[int, bool]], spread: str,
                                                     rng: random.Random) -> None:
-    # hi_mod 2: keys share the digest's high half (the full sort); otherwise they do not (the
-    # sort on the high half alone); the rows in offset order or not
+    # the rows in offset order or not
     n = len(rows)
     offsets = list(range(n))
     if rng.random() < 0.5:
         rng.shuffle(offsets)
     keyed = KeyedRows(
         group_base=np.zeros(n, dtype=np.int64), offset=np.asarray(offsets, dtype=np.int64),
-        key_hi=np.asarray([k % hi_mod for k, _ in rows], dtype=np.int64),
+        key_hi=np.asarray([_high(k, spread) for k, _ in rows], dtype=np.int64),
         key_lo=np.asarray([k for k, _ in rows], dtype=np.int64),
         in_map=np.asarray([m for _, m in rows], dtype=bool),
     )
@@ -71,8 +81,8 @@ def test_locally_superseded_is_the_brute_force_rule(rows: list[tuple[int, bool]]
 
 
 @given(st.lists(st.tuples(st.integers(0, 2), st.integers(0, 5), st.booleans()), max_size=60),
-       st.sampled_from([2, 1 << 40]), st.booleans(), st.randoms(use_true_random=False))
-def test_superseded_mask_keeps_partitions_apart(rows: list[tuple[int, int, bool]], hi_mod: int,
+       st.sampled_from(SPREADS), st.booleans(), st.randoms(use_true_random=False))
+def test_superseded_mask_keeps_partitions_apart(rows: list[tuple[int, int, bool]], spread: str,
                                                 collide: bool, rng: random.Random) -> None:
     # a bucket of the distributed offset map: rows of several partitions, where the same key
     # in another partition supersedes nothing (each partition has a map of its own). With
@@ -85,7 +95,7 @@ def test_superseded_mask_keeps_partitions_apart(rows: list[tuple[int, int, bool]
         while any(rows[j][0] == rows[i][0] and offsets[j] == offsets[i] for j in range(i)):
             offsets[i] += 8
     mask = superseded_mask(np.asarray([p for p, _, _ in rows], dtype=np.int32),
-                           np.asarray([(k % hi_mod) ^ (_mixed(p) if collide else 0)
+                           np.asarray([_high(k, spread) ^ (_mixed(p) if collide else 0)
                                        for p, k, _ in rows], dtype=np.int64),
                            np.asarray([k for _, k, _ in rows], dtype=np.int64),
                            np.asarray(offsets, dtype=np.int64),
@@ -94,6 +104,22 @@ def test_superseded_mask_keeps_partitions_apart(rows: list[tuple[int, int, bool]
                     for j, (p2, k2, m2) in enumerate(rows))
                 for i, (p, k, _) in enumerate(rows)]
     assert mask.tolist() == expected
+
+
+@given(st.lists(st.integers(-(1 << 63), (1 << 63) - 1) | st.integers(-3, 3), max_size=40),
+       st.sampled_from([0, 32]))
+def test_packed_order_groups_equal_values(values: list[int], index_bits: int) -> None:
+    # index_bits 0: the argsort every row count above 2^32 takes
+    order, tied = packed_order(np.asarray(values, dtype=np.int64), index_bits)
+    assert sorted(order.tolist()) == list(range(len(values)))
+    ordered = [values[i] for i in order.tolist()]
+    pairs = list(zip(ordered, ordered[1:]))
+    flags = tied.tolist()
+    assert len(flags) == len(pairs)
+    assert all(t for t, (a, b) in zip(flags, pairs) if a == b)  # equal neighbours are tied
+    if all(a == b for t, (a, b) in zip(flags, pairs) if t):  # else the caller sorts fully
+        runs = [v for i, v in enumerate(ordered) if i == 0 or ordered[i - 1] != v]
+        assert len(runs) == len(set(values))  # equal values are next to each other
 
 
 def _mixed(partition: int) -> int:
