@@ -231,14 +231,15 @@ def plan_rounds(inputs: Mapping[int, PartitionInput]) -> Transform:
     """Batch headers (without error rows) -> one ``PLAN`` row per partition."""
 
     def plan(table: pa.Table) -> pa.Table:
-        tp_id = table.column("tp_id")[0].as_py()
-        inp = inputs[tp_id]
-        headers = _headers_from_arrow(table)
-        result = inp.plan(headers)
-        problems = txn_problems(inp.path, headers, inp.aborted_txns)
-        row = plan_to_row(tp_id, result)
-        row["error"] = json.dumps(problems[0].to_dict()) if problems else None
-        return pa.Table.from_pylist([row], schema=_PLAN_ARROW)
+        with _collector_paused():
+            tp_id = table.column("tp_id")[0].as_py()
+            inp = inputs[tp_id]
+            headers = _headers_from_arrow(table)
+            result = inp.plan(headers)
+            problems = txn_problems(inp.path, headers, inp.aborted_txns)
+            row = plan_to_row(tp_id, result)
+            row["error"] = json.dumps(problems[0].to_dict()) if problems else None
+            return pa.Table.from_pylist([row], schema=_PLAN_ARROW)
 
     return lambda headers: headers.groupBy("tp_id").applyInArrow(plan, PLAN)
 
@@ -275,17 +276,18 @@ def decide_batches(inputs: Mapping[int, PartitionInput],
     (partitions missing from ``plans`` are left out)."""
 
     def decide(table: pa.Table) -> pa.Table:
-        tp_id = table.column("tp_id")[0].as_py()
-        plan = plans[tp_id]
-        group_of = {base: group[0] for group in plan.groups for base in group}
-        # in the order of DECISION's columns
-        rows = [(tp_id, group_of[h.segment_base], h.segment_base, h.position, h.base_offset,
-                 h.is_control, int(d.retention), d.aborted, d.discard_records,
-                 d.retain_deletes, d.marker_horizon,
-                 *((t.producer_id, t.first_offset, t.last_offset, t.last_stable_offset)
-                   if (t := d.txn_entry) else (None, None, None, None)))
-                for h, d in inputs[tp_id].decide(plan, _headers_from_arrow(table))]
-        return _table(rows, _DECISION_ARROW)
+        with _collector_paused():
+            tp_id = table.column("tp_id")[0].as_py()
+            plan = plans[tp_id]
+            group_of = {base: group[0] for group in plan.groups for base in group}
+            # in the order of DECISION's columns
+            rows = [(tp_id, group_of[h.segment_base], h.segment_base, h.position, h.base_offset,
+                     h.is_control, int(d.retention), d.aborted, d.discard_records,
+                     d.retain_deletes, d.marker_horizon,
+                     *((t.producer_id, t.first_offset, t.last_offset, t.last_stable_offset)
+                       if (t := d.txn_entry) else (None, None, None, None)))
+                    for h, d in inputs[tp_id].decide(plan, _headers_from_arrow(table))]
+            return _table(rows, _DECISION_ARROW)
 
     planned = list(plans)
     return lambda headers: (headers.where(F.col("tp_id").isin(planned))
