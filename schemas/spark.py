@@ -102,13 +102,15 @@ DECISION = _schema(
 
 # The offset map's input: the keyed records of one group that fall in one bucket of the map,
 # as columns packed in binary values (little-endian int64, 8 bytes a record; ``in_map`` one
-# byte a record), a row
-# per (group, bucket) rather than per record, so the JVM moves blocks of bytes instead of
-# converting millions of rows. Only records that can be superseded travel: data batches the
-# round does not discard, not already superseded within their group; values, null keys,
-# markers and discarded batches never do (the writer decides those). ``bucket`` is the value
-# the shuffle hashes to the bucket's own partition. A group that cannot be decoded gives one
-# row with ``error`` set (and no records).
+# byte a record), a row per (group, bucket) rather than per record, so the JVM moves blocks of
+# bytes instead of converting millions of rows. Only records that can be superseded travel:
+# data batches the round does not discard, not already superseded within their group; values,
+# null keys, markers and discarded batches never do (the writer decides those). ``bucket`` is
+# the value the shuffle hashes to the bucket's own partition. ``within`` carries, packed the
+# same way and spread over the group's rows, the offsets of the group's records that a later
+# record of their key in the group supersedes (the scan's map-side combine found them): they
+# pass through the bucket to the group's writer. A group that cannot be decoded gives one row
+# with ``error`` set (and no records).
 KEY_BUCKET = _schema(
     ("tp_id", IntegerType(), False),
     ("group_base", LongType(), False),
@@ -117,19 +119,19 @@ KEY_BUCKET = _schema(
     ("key_hi", BinaryType(), False),
     ("key_lo", BinaryType(), False),
     ("in_map", BinaryType(), False),
+    ("within", BinaryType(), False),
     ("error", StringType(), True),
 )
 
 # The offsets (little-endian int64, packed) of one group's records that one bucket of the
-# offset map found superseded by a later record of their key in the dirty section, and how
-# many of the group's records the bucket held (``records``: its keys, at most one record a key
-# entering the map; the writer sizes its key table from their sum). A row per (group, bucket)
-# with records.
+# offset map found superseded by a later record of their key in the dirty section of another
+# group (``offsets``), and the ones of the group's rows that bucket carried superseded within
+# the group (``within``, from ``KEY_BUCKET``). A row per (group, bucket) with records.
 SUPERSEDED = _schema(
     ("tp_id", IntegerType(), False),
     ("group_base", LongType(), False),
-    ("records", LongType(), False),
     ("offsets", BinaryType(), False),
+    ("within", BinaryType(), False),
 )
 
 # One row per group written by an executor: the commit message the driver acts on.

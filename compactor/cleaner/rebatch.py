@@ -22,6 +22,7 @@ from compactor.cleaner.policy import (
     EXPIRED,
     FROM_MAP,
     KEPT,
+    LOCAL,
     MARKER_EXPIRED,
     REASON_NAMES,
     BatchDecision,
@@ -117,12 +118,14 @@ def filter_batch(batch: RecordBatch, decision: BatchDecision, dropped: Container
 
 @dataclass(frozen=True, slots=True)
 class BatchDrops:
-    """The records of one batch that go (offsets ascending), how many go for each reason, and
-    how many of them the offset map's ``superseded`` set named."""
+    """The records of one batch that go (offsets ascending), how many go for each reason, how
+    many of them the offset map's ``superseded`` set named, and how many a later record of
+    their key in the group superseded."""
 
     offsets: tuple[int, ...]
     reasons: Counter[str]
     from_map: int = 0
+    later: int = 0
 
 
 def iter_drops(batches: Iterable[tuple[RecordBatch, BatchDecision]],
@@ -174,7 +177,7 @@ def iter_drops(batches: Iterable[tuple[RecordBatch, BatchDecision]],
             if n:
                 reasons[REASON_NAMES[fate]] += n
         goes.reverse()
-        yield BatchDrops(tuple(goes), reasons, counts[FROM_MAP])
+        yield BatchDrops(tuple(goes), reasons, counts[FROM_MAP], counts[LOCAL])
 
 
 def _count(batch: RecordBatch) -> int:

@@ -75,6 +75,9 @@ class GroupRewrite(Protocol):
     def from_map(self) -> int:
         """How many of them the offset map superseded across groups."""
 
+    def later(self) -> int:
+        """How many of them a later record of their key in the group superseded."""
+
     def keys(self) -> int:
         """The distinct keys its key table holds so far: what its memory grows with."""
 
@@ -84,12 +87,15 @@ class Engine(Protocol):
 
     name: str
 
-    def group(self, superseded: Collection[int], first_dirty: int, keys: int = 0
-              ) -> GroupRewrite:
+    def group(self, superseded: Collection[int], first_dirty: int,
+              within: np.ndarray | None = None) -> GroupRewrite:
         """The record work of a group whose records ``superseded`` (distinct offsets: a set,
         or a numpy array as the offset map's rows give them) go by the offset map;
-        ``first_dirty`` is the round's first dirty offset; ``keys``, when not 0, about how
-        many keys its table will hold."""
+        ``first_dirty`` is the round's first dirty offset. ``within``, when given, are the
+        offsets of the group's records that a later record of their key in the group
+        supersedes, as the offset map's scan found them by key digest
+        (:func:`compactor.cleaner.scan.locally_superseded`): the native group then holds no
+        key table; ``None``, the group finds them by key in a table of its own."""
 
     def segment_keys(self, data: bytes, positions: Sequence[int], chunk_bytes: int
                      ) -> tuple[KeyColumns, Sequence[int]] | None:
@@ -117,7 +123,7 @@ class _PureRewrite:
         self._first_dirty = first_dirty
         self._later: set[bytes] = set()  # keys entering the map later in the group
         self._reasons: Counter[str] = Counter()
-        self._from_map = 0
+        self._from_map = self._later_count = 0
 
     def decide_chunk(self, chunk: bytes, start: int, segment_base: int,
                      decisions: Mapping[tuple[int, int], BatchDecision]) -> Decided | None:
@@ -129,6 +135,7 @@ class _PureRewrite:
             fates.append(array("q", goes.offsets) if goes.offsets else None)
             self._reasons.update(goes.reasons)
             self._from_map += goes.from_map
+            self._later_count += goes.later
         return fates
 
     def filter_chunk(self, chunk: bytes, start: int, segment_base: int,
@@ -149,6 +156,9 @@ class _PureRewrite:
     def from_map(self) -> int:
         return self._from_map
 
+    def later(self) -> int:
+        return self._later_count
+
     def keys(self) -> int:
         return len(self._later)
 
@@ -156,8 +166,9 @@ class _PureRewrite:
 class _PureEngine:
     name = "pure"
 
-    def group(self, superseded: Collection[int], first_dirty: int, keys: int = 0
-              ) -> GroupRewrite:
+    def group(self, superseded: Collection[int], first_dirty: int,
+              within: np.ndarray | None = None) -> GroupRewrite:
+        # ``within`` unused: the reference finds them by key (the writer checks the counts)
         return _PureRewrite(superseded, first_dirty, "pure")
 
     def segment_keys(self, data: bytes, positions: Sequence[int], chunk_bytes: int

@@ -44,6 +44,7 @@ from compactor.cleaner.policy import (
     ABORTED,
     FROM_MAP,
     KEPT,
+    LOCAL,
     MARKER_EXPIRED,
     NO_CONTROL_TYPE,
     REASON_NAMES,
@@ -183,42 +184,60 @@ def rehash(old: np.ndarray, new: np.ndarray) -> None:
             new[_SLOT * k:_SLOT * k + _SLOT] = old[_SLOT * j:_SLOT * j + _SLOT]
 
 
+@numba.njit(cache=True, inline="always")
+def _at_or_below(offsets: np.ndarray, offset: int) -> int:
+    """How many of the sorted ``offsets`` are at or below ``offset``: where a cursor walking
+    down with a batch's records (:func:`_walk_down`) starts."""
+    return int(np.searchsorted(offsets, offset, side="right"))
+
+
+@numba.njit(cache=True, inline="always")
+def _walk_down(offsets: np.ndarray, below: int, offset: int) -> tuple[int, bool]:
+    """The cursor ``below`` moved down to ``offset`` (records are walked newest first, their
+    offsets strictly decreasing), and whether ``offset`` is one of ``offsets``."""
+    while below > 0 and offsets[below - 1] > offset:
+        below -= 1
+    return below, below > 0 and offsets[below - 1] == offset
+
+
 @numba.njit(cache=True)
 def decide_records(buf: np.ndarray, layout: np.ndarray, count: int, base_offset: int,
-                   entry: int, expire_tombstones: bool, superseded: np.ndarray, table: np.ndarray,
+                   entry: int, expire_tombstones: bool, superseded: np.ndarray,
+                   within: np.ndarray, tabled: bool, table: np.ndarray,
                    arena: np.ndarray, used: np.ndarray, reasons: np.ndarray, tally: np.ndarray
                    ) -> tuple[int, int, int, np.ndarray, np.ndarray]:
     """The records of one data batch, newest first (``iter_drops``' loop): ``reasons[i]``
-    for record ``i``, the reasons counted into ``tally``, keys that enter the offset map added
-    to the key table (:func:`_slot`) with their bytes in ``arena``; ``used`` = [arena bytes
-    used, keys]. The table and the arena returned may be larger copies.
+    for record ``i``, the reasons counted into ``tally``. A record a later one of its key in
+    the group supersedes is found by key when ``tabled`` (keys that enter the offset map are
+    added to the key table, :func:`_slot`, with their bytes in ``arena``; ``used`` = [arena
+    bytes used, keys]; the table and the arena returned may be larger copies), else by its
+    offset in ``within`` (sorted; the offset map's scan found them, and no key is read).
 
     Returns:
         ``(status, dropped, retained tombstones, table, arena)``: status :data:`kernels.OK`
         or :data:`COLLISION`.
     """
-    n_superseded = superseded.shape[0]
     dropped = tombstones = 0
-    # first every key's hash, touching its home slot: independent loads the processor
-    # overlaps, so the decisions below find the table's lines in cache (one miss per record,
-    # but many in flight at once instead of one after the other)
     hashes = np.empty(count + 1, np.int64)
     mask = (table.shape[0] // _SLOT) - 1
-    touched = 0
-    for i in range(count):
-        key_len = layout[i, kernels.KEY_LEN]
-        if key_len >= 0:
-            h = _hash(buf, layout[i, kernels.KEY_POS], key_len)
-            hashes[i] = h
-            touched += table[_SLOT * (h & mask) + 1]
-    hashes[count] = touched  # keeps the loads
-    # the superseded offsets at or below the record's: one binary search for the batch's
+    if tabled:
+        # first every key's hash, touching its home slot: independent loads the processor
+        # overlaps, so the decisions below find the table's lines in cache (one miss per
+        # record, but many in flight at once instead of one after the other)
+        touched = 0
+        for i in range(count):
+            key_len = layout[i, kernels.KEY_LEN]
+            if key_len >= 0:
+                h = _hash(buf, layout[i, kernels.KEY_POS], key_len)
+                hashes[i] = h
+                touched += table[_SLOT * (h & mask) + 1]
+        hashes[count] = touched  # keeps the loads
+    # the offsets at or below the record's, in each list: one binary search for the batch's
     # last offset, then a cursor walking down with the records (their offset deltas strictly
     # increase, or parse_layout said ODD_OFFSETS and the batch never got here)
-    below = 0
-    if n_superseded and count:
-        below = np.searchsorted(
-            superseded, base_offset + layout[count - 1, kernels.OFFSET_DELTA], side="right")
+    last = base_offset + layout[count - 1, kernels.OFFSET_DELTA] if count else base_offset
+    below_map = _at_or_below(superseded, last)
+    below_within = 0 if tabled else _at_or_below(within, last)
     for i in range(count - 1, -1, -1):
         key_len = layout[i, kernels.KEY_LEN]
         offset = base_offset + layout[i, kernels.OFFSET_DELTA]
@@ -229,15 +248,17 @@ def decide_records(buf: np.ndarray, layout: np.ndarray, count: int, base_offset:
             tally[reason] += 1
             dropped += 1
             continue
-        key_pos = layout[i, kernels.KEY_POS]
-        h = hashes[i]
-        slot = _slot(table, h)
-        found = table[_SLOT * slot + 1] != 0
-        if found and not _same_key(table, slot, arena, buf, key_pos, key_len):
-            return COLLISION, dropped, tombstones, table, arena
-        while below > 0 and superseded[below - 1] > offset:
-            below -= 1
-        in_map = below > 0 and superseded[below - 1] == offset
+        below_map, in_map = _walk_down(superseded, below_map, offset)
+        slot = 0
+        if tabled:
+            key_pos = layout[i, kernels.KEY_POS]
+            h = hashes[i]
+            slot = _slot(table, h)
+            found = table[_SLOT * slot + 1] != 0
+            if found and not _same_key(table, slot, arena, buf, key_pos, key_len):
+                return COLLISION, dropped, tombstones, table, arena
+        else:
+            below_within, found = _walk_down(within, below_within, offset)
         reason = _record_fate(True, in_map, found, tombstone, expire_tombstones)
         reasons[i] = reason
         tally[reason] += 1
@@ -245,8 +266,9 @@ def decide_records(buf: np.ndarray, layout: np.ndarray, count: int, base_offset:
             dropped += 1
         elif tombstone:
             tombstones += 1
-        if not found and offset >= entry:
-            table[_SLOT * slot] = h
+        if tabled and not found and offset >= entry:
+            key_pos = layout[i, kernels.KEY_POS]
+            table[_SLOT * slot] = hashes[i]
             if key_len <= _INLINE:
                 lo, hi = _words(buf, key_pos, key_len)
                 table[_SLOT * slot + 1] = -1 - key_len
@@ -389,7 +411,8 @@ def frame_headers(buf: np.ndarray, start: int, frames: np.ndarray, fields: np.nd
 
 @numba.njit(cache=True)
 def decide_chunk(buf: np.ndarray, frames: np.ndarray, flags: np.ndarray, first_dirty: int,
-                 superseded: np.ndarray, table: np.ndarray, arena: np.ndarray,
+                 superseded: np.ndarray, within: np.ndarray, tabled: bool,
+                 table: np.ndarray, arena: np.ndarray,
                  used: np.ndarray, tally: np.ndarray, reasons: np.ndarray, out: np.ndarray,
                  scratch: np.ndarray) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
     """:meth:`NativeRewrite.decide_batch` for every batch of a framed chunk, newest first, in one
@@ -433,7 +456,7 @@ def decide_chunk(buf: np.ndarray, frames: np.ndarray, flags: np.ndarray, first_d
         entry = _map_entry_offset((flags[i] & ABORTED_BATCH) != 0, first_dirty)
         decided, dropped, tombstones, table, arena = decide_records(
             buf, scratch, count, base_offset, entry, not flags[i] & RETAIN_DELETES, superseded,
-            table, arena, used, mine, tally)
+            within, tabled, table, arena, used, mine, tally)
         if decided != kernels.OK:
             return decided, table, arena, scratch
         out[i, D_DROPPED] = dropped
@@ -667,6 +690,13 @@ def _grown_table(table: np.ndarray, keys: int, seen: int, records: int) -> np.nd
     return bigger
 
 
+def _sorted_offsets(offsets: Collection[int]) -> np.ndarray:
+    """Offsets as a sorted int64 array (the offset map's rows arrive as an array, the
+    one-task path's as a set)."""
+    return np.sort(offsets.astype(np.int64) if isinstance(offsets, np.ndarray)
+                   else np.fromiter(offsets, np.int64, len(offsets)))
+
+
 class NativeRewrite:
     """A group's record work with the kernels (:class:`compactor.cleaner.rewrite.GroupRewrite`):
     the backward pass (``iter_drops`` natively) keeps the group's key table; the forward pass
@@ -674,14 +704,15 @@ class NativeRewrite:
 
     path = "native"
 
-    def __init__(self, superseded: Collection[int], first_dirty: int, keys: int = 0) -> None:
-        self.superseded = np.sort(  # the offset map's rows arrive as an array (no set)
-            superseded.astype(np.int64) if isinstance(superseded, np.ndarray)
-            else np.fromiter(superseded, np.int64, len(superseded)))
+    def __init__(self, superseded: Collection[int], first_dirty: int,
+                 within: np.ndarray | None = None) -> None:
+        self.superseded = _sorted_offsets(superseded)
         self.first_dirty = first_dirty
-        # sized for ``keys`` when given (each growth on the way rehashes every key: on
-        # 6.5 M keys a partition in 64 MiB groups, about a quarter of the kernels' time)
-        self.table = _grown_table(np.zeros(_SLOT << 12, np.int64), keys, 0, 0)
+        # with ``within`` (the offset map's scan found the records superseded within the
+        # group) no key is read and the table stays empty: memory flat in the group's keys
+        self.tabled = within is None
+        self.within = _sorted_offsets(() if within is None else within)
+        self.table = np.zeros(_SLOT << (12 if self.tabled else 0), np.int64)
         self.arena = np.empty(1 << 16, np.uint8)
         self.used = np.zeros(2, np.int64)
         self.tally = np.zeros(8, np.int64)
@@ -774,13 +805,14 @@ class NativeRewrite:
                           | (RETAIN_DELETES if d.retain_deletes else 0) for d in decisions],
                          np.int8)
         records = int(frames[:, F_COUNT].sum())
-        self.table = _grown_table(self.table, int(self.used[1]), self.seen, records)
+        if self.tabled:
+            self.table = _grown_table(self.table, int(self.used[1]), self.seen, records)
         self.seen += records
         reasons = np.zeros(records, np.int8)
         out = np.empty((frames.shape[0], 4), np.int64)
         status, self.table, self.arena, self.scratch = decide_chunk(
-            buf, frames, flags, self.first_dirty, self.superseded, self.table, self.arena,
-            self.used, self.tally, reasons, out, self.scratch)
+            buf, frames, flags, self.first_dirty, self.superseded, self.within, self.tabled,
+            self.table, self.arena, self.used, self.tally, reasons, out, self.scratch)
         if status != kernels.OK:
             raise Fallback
         fates = []
@@ -817,6 +849,9 @@ class NativeRewrite:
 
     def from_map(self) -> int:
         return int(self.tally[FROM_MAP])
+
+    def later(self) -> int:
+        return int(self.tally[LOCAL])
 
     def keys(self) -> int:
         return int(self.used[1])
@@ -1188,9 +1223,9 @@ class NativeEngine:
 
     name = "native"
 
-    def group(self, superseded: Collection[int], first_dirty: int, keys: int = 0
-              ) -> GroupRewrite:
-        return NativeRewrite(superseded, first_dirty, keys)
+    def group(self, superseded: Collection[int], first_dirty: int,
+              within: np.ndarray | None = None) -> GroupRewrite:
+        return NativeRewrite(superseded, first_dirty, within)
 
     def segment_keys(self, data: bytes, positions: Sequence[int], chunk_bytes: int
                      ) -> tuple[KeyColumns, Sequence[int]] | None:
@@ -1225,13 +1260,14 @@ def compile_kernels() -> None:
     for none in (np.zeros(0, np.uint8), np.frombuffer(b"", np.uint8)):
         kernels.parse_layout(none, 0, 0, 0, 0, layout)
         kernels.rebuild_records(none, layout, 0, reasons, 0, False, 0, 0, small)
-        decide_records(none, layout, 0, 0, 0, False, no_offsets, table,
-                       small.copy(), used, reasons, tally)
+        for tabled in (True, False):
+            decide_records(none, layout, 0, 0, 0, False, no_offsets, no_offsets, tabled, table,
+                           small.copy(), used, reasons, tally)
         scan_chunk_keys(none, no_offsets, layout)
         frames = frame_chunk(none, False)
         frame_headers(none, 0, np.zeros((1, F_COLUMNS), np.int64), np.zeros((1, 4), np.int64))
-        decide_chunk(none, frames, reasons, 0, no_offsets, table, small.copy(), used, tally,
-                     reasons, np.zeros((0, 4), np.int64), layout)
+        decide_chunk(none, frames, reasons, 0, no_offsets, no_offsets, True, table,
+                     small.copy(), used, tally, reasons, np.zeros((0, 4), np.int64), layout)
         filter_chunk(none, frames, reasons, np.zeros((0, 5), np.int64), 0, small,
                      np.zeros((0, 3), np.int64), layout)
     rehash(table, table.copy())

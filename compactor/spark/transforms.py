@@ -354,14 +354,15 @@ def scan_keys(inputs: Mapping[int, PartitionInput], plans: Mapping[int, Cleaning
                                                    plans[tp_id].first_dirty_offset,
                                                    engine=record_engine(writer)))
                 rows = concat_rows(parts)
-                rows = select_rows(rows, ~locally_superseded(rows))
+                local = locally_superseded(rows)
             except CompactorError as err:
                 return pa.Table.from_pylist([{
                     "tp_id": tp_id, "group_base": group_base, "bucket": int(bucket_values[0]),
-                    "offsets": b"", "key_hi": b"", "key_lo": b"", "in_map": b"",
+                    "offsets": b"", "key_hi": b"", "key_lo": b"", "in_map": b"", "within": b"",
                     "error": json.dumps(err.to_dict()),
                 }], schema=_KEY_BUCKET_ARROW)
-            return key_buckets(tp_id, group_base, rows, bucket_values)
+            return key_buckets(tp_id, group_base, select_rows(rows, ~local), bucket_values,
+                               within=rows.offset[local])
 
     keyed = ~F.col("is_control") & ~F.col("discard_records")
     return lambda decisions: (decisions.where(keyed).transform(with_slots(slots))
@@ -369,10 +370,13 @@ def scan_keys(inputs: Mapping[int, PartitionInput], plans: Mapping[int, Cleaning
 
 
 def key_buckets(tp_id: int, group_base: int, rows: KeyedRows,
-                bucket_values: np.ndarray) -> pa.Table:
+                bucket_values: np.ndarray, *, within: np.ndarray) -> pa.Table:
     """``KEY_BUCKET`` rows of one group's keyed rows: a key's bucket is its digest's low half
     modulo the number of buckets (the same bucket in every group and partition, so a bucket
-    holds every record of its keys), and a bucket without records has no row."""
+    holds every record of its keys), and a bucket without records has no row. The offsets
+    ``within`` (the group's records superseded within it) are cut into as many runs as there
+    are rows, one a row. (Every such record has a later record of its key among ``rows``,
+    so there is a row whenever there are offsets.)"""
     which = rows.key_lo.view(np.uint64) % np.uint64(len(bucket_values))
     # a stable sort on bucket numbers: numpy's radix sort when they fit 16 bits (a tenth of
     # the time of its merge sort on int64 over a 64 MiB group's 600 K records)
@@ -383,22 +387,26 @@ def key_buckets(tp_id: int, group_base: int, rows: KeyedRows,
     columns = {"offsets": rows.offset[order], "key_hi": rows.key_hi[order],
                "key_lo": rows.key_lo[order], "in_map": rows.in_map[order]}
     out: dict[str, list[Any]] = {name: [] for name in _KEY_BUCKET_ARROW.names}
-    for b in np.flatnonzero(counts):
+    filled = np.flatnonzero(counts)
+    if not len(filled) and len(within):  # cannot happen (see above); never lose them
+        filled = np.zeros(1, np.int64)
+    runs = np.array_split(within.astype("<i8"), max(1, len(filled)))
+    for b, run in zip(filled, runs):
         start, end = int(ends[b] - counts[b]), int(ends[b])
         out["tp_id"].append(tp_id)
         out["group_base"].append(group_base)
         out["bucket"].append(int(bucket_values[b]))
         for name, column in columns.items():
             out[name].append(column[start:end].astype(column.dtype.newbyteorder("<")).tobytes())
+        out["within"].append(run.tobytes())
         out["error"].append(None)
     return pa.Table.from_pydict(out, schema=_KEY_BUCKET_ARROW)
 
 
 def superseded_records(buckets: int) -> Transform:
     """``KEY_BUCKET`` rows -> ``SUPERSEDED`` rows: the records with a later record of their
-    key in the dirty section of another group (``Cleaner.shouldRetainRecord``; the writer adds
-    the ones superseded within their own group), one row per group and bucket with the count
-    of the group's records the bucket held (the writer sizes its key table from their sum).
+    key in the dirty section of another group (``Cleaner.shouldRetainRecord``), one row per
+    group and bucket, with the offsets superseded within the group that the row carried.
     This is the distributed offset map: the rows are shuffled on their bucket, so each task
     holds every record of its keys, and the task groups them by (partition, key digest) in
     numpy (:func:`compactor.cleaner.scan.superseded_mask`, the rule of the group scans'
@@ -430,11 +438,11 @@ def superseded_records(buckets: int) -> Transform:
                                    _unpacked(table.column("in_map"), "?"))
             ends = np.cumsum(counts)
             out: dict[str, list[Any]] = {name: [] for name in _SUPERSEDED_ARROW.names}
+            out["within"] = table.column("within").to_pylist()
             for i, group_base in enumerate(table.column("group_base").to_pylist()):
                 start, end = int(ends[i] - counts[i]), int(ends[i])
                 out["tp_id"].append(int(tp_ids[i]))
                 out["group_base"].append(group_base)
-                out["records"].append(end - start)
                 out["offsets"].append(offsets[start:end][mask[start:end]].astype("<i8").tobytes())
             yield pa.RecordBatch.from_pydict(out, schema=_SUPERSEDED_ARROW)
 
@@ -446,6 +454,11 @@ def superseded_records(buckets: int) -> Transform:
 def superseded_offsets(table: pa.Table) -> np.ndarray:
     """The offsets of ``SUPERSEDED`` rows (a group's, from every bucket of the map)."""
     return _unpacked(table.column("offsets"), "<i8")
+
+
+def within_offsets(table: pa.Table) -> np.ndarray:
+    """The offsets ``SUPERSEDED`` rows carry of a group's records superseded within it."""
+    return _unpacked(table.column("within"), "<i8")
 
 
 def _unpacked(column: pa.ChunkedArray, dtype: str) -> np.ndarray:
@@ -483,7 +496,7 @@ def rewrite_groups(inputs: Mapping[int, PartitionInput], plans: Mapping[int, Cle
             m = write_group(inputs[tp_id], group, _decisions_from_arrow(decisions),
                             superseded_offsets(superseded),
                             first_dirty=plan.first_dirty_offset, engine=record_engine(writer),
-                            keys=int(pc.sum(superseded.column("records")).as_py() or 0))
+                            within=within_offsets(superseded))
             return pa.Table.from_pylist([message_to_row(tp_id, m)], schema=_COMMIT_ARROW)
 
     slotted = with_slots(slots)

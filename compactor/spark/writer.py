@@ -13,6 +13,8 @@ from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import numpy as np
+
 from compactor.cleaner.policy import BatchDecision, BatchRetention, PartitionInput
 from compactor.cleaner.rebatch import SegmentBuilder, filter_batch
 from compactor.cleaner.rewrite import Engine, Fallback, GroupRewrite, fallback_group
@@ -35,7 +37,7 @@ def write_group(
     *,
     first_dirty: int,
     engine: Engine,
-    keys: int = 0,
+    within: np.ndarray | None = None,
 ) -> CommitMessage:
     """Rewrite the source segments ``source_bases`` into one ``.cleaned`` segment.
 
@@ -48,9 +50,11 @@ def write_group(
         engine: what decides and re-encodes the records (:func:`compactor.native.engine`;
             every engine writes the same bytes). A group the native one hands back is
             written by the pure path; the message's ``writer`` says which path wrote it.
-        keys: about how many keys the group's table will hold, when known (the offset map's
-            count of its records, :data:`compactor.schemas.spark.SUPERSEDED`): the table is
-            sized for them up front instead of grown on the way.
+        within: the offsets of the group's records a later record of their key in the
+            group supersedes, when the offset map's scan found them
+            (:data:`compactor.schemas.spark.SUPERSEDED`): the native path then reads no key
+            and holds no key table (``None``: it finds them by key). Either path must find
+            exactly these.
 
     Returns:
         The commit message; on a corrupt or inconsistent input it carries ``error`` and no
@@ -60,7 +64,7 @@ def write_group(
     group_base = source_bases[0]
     try:
         message = _write(inp, tuple(source_bases), decisions, superseded, first_dirty, engine,
-                         keys)
+                         within)
     except CompactorError as err:
         remove_cleaned(inp.path, group_base)
         return CommitMessage(group_base=group_base, source_bases=tuple(source_bases),
@@ -91,14 +95,14 @@ class _Decided:
 
 def _write(inp: PartitionInput, source_bases: tuple[int, ...],
            decisions: Mapping[tuple[int, int], BatchDecision], superseded: Collection[int],
-           first_dirty: int, engine: Engine, keys: int) -> CommitMessage:
+           first_dirty: int, engine: Engine, within: np.ndarray | None) -> CommitMessage:
     """Two passes over the group. Newest batch first, every record's fate is decided with
     the keys seen later in the group (:func:`_decide`); only what goes is kept. Then oldest
     first, the batches are filtered and streamed into the ``.cleaned`` log
     (:func:`_write_decided`), so neither a source segment nor the output is held in memory
     whole."""
     by_base = {s.base_offset: s for s in inp.segments}
-    rewrite = engine.group(superseded, first_dirty, keys)
+    rewrite = engine.group(superseded, first_dirty, within)
     try:
         decided = _decide(by_base, source_bases, decisions, rewrite)
     except Fallback:  # before anything is written (compactor/native/fast.py says when)
@@ -108,6 +112,13 @@ def _write(inp: PartitionInput, source_bases: tuple[int, ...],
         raise CorruptSegmentError(
             f"counts do not balance: the offset map superseded {len(superseded)} records of "
             f"the group but {rewrite.from_map()} were found",
+            path=by_base[source_bases[0]].log_path,
+            remedy="the segment changed during the run; rerun once nothing else writes to it",
+        )
+    if within is not None and rewrite.later() != len(within):
+        raise CorruptSegmentError(
+            f"counts do not balance: the offset map's scan found {len(within)} records of the "
+            f"group superseded within it but {rewrite.later()} were found",
             path=by_base[source_bases[0]].log_path,
             remedy="the segment changed during the run; rerun once nothing else writes to it",
         )

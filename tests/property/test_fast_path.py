@@ -115,8 +115,10 @@ def test_a_group_written_natively_is_byte_identical_to_the_pure_path(
     pass (0: the forward pass decompresses every compressed chunk again)."""
     monkeypatch.setattr(fast, "KEEP_EXPANDED_BYTES", keep)
     native_dir, pure_dir = tmp_path / "native", tmp_path / "pure"
+    within_dir = tmp_path / "within"  # native, told what goes within the group
     generate(str(native_dir), CASES[case])
     shutil.copytree(native_dir, pure_dir)
+    shutil.copytree(native_dir, within_dir)
     rounds = reference_round(native_dir, CONFIGS, NOW_MS)
     fast.STATS.clear()
     groups = 0
@@ -127,26 +129,33 @@ def test_a_group_written_natively_is_byte_identical_to_the_pure_path(
         headers = [h for h in _headers(inp, logs)]
         decisions = {(h.segment_base, h.position): d for h, d in inp.decide(ref.plan, headers)}
         for group in ref.plan.groups:
-            superseded = _superseded_across_groups(inp, logs, ref.plan, group, decisions)
+            within = _superseded_within(inp, logs, ref.plan, group, decisions)
+            # as the offset map hands them over: what goes within the group never crosses it
+            superseded = _superseded_across_groups(inp, logs, ref.plan, group,
+                                                   decisions) - within
             messages = {}
-            for label, root in (("native", native_dir), ("pure", pure_dir)):
+            for label, root, told in (("native", native_dir, None), ("pure", pure_dir, within),
+                                      ("within", within_dir, within)):
                 part = replace(inp, path=str(root / name),
                                segments=tuple(replace(s, log_path=str(root / name / Path(
                                    s.log_path).name)) for s in inp.segments))
                 m = write_group(part, group, decisions, superseded,
                                 first_dirty=ref.plan.first_dirty_offset,
-                                engine=engine(label))
+                                engine=engine("native" if label == "within" else label),
+                                within=None if told is None else np.asarray(sorted(told)))
                 assert m.error is None, m.error
                 messages[label] = replace(m, seconds=0.0, writer="")
                 paths.append(m.writer)
                 # the passes read the segments through views of their maps, no copies: none
                 # of them outlives the write (a view kept would keep its map)
                 assert not _mapped_under(root / name), f"{label} left segments mapped"
-            assert messages["native"] == messages["pure"]
+            # the pure path, told, checks its own count against ``within``
+            assert messages["native"] == messages["pure"] == messages["within"]
             for suffix in messages["native"].cleaned_suffixes:
                 cleaned = f"{group[0]:020d}{suffix}.cleaned"
                 assert ((native_dir / name / cleaned).read_bytes()
-                        == (pure_dir / name / cleaned).read_bytes()), cleaned
+                        == (pure_dir / name / cleaned).read_bytes()
+                        == (within_dir / name / cleaned).read_bytes()), cleaned
             # and both equal the independent reference round
             assert ((native_dir / name / f"{group[0]:020d}.log.cleaned").read_bytes()
                     == ref.outputs[group[0]].log)
@@ -242,6 +251,27 @@ def _superseded_across_groups(inp, logs, plan, group, decisions) -> set[int]:
             for r in b.records():
                 if r.key is not None and latest.get(r.key, -1) >= group_end:
                     out.add(r.offset)
+    return out
+
+
+def _superseded_within(inp, logs, plan, group, decisions) -> set[int]:
+    """Offsets of the group's records that a later record of their key in the group
+    supersedes (one that enters the offset map: data, not aborted, in the dirty section),
+    computed from the batches: what the offset map's scan hands a writer as ``within``."""
+    later: set[bytes] = set()
+    out: set[int] = set()
+    for base in reversed(group):
+        for b in reversed(list(iter_batches(logs[base]))):
+            d = decisions[(base, b.position)]
+            if b.is_control or d.discard_records:
+                continue
+            for r in reversed(b.records()):
+                if r.key is None:
+                    continue
+                if r.key in later:
+                    out.add(r.offset)
+                elif not d.aborted and r.offset >= plan.first_dirty_offset:
+                    later.add(r.key)
     return out
 
 

@@ -123,7 +123,7 @@ def test_the_kernel_grows_a_full_table_itself() -> None:
     for newer in (True, False):  # the same records as a later batch, then as an earlier one
         reasons = np.zeros(300, np.int8)
         status, dropped, _, table, arena = fast.decide_records(
-            buf, layout, 300, 0, 0, False, np.zeros(0, np.int64), table, arena, used, reasons,
-            tally)
+            buf, layout, 300, 0, 0, False, np.zeros(0, np.int64), np.zeros(0, np.int64), True,
+            table, arena, used, reasons, tally)
         assert status == kernels.OK and dropped == (0 if newer else 300)
     assert used[1] == 300 and table.shape[0] >= 2 * fast._SLOT * 300

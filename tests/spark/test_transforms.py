@@ -66,17 +66,21 @@ KEYED = [
 ]
 
 
-def _packed(spark, keyed: list[tuple], buckets: int) -> DataFrame:
+def _packed(spark, keyed: list[tuple], buckets: int,
+            within: Callable[[int], list[int]] = lambda offset: []) -> DataFrame:
     """``KEY_BUCKET`` rows of keyed record tuples (tp, group, offset, key_hi, key_lo, in_map,
     error), one row per record, packed by hand: a key's rows share the bucket of its
-    ``key_lo`` (the only thing the map asks of buckets)."""
+    ``key_lo`` (the only thing the map asks of buckets); a row carries ``within(offset)`` as
+    offsets superseded within its group."""
     slots = partition_slots(spark, buckets)
 
     def row(tp, group, offset, hi, lo, in_map, error):
         if error is not None:
-            return (tp, group, slots[0], b"", b"", b"", b"", error)
+            return (tp, group, slots[0], b"", b"", b"", b"", b"", error)
+        carried = within(offset)
         return (tp, group, slots[lo % buckets], struct.pack("<q", offset),
-                struct.pack("<q", hi), struct.pack("<q", lo), struct.pack("<?", in_map), None)
+                struct.pack("<q", hi), struct.pack("<q", lo), struct.pack("<?", in_map),
+                struct.pack(f"<{len(carried)}q", *carried), None)
 
     return spark.createDataFrame([row(*k) for k in keyed], KEY_BUCKET)
 
@@ -103,20 +107,20 @@ def test_superseded_records_group_each_key_in_one_bucket(spark) -> None:
     # records of groups 1 and 2 too, and nothing of partition 0's key 40
     rows.append((1, 3, 340, 40, 40, True, None))
     rows.append((0, 0, 99, 40, 40, False, None))
-    got = _packed(spark, rows, 4).transform(transforms.superseded_records(4))
+    # each row also carries two offsets of its group superseded within it (made up: the
+    # bucket passes them through to the group's writer, whichever bucket that is)
+    got = _packed(spark, rows, 4, within=lambda offset: [10_000 + 2 * offset,
+                                                         10_001 + 2 * offset])
+    got = got.transform(transforms.superseded_records(4))
     # group 2 is not in the map, so a key's group-1 record is its latest in-map one and
     # supersedes its group-0 record only
     expected = sorted([(tp, 0, k) for tp in (0, 1) for k in range(40 + tp)]
                       + [(1, 1, 140), (1, 2, 240)])
     assert _superseded(got) == expected
-    # each group's rows count what it sent, over every bucket (the writer's table size)
-    sent: dict[tuple[int, int], int] = {}
-    for tp, g, *_ in rows:
-        sent[(tp, g)] = sent.get((tp, g), 0) + 1
-    counted: dict[tuple[int, int], int] = {}
-    for r in got.collect():
-        counted[(r.tp_id, r.group_base)] = counted.get((r.tp_id, r.group_base), 0) + r.records
-    assert counted == sent
+    carried = sorted((r.tp_id, r.group_base, offset) for r in got.collect()
+                     for (offset,) in struct.iter_unpack("<q", r.within))
+    assert carried == sorted((tp, g, 10_000 + 2 * o + i) for tp, g, o, *_ in rows
+                             for i in (0, 1))
 
 
 def test_superseded_records_leave_error_rows_out(spark) -> None:
@@ -320,12 +324,14 @@ def test_rewrite_groups_equals_the_writer_called_directly(spark, partition: Part
         records += [(group_of[h.segment_base], r.offset, r.key,
                      not d.aborted and r.offset >= plan.first_dirty_offset)
                     for r in batch.records() if r.key is not None]
-    superseded_rows = []
+    superseded_rows, within_rows = [], []  # and the ones superseded within their group
     for group, offset, key, _ in records:
         later = [(g, o) for g, o, k, fed in records if k == key and fed and o > offset]
         if later and all(g != group for g, _ in later):
             superseded_rows.append((0, group, offset))
-    assert superseded_rows
+        elif any(g == group for g, _ in later):
+            within_rows.append((0, group, offset))
+    assert superseded_rows and within_rows
 
     inputs, plans = {0: inp}, {0: plan}
     slots = group_slots(spark, [(0, g[0]) for g in plan.groups])
@@ -333,15 +339,17 @@ def test_rewrite_groups_equals_the_writer_called_directly(spark, partition: Part
         [(0, *(getattr(h, f) for f in transforms.HEADER_FIELDS), None) for h in headers_py],
         BATCH_HEADER)
     decisions = headers.transform(transforms.decide_batches(inputs, plans))
-    by_group: dict[tuple[int, int], list[int]] = {}
-    for tp, group, offset in superseded_rows:  # as buckets send them: a group's in pieces
-        by_group.setdefault((tp, group), []).append(offset)
-    superseded = spark.createDataFrame(
-        [(tp, group, len(part), struct.pack(f"<{len(part)}q", *part))
-         for (tp, group), offsets in by_group.items()
-         for part in (offsets[::2], offsets[1::2]) if part], SUPERSEDED)
+    by_group: dict[tuple[int, int], tuple[list[int], list[int]]] = {}
+    for rows, side in ((superseded_rows, 0), (within_rows, 1)):
+        for tp, group, offset in rows:
+            by_group.setdefault((tp, group), ([], []))[side].append(offset)
+    superseded = spark.createDataFrame(  # as buckets send them: a group's in pieces
+        [(tp, group, struct.pack(f"<{len(a)}q", *a), struct.pack(f"<{len(b)}q", *b))
+         for (tp, group), (offsets, within) in by_group.items()
+         for a, b in ((offsets[::2], within[1::2]), (offsets[1::2], within[::2]))], SUPERSEDED)
     got = transforms.rewrite_groups(inputs, plans, slots)(decisions, superseded)
 
+    # the writer called directly finds what goes within a group by key, in its key table
     by_batch = {(h.segment_base, h.position): d for h, d in decided}
     expected = []
     for group in plan.groups:
