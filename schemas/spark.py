@@ -100,6 +100,13 @@ DECISION = _schema(
     ("txn_last_stable_offset", LongType(), True),
 )
 
+# What the plan stage gives (``compactor.spark.stages.scan_and_plan``): per partition one row
+# with its plan (``plan`` set, the other columns null but ``tp_id``) and, when asked for, one
+# ``DECISION`` row per batch of a round of several groups (``plan`` null): the batches the
+# distributed offset map and its writers work from, decided in the task that planned them.
+PLANNED = StructType([*(StructField(f.name, f.dataType, True) for f in DECISION.fields),
+                      StructField("plan", PLAN, True)])
+
 # The offset map's input: the keyed records of one group that fall in one bucket of the map,
 # as columns packed in binary values (little-endian int64, 8 bytes a record; ``in_map`` one
 # byte a record), a row per (group, bucket) rather than per record, so the JVM moves blocks of

@@ -70,7 +70,7 @@ from compactor.spark import stages as spark_stages
 from compactor.spark.session import LazySession
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import SparkSession
 
 
 METADATA_TP = TopicPartition(METADATA_TOPIC, 0)
@@ -327,7 +327,7 @@ def run_locked(session: LazySession, opts: MaintenanceOptions, catalog: Catalog)
         check_now_after_newest(opts.now_ms, {
             str(tps[i]): max(s.largest_timestamp_ms for s in inp.segments)
             for i, inp in inputs.items() if inp.segments})
-    headers = None
+    scanned = None
     if not inputs:  # nothing to scan: no session
         if not opts.dry_run:
             stages.done("commit")
@@ -340,7 +340,7 @@ def run_locked(session: LazySession, opts: MaintenanceOptions, catalog: Catalog)
     stages.split(session.startup_s)
     try:
         with spark_stages.round_settings(spark, inputs):
-            plans, headers, messages = _plan(spark, inputs, reports, stages, opts)
+            plans, scanned, messages = _plan(spark, inputs, reports, stages, opts)
             to_clean = {i: p for i, p in plans.items() if p.will_clean}
             resets = {tps[i]: p.first_dirty_offset for i, p in plans.items()
                       if p.checkpoint_reset and not p.will_clean}
@@ -357,13 +357,14 @@ def run_locked(session: LazySession, opts: MaintenanceOptions, catalog: Catalog)
                 messages += spark_stages.write_cleaned_segments(
                     spark, inputs, rest,
                     writer=opts.writer, on_stage=stages.done,
-                    headers=headers)
+                    headers=scanned.headers if scanned else None,
+                    decisions=scanned.decisions if scanned else None)
             if to_clean:
                 done = _commit(inputs, to_clean, messages, reports)
                 resets.update({tps[i]: to_clean[i].first_uncleanable_offset for i in done})
     finally:
-        if headers is not None:
-            headers.unpersist()
+        if scanned is not None:
+            scanned.unpersist()
     try:
         swap.update_cleaner_checkpoint(opts.log_dir, resets)
     except CompactorError as err:  # the swaps stand: say so, with the report
@@ -381,19 +382,20 @@ def run_locked(session: LazySession, opts: MaintenanceOptions, catalog: Catalog)
 
 def _plan(spark: SparkSession, inputs: dict[int, PartitionInput],
           reports: Mapping[int, PartitionReport], stages: _Stages, opts: MaintenanceOptions,
-          ) -> tuple[dict[int, CleaningPlan], DataFrame | None, list[CommitMessage]]:
+          ) -> tuple[dict[int, CleaningPlan], spark_stages.Scanned | None, list[CommitMessage]]:
     """Plan every readable partition; a partition a check refuses is reported corrupt and
     dropped from ``inputs``.
 
     A partition small enough for one task (:func:`offset_map_reason` gives none) is cleaned
     in one pass (one task scans, plans and, unless this is a plan, writes it:
     :func:`spark_stages.clean_in_one_pass`). The others have their headers scanned segment by
-    segment (kept cached for the rewrite), and so has a partition the one pass planned but
-    did not write (its key table passed ``--task-keys``).
+    segment (kept cached for the rewrite, with the batch decisions of the rounds the
+    distributed offset map writes, made as they are planned), and so has a partition the one
+    pass planned but did not write (its key table passed ``--task-keys``).
 
     Returns:
-        The plans, the cached header rows (``None`` when no partition needed them) and the
-        commit messages of the groups the one pass wrote.
+        The plans, the cached rows (``None`` when no partition needed them) and the commit
+        messages of the groups the one pass wrote.
     """
     small = {i: inp for i, inp in inputs.items() if _fits_one_task(inp, opts.task_keys)}
     plans, errors, messages = spark_stages.clean_in_one_pass(
@@ -404,7 +406,8 @@ def _plan(spark: SparkSession, inputs: dict[int, PartitionInput],
     again = {i for i, p in plans.items() if p.will_clean and i not in written}
     rest = {i: inp for i, inp in inputs.items()
             if i not in small or (i in again and not opts.dry_run)}
-    more, more_errors, headers = spark_stages.scan_and_plan(spark, rest, writer=opts.writer)
+    more, more_errors, scanned = spark_stages.scan_and_plan(spark, rest, writer=opts.writer,
+                                                            decide=not opts.dry_run)
     plans.update(more)
     errors.update(more_errors)
     for i, error in errors.items():
@@ -421,7 +424,7 @@ def _plan(spark: SparkSession, inputs: dict[int, PartitionInput],
         by_base = {s.base_offset: s.size_bytes for s in inp.segments}
         reports[i].expected_input_bytes = sum(by_base[b] for g in plan.groups for b in g)
     stages.done("scan_and_plan")
-    return plans, headers, messages
+    return plans, scanned, messages
 
 
 def _offset_map_reason(inp: PartitionInput, task_keys: int) -> str | None:

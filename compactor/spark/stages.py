@@ -11,6 +11,7 @@ import heapq
 import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
@@ -108,7 +109,8 @@ def write_cleaned_segments(spark: SparkSession, inputs: Mapping[int, PartitionIn
                            plans: Mapping[int, CleaningPlan], *,
                            writer: str = "native",
                            on_stage: Callable[[str], None] | None = None,
-                           headers: DataFrame | None = None) -> list[CommitMessage]:
+                           headers: DataFrame | None = None,
+                           decisions: DataFrame | None = None) -> list[CommitMessage]:
     """The executor part of a round: ``.cleaned`` segments written next to the live ones,
     one commit message per group (nothing is swapped yet).
 
@@ -118,7 +120,9 @@ def write_cleaned_segments(spark: SparkSession, inputs: Mapping[int, PartitionIn
     whole group alone (:func:`compactor.cleaner.rebatch.iter_drops`). Those partitions skip
     the key scan and the decision rows too: the task that writes the group decides its
     batches from the header rows (:func:`transforms.rewrite_whole_partitions`). Both kinds
-    are written by one Spark job."""
+    are written by one Spark job. ``headers`` and ``decisions``, when given, are the rows
+    :func:`scan_and_plan` cached (the decisions of every partition of ``plans`` with several
+    groups); otherwise they are made here."""
     if not plans:
         return []
     cleaning = {i: inputs[i] for i in plans}
@@ -133,7 +137,12 @@ def write_cleaned_segments(spark: SparkSession, inputs: Mapping[int, PartitionIn
         writes.append(headers.transform(transforms.rewrite_whole_partitions(
             cleaning, whole, slots, writer=writer)))
     if mapped:
-        decisions = headers.transform(transforms.decide_batches(cleaning, mapped)).persist()
+        if decisions is None:
+            decisions = (headers.transform(transforms.decide_batches(cleaning, mapped))
+                         .persist())
+            persisted.append(decisions)
+        else:
+            decisions = decisions.where(F.col("tp_id").isin(list(mapped)))
         map_bytes = _group_bytes({i: inputs[i] for i in mapped}, mapped)
         buckets = offset_map_buckets(spark, map_bytes)
         with spark_step(spark, "offset_map", total_bytes=map_bytes):
@@ -141,7 +150,7 @@ def write_cleaned_segments(spark: SparkSession, inputs: Mapping[int, PartitionIn
                 cleaning, mapped, slots, partition_slots(spark, buckets), writer=writer))
                           .transform(transforms.superseded_records(buckets))).persist()
             superseded.count()
-        persisted += [decisions, superseded]
+        persisted.append(superseded)
         writes.append(transforms.rewrite_groups(cleaning, mapped, slots,
                                                 writer=writer)(decisions, superseded))
     if on_stage:
@@ -258,17 +267,39 @@ def clean_in_one_pass(spark: SparkSession, inputs: Mapping[int, PartitionInput],
     return plans, errors, messages
 
 
+@dataclass(frozen=True)
+class Scanned:
+    """What :func:`scan_and_plan` leaves cached on the executors for the rewrite: the batch
+    header rows, and the ``PLANNED`` rows when decisions were asked for."""
+
+    headers: DataFrame
+    planned: DataFrame | None = None
+
+    @property
+    def decisions(self) -> DataFrame | None:
+        """The ``DECISION`` rows of the rounds the distributed offset map writes (``None``
+        when not asked for)."""
+        if self.planned is None:
+            return None
+        return self.planned.where(F.col("plan").isNull()).drop("plan")
+
+    def unpersist(self) -> None:
+        self.headers.unpersist()
+        if self.planned is not None:
+            self.planned.unpersist()
+
+
 def scan_and_plan(spark: SparkSession, inputs: Mapping[int, PartitionInput], *,
-                  writer: str = "native"
-                  ) -> tuple[dict[int, CleaningPlan], dict[int, dict[str, Any]], DataFrame | None]:
+                  writer: str = "native", decide: bool = False
+                  ) -> tuple[dict[int, CleaningPlan], dict[int, dict[str, Any]], Scanned | None]:
     """Scan every batch header of the partitions (framed by the ``writer`` engine) and plan
-    their rounds on the executors.
+    their rounds on the executors; with ``decide``, the task that plans a round of several
+    groups decides its batches too (:func:`transforms.plan_rounds`).
 
     Returns:
         The plans of the partitions with at least one batch, the first error (as
         ``CompactorError.to_dict()``) of each partition a segment check or a partition-wide
-        check refused, and the header rows, cached for the rewrite (the caller unpersists
-        them).
+        check refused, and the rows cached for the rewrite (the caller unpersists them).
     """
     plans: dict[int, CleaningPlan] = {}
     errors: dict[int, dict[str, Any]] = {}
@@ -283,14 +314,17 @@ def scan_and_plan(spark: SparkSession, inputs: Mapping[int, PartitionInput], *,
             errors[row.tp_id] = json.loads(row.error)
     readable = {i: inp for i, inp in inputs.items() if i not in errors}
     valid = headers.where(F.col("tp_id").isin(list(readable)))
+    planned = valid.transform(transforms.plan_rounds(readable, decide=decide))
+    if decide:
+        planned = planned.persist()
     with spark_step(spark, "plan"):
-        planned = valid.transform(transforms.plan_rounds(readable)).collect()
-    for row in planned:
+        rows = planned.where(F.col("plan").isNotNull()).select("plan.*").collect()
+    for row in rows:
         if row.error is not None:  # a partition-wide check failed: never rewritten
             errors[row.tp_id] = json.loads(row.error)
         else:
             plans[row.tp_id] = transforms.plan_from_row(row.asDict())
-    return plans, errors, headers
+    return plans, errors, Scanned(headers, planned if decide else None)
 
 
 # -- erasure ------------------------------------------------------------------------------------

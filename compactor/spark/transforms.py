@@ -2,7 +2,9 @@
 distributed).
 
     segment tasks --scan_headers--> batch headers --plan_rounds--> one plan per partition
-    batch headers --decide_batches--> batch decisions --scan_keys--> keyed record rows
+        (and, asked to, the batch decisions of the rounds the offset map writes: the same
+        rows as batch headers --decide_batches--> batch decisions)
+    batch decisions --scan_keys--> keyed record rows
     keyed rows --superseded_records--> offsets superseded by a later record of their key
     (batch decisions, superseded) --rewrite_groups--> commit messages (one per output segment)
     batch headers --rewrite_whole_partitions--> commit messages (partitions of one group)
@@ -80,6 +82,7 @@ from compactor.schemas.spark import (
     KEY_OFFSET,
     ONE_PASS,
     PLAN,
+    PLANNED,
     REQUEST_OUTCOME,
     SUPERSEDED,
 )
@@ -98,6 +101,7 @@ _COMMIT_ARROW = to_arrow_schema(COMMIT_MESSAGE)
 _KEY_BUCKET_ARROW = to_arrow_schema(KEY_BUCKET)
 _PLAN_ARROW = to_arrow_schema(PLAN)
 _DECISION_ARROW = to_arrow_schema(DECISION)
+_PLANNED_ARROW = to_arrow_schema(PLANNED)
 _ONE_PASS_ARROW = to_arrow_schema(ONE_PASS)
 _SUPERSEDED_ARROW = to_arrow_schema(SUPERSEDED)
 
@@ -227,8 +231,12 @@ def plan_from_row(row: Mapping[str, Any]) -> CleaningPlan:
     return rows.from_row(CleaningPlan, row)
 
 
-def plan_rounds(inputs: Mapping[int, PartitionInput]) -> Transform:
-    """Batch headers (without error rows) -> one ``PLAN`` row per partition."""
+def plan_rounds(inputs: Mapping[int, PartitionInput], *, decide: bool = False) -> Transform:
+    """Batch headers (without error rows) -> ``PLANNED`` rows: one per partition with its
+    plan and, with ``decide``, the ``DECISION`` rows of every partition whose round the
+    distributed offset map writes (several groups, no partition-wide check failed): decided
+    from the same headers in the same task, where a stage of :func:`decide_batches` would
+    read and rebuild them again."""
 
     def plan(table: pa.Table) -> pa.Table:
         with _collector_paused():
@@ -239,9 +247,18 @@ def plan_rounds(inputs: Mapping[int, PartitionInput]) -> Transform:
             problems = txn_problems(inp.path, headers, inp.aborted_txns)
             row = plan_to_row(tp_id, result)
             row["error"] = json.dumps(problems[0].to_dict()) if problems else None
-            return pa.Table.from_pylist([row], schema=_PLAN_ARROW)
+            decided = (decide and not problems and result.will_clean
+                       and len(result.groups) > 1)
+            rows = _decision_rows(tp_id, inp, result, headers) if decided else []
+            # the plan's row first: tp_id and its plan, no decision
+            columns = [pa.array([tp_id if name == "tp_id" else None] + [r[i] for r in rows],
+                                type=_DECISION_ARROW.field(i).type)
+                       for i, name in enumerate(_DECISION_ARROW.names)]
+            columns.append(pa.array([row] + [None] * len(rows),
+                                    type=_PLANNED_ARROW.field("plan").type))
+            return pa.Table.from_arrays(columns, schema=_PLANNED_ARROW)
 
-    return lambda headers: headers.groupBy("tp_id").applyInArrow(plan, PLAN)
+    return lambda headers: headers.groupBy("tp_id").applyInArrow(plan, PLANNED)
 
 
 def _write_one_group(tp_id: int, inp: PartitionInput, plan: CleaningPlan,
@@ -278,20 +295,24 @@ def decide_batches(inputs: Mapping[int, PartitionInput],
     def decide(table: pa.Table) -> pa.Table:
         with _collector_paused():
             tp_id = table.column("tp_id")[0].as_py()
-            plan = plans[tp_id]
-            group_of = {base: group[0] for group in plan.groups for base in group}
-            # in the order of DECISION's columns
-            rows = [(tp_id, group_of[h.segment_base], h.segment_base, h.position, h.base_offset,
-                     h.is_control, int(d.retention), d.aborted, d.discard_records,
-                     d.retain_deletes, d.marker_horizon,
-                     *((t.producer_id, t.first_offset, t.last_offset, t.last_stable_offset)
-                       if (t := d.txn_entry) else (None, None, None, None)))
-                    for h, d in inputs[tp_id].decide(plan, _headers_from_arrow(table))]
-            return _table(rows, _DECISION_ARROW)
+            return _table(_decision_rows(tp_id, inputs[tp_id], plans[tp_id],
+                                         _headers_from_arrow(table)), _DECISION_ARROW)
 
     planned = list(plans)
     return lambda headers: (headers.where(F.col("tp_id").isin(planned))
                             .groupBy("tp_id").applyInArrow(decide, DECISION))
+
+
+def _decision_rows(tp_id: int, inp: PartitionInput, plan: CleaningPlan,
+                   headers: Sequence[BatchHeader]) -> list[tuple[Any, ...]]:
+    """The ``DECISION`` rows (tuples in its column order) of a planned partition's batches."""
+    group_of = {base: group[0] for group in plan.groups for base in group}
+    return [(tp_id, group_of[h.segment_base], h.segment_base, h.position, h.base_offset,
+             h.is_control, int(d.retention), d.aborted, d.discard_records,
+             d.retain_deletes, d.marker_horizon,
+             *((t.producer_id, t.first_offset, t.last_offset, t.last_stable_offset)
+               if (t := d.txn_entry) else (None, None, None, None)))
+            for h, d in inp.decide(plan, headers)]
 
 
 def _decisions_from_arrow(table: pa.Table) -> dict[tuple[int, int], BatchDecision]:

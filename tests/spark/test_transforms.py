@@ -162,16 +162,24 @@ def test_scan_headers_equals_the_pure_scan(spark, partition: PartitionInput, wri
     assert_df_equality(got, expected, ignore_row_order=True)
 
 
-def test_plan_and_decide_match_the_policy(spark, partition: PartitionInput) -> None:
+@pytest.mark.parametrize("decide", [False, True])
+def test_plan_and_decide_match_the_policy(spark, partition: PartitionInput,
+                                          decide: bool) -> None:
+    # several groups (the rounds whose batches the plan stage decides when asked to), and
+    # the partition's aborted transactions (a round whose transaction checks fail has none)
+    partition = dataclasses.replace(
+        partition, aborted_txns=tuple(read_aborted_txns(load_partition(partition.path))),
+        config=dataclasses.replace(partition.config, segment_bytes=40_000))
     headers_py = _pure_headers(partition)
     headers = spark.createDataFrame(
         [(0, *(getattr(h, f) for f in transforms.HEADER_FIELDS), None) for h in headers_py],
         BATCH_HEADER)
     inputs = {0: partition}
-    (row,) = headers.transform(transforms.plan_rounds(inputs)).collect()
+    planned = headers.transform(transforms.plan_rounds(inputs, decide=decide))
+    (row,) = planned.where(F.col("plan").isNotNull()).select("plan.*").collect()
     plan = partition.plan(headers_py)
-    assert transforms.plan_from_row(row.asDict()) == plan
-    assert plan.will_clean
+    assert row.error is None and transforms.plan_from_row(row.asDict()) == plan
+    assert plan.will_clean and len(plan.groups) > 1
 
     decided = partition.decide(plan, headers_py)
     group_of = {b: g[0] for g in plan.groups for b in g}
@@ -183,6 +191,12 @@ def test_plan_and_decide_match_the_policy(spark, partition: PartitionInput) -> N
             d.txn_entry.last_stable_offset) if d.txn_entry else (None,) * 4))
         for h, d in decided], DECISION)
     assert_df_equality(got, expected, ignore_row_order=True)
+    # the plan stage's own decisions, when asked for, are the same rows
+    made = planned.where(F.col("plan").isNull()).drop("plan")
+    if decide:
+        assert_df_equality(made, expected, ignore_row_order=True, ignore_nullable=True)
+    else:
+        assert made.count() == 0
     # the open transaction at the end bounds the round, and aborted data is decided as such
     assert plan.first_uncleanable_offset <= plan.last_stable_offset
     assert any(d.retention == BatchRetention.RETAIN_EMPTY for _, d in decided)
