@@ -425,7 +425,8 @@ def batch_headers(spark: SparkSession,
     if not any(p.segments for p in parts.values()):
         return out
     with spark_step(spark, "scan_headers", total_bytes=input_bytes(parts)):
-        rows = segment_tasks(spark, parts).transform(transforms.scan_headers()).collect()
+        # the reference scan; only the compaction round's scans take its writer's engine
+        rows = segment_tasks(spark, parts).transform(transforms.scan_headers("pure")).collect()
     for r in rows:
         if r.error is None:
             out[r.tp_id].append(transforms.header_from_row(r))

@@ -180,7 +180,7 @@ def _header_batch(tp_id: int, segment_base: int, path: str, next_base: int | Non
     return pa.RecordBatch.from_pydict(cols, schema=_HEADER_ARROW)
 
 
-def scan_headers(writer: str = "pure") -> Transform:
+def scan_headers(writer: str) -> Transform:
     """Segment tasks (``SEGMENT_TASK``) -> one ``BATCH_HEADER`` row per batch, CRCs checked;
     a segment that cannot be read gives one row with ``error`` set instead.
 
