@@ -699,8 +699,9 @@ def _sorted_offsets(offsets: Collection[int]) -> np.ndarray:
 
 class NativeRewrite:
     """A group's record work with the kernels (:class:`compactor.cleaner.rewrite.GroupRewrite`):
-    the backward pass (``iter_drops`` natively) keeps the group's key table; the forward pass
-    filters by its fates (:class:`BatchFate`)."""
+    the backward pass (``iter_drops`` natively) keeps the group's key table, or, given the
+    offsets superseded within the group, no table at all; the forward pass filters by its
+    fates (:class:`BatchFate`)."""
 
     path = "native"
 
@@ -1260,9 +1261,8 @@ def compile_kernels() -> None:
     for none in (np.zeros(0, np.uint8), np.frombuffer(b"", np.uint8)):
         kernels.parse_layout(none, 0, 0, 0, 0, layout)
         kernels.rebuild_records(none, layout, 0, reasons, 0, False, 0, 0, small)
-        for tabled in (True, False):
-            decide_records(none, layout, 0, 0, 0, False, no_offsets, no_offsets, tabled, table,
-                           small.copy(), used, reasons, tally)
+        decide_records(none, layout, 0, 0, 0, False, no_offsets, no_offsets, True, table,
+                       small.copy(), used, reasons, tally)
         scan_chunk_keys(none, no_offsets, layout)
         frames = frame_chunk(none, False)
         frame_headers(none, 0, np.zeros((1, F_COLUMNS), np.int64), np.zeros((1, 4), np.int64))
