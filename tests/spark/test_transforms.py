@@ -246,6 +246,10 @@ def test_scan_keys_emits_keyed_records_not_superseded_in_their_group(spark,
         strict=True)]
     assert all(r.error is None and r.offsets for r in got)  # a bucket without records: no row
     assert sorted(unpacked) == sorted(expected)
+    # the ones that stay home go to their group's writer as offsets, spread over its rows
+    kept = set(expected)
+    assert sorted((r.group_base, o) for r in got for o in np.frombuffer(r.within, "<i8").tolist()
+                  ) == sorted((row[1], row[2]) for _, row in rows if row not in kept)
     # every record of a key in one bucket, of those given; a group's bucket once at most
     bucket_of: dict[tuple[int, int], set[int]] = {}
     for r in got:
