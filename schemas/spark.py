@@ -162,12 +162,16 @@ COMMIT_MESSAGE = _schema(
 
 # One row per partition cleaned in one pass (one task scans, plans and, when the round is one
 # group or its groups fit one key table, writes it): its plan, or the error that stopped it,
-# and the commit messages of the groups it wrote (empty when it wrote none).
+# and the commit messages of the groups it wrote (empty when it wrote none). A round of several
+# groups whose key table passed the budget is written by the distributed offset map instead:
+# ``decisions`` then holds its batches' ``DECISION`` rows, which that path works from (null
+# for every other partition).
 ONE_PASS = _schema(
     ("tp_id", IntegerType(), False),
     ("plan", PLAN, True),
     ("messages", ArrayType(COMMIT_MESSAGE, False), True),
     ("error", StringType(), True),
+    ("decisions", ArrayType(DECISION, False), True),
 )
 
 # Erasure scan (jobs/erase.py): one row per digest a record can be matched by (kind "key": its

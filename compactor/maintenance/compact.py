@@ -390,24 +390,25 @@ def _plan(spark: SparkSession, inputs: dict[int, PartitionInput],
     in one pass (one task scans, plans and, unless this is a plan, writes it:
     :func:`spark_stages.clean_in_one_pass`). The others have their headers scanned segment by
     segment (kept cached for the rewrite, with the batch decisions of the rounds the
-    distributed offset map writes, made as they are planned), and so has a partition the one
-    pass planned but did not write (its key table passed ``--task-keys``).
+    distributed offset map writes, made as they are planned). A partition the one pass
+    planned but did not write (its key table passed ``--task-keys``) goes to the distributed
+    offset map with the batch decisions its task made: it is neither scanned nor decided
+    again.
 
     Returns:
         The plans, the cached rows (``None`` when no partition needed them) and the commit
         messages of the groups the one pass wrote.
     """
     small = {i: inp for i, inp in inputs.items() if _fits_one_task(inp, opts.task_keys)}
-    plans, errors, messages = spark_stages.clean_in_one_pass(
+    plans, errors, messages, handed_on = spark_stages.clean_in_one_pass(
         spark, small, write=not opts.dry_run, writer=opts.writer,
         task_keys=opts.task_keys)
     stages.done("one_pass")
-    written = {m.tp_id for m in messages}
-    again = {i for i, p in plans.items() if p.will_clean and i not in written}
-    rest = {i: inp for i, inp in inputs.items()
-            if i not in small or (i in again and not opts.dry_run)}
+    rest = {i: inp for i, inp in inputs.items() if i not in small}
     more, more_errors, scanned = spark_stages.scan_and_plan(spark, rest, writer=opts.writer,
                                                             decide=not opts.dry_run)
+    if handed_on is not None:
+        scanned = handed_on + scanned
     plans.update(more)
     errors.update(more_errors)
     for i, error in errors.items():

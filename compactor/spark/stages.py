@@ -228,7 +228,7 @@ def clean_in_one_pass(spark: SparkSession, inputs: Mapping[int, PartitionInput],
                       write: bool, writer: str = "native",
                       task_keys: int = ONE_TASK_KEYS
                       ) -> tuple[dict[int, CleaningPlan], dict[int, dict[str, Any]],
-                                 list[CommitMessage]]:
+                                 list[CommitMessage], Scanned | None]:
     """Scan, plan and (when ``write``) write the partitions in one Spark job of one stage,
     a task per bin of partitions (:func:`transforms.clean_in_one_pass`): for partitions
     small enough for one task (:func:`compactor.cleaner.policy.offset_map_reason` gives
@@ -238,55 +238,71 @@ def clean_in_one_pass(spark: SparkSession, inputs: Mapping[int, PartitionInput],
 
     Args:
         task_keys: a round of several groups is written here unless its key table comes
-            to hold more than this many keys (it is then only planned).
+            to hold more than this many keys (it is then planned and decided, not written).
 
     Returns:
         The plans of the partitions with at least one batch, the first error (as
-        ``CompactorError.to_dict()``) of each partition a check refused, and the commit
-        messages of the groups written.
+        ``CompactorError.to_dict()``) of each partition a check refused, the commit
+        messages of the groups written, and, when a round passed ``task_keys``, the
+        ``DECISION`` rows of those rounds cached for the distributed offset map (the driver
+        neither scans nor decides them again; the caller unpersists them). Should an
+        executor be lost, Spark computes the lost rows again by running their tasks again,
+        as it retries a failed task: those write the same ``.cleaned`` bytes again, and
+        nothing is swapped before the rewrite's last stage.
     """
     plans: dict[int, CleaningPlan] = {}
     errors: dict[int, dict[str, Any]] = {}
     messages: list[CommitMessage] = []
     if not inputs:
-        return plans, errors, messages
+        return plans, errors, messages, None
     bins = balanced_bins({i: input_bytes({i: inp}) for i, inp in inputs.items()},
                          4 * spark.sparkContext.defaultParallelism)
+    done = (spark.range(len(bins), numPartitions=len(bins))
+            .transform(transforms.clean_in_one_pass(inputs, bins, write=write, writer=writer,
+                                                    task_keys=task_keys)))
+    if write:
+        done = done.persist()
     with spark_step(spark, "one_pass", total_bytes=input_bytes(inputs)):
-        rows = (spark.range(len(bins), numPartitions=len(bins))
-                .transform(transforms.clean_in_one_pass(inputs, bins, write=write,
-                                                        writer=writer,
-                                                        task_keys=task_keys))
-                .collect())
+        rows = done.select("tp_id", "plan", "messages", "error",
+                           F.col("decisions").isNotNull().alias("handed_on")).collect()
     for r in rows:
         if r.error is not None:
             errors[r.tp_id] = json.loads(r.error)
         elif r.plan is not None:
             plans[r.tp_id] = transforms.plan_from_row(r.plan.asDict())
         messages += [transforms.message_from_row(m) for m in r.messages or ()]
-    return plans, errors, messages
+    if not any(r.handed_on for r in rows):
+        done.unpersist()
+        return plans, errors, messages, None
+    decisions = (done.where(F.col("decisions").isNotNull())
+                 .select(F.explode("decisions").alias("d")).select("d.*"))
+    return plans, errors, messages, Scanned(None, decisions, (done,))
 
 
 @dataclass(frozen=True)
 class Scanned:
-    """What :func:`scan_and_plan` leaves cached on the executors for the rewrite: the batch
-    header rows, and the ``PLANNED`` rows when decisions were asked for."""
+    """What :func:`scan_and_plan` and :func:`clean_in_one_pass` leave on the executors for
+    the rewrite: the batch header rows of the partitions scanned (``None``: none), the
+    ``DECISION`` rows of the rounds the distributed offset map writes (``None``: not asked
+    for), and the cached frames they come from."""
 
-    headers: DataFrame
-    planned: DataFrame | None = None
+    headers: DataFrame | None
+    decisions: DataFrame | None
+    cached: tuple[DataFrame, ...]
 
-    @property
-    def decisions(self) -> DataFrame | None:
-        """The ``DECISION`` rows of the rounds the distributed offset map writes (``None``
-        when not asked for)."""
-        if self.planned is None:
-            return None
-        return self.planned.where(F.col("plan").isNull()).drop("plan")
+    def __add__(self, other: Scanned | None) -> Scanned:
+        """Both partitions' rows (of different partitions)."""
+        if other is None:
+            return self
+        headers = [df for df in (self.headers, other.headers) if df is not None]
+        decisions = [df for df in (self.decisions, other.decisions) if df is not None]
+        return Scanned(functools.reduce(DataFrame.unionByName, headers) if headers else None,
+                       functools.reduce(DataFrame.unionByName, decisions) if decisions
+                       else None, self.cached + other.cached)
 
     def unpersist(self) -> None:
-        self.headers.unpersist()
-        if self.planned is not None:
-            self.planned.unpersist()
+        for df in self.cached:
+            df.unpersist()
 
 
 def scan_and_plan(spark: SparkSession, inputs: Mapping[int, PartitionInput], *,
@@ -324,7 +340,10 @@ def scan_and_plan(spark: SparkSession, inputs: Mapping[int, PartitionInput], *,
             errors[row.tp_id] = json.loads(row.error)
         else:
             plans[row.tp_id] = transforms.plan_from_row(row.asDict())
-    return plans, errors, Scanned(headers, planned if decide else None)
+    if not decide:
+        return plans, errors, Scanned(headers, None, (headers,))
+    return plans, errors, Scanned(headers, planned.where(F.col("plan").isNull()).drop("plan"),
+                                  (headers, planned))
 
 
 # -- erasure ------------------------------------------------------------------------------------

@@ -8,7 +8,8 @@ distributed).
     keyed rows --superseded_records--> offsets superseded by a later record of their key
     (batch decisions, superseded) --rewrite_groups--> commit messages (one per output segment)
     batch headers --rewrite_whole_partitions--> commit messages (partitions of one group)
-    bins of small partitions --clean_in_one_pass--> plans and commit messages (one task a bin)
+    bins of small partitions --clean_in_one_pass--> plans and commit messages (one task a bin;
+        a round whose key table passes the budget: its batch decisions, for scan_keys)
 
 The sequential, per-partition rules (producer state, transactions, batch retention) run per
 partition inside ``applyInArrow``; the offset map is a shuffle on ``(partition, key digest)``
@@ -248,7 +249,8 @@ def plan_rounds(inputs: Mapping[int, PartitionInput], *, decide: bool = False) -
             row["error"] = json.dumps(problems[0].to_dict()) if problems else None
             decided = (decide and not problems and result.will_clean
                        and len(result.groups) > 1)
-            rows = _decision_rows(tp_id, inp, result, headers) if decided else []
+            rows = (_decision_rows(tp_id, result, inp.decide(result, headers)) if decided
+                    else [])
             # the plan's row first: tp_id and its plan, no decision
             columns = [pa.array([tp_id if name == "tp_id" else None] + [r[i] for r in rows],
                                 type=_DECISION_ARROW.field(i).type)
@@ -274,16 +276,26 @@ def _write_one_group(tp_id: int, inp: PartitionInput, plan: CleaningPlan,
 
 def _write_groups(tp_id: int, inp: PartitionInput, plan: CleaningPlan,
                   headers: Sequence[BatchHeader], *, writer: str, task_keys: int
-                  ) -> list[dict[str, Any]]:
+                  ) -> dict[str, Any]:
     """Decide the batches of a round of several groups and write them all with one key table
-    (:func:`compactor.spark.writer.write_groups`): their ``COMMIT_MESSAGE`` rows, none when
-    the table passed ``task_keys`` keys (nothing is written)."""
+    (:func:`compactor.spark.writer.write_groups`): the ``ONE_PASS`` columns of the result,
+    ``messages`` (their ``COMMIT_MESSAGE`` rows), or, when the table passed ``task_keys``
+    keys (nothing is written), none and the batches' ``decisions`` for the distributed offset
+    map (its writers work from them, so the driver neither scans nor decides the partition
+    again)."""
     decided = inp.decide(plan, headers)
     messages = write_groups(inp, plan.groups,
                             {(h.segment_base, h.position): d for h, d in decided},
                             first_dirty=plan.first_dirty_offset, engine=record_engine(writer),
                             max_keys=task_keys)
-    return [message_to_row(tp_id, m) for m in messages or ()]
+    if messages is None:
+        table = _table(_decision_rows(tp_id, plan, decided), _DECISION_ARROW)
+        rows = pa.StructArray.from_arrays([c.combine_chunks() for c in table.columns],
+                                          fields=list(_DECISION_ARROW))
+        return {"messages": [], "decisions": pa.ListArray.from_arrays(
+            pa.array([0, len(rows)], pa.int32()), rows,
+            type=_ONE_PASS_ARROW.field("decisions").type)}
+    return {"messages": [message_to_row(tp_id, m) for m in messages]}
 
 
 def decide_batches(inputs: Mapping[int, PartitionInput],
@@ -294,24 +306,27 @@ def decide_batches(inputs: Mapping[int, PartitionInput],
     def decide(table: pa.Table) -> pa.Table:
         with _collector_paused():
             tp_id = table.column("tp_id")[0].as_py()
-            return _table(_decision_rows(tp_id, inputs[tp_id], plans[tp_id],
-                                         _headers_from_arrow(table)), _DECISION_ARROW)
+            plan = plans[tp_id]
+            decided = inputs[tp_id].decide(plan, _headers_from_arrow(table))
+            return _table(_decision_rows(tp_id, plan, decided), _DECISION_ARROW)
 
     planned = list(plans)
     return lambda headers: (headers.where(F.col("tp_id").isin(planned))
                             .groupBy("tp_id").applyInArrow(decide, DECISION))
 
 
-def _decision_rows(tp_id: int, inp: PartitionInput, plan: CleaningPlan,
-                   headers: Sequence[BatchHeader]) -> list[tuple[Any, ...]]:
-    """The ``DECISION`` rows (tuples in its column order) of a planned partition's batches."""
+def _decision_rows(tp_id: int, plan: CleaningPlan,
+                   decided: Sequence[tuple[BatchHeader, BatchDecision]]
+                   ) -> list[tuple[Any, ...]]:
+    """The ``DECISION`` rows (tuples in its column order) of a planned partition's decided
+    batches (``PartitionInput.decide``)."""
     group_of = {base: group[0] for group in plan.groups for base in group}
     return [(tp_id, group_of[h.segment_base], h.segment_base, h.position, h.base_offset,
              h.is_control, int(d.retention), d.aborted, d.discard_records,
              d.retain_deletes, d.marker_horizon,
              *((t.producer_id, t.first_offset, t.last_offset, t.last_stable_offset)
                if (t := d.txn_entry) else (None, None, None, None)))
-            for h, d in inp.decide(plan, headers)]
+            for h, d in decided]
 
 
 def _decisions_from_arrow(table: pa.Table) -> dict[tuple[int, int], BatchDecision]:
@@ -560,8 +575,9 @@ def clean_in_one_pass(inputs: Mapping[int, PartitionInput], bins: Sequence[Seque
     :func:`check_segment`), plans its round and, when ``write``, decides its batches and
     writes its groups: one group alone, several with one key table carried from the newest
     to the oldest (:func:`compactor.spark.writer.write_groups`) unless that table comes to
-    hold more than ``task_keys`` keys. A partition whose table does is only planned, nothing
-    written: the driver cleans it the general way, through the distributed offset map. One
+    hold more than ``task_keys`` keys. A partition whose table does is planned and decided,
+    nothing written: its row carries the batch decisions, and the distributed offset map
+    writes it from them (:func:`compactor.spark.stages.clean_in_one_pass`). One
     that a check refuses gives its first error, and one without batches neither plan nor
     error.
 
@@ -590,20 +606,28 @@ def clean_in_one_pass(inputs: Mapping[int, PartitionInput], bins: Sequence[Seque
             if not headers:
                 return {"tp_id": tp_id}
             plan = inp.plan(headers)
-            messages: list[dict[str, Any]] = []
+            out: dict[str, Any] = {"tp_id": tp_id, "plan": plan_to_row(tp_id, plan),
+                                   "messages": []}
             if write and plan.will_clean:
                 if len(plan.groups) == 1:
-                    messages = [_write_one_group(tp_id, inp, plan, headers, writer=writer)]
+                    out["messages"] = [_write_one_group(tp_id, inp, plan, headers,
+                                                        writer=writer)]
                 else:
-                    messages = _write_groups(tp_id, inp, plan, headers, writer=writer,
-                                             task_keys=task_keys)
-            return {"tp_id": tp_id, "plan": plan_to_row(tp_id, plan), "messages": messages}
+                    out.update(_write_groups(tp_id, inp, plan, headers, writer=writer,
+                                             task_keys=task_keys))
+            return out
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for ids in batches:
             for b in ids.column(0).to_pylist():
                 for tp_id in bins[b]:
-                    yield pa.RecordBatch.from_pylist([one(tp_id)], schema=_ONE_PASS_ARROW)
+                    row = one(tp_id)
+                    decisions = row.pop("decisions", None)
+                    batch = pa.RecordBatch.from_pylist([row], schema=_ONE_PASS_ARROW)
+                    if decisions is not None:  # built as Arrow columns, not Python rows
+                        i = _ONE_PASS_ARROW.get_field_index("decisions")
+                        batch = batch.set_column(i, _ONE_PASS_ARROW.field(i), decisions)
+                    yield batch
 
     return lambda ids: ids.mapInArrow(storage.portable(run), ONE_PASS)
 

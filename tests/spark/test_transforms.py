@@ -162,6 +162,18 @@ def test_scan_headers_equals_the_pure_scan(spark, partition: PartitionInput, wri
     assert_df_equality(got, expected, ignore_row_order=True)
 
 
+def _expected_decisions(tp_id: int, partition: PartitionInput, plan: CleaningPlan,
+                        headers: list) -> list[tuple]:
+    """The ``DECISION`` rows of the plan's batches, from the policy's own decisions."""
+    group_of = {b: g[0] for g in plan.groups for b in g}
+    return [(tp_id, group_of[h.segment_base], h.segment_base, h.position, h.base_offset,
+             h.is_control, int(d.retention), d.aborted, d.discard_records, d.retain_deletes,
+             d.marker_horizon,
+             *((d.txn_entry.producer_id, d.txn_entry.first_offset, d.txn_entry.last_offset,
+                d.txn_entry.last_stable_offset) if d.txn_entry else (None,) * 4))
+            for h, d in partition.decide(plan, headers)]
+
+
 @pytest.mark.parametrize("decide", [False, True])
 def test_plan_and_decide_match_the_policy(spark, partition: PartitionInput,
                                           decide: bool) -> None:
@@ -182,14 +194,9 @@ def test_plan_and_decide_match_the_policy(spark, partition: PartitionInput,
     assert plan.will_clean and len(plan.groups) > 1
 
     decided = partition.decide(plan, headers_py)
-    group_of = {b: g[0] for g in plan.groups for b in g}
     got = headers.transform(transforms.decide_batches(inputs, {0: plan}))
-    expected = spark.createDataFrame([
-        (0, group_of[h.segment_base], h.segment_base, h.position, h.base_offset, h.is_control,
-         int(d.retention), d.aborted, d.discard_records, d.retain_deletes, d.marker_horizon,
-         *((d.txn_entry.producer_id, d.txn_entry.first_offset, d.txn_entry.last_offset,
-            d.txn_entry.last_stable_offset) if d.txn_entry else (None,) * 4))
-        for h, d in decided], DECISION)
+    expected = spark.createDataFrame(_expected_decisions(0, partition, plan, headers_py),
+                                     DECISION)
     assert_df_equality(got, expected, ignore_row_order=True)
     # the plan stage's own decisions, when asked for, are the same rows
     made = planned.where(F.col("plan").isNull()).drop("plan")
@@ -482,8 +489,9 @@ def test_rewrite_erased_equals_the_writer_called_directly(spark, partition: Part
 
 def test_clean_in_one_pass_equals_plan_and_writer_called_directly(
         spark, partition: PartitionInput, tmp_path: Path) -> None:
-    # 0: one group, written; 1: several groups with more records than a task's key table
-    # may hold, only planned; 2: a corrupt segment, refused
+    # 0: one group, written; 1: several groups with more keys than a task's key table may
+    # hold, planned and decided (for the distributed offset map), not written; 2: a corrupt
+    # segment, refused
     partition = dataclasses.replace(partition, aborted_txns=tuple(
         read_aborted_txns(load_partition(partition.path))))
     twin = _copy_partition(partition, tmp_path / "twin" / "orders-v2-0")
@@ -518,9 +526,11 @@ def test_clean_in_one_pass_equals_plan_and_writer_called_directly(
                task_keys=1))
            .withColumn("messages", _messages_without_seconds("messages")))
     expected = spark.createDataFrame([
-        (0, transforms.plan_to_row(0, plan), [transforms.message_to_row(0, message)], None),
-        (1, transforms.plan_to_row(1, several_plan), [], None),
-        (2, None, None, json.dumps(refused.value.to_dict())),
+        (0, transforms.plan_to_row(0, plan), [transforms.message_to_row(0, message)], None,
+         None),
+        (1, transforms.plan_to_row(1, several_plan), [], None,
+         _expected_decisions(1, several, several_plan, several_headers)),
+        (2, None, None, json.dumps(refused.value.to_dict()), None),
     ], ONE_PASS).withColumn("messages", _messages_without_seconds("messages"))
     assert_df_equality(got, expected, ignore_row_order=True)
     written = sorted(p.name for p in Path(partition.path).glob("*.cleaned"))
@@ -569,7 +579,7 @@ def test_clean_in_one_pass_writes_several_groups_within_task_keys(
     (row,) = (spark.range(1).transform(transforms.clean_in_one_pass(
         {0: several}, [[0]], write=True, task_keys=keys))
         .withColumn("messages", _messages_without_seconds("messages")).collect())
-    assert row.error is None
+    assert row.error is None and row.decisions is None
     assert [transforms.message_from_row(m) for m in row.messages] == [
         dataclasses.replace(m, seconds=0.0, tp_id=0) for m in direct]
     written = sorted(p.name for p in Path(several.path).glob("*.cleaned"))
@@ -589,7 +599,7 @@ def test_clean_in_one_pass_without_write_only_plans(spark, partition: PartitionI
     before = {p.name: p.read_bytes() for p in Path(partition.path).iterdir()}
     (row,) = (spark.range(1).transform(
         transforms.clean_in_one_pass({0: partition}, [[0]], write=False)).collect())
-    assert row.messages == [] and row.error is None
+    assert row.messages == [] and row.error is None and row.decisions is None
     assert transforms.plan_from_row(row.plan.asDict()) == partition.plan(_pure_headers(partition))
     assert {p.name: p.read_bytes() for p in Path(partition.path).iterdir()} == before
 
