@@ -368,19 +368,31 @@ OVER_TASK_BYTES, OVER_TASK_KEYS, TASK_KEYS_ZERO = "over_task_bytes", "over_task_
 ROUND_PATH_REASONS = (ONE_GROUP, WITHIN_TASK_KEYS, OVER_TASK_BYTES, OVER_TASK_KEYS, TASK_KEYS_ZERO)
 
 
+def one_task_scans(segments: Sequence[SegmentInfo], segment_bytes: int,
+                   segment_index_bytes: int) -> bool:
+    """Whether one task scans, plans and decides a partition's round
+    (``compactor.spark.stages.clean_in_one_pass``): its round is one group
+    (:func:`fits_one_group`), or its segments total at most :data:`ONE_TASK_BYTES`. Whether
+    that task writes it too, :func:`offset_map_reason` says; a round it does not write goes
+    through the distributed offset map with the batch decisions the task made. A larger
+    partition is scanned a task per segment."""
+    return (fits_one_group(segments, segment_bytes, segment_index_bytes)
+            or sum(s.size_bytes for s in segments) <= ONE_TASK_BYTES)
+
+
 def offset_map_reason(segments: Sequence[SegmentInfo], segment_bytes: int,
                       segment_index_bytes: int, task_keys: int = ONE_TASK_KEYS) -> str | None:
-    """Why a partition is not offered to one task that scans, plans and writes its round
-    (``compactor.spark.stages.clean_in_one_pass``), or ``None`` when it is: its round is one
-    group (:func:`fits_one_group`), or its segments total at most :data:`ONE_TASK_BYTES` and
-    ``task_keys`` allows several groups at all (the task then writes them unless its key
-    table comes to hold more than ``task_keys`` keys: :data:`OVER_TASK_KEYS`; with 0 it
-    would scan them only for the driver to scan them again)."""
+    """Why a partition's round is not offered to one task to write
+    (``compactor.spark.stages.clean_in_one_pass``) but goes through the distributed offset
+    map, or ``None`` when it is offered: its round is one group (:func:`fits_one_group`), or
+    its segments total at most :data:`ONE_TASK_BYTES` and ``task_keys`` allows several groups
+    at all (the task then writes them unless its key table comes to hold more than
+    ``task_keys`` keys: :data:`OVER_TASK_KEYS`)."""
     if fits_one_group(segments, segment_bytes, segment_index_bytes):
         return None
     if task_keys <= 0:
         return TASK_KEYS_ZERO
-    if sum(s.size_bytes for s in segments) > ONE_TASK_BYTES:
+    if not one_task_scans(segments, segment_bytes, segment_index_bytes):
         return OVER_TASK_BYTES
     return None
 

@@ -26,6 +26,7 @@ from compactor.cleaner.policy import (
     SkipReason,
     explain,
     offset_map_reason,
+    one_task_scans,
 )
 from compactor.cleaner.rebatch import DROP_REASONS
 from compactor.cluster.catalog import METADATA_LOG, Catalog
@@ -386,20 +387,23 @@ def _plan(spark: SparkSession, inputs: dict[int, PartitionInput],
     """Plan every readable partition; a partition a check refuses is reported corrupt and
     dropped from ``inputs``.
 
-    A partition small enough for one task (:func:`offset_map_reason` gives none) is cleaned
-    in one pass (one task scans, plans and, unless this is a plan, writes it:
-    :func:`spark_stages.clean_in_one_pass`). The others have their headers scanned segment by
+    A partition small enough for one task (:func:`one_task_scans`) is cleaned in one pass
+    (one task scans, plans and, unless this is a plan, writes it when
+    :func:`offset_map_reason` gives no reason not to: :func:`spark_stages.clean_in_one_pass`).
+    The others have their headers scanned segment by
     segment (kept cached for the rewrite, with the batch decisions of the rounds the
     distributed offset map writes, made as they are planned). A partition the one pass
-    planned but did not write (its key table passed ``--task-keys``) goes to the distributed
-    offset map with the batch decisions its task made: it is neither scanned nor decided
-    again.
+    planned but did not write (its key table passed ``--task-keys``, or that is 0) goes to
+    the distributed offset map with the batch decisions its task made: it is neither scanned
+    nor decided again.
 
     Returns:
         The plans, the cached rows (``None`` when no partition needed them) and the commit
         messages of the groups the one pass wrote.
     """
-    small = {i: inp for i, inp in inputs.items() if _fits_one_task(inp, opts.task_keys)}
+    small = {i: inp for i, inp in inputs.items()
+             if one_task_scans(inp.segments, inp.config.segment_bytes,
+                               inp.config.segment_index_bytes)}
     plans, errors, messages, handed_on = spark_stages.clean_in_one_pass(
         spark, small, write=not opts.dry_run, writer=opts.writer,
         task_keys=opts.task_keys)

@@ -231,14 +231,15 @@ def clean_in_one_pass(spark: SparkSession, inputs: Mapping[int, PartitionInput],
                                  list[CommitMessage], Scanned | None]:
     """Scan, plan and (when ``write``) write the partitions in one Spark job of one stage,
     a task per bin of partitions (:func:`transforms.clean_in_one_pass`): for partitions
-    small enough for one task (:func:`compactor.cleaner.policy.offset_map_reason` gives
-    none), where the header rows, plans, decisions and offset-map shuffle of the general
-    path would cost more than the work itself. The tasks come from ``spark.range``, so no
-    row is serialized and nothing is shuffled to start them.
+    small enough for one task (:func:`compactor.cleaner.policy.one_task_scans`), where the
+    header rows, plans, decisions and offset-map shuffle of the general path would cost more
+    than the work itself. The tasks come from ``spark.range``, so no row is serialized and
+    nothing is shuffled to start them.
 
     Args:
         task_keys: a round of several groups is written here unless its key table comes
-            to hold more than this many keys (it is then planned and decided, not written).
+            to hold more than this many keys (it is then planned and decided, not written;
+            with 0 it is never tried).
 
     Returns:
         The plans of the partitions with at least one batch, the first error (as

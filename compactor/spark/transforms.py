@@ -280,14 +280,14 @@ def _write_groups(tp_id: int, inp: PartitionInput, plan: CleaningPlan,
     """Decide the batches of a round of several groups and write them all with one key table
     (:func:`compactor.spark.writer.write_groups`): the ``ONE_PASS`` columns of the result,
     ``messages`` (their ``COMMIT_MESSAGE`` rows), or, when the table passed ``task_keys``
-    keys (nothing is written), none and the batches' ``decisions`` for the distributed offset
-    map (its writers work from them, so the driver neither scans nor decides the partition
-    again)."""
+    keys (nothing is written; with 0 nothing is tried), none and the batches' ``decisions``
+    for the distributed offset map (its writers work from them, so the driver neither scans
+    nor decides the partition again)."""
     decided = inp.decide(plan, headers)
     messages = write_groups(inp, plan.groups,
                             {(h.segment_base, h.position): d for h, d in decided},
                             first_dirty=plan.first_dirty_offset, engine=record_engine(writer),
-                            max_keys=task_keys)
+                            max_keys=task_keys) if task_keys > 0 else None
     if messages is None:
         table = _table(_decision_rows(tp_id, plan, decided), _DECISION_ARROW)
         rows = pa.StructArray.from_arrays([c.combine_chunks() for c in table.columns],

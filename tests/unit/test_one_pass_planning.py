@@ -1,13 +1,23 @@
 """The driver's choices for the one-pass path: which partitions can only be one group
-(``policy.fits_one_group``, against ``group_segments`` itself) and how partitions are binned
-into tasks (``stages.balanced_bins``)."""
+(``policy.fits_one_group``, against ``group_segments`` itself), which one task scans and which
+it may write (``policy.one_task_scans``, ``policy.offset_map_reason``) and how partitions are
+binned into tasks (``stages.balanced_bins``)."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from compactor.cleaner.policy import fits_one_group, group_segments
+from compactor.cleaner import policy
+from compactor.cleaner.policy import (
+    OVER_TASK_BYTES,
+    TASK_KEYS_ZERO,
+    fits_one_group,
+    group_segments,
+    offset_map_reason,
+    one_task_scans,
+)
 from compactor.model import SegmentInfo
 from compactor.spark.stages import balanced_bins
 
@@ -46,6 +56,26 @@ def test_fits_one_group_by_hand() -> None:
     assert not fits_one_group(three, 299, 36)  # the logs
     assert not fits_one_group(three, 300, 35)  # the time indexes
     assert fits_one_group(three[-1:], 1, 1)  # nothing but the active segment
+
+
+def test_one_task_scans_what_it_may_not_write(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One task scans, plans and decides every partition of at most ``ONE_TASK_BYTES``
+    (``--task-keys 0`` included: it then hands its decisions to the offset map); a larger one
+    only when its round is one group."""
+    monkeypatch.setattr(policy, "ONE_TASK_BYTES", 1_000)
+    small = _segments([(400, 8, 12)] * 2 + [(100, 8, 12)])  # 900 bytes, two groups
+    large = _segments([(400, 8, 12)] * 2 + [(300, 8, 12)])  # 1,100 bytes
+    for segments in (small, large):
+        assert not fits_one_group(segments, 500, 100)
+    assert one_task_scans(small, 500, 100)
+    assert not one_task_scans(large, 500, 100)
+    assert offset_map_reason(small, 500, 100, task_keys=1) is None
+    assert offset_map_reason(small, 500, 100, task_keys=0) == TASK_KEYS_ZERO
+    assert offset_map_reason(large, 500, 100, task_keys=1) == OVER_TASK_BYTES
+    assert offset_map_reason(large, 500, 100, task_keys=0) == TASK_KEYS_ZERO
+    # one group: scanned and written by one task, whatever its size and the budget
+    assert one_task_scans(large, 2_000, 100)
+    assert offset_map_reason(large, 2_000, 100, task_keys=0) is None
 
 
 @given(st.dictionaries(st.integers(0, 500), st.integers(0, 10**9), max_size=60),
