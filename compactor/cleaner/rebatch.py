@@ -294,6 +294,29 @@ class SegmentBuilder:
         self._next_offset = last_offset + 1
         self._sink(entry)
 
+    def append_run(self, data: bytes, sizes: Sequence[int]) -> None:
+        """Append v2 batches that lie end to end in ``data`` (``sizes``: each one's bytes) in
+        one write, as :meth:`append` appends them one by one.
+
+        Raises:
+            ValueError: ``sizes`` do not add up to ``data``.
+        """
+        if sum(sizes) != len(data):
+            raise ValueError(f"{len(sizes)} batches of {sum(sizes)} bytes in {len(data)} bytes")
+        pos = 0
+        for size in sizes:
+            header = V2_HEADER.unpack_from(data, pos)
+            self._infos.append(BatchIndexInfo(position=self._size + pos, size_in_bytes=size,
+                                              last_offset=header[0] + header[6],
+                                              max_timestamp=header[8]))
+            pos += size
+        if not sizes:
+            return
+        self._size += pos
+        self._checksum = zlib.crc32(data, self._checksum)
+        self._next_offset = self._infos[-1].last_offset + 1
+        self._sink(data)
+
     def finish(self, txn_entries: Sequence[AbortedTxn], *,
                last_source_batch: RecordBatch | None, source_segments: int,
                index_interval_bytes: int, segment_index_bytes: int) -> SegmentIndexes:

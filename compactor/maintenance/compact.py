@@ -445,8 +445,8 @@ def _round_path(inp: PartitionInput, plan: CleaningPlan, by_one_task: bool, task
                 ) -> tuple[str, str]:
     """How a partition's round is written, for its report line: by its one-pass task (one
     group, or several within ``task_keys``), or through the distributed offset map and why. A
-    partition offered to one task that did not write it passed the key budget (:func:`_plan`
-    scans it again)."""
+    partition offered to one task that did not write it passed the key budget (its task's
+    batch decisions went to the offset map: :func:`_plan`)."""
     if by_one_task:
         return ONE_TASK, ONE_GROUP if len(plan.groups) == 1 else WITHIN_TASK_KEYS
     return OFFSET_MAP, _offset_map_reason(inp, task_keys) or OVER_TASK_KEYS

@@ -1069,7 +1069,7 @@ def filter_chunk_batches(chunk: bytes, start: int, positions: Sequence[int],
                          base_offsets: Sequence[int], fates: Sequence[BatchFate],
                          decisions: Sequence[BatchDecision], *, now_ms: int,
                          delete_retention_ms: int, expanded: Expanded | None = None
-                         ) -> tuple[list[tuple[bytes, AbortedTxn | None]], int, int] | None:
+                         ) -> Filtered | None:
     """:func:`filter_fast` for the batches of a chunk of a segment (``chunk`` holds the
     segment's bytes from ``start``; ``positions``, ``base_offsets``, ``fates`` and
     ``decisions`` are its batches', as the backward pass saw them) in one native call. A chunk
@@ -1079,8 +1079,9 @@ def filter_chunk_batches(chunk: bytes, start: int, positions: Sequence[int],
     (:func:`compactor.codec.records.frame_rebuilt`).
 
     Returns:
-        ``(output batches with their transaction index entries, records in, records out)``,
-        or ``None`` when the chunk needs the batch-by-batch walk (anything but v2 data
+        ``(the output batches end to end, each one's size, their transaction index entries,
+        records in, records out)`` (one write of the output a chunk, not one a batch), or
+        ``None`` when the chunk needs the batch-by-batch walk (anything but v2 data
         batches the kernels parsed cleanly, or a chunk that is not what the backward pass
         saw: the walk then raises the located error).
     """
@@ -1126,15 +1127,17 @@ def filter_chunk_batches(chunk: bytes, start: int, positions: Sequence[int],
     if status != kernels.OK:
         return None
     view = out.data
-    entries = []
+    pieces: list[Any] = []  # runs of ``out`` and batches from elsewhere, in output order
+    sizes: list[int] = []
+    txn_entries: list[AbortedTxn] = []
+    run_start = run_end = 0  # the run of output batches next to each other in ``out``
     for at, size, source in outs[:n_out, [O_POS, O_SIZE, O_SOURCE]].tolist():
+        entry = None  # the batch's bytes when they are not ``out``'s
         if source < 0:  # the batch as it is: its CRC stands
             source = -1 - source
             if codecs[source]:
                 pos = source_frames[source, F_POS]
-                entry = bytes(chunk[pos:pos + source_frames[source, F_SIZE]])
-            else:
-                entry = bytes(view[at:at + size])
+                entry = chunk[pos:pos + source_frames[source, F_SIZE]]
         else:
             STATS["batches_rebuilt"] += 1
             if codecs[source] and size > RECORDS_OFFSET:  # records: compressed again
@@ -1142,10 +1145,24 @@ def filter_chunk_batches(chunk: bytes, start: int, positions: Sequence[int],
             else:  # uncompressed, or no records left (written uncompressed, as Kafka does)
                 _CRC_BYTES.pack_into(view, at + CRC_OFFSET,
                                      crc32c.crc32c(view[at + CRC_START:at + size]))
-                entry = bytes(view[at:at + size])
-        entries.append((entry, decisions[source].txn_entry))
+        if entry is None and at == run_end:
+            run_end += size
+        else:
+            if run_end > run_start:
+                pieces.append(view[run_start:run_end])
+            if entry is None:
+                run_start, run_end = at, at + size
+            else:
+                pieces.append(entry)
+                size = len(entry)
+                run_start = run_end = 0
+        sizes.append(size)
+        if (txn_entry := decisions[source].txn_entry) is not None:
+            txn_entries.append(txn_entry)
+    if run_end > run_start:
+        pieces.append(view[run_start:run_end])
     STATS["chunks_filtered"] += 1
-    return entries, records_in, records_out
+    return b"".join(pieces), sizes, txn_entries, records_in, records_out
 
 
 _LENGTH_BYTES = struct.Struct(">i")

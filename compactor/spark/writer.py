@@ -215,7 +215,7 @@ def _write_decided(inp: PartitionInput, source_bases: tuple[int, ...],
     tally = _Tally(dropped=dropped)
     config = inp.config
 
-    def outputs() -> Iterator[tuple[bytes, RecordBatch | None, AbortedTxn | None]]:
+    def outputs() -> Iterator[Output]:
         for base in source_bases:
             seg = by_base[base]
             positions, base_offsets = decided.layouts.pop(base)
@@ -237,13 +237,12 @@ def _write_decided(inp: PartitionInput, source_bases: tuple[int, ...],
                         [decisions[(base, p)] for p in positions[count:k]],
                         now_ms=inp.now_ms, delete_retention_ms=config.delete_retention_ms)
                     if done is not None:  # the chunk in one call
-                        entries, records_in, records_out = done
+                        out, sizes, txn_entries, records_in, records_out = done
                         tally.batches_in += k - count
                         tally.records_in += records_in
                         tally.records_out += records_out
                         count = k
-                        for entry, txn_entry in entries:
-                            yield entry, None, txn_entry
+                        yield out, sizes, None, txn_entries
                         continue
                     for batch in iter_batches(data, path=seg.log_path, start_position=start,
                                               end_position=end, verify_crc=False):
@@ -270,7 +269,7 @@ def _write_decided(inp: PartitionInput, source_bases: tuple[int, ...],
                         tally.records_in += result.records_in
                         tally.records_out += result.records_out
                         if result.data is not None:
-                            yield result.data, None, decision.txn_entry
+                            yield result.data, None, None, _entries(decision.txn_entry)
             if count != len(positions):
                 raise changed
 
@@ -411,7 +410,7 @@ def _write_erased(partition_dir: str, segment: SegmentInfo, erased: Mapping[int,
     base = segment.base_offset
     tally = _Tally()
 
-    def outputs() -> Iterator[tuple[bytes, RecordBatch | None, AbortedTxn | None]]:
+    def outputs() -> Iterator[Output]:
         with storage.mapped(segment.log_path) as data:
             tally.bytes_in = len(data)
             for batch in iter_batches(data, path=segment.log_path):
@@ -422,7 +421,7 @@ def _write_erased(partition_dir: str, segment: SegmentInfo, erased: Mapping[int,
                     n = batch.records_count if batch.magic >= 2 else len(batch.records())
                     tally.records_in += n
                     tally.records_out += n
-                    yield batch.raw, batch, None
+                    yield batch.raw, None, batch, ()
                     continue
                 retention = (BatchRetention.RETAIN_EMPTY if batch.position in retain_empty
                              else BatchRetention.DELETE_EMPTY)
@@ -438,7 +437,7 @@ def _write_erased(partition_dir: str, segment: SegmentInfo, erased: Mapping[int,
                 tally.records_out += result.records_out
                 tally.dropped["erased"] += result.records_in - result.records_out
                 if result.data is not None:
-                    yield result.data, None, None
+                    yield result.data, None, None, ()
 
     txn_path = segment_path(partition_dir, base, TXN_INDEX_SUFFIX)
     txn_entries = (decode_txn_index(storage.read_bytes(txn_path), base, path=txn_path)
@@ -458,8 +457,18 @@ def _write_erased(partition_dir: str, segment: SegmentInfo, erased: Mapping[int,
     return message
 
 
+#: what a rewrite hands :func:`_write_cleaned`, in output order: ``(bytes, sizes, source
+#: batch, transaction index entries)``: one batch (``sizes`` ``None``; the source batch when
+#: copied verbatim, else ``None``), or a run of batches end to end (``sizes``: each one's)
+Output = tuple[bytes, Sequence[int] | None, RecordBatch | None, Sequence[AbortedTxn]]
+
+
+def _entries(txn_entry: AbortedTxn | None) -> tuple[AbortedTxn, ...]:
+    return () if txn_entry is None else (txn_entry,)
+
+
 def _write_cleaned(partition_dir: str, source_bases: tuple[int, ...], log_path: str,
-                   outputs: Iterable[tuple[bytes, RecordBatch | None, AbortedTxn | None]],
+                   outputs: Iterable[Output],
                    last_batch: RecordBatch | None, config: TopicConfig, *, mtime_ms: int,
                    tally: _Tally, txn_entries: Sequence[AbortedTxn] = ()) -> CommitMessage:
     """Stream the output batches into the ``.cleaned`` log, then write its indexes (a
@@ -467,8 +476,7 @@ def _write_cleaned(partition_dir: str, source_bases: tuple[int, ...], log_path: 
     in a commit message (``tally`` is complete once ``outputs`` is exhausted).
 
     Args:
-        outputs: ``(bytes, source batch when copied verbatim, transaction index entry)`` per
-            output batch.
+        outputs: the output batches, one or a run at a time (:data:`Output`).
         txn_entries: index entries carried over ahead of the ones ``outputs`` brings.
     """
     base = source_bases[0]
@@ -476,10 +484,12 @@ def _write_cleaned(partition_dir: str, source_bases: tuple[int, ...], log_path: 
     with storage.open_durable(cleaned_path(partition_dir, base, LOG_SUFFIX),
                               mtime_ms=mtime_ms) as write:
         builder = SegmentBuilder(base, write)
-        for entry, copied_from, txn_entry in outputs:
-            builder.append(entry, copied_from)
-            if txn_entry is not None:
-                entries.append(txn_entry)
+        for data, sizes, copied_from, txns in outputs:
+            if sizes is None:
+                builder.append(data, copied_from)
+            else:
+                builder.append_run(data, sizes)
+            entries += txns
         try:
             files = builder.finish(entries, last_source_batch=last_batch,
                                    source_segments=len(source_bases),

@@ -4,7 +4,9 @@ reach."""
 from __future__ import annotations
 
 from compactor.cleaner.policy import BatchDecision, BatchRetention
-from compactor.cleaner.rebatch import assemble_segment, filter_batch
+import pytest
+
+from compactor.cleaner.rebatch import SegmentBuilder, assemble_segment, filter_batch
 from compactor.cleaner.rewrite import PURE
 from compactor.codec.compression import Codec
 from compactor.codec.indexes import decode_time_index
@@ -85,6 +87,31 @@ def test_group_ending_early_keeps_a_placeholder_and_single_segment_groups_do_not
     single = assemble_segment(0, [first], [], last_source_batch=last, source_segments=1,
                               index_interval_bytes=4096, segment_index_bytes=1024)
     assert single.log == first
+
+
+def test_a_run_of_batches_appended_at_once_builds_what_one_by_one_builds() -> None:
+    """``SegmentBuilder.append_run`` (the native writer's chunk of output batches, one write)
+    against ``append`` batch by batch: the same bytes written, indexes, size and checksum."""
+    batches = [encode_batch(NewRecordBatch(base_offset=o * 3, records=[
+        NewRecord(offset_delta=d, timestamp=100 + o * 7 + d, key=b"k%d" % d, value=b"v" * o)
+        for d in range(1 + o % 3)])) for o in range(40)]
+    one, run = [], []
+    by_one, by_run = SegmentBuilder(0, one.append), SegmentBuilder(0, run.append)
+    for entry in batches[:5]:
+        by_one.append(entry)
+        by_run.append(entry)
+    for entry in batches[5:]:
+        by_one.append(entry)
+    by_run.append_run(b"".join(batches[5:20]), [len(b) for b in batches[5:20]])
+    by_run.append_run(b"", [])
+    by_run.append_run(b"".join(batches[20:]), [len(b) for b in batches[20:]])
+    assert b"".join(run) == b"".join(one) and len(run) == 5 + 2
+    done = [b.finish([], last_source_batch=None, source_segments=1, index_interval_bytes=64,
+                     segment_index_bytes=4096) for b in (by_one, by_run)]
+    assert done[0] == done[1] and done[0].batches == 40 and len(done[0].index) > 8
+    with pytest.raises(ValueError, match="40 batches"):
+        SegmentBuilder(0, run.append).append_run(b"".join(batches) + b"x",
+                                                 [len(b) for b in batches])
 
 
 def test_a_segment_beyond_the_relative_offset_range_is_a_clear_error(tmp_path) -> None:
