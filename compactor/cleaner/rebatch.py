@@ -294,9 +294,9 @@ class SegmentBuilder:
         self._next_offset = last_offset + 1
         self._sink(entry)
 
-    def append_run(self, data: bytes, sizes: Sequence[int]) -> None:
-        """Append v2 batches that lie end to end in ``data`` (``sizes``: each one's bytes) in
-        one write, as :meth:`append` appends them one by one.
+    def append_run(self, data: Any, sizes: Sequence[int]) -> None:
+        """Append v2 batches that lie end to end in ``data`` (bytes or a view of them;
+        ``sizes``: each batch's) in one write, as :meth:`append` appends them one by one.
 
         Raises:
             ValueError: ``sizes`` do not add up to ``data``.

@@ -31,9 +31,9 @@ PATHS = ("native", "pure", "fallback")
 
 #: a chunk decided in one call: batch positions, base offsets, fates, in file order
 Decided = tuple[Sequence[int], Sequence[int], list[Any]]
-#: a chunk filtered in one call: its output batches end to end, each one's size, their
-#: .txnindex entries, records in, records out
-Filtered = tuple[bytes, list[int], list[AbortedTxn], int, int]
+#: a chunk filtered in one call: its output batches in runs that lie end to end (bytes or a
+#: view, each with its batches' sizes), their .txnindex entries, records in, records out
+Filtered = tuple[list[tuple[Any, list[int]]], list[AbortedTxn], int, int]
 #: keys read from a segment: (offsets, key_hi, key_lo, batch index) columns, and the batch
 #: positions left to read one by one
 KeyColumns = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]

@@ -1079,9 +1079,11 @@ def filter_chunk_batches(chunk: bytes, start: int, positions: Sequence[int],
     (:func:`compactor.codec.records.frame_rebuilt`).
 
     Returns:
-        ``(the output batches end to end, each one's size, their transaction index entries,
-        records in, records out)`` (one write of the output a chunk, not one a batch), or
-        ``None`` when the chunk needs the batch-by-batch walk (anything but v2 data
+        ``(the output batches in runs that lie end to end, each run with its batches'
+        sizes; their transaction index entries; records in; records out)``: a run is written
+        in one call, and those of ``out`` are views of it, not copies (a fresh buffer a chunk
+        would cost a page fault every 4 KiB). ``None`` when the chunk needs the
+        batch-by-batch walk (anything but v2 data
         batches the kernels parsed cleanly, or a chunk that is not what the backward pass
         saw: the walk then raises the located error).
     """
@@ -1127,17 +1129,17 @@ def filter_chunk_batches(chunk: bytes, start: int, positions: Sequence[int],
     if status != kernels.OK:
         return None
     view = out.data
-    pieces: list[Any] = []  # runs of ``out`` and batches from elsewhere, in output order
-    sizes: list[int] = []
+    runs: list[tuple[Any, list[int]]] = []  # (bytes, each batch's size), in output order
     txn_entries: list[AbortedTxn] = []
     run_start = run_end = 0  # the run of output batches next to each other in ``out``
+    run_sizes: list[int] = []
     for at, size, source in outs[:n_out, [O_POS, O_SIZE, O_SOURCE]].tolist():
         entry = None  # the batch's bytes when they are not ``out``'s
         if source < 0:  # the batch as it is: its CRC stands
             source = -1 - source
             if codecs[source]:
                 pos = source_frames[source, F_POS]
-                entry = chunk[pos:pos + source_frames[source, F_SIZE]]
+                entry = bytes(chunk[pos:pos + source_frames[source, F_SIZE]])
         else:
             STATS["batches_rebuilt"] += 1
             if codecs[source] and size > RECORDS_OFFSET:  # records: compressed again
@@ -1145,24 +1147,23 @@ def filter_chunk_batches(chunk: bytes, start: int, positions: Sequence[int],
             else:  # uncompressed, or no records left (written uncompressed, as Kafka does)
                 _CRC_BYTES.pack_into(view, at + CRC_OFFSET,
                                      crc32c.crc32c(view[at + CRC_START:at + size]))
-        if entry is None and at == run_end:
+        if entry is None and at == run_end and run_sizes:
             run_end += size
+            run_sizes.append(size)
         else:
-            if run_end > run_start:
-                pieces.append(view[run_start:run_end])
+            if run_sizes:
+                runs.append((view[run_start:run_end], run_sizes))
             if entry is None:
-                run_start, run_end = at, at + size
+                run_start, run_end, run_sizes = at, at + size, [size]
             else:
-                pieces.append(entry)
-                size = len(entry)
-                run_start = run_end = 0
-        sizes.append(size)
+                runs.append((entry, [len(entry)]))
+                run_sizes = []
         if (txn_entry := decisions[source].txn_entry) is not None:
             txn_entries.append(txn_entry)
-    if run_end > run_start:
-        pieces.append(view[run_start:run_end])
+    if run_sizes:
+        runs.append((view[run_start:run_end], run_sizes))
     STATS["chunks_filtered"] += 1
-    return b"".join(pieces), sizes, txn_entries, records_in, records_out
+    return runs, txn_entries, records_in, records_out
 
 
 _LENGTH_BYTES = struct.Struct(">i")

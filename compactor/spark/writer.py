@@ -237,12 +237,16 @@ def _write_decided(inp: PartitionInput, source_bases: tuple[int, ...],
                         [decisions[(base, p)] for p in positions[count:k]],
                         now_ms=inp.now_ms, delete_retention_ms=config.delete_retention_ms)
                     if done is not None:  # the chunk in one call
-                        out, sizes, txn_entries, records_in, records_out = done
+                        runs, txn_entries, records_in, records_out = done
                         tally.batches_in += k - count
                         tally.records_in += records_in
                         tally.records_out += records_out
                         count = k
-                        yield out, sizes, None, txn_entries
+                        for run, sizes in runs:
+                            yield run, sizes, None, txn_entries
+                            txn_entries = []
+                        if txn_entries:  # nothing of the chunk stays
+                            yield b"", [], None, txn_entries
                         continue
                     for batch in iter_batches(data, path=seg.log_path, start_position=start,
                                               end_position=end, verify_crc=False):
@@ -459,8 +463,9 @@ def _write_erased(partition_dir: str, segment: SegmentInfo, erased: Mapping[int,
 
 #: what a rewrite hands :func:`_write_cleaned`, in output order: ``(bytes, sizes, source
 #: batch, transaction index entries)``: one batch (``sizes`` ``None``; the source batch when
-#: copied verbatim, else ``None``), or a run of batches end to end (``sizes``: each one's)
-Output = tuple[bytes, Sequence[int] | None, RecordBatch | None, Sequence[AbortedTxn]]
+#: copied verbatim, else ``None``), or a run of batches end to end, bytes or a view of them
+#: (``sizes``: each one's)
+Output = tuple[Any, Sequence[int] | None, RecordBatch | None, Sequence[AbortedTxn]]
 
 
 def _entries(txn_entry: AbortedTxn | None) -> tuple[AbortedTxn, ...]:

@@ -498,9 +498,12 @@ def test_a_chunk_filtered_in_one_call_equals_the_batches_filtered_one_by_one(chu
         assert done is None  # the batch-by-batch walk takes the chunk
         return
     assert done is not None
-    out, sizes, txn_entries, records_in, records_out = done
-    assert len(sizes) == len(expected) and sum(sizes) == len(out)
-    assert [out[sum(sizes[:i]):sum(sizes[:i + 1])] for i in range(len(sizes))] == expected
+    runs, txn_entries, records_in, records_out = done
+    got = []
+    for run, sizes in runs:
+        assert sizes and sum(sizes) == len(run)
+        got += [bytes(run[sum(sizes[:i]):sum(sizes[:i + 1])]) for i in range(len(sizes))]
+    assert got == expected
     assert txn_entries == []  # none of the decisions carries one
     assert records_in == sum(b.records_count for b in batches)
 
