@@ -3,9 +3,9 @@ reach."""
 
 from __future__ import annotations
 
-from compactor.cleaner.policy import BatchDecision, BatchRetention
 import pytest
 
+from compactor.cleaner.policy import BatchDecision, BatchRetention
 from compactor.cleaner.rebatch import SegmentBuilder, assemble_segment, filter_batch
 from compactor.cleaner.rewrite import PURE
 from compactor.codec.compression import Codec
