@@ -242,11 +242,9 @@ def _write_decided(inp: PartitionInput, source_bases: tuple[int, ...],
                         tally.records_in += records_in
                         tally.records_out += records_out
                         count = k
-                        for run, sizes in runs:
+                        for run, sizes in runs:  # the entries come with their batches
                             yield run, sizes, None, txn_entries
                             txn_entries = []
-                        if txn_entries:  # nothing of the chunk stays
-                            yield b"", [], None, txn_entries
                         continue
                     for batch in iter_batches(data, path=seg.log_path, start_position=start,
                                               end_position=end, verify_crc=False):
@@ -493,7 +491,14 @@ def _write_cleaned(partition_dir: str, source_bases: tuple[int, ...], log_path: 
             if sizes is None:
                 builder.append(data, copied_from)
             else:
-                builder.append_run(data, sizes)
+                try:
+                    builder.append_run(data, sizes)
+                except ValueError as err:
+                    raise CorruptSegmentError(
+                        f"the native writer's output does not add up: {err}", path=log_path,
+                        base_offset=base,
+                        remedy="report this as a bug; the live segments are untouched"
+                    ) from err
             entries += txns
         try:
             files = builder.finish(entries, last_source_batch=last_batch,

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from compactor.cleaner import policy
 from compactor.cleaner.policy import legacy_horizon_ms
 from compactor.codec.checkpoints import CLEANER_OFFSET_CHECKPOINT, parse_offset_checkpoint
 from compactor.codec.compression import Codec
@@ -53,20 +54,26 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("case, task_keys", [
-    *((case, None) for case in sorted(CASES)),
+@pytest.mark.parametrize("case, task_keys, split", [
+    *((case, None, False) for case in sorted(CASES)),
     # the same round through the distributed offset map (the key scan's buckets, the shuffle):
     # sent there directly, and handed on by its one-pass task, whose key table passed a
-    # budget of one key, with the batch decisions that task made
-    ("txn-heavy-tombstones-small-groups", 0),
-    ("txn-heavy-tombstones-small-groups", 1),
+    # budget of one key, with the batch decisions that task made; and both at once, the
+    # larger partitions over the bytes one task takes (scanned a task per segment)
+    ("txn-heavy-tombstones-small-groups", 0, False),
+    ("txn-heavy-tombstones-small-groups", 1, False),
+    ("txn-heavy-tombstones-small-groups", 1, True),
 ])
-def test_spark_equalsreference_round(spark, tmp_path: Path, case: str,
-                                     task_keys: int | None) -> None:
+def test_spark_equalsreference_round(spark, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                     case: str, task_keys: int | None, split: bool) -> None:
     gen, configs = CASES[case]
     log_dir = tmp_path / "logs"
     generate(str(log_dir), gen)
     expected = reference_round(log_dir, configs, NOW_MS)
+    if split:
+        sizes = sorted(sum(f.stat().st_size for f in d.glob("*.log"))
+                       for d in log_dir.iterdir() if d.is_dir())
+        monkeypatch.setattr(policy, "ONE_TASK_BYTES", sizes[len(sizes) // 2])
 
     shuffle_conf = [spark.conf.get(k) for k in ("spark.sql.shuffle.partitions",
                                                   "spark.sql.adaptive.coalescePartitions.enabled")]
@@ -86,6 +93,9 @@ def test_spark_equalsreference_round(spark, tmp_path: Path, case: str,
     assert multi_group == (case == "txn-heavy-tombstones-small-groups")
     assert {p.round_path for p in report.partitions if p.plan and len(p.plan.groups) > 1} == (
         {"offset_map"} if task_keys in (0, 1) else {"one_task"} if multi_group else set())
+    if split:
+        assert {p.round_path_reason for p in report.partitions
+                if p.plan and len(p.plan.groups) > 1} == {"over_task_bytes", "over_task_keys"}
 
     checkpoint = parse_offset_checkpoint((log_dir / CLEANER_OFFSET_CHECKPOINT).read_text())
     for rep in report.partitions:
