@@ -13,6 +13,7 @@ Offset ranges are half-open ``[start, end)``.
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import IntEnum
@@ -356,6 +357,66 @@ ONE_TASK_KEYS = 4_000_000
 #: a partition of more bytes than this is not offered to one task even when its round has few
 #: keys: its groups are written in parallel through the distributed offset map
 ONE_TASK_BYTES = 2 * 1024**3
+
+
+#: the key budget's projection (:func:`over_task_keys`) speaks only once the newest this share
+#: of a round's bytes is decided and its key table holds this many keys: a smaller sample says
+#: too little of the rest (and an attempt stopped later has cost little)
+PROJECT_AFTER_SHARE = 1 / 8
+PROJECT_AFTER_KEYS = 100_000
+#: a one-task round stops once its keys are projected above this multiple of the budget
+PROJECT_MARGIN = 1.25
+
+
+def projected_keys(keys: int, records: int, share: float) -> float:
+    """The distinct keys a round is projected to hold when the newest ``share`` of its bytes
+    held ``keys`` distinct keys among ``records`` records.
+
+    The occupancy estimate: ``n`` records drawing their keys uniformly from ``K`` keys hold
+    ``K (1 - e^(-n/K))`` distinct ones on average. ``K`` is solved from the sample, and the
+    whole round (``records / share`` records) is drawn from it. Keys skewed towards a few,
+    or new keys that replace old ones over time, make this an underestimate (the newest
+    records then hold fewer distinct keys than the same number of older ones would). A
+    newest part with more distinct keys than the rest, such as a full re-publish of every
+    key at the end of the log, makes it an overestimate.
+    """
+    if records <= 0 or keys <= 0 or share <= 0:
+        return float(keys)
+    total = records / min(share, 1.0)
+    ratio = keys / records
+    if ratio >= 1.0:
+        return total  # every record a new key so far: as many as records
+    # (1 - e^-x) / x falls from 1 to 0 as x = n/K grows: bisect for the ratio seen
+    low, high = 0.0, 2.0 / ratio + 2.0
+    for _ in range(100):
+        x = (low + high) / 2
+        if -math.expm1(-x) / x > ratio:
+            low = x
+        else:
+            high = x
+    population = records / ((low + high) / 2)
+    return population * -math.expm1(-total / population)
+
+
+def over_task_keys(keys: int, records: int, share: float, budget: int) -> bool:
+    """Whether a one-task round (``compactor.spark.writer.write_groups``) stops and hands its
+    decisions to the distributed offset map: its key table holds more than ``budget`` keys,
+    or, once the newest :data:`PROJECT_AFTER_SHARE` of its bytes and at least
+    :data:`PROJECT_AFTER_KEYS` keys are in, the whole round is projected to hold more than
+    :data:`PROJECT_MARGIN` times the budget (:func:`projected_keys`). Both ways clean the
+    same records: the projection only spares a round that would pass the budget late the
+    cost of deciding most of it twice; a wrong projection costs time, never a record.
+
+    Args:
+        keys: the distinct keys in the table so far.
+        records: the records decided so far.
+        share: the share of the round's bytes decided so far.
+        budget: the most keys the table may hold (``--task-keys``).
+    """
+    if keys > budget:
+        return True
+    return (share >= PROJECT_AFTER_SHARE and keys >= PROJECT_AFTER_KEYS
+            and projected_keys(keys, records, share) > PROJECT_MARGIN * budget)
 
 
 #: the two ways a round is written (a cleaned partition's report line says which, and why:

@@ -82,6 +82,9 @@ class GroupRewrite(Protocol):
     def keys(self) -> int:
         """The distinct keys its key table holds so far: what its memory grows with."""
 
+    def records(self) -> int:
+        """The records it has decided so far."""
+
 
 class Engine(Protocol):
     """One implementation of the record work: its groups and its key scan."""
@@ -124,7 +127,7 @@ class _PureRewrite:
         self._first_dirty = first_dirty
         self._later: set[bytes] = set()  # keys entering the map later in the group
         self._reasons: Counter[str] = Counter()
-        self._from_map = self._later_count = 0
+        self._from_map = self._later_count = self._records = 0
 
     def decide_chunk(self, chunk: bytes, start: int, segment_base: int,
                      decisions: Mapping[tuple[int, int], BatchDecision]) -> Decided | None:
@@ -132,6 +135,7 @@ class _PureRewrite:
 
     def decide(self, newest_first: Sequence[tuple[RecordBatch, BatchDecision]]) -> list[Any]:
         fates: list[Any] = []
+        self._records += sum(batch.records_count for batch, _ in newest_first)
         for goes in iter_drops(newest_first, self._superseded, self._first_dirty, self._later):
             fates.append(array("q", goes.offsets) if goes.offsets else None)
             self._reasons.update(goes.reasons)
@@ -162,6 +166,9 @@ class _PureRewrite:
 
     def keys(self) -> int:
         return len(self._later)
+
+    def records(self) -> int:
+        return self._records
 
 
 class _PureEngine:

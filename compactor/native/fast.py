@@ -857,6 +857,9 @@ class NativeRewrite:
     def keys(self) -> int:
         return int(self.used[1])
 
+    def records(self) -> int:
+        return self.seen
+
     def reasons(self) -> Counter[str]:
         counts: Counter[str] = Counter()
         for code, name in REASON_NAMES.items():

@@ -15,7 +15,12 @@ from typing import Any
 
 import numpy as np
 
-from compactor.cleaner.policy import BatchDecision, BatchRetention, PartitionInput
+from compactor.cleaner.policy import (
+    BatchDecision,
+    BatchRetention,
+    PartitionInput,
+    over_task_keys,
+)
 from compactor.cleaner.rebatch import SegmentBuilder, filter_batch
 from compactor.cleaner.rewrite import Engine, Fallback, GroupRewrite, fallback_group
 from compactor.codec.indexes import AbortedTxn, decode_txn_index
@@ -126,7 +131,27 @@ def _write(inp: PartitionInput, source_bases: tuple[int, ...],
 
 
 class _OverKeys(Exception):
-    """The key table passed the task's key budget (:func:`write_groups`)."""
+    """The key table passed the task's key budget, or is projected to (:func:`write_groups`)."""
+
+
+@dataclass(slots=True)
+class _KeyBudget:
+    """The key budget of a round :func:`write_groups` decides, checked after each chunk."""
+
+    max_keys: int
+    round_bytes: int  # the source segments of the round's groups
+    decided_bytes: int = 0
+
+    def after_chunk(self, rewrite: GroupRewrite, chunk_bytes: int) -> None:
+        """Count a chunk decided.
+
+        Raises:
+            _OverKeys: the round stops here (:func:`compactor.cleaner.policy.over_task_keys`).
+        """
+        self.decided_bytes += chunk_bytes
+        if over_task_keys(rewrite.keys(), rewrite.records(),
+                          self.decided_bytes / max(1, self.round_bytes), self.max_keys):
+            raise _OverKeys
 
 
 def write_groups(inp: PartitionInput, groups: Sequence[Sequence[int]],
@@ -141,9 +166,11 @@ def write_groups(inp: PartitionInput, groups: Sequence[Sequence[int]],
     (:class:`Fallback`) sends the whole round to the pure path, from its newest group again.
 
     Args:
-        max_keys: the key budget: once the table holds more keys than this (checked after
-            each chunk decided, so it passes the budget by at most one chunk's keys), the
-            round stops before anything is written.
+        max_keys: the key budget: once the table holds more keys than this, or is projected
+            to hold well more by the round's end (checked after each chunk decided, so it
+            passes the budget by at most one chunk's keys:
+            :func:`compactor.cleaner.policy.over_task_keys`), the round stops before
+            anything is written.
 
     Returns:
         A commit message per group, or, when a group cannot be decided, only that group's
@@ -189,15 +216,17 @@ def _decide_groups(inp: PartitionInput, groups: Sequence[Sequence[int]],
 
     Raises:
         Fallback: the native rewrite hands the round back.
-        _OverKeys: the key table passed ``max_keys``.
+        _OverKeys: the key table passed ``max_keys`` or is projected to.
     """
     by_base = {s.base_offset: s for s in inp.segments}
+    budget = None if max_keys is None else _KeyBudget(
+        max_keys, sum(by_base[b].size_bytes for g in groups for b in g))
     decided: dict[int, tuple[_Decided, Counter[str], float]] = {}
     for group in reversed(groups):
         started = time.perf_counter()
         before = Counter(rewrite.reasons())  # a copy: the pure path's is live
         try:
-            done = _decide(by_base, tuple(group), decisions, rewrite, max_keys)
+            done = _decide(by_base, tuple(group), decisions, rewrite, budget)
         except CompactorError as err:
             return CommitMessage(group_base=group[0], source_bases=tuple(group),
                                  error=err.to_dict(),
@@ -287,14 +316,14 @@ _CHUNK_BYTES = 16 * 1024 * 1024  # the backward walk decodes this much of a segm
 
 def _decide(by_base: Mapping[int, SegmentInfo], source_bases: tuple[int, ...],
             decisions: Mapping[tuple[int, int], BatchDecision], rewrite: GroupRewrite,
-            max_keys: int | None = None) -> _Decided:
+            budget: _KeyBudget | None = None) -> _Decided:
     """The backward pass: each segment's batches decoded (CRC checked) a chunk at a time,
     newest chunk first, and their records decided newest first by ``rewrite`` (a whole chunk
     in one call where it can).
 
     Raises:
         Fallback: the native rewrite hands the group to the pure path.
-        _OverKeys: after a chunk, the key table holds more than ``max_keys`` keys.
+        _OverKeys: after a chunk, the ``budget`` stops the round.
     """
     decided = _Decided()
     planned: dict[int, list[int]] = {}  # the batch positions the planning scan found
@@ -325,8 +354,8 @@ def _decide(by_base: Mapping[int, SegmentInfo], source_bases: tuple[int, ...],
                             data, path, start, end, base, decisions, decided, rewrite)
                 except CompactorError as err:
                     raise err.with_location(path=path) from None
-                if max_keys is not None and rewrite.keys() > max_keys:
-                    raise _OverKeys
+                if budget is not None:
+                    budget.after_chunk(rewrite, end - start)
                 fates.append(chunk_fates)
                 positions.append(array("q", chunk_positions))
                 base_offsets.append(array("q", chunk_bases))

@@ -544,3 +544,62 @@ def test_the_chunked_key_scan_reads_what_the_compiled_reader_reads(
     assert read > 50  # the kernels read some themselves
     if case != "uncompressed-txn-tombstones":
         assert left > 0  # compressed or legacy batches: the batch-by-batch reader's
+
+
+class _Recording:
+    """An engine that keeps the group rewrites it makes, to ask how far a round got."""
+
+    def __init__(self, inner) -> None:
+        self.inner, self.made = inner, []
+
+    def group(self, *args, **kwargs):
+        self.made.append(self.inner.group(*args, **kwargs))
+        return self.made[-1]
+
+    def __getattr__(self, name: str):
+        return getattr(self.inner, name)
+
+
+@pytest.mark.parametrize("label", ["native", "pure"])
+def test_a_round_projected_over_its_key_budget_stops_early(tmp_path: Path, monkeypatch,
+                                                           label: str) -> None:
+    """Uniform keys, most records a new one: the key table passes the budget only after
+    three quarters of the round, but the newest eighth already shows it will pass it by more
+    than the margin (``policy.over_task_keys``), so ``write_groups`` stops there and writes
+    nothing. Without the projection it decides most of the round first. Few keys written
+    over and over are never projected past a budget they stay within."""
+    from compactor.cleaner import policy
+
+    monkeypatch.setattr(policy, "PROJECT_AFTER_KEYS", 100)
+    for name, keys in (("many", 40_000), ("few", 60)):
+        generate(str(tmp_path / name), GeneratorConfig(
+            topics=(name,), partitions=1, records_per_partition=6_000, distinct_keys=keys,
+            zipf_exponent=0.0, tombstone_ratio=0.0, transactional_ratio=0.0,
+            null_key_ratio=0.0, segment_bytes=16 * 1024, codecs=(Codec.NONE,), seed=5))
+        ((_, (inp, logs, ref)),) = reference_round(tmp_path / name, CONFIGS, NOW_MS).items()
+        assert len(ref.plan.groups) >= 4
+        decisions = {(h.segment_base, h.position): d
+                     for h, d in inp.decide(ref.plan, _headers(inp, logs))}
+        map_keys = len(_map_entries(inp, logs, ref.plan, decisions))
+        records = sum(b.records_count for s in inp.segments
+                      for b in iter_batches(logs[s.base_offset]))
+
+        def attempt(budget: int) -> tuple[object, int]:
+            recording = _Recording(engine(label))
+            got = write_groups(inp, ref.plan.groups, decisions,
+                               first_dirty=ref.plan.first_dirty_offset, engine=recording,
+                               max_keys=budget)
+            return got, recording.made[-1].records()
+
+        if name == "few":
+            got, _ = attempt(map_keys)
+            assert got is not None and all(m.error is None for m in got)
+            continue
+        budget = map_keys * 3 // 4  # passed once three quarters of the keys are in
+        got, decided = attempt(budget)
+        assert got is None and not list((tmp_path / name).rglob("*.cleaned"))
+        assert decided < records / 3
+        monkeypatch.setattr(policy, "PROJECT_MARGIN", float("inf"))
+        got, decided = attempt(budget)
+        assert got is None and decided > records * 2 / 3
+        monkeypatch.setattr(policy, "PROJECT_MARGIN", 1.25)

@@ -5,6 +5,7 @@ binned into tasks (``stages.balanced_bins``)."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -17,6 +18,8 @@ from compactor.cleaner.policy import (
     group_segments,
     offset_map_reason,
     one_task_scans,
+    over_task_keys,
+    projected_keys,
 )
 from compactor.model import SegmentInfo
 from compactor.spark.stages import balanced_bins
@@ -94,3 +97,57 @@ def test_balanced_bins_by_hand() -> None:
     assert balanced_bins({1: 10, 2: 7, 3: 5, 4: 4}, 2) == [[1, 4], [2, 3]]
     assert balanced_bins({1: 10, 2: 7}, 8) == [[1], [2]]
     assert balanced_bins({}, 4) == []
+
+
+# -- the key budget's projection (policy.projected_keys, policy.over_task_keys) ---------------
+
+
+def _distinct_newest_and_all(keys: np.ndarray, share: float) -> tuple[int, int, int]:
+    """(distinct keys of the newest ``share`` of ``keys``, records there, distinct in all),
+    counted by numpy: what the projection is checked against."""
+    newest = keys[len(keys) - int(len(keys) * share):]
+    return len(np.unique(newest)), len(newest), len(np.unique(keys))
+
+
+@pytest.mark.parametrize("population", [20_000, 200_000, 2_000_000])
+@pytest.mark.parametrize("share", [1 / 8, 1 / 3])
+def test_projected_keys_of_uniform_keys_is_the_count_of_the_whole(population, share) -> None:
+    keys = np.random.default_rng(population).integers(0, population, 400_000)
+    seen, records, whole = _distinct_newest_and_all(keys, share)
+    assert projected_keys(seen, records, share) == pytest.approx(whole, rel=0.05)
+
+
+def test_projected_keys_underestimates_skewed_and_growing_key_spaces() -> None:
+    rng = np.random.default_rng(7)
+    skewed = rng.zipf(1.3, 400_000)  # a few hot keys and a long tail
+    growing = np.arange(400_000) // 2  # new keys arrive over time, each written twice
+    for keys in (skewed, growing):
+        seen, records, whole = _distinct_newest_and_all(keys, 1 / 8)
+        assert projected_keys(seen, records, 1 / 8) <= whole
+
+
+def test_projected_keys_at_the_edges() -> None:
+    assert projected_keys(500, 500, 1 / 4) == 2_000  # every record a new key: all of them
+    assert projected_keys(0, 0, 1 / 8) == 0
+    assert projected_keys(300, 1_000, 1.0) == pytest.approx(300, rel=1e-6)  # all seen
+
+
+def test_over_task_keys_is_exact_until_the_sample_suffices() -> None:
+    budget = 4 * policy.PROJECT_AFTER_KEYS
+    after = policy.PROJECT_AFTER_SHARE
+    enough = policy.PROJECT_AFTER_KEYS
+    # past the budget: always
+    assert over_task_keys(budget + 1, budget + 1, 0.01, budget)
+    # every record a new key, the whole round far past the budget, but too early to say
+    assert not over_task_keys(enough, enough, after * 0.99, budget)
+    assert not over_task_keys(enough - 1, enough - 1, after, budget)
+    assert over_task_keys(enough, enough, after, budget)  # projected 8 x the sample
+    # projected over the budget: within the margin it goes on, past it it stops
+    records = enough * 21 // 20  # one record in 21 repeats a key
+    projected = projected_keys(enough, records, after)
+    assert projected > 4 * enough
+    within = int(projected / (1 + (policy.PROJECT_MARGIN - 1) / 2))
+    assert not over_task_keys(enough, records, after, within)
+    assert over_task_keys(enough, records, after, int(projected / policy.PROJECT_MARGIN) - 1)
+    # few keys, written over and over: never
+    assert not over_task_keys(enough, 50 * enough, 0.5, budget)
