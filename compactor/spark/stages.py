@@ -78,7 +78,10 @@ def partition_slots(spark: SparkSession, n: int) -> list[int]:
     partition (the ``k``-th to partition ``k``): found by asking Spark which partition each
     candidate value hashes to, with the hash its shuffles use. The candidates come back as
     Arrow columns and the smallest of each partition is kept in numpy (the offset map's
-    buckets can number hundreds of thousands: 8 candidates each)."""
+    buckets can number hundreds of thousands: 8 candidates each). Asked once per ``n`` in a
+    process (each asking is a Spark job of 0.2-0.3 s)."""
+    if n in _SLOTS:
+        return list(_SLOTS[n])
     slot_of: dict[int, int] = {}
     start = 0
     while len(slot_of) < n:
@@ -93,7 +96,13 @@ def partition_slots(spark: SparkSession, n: int) -> list[int]:
                                     strict=True):
             slot_of.setdefault(partition, value)
         start += 8 * n
-    return [slot_of[k] for k in range(n)]
+    _SLOTS[n] = tuple(slot_of[k] for k in range(n))
+    return list(_SLOTS[n])
+
+
+#: :func:`partition_slots` by ``n``, for the process: Spark's hash partitioning of a value
+#: (``Murmur3Hash`` with seed 42, ``HashPartitioning``) is the same in every session
+_SLOTS: dict[int, tuple[int, ...]] = {}
 
 
 def segment_tasks(spark: SparkSession, partitions: Mapping[int, HasSegments]) -> DataFrame:
@@ -120,7 +129,8 @@ def write_cleaned_segments(spark: SparkSession, inputs: Mapping[int, PartitionIn
     whole group alone (:func:`compactor.cleaner.rebatch.iter_drops`). Those partitions skip
     the key scan and the decision rows too: the task that writes the group decides its
     batches from the header rows (:func:`transforms.rewrite_whole_partitions`). Both kinds
-    are written by one Spark job. ``headers`` and ``decisions``, when given, are the rows
+    are written by one Spark job, the offset map's stages included. ``headers`` and
+    ``decisions``, when given, are the rows
     :func:`scan_and_plan` cached (the decisions of every partition of ``plans`` with several
     groups); otherwise they are made here."""
     if not plans:
@@ -143,18 +153,14 @@ def write_cleaned_segments(spark: SparkSession, inputs: Mapping[int, PartitionIn
             persisted.append(decisions)
         else:
             decisions = decisions.where(F.col("tp_id").isin(list(mapped)))
-        map_bytes = _group_bytes({i: inputs[i] for i in mapped}, mapped)
-        buckets = offset_map_buckets(spark, map_bytes)
-        with spark_step(spark, "offset_map", total_bytes=map_bytes):
-            superseded = (decisions.transform(transforms.scan_keys(
-                cleaning, mapped, slots, partition_slots(spark, buckets), writer=writer))
-                          .transform(transforms.superseded_records(buckets))).persist()
-            superseded.count()
-        persisted.append(superseded)
+        buckets = offset_map_buckets(spark, _group_bytes(cleaning, mapped))
+        superseded = (decisions.transform(transforms.scan_keys(
+            cleaning, mapped, slots, partition_slots(spark, buckets), writer=writer))
+                      .transform(transforms.superseded_records(buckets)))
         writes.append(transforms.rewrite_groups(cleaning, mapped, slots,
                                                 writer=writer)(decisions, superseded))
-    if on_stage:
-        on_stage("offset_map")
+    # one job: the offset map's key scan and buckets shuffle their output straight to the
+    # writers (a cached map and a job of its own cost a tenth of a round, docs/benchmarks.md)
     with spark_step(spark, "rewrite", total_bytes=_group_bytes(cleaning, plans)):
         rows = functools.reduce(DataFrame.unionByName, writes).collect()
     for df in persisted:

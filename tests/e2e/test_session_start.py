@@ -91,7 +91,7 @@ spark = lazy.started
 runtime = spark._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
 print(json.dumps({"jvm_args": list(runtime.getInputArguments()),
                   "statuses": sorted({p.status for p in report.partitions}),
-                  "stages": sorted(report.stages_s)}))
+                  "paths": sorted({p.round_path for p in report.partitions if p.round_path})}))
 spark.stop()
 """
 
@@ -109,4 +109,4 @@ def test_a_round_one_task_cleans_gets_a_jvm_for_short_work_whatever_its_size(
     started = json.loads(res.stdout.splitlines()[-1])
     assert ("-XX:TieredStopAtLevel=1" in started["jvm_args"]) is c1_only
     assert "cleaned" in started["statuses"]
-    assert ("offset_map" in started["stages"]) is (path != "one_task")
+    assert ("offset_map" in started["paths"]) is (path != "one_task")
