@@ -113,10 +113,11 @@ PLANNED = StructType([*(StructField(f.name, f.dataType, True) for f in DECISION.
 # bytes instead of converting millions of rows. Only records that can be superseded travel:
 # data batches the round does not discard, not already superseded within their group; values,
 # null keys, markers and discarded batches never do (the writer decides those). ``bucket`` is
-# the value the shuffle hashes to the bucket's own partition. ``within`` carries, packed the
-# same way and spread over the group's rows, the offsets of the group's records that a later
-# record of their key in the group supersedes (the scan's map-side combine found them): they
-# pass through the bucket to the group's writer. A group that cannot be decoded gives one row
+# the value the shuffle hashes to the bucket's own partition. ``within`` carries, spread over
+# the group's rows, the offsets of the group's records that a later record of their key in
+# the group supersedes (the scan's map-side combine found them), packed as a list or, when
+# dense, a bitmap (``compactor.spark.transforms.pack_offsets``): they pass through the bucket
+# to the group's writer. A group that cannot be decoded gives one row
 # with ``error`` set (and no records).
 KEY_BUCKET = _schema(
     ("tp_id", IntegerType(), False),

@@ -80,7 +80,7 @@ def _packed(spark, keyed: list[tuple], buckets: int,
         carried = within(offset)
         return (tp, group, slots[lo % buckets], struct.pack("<q", offset),
                 struct.pack("<q", hi), struct.pack("<q", lo), struct.pack("<?", in_map),
-                struct.pack(f"<{len(carried)}q", *carried), None)
+                transforms.pack_offsets(np.asarray(carried, np.int64)), None)
 
     return spark.createDataFrame([row(*k) for k in keyed], KEY_BUCKET)
 
@@ -118,7 +118,7 @@ def test_superseded_records_group_each_key_in_one_bucket(spark) -> None:
                       + [(1, 1, 140), (1, 2, 240)])
     assert _superseded(got) == expected
     carried = sorted((r.tp_id, r.group_base, offset) for r in got.collect()
-                     for (offset,) in struct.iter_unpack("<q", r.within))
+                     for offset in transforms.unpack_offsets(r.within).tolist())
     assert carried == sorted((tp, g, 10_000 + 2 * o + i) for tp, g, o, *_ in rows
                              for i in (0, 1))
 
@@ -255,7 +255,8 @@ def test_scan_keys_emits_keyed_records_not_superseded_in_their_group(spark,
     assert sorted(unpacked) == sorted(expected)
     # the ones that stay home go to their group's writer as offsets, spread over its rows
     kept = set(expected)
-    assert sorted((r.group_base, o) for r in got for o in np.frombuffer(r.within, "<i8").tolist()
+    assert sorted((r.group_base, o) for r in got
+                  for o in transforms.unpack_offsets(r.within).tolist()
                   ) == sorted((row[1], row[2]) for _, row in rows if row not in kept)
     # every record of a key in one bucket, of those given; a group's bucket once at most
     bucket_of: dict[tuple[int, int], set[int]] = {}
@@ -369,7 +370,8 @@ def test_rewrite_groups_equals_the_writer_called_directly(spark, partition: Part
         for tp, group, offset in rows:
             by_group.setdefault((tp, group), ([], []))[side].append(offset)
     superseded = spark.createDataFrame(  # as buckets send them: a group's in pieces
-        [(tp, group, struct.pack(f"<{len(a)}q", *a), struct.pack(f"<{len(b)}q", *b))
+        [(tp, group, struct.pack(f"<{len(a)}q", *a),
+          transforms.pack_offsets(np.asarray(sorted(b), np.int64)))
          for (tp, group), (offsets, within) in by_group.items()
          for a, b in ((offsets[::2], within[1::2]), (offsets[1::2], within[::2]))], SUPERSEDED)
     got = transforms.rewrite_groups(inputs, plans, slots)(decisions, superseded)

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from compactor.cleaner.policy import CleaningPlan, SkipReason
 from compactor.model import CommitMessage
 from compactor.schemas.spark import COMMIT_MESSAGE, PLAN
-from compactor.spark import rows
+from compactor.spark import rows, transforms
 
 offsets = st.integers(min_value=0, max_value=2**62)
 plans = st.builds(
@@ -63,3 +65,29 @@ def test_column_values_are_what_spark_expects() -> None:
     assert row["tp_id"] == 7 and row["source_bases"] == [0, 4]
     assert json.loads(row["dropped"]) == {"superseded": 2} and json.loads(row["error"]) == {
         "code": "X"}
+
+
+# -- packed offsets (``within`` of KEY_BUCKET and SUPERSEDED) ----------------------------------
+
+dense_or_sparse = st.tuples(st.integers(0, 2**40), st.sets(st.integers(0, 3_000), max_size=400)
+                            | st.sets(st.integers(0, 2**31), max_size=40))
+
+
+@given(dense_or_sparse)
+def test_packed_offsets_come_back_as_given(start_and_gaps) -> None:
+    start, relative = start_and_gaps
+    given_offsets = [start + r for r in sorted(relative)]
+    packed = transforms.pack_offsets(np.asarray(given_offsets, np.int64))
+    assert transforms.unpack_offsets(packed).tolist() == given_offsets
+    # never larger than the offsets themselves, and a bit each when they are dense
+    assert len(packed) <= 1 + 8 * len(given_offsets)
+    if given_offsets:
+        span = given_offsets[-1] - given_offsets[0] + 1
+        assert len(packed) <= 1 + min(8 * len(given_offsets), 16 + (span + 7) // 8)
+
+
+def test_a_value_not_packed_by_pack_offsets_is_refused() -> None:
+    for value in (b"\x00abc", b"\x01" + b"\x00" * 15, b"\x02" + b"\x00" * 8,
+                  b"\x01" + np.array([5, 9], "<i8").tobytes() + b"\xff\xff\xff"):
+        with pytest.raises(ValueError):
+            transforms.unpack_offsets(value)
