@@ -289,9 +289,8 @@ def _write_groups(tp_id: int, inp: PartitionInput, plan: CleaningPlan,
                             first_dirty=plan.first_dirty_offset, engine=record_engine(writer),
                             max_keys=task_keys) if task_keys > 0 else None
     if messages is None:
-        table = _table(_decision_rows(tp_id, plan, decided), _DECISION_ARROW)
-        rows = pa.StructArray.from_arrays([c.combine_chunks() for c in table.columns],
-                                          fields=list(_DECISION_ARROW))
+        rows = _table(_decision_rows(tp_id, plan, decided),
+                      _DECISION_ARROW).to_struct_array().combine_chunks()
         return {"messages": [], "decisions": pa.ListArray.from_arrays(
             pa.array([0, len(rows)], pa.int32()), rows,
             type=_ONE_PASS_ARROW.field("decisions").type)}

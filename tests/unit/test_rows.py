@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from compactor.cleaner.policy import CleaningPlan, SkipReason
+from compactor.cleaner.scan import KeyedRows
 from compactor.model import CommitMessage
 from compactor.schemas.spark import COMMIT_MESSAGE, PLAN
 from compactor.spark import rows, transforms
@@ -91,3 +92,24 @@ def test_a_value_not_packed_by_pack_offsets_is_refused() -> None:
                   b"\x01" + np.array([5, 9], "<i8").tobytes() + b"\xff\xff\xff"):
         with pytest.raises(ValueError):
             transforms.unpack_offsets(value)
+
+
+def test_a_group_without_rows_to_shuffle_still_hands_on_what_it_superseded() -> None:
+    # no keyed record of the group left to shuffle (cannot happen: each record superseded
+    # within it has a later one of its key that travels), yet its writer must get them
+    empty = np.zeros(0, np.int64)
+    rows = KeyedRows(group_base=empty, offset=empty, key_hi=empty, key_lo=empty,
+                     in_map=np.zeros(0, bool))
+    within = np.array([7, 8, 11], np.int64)
+    table = transforms.key_buckets(3, 5, rows, np.array([40, 41, 42], np.int64), within=within)
+    assert table.num_rows == 1
+    (row,) = table.to_pylist()
+    assert (row["tp_id"], row["group_base"], row["offsets"]) == (3, 5, b"")
+    assert transforms.unpack_offsets(row["within"]).tolist() == [7, 8, 11]
+    # and a group with rows spreads them over its buckets' rows, each offset once
+    rows = KeyedRows(group_base=np.full(4, 5), offset=np.array([12, 13, 14, 15]),
+                     key_hi=np.arange(4), key_lo=np.arange(4), in_map=np.ones(4, bool))
+    table = transforms.key_buckets(3, 5, rows, np.array([40, 41, 42], np.int64), within=within)
+    assert table.num_rows == 3
+    assert sorted(o for v in table.column("within").to_pylist()
+                  for o in transforms.unpack_offsets(v).tolist()) == [7, 8, 11]
