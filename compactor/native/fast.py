@@ -972,13 +972,18 @@ def segment_keys(data: bytes, positions: Sequence[int], chunk_bytes: int
     left: list[int] = [p for p in positions if not 0 <= p < len(data)]
     scratch = np.empty((1024, kernels.COLUMNS), np.int64)
     wanted = np.asarray(positions, np.int64)
+    # chunks are views, not copies, of a mapped segment's pages or of bytes (a fresh 16 MB
+    # copy per chunk cost a tenth of the scan in page faults and copying); an object store's
+    # ranged reader fetches each slice
+    try:
+        source: Any = memoryview(data)
+    except TypeError:
+        source = data
     for start, end in chunk_ranges(positions, len(data), chunk_bytes):
         lo_j, hi_j = np.searchsorted(wanted, (start, end))
         if lo_j == hi_j:
             continue
-        # a view, not a copy: of a mapped segment, its pages (a fresh 16 MB copy per chunk cost
-        # a tenth of the scan in page faults and copying)
-        buf = np.frombuffer(memoryview(data)[start:end], np.uint8)
+        buf = np.frombuffer(source[start:end], np.uint8)
         offsets, key_hi, key_lo, which, rest, scratch = scan_chunk_keys(
             buf, wanted[lo_j:hi_j] - start, scratch)
         parts.append((offsets, key_hi, key_lo, which + lo_j))
