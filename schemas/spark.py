@@ -131,10 +131,11 @@ KEY_BUCKET = _schema(
     ("error", StringType(), True),
 )
 
-# The offsets (little-endian int64, packed) of one group's records that one bucket of the
-# offset map found superseded by a later record of their key in the dirty section of another
-# group (``offsets``), and the ones of the group's rows that bucket carried superseded within
-# the group (``within``, from ``KEY_BUCKET``). A row per (group, bucket) with records.
+# The offsets of one group's records that one bucket of the offset map found superseded by a
+# later record of their key in the dirty section of another group (``offsets``), and the ones
+# of the group's rows that bucket carried superseded within the group (``within``, from
+# ``KEY_BUCKET``), each packed by ``compactor.spark.transforms.pack_offsets``. A row per
+# (group, bucket) with records.
 SUPERSEDED = _schema(
     ("tp_id", IntegerType(), False),
     ("group_base", LongType(), False),

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from array import array
 from collections import Counter
-from collections.abc import Collection, Container, Mapping, Sequence
+from collections.abc import Callable, Collection, Container, Mapping, Sequence
 from typing import Any, Protocol
 
 import numpy as np
@@ -37,6 +37,14 @@ Filtered = tuple[list[tuple[Any, list[int]]], list[AbortedTxn], int, int]
 #: keys read from a segment: (offsets, key_hi, key_lo, batch index) columns, and the batch
 #: positions left to read one by one
 KeyColumns = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+#: ``window(data, start, end)``: ``data[start:end]`` of a segment's bytes, a view where the
+#: caller can give one (``compactor.log.storage.window`` over a mapped file)
+Window = Callable[[Any, int, int], Any]
+
+
+def sliced(data: Any, start: int, end: int) -> Any:
+    """The :data:`Window` of bytes in memory: a slice."""
+    return data[start:end]
 
 
 class Fallback(Exception):
@@ -101,10 +109,11 @@ class Engine(Protocol):
         (:func:`compactor.cleaner.scan.locally_superseded`): the native group then holds no
         key table; ``None``, the group finds them by key in a table of its own."""
 
-    def segment_keys(self, data: bytes, positions: Sequence[int], chunk_bytes: int
-                     ) -> tuple[KeyColumns, Sequence[int]] | None:
-        """The keyed records of the batches at ``positions`` read in bulk, and the positions
-        left to read one by one; ``None``: read every batch one by one."""
+    def segment_keys(self, data: bytes, positions: Sequence[int], chunk_bytes: int,
+                     window: Window) -> tuple[KeyColumns, Sequence[int]] | None:
+        """The keyed records of the batches at ``positions`` read in bulk, ``chunk_bytes``
+        at a time, each chunk taken by ``window``, and the positions left to read one by
+        one; ``None``: read every batch one by one."""
 
     def batch_keys(self, batch: RecordBatch) -> tuple[np.ndarray, list[bytes]] | None:
         """Offsets and keys of one batch's keyed records, or ``None`` (the compiled reader)."""
@@ -179,8 +188,8 @@ class _PureEngine:
         # ``within`` unused: the reference finds them by key (the writer checks the counts)
         return _PureRewrite(superseded, first_dirty, "pure")
 
-    def segment_keys(self, data: bytes, positions: Sequence[int], chunk_bytes: int
-                     ) -> tuple[KeyColumns, Sequence[int]] | None:
+    def segment_keys(self, data: bytes, positions: Sequence[int], chunk_bytes: int,
+                     window: Window) -> tuple[KeyColumns, Sequence[int]] | None:
         return None
 
     def batch_keys(self, batch: RecordBatch) -> tuple[np.ndarray, list[bytes]] | None:

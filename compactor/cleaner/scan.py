@@ -15,7 +15,7 @@ import numpy as np
 import xxhash
 
 from compactor.cleaner.policy import NO_CONTROL_TYPE, BatchHeader
-from compactor.cleaner.rewrite import Engine
+from compactor.cleaner.rewrite import Engine, Window, sliced
 from compactor.codec.records import RecordBatch
 from compactor.codec.segment import iter_batches
 from compactor.errors import CompactorError, TruncatedSegmentError
@@ -118,7 +118,7 @@ KEY_SCAN_CHUNK_BYTES = 16 * 1024 * 1024
 
 
 def keyed_records(data: bytes, path: str, flags_by_position: Mapping[int, BatchFlags],
-                  first_dirty: int, *, engine: Engine) -> KeyedRows:
+                  first_dirty: int, *, engine: Engine, window: Window = sliced) -> KeyedRows:
     """Rows of the keyed records of the listed batches of a segment, in file order.
 
     Args:
@@ -131,6 +131,9 @@ def keyed_records(data: bytes, path: str, flags_by_position: Mapping[int, BatchF
             kernel, and the batches it leaves one by one (what it cannot vouch for goes to
             the compiled reader). The pure one walks every batch of the segment with the
             compiled reader (the reference).
+        window: how the native engine takes a chunk of ``data``
+            (:func:`compactor.log.storage.window` for a file :func:`~compactor.log.storage.mapped`:
+            a view of its pages instead of a 16 MB copy a chunk); bytes are sliced.
 
     Raises:
         CompactorError: a batch cannot be decoded.
@@ -138,7 +141,7 @@ def keyed_records(data: bytes, path: str, flags_by_position: Mapping[int, BatchF
     positions = sorted(flags_by_position)
     columns: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
     try:
-        bulk = engine.segment_keys(data, positions, KEY_SCAN_CHUNK_BYTES)
+        bulk = engine.segment_keys(data, positions, KEY_SCAN_CHUNK_BYTES, window)
         if bulk is not None:
             scanned, left = bulk
             columns.append(scanned)

@@ -53,7 +53,7 @@ from compactor.cleaner.policy import (
     BatchRetention,
 )
 from compactor.cleaner.rebatch import FilteredBatch, filter_batch
-from compactor.cleaner.rewrite import Fallback, Filtered, GroupRewrite, KeyColumns
+from compactor.cleaner.rewrite import Fallback, Filtered, GroupRewrite, KeyColumns, Window
 from compactor.cleaner.scan import batch_header
 from compactor.codec.compression import (
     CODEC_MASK,
@@ -961,29 +961,23 @@ def _grown(values: np.ndarray, n: int, cap: int) -> np.ndarray:
     return out
 
 
-def segment_keys(data: bytes, positions: Sequence[int], chunk_bytes: int
+def segment_keys(data: bytes, positions: Sequence[int], chunk_bytes: int, window: Window
                  ) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray], list[int]]:
     """:func:`scan_chunk_keys` over a segment, ``chunk_bytes`` at a time (cut between the
-    listed batches, so a segment on object storage is read by ranges too): the keyed records
-    of the batches at ``positions`` (ascending) that the kernels read, as ``(offsets, key_hi,
-    key_lo, batch index into positions)``, and the positions they left."""
+    listed batches, each chunk taken by ``window``: a view of a mapped segment's pages, a
+    ranged read of an object): the keyed records of the batches at ``positions`` (ascending)
+    that the kernels read, as ``(offsets, key_hi, key_lo, batch index into positions)``, and
+    the positions they left."""
     parts = []
     # a position outside the segment is no chunk's: the batch-by-batch reader reports it
     left: list[int] = [p for p in positions if not 0 <= p < len(data)]
     scratch = np.empty((1024, kernels.COLUMNS), np.int64)
     wanted = np.asarray(positions, np.int64)
-    # chunks are views, not copies, of a mapped segment's pages or of bytes (a fresh 16 MB
-    # copy per chunk cost a tenth of the scan in page faults and copying); an object store's
-    # ranged reader fetches each slice
-    try:
-        source: Any = memoryview(data)
-    except TypeError:
-        source = data
     for start, end in chunk_ranges(positions, len(data), chunk_bytes):
         lo_j, hi_j = np.searchsorted(wanted, (start, end))
         if lo_j == hi_j:
             continue
-        buf = np.frombuffer(source[start:end], np.uint8)
+        buf = np.frombuffer(window(data, start, end), np.uint8)
         offsets, key_hi, key_lo, which, rest, scratch = scan_chunk_keys(
             buf, wanted[lo_j:hi_j] - start, scratch)
         parts.append((offsets, key_hi, key_lo, which + lo_j))
@@ -1258,9 +1252,9 @@ class NativeEngine:
               within: np.ndarray | None = None) -> GroupRewrite:
         return NativeRewrite(superseded, first_dirty, within)
 
-    def segment_keys(self, data: bytes, positions: Sequence[int], chunk_bytes: int
-                     ) -> tuple[KeyColumns, Sequence[int]] | None:
-        return segment_keys(data, positions, chunk_bytes)
+    def segment_keys(self, data: bytes, positions: Sequence[int], chunk_bytes: int,
+                     window: Window) -> tuple[KeyColumns, Sequence[int]] | None:
+        return segment_keys(data, positions, chunk_bytes, window)
 
     def batch_keys(self, batch: RecordBatch) -> tuple[np.ndarray, list[bytes]] | None:
         return batch_keys(batch)

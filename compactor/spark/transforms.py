@@ -394,7 +394,8 @@ def scan_keys(inputs: Mapping[int, PartitionInput], plans: Mapping[int, Cleaning
                     with storage.mapped(paths[base]) as data:
                         parts.append(keyed_records(data, paths[base], flags[base],
                                                    plans[tp_id].first_dirty_offset,
-                                                   engine=record_engine(writer)))
+                                                   engine=record_engine(writer),
+                                                   window=storage.window))
                 rows = concat_rows(parts)
                 local = locally_superseded(rows)
             except CompactorError as err:
@@ -485,7 +486,7 @@ def superseded_records(buckets: int) -> Transform:
                 start, end = int(ends[i] - counts[i]), int(ends[i])
                 out["tp_id"].append(int(tp_ids[i]))
                 out["group_base"].append(group_base)
-                out["offsets"].append(offsets[start:end][mask[start:end]].astype("<i8").tobytes())
+                out["offsets"].append(pack_offsets(offsets[start:end][mask[start:end]]))
             yield pa.RecordBatch.from_pydict(out, schema=_SUPERSEDED_ARROW)
 
     return lambda keyed: (keyed.where(F.col("error").isNull())
@@ -494,13 +495,18 @@ def superseded_records(buckets: int) -> Transform:
 
 
 def superseded_offsets(table: pa.Table) -> np.ndarray:
-    """The offsets of ``SUPERSEDED`` rows (a group's, from every bucket of the map)."""
-    return _unpacked(table.column("offsets"), "<i8")
+    """The offsets of ``SUPERSEDED`` rows (a group's, from every bucket of the map), each
+    row's ascending."""
+    return _offsets_of(table.column("offsets"))
 
 
 def within_offsets(table: pa.Table) -> np.ndarray:
     """The offsets ``SUPERSEDED`` rows carry of a group's records superseded within it."""
-    values = table.column("within").to_pylist()
+    return _offsets_of(table.column("within"))
+
+
+def _offsets_of(column: pa.ChunkedArray) -> np.ndarray:
+    values = column.to_pylist()
     return np.concatenate([unpack_offsets(v) for v in values]) if values else _NO_OFFSETS
 
 
@@ -509,16 +515,17 @@ _AS_LIST, _AS_BITMAP = b"\x00", b"\x01"
 
 
 def pack_offsets(offsets: np.ndarray) -> bytes:
-    """Ascending distinct offsets as one binary value (``within`` of ``KEY_BUCKET`` and
-    ``SUPERSEDED``), in the smaller of two forms, its first byte saying which: 0, then the
-    offsets (little-endian int64); or 1, then the first offset and the span (little-endian
-    int64 each) and a bit per offset of the span from the first (``np.packbits``, little bit
-    order). A group's records superseded within it are dense (six in ten records of a 1 M-key
-    log): a bit each instead of 64 bits. Nothing: ``b""``."""
+    """Distinct offsets as one binary value (``within`` of ``KEY_BUCKET``, both offset
+    columns of ``SUPERSEDED``), in the smaller of two forms, its first byte saying which: 0,
+    then the offsets (little-endian int64, in the order given: ascending where this module
+    makes them); or 1, then the least offset and the span (little-endian int64 each) and a
+    bit per offset of the span from the least (``np.packbits``, little bit order). A group's
+    records superseded within it are dense (six in ten records of a 1 M-key log): a bit each
+    instead of 64 bits. Nothing: ``b""``."""
     if len(offsets) == 0:
         return b""
-    first = int(offsets[0])
-    span = int(offsets[-1]) - first + 1
+    first = int(offsets.min())
+    span = int(offsets.max()) - first + 1
     if (span + 7) // 8 + 16 >= 8 * len(offsets):
         return _AS_LIST + offsets.astype("<i8").tobytes()
     bits = np.zeros(span, bool)
@@ -528,7 +535,7 @@ def pack_offsets(offsets: np.ndarray) -> bytes:
 
 
 def unpack_offsets(value: bytes) -> np.ndarray:
-    """The offsets of a value :func:`pack_offsets` made, ascending.
+    """The offsets of a value :func:`pack_offsets` made (ascending when they were).
 
     Raises:
         ValueError: the value is not one it makes.

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from compactor.cleaner.policy import KEPT, LOCAL, BatchDecision, BatchRetention
 from compactor.cleaner.rebatch import filter_batch
+from compactor.cleaner.rewrite import sliced
 from compactor.codec import varint
 from compactor.codec.compression import Codec
 from compactor.codec.records import TimestampType, encode_batch
@@ -526,7 +527,8 @@ def test_the_chunked_key_scan_reads_what_the_compiled_reader_reads(
         data = seg.read_bytes()
         batches = [b for b in iter_batches(data) if not b.is_control]
         listed = [b.position for k, b in enumerate(batches) if k % 3]  # some left out
-        (offsets, key_hi, key_lo, which), rest = fast.segment_keys(data, listed, chunk_bytes)
+        (offsets, key_hi, key_lo, which), rest = fast.segment_keys(data, listed, chunk_bytes,
+                                                                   sliced)
         expected = {}
         for k, b in enumerate(batches):
             if not k % 3 or b.position in rest:

@@ -88,7 +88,7 @@ def _packed(spark, keyed: list[tuple], buckets: int,
 def _superseded(df: DataFrame) -> list[tuple[int, int, int]]:
     """(tp, group, offset) of every record of ``SUPERSEDED`` rows, sorted."""
     return sorted((r.tp_id, r.group_base, offset) for r in df.collect()
-                  for (offset,) in struct.iter_unpack("<q", r.offsets))
+                  for offset in transforms.unpack_offsets(r.offsets).tolist())
 
 
 def test_superseded_records(spark) -> None:
@@ -370,7 +370,7 @@ def test_rewrite_groups_equals_the_writer_called_directly(spark, partition: Part
         for tp, group, offset in rows:
             by_group.setdefault((tp, group), ([], []))[side].append(offset)
     superseded = spark.createDataFrame(  # as buckets send them: a group's in pieces
-        [(tp, group, struct.pack(f"<{len(a)}q", *a),
+        [(tp, group, transforms.pack_offsets(np.asarray(a, np.int64)),
           transforms.pack_offsets(np.asarray(sorted(b), np.int64)))
          for (tp, group), (offsets, within) in by_group.items()
          for a, b in ((offsets[::2], within[1::2]), (offsets[1::2], within[::2]))], SUPERSEDED)

@@ -68,7 +68,7 @@ def test_column_values_are_what_spark_expects() -> None:
         "code": "X"}
 
 
-# -- packed offsets (``within`` of KEY_BUCKET and SUPERSEDED) ----------------------------------
+# -- packed offsets (``within`` of KEY_BUCKET, both offset columns of SUPERSEDED) -------------
 
 dense_or_sparse = st.tuples(st.integers(0, 2**40), st.sets(st.integers(0, 3_000), max_size=400)
                             | st.sets(st.integers(0, 2**31), max_size=40))
@@ -85,6 +85,17 @@ def test_packed_offsets_come_back_as_given(start_and_gaps) -> None:
     if given_offsets:
         span = given_offsets[-1] - given_offsets[0] + 1
         assert len(packed) <= 1 + min(8 * len(given_offsets), 16 + (span + 7) // 8)
+
+
+@given(dense_or_sparse, st.randoms(use_true_random=False))
+def test_packed_offsets_in_any_order_come_back_as_the_same_set(start_and_gaps, rnd) -> None:
+    # a bitmap is cut from the least offset, not the first one given (a group's superseded
+    # offsets come from several buckets)
+    start, relative = start_and_gaps
+    given_offsets = [start + r for r in relative]
+    rnd.shuffle(given_offsets)
+    packed = transforms.pack_offsets(np.asarray(given_offsets, np.int64))
+    assert sorted(transforms.unpack_offsets(packed).tolist()) == sorted(given_offsets)
 
 
 def test_a_value_not_packed_by_pack_offsets_is_refused() -> None:
