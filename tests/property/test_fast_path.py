@@ -606,3 +606,49 @@ def test_a_round_projected_over_its_key_budget_stops_early(tmp_path: Path, monke
         got, decided = attempt(budget)
         assert got is None and decided > records * 2 / 3
         monkeypatch.setattr(policy, "PROJECT_MARGIN", margin)
+
+
+def test_the_key_table_makes_room_for_the_projected_keys_at_once(tmp_path: Path,
+                                                                  monkeypatch) -> None:
+    """Uniform keys over a round of several groups with one key table: once the newest
+    eighth is decided, the table is made as large as the projected keys need
+    (``policy.reserved_keys``), and is not grown again as the rest of the keys come. Grown
+    step by step instead, it rehashes every key about once more. The round is written as
+    before."""
+    from compactor.cleaner import policy
+
+    monkeypatch.setattr(policy, "PROJECT_AFTER_KEYS", 10)
+    generate(str(tmp_path / "logs"), GeneratorConfig(
+        topics=("t",), partitions=1, records_per_partition=6_000, distinct_keys=40_000,
+        zipf_exponent=0.0, tombstone_ratio=0.0, transactional_ratio=0.0, null_key_ratio=0.0,
+        segment_bytes=16 * 1024, codecs=(Codec.NONE,), seed=5))
+    ((_, (inp, logs, ref)),) = reference_round(tmp_path / "logs", CONFIGS, NOW_MS).items()
+    decisions = {(h.segment_base, h.position): d
+                 for h, d in inp.decide(ref.plan, _headers(inp, logs))}
+    keys = len({r.key for s in inp.segments for b in iter_batches(logs[s.base_offset])
+                for r in b.compiled_records() if r.key is not None})
+    events: list[tuple[str, int]] = []
+    table_for, reserve = fast._table_for, fast.NativeRewrite.reserve
+
+    def recorded_table_for(table: np.ndarray, expected: int) -> np.ndarray:
+        out = table_for(table, expected)
+        if out is not table:
+            events.append(("grown", len(out) // fast._SLOT))
+        return out
+
+    def recorded_reserve(self, n: int) -> None:
+        events.append(("reserve", n))
+        reserve(self, n)
+
+    monkeypatch.setattr(fast, "_table_for", recorded_table_for)
+    monkeypatch.setattr(fast.NativeRewrite, "reserve", recorded_reserve)
+
+    got = write_groups(inp, ref.plan.groups, decisions, first_dirty=ref.plan.first_dirty_offset,
+                       engine=engine("native"))
+    assert got is not None and all(m.error is None for m in got)
+    assert [e for e, _ in events].count("reserve") == 1
+    at = [e for e, _ in events].index("reserve")
+    assert abs(events[at][1] - keys) < 0.15 * keys  # the occupancy estimate, uniform keys
+    # room made once: the growth that reserve made, then none
+    assert [e for e, _ in events[at + 1:]] == ["grown"]
+    assert events[at + 1][1] >= 2 * keys
