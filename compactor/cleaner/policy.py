@@ -419,29 +419,17 @@ def over_task_keys(keys: int, records: int, share: float, budget: int) -> bool:
             and projected_keys(keys, records, share) > PROJECT_MARGIN * budget)
 
 
-#: a key table's reservation (:func:`reserved_keys`) is at most this multiple of the keys
-#: it holds when it is made
-RESERVE_AT_MOST = 4
-
-
-def reserved_keys(keys: int, records: int, share: float, budget: int | None = None
-                  ) -> int | None:
+def reserved_keys(keys: int, records: int, share: float) -> int | None:
     """The keys a round's key table makes room for at once, when the newest ``share`` of
     the round's bytes held ``keys`` distinct keys among ``records`` records: the projection
-    of :func:`over_task_keys` once it speaks (``None`` before), but at most
-    :data:`RESERVE_AT_MOST` times ``keys`` and at most the ``budget``.
-
-    Growing a table of millions of keys step by step rehashes every key about once more
-    (about a tenth of the writer's CPU on 6.5 M keys a partition); made at the projection,
-    only the keys of the sample are. The bounds keep a projection above the keys to come
-    (a newest part of more distinct keys than the rest: a full re-publish at the log's end)
-    from taking memory the table would never have grown to: a table bound by a budget
-    stays so, and an unbounded one is at most four times the size the sample's keys need.
-    """
+    of :func:`over_task_keys` once it speaks (``None`` before). Growing a table of millions
+    of keys step by step rehashed every key about once more (a tenth of the writer's time
+    on 6.5 M keys a partition); made at the projection, only the keys of the sample are.
+    A projection above the keys to come costs memory the table would not have taken, at
+    most the round's records' worth."""
     if share < PROJECT_AFTER_SHARE or keys < PROJECT_AFTER_KEYS:
         return None
-    room = min(math.ceil(projected_keys(keys, records, share)), RESERVE_AT_MOST * keys)
-    return room if budget is None else min(room, budget)
+    return math.ceil(projected_keys(keys, records, share))
 
 
 #: the two ways a round is written (a cleaned partition's report line says which, and why:

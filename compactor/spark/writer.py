@@ -159,8 +159,7 @@ class _KeyWatch:
         keys, records = rewrite.keys(), rewrite.records()
         if self.max_keys is not None and over_task_keys(keys, records, share, self.max_keys):
             raise _OverKeys
-        if not self.reserved and (
-                room := reserved_keys(keys, records, share, self.max_keys)) is not None:
+        if not self.reserved and (room := reserved_keys(keys, records, share)) is not None:
             rewrite.reserve(room)
             self.reserved = True
 

@@ -611,15 +611,13 @@ def test_a_round_projected_over_its_key_budget_stops_early(tmp_path: Path, monke
 def test_the_key_table_makes_room_for_the_projected_keys_at_once(tmp_path: Path,
                                                                   monkeypatch) -> None:
     """Uniform keys over a round of several groups with one key table: once the newest
-    part is decided, the table is made as large as the projected keys need
+    eighth is decided, the table is made as large as the projected keys need
     (``policy.reserved_keys``), and is not grown again as the rest of the keys come. Grown
     step by step instead, it rehashes every key about once more. The round is written as
     before."""
     from compactor.cleaner import policy
 
     monkeypatch.setattr(policy, "PROJECT_AFTER_KEYS", 10)
-    # a sample of a quarter: its keys times RESERVE_AT_MOST bound the projection no lower
-    monkeypatch.setattr(policy, "PROJECT_AFTER_SHARE", 1 / 4)
     generate(str(tmp_path / "logs"), GeneratorConfig(
         topics=("t",), partitions=1, records_per_partition=6_000, distinct_keys=40_000,
         zipf_exponent=0.0, tombstone_ratio=0.0, transactional_ratio=0.0, null_key_ratio=0.0,
