@@ -419,19 +419,6 @@ def over_task_keys(keys: int, records: int, share: float, budget: int) -> bool:
             and projected_keys(keys, records, share) > PROJECT_MARGIN * budget)
 
 
-def reserved_keys(keys: int, records: int, share: float) -> int | None:
-    """The keys a round's key table makes room for at once, when the newest ``share`` of
-    the round's bytes held ``keys`` distinct keys among ``records`` records: the projection
-    of :func:`over_task_keys` once it speaks (``None`` before). Growing a table of millions
-    of keys step by step rehashed every key about once more (a tenth of the writer's time
-    on 6.5 M keys a partition); made at the projection, only the keys of the sample are.
-    A projection above the keys to come costs memory the table would not have taken, at
-    most the round's records' worth."""
-    if share < PROJECT_AFTER_SHARE or keys < PROJECT_AFTER_KEYS:
-        return None
-    return math.ceil(projected_keys(keys, records, share))
-
-
 #: the two ways a round is written (a cleaned partition's report line says which, and why:
 #: ``round_path`` and ``round_path_reason``): by one task, or through the distributed offset map
 ONE_TASK, OFFSET_MAP = "one_task", "offset_map"

@@ -93,11 +93,6 @@ class GroupRewrite(Protocol):
     def records(self) -> int:
         """The records it has decided so far."""
 
-    def reserve(self, keys: int) -> None:
-        """Make room for ``keys`` keys in its key table at once (the round's projected keys,
-        :func:`compactor.cleaner.policy.reserved_keys`), so the table is not grown step by
-        step as they come. Only a hint: what is decided does not change."""
-
 
 class Engine(Protocol):
     """One implementation of the record work: its groups and its key scan."""
@@ -183,9 +178,6 @@ class _PureRewrite:
 
     def records(self) -> int:
         return self._records
-
-    def reserve(self, keys: int) -> None:
-        pass  # a dict: nothing to gain
 
 
 class _PureEngine:

@@ -679,11 +679,7 @@ def _grown_table(table: np.ndarray, keys: int, seen: int, records: int) -> np.nd
     take several steps at once. On 6.5 M keys a partition the writer took 6.5-6.9 s with
     the table grown in the kernel, 5.6-6.1 s with it grown here (5.2 s allocated whole up
     front, which a bound on the keys would need)."""
-    return _table_for(table, keys + (records if not seen else -(-records * keys // seen)))
-
-
-def _table_for(table: np.ndarray, expected: int) -> np.ndarray:
-    """``table``, or a larger copy that holds ``expected`` keys at most half full."""
+    expected = keys + (records if not seen else -(-records * keys // seen))
     size = table.shape[0]
     while 2 * _SLOT * expected > size:
         size *= 2
@@ -865,10 +861,6 @@ class NativeRewrite:
 
     def records(self) -> int:
         return self.seen
-
-    def reserve(self, keys: int) -> None:
-        if self.tabled:
-            self.table = _table_for(self.table, keys)
 
     def reasons(self) -> Counter[str]:
         counts: Counter[str] = Counter()

@@ -20,7 +20,6 @@ from compactor.cleaner.policy import (
     BatchRetention,
     PartitionInput,
     over_task_keys,
-    reserved_keys,
 )
 from compactor.cleaner.rebatch import SegmentBuilder, filter_batch
 from compactor.cleaner.rewrite import Engine, Fallback, GroupRewrite, fallback_group
@@ -109,12 +108,11 @@ def _write(inp: PartitionInput, source_bases: tuple[int, ...],
     whole."""
     by_base = {s.base_offset: s for s in inp.segments}
     rewrite = engine.group(superseded, first_dirty, within)
-    round_bytes = sum(by_base[b].size_bytes for b in source_bases)
     try:
-        decided = _decide(by_base, source_bases, decisions, rewrite, _KeyWatch(round_bytes))
+        decided = _decide(by_base, source_bases, decisions, rewrite)
     except Fallback:  # before anything is written (compactor/native/fast.py says when)
         rewrite = fallback_group(superseded, first_dirty)
-        decided = _decide(by_base, source_bases, decisions, rewrite, _KeyWatch(round_bytes))
+        decided = _decide(by_base, source_bases, decisions, rewrite)
     if rewrite.from_map() != len(superseded):
         raise CorruptSegmentError(
             f"counts do not balance: the offset map superseded {len(superseded)} records of "
@@ -137,16 +135,12 @@ class _OverKeys(Exception):
 
 
 @dataclass(slots=True)
-class _KeyWatch:
-    """The key table of a round :func:`_decide` decides, watched after each chunk: room made
-    for its projected keys once the projection speaks
-    (:func:`compactor.cleaner.policy.reserved_keys`), and, with a budget, the round stopped
-    over it."""
+class _KeyBudget:
+    """The key budget of a round :func:`write_groups` decides, checked after each chunk."""
 
+    max_keys: int
     round_bytes: int  # the source segments of the round's groups
-    max_keys: int | None = None
     decided_bytes: int = 0
-    reserved: bool = False
 
     def after_chunk(self, rewrite: GroupRewrite, chunk_bytes: int) -> None:
         """Count a chunk decided.
@@ -155,13 +149,9 @@ class _KeyWatch:
             _OverKeys: the round stops here (:func:`compactor.cleaner.policy.over_task_keys`).
         """
         self.decided_bytes += chunk_bytes
-        share = self.decided_bytes / max(1, self.round_bytes)
-        keys, records = rewrite.keys(), rewrite.records()
-        if self.max_keys is not None and over_task_keys(keys, records, share, self.max_keys):
+        if over_task_keys(rewrite.keys(), rewrite.records(),
+                          self.decided_bytes / max(1, self.round_bytes), self.max_keys):
             raise _OverKeys
-        if not self.reserved and (room := reserved_keys(keys, records, share)) is not None:
-            rewrite.reserve(room)
-            self.reserved = True
 
 
 def write_groups(inp: PartitionInput, groups: Sequence[Sequence[int]],
@@ -229,13 +219,14 @@ def _decide_groups(inp: PartitionInput, groups: Sequence[Sequence[int]],
         _OverKeys: the key table passed ``max_keys`` or is projected to.
     """
     by_base = {s.base_offset: s for s in inp.segments}
-    watch = _KeyWatch(sum(by_base[b].size_bytes for g in groups for b in g), max_keys)
+    budget = None if max_keys is None else _KeyBudget(
+        max_keys, sum(by_base[b].size_bytes for g in groups for b in g))
     decided: dict[int, tuple[_Decided, Counter[str], float]] = {}
     for group in reversed(groups):
         started = time.perf_counter()
         before = Counter(rewrite.reasons())  # a copy: the pure path's is live
         try:
-            done = _decide(by_base, tuple(group), decisions, rewrite, watch)
+            done = _decide(by_base, tuple(group), decisions, rewrite, budget)
         except CompactorError as err:
             return CommitMessage(group_base=group[0], source_bases=tuple(group),
                                  error=err.to_dict(),
@@ -325,14 +316,14 @@ _CHUNK_BYTES = 16 * 1024 * 1024  # the backward walk decodes this much of a segm
 
 def _decide(by_base: Mapping[int, SegmentInfo], source_bases: tuple[int, ...],
             decisions: Mapping[tuple[int, int], BatchDecision], rewrite: GroupRewrite,
-            watch: _KeyWatch) -> _Decided:
+            budget: _KeyBudget | None = None) -> _Decided:
     """The backward pass: each segment's batches decoded (CRC checked) a chunk at a time,
     newest chunk first, and their records decided newest first by ``rewrite`` (a whole chunk
     in one call where it can).
 
     Raises:
         Fallback: the native rewrite hands the group to the pure path.
-        _OverKeys: after a chunk, the ``watch``'s budget stops the round.
+        _OverKeys: after a chunk, the ``budget`` stops the round.
     """
     decided = _Decided()
     planned: dict[int, list[int]] = {}  # the batch positions the planning scan found
@@ -363,7 +354,8 @@ def _decide(by_base: Mapping[int, SegmentInfo], source_bases: tuple[int, ...],
                             data, path, start, end, base, decisions, decided, rewrite)
                 except CompactorError as err:
                     raise err.with_location(path=path) from None
-                watch.after_chunk(rewrite, end - start)
+                if budget is not None:
+                    budget.after_chunk(rewrite, end - start)
                 fates.append(chunk_fates)
                 positions.append(array("q", chunk_positions))
                 base_offsets.append(array("q", chunk_bases))

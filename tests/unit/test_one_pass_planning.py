@@ -20,7 +20,6 @@ from compactor.cleaner.policy import (
     one_task_scans,
     over_task_keys,
     projected_keys,
-    reserved_keys,
 )
 from compactor.model import SegmentInfo
 from compactor.spark.stages import balanced_bins
@@ -152,15 +151,3 @@ def test_over_task_keys_is_exact_until_the_sample_suffices() -> None:
     assert over_task_keys(enough, records, after, int(projected / policy.PROJECT_MARGIN) - 1)
     # few keys, written over and over: never
     assert not over_task_keys(enough, 50 * enough, 0.5, budget)
-
-
-def test_the_table_is_reserved_for_the_projection_once_it_speaks() -> None:
-    after, enough = policy.PROJECT_AFTER_SHARE, policy.PROJECT_AFTER_KEYS
-    assert reserved_keys(enough, 2 * enough, after * 0.99) is None
-    assert reserved_keys(enough - 1, 2 * enough, after) is None
-    # every record a new key so far: room for every record of the round
-    assert reserved_keys(enough, enough, after) == 8 * enough
-    # the occupancy estimate, rounded up: never less room than projected
-    got = reserved_keys(enough, 3 * enough, 0.25)
-    assert got is not None and projected_keys(enough, 3 * enough, 0.25) <= got
-    assert got < projected_keys(enough, 3 * enough, 0.25) + 1
