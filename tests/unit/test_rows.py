@@ -90,8 +90,8 @@ def test_packed_offsets_come_back_as_given(start_and_gaps) -> None:
 
 @given(dense_or_sparse, st.randoms(use_true_random=False))
 def test_packed_offsets_in_any_order_come_back_as_the_same_set(start_and_gaps, rnd) -> None:
-    # a bitmap is cut from the least offset, not the first one given (a group's superseded
-    # offsets come from several buckets)
+    # pack_offsets takes offsets in any order (the list form keeps it): a bitmap must be
+    # cut from the least offset, not the first one given
     start, relative = start_and_gaps
     given_offsets = [start + r for r in relative]
     rnd.shuffle(given_offsets)
