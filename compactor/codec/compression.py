@@ -6,7 +6,10 @@ Stream formats follow Kafka's own writers so that every Kafka client can read wh
 * gzip: an RFC 1952 stream (default level 6, Kafka's ``compression.gzip.level`` default);
 * snappy: the xerial ``snappy-java`` framed stream (magic header, then 4-byte big-endian
   length-prefixed raw snappy blocks of 32 KiB); plain raw snappy is accepted on read;
-* lz4: an LZ4 frame with 64 KiB independent blocks and no checksums (default level 9). For magic
+* lz4: an LZ4 frame with 64 KiB independent blocks and no checksums. Kafka's default level (9)
+  takes lz4's fast compressor, any other level LZ4HC at that level
+  (``Lz4BlockOutputStream``'s constructor), and the cleaner always writes the default
+  (``MemoryRecords.buildRetainedRecordsInto``: ``Compression.of(type).build()``). For magic
   0 messages Kafka computed the frame-descriptor checksum over the magic number as well (a bug
   kept for compatibility); we write and accept that "broken" checksum for magic 0;
 * zstd: a zstd frame (default level 3), v2 batches only.
@@ -83,9 +86,15 @@ def compress(codec: int, data: bytes, *, level: int | None = None, magic: int = 
             out.append(block)
         return b"".join(out)
     if codec == Codec.LZ4:
+        if level in (1, 2):
+            raise ValueError(f"lz4 level {level} is LZ4HC in Kafka and lz4's fast compressor in "
+                             "python-lz4's frame: not written (Kafka's cleaner uses level 9)")
         frame = lz4.frame.compress(
             data,
-            compression_level=level,
+            # python-lz4's level 0 is lz4's fast compressor (LZ4_compress_default), which
+            # Kafka's Lz4BlockOutputStream takes for its default level; levels of 3 and more
+            # are LZ4HC, as lz4-java's highCompressor(level)
+            compression_level=0 if level == DEFAULT_LEVELS[Codec.LZ4] else level,
             block_size=lz4.frame.BLOCKSIZE_MAX64KB,
             block_linked=False,
             content_checksum=False,
