@@ -86,7 +86,8 @@ def _configs(segment_bytes: int) -> dict[str, str]:
 
 def _generated(args: argparse.Namespace, codec: str) -> Path:
     root = Path(args.data_dir or tempfile.gettempdir())
-    out = root / (f"kafka-cleaner-v1-{args.records}-{args.keys}-{args.value_bytes}-"
+    # v2: lz4 batches written by lz4's fast compressor, as a producer at Kafka's default level
+    out = root / (f"kafka-cleaner-v2-{args.records}-{args.keys}-{args.value_bytes}-"
                   f"{args.partitions}-{args.segment_bytes}-{codec}")
     if (out / ".complete").exists():
         return out
