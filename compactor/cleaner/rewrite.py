@@ -67,6 +67,10 @@ class GroupRewrite(Protocol):
     def decide(self, newest_first: Sequence[tuple[RecordBatch, BatchDecision]]) -> list[Any]:
         """The fate of each batch, given and returned newest first."""
 
+    def decided(self) -> None:
+        """The backward pass is over: the key table is not read again (the native path
+        keeps a large one for the worker's next group). Before any filter call."""
+
     def filter_chunk(self, chunk: bytes, start: int, segment_base: int,
                      positions: Sequence[int], base_offsets: Sequence[int], fates: Sequence[Any],
                      decisions: Sequence[BatchDecision], *, now_ms: int,
@@ -151,6 +155,9 @@ class _PureRewrite:
             self._from_map += goes.from_map
             self._later_count += goes.later
         return fates
+
+    def decided(self) -> None:
+        return None  # the key set goes with the group
 
     def filter_chunk(self, chunk: bytes, start: int, segment_base: int,
                      positions: Sequence[int], base_offsets: Sequence[int], fates: Sequence[Any],

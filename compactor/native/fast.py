@@ -30,6 +30,7 @@ a record is dropped as superseded only when a later record has exactly its key
 from __future__ import annotations
 
 import struct
+import threading
 from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
@@ -685,9 +686,52 @@ def _grown_table(table: np.ndarray, keys: int, seen: int, records: int) -> np.nd
         size *= 2
     if size == table.shape[0]:
         return table
-    bigger = np.zeros(size, np.int64)
+    bigger = _zeroed_table(size)
     rehash(table, bigger)
+    spare_table(table)
     return bigger
+
+
+#: key tables of at least this many bytes a worker keeps for its next groups (smaller ones
+#: come from malloc's heap, which keeps them itself: ``compactor.spark.daemon``)
+SPARE_TABLE_MIN_BYTES = 64 * 1024**2
+#: at most this many bytes of them, the largest first: the tables of one 6.5 M-key
+#: partition's growth (128, 256 and 512 MiB)
+SPARE_TABLE_BYTES = 1024**3
+_spares: list[np.ndarray] = []
+_spares_lock = threading.Lock()  # a worker writes one task at a time; a library user may not
+
+
+def _zeroed_table(size: int) -> np.ndarray:
+    """An empty key table of ``size`` int64s: a spare of that size cleared, else a new one.
+    Kafka's cleaner thread likewise allocates its offset map once and clears it for each
+    cleaning (``LogCleaner.CleanerThread``'s ``SkimpyOffsetMap``, ``OffsetMap.clear``). A
+    spare's pages are already the process's: clearing 512 MiB of them took about 0.05 s,
+    faulting in a new table of that size 0.35-0.78 s on 6.5 M keys a partition (numpy asks
+    for huge pages, and the kernel compacts memory to give them)."""
+    with _spares_lock:
+        taken = next((i for i, spare in enumerate(_spares) if spare.shape[0] == size), None)
+        spare = None if taken is None else _spares.pop(taken)
+    if spare is None:
+        return np.zeros(size, np.int64)
+    spare.fill(0)
+    return spare
+
+
+def spare_table(table: np.ndarray) -> None:
+    """Keep ``table``, no longer used, for a later :func:`_zeroed_table` of its size: the
+    largest spares up to :data:`SPARE_TABLE_BYTES` in all. An idle worker holds them (Spark
+    stops workers idle for a minute), memory its tasks needed anyway."""
+    if table.nbytes < SPARE_TABLE_MIN_BYTES:
+        return
+    with _spares_lock:
+        kept = 0
+        spares = sorted([*_spares, table], key=lambda t: t.nbytes, reverse=True)
+        _spares.clear()
+        for spare in spares:
+            if kept + spare.nbytes <= SPARE_TABLE_BYTES:
+                _spares.append(spare)
+                kept += spare.nbytes
 
 
 def _sorted_offsets(offsets: Collection[int]) -> np.ndarray:
@@ -720,6 +764,7 @@ class NativeRewrite:
         self.used = np.zeros(2, np.int64)
         self.tally = np.zeros(8, np.int64)
         self.seen = 0  # records decided: with the keys held, the rate new keys come at
+        self.released = False  # decided() gave the table back
         self.scratch = np.empty((1024, kernels.COLUMNS), np.int64)
         # decompressed chunks for filter_chunk, by segment and chunk start
         self._kept: dict[tuple[int, int], Expanded] = {}
@@ -807,6 +852,8 @@ class NativeRewrite:
                           | (ABORTED_BATCH if d.aborted else 0)
                           | (RETAIN_DELETES if d.retain_deletes else 0) for d in decisions],
                          np.int8)
+        if self.released:
+            raise RuntimeError("the group's records were decided: its key table is gone")
         records = int(frames[:, F_COUNT].sum())
         if self.tabled:
             self.table = _grown_table(self.table, int(self.used[1]), self.seen, records)
@@ -832,6 +879,13 @@ class NativeRewrite:
                 fates.append(BatchFate(reasons[first:first + count] if dropped else None,
                                        dropped, noncanonical, tombstones))
         return fates
+
+    def decided(self) -> None:
+        """The key table goes back to the worker's spares (:func:`spare_table`)."""
+        if self.tabled and not self.released:
+            spare_table(self.table)
+        self.released = True
+        self.table = np.zeros(0, np.int64)
 
     def filter_chunk(self, chunk: bytes, start: int, segment_base: int,
                      positions: Sequence[int], base_offsets: Sequence[int], fates: Sequence[Any],

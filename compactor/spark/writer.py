@@ -127,6 +127,7 @@ def _write(inp: PartitionInput, source_bases: tuple[int, ...],
             path=by_base[source_bases[0]].log_path,
             remedy="the segment changed during the run; rerun once nothing else writes to it",
         )
+    rewrite.decided()
     return _write_decided(inp, source_bases, decisions, decided, rewrite, rewrite.reasons())
 
 
@@ -187,6 +188,7 @@ def write_groups(inp: PartitionInput, groups: Sequence[Sequence[int]],
                                               fallback_group((), first_dirty), max_keys)
     except _OverKeys:
         return None
+    rewrite.decided()
     if isinstance(decided, CommitMessage):
         return [decided]
     messages = []

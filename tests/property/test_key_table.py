@@ -127,3 +127,54 @@ def test_the_kernel_grows_a_full_table_itself() -> None:
             table, arena, used, reasons, tally)
         assert status == kernels.OK and dropped == (0 if newer else 300)
     assert used[1] == 300 and table.shape[0] >= 2 * fast._SLOT * 300
+
+
+@pytest.fixture
+def spares(monkeypatch: pytest.MonkeyPatch) -> list[np.ndarray]:
+    """The worker's spare tables, kept from tables of 64 KiB up for the test's small keys."""
+    monkeypatch.setattr(fast, "SPARE_TABLE_MIN_BYTES", 64 * 1024)
+    monkeypatch.setattr(fast, "_spares", [])
+    return fast._spares
+
+
+def _decided_group(keys: list[bytes]) -> tuple[fast.NativeRewrite, list[int]]:
+    """A group of ``keys`` (one batch each) decided newest first; the offsets that go."""
+    chunk = _chunk(list(keys), 1)
+    batches = list(iter_batches(chunk))
+    rewrite = fast.NativeRewrite(superseded=(), first_dirty=0)
+    decided = rewrite.decide_chunk(chunk, 0, 0, {(0, b.position): _decision() for b in batches})
+    assert decided is not None
+    return rewrite, [b.base_offset for b, fate in zip(batches, decided[2]) if fate.dropped]
+
+
+def test_a_spare_table_is_cleared_before_the_next_group_reads_it(spares) -> None:
+    """The first group's keys must not supersede the second group's records: a spare table
+    still holding them would drop every record of a key the first group had."""
+    first, _ = _decided_group([b"key-%d" % i for i in range(5000)])
+    grown = first.table
+    assert grown.nbytes >= fast.SPARE_TABLE_MIN_BYTES
+    first.decided()
+    assert spares[0] is grown  # the largest first (the table it grew from is kept too)
+    # the same keys again: each appears once, so nothing goes
+    second, went = _decided_group([b"key-%d" % i for i in range(5000)])
+    assert second.table is grown and all(t is not grown for t in spares)  # taken
+    assert went == []
+
+
+def test_a_decided_group_refuses_to_decide_again(spares) -> None:
+    rewrite, _ = _decided_group([b"a", b"b"])
+    rewrite.decided()
+    (batch,) = iter_batches(_chunk([b"c"], 1))
+    with pytest.raises(RuntimeError, match="decided"):
+        rewrite.decide_batch(batch, _decision())
+
+
+def test_spares_keep_the_largest_tables_up_to_their_bound(spares, monkeypatch) -> None:
+    monkeypatch.setattr(fast, "SPARE_TABLE_BYTES", 3 * 128 * 1024)
+    tables = [np.zeros(n, np.int64) for n in (8192, 16384, 32768, 16384)]  # 64-256 KiB
+    for table in tables:
+        fast.spare_table(table)
+    assert [t.nbytes for t in spares] == [256 * 1024, 128 * 1024]
+    taken = fast._zeroed_table(16384)
+    assert any(taken is t for t in tables[1::2]) and [t.nbytes for t in spares] == [256 * 1024]
+    assert fast._zeroed_table(16384) is not taken  # none left of that size: a new one
