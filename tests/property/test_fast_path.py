@@ -117,9 +117,10 @@ def test_a_group_written_natively_is_byte_identical_to_the_pure_path(
     monkeypatch.setattr(fast, "KEEP_EXPANDED_BYTES", keep)
     native_dir, pure_dir = tmp_path / "native", tmp_path / "pure"
     within_dir = tmp_path / "within"  # native, told what goes within the group
+    untold_dir = tmp_path / "pure-untold"  # pure, not told (it checks its count when told)
     generate(str(native_dir), CASES[case])
-    shutil.copytree(native_dir, pure_dir)
-    shutil.copytree(native_dir, within_dir)
+    for copy in (pure_dir, within_dir, untold_dir):
+        shutil.copytree(native_dir, copy)
     rounds = reference_round(native_dir, CONFIGS, NOW_MS)
     fast.STATS.clear()
     groups = 0
@@ -136,13 +137,15 @@ def test_a_group_written_natively_is_byte_identical_to_the_pure_path(
                                                    decisions) - within
             messages = {}
             for label, root, told in (("native", native_dir, None), ("pure", pure_dir, within),
-                                      ("within", within_dir, within)):
+                                      ("within", within_dir, within),
+                                      ("pure-untold", untold_dir, None)):
                 part = replace(inp, path=str(root / name),
                                segments=tuple(replace(s, log_path=str(root / name / Path(
                                    s.log_path).name)) for s in inp.segments))
                 m = write_group(part, group, decisions, superseded,
                                 first_dirty=ref.plan.first_dirty_offset,
-                                engine=engine("native" if label == "within" else label),
+                                engine=engine({"within": "native",
+                                               "pure-untold": "pure"}.get(label, label)),
                                 within=None if told is None else np.asarray(sorted(told)))
                 assert m.error is None, m.error
                 messages[label] = replace(m, seconds=0.0, writer="")
@@ -151,12 +154,14 @@ def test_a_group_written_natively_is_byte_identical_to_the_pure_path(
                 # of them outlives the write (a view kept would keep its map)
                 assert not _mapped_under(root / name), f"{label} left segments mapped"
             # the pure path, told, checks its own count against ``within``
-            assert messages["native"] == messages["pure"] == messages["within"]
+            assert (messages["native"] == messages["pure"] == messages["within"]
+                    == messages["pure-untold"])
             for suffix in messages["native"].cleaned_suffixes:
                 cleaned = f"{group[0]:020d}{suffix}.cleaned"
                 assert ((native_dir / name / cleaned).read_bytes()
                         == (pure_dir / name / cleaned).read_bytes()
-                        == (within_dir / name / cleaned).read_bytes()), cleaned
+                        == (within_dir / name / cleaned).read_bytes()
+                        == (untold_dir / name / cleaned).read_bytes()), cleaned
             # and both equal the independent reference round
             assert ((native_dir / name / f"{group[0]:020d}.log.cleaned").read_bytes()
                     == ref.outputs[group[0]].log)
@@ -164,7 +169,7 @@ def test_a_group_written_natively_is_byte_identical_to_the_pure_path(
     assert groups >= 2
     # the native path really ran (and the legacy groups really fell back)
     assert "native" in paths and fast.STATS["batches_rebuilt"] >= 10
-    assert paths.count("pure") == groups
+    assert paths.count("pure") == 2 * groups  # told and untold
     if case == "logappendtime-legacy":
         assert "fallback" in paths
     else:
