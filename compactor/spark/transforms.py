@@ -251,13 +251,9 @@ def plan_rounds(inputs: Mapping[int, PartitionInput], *, decide: bool = False) -
                        and len(result.groups) > 1)
             rows = (_decision_rows(tp_id, result, inp.decide(result, headers)) if decided
                     else [])
-            # the plan's row first: tp_id and its plan, no decision
-            columns = [pa.array([tp_id if name == "tp_id" else None] + [r[i] for r in rows],
-                                type=_DECISION_ARROW.field(i).type)
-                       for i, name in enumerate(_DECISION_ARROW.names)]
-            columns.append(pa.array([row] + [None] * len(rows),
-                                    type=_PLANNED_ARROW.field("plan").type))
-            return pa.Table.from_arrays(columns, schema=_PLANNED_ARROW)
+            # the plan's row first: tp_id and its plan, no decision; then the decisions
+            first = tuple(tp_id if name == "tp_id" else None for name in _DECISION_ARROW.names)
+            return _table([(*first, row), *((*r, None) for r in rows)], _PLANNED_ARROW)
 
     return lambda headers: headers.groupBy("tp_id").applyInArrow(plan, PLANNED)
 
