@@ -165,14 +165,16 @@ COMMIT_MESSAGE = _schema(
 # One row per partition cleaned in one pass (one task scans, plans and, when the round is one
 # group or its groups fit one key table, writes it): its plan, or the error that stopped it,
 # and the commit messages of the groups it wrote (empty when it wrote none). A round of several
-# groups whose key table passed the budget is written by the distributed offset map instead:
-# ``decisions`` then holds its batches' ``DECISION`` rows, which that path works from (null
-# for every other partition).
+# groups whose key table passed the budget (or was projected to) is written by the distributed
+# offset map instead: ``handed_on`` then says why (``compactor.cleaner.policy.over_task_keys``,
+# or ``task_keys_0``) and ``decisions`` holds its batches' ``DECISION`` rows, which that path
+# works from (both null for every other partition).
 ONE_PASS = _schema(
     ("tp_id", IntegerType(), False),
     ("plan", PLAN, True),
     ("messages", ArrayType(COMMIT_MESSAGE, False), True),
     ("error", StringType(), True),
+    ("handed_on", StringType(), True),
     ("decisions", ArrayType(DECISION, False), True),
 )
 

@@ -398,12 +398,13 @@ def projected_keys(keys: int, records: int, share: float) -> float:
     return population * -math.expm1(-total / population)
 
 
-def over_task_keys(keys: int, records: int, share: float, budget: int) -> bool:
-    """Whether a one-task round (``compactor.spark.writer.write_groups``) stops and hands its
-    decisions to the distributed offset map: its key table holds more than ``budget`` keys,
-    or, once the newest :data:`PROJECT_AFTER_SHARE` of its bytes and at least
-    :data:`PROJECT_AFTER_KEYS` keys are in, the whole round is projected to hold more than
-    :data:`PROJECT_MARGIN` times the budget (:func:`projected_keys`). Both ways clean the
+def over_task_keys(keys: int, records: int, share: float, budget: int) -> str | None:
+    """Why a one-task round (``compactor.spark.writer.write_groups``) stops and hands its
+    decisions to the distributed offset map, or ``None`` while it goes on: its key table
+    holds more than ``budget`` keys (:data:`OVER_TASK_KEYS`), or, once the newest
+    :data:`PROJECT_AFTER_SHARE` of its bytes and at least :data:`PROJECT_AFTER_KEYS` keys are
+    in, the whole round is projected to hold more than :data:`PROJECT_MARGIN` times the
+    budget (:func:`projected_keys`; :data:`PROJECTED_OVER_TASK_KEYS`). Both ways clean the
     same records: the projection only spares a round that would pass the budget late the
     cost of deciding most of it twice; a wrong projection costs time, never a record.
 
@@ -414,9 +415,11 @@ def over_task_keys(keys: int, records: int, share: float, budget: int) -> bool:
         budget: the most keys the table may hold (``--task-keys``).
     """
     if keys > budget:
-        return True
-    return (share >= PROJECT_AFTER_SHARE and keys >= PROJECT_AFTER_KEYS
-            and projected_keys(keys, records, share) > PROJECT_MARGIN * budget)
+        return OVER_TASK_KEYS
+    if (share >= PROJECT_AFTER_SHARE and keys >= PROJECT_AFTER_KEYS
+            and projected_keys(keys, records, share) > PROJECT_MARGIN * budget):
+        return PROJECTED_OVER_TASK_KEYS
+    return None
 
 
 #: the two ways a round is written (a cleaned partition's report line says which, and why:
@@ -424,9 +427,12 @@ def over_task_keys(keys: int, records: int, share: float, budget: int) -> bool:
 ONE_TASK, OFFSET_MAP = "one_task", "offset_map"
 #: why one task wrote it: the round is one group, or its groups' keys stayed within the budget
 ONE_GROUP, WITHIN_TASK_KEYS = "one_group", "within_task_keys"
-#: why the offset map did (:func:`offset_map_reason`, or a task's key table passed the budget)
+#: why the offset map did (:func:`offset_map_reason`, or a task's key table passed the budget
+#: or was projected to: :func:`over_task_keys`)
 OVER_TASK_BYTES, OVER_TASK_KEYS, TASK_KEYS_ZERO = "over_task_bytes", "over_task_keys", "task_keys_0"
-ROUND_PATH_REASONS = (ONE_GROUP, WITHIN_TASK_KEYS, OVER_TASK_BYTES, OVER_TASK_KEYS, TASK_KEYS_ZERO)
+PROJECTED_OVER_TASK_KEYS = "projected_over_task_keys"
+ROUND_PATH_REASONS = (ONE_GROUP, WITHIN_TASK_KEYS, OVER_TASK_BYTES, OVER_TASK_KEYS,
+                      PROJECTED_OVER_TASK_KEYS, TASK_KEYS_ZERO)
 
 
 def one_task_scans(segments: Sequence[SegmentInfo], segment_bytes: int,

@@ -341,7 +341,7 @@ def run_locked(session: LazySession, opts: MaintenanceOptions, catalog: Catalog)
     stages.split(session.startup_s)
     try:
         with spark_stages.round_settings(spark, inputs):
-            plans, scanned, messages = _plan(spark, inputs, reports, stages, opts)
+            plans, scanned, messages, handed_on = _plan(spark, inputs, reports, stages, opts)
             to_clean = {i: p for i, p in plans.items() if p.will_clean}
             resets = {tps[i]: p.first_dirty_offset for i, p in plans.items()
                       if p.checkpoint_reset and not p.will_clean}
@@ -353,7 +353,7 @@ def run_locked(session: LazySession, opts: MaintenanceOptions, catalog: Catalog)
             rest = {i: p for i, p in to_clean.items() if i not in written}
             for i, p in to_clean.items():
                 reports[i].round_path, reports[i].round_path_reason = _round_path(
-                    inputs[i], p, i in written, opts.task_keys)
+                    inputs[i], p, i in written, handed_on.get(i), opts.task_keys)
             if rest:
                 messages += spark_stages.write_cleaned_segments(
                     spark, inputs, rest,
@@ -383,7 +383,8 @@ def run_locked(session: LazySession, opts: MaintenanceOptions, catalog: Catalog)
 
 def _plan(spark: SparkSession, inputs: dict[int, PartitionInput],
           reports: Mapping[int, PartitionReport], stages: _Stages, opts: MaintenanceOptions,
-          ) -> tuple[dict[int, CleaningPlan], spark_stages.Scanned | None, list[CommitMessage]]:
+          ) -> tuple[dict[int, CleaningPlan], spark_stages.Scanned | None, list[CommitMessage],
+                     dict[int, str]]:
     """Plan every readable partition; a partition a check refuses is reported corrupt and
     dropped from ``inputs``.
 
@@ -398,21 +399,21 @@ def _plan(spark: SparkSession, inputs: dict[int, PartitionInput],
     nor decided again.
 
     Returns:
-        The plans, the cached rows (``None`` when no partition needed them) and the commit
-        messages of the groups the one pass wrote.
+        The plans, the cached rows (``None`` when no partition needed them), the commit
+        messages of the groups the one pass wrote, and why it handed rounds on.
     """
     small = {i: inp for i, inp in inputs.items()
              if one_task_scans(inp.segments, inp.config.segment_bytes,
                                inp.config.segment_index_bytes)}
-    plans, errors, messages, handed_on = spark_stages.clean_in_one_pass(
-        spark, small, write=not opts.dry_run, writer=opts.writer,
-        task_keys=opts.task_keys)
+    one_pass = spark_stages.clean_in_one_pass(spark, small, write=not opts.dry_run,
+                                              writer=opts.writer, task_keys=opts.task_keys)
+    plans, errors, messages = one_pass.plans, one_pass.errors, one_pass.messages
     stages.done("one_pass")
     rest = {i: inp for i, inp in inputs.items() if i not in small}
     more, more_errors, scanned = spark_stages.scan_and_plan(spark, rest, writer=opts.writer,
                                                             decide=not opts.dry_run)
-    if handed_on is not None:
-        scanned = handed_on + scanned
+    if one_pass.scanned is not None:
+        scanned = one_pass.scanned + scanned
     plans.update(more)
     errors.update(more_errors)
     for i, error in errors.items():
@@ -429,7 +430,7 @@ def _plan(spark: SparkSession, inputs: dict[int, PartitionInput],
         by_base = {s.base_offset: s.size_bytes for s in inp.segments}
         reports[i].expected_input_bytes = sum(by_base[b] for g in plan.groups for b in g)
     stages.done("scan_and_plan")
-    return plans, scanned, messages
+    return plans, scanned, messages, one_pass.handed_on
 
 
 def _offset_map_reason(inp: PartitionInput, task_keys: int) -> str | None:
@@ -441,15 +442,16 @@ def _fits_one_task(inp: PartitionInput, task_keys: int) -> bool:
     return _offset_map_reason(inp, task_keys) is None
 
 
-def _round_path(inp: PartitionInput, plan: CleaningPlan, by_one_task: bool, task_keys: int
-                ) -> tuple[str, str]:
+def _round_path(inp: PartitionInput, plan: CleaningPlan, by_one_task: bool,
+                handed_on: str | None, task_keys: int) -> tuple[str, str]:
     """How a partition's round is written, for its report line: by its one-pass task (one
-    group, or several within ``task_keys``), or through the distributed offset map and why. A
-    partition offered to one task that did not write it passed the key budget (its task's
+    group, or several within ``task_keys``), or through the distributed offset map and why:
+    not offered to one task (:func:`offset_map_reason`), or offered and handed on, as its
+    task says (``handed_on``: its key table passed the budget or was projected to; its
     batch decisions went to the offset map: :func:`_plan`)."""
     if by_one_task:
         return ONE_TASK, ONE_GROUP if len(plan.groups) == 1 else WITHIN_TASK_KEYS
-    return OFFSET_MAP, _offset_map_reason(inp, task_keys) or OVER_TASK_KEYS
+    return OFFSET_MAP, _offset_map_reason(inp, task_keys) or handed_on or OVER_TASK_KEYS
 
 
 def _commit(inputs: Mapping[int, PartitionInput], plans: Mapping[int, CleaningPlan],

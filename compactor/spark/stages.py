@@ -11,7 +11,7 @@ import heapq
 import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 import numpy as np
@@ -230,11 +230,26 @@ def balanced_bins(sizes: Mapping[int, int], count: int) -> list[list[int]]:
     return [bins[b] for b in sorted(range(count), key=lambda b: (-loads[b], b)) if bins[b]]
 
 
+@dataclass(frozen=True)
+class OnePass:
+    """What :func:`clean_in_one_pass` found and wrote."""
+
+    #: the plans of the partitions with at least one batch
+    plans: dict[int, CleaningPlan]
+    #: the first error (``CompactorError.to_dict()``) of each partition a check refused
+    errors: dict[int, dict[str, Any]]
+    #: the commit messages of the groups written
+    messages: list[CommitMessage]
+    #: why each round planned but not written here goes to the distributed offset map
+    #: (``compactor.cleaner.policy.over_task_keys``, or ``task_keys_0``)
+    handed_on: dict[int, str]
+    #: those rounds' ``DECISION`` rows, cached for the offset map (``None``: no such round)
+    scanned: Scanned | None
+
+
 def clean_in_one_pass(spark: SparkSession, inputs: Mapping[int, PartitionInput], *,
                       write: bool, writer: str = "native",
-                      task_keys: int = ONE_TASK_KEYS
-                      ) -> tuple[dict[int, CleaningPlan], dict[int, dict[str, Any]],
-                                 list[CommitMessage], Scanned | None]:
+                      task_keys: int = ONE_TASK_KEYS) -> OnePass:
     """Scan, plan and (when ``write``) write the partitions in one Spark job of one stage,
     a task per bin of partitions (:func:`transforms.clean_in_one_pass`): for partitions
     small enough for one task (:func:`compactor.cleaner.policy.one_task_scans`), where the
@@ -248,20 +263,16 @@ def clean_in_one_pass(spark: SparkSession, inputs: Mapping[int, PartitionInput],
             with 0 it is never tried).
 
     Returns:
-        The plans of the partitions with at least one batch, the first error (as
-        ``CompactorError.to_dict()``) of each partition a check refused, the commit
-        messages of the groups written, and, when a round passed ``task_keys``, the
-        ``DECISION`` rows of those rounds cached for the distributed offset map (the driver
-        neither scans nor decides them again; the caller unpersists them). Should an
-        executor be lost, Spark computes the lost rows again by running their tasks again,
-        as it retries a failed task: those write the same ``.cleaned`` bytes again, and
-        nothing is swapped before the rewrite's last stage.
+        The plans, errors and commit messages, and, when a round passed ``task_keys`` (or
+        was projected to), why, with the ``DECISION`` rows of those rounds cached for the
+        distributed offset map (the driver neither scans nor decides them again; the caller
+        unpersists them). Should an executor be lost, Spark computes the lost rows again
+        by running their tasks again, as it retries a failed task: those write the same
+        ``.cleaned`` bytes again, and nothing is swapped before the rewrite's last stage.
     """
-    plans: dict[int, CleaningPlan] = {}
-    errors: dict[int, dict[str, Any]] = {}
-    messages: list[CommitMessage] = []
+    found = OnePass({}, {}, [], {}, None)
     if not inputs:
-        return plans, errors, messages, None
+        return found
     bins = balanced_bins({i: input_bytes({i: inp}) for i, inp in inputs.items()},
                          4 * spark.sparkContext.defaultParallelism)
     done = (spark.range(len(bins), numPartitions=len(bins))
@@ -270,20 +281,21 @@ def clean_in_one_pass(spark: SparkSession, inputs: Mapping[int, PartitionInput],
     if write:
         done = done.persist()
     with spark_step(spark, "one_pass", total_bytes=input_bytes(inputs)):
-        rows = done.select("tp_id", "plan", "messages", "error",
-                           F.col("decisions").isNotNull().alias("handed_on")).collect()
+        rows = done.select("tp_id", "plan", "messages", "error", "handed_on").collect()
     for r in rows:
         if r.error is not None:
-            errors[r.tp_id] = json.loads(r.error)
+            found.errors[r.tp_id] = json.loads(r.error)
         elif r.plan is not None:
-            plans[r.tp_id] = transforms.plan_from_row(r.plan.asDict())
-        messages += [transforms.message_from_row(m) for m in r.messages or ()]
-    if not any(r.handed_on for r in rows):
+            found.plans[r.tp_id] = transforms.plan_from_row(r.plan.asDict())
+        found.messages.extend(transforms.message_from_row(m) for m in r.messages or ())
+        if r.handed_on is not None:
+            found.handed_on[r.tp_id] = r.handed_on
+    if not found.handed_on:
         done.unpersist()
-        return plans, errors, messages, None
+        return found
     decisions = (done.where(F.col("decisions").isNotNull())
                  .select(F.explode("decisions").alias("d")).select("d.*"))
-    return plans, errors, messages, Scanned(None, decisions, (done,))
+    return replace(found, scanned=Scanned(None, decisions, (done,)))
 
 
 @dataclass(frozen=True)

@@ -44,6 +44,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 
 from compactor.cleaner.policy import (
     ONE_TASK_KEYS,
+    TASK_KEYS_ZERO,
     BatchDecision,
     BatchHeader,
     BatchRetention,
@@ -276,18 +277,18 @@ def _write_groups(tp_id: int, inp: PartitionInput, plan: CleaningPlan,
     """Decide the batches of a round of several groups and write them all with one key table
     (:func:`compactor.spark.writer.write_groups`): the ``ONE_PASS`` columns of the result,
     ``messages`` (their ``COMMIT_MESSAGE`` rows), or, when the table passed ``task_keys``
-    keys (nothing is written; with 0 nothing is tried), none and the batches' ``decisions``
-    for the distributed offset map (its writers work from them, so the driver neither scans
-    nor decides the partition again)."""
+    keys or was projected to (nothing is written; with 0 nothing is tried), none, the
+    ``handed_on`` reason and the batches' ``decisions`` for the distributed offset map (its
+    writers work from them, so the driver neither scans nor decides the partition again)."""
     decided = inp.decide(plan, headers)
     messages = write_groups(inp, plan.groups,
                             {(h.segment_base, h.position): d for h, d in decided},
                             first_dirty=plan.first_dirty_offset, engine=record_engine(writer),
-                            max_keys=task_keys) if task_keys > 0 else None
-    if messages is None:
+                            max_keys=task_keys) if task_keys > 0 else TASK_KEYS_ZERO
+    if isinstance(messages, str):
         rows = _table(_decision_rows(tp_id, plan, decided),
                       _DECISION_ARROW).to_struct_array().combine_chunks()
-        return {"messages": [], "decisions": pa.ListArray.from_arrays(
+        return {"messages": [], "handed_on": messages, "decisions": pa.ListArray.from_arrays(
             pa.array([0, len(rows)], pa.int32()), rows,
             type=_ONE_PASS_ARROW.field("decisions").type)}
     return {"messages": [message_to_row(tp_id, m) for m in messages]}

@@ -132,7 +132,12 @@ def _write(inp: PartitionInput, source_bases: tuple[int, ...],
 
 
 class _OverKeys(Exception):
-    """The key table passed the task's key budget, or is projected to (:func:`write_groups`)."""
+    """The key table passed the task's key budget, or is projected to (:func:`write_groups`);
+    ``reason`` says which (:func:`compactor.cleaner.policy.over_task_keys`)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 @dataclass(slots=True)
@@ -150,14 +155,15 @@ class _KeyBudget:
             _OverKeys: the round stops here (:func:`compactor.cleaner.policy.over_task_keys`).
         """
         self.decided_bytes += chunk_bytes
-        if over_task_keys(rewrite.keys(), rewrite.records(),
-                          self.decided_bytes / max(1, self.round_bytes), self.max_keys):
-            raise _OverKeys
+        reason = over_task_keys(rewrite.keys(), rewrite.records(),
+                                self.decided_bytes / max(1, self.round_bytes), self.max_keys)
+        if reason is not None:
+            raise _OverKeys(reason)
 
 
 def write_groups(inp: PartitionInput, groups: Sequence[Sequence[int]],
                  decisions: Mapping[tuple[int, int], BatchDecision], *, first_dirty: int,
-                 engine: Engine, max_keys: int | None = None) -> list[CommitMessage] | None:
+                 engine: Engine, max_keys: int | None = None) -> list[CommitMessage] | str:
     """Rewrite every group of a partition's round in one task, with one key table: the
     groups are decided newest first, each with the keys that entered the offset map in the
     groups after it (``Cleaner.buildOffsetMap`` over the whole dirty section, then
@@ -176,8 +182,10 @@ def write_groups(inp: PartitionInput, groups: Sequence[Sequence[int]],
     Returns:
         A commit message per group, or, when a group cannot be decided, only that group's
         message with its error (nothing is written). After a group that fails to write, no
-        more are written: the partition is not swapped. ``None`` when the key table passed
-        ``max_keys``: nothing is written.
+        more are written: the partition is not swapped. When the key table passed
+        ``max_keys``, or was projected to, nothing is written and the reason is returned
+        (:data:`~compactor.cleaner.policy.OVER_TASK_KEYS`,
+        :data:`~compactor.cleaner.policy.PROJECTED_OVER_TASK_KEYS`).
     """
     try:
         try:
@@ -186,8 +194,8 @@ def write_groups(inp: PartitionInput, groups: Sequence[Sequence[int]],
         except Fallback:
             decided, rewrite = _decide_groups(inp, groups, decisions,
                                               fallback_group((), first_dirty), max_keys)
-    except _OverKeys:
-        return None
+    except _OverKeys as over:
+        return over.reason
     rewrite.decided()
     if isinstance(decided, CommitMessage):
         return [decided]

@@ -16,7 +16,7 @@ import xxhash
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compactor.cleaner.policy import KEPT, LOCAL, BatchDecision, BatchRetention
+from compactor.cleaner.policy import KEPT, LOCAL, OVER_TASK_KEYS, BatchDecision, BatchRetention
 from compactor.cleaner.rebatch import filter_batch
 from compactor.cleaner.rewrite import sliced
 from compactor.codec import varint
@@ -212,12 +212,12 @@ def test_a_round_of_several_groups_in_one_task_writes_what_the_offset_map_writes
         assert map_keys >= 1
         assert write_groups(moved(over_dir), ref.plan.groups, decisions,
                             first_dirty=ref.plan.first_dirty_offset, engine=engine(label),
-                            max_keys=map_keys - 1) is None
+                            max_keys=map_keys - 1) == OVER_TASK_KEYS
         assert not list((over_dir / name).glob("*.cleaned"))
         got = write_groups(moved(one_dir), ref.plan.groups, decisions,
                            first_dirty=ref.plan.first_dirty_offset, engine=engine(label),
                            max_keys=map_keys)
-        assert got is not None
+        assert not isinstance(got, str)
         assert [m.group_base for m in got] == [g[0] for g in ref.plan.groups]
         # a legacy entry sends the whole round to the pure path
         assert {m.writer for m in got} == ({"fallback"} if case == "logappendtime-legacy"
@@ -601,13 +601,14 @@ def test_a_round_projected_over_its_key_budget_stops_early(tmp_path: Path, monke
 
         if name == "few":
             got, _ = attempt(map_keys)
-            assert got is not None and all(m.error is None for m in got)
+            assert not isinstance(got, str) and all(m.error is None for m in got)
             continue
         budget = map_keys * 3 // 4  # passed once three quarters of the keys are in
         got, decided = attempt(budget)
-        assert got is None and not list((tmp_path / name).rglob("*.cleaned"))
+        assert got == policy.PROJECTED_OVER_TASK_KEYS  # the report tells the two apart
+        assert not list((tmp_path / name).rglob("*.cleaned"))
         assert decided < records / 3
         monkeypatch.setattr(policy, "PROJECT_MARGIN", float("inf"))
         got, decided = attempt(budget)
-        assert got is None and decided > records * 2 / 3
+        assert got == policy.OVER_TASK_KEYS and decided > records * 2 / 3
         monkeypatch.setattr(policy, "PROJECT_MARGIN", margin)

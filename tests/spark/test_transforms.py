@@ -19,7 +19,7 @@ from pyspark import TaskContext
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from compactor.cleaner.policy import BatchRetention, CleaningPlan, PartitionInput
+from compactor.cleaner.policy import OVER_TASK_KEYS, BatchRetention, CleaningPlan, PartitionInput
 from compactor.cleaner.scan import key_digest, key_offsets, segment_headers
 from compactor.codec.records import ControlType
 from compactor.codec.segment import iter_batches
@@ -529,10 +529,10 @@ def test_clean_in_one_pass_equals_plan_and_writer_called_directly(
            .withColumn("messages", _messages_without_seconds("messages")))
     expected = spark.createDataFrame([
         (0, transforms.plan_to_row(0, plan), [transforms.message_to_row(0, message)], None,
-         None),
-        (1, transforms.plan_to_row(1, several_plan), [], None,
+         None, None),
+        (1, transforms.plan_to_row(1, several_plan), [], None, OVER_TASK_KEYS,
          _expected_decisions(1, several, several_plan, several_headers)),
-        (2, None, None, json.dumps(refused.value.to_dict()), None),
+        (2, None, None, json.dumps(refused.value.to_dict()), None, None),
     ], ONE_PASS).withColumn("messages", _messages_without_seconds("messages"))
     assert_df_equality(got, expected, ignore_row_order=True)
     written = sorted(p.name for p in Path(partition.path).glob("*.cleaned"))

@@ -136,18 +136,20 @@ def test_over_task_keys_is_exact_until_the_sample_suffices() -> None:
     budget = 4 * policy.PROJECT_AFTER_KEYS
     after = policy.PROJECT_AFTER_SHARE
     enough = policy.PROJECT_AFTER_KEYS
-    # past the budget: always
-    assert over_task_keys(budget + 1, budget + 1, 0.01, budget)
+    # past the budget: always, and it says so
+    assert over_task_keys(budget + 1, budget + 1, 0.01, budget) == policy.OVER_TASK_KEYS
     # every record a new key, the whole round far past the budget, but too early to say
     assert not over_task_keys(enough, enough, after * 0.99, budget)
     assert not over_task_keys(enough - 1, enough - 1, after, budget)
-    assert over_task_keys(enough, enough, after, budget)  # projected 8 x the sample
+    # projected 8 x the sample: the projection's doing, and it says so
+    assert over_task_keys(enough, enough, after, budget) == policy.PROJECTED_OVER_TASK_KEYS
     # projected over the budget: within the margin it goes on, past it it stops
     records = enough * 21 // 20  # one record in 21 repeats a key
     projected = projected_keys(enough, records, after)
     assert projected > 4 * enough
     within = int(projected / (1 + (policy.PROJECT_MARGIN - 1) / 2))
     assert not over_task_keys(enough, records, after, within)
-    assert over_task_keys(enough, records, after, int(projected / policy.PROJECT_MARGIN) - 1)
+    assert (over_task_keys(enough, records, after, int(projected / policy.PROJECT_MARGIN) - 1)
+            == policy.PROJECTED_OVER_TASK_KEYS)
     # few keys, written over and over: never
     assert not over_task_keys(enough, 50 * enough, 0.5, budget)
