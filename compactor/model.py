@@ -80,7 +80,7 @@ class CommitMessage:
     Attributes:
         source_bases: base offsets of the group's source segments, ascending.
         cleaned_suffixes: which files were written as ``<base><suffix>.cleaned``.
-        log_checksum: CRC-32 of the cleaned ``.log`` bytes (checked again before the swap).
+        log_checksum: CRC-32C of the cleaned ``.log`` bytes (checked again before the swap).
         dropped: records dropped, by reason.
         error: the failure, as ``CompactorError.to_dict()``; nothing was left behind.
         writer: which path wrote the group (``compactor.cleaner.rewrite.PATHS``), empty for

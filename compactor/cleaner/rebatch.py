@@ -11,11 +11,12 @@ v0/v1 entries are always rewritten as v2 batches (KAFKA-13093, Kafka 4.0+).
 
 from __future__ import annotations
 
-import zlib
 from collections import Counter
 from collections.abc import Callable, Collection, Container, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import crc32c
 
 from compactor.cleaner.policy import (
     ABORTED,
@@ -233,7 +234,7 @@ def placeholder_batch(batch: RecordBatch) -> bytes:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SegmentIndexes:
     """What a cleaned segment needs next to its ``.log``: its indexes, and a summary of the
-    log (size, CRC-32 of its bytes, batch count)."""
+    log (size, CRC-32C of its bytes, batch count)."""
 
     base_offset: int
     index: bytes
@@ -290,7 +291,7 @@ class SegmentBuilder:
         self._infos.append(BatchIndexInfo(position=self._size, size_in_bytes=len(entry),
                                           last_offset=last_offset, max_timestamp=max_timestamp))
         self._size += len(entry)
-        self._checksum = zlib.crc32(entry, self._checksum)
+        self._checksum = crc32c.crc32c(entry, self._checksum)
         self._next_offset = last_offset + 1
         self._sink(entry)
 
@@ -313,7 +314,7 @@ class SegmentBuilder:
         if not sizes:
             return
         self._size += pos
-        self._checksum = zlib.crc32(data, self._checksum)
+        self._checksum = crc32c.crc32c(data, self._checksum)
         self._next_offset = self._infos[-1].last_offset + 1
         self._sink(data)
 

@@ -72,7 +72,7 @@ def _check_cleaned(partition_dir: str, message: CommitMessage) -> None:
     wrote."""
     base = message.group_base
     log = cleaned_path(partition_dir, base, LOG_SUFFIX)
-    if not storage.exists(log) or storage.crc32(log) != message.log_checksum:
+    if not storage.exists(log) or storage.crc32c(log) != message.log_checksum:
         raise CommitConflictError(
             "cleaned segment is missing or differs from what the executor reported",
             path=log, base_offset=base,

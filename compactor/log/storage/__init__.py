@@ -37,7 +37,7 @@ from compactor.log.storage.objects import LEASE_NAME, ObjectStore
 __all__ = [
     "LEASE_NAME", "LOCK_FILE", "STORAGE_OPTIONS", "FileStat", "StorageSettings", "absolute",
     "basename",
-    "check_location", "configure", "contains", "crc32", "dirname", "exists", "is_dir",
+    "check_location", "configure", "contains", "crc32c", "dirname", "exists", "is_dir",
     "is_link", "is_url", "join", "list_dir", "log_dir_lock", "make_dirs", "mapped",
     "open_durable", "parse_storage_options", "portable", "read_bytes", "read_text",
     "real_path", "remove", "rename", "settings", "stat", "supports_rename", "write_atomic",
@@ -120,9 +120,9 @@ def read_bytes(path: str, start: int = 0, end: int | None = None) -> bytes:
         local.read_bytes(path, start, end)
 
 
-def crc32(path: str) -> int:
-    """CRC-32 (``zlib.crc32``) of a whole file, streamed in chunks."""
-    return _store().crc32(path) if is_url(path) else local.crc32(path)
+def crc32c(path: str) -> int:
+    """CRC-32C of a whole file, streamed in chunks."""
+    return _store().crc32c(path) if is_url(path) else local.crc32c(path)
 
 
 @contextmanager

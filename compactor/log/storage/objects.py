@@ -26,11 +26,12 @@ import socket
 import threading
 import time
 import uuid
-import zlib
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
+
+from crc32c import crc32c as crc32c_of
 
 from compactor.errors import ConditionFailedError, LogDirError, LogDirLockedError, StorageError
 from compactor.log.storage.locations import split
@@ -202,13 +203,13 @@ class ObjectStore:
                 return b""
             raise self._fail(err, url, "read object") from err
 
-    def crc32(self, url: str) -> int:
+    def crc32c(self, url: str) -> int:
         bucket, key = split(url)
         value = 0
         try:
             body = self.client.get_object(Bucket=bucket, Key=key)["Body"]
             for chunk in body.iter_chunks(_MIB):
-                value = zlib.crc32(chunk, value)
+                value = crc32c_of(chunk, value)
         except Exception as err:
             raise self._fail(err, url, "read object") from err
         return value
