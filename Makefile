@@ -59,6 +59,7 @@ demo: kernels
 		--broker-config log.cleaner.delete.retention.ms=43200000
 	$(BIN)/compactor plan $(DEMO_DIR) --server-properties $(DEMO_PROPS)
 	$(BIN)/compactor run $(DEMO_DIR) --server-properties $(DEMO_PROPS) --state-dir $(DEMO_STATE)
+	$(BIN)/compactor erase init --state-dir $(DEMO_STATE)
 	$(BIN)/compactor erase request --state-dir $(DEMO_STATE) --topic '*' --key key-00000007 \
 		--reason demo
 	$(BIN)/compactor erase apply $(DEMO_DIR) --server-properties $(DEMO_PROPS) \

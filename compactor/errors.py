@@ -215,6 +215,14 @@ class LogDirError(CompactorError):
     default_remedy = "check the path and its permissions; nothing was changed"
 
 
+class LinkedFileError(LogDirError):
+    """A segment, index or snapshot file whose data has another name (a symbolic link, or a
+    file with several hard links): Kafka reads through the name, but a swap or deletion
+    replaces or removes only the name, so the data would outlive the change."""
+
+    code = "LINKED_FILE"
+
+
 class StorageError(LogDirError):
     """An object store could not be reached or refused a request (network, credentials,
     permissions, throttling): the run could not do its work; the data may be fine."""

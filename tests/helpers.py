@@ -311,3 +311,10 @@ def varint_size(value: int) -> int:
         unsigned >>= 7
         size += 1
     return size
+
+
+def init_ledger(state_dir: object) -> None:
+    """``compactor erase init``: a state dir takes erasure requests once its ledger exists."""
+    from compactor.erasure import ledger
+
+    ledger.init(str(state_dir))

@@ -641,6 +641,10 @@ def add_request_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-dir", default=None,
                         help="the log dir the request is for: its topic must exist there (or "
                              "in the cluster's metadata), and --state-dir must lie outside it")
+    parser.add_argument("--server-properties", default=None, metavar="FILE",
+                        help="the broker's server.properties: the topic must exist in one of "
+                             "its log.dirs or in the cluster's metadata log (without this and "
+                             "--log-dir: among the topics of the runs the state dir recorded)")
     parser.add_argument("--metadata-log-dir", default=None, metavar="DIR",
                         help="with --log-dir: the directory holding __cluster_metadata-0")
     parser.add_argument("--leave-tombstone", action="store_true",

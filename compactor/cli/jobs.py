@@ -345,11 +345,13 @@ def execute_erase_request(args: argparse.Namespace, out: TextIO) -> int:
     from compactor.erasure.rules import ALL_TOPICS, KEY, is_internal_topic, new_requests
 
     ledger.check_state_dir(args.state_dir, args.log_dir)
+    # a mistyped --state-dir must not become a ledger nothing else reads (apply refuses it too)
+    ledger.require_ledger(args.state_dir)
     if is_internal_topic(args.topic) and not getattr(args, "quiet", False):
         print(f"warning: {args.topic} is an internal topic (Kafka's own state under binary "
               "keys): only records whose key or header matches exactly are erased, and its "
               "coordinator may rebuild state from what remains", file=sys.stderr)
-    if args.log_dir and args.topic != ALL_TOPICS:
+    if args.topic != ALL_TOPICS:
         _check_request_topic(args)
     selector, header_name, digests = _request_subjects(args)
     if args.deadline_days < 0:
@@ -412,18 +414,49 @@ def _request_subjects(args: argparse.Namespace) -> tuple[str, str | None, list[s
 
 
 def _check_request_topic(args: argparse.Namespace) -> None:
-    """A request's topic must exist in the log dir or in the cluster's metadata: a typo would
-    otherwise be applied and verified over nothing."""
-    from compactor.cluster.catalog import build_catalog
-    from compactor.log.layout import open_log_dir
+    """A request's topic must be one the cluster has, whenever the tool can know its topics: a
+    typo would otherwise be applied and verified over nothing, or wait for ever. Known from,
+    in order: ``--log-dir`` (its partitions, else the cluster's metadata log),
+    ``--server-properties`` (every one of the broker's log dirs, else the metadata log where
+    Kafka keeps it), else the topics of the runs recorded in the state dir (a state dir no run
+    wrote yet knows none: the request is taken).
 
-    ld = open_log_dir(storage.absolute(args.log_dir))
-    present = {tp.topic for tp in ld.partitions} | {c.tp.topic for c in ld.copies}
-    if args.topic in present:
+    Raises:
+        ConfigError: the topic is not among them, with the closest name.
+    """
+    import difflib
+
+    from compactor.cluster.catalog import build_catalog
+    from compactor.erasure import ledger
+    from compactor.log.layout import open_log_dir, server_log_dirs
+
+    if args.log_dir or args.server_properties:
+        paths = ([storage.absolute(args.log_dir)] if args.log_dir else
+                 [storage.absolute(d) for d in server_log_dirs(args.server_properties)])
+        if not paths:
+            raise ConfigError("the broker's properties name no log.dirs",
+                              path=args.server_properties)
+        dirs = [open_log_dir(p) for p in paths]
+        present = {c.tp.topic for ld in dirs for c in ld.copies_of(lambda _: True)}
+        if args.topic in present:
+            return
+        # raises with the closest existing name when the metadata does not have it either
+        build_catalog(dirs[0], config_all={}, config_topics={}, named_topics=[args.topic],
+                      metadata_log_dir=args.metadata_log_dir,
+                      server_properties=args.server_properties and storage.absolute(
+                          args.server_properties))
         return
-    # raises with the closest existing name when neither the log dir nor the metadata has it
-    build_catalog(ld, config_all={}, config_topics={}, named_topics=[args.topic],
-                  metadata_log_dir=args.metadata_log_dir)
+    seen = ledger.run_topics(args.state_dir)
+    if not seen or args.topic in seen:
+        return
+    close = difflib.get_close_matches(args.topic, sorted(seen), n=1)
+    raise ConfigError(
+        f"topic {args.topic!r} is in no run recorded in this state dir ({len(seen)} topics seen"
+        + (f"; did you mean {close[0]!r}?" if close else ")"),
+        path=args.state_dir,
+        remedy="check --topic; to check it against the cluster itself, give --log-dir or "
+               "--server-properties (a topic created since the last run is found there); "
+               "nothing was recorded")
 
 
 def execute_erase_status(args: argparse.Namespace, out: TextIO) -> int:

@@ -273,8 +273,8 @@ def require_ledger(state_dir: str) -> None:
     if not _is_table(table_path(state_dir, ERASURE_REQUESTS_TABLE)):
         raise ConfigError("no erasure ledger here (no erasure_requests Delta table)",
                           path=state_dir,
-                          remedy="check --state-dir; `compactor erase init --state-dir DIR` (or "
-                                 "the first `erase request`) creates the ledger")
+                          remedy="check --state-dir; `compactor erase init --state-dir DIR` "
+                                 "creates the ledger (once, before the first request)")
 
 
 def _read(table: Any, columns: Sequence[str] | None = None) -> pa.Table:
@@ -394,6 +394,7 @@ def add_requests(state_dir: str, requests: Sequence[ErasureRequest],
                  meta: Mapping[str, str] | None = None) -> tuple[list[str], list[str]]:
     """Insert requests whose id is new (one commit; ids already present are left as they
     are). Returns (added ids, ids that already existed)."""
+    require_ledger(state_dir)  # only `erase init` creates a ledger
     table = _table(state_dir, ERASURE_REQUESTS_TABLE, ERASURE_REQUESTS)
     existing = set(_read(table, ["request_id"]).column(0).to_pylist())
     new = [r for r in requests if r.request_id not in existing]
@@ -573,6 +574,22 @@ def load_runs(state_dir: str, run_ids: Iterable[str] | None = None) -> list[dict
         wanted = set(run_ids)
         rows = [r for r in rows if r["run_id"] in wanted]
     return sorted(rows, key=lambda r: (r["started_at_ms"], r["topic"], r["partition"]))
+
+
+@ledger_errors("read the runs table")
+def run_topics(state_dir: str) -> frozenset[str]:
+    """Every topic a run recorded in the state dir saw (its partition lines), read column by
+    column; empty without a runs table."""
+    import pyarrow.compute as pc
+
+    path = table_path(state_dir, RUNS_TABLE)
+    if not _is_table(path):
+        return frozenset()
+    topics: set[str] = set()
+    for batch in _open(path).to_pyarrow_dataset().to_batches(columns=["topic"],
+                                                             use_threads=False):
+        topics.update(pc.unique(batch.column(0)).to_pylist())
+    return frozenset(topics)
 
 
 @ledger_errors("read a ledger table's history")

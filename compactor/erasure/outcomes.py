@@ -12,23 +12,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from compactor.erasure.rules import (
-    ALL_TOPICS,
-    is_internal_topic,
-    missing_replicas,
-    totals,
-)
+from compactor.erasure.rules import covers_topic, missing_replicas, totals
 
 #: what a row function returns besides the request's new columns
 UPDATE, BLOCKED, UNVERIFIED, NO_REPLICA_HERE = "update", "blocked", "unverified", "no_replica_here"
-
-
-def covers_topic(request_topic: str, topic: str) -> bool:
-    """Whether a request for ``request_topic`` covers ``topic``
-    (:meth:`compactor.erasure.rules.ErasureRequest.applies_to`)."""
-    if request_topic == ALL_TOPICS:
-        return not is_internal_topic(topic)
-    return request_topic == topic
 
 
 @dataclass(frozen=True, slots=True)

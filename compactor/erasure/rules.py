@@ -21,10 +21,21 @@ ALL_TOPICS = "*"
 KEY = "key"
 
 
+#: Kafka's internal topics, exactly ``Topic.INTERNAL_TOPICS`` (``Topic.isInternal``): the group,
+#: transaction and share-group coordinators' state under Kafka's binary keys
+KAFKA_INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state",
+                                   "__share_group_state"})
+#: the other logs Kafka's own components keep, named (not matched by prefix): the KRaft
+#: metadata log (``Topic.CLUSTER_METADATA_TOPIC_NAME``) and the remote log metadata topic
+#: (``TopicBasedRemoteLogMetadataManagerConfig.REMOTE_LOG_METADATA_TOPIC_NAME``)
+KAFKA_COMPONENT_LOGS = frozenset({"__cluster_metadata", "__remote_log_metadata"})
+
+
 def is_internal_topic(topic: str) -> bool:
-    """Kafka's internal topics and the other ``__``-prefixed logs its components keep
-    (``Topic.isInternal`` and ``TopicBasedRemoteLogMetadataManager``'s topic)."""
-    return topic.startswith("__")
+    """Whether ``topic`` holds Kafka's own state rather than an application's records: one of
+    :data:`KAFKA_INTERNAL_TOPICS` or :data:`KAFKA_COMPONENT_LOGS`. A user topic whose name
+    merely starts with ``__`` (``__orders`` is legal) is an application topic."""
+    return topic in KAFKA_INTERNAL_TOPICS or topic in KAFKA_COMPONENT_LOGS
 
 
 HEADER = "header"
@@ -92,13 +103,19 @@ class ErasureRequest:
     tombstones_left: tuple[tuple[str, int], ...] = ()
 
     def applies_to(self, topic: str) -> bool:
-        """Whether the request covers ``topic``: ``*`` means every application topic; Kafka's
-        internal topics (``__consumer_offsets``, ``__transaction_state``,
-        ``__share_group_state``, ``__remote_log_metadata``: coordinator state under Kafka's
-        binary keys) only when named."""
-        if self.topic == ALL_TOPICS:
-            return not is_internal_topic(topic)
-        return self.topic == topic
+        """Whether the request covers ``topic``: ``*`` means every application topic, whatever
+        its name; Kafka's own logs (:func:`is_internal_topic`) only when named."""
+        return covers_topic(self.topic, topic)
+
+
+def covers_topic(request_topic: str, topic: str) -> bool:
+    """Whether a request for ``request_topic`` covers ``topic``: ``*`` covers every application
+    topic (:func:`is_internal_topic` is false), a name only itself. The one rule apply, verify,
+    the proof's replica map and status expand ``*`` by (the Spark join states it in SQL from
+    :func:`is_internal_topic`, ``compactor.spark.stages.erasure_matches``)."""
+    if request_topic == ALL_TOPICS:
+        return not is_internal_topic(topic)
+    return request_topic == topic
 
 
 def new_requests(*, topic: str, digests: Sequence[str], selector: str,

@@ -39,6 +39,7 @@ from compactor.errors import (
     ConfigError,
     CorruptCheckpointError,
     CorruptIndexError,
+    LinkedFileError,
     LogDirError,
     SwapRecoveryError,
 )
@@ -159,6 +160,9 @@ class PartitionLog:
     snapshots: tuple[int, ...] = ()
     identities: Mapping[str, str] = field(default_factory=dict)
     strays: tuple[ForeignEntry, ...] = ()  # entries Kafka does not keep in a partition dir
+    #: segment files with more than one hard link, by name (what :func:`storage.links` says):
+    #: harmless to compaction and retention, refused by erasure (:func:`check_unlinked`)
+    hard_linked: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def active_segment(self) -> SegmentInfo | None:
@@ -399,6 +403,25 @@ def load_partition(partition_dir: str) -> PartitionLog:
     # every file's identity first, before anything is read: what a commit compares with
     identities = storage.identities(partition_dir)
     names = storage.list_dir(partition_dir)
+    linked = {n: what for n, what in storage.links(partition_dir).items()
+              if _SEGMENT_FILE.match(n)}
+    symlinks = sorted(n for n, what in linked.items() if what.startswith("symlink"))
+    if symlinks:
+        # Kafka opens the file through the link (FileRecords.open), but a swap renames over
+        # the link and a deletion removes it (LocalLog.replaceSegments, LogSegment.deleteIfExists
+        # act on the name): the file it points to would keep every record, cleaned, expired or
+        # erased. No command changes such a partition.
+        first = symlinks[0]
+        raise LinkedFileError(
+            f"{first} is a {linked[first]}"
+            + (f" (and {len(symlinks) - 1} more linked file(s))" if len(symlinks) > 1 else "")
+            + ": Kafka reads through the link, but a swap or deletion would replace only the "
+              "link and leave the file it points to, with every record in it",
+            path=storage.join(partition_dir, first),
+            base_offset=file_offset(first),
+            remedy="nothing was changed; with the broker stopped, move each linked file into "
+                   "the partition directory in place of its link (mv TARGET LINK), then run "
+                   "again")
     name_set = set(names)
     leftovers = leftover_names(names)
     snapshots = tuple(
@@ -438,7 +461,29 @@ def load_partition(partition_dir: str) -> PartitionLog:
     return PartitionLog(
         tp=tp, path=partition_dir, segments=tuple(segments), leftovers=leftovers,
         snapshots=snapshots, identities=identities, strays=strays,
+        hard_linked={n: what for n, what in linked.items() if n not in symlinks},
     )
+
+
+def check_unlinked(part: PartitionLog) -> None:
+    """An erasure must reach every name of the data it rewrites: a segment file with another
+    hard link keeps the subject's records under that name after the swap.
+
+    Raises:
+        LinkedFileError: a segment file of the partition has several hard links.
+    """
+    if not part.hard_linked:
+        return
+    name, what = sorted(part.hard_linked.items())[0]
+    raise LinkedFileError(
+        f"{name} is a {what}: an erasure replaces this name, and the subject's records would "
+        f"stay in the file's other name(s)"
+        + (f" ({len(part.hard_linked) - 1} more file(s) of the partition are hard-linked)"
+           if len(part.hard_linked) > 1 else ""),
+        path=storage.join(part.path, name), base_offset=file_offset(name),
+        remedy="nothing was changed; find the other names (find / -samefile FILE), remove "
+               "them or give this name its own copy (cp FILE FILE.tmp && mv FILE.tmp FILE, "
+               "with the broker stopped), then run again")
 
 
 _SEGMENT_FILE = re.compile(r"^[0-9]{20}(\.log|\.index|\.timeindex|\.txnindex|\.snapshot)"
@@ -590,11 +635,19 @@ def log_end_offset(part: PartitionLog) -> int:
 
 def next_offset_of_segment(log_path: str) -> int | None:
     """The offset after the last batch of a segment file, or ``None`` when it is empty."""
-    data = storage.read_bytes(log_path)
-    last = None
-    for batch in iter_batches(data, path=log_path):
+    extent = segment_extent(log_path)
+    return None if extent is None else extent[1]
+
+
+def segment_extent(log_path: str) -> tuple[int, int] | None:
+    """``[first batch's base offset, offset after the last batch)`` of a segment file (every
+    batch framed and its CRC checked), or ``None`` when it holds no batch."""
+    first = last = None
+    for batch in iter_batches(storage.read_bytes(log_path), path=log_path):
+        if first is None:
+            first = batch.base_offset
         last = batch
-    return None if last is None else last.next_offset
+    return None if first is None or last is None else (first, last.next_offset)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -689,6 +742,8 @@ def plan_recovery(
     # remaining index .swap files are then plain renames
     renames.sort(key=lambda r: (file_offset(r[0]) or 0,
                                 not r[0].endswith(LOG_SUFFIX + SWAP_SUFFIX), r[0]))
+    # deletes in ascending name (offset) order: the segment at a swap's base goes before any
+    # later one it replaces, so while it is on disk they all are (check_swaps relies on it)
     return RecoveryPlan(deletes=tuple(sorted(set(deletes))), renames=tuple(renames))
 
 
@@ -732,6 +787,17 @@ def recover_partition(partition_dir: str, *, dry_run: bool = False) -> RecoveryP
             ) from err
 
     plan = plan_recovery(names, next_offset)
+    check_swaps(partition_dir, names, plan)
+    linked = storage.links(partition_dir)
+    touched = sorted(n for n in (*plan.deletes, *(src for src, _ in plan.renames))
+                     if linked.get(n, "").startswith("symlink"))
+    if touched:  # the same rule as load_partition's: never act on a link's name alone
+        raise LinkedFileError(
+            f"{touched[0]} is a {linked[touched[0]]}: recovering the interrupted swap would "
+            f"rename or delete the link and leave the file it points to",
+            path=storage.join(partition_dir, touched[0]), base_offset=file_offset(touched[0]),
+            remedy="nothing was changed; with the broker stopped, move the linked file into the "
+                   "partition directory in place of its link, then run again")
     if not dry_run and not storage.is_url(partition_dir):
         remove_stale_temporaries(partition_dir, PARTITION_CHECKPOINTS)
     if dry_run or plan.is_empty:
@@ -742,6 +808,69 @@ def recover_partition(partition_dir: str, *, dry_run: bool = False) -> RecoveryP
         storage.rename(storage.join(partition_dir, src), storage.join(partition_dir, dst))
     storage.fsync_dir(partition_dir)
     return rolled.then(plan)
+
+
+def check_swaps(partition_dir: str, names: list[str], plan: RecoveryPlan) -> None:
+    """Every ``.log.swap`` a recovery would make a segment must be what a swap leaves: a
+    cleaned copy of the segments it replaces. Kafka's ``LocalLog.replaceSegments`` and ours
+    (:mod:`compactor.log.swap`) name the new segment after the first segment it replaces and
+    only ever drop records; Kafka's ``LogLoader.load`` trusts any ``.swap`` file, and a stale,
+    empty or misplaced one would make it delete the segments in its range. Checked before
+    anything changes, each rule being what no cleaning can produce:
+
+    - its first batch starts at or after its file's base offset;
+    - while the segment at its base offset is still on disk (as ``.log``, or ``.log.deleted``
+      once the swap renamed it), its batches lie within those of the segments it replaces
+      (``[first, next)`` inside theirs), and an empty swap replaces no segment that holds a
+      batch.
+
+    The second rule holds only while every replaced segment is on disk: a recovery deletes
+    them in ascending name order (:func:`plan_recovery`), so the segment at the swap's base
+    goes first, and once it is gone (a recovery that crashed between its deletes and its
+    renames) nothing is left to compare with: the swap is trusted, as Kafka trusts it. A swap
+    that is a plausible cleaning of its range cannot be told from a real one: these checks
+    catch leftovers that are not a swap's, not a forgery of one.
+
+    Raises:
+        SwapRecoveryError: the first swap that fails, with what to do.
+    """
+    promoted = [src for src, _ in plan.renames if src.endswith(LOG_SUFFIX + SWAP_SUFFIX)]
+    olds = [n for n in names if n.endswith((LOG_SUFFIX, LOG_SUFFIX + DELETED_SUFFIX))]
+    for swap_name in promoted:
+        base = file_offset(swap_name)
+        if base is None:
+            continue
+        path = storage.join(partition_dir, swap_name)
+        extent = segment_extent(path)
+        end = max(extent[1], base + 1) if extent is not None else base + 1
+        replaced = sorted((off, n) for n in olds
+                          if (off := file_offset(n)) is not None and base <= off < end)
+        problem = None
+        if extent is not None and extent[0] < base:
+            problem = (f"its first batch is at offset {extent[0]}, below its file's base offset "
+                       f"{base}: no swap starts before the segment it is named after")
+        elif replaced and replaced[0][0] == base:
+            spans = [e for _, n in replaced
+                     if (e := segment_extent(storage.join(partition_dir, n))) is not None]
+            low = min((a for a, _ in spans), default=base)
+            high = max((b for _, b in spans), default=base)
+            if extent is None and spans:
+                problem = (f"it holds no batch but would replace "
+                           f"{', '.join(n for _, n in replaced)}, which hold offsets "
+                           f"[{low}, {high})")
+            elif extent is not None and not (low <= extent[0] and extent[1] <= high):
+                problem = (f"its offsets [{extent[0]}, {extent[1]}) are not within those of "
+                           f"the segments it would replace "
+                           f"({', '.join(n for _, n in replaced)}: [{low}, {high}))")
+        if problem is not None:
+            swaps = sorted(n for n in names if n.endswith(SWAP_SUFFIX)
+                           and file_offset(n) == base)
+            raise SwapRecoveryError(
+                f"{swap_name} is not a cleaned copy of the segments it would replace: {problem}",
+                path=path, base_offset=base,
+                remedy=f"nothing was changed; if the segments in its range are whole, delete "
+                       f"{', '.join(swaps)} (the old segments stay; a cleaning or erasure runs "
+                       f"again), else restore the partition from a replica")
 
 
 # The checkpoint files written as ``<name>.tmp`` then renamed (Kafka's CheckpointFile, and

@@ -30,19 +30,20 @@ from compactor.cluster.catalog import HOW_TO_CONFIGURE, Catalog
 from compactor.codec.checkpoints import REPLICATION_OFFSET_CHECKPOINT
 from compactor.config import TopicConfig
 from compactor.erasure import ledger, outcomes
-from compactor.erasure.outcomes import ApplyContext, DirState, Matched, VerifyContext, covers_topic
+from compactor.erasure.outcomes import ApplyContext, DirState, Matched, VerifyContext
 from compactor.erasure.rules import (
     ALL_TOPICS,
     APPLICABLE,
     DONE,
     HEADER,
     VERIFIABLE,
+    covers_topic,
     keep_when_emptied,
     latest_per_key,
     place_key,
     superseded_by_erased,
 )
-from compactor.errors import CompactorError, ConfigError
+from compactor.errors import CompactorError, ConfigError, SwapRecoveryError
 from compactor.log import storage, swap
 from compactor.log.layout import (
     DELETE,
@@ -50,6 +51,7 @@ from compactor.log.layout import (
     STRAY,
     PartitionLog,
     check_partition_files,
+    check_unlinked,
     load_partition,
     open_log_dir,
     read_aborted_txns,
@@ -135,13 +137,21 @@ def _covered(topics: frozenset[str]) -> Callable[[str], bool]:
     return lambda topic: any(covers_topic(t, topic) for t in topics)
 
 
-def _load(log_dir: str, wanted: Callable[[str], bool],
-          unrecovered: Mapping[str, CompactorError] | None = None) -> tuple[
+def _load(log_dir: str, wanted: Callable[[str], bool], *, recover: bool) -> tuple[
         dict[int, _Dir], dict[int, PartitionLog], dict[int, dict[str, Any]]]:
     """Every directory holding data of the ``wanted`` topics (live partitions and their
-    ``-future``, ``-delete`` and ``-stray`` copies), read; those in ``unrecovered`` (by name)
-    and those that cannot be read come back as errors."""
+    ``-future``, ``-delete`` and ``-stray`` copies), read; those that cannot be read come back
+    as errors.
+
+    With ``recover``, each directory's interrupted swap is first settled as Kafka's
+    ``LogLoader.load`` will settle it when the broker starts (:func:`recover_partitions`), so
+    that what is scanned is what a broker will serve. A directory whose leftovers remain (the
+    recovery failed, or ``recover`` is off: a dry run changes nothing) is an error: its
+    ``.swap`` files may become segments that no scan read."""
     ld = open_log_dir(log_dir)
+    unrecovered: dict[str, CompactorError] = {}
+    if recover:
+        _, unrecovered = recover_partitions(log_dir, [c.name for c in ld.copies_of(wanted)])
     copies = ld.copies_of(wanted)
     dirs = {i: _Dir(c.tp, c.kind, c.name, storage.join(log_dir, c.name))
             for i, c in enumerate(copies)}
@@ -157,9 +167,18 @@ def _load(log_dir: str, wanted: Callable[[str], bool],
         if i in errors:
             continue
         try:
-            if unrecovered and d.name in unrecovered:
+            if d.name in unrecovered:
                 raise unrecovered[d.name]
             part = load_partition(d.path)
+            if part.leftovers:
+                raise SwapRecoveryError(
+                    f"an interrupted swap left {', '.join(part.leftovers[:3])}"
+                    + (f" and {len(part.leftovers) - 3} more" if len(part.leftovers) > 3
+                       else "") + ": a broker settles them when it loads the log "
+                    "(LogLoader.load), so the segments it would serve are not yet known",
+                    path=d.path, remedy="run `compactor recover` on the log dir (or the "
+                    "command without --dry-run, which recovers first), then run again")
+            check_unlinked(part)  # the subject must not outlive the swap under another name
             check_partition_files(part)
             parts[i] = part
         except CompactorError as err:
@@ -324,11 +343,7 @@ def apply(spark: SparkSession | None, log_dir: str, state_dir: str, now_ms: int,
     wanted = _covered(pending.topics)
     session = _session(spark, master, state_dir)
     with storage.log_dir_lock(log_dir):
-        ld = open_log_dir(log_dir)
-        unrecovered: dict[str, CompactorError] = {}
-        if not dry_run:
-            _, unrecovered = recover_partitions(log_dir, [c.name for c in ld.copies_of(wanted)])
-        dirs, parts, errors = _load(log_dir, wanted, unrecovered)
+        dirs, parts, errors = _load(log_dir, wanted, recover=not dry_run)
         refused = _refused(dirs, catalog)
         parts = {i: p for i, p in parts.items() if i not in refused}
         unknown = _unknown_topics(pending.topics, dirs, catalog)
@@ -529,7 +544,8 @@ def verify(spark: SparkSession | None, log_dir: str, state_dir: str, now_ms: int
                        assume_kafka_defaults)
     session = _session(spark, master, state_dir)
     with storage.log_dir_lock(log_dir):
-        dirs, parts, errors = _load(log_dir, _covered(pending.topics))
+        # what a broker would serve: an interrupted swap settled first, as its loader will
+        dirs, parts, errors = _load(log_dir, _covered(pending.topics), recover=True)
         refused = _refused(dirs, catalog)
         parts = {i: p for i, p in parts.items() if i not in refused}
         requests = spark_ledger.requests_frame(session(spark_stages.input_bytes(parts)), state_dir,

@@ -19,7 +19,7 @@ from compactor.spark import delta
 from compactor.tools import local_cluster
 from compactor.tools.dist import build
 from compactor.tools.generator import DEFAULT_START_MS, GeneratorConfig, generate
-from tests.helpers import records_of, segment_bytes, topic_lines, tree_digest
+from tests.helpers import init_ledger, records_of, segment_bytes, topic_lines, tree_digest
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -98,6 +98,7 @@ def test_compaction_and_erasure_on_a_cluster_equal_local_mode(
 
     subject = b"key-00000042"
     for logs in (on_cluster, local):
+        init_ledger(str(logs) + "-state")
         assert cli_main(["erase", "request", "--state-dir", str(logs) + "-state", "--topic",
                          "accounts", "--key", subject.decode(), "--request-id", "r1",
                          "--now-ms", NOW]) == EXIT_OK

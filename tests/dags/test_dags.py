@@ -21,7 +21,13 @@ from compactor.cli import main as cli_main
 from compactor.cli.args import options_from_args
 from compactor.errors import EXIT_OK
 from compactor.tools.generator import DEFAULT_START_MS, GeneratorConfig, generate
-from tests.helpers import lock_held_by_other_process, records_of, segment_bytes, tree_digest
+from tests.helpers import (
+    init_ledger,
+    lock_held_by_other_process,
+    records_of,
+    segment_bytes,
+    tree_digest,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 DAG_IDS = {"kafka_log_maintenance", "kafka_gdpr_erasure", "kafka_compaction_oneoff",
@@ -65,6 +71,7 @@ def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict:
     path = tmp_path / "kafka_compactor.yaml"
     path.write_text(yaml.safe_dump(cfg))
     monkeypatch.setenv("KAFKA_COMPACTOR_DAGS_CONFIG", str(path))
+    init_ledger(tmp_path / "state")  # `compactor erase init`, once, as an operator sets it up
     return {"logs": logs, "state": tmp_path / "state", "server_properties": server_properties,
             **cfg}
 

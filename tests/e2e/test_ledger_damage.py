@@ -18,7 +18,7 @@ import pytest
 
 from compactor.cli import main as cli_main
 from compactor.errors import EXIT_FAILURE, EXIT_OK
-from tests.helpers import tree_digest
+from tests.helpers import init_ledger, tree_digest
 
 REPO = Path(__file__).resolve().parents[2]
 NOW = 1_767_225_600_000  # 2026-01-01
@@ -33,6 +33,7 @@ def _request(state: Path, request_id: str) -> int:
 @pytest.fixture()
 def state(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Path:
     state = tmp_path / "state"
+    init_ledger(state)
     for rid in ("r1", "r2"):
         assert _request(state, rid) == EXIT_OK
     capsys.readouterr()

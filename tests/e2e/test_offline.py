@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from compactor.tools.generator import GeneratorConfig, generate
+from tests.helpers import init_ledger
 
 pytestmark = [pytest.mark.slow]
 
@@ -40,6 +41,7 @@ def test_the_spark_commands_and_delta_spark_start_without_network(tmp_path: Path
                                         topic_configs={"accounts": {"cleanup.policy":
                                                                     "compact"}}))
     common = ["--assume-kafka-defaults", "--state-dir", str(state), "--json"]
+    init_ledger(state)
     request = offline("erase", "request", "--state-dir", str(state), "--topic", "accounts",
                       "--key", "key-00000007", "--request-id", "r1")
     assert request.returncode == 0, request.stderr

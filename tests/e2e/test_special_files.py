@@ -51,4 +51,6 @@ def test_a_special_file_named_like_a_segment_file_is_an_error_not_a_hang(
     retained = _run("retain", "--assume-kafka-defaults", str(logs), "--now-ms", str(NOW),
                     "--config", "retention.ms=3600000", "--json")
     assert retained.returncode == 6, retained.stderr[-2000:]
-    assert "not a regular file" in retained.stdout
+    # a link named like a segment file is refused as a link before anything reads it
+    assert ("not a regular file" if kind == "fifo" else
+            "symlink to /dev/zero") in retained.stdout

@@ -12,9 +12,11 @@ from deltalake import DeltaTable
 
 from compactor.cli import main as cli_main
 from compactor.errors import EXIT_CONFIG, EXIT_OK
+from tests.helpers import init_ledger
 
 
 def _request(state: Path, rid: str, capsys: pytest.CaptureFixture[str]) -> None:
+    init_ledger(str(state))
     assert cli_main(["erase", "request", "--state-dir", str(state), "--topic", "t", "--key",
                      rid, "--request-id", rid, "--reason", f"ticket {rid}"]) == EXIT_OK
     capsys.readouterr()
@@ -61,11 +63,12 @@ def test_optimize_compacts_vacuums_and_keeps_every_commit(
     commits = len(DeltaTable(str(state / "erasure_requests")).history())
     assert cli_main(["optimize", "--state-dir", str(state), "--json", "--dry-run"]) == EXIT_OK
     dry = json.loads(capsys.readouterr().out)
-    (requests,) = dry["tables"]
+    (requests,) = [t for t in dry["tables"] if t["table"] == "erasure_requests"]
     assert requests["files_before"] == requests["files_after"] == 8
     assert cli_main(["optimize", "--state-dir", str(state), "--json",
                      "--retain-hours", "1"]) == EXIT_OK
-    (requests,) = json.loads(capsys.readouterr().out)["tables"]
+    (requests,) = [t for t in json.loads(capsys.readouterr().out)["tables"]
+                   if t["table"] == "erasure_requests"]
     assert (requests["files_before"], requests["files_after"]) == (8, 1)
     assert requests["files_compacted"] == 8
     table = DeltaTable(str(state / "erasure_requests"))

@@ -33,6 +33,7 @@ from aiokafka.structs import TopicPartition
 
 from compactor.cli import main as cli_main
 from compactor.errors import EXIT_OK
+from tests.helpers import init_ledger
 from tests.kafka.broker import KAFKA_NEWER, KAFKA_VERSION, KafkaBroker, dump_log_segments
 
 pytestmark = [pytest.mark.kafka_broker, pytest.mark.slow]
@@ -332,6 +333,7 @@ def test_the_broker_loads_and_serves_what_compactor_run_left(
         # erasure of three keys, with the cluster's own configs
         erased = sorted(k for k, v in expected.items() if v is not None)[:3]
         state = tmp_path / "state"
+        init_ledger(str(state))
         for key in erased:
             assert cli_main(["erase", "request", "--state-dir", str(state), "--topic",
                              COMPACTED, "--key", key.decode(), "--json"]) == EXIT_OK

@@ -119,6 +119,7 @@ def test_every_command_on_s3_matches_the_same_command_on_a_local_copy(
     # erasure of one key: request in each ledger, apply, verify
     for ledger in (ledger_local, ledger_s3):
         extra = s3 if storage.is_url(ledger) else []
+        assert cli_json(capsys, "erase", "init", "--state-dir", ledger, *extra)[0] == EXIT_OK
         code, _ = cli_json(capsys, "erase", "request", "--state-dir", ledger, "--topic",
                            "accounts", "--key", "key-00000003", "--now-ms", str(NOW), "--json",
                            *extra)

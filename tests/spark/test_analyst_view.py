@@ -13,7 +13,7 @@ import pytest
 
 from compactor.errors import EXIT_OK
 from compactor.tools.generator import DEFAULT_START_MS
-from tests.helpers import cli_json
+from tests.helpers import cli_json, init_ledger
 
 pytestmark = pytest.mark.spark
 
@@ -44,6 +44,7 @@ def test_the_readmes_analyst_queries_run_on_a_real_state_dir(
                               "--config", "retention.ms=86400000")
     assert code in (EXIT_OK, 6), retained
     # a request whose deadline passed (filed 40 days before NOW with the default 30)
+    init_ledger(str(state))
     assert cli_json(capsys, "erase", "request", "--state-dir", str(state), "--topic", "*",
                     "--key", "key-00000007", "--now-ms", str(NOW - 40 * DAY),
                     "--json")[0] == EXIT_OK

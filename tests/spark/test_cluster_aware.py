@@ -18,7 +18,7 @@ from compactor.codec.checkpoints import LOG_START_OFFSET_CHECKPOINT, parse_offse
 from compactor.errors import EXIT_CONFIG, EXIT_OK
 from compactor.model import TopicPartition
 from compactor.tools.generator import DEFAULT_START_MS, GeneratorConfig, generate
-from tests.helpers import inspect_problems, report_line, segment_bytes, tree_digest
+from tests.helpers import init_ledger, inspect_problems, report_line, segment_bytes, tree_digest
 
 pytestmark = pytest.mark.spark
 
@@ -146,6 +146,7 @@ def test_recover_and_erase_never_touch_the_metadata_log(
     assert "never modifies" in capsys.readouterr().err
     assert tree_digest(meta) == kept
     state = tmp_path / "state"
+    init_ledger(str(state))
     assert cli_main(["erase", "request", "--state-dir", str(state), "--topic", "*",
                      "--key-hex", "00"]) == EXIT_OK
     capsys.readouterr()
@@ -254,6 +255,7 @@ def test_a_jbod_broker_is_maintained_and_erased_as_one_from_its_server_propertie
     assert retention[offsets]["deleted_segments"] == []  # compacted, from the first's metadata
     # an erasure over both dirs, then verified: every replica of node 1 was scanned
     state = tmp_path / "state"
+    init_ledger(str(state))
     assert cli_main(["erase", "request", "--state-dir", str(state), "--topic", "*",
                      "--key", "key-00000003", "--request-id", "r"]) == EXIT_OK
     capsys.readouterr()

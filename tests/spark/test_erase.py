@@ -29,6 +29,7 @@ from compactor.tools.generator import DEFAULT_START_MS, GeneratorConfig, generat
 from tests.crash import ERASE_APPLY_CRASHER
 from tests.helpers import (
     cli_json,
+    init_ledger,
     inspect_problems,
     read_with_independent_parsers,
     records_of,
@@ -111,6 +112,7 @@ def test_erasing_a_key_removes_every_record_of_it_and_nothing_else(
                and any(r.key == SUBJECT for r in b.records())
                for segs in before.values() for d in segs.values() for b in iter_batches(d))
 
+    init_ledger(str(state))
     code, out = cli_json(capsys, "erase", "request", "--state-dir", str(state), "--topic", "*",
                      "--key", SUBJECT.decode(), "--reason", "art. 17", "--now-ms", str(NOW),
                      "--json", "--log-dir", str(logs))
@@ -188,6 +190,7 @@ def test_erasing_by_header_value_in_one_topic(
         return ("source", b"svc-a") in r.headers
 
     assert any(tagged(r) for s in before.values() for r in records_of(s).values())
+    init_ledger(str(state))
     code, _ = cli_json(capsys, "erase", "request", "--state-dir", str(state), "--topic", "clicks",
                    "--header", "source=svc-a", "--request-id", "ticket-42", "--now-ms",
                    str(NOW), "--json")
@@ -215,6 +218,7 @@ def test_erasing_by_header_value_in_one_topic(
 def test_applying_again_erases_nothing_more_and_rewrites_nothing(
         logs: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     state = tmp_path / "state"
+    init_ledger(state)
     request = ["erase", "request", "--state-dir", str(state), "--topic", "profiles", "--key",
                SUBJECT.decode(), "--now-ms", str(NOW), "--json"]
     assert cli_json(capsys, *request)[0] == EXIT_OK
@@ -243,6 +247,7 @@ def test_verify_fails_on_a_residual_record_and_status_alerts_when_overdue(
     state = tmp_path / "state"
     pdir = logs / "profiles-0"
     backup = {p.name: p.read_bytes() for p in pdir.glob("*.log")}
+    init_ledger(str(state))
     assert cli_json(capsys, "erase", "request", "--state-dir", str(state), "--topic", "profiles",
                 "--key", SUBJECT.decode(), "--request-id", "r1", "--now-ms", str(NOW),
                 "--deadline-days", "30", "--json")[0] == EXIT_OK
@@ -282,6 +287,7 @@ def test_a_crash_mid_apply_leaves_the_request_pending_and_the_next_apply_complet
         logs: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], crash_at: int) -> None:
     state = tmp_path / "state"
     before = _partitions(logs)
+    init_ledger(str(state))
     assert cli_json(capsys, "erase", "request", "--state-dir", str(state), "--topic", "profiles",
                 "--key", SUBJECT.decode(), "--request-id", "r1", "--now-ms", str(NOW),
                 "--json")[0] == EXIT_OK

@@ -21,7 +21,14 @@ from compactor.errors import EXIT_CONFIG, EXIT_FAILURE, EXIT_OK
 from compactor.model import TopicPartition
 from compactor.tools.generator import DEFAULT_START_MS, GeneratorConfig, generate
 from tests.crash import ERASE_APPLY_CRASHER
-from tests.helpers import cli_json, inspect_problems, records_of, segment_bytes, tree_digest
+from tests.helpers import (
+    cli_json,
+    init_ledger,
+    inspect_problems,
+    records_of,
+    segment_bytes,
+    tree_digest,
+)
 
 pytestmark = pytest.mark.spark
 
@@ -74,6 +81,7 @@ def kp_records(pdir: Path) -> list[tuple[int, int, bytes | None, bytes | None, l
 
 
 def request(capsys: pytest.CaptureFixture[str], state: Path, *args: str) -> int:
+    init_ledger(str(state))
     return cli_json(capsys, "erase", "request", "--state-dir", str(state), "--now-ms", str(NOW),
                "--json", *args)[0]
 
@@ -225,6 +233,7 @@ def test_leave_tombstone_replaces_the_last_record_and_verify_accepts_only_it(
     shutil.copytree(pdir, original)
     mine = [r for r in kp_records(pdir) if r[2] == SUBJECT]
     state = tmp_path / "state"
+    init_ledger(str(state))
     assert cli_json(capsys, "erase", "request", "--state-dir", str(state), "--topic", "clicks",
                "--header", "trace-id=x", "--leave-tombstone")[0] == EXIT_CONFIG
     assert request(capsys, state, "--topic", "profiles", "--key", SUBJECT.decode(),
@@ -272,6 +281,7 @@ def test_a_proof_cannot_be_false_by_mistake(
         logs: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     state = tmp_path / "state"
     # a typo in the topic: refused at request time against the log dir
+    init_ledger(str(state))
     code = cli_main(["erase", "request", "--state-dir", str(state), "--topic", "profile",
                      "--key", "k", "--log-dir", str(logs)])
     assert code == EXIT_CONFIG and "did you mean 'profiles'" in capsys.readouterr().err

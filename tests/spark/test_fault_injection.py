@@ -26,7 +26,7 @@ from compactor.codec.compression import Codec
 from compactor.codec.records import NewRecord, NewRecordBatch, encode_batch
 from compactor.errors import EXIT_FAILURE, EXIT_PARTIAL
 from compactor.tools.generator import DEFAULT_START_MS, GeneratorConfig, generate
-from tests.helpers import cli_json, tree_digest
+from tests.helpers import cli_json, init_ledger, tree_digest
 
 TOPIC = "faults"
 DAY = 86_400_000
@@ -518,6 +518,7 @@ def test_erase_apply_refuses_faulty_partitions_and_keeps_the_request_pending(
     expected = template[1]
     state = tmp_path / "state"
     assert cli_json(capsys, "erase", "init", "--state-dir", str(state))[0] == 0
+    init_ledger(str(state))
     assert cli_json(capsys, "erase", "request", "--state-dir", str(state), "--topic", TOPIC,
                     "--key", "key-00000003", "--reason", "fault suite", "--json")[0] == 0
     before = tree_digest(logs)

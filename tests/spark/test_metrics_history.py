@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from compactor.errors import EXIT_OK
 from compactor.tools.generator import DEFAULT_START_MS
-from tests.helpers import cli_json
+from tests.helpers import cli_json, init_ledger
 
 pytestmark = pytest.mark.spark
 
@@ -130,6 +130,7 @@ def test_erase_status_metrics_count_overdue_requests(tmp_path: Path,
                                                      capsys: pytest.CaptureFixture[str]) -> None:
     state, prom = tmp_path / "state", tmp_path / "erase.prom"
     for key, deadline in (("a", 1), ("b", 1), ("c", 400)):
+        init_ledger(str(state))
         code, _ = cli_json(capsys, "erase", "request", "--state-dir", str(state), "--topic",
                            "t", "--key", key, "--deadline-days", str(deadline), "--now-ms", "0",
                            "--json")
@@ -152,6 +153,7 @@ def test_erase_apply_metrics_count_the_records_erased(spark, small_log: Path, tm
                                                       capsys: pytest.CaptureFixture[str]
                                                       ) -> None:
     state, prom = tmp_path / "state", tmp_path / "apply.prom"
+    init_ledger(str(state))
     code, _ = cli_json(capsys, "erase", "request", "--state-dir", str(state), "--topic", "*",
                        "--key", "key-00000007", "--now-ms", str(NOW), "--json")
     assert code == EXIT_OK

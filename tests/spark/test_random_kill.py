@@ -32,7 +32,7 @@ import pytest
 from compactor.cli import main as cli_main
 from compactor.errors import EXIT_OK
 from compactor.tools.generator import DEFAULT_START_MS, GeneratorConfig, generate
-from tests.helpers import inspect_problems, records_of, segment_bytes
+from tests.helpers import init_ledger, inspect_problems, records_of, segment_bytes
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -135,6 +135,7 @@ def staged(spark, tmp_path_factory: pytest.TempPathFactory) -> dict:
     root = tmp_path_factory.mktemp("randomkill")
     logs, state = root / "logs", root / "state"
     generate(str(logs), GEN)
+    init_ledger(str(state))
     assert cli_main(["erase", "request", "--state-dir", str(state), "--topic", TOPIC, "--key",
                      SUBJECT, "--request-id", "r1", "--now-ms", str(NOW), "--json"]) == EXIT_OK
     done: dict[str, dict] = {}

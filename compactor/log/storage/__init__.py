@@ -42,7 +42,8 @@ __all__ = [
     "open_durable", "parse_storage_options", "portable", "read_bytes", "read_text",
     "real_path", "remove", "rename", "settings", "stat", "supports_rename", "write_atomic",
     "write_durable", "write_new", "copy", "delta_options", "fsync_dir",
-    "set_mtime", "discard_stdout", "identities", "fence", "object_metadata", "write_output",
+    "set_mtime", "discard_stdout", "identities", "links", "fence", "object_metadata",
+    "write_output",
     "output_problem",
 ]
 
@@ -189,6 +190,13 @@ def identities(path: str) -> dict[str, str]:
     object's ETag, a local file's size, modification time and inode. A file written again
     has another identity: what a commit compares with what its scan saw."""
     return _store().identities(path) if is_url(path) else local.identities(path)
+
+
+def links(path: str) -> dict[str, str]:
+    """``{name: what}`` of the entries of a local directory whose data also has another name
+    (a symbolic link, or a file with several hard links: :func:`local.links`); empty on an
+    object store, which has neither."""
+    return {} if is_url(path) else local.links(path)
 
 
 def object_metadata(path: str) -> tuple[str, dict[str, str]] | None:

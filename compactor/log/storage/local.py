@@ -173,6 +173,25 @@ def identities(path: str) -> dict[str, str]:
     return out
 
 
+def links(path: str) -> dict[str, str]:
+    """``{name: what}`` of the entries directly in a directory whose data has another name:
+    a symbolic link (``what``: ``symlink to <target>``) or a regular file with more than one
+    hard link (``what``: ``file with N hard links``)."""
+    out = {}
+    try:
+        with os.scandir(path) as entries:
+            for entry in entries:
+                if entry.is_symlink():
+                    out[entry.name] = f"symlink to {os.readlink(entry.path)}"
+                elif entry.is_file(follow_symlinks=False):
+                    n = entry.stat(follow_symlinks=False).st_nlink
+                    if n > 1:
+                        out[entry.name] = f"file with {n} hard links"
+    except OSError as err:
+        raise _fail(err, path, "list directory") from err
+    return out
+
+
 def list_dir(path: str) -> list[str]:
     """Sorted entry names of a directory."""
     try:
