@@ -44,6 +44,9 @@ ERASURE_REQUESTS = pa.schema([
     # ..., verify_run_id, verified_at_ms, verify_status, scanned}}: one log dir of one broker each
     pa.field("places", pa.string()),
     pa.field("missing_replicas", pa.string()),  # JSON [{partition, node_id, directory_id}]
+    # hex SHA-256 of the fields that never change (compactor.erasure.rules.request_integrity):
+    # a tampered or rotted row is a LEDGER_ERROR, never a request applied to the wrong subject
+    pa.field("integrity", pa.string()),
 ])
 
 # One row per partition per run of compaction, retention or erasure: the operational history.
@@ -72,4 +75,8 @@ RUNS = pa.schema([
     # added later: disk space the step freed (compaction and erasure: bytes in - bytes out;
     # retention: the deleted segments' bytes)
     pa.field("bytes_reclaimed", pa.int64()),
+    # erase_apply / erase_verify: JSON [{request_id, status, computed, records_erased}] of the
+    # requests whose status moved while the run ran (a cancel or retry): the run's outcome was
+    # not recorded on them, yet an apply erased their records; the same on every row of the run
+    pa.field("requests_changed", pa.string()),
 ])

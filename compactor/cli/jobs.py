@@ -503,7 +503,7 @@ def execute_erase_change(args: argparse.Namespace, out: TextIO) -> int:
     ``erase cancel`` (withdrawn with a reason: no alert, never applied again); each one
     commit in the ledger's audit trail."""
     from compactor.erasure import ledger
-    from compactor.erasure.rules import CANCELLABLE, RETRYABLE
+    from compactor.erasure.status import CANCELLABLE, RETRYABLE, RequestStatus
 
     retry = args.action == "retry"
     if not retry and not (args.reason or "").strip():
@@ -512,8 +512,8 @@ def execute_erase_change(args: argparse.Namespace, out: TextIO) -> int:
     changed = ledger.change_status(
         storage.absolute(args.state_dir), args.request_ids, action=args.action,
         allowed=RETRYABLE if retry else CANCELLABLE,
-        status="pending" if retry else "cancelled", reason=args.reason or None,
-        now_ms=now_ms(args))
+        status=RequestStatus.PENDING if retry else RequestStatus.CANCELLED,
+        reason=args.reason or None, now_ms=now_ms(args))
     result = {"type": "requests", "action": args.action, "changed": changed}
     render(out, args, result, lambda: "\n".join(
         f"{r} {'pending again' if retry else 'cancelled'}" for r in changed))

@@ -28,13 +28,20 @@ import json
 import re
 import sys
 import urllib.parse
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 import pyarrow as pa
 
-from compactor.erasure.rules import ALL_TOPICS, DONE, STATUSES, VERIFIED, ErasureRequest
+from compactor.erasure.rules import (
+    ALL_TOPICS,
+    INTEGRITY_FIELDS,
+    STATUSES,
+    ErasureRequest,
+    row_problem,
+)
+from compactor.erasure.status import DONE, VERIFIED, RequestStatus
 from compactor.errors import CompactorError, ConfigError, LedgerError, first_line
 from compactor.log import storage
 from compactor.schemas.delta import ERASURE_REQUESTS, ERASURE_REQUESTS_TABLE, RUNS, RUNS_TABLE
@@ -74,8 +81,10 @@ def ledger_errors(action: str, *, writes: bool = False
             except CompactorError:
                 raise
             except Exception as err:
-                if not isinstance(err, (DeltaError, pa.ArrowException, OSError)) and \
-                        not _is_spark_error(err):
+                # a string column that is not UTF-8 (a rotted or foreign Parquet file) fails
+                # as Python decodes it: the table is damaged, not the tool
+                if not isinstance(err, (DeltaError, pa.ArrowException, OSError,
+                                        UnicodeDecodeError)) and not _is_spark_error(err):
                     raise
                 raise LedgerError(
                     f"cannot {action}: {type(err).__name__}: {first_line(err)}",
@@ -412,16 +421,53 @@ def _request_row(r: ErasureRequest) -> dict[str, Any]:
             "header_name": r.header_name, "subject_sha256": r.subject_sha256,
             "reason": r.reason, "requested_at_ms": r.requested_at_ms,
             "deadline_ms": r.deadline_ms, "status": r.status,
-            "leave_tombstone": r.leave_tombstone}
+            "leave_tombstone": r.leave_tombstone, "integrity": r.integrity}
+
+
+def check_rows(state_dir: str, rows: Iterable[Mapping[str, Any]]) -> None:
+    """Every request row must be one the tool wrote (:func:`compactor.erasure.rules.row_problem`):
+    a row whose subject digest was changed would make an apply erase nothing and a verify
+    prove the wrong subject clean.
+
+    Raises:
+        LedgerError: the first row that is not, naming its request.
+    """
+    for row in rows:
+        problem = row_problem(row)
+        if problem is not None:
+            raise LedgerError(
+                f"erasure request {row.get('request_id')!r}: {problem}",
+                path=table_path(state_dir, ERASURE_REQUESTS_TABLE),
+                remedy="nothing was read into a run or written; restore the table to its last "
+                       "good version (`DESCRIBE HISTORY`, then delta-spark's RESTORE) or from a "
+                       "backup")
+
+
+def _batches(table: DeltaTable, columns: Sequence[str] | None = None,
+             filter: Any = None) -> Iterator[dict[str, list[Any]]]:
+    """A table's rows as column lists, batch by batch (the driver never holds them all), on
+    the calling thread (:func:`_read`)."""
+    for batch in table.to_pyarrow_dataset().to_batches(
+            columns=list(columns) if columns is not None else None, filter=filter,
+            use_threads=False):
+        yield batch.to_pydict()
+
+
+def _rows(batch: Mapping[str, list[Any]]) -> Iterator[dict[str, Any]]:
+    names = list(batch)
+    return (dict(zip(names, values, strict=True)) for values in zip(*batch.values(),
+                                                                   strict=True))
 
 
 @ledger_errors("read the erasure request ledger")
 def load_requests(state_dir: str) -> list[dict[str, Any]]:
-    """Every request row (empty when the ledger does not exist yet)."""
+    """Every request row (empty when the ledger does not exist yet), each checked
+    (:func:`check_rows`)."""
     path = table_path(state_dir, ERASURE_REQUESTS_TABLE)
     if not _is_table(path):
         return []
     rows = _read(_open(path)).to_pylist()
+    check_rows(state_dir, rows)
     return sorted(rows, key=lambda r: (r["requested_at_ms"], r["request_id"]))
 
 
@@ -459,7 +505,8 @@ def change_status(state_dir: str, request_ids: Sequence[str], *, action: str,
     meta = {"action": action, "request_ids": ",".join(ids), "at_ms": str(now_ms),
             **({"reason": reason} if reason else {})}
     updates = {"status": "s.status"}
-    if status == "pending":  # a retry applies and verifies again from the start, everywhere
+    # a retry applies and verifies again from the start, everywhere
+    if status == RequestStatus.PENDING:
         updates.update(failure="NULL", places="'{}'")
     metrics = (table.merge(source=source, predicate="t.request_id = s.request_id",
                            source_alias="s", target_alias="t", commit_properties=_commit(meta))
@@ -500,8 +547,12 @@ def append_runs(state_dir: str, rows: Iterable[Mapping[str, Any]], *,
 def record_runs(state_dir: str, *, run_id: str, command: str, log_dir: str, now_ms: int,
                 started_at_ms: int, finished_at_ms: int, seconds: float | None,
                 partitions: Iterable[Mapping[str, Any]],
-                append_with: Appender | None = None) -> None:
-    """Append one ``runs`` row per partition line of a JSON report (compact, retain, erase)."""
+                append_with: Appender | None = None,
+                requests_changed: Sequence[Mapping[str, Any]] | None = None) -> None:
+    """Append one ``runs`` row per partition line of a JSON report (compact, retain, erase);
+    an erase run's ``requests_changed`` (the requests whose status moved while it ran) on each
+    of its rows."""
+    changed = _json_list(requests_changed) if requests_changed else None
 
     rows = []
     for line in partitions:
@@ -521,6 +572,7 @@ def record_runs(state_dir: str, *, run_id: str, command: str, log_dir: str, now_
             "seconds": line.get("seconds", seconds),
             "report_json": _json(line),
             "bytes_reclaimed": _reclaimed(line),
+            "requests_changed": changed,
         })
     append_runs(state_dir, rows, append_with=append_with)
 
@@ -558,9 +610,11 @@ def record_report(state_dir: str, report: Mapping[str, Any], started_at_ms: int,
 
 
 def _json(line: Mapping[str, Any]) -> str:
-    import json
-
     return json.dumps(line, sort_keys=True, separators=(",", ":"))
+
+
+def _json_list(rows: Sequence[Mapping[str, Any]]) -> str:
+    return json.dumps([dict(r) for r in rows], sort_keys=True, separators=(",", ":"))
 
 
 @ledger_errors("read the runs table")
@@ -648,22 +702,22 @@ def pending_summary(state_dir: str, statuses: frozenset[str], *,
     import pyarrow.compute as pc
 
     table = _open(table_path(state_dir, ERASURE_REQUESTS_TABLE))
-    dataset = table.to_pyarrow_dataset()
-    columns = ["status", "topic", "header_name"] + (["places"] if not_applied_at else [])
+    columns = sorted({"status", "places", "integrity", *INTEGRITY_FIELDS})
     count = 0
     topics: set[str] = set()
     headers: set[str] = set()
-    for batch in dataset.to_batches(columns=columns, use_threads=False,
-                                    filter=pc.field("status").isin(sorted(statuses))):
-        rows = batch.to_pydict()
-        for i, topic in enumerate(rows["topic"]):
+    # every row a run will read is checked here first (the run reads this same version)
+    for batch in _batches(table, columns, pc.field("status").isin(sorted(statuses))):
+        rows = list(_rows(batch))
+        check_rows(state_dir, rows)
+        for row in rows:
             if not_applied_at and "applied_run_id" in json.loads(
-                    rows["places"][i] or "{}").get(not_applied_at, {}):
+                    row["places"] or "{}").get(not_applied_at, {}):
                 continue
             count += 1
-            topics.add(topic)
-            if rows["header_name"][i]:
-                headers.add(rows["header_name"][i])
+            topics.add(row["topic"])
+            if row["header_name"]:
+                headers.add(row["header_name"])
     return PendingSummary(version=table.version(), count=count, topics=frozenset(topics),
                           header_names=frozenset(headers))
 
@@ -711,10 +765,10 @@ def status(state_dir: str, now_ms: int) -> dict[str, Any]:
                 "places_verified": sorted(k for k, p in json.loads(r.get("places") or "{}")
                                           .items() if p.get("verify_status") == "clean"),
                 "missing_replicas": json.loads(r.get("missing_replicas") or "null")}
-               for r in rows if r["status"] == "partially_verified"]
+               for r in rows if r["status"] == RequestStatus.PARTIALLY_VERIFIED]
     failed = [{"request_id": r["request_id"], "topic": r["topic"],
                "failure": json.loads(r["failure"]) if r.get("failure") else None}
-              for r in rows if r["status"] == "failed"]
+              for r in rows if r["status"] == RequestStatus.FAILED]
     return {"type": "status", "state_dir": state_dir, "now_ms": now_ms, "requests": len(rows),
             "by_status": counts, "overdue": overdue, "failed": failed,
             "partially_verified": partial,
@@ -733,7 +787,15 @@ def audit(state_dir: str, request_id: str) -> dict[str, Any] | None:
     places = json.loads(row.get("places") or "{}")
     applies = {row["run_id"]} | {p.get("applied_run_id") for p in places.values()}
     verifies = {row["verify_run_id"]} | {p.get("verify_run_id") for p in places.values()}
-    run_ids = sorted(r for r in applies | verifies if r)
+    # runs that erased its records (or verified them) while its status moved under them (a
+    # cancel during an apply): their outcome is not on its row, their runs rows name it
+    moved = {}
+    for r in load_runs(state_dir):
+        for entry in json.loads(r.get("requests_changed") or "[]"):
+            if entry.get("request_id") == request_id:
+                moved[r["run_id"]] = {"run_id": r["run_id"], "command": r["command"],
+                                      "finished_at_ms": r["finished_at_ms"], **entry}
+    run_ids = sorted(r for r in applies | verifies | set(moved) if r)
     runs = load_runs(state_dir, run_ids)
     topic = row["topic"]
     runs = [r for r in runs if topic in (ALL_TOPICS, r["topic"])]
@@ -746,6 +808,7 @@ def audit(state_dir: str, request_id: str) -> dict[str, Any] | None:
         "apply_runs": [r for r in runs if r["run_id"] in applies],
         "verify_runs": [r for r in runs if r["run_id"] in verifies],
         "ledger_commits": commits,
+        "changed_during_runs": [moved[k] for k in sorted(moved)],
         "proof": {
             "status": row["status"],
             "subject_sha256": row["subject_sha256"],

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from compactor.erasure.rules import covers_topic, missing_replicas, totals
+from compactor.erasure.status import RequestStatus
 
 #: what a row function returns besides the request's new columns
 UPDATE, BLOCKED, UNVERIFIED, NO_REPLICA_HERE = "update", "blocked", "unverified", "no_replica_here"
@@ -72,7 +73,8 @@ def applied_update(row: Mapping[str, Any], ctx: ApplyContext) -> dict[str, Any]:
     directories that kept it pending (``blocked_by``)."""
     rid, topic = row["request_id"], row["topic"]
     if topic in ctx.unknown_topics:  # never provable: refused with the reason
-        return {"request_id": rid, "outcome": UPDATE, "status": "failed", "run_id": ctx.run_id,
+        return {"request_id": rid, "outcome": UPDATE, "status": RequestStatus.FAILED.value,
+                "run_id": ctx.run_id,
                 "applied_at_ms": ctx.now_ms, "records_erased": 0, "superseded_by_erased": 0,
                 "partitions_rewritten": 0, "segments_rewritten": 0, "tombstones_left": "[]",
                 "places": row.get("places"),
@@ -91,8 +93,9 @@ def applied_update(row: Mapping[str, Any], ctx: ApplyContext) -> dict[str, Any]:
     places = _places(row)
     places = {**places, ctx.key: {**places.get(ctx.key, {}), **here}}
     return {"request_id": rid, "outcome": UPDATE,
-            "status": ("partially_verified" if row["status"] == "partially_verified"
-                       else "applied"),
+            "status": (RequestStatus.PARTIALLY_VERIFIED.value
+                       if row["status"] == RequestStatus.PARTIALLY_VERIFIED
+                       else RequestStatus.APPLIED.value),
             "run_id": ctx.run_id, **totals(places), "applied_at_ms": ctx.now_ms,
             "tombstones_left": json.dumps([t for p in places.values()
                                            for t in p.get("tombstones_left", [])]),
@@ -153,13 +156,16 @@ def verified_update(row: Mapping[str, Any], ctx: VerifyContext) -> dict[str, Any
         failure = ({"residual_matches": len(residual), "first": residual[:10]} if residual
                    else {"nothing_scanned": "no segment of the request's topic was scanned, "
                                             "so nothing proves the erasure"})
-        update.update(status="failed", verified_at_ms=None, failure=json.dumps(failure))
+        update.update(status=RequestStatus.FAILED.value, verified_at_ms=None,
+                      failure=json.dumps(failure))
     elif missing is None or missing:
         # clean here, but other replicas (or, without the metadata, unknown ones) may still
         # hold the subject: not verified until every one is scanned clean
-        update.update(status="partially_verified", verified_at_ms=None, failure=None)
+        update.update(status=RequestStatus.PARTIALLY_VERIFIED.value, verified_at_ms=None,
+                      failure=None)
     else:
-        update.update(status="verified_local_only" if tiered else "verified",
+        update.update(status=(RequestStatus.VERIFIED_LOCAL_ONLY if tiered
+                              else RequestStatus.VERIFIED).value,
                       verified_at_ms=ctx.now_ms, failure=None)
     return update
 

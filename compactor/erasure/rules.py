@@ -11,11 +11,13 @@ the value of a named record header (selector ``header``), in one topic or in eve
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from compactor.cleaner.policy import BatchHeader, replay_producers
+from compactor.erasure.status import RequestStatus
 
 ALL_TOPICS = "*"
 KEY = "key"
@@ -39,18 +41,9 @@ def is_internal_topic(topic: str) -> bool:
 
 
 HEADER = "header"
-# pending -> applied (somewhere) -> partially_verified (some replicas scanned clean) ->
-# verified (every replica the metadata names scanned clean) | verified_local_only; or failed,
-# which an operator retries (back to pending) or cancels with a reason (cancelled)
-STATUSES = ("pending", "applied", "partially_verified", "verified", "verified_local_only",
-            "failed", "cancelled")
-APPLICABLE = frozenset({"pending", "applied", "partially_verified"})
-VERIFIABLE = frozenset({"applied", "partially_verified"})
-VERIFIED = frozenset({"verified", "verified_local_only"})
-# requests the tool has finished with: no alert once past their deadline
-DONE = VERIFIED | {"cancelled"}
-RETRYABLE = frozenset({"failed"})
-CANCELLABLE = frozenset(STATUSES) - DONE
+#: every status a request row may hold (:class:`compactor.erasure.status.RequestStatus`, which
+#: owns the transitions)
+STATUSES = tuple(s.value for s in RequestStatus)
 DAY_MS = 86_400_000
 SHA256_HEX = 64
 
@@ -82,6 +75,51 @@ def default_request_id(topic: str, selector: str, header_name: str | None, diges
     return "er-" + hashlib.sha256(material).hexdigest()[:20]
 
 
+#: the columns a request row's integrity digest covers: what identifies the request and what it
+#: erases, none of which any command changes after ``erase request`` wrote it
+INTEGRITY_FIELDS = ("request_id", "topic", "selector", "header_name", "subject_sha256",
+                    "leave_tombstone", "requested_at_ms", "deadline_ms")
+_DERIVED_ID = re.compile(r"^er-[0-9a-f]{20}$")
+
+
+def request_integrity(row: Mapping[str, Any]) -> str:
+    """The hex SHA-256 of a request row's :data:`INTEGRITY_FIELDS`, stored in its
+    ``integrity`` column when the row is written: a field changed afterwards (a tampered or
+    rotted row) no longer matches it. It detects change, not a forger who recomputes it: the
+    ledger's Delta history keeps every version of the row."""
+    material = "\0".join(("" if row.get(k) is None else
+                          ("1" if row[k] else "0") if k == "leave_tombstone" else str(row[k]))
+                         for k in INTEGRITY_FIELDS)
+    return hashlib.sha256(material.encode()).hexdigest()
+
+
+def row_problem(row: Mapping[str, Any]) -> str | None:
+    """What is wrong with a request row as read from the ledger, or ``None``: a field that no
+    command could have written (an unknown status or selector, a digest that is not 64
+    lower-case hex digits, a header selector without a name), an integrity digest that does
+    not match the row, or (a row of a ledger written before the digest existed) an id of the
+    derived form ``er-...`` that is not derived from the row's topic and subject."""
+    if row.get("status") not in STATUSES:
+        return f"its status {row.get('status')!r} is not one of {', '.join(STATUSES)}"
+    if row.get("selector") not in (KEY, HEADER):
+        return f"its selector {row.get('selector')!r} is neither {KEY!r} nor {HEADER!r}"
+    if (row["selector"] == HEADER) != bool(row.get("header_name")):
+        return "a header selector needs a header name, a key selector none"
+    digest = row.get("subject_sha256") or ""
+    if len(digest) != SHA256_HEX or any(c not in "0123456789abcdef" for c in digest):
+        return "its subject_sha256 is not 64 lower-case hex digits"
+    stored = row.get("integrity")
+    if stored is not None:
+        return (None if stored == request_integrity(row) else
+                "its fields do not match its integrity digest: the row was changed after "
+                "`erase request` wrote it, outside kafka-compactor, or its file has rotted")
+    if _DERIVED_ID.match(str(row.get("request_id"))) and row["request_id"] != default_request_id(
+            row["topic"], row["selector"], row.get("header_name"), digest):
+        return ("its id is not the one derived from its topic and subject digest: the row was "
+                "changed after `erase request` wrote it, or its file has rotted")
+    return None
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ErasureRequest:
     """One subject to erase (a row of ``erasure_requests``, ``compactor.schemas.delta``)."""
@@ -94,13 +132,18 @@ class ErasureRequest:
     reason: str | None
     requested_at_ms: int
     deadline_ms: int
-    status: str = "pending"
+    status: str = RequestStatus.PENDING
     leave_tombstone: bool = False
     # place key (:func:`place_key`) -> what the apply and verify runs there did
     places: Mapping[str, Mapping[str, Any]] = field(default_factory=dict, compare=False,
                                                    hash=False)
     # (directory name, offset) of the bare tombstones an apply left (``leave_tombstone``)
     tombstones_left: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def integrity(self) -> str:
+        """:func:`request_integrity` of the request's row."""
+        return request_integrity({k: getattr(self, k) for k in INTEGRITY_FIELDS})
 
     def applies_to(self, topic: str) -> bool:
         """Whether the request covers ``topic``: ``*`` means every application topic, whatever

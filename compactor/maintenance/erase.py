@@ -33,16 +33,14 @@ from compactor.erasure import ledger, outcomes
 from compactor.erasure.outcomes import ApplyContext, DirState, Matched, VerifyContext
 from compactor.erasure.rules import (
     ALL_TOPICS,
-    APPLICABLE,
-    DONE,
     HEADER,
-    VERIFIABLE,
     covers_topic,
     keep_when_emptied,
     latest_per_key,
     place_key,
     superseded_by_erased,
 )
+from compactor.erasure.status import APPLICABLE, DONE, VERIFIABLE, RequestStatus
 from compactor.errors import CompactorError, ConfigError, SwapRecoveryError
 from compactor.log import storage, swap
 from compactor.log.layout import (
@@ -277,6 +275,9 @@ def _plan_erasure(spark: LazySession, dirs: Mapping[int, _Dir],
     return plan
 
 
+#: ``requests_by_outcome``'s count of the requests whose status moved while the run ran
+CHANGED_DURING_RUN = "changed_during_run"
+
 #: a report lists at most this many requests (with counts of all): a million subjects must
 #: not make a million-line report on the driver
 REPORT_REQUESTS = 1000
@@ -412,17 +413,19 @@ def apply(spark: SparkSession | None, log_dir: str, state_dir: str, now_ms: int,
         counts, shown = _outcome_report(result, APPLY_REPORTED)
         report["requests"] = [_apply_entry(r) for r in shown]
         report["requests_by_outcome"] = counts
-        failed = counts.get("failed", 0) > 0
+        failed = counts.get(RequestStatus.FAILED, 0) > 0
         blocked = counts.get(outcomes.BLOCKED, 0) > 0
         # a dry run ends as the real run would (its exit code too), in conditional words
         report["status"] = RunStatus.of(failed=failed, partial=blocked)
         if dry_run:
             for r in report["requests"]:
-                r["status"] = DRY_RUN_STATUS[r["status"]]
+                r["status"] = RequestStatus(r["status"]).dry_run
             return report
         try:
-            _record(state_dir, "apply", run_id, log_dir, now_ms, started, lines, result,
-                    session(), APPLIED_COLUMNS)
+            _report_moved(report, *_record(state_dir, "apply", run_id, log_dir, now_ms,
+                                           started, lines, result, session(), APPLIED_COLUMNS))
+            report["status"] = RunStatus.of(failed=counts.get(RequestStatus.FAILED, 0) > 0,
+                                            partial=blocked)
         except CompactorError as err:  # the rewrites stand: say so, with the report
             rewritten = [line["dir"] for line in lines.values()
                          if line["status"] == ErasureOutcome.REWRITTEN]
@@ -474,17 +477,12 @@ def _outcome_report(result: DataFrame, columns: Sequence[str]) -> tuple[
 
 def _apply_entry(row: Mapping[str, Any]) -> dict[str, Any]:
     if row["outcome"] == outcomes.BLOCKED:
-        return {"request_id": row["request_id"], "status": "pending",
+        return {"request_id": row["request_id"], "status": RequestStatus.PENDING,
                 "blocked_by": json.loads(row["blocked_by"])}
     return {k: json.loads(row[k]) if k == "failure" else row[k]
             for k in ("request_id", "status", "records_erased", "superseded_by_erased",
                       "partitions_rewritten", "segments_rewritten", "failure")
             if row.get(k) is not None}
-
-
-# what an apply would record, said by --dry-run (which records nothing)
-DRY_RUN_STATUS = {"applied": "would_be_applied", "partially_verified": "would_be_applied",
-                  "failed": "would_fail", "pending": "would_stay_pending"}
 
 
 def _rewrite(spark: LazySession, log_dir: str, dirs: Mapping[int, _Dir],
@@ -588,12 +586,12 @@ def verify(spark: SparkSession | None, log_dir: str, state_dir: str, now_ms: int
         report["requests"] = [_verify_entry(r) for r in shown]
         report["requests_by_outcome"] = counts
         report["partitions"] = list(lines.values())
-        _record(state_dir, "verify", run_id, log_dir, now_ms, started, lines, result,
-                session(), VERIFIED_COLUMNS)
+        _report_moved(report, *_record(state_dir, "verify", run_id, log_dir, now_ms, started,
+                                       lines, result, session(), VERIFIED_COLUMNS))
     finally:
         result.unpersist()
-    failed = counts.get("failed", 0) > 0
-    unverified = (counts.get("partially_verified", 0) > 0
+    failed = counts.get(RequestStatus.FAILED, 0) > 0
+    unverified = (counts.get(RequestStatus.PARTIALLY_VERIFIED, 0) > 0
                   or counts.get(outcomes.UNVERIFIED, 0) > 0)
     report["status"] = RunStatus.of(failed=failed, partial=unverified)
     return report
@@ -622,15 +620,49 @@ def _verify_entry(row: Mapping[str, Any]) -> dict[str, Any]:
 
 def _record(state_dir: str, action: str, run_id: str, log_dir: str, now_ms: int, started: int,
             lines: Mapping[int, Mapping[str, Any]], result: DataFrame, spark: SparkSession,
-            columns: Sequence[str]) -> None:
+            columns: Sequence[str]) -> tuple[dict[str, int], list[dict[str, Any]]]:
     """The run's rows in ``runs``, then the requests' new state (a MERGE of the ``update``
-    outcomes): one Delta commit each, by delta-spark."""
-    ledger.record_runs(state_dir, run_id=run_id, command=f"erase_{action}", log_dir=log_dir,
-                       now_ms=now_ms, started_at_ms=started,
-                       finished_at_ms=int(time.time() * 1000), seconds=None,
-                       partitions=lines.values(), append_with=spark_ledger.appender(spark))
-    spark_ledger.merge_outcomes(state_dir, spark, result, columns,
-                          {"action": action, "run_id": run_id})
+    outcomes): one Delta commit each, by delta-spark, both under the state dir's writer lock.
+
+    Under that lock, first, the requests whose status moved since the run read them (an
+    ``erase cancel`` or ``retry`` committed meanwhile): the MERGE leaves them as they are now,
+    and the run's rows name them (``requests_changed``), so the ledger says that this run
+    erased (or verified) their records anyway. Returns them (:func:`_moved`)."""
+    with storage.state_dir_lock(state_dir):
+        counts, moved = spark_ledger.moved_requests(state_dir, spark, result, REPORT_REQUESTS)
+        ledger.record_runs(state_dir, run_id=run_id, command=f"erase_{action}",
+                           log_dir=log_dir, now_ms=now_ms, started_at_ms=started,
+                           finished_at_ms=int(time.time() * 1000), seconds=None,
+                           partitions=lines.values(), append_with=spark_ledger.appender(spark),
+                           requests_changed=moved)
+        spark_ledger.merge_outcomes(state_dir, spark, result, columns,
+                                    {"action": action, "run_id": run_id})
+    return counts, moved
+
+
+def _report_moved(report: dict[str, Any], counts: Mapping[str, int],
+                  moved: Sequence[Mapping[str, Any]]) -> None:
+    """Make the report say what the MERGE changed: the requests whose status moved under the
+    run leave the count of the status the run computed for them and are listed, with their
+    status now and what the run did to them anyway (``changed_during_run``)."""
+    if not counts:
+        return
+    by_outcome = report["requests_by_outcome"]
+    for status, n in counts.items():
+        by_outcome[status] = by_outcome.get(status, 0) - n
+        if by_outcome[status] <= 0:
+            del by_outcome[status]
+    by_outcome[CHANGED_DURING_RUN] = sum(counts.values())
+    now = {m["request_id"]: m for m in moved}
+    for entry in report["requests"]:
+        m = now.get(entry["request_id"])
+        if m is not None:
+            entry.update(status=m["status"], changed_during_run=(
+                f"{m['status']} while this run ran: the run's outcome ({m['computed']}) was not "
+                f"recorded" + (f"; {m['records_erased']} of its records were erased anyway"
+                               if report["command"] == "erase_apply" and m["records_erased"]
+                               else "")))
+    report["changed_during_run"] = {"count": sum(counts.values()), "requests": list(moved)}
 
 
 def report_exit_code(report: Mapping[str, Any]) -> int:
@@ -648,7 +680,7 @@ def verify_exit_code(state_dir: str, reports: Sequence[Mapping[str, Any]]) -> in
                                       "verify_run_id")
     unverified = any(r.get("requests_by_outcome", {}).get(outcomes.UNVERIFIED)
                      for r in reports)
-    return RunStatus.of(failed=bool(statuses.get("failed")),
+    return RunStatus.of(failed=bool(statuses.get(RequestStatus.FAILED)),
                         partial=not set(statuses) <= DONE or unverified).exit_code
 
 

@@ -268,3 +268,30 @@ def merge_outcomes(spark: SparkSession, path: str, outcomes: DataFrame, columns:
                   .execute())
     row = result.collect()[0].asDict() if result is not None else {}
     return int(row.get("num_updated_rows", row.get("num_affected_rows", 0)) or 0)
+
+
+def moved_requests(spark: SparkSession, path: str, outcomes: DataFrame,
+                   limit: int) -> tuple[dict[str, int], list[dict[str, object]]]:
+    """The ``update`` rows of ``outcomes`` whose request is no longer in the status they were
+    computed from (an ``erase cancel`` or ``retry`` committed while the run ran): what a
+    :func:`merge_outcomes` now would leave alone. Returns their counts by the status the run
+    computed, and the first ``limit`` by request id (``request_id``, ``status`` now,
+    ``computed`` status, ``records_erased``)."""
+    from pyspark.sql import functions as F
+
+    require(spark)
+    now = spark.read.format("delta").load(path).select(
+        "request_id", F.col("status").alias("status_now"))
+    moved = (outcomes.where(F.col("outcome") == "update")
+             .select("request_id", "expected_status", F.col("status").alias("computed"),
+                     "records_erased")
+             .join(now, "request_id")
+             .where(F.col("status_now") != F.col("expected_status")))
+    counts = {r["computed"]: r["n"] for r in moved.groupBy("computed")
+              .agg(F.count("*").alias("n")).collect()}
+    if not counts:
+        return {}, []
+    rows = [{"request_id": r["request_id"], "status": r["status_now"],
+             "computed": r["computed"], "records_erased": r["records_erased"]}
+            for r in moved.orderBy("request_id").limit(limit).collect()]
+    return counts, rows

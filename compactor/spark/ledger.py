@@ -41,3 +41,13 @@ def appender(spark: SparkSession | None) -> ledger.Appender | None:
     """How a command appends its run rows: by delta-spark in ``spark`` when it ran a
     session, else ``None`` (delta-rs: no JVM started for one commit)."""
     return None if spark is None else functools.partial(delta.append, spark)
+
+
+@ledger.ledger_errors("read the erasure request ledger")
+def moved_requests(state_dir: str, spark: SparkSession, outcomes: DataFrame,
+                   limit: int) -> tuple[dict[str, int], list[dict[str, object]]]:
+    """:func:`compactor.spark.delta.moved_requests` of the requests table: call it holding the
+    state dir's writer lock, so that it names exactly the requests the next
+    :func:`merge_outcomes` leaves alone."""
+    return delta.moved_requests(spark, ledger.table_path(state_dir, ERASURE_REQUESTS_TABLE),
+                                outcomes, limit)

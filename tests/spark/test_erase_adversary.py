@@ -238,3 +238,143 @@ def test_a_state_dir_without_a_ledger_takes_no_request(
                          "--topic", "profiles", "--key", "k", "--reason", "r", "--json")
     assert code == EXIT_CONFIG and "erase init" in out["remedy"]
     assert not (tmp_path / "wrong").exists()
+
+
+def test_a_request_for_a_topic_the_cluster_lacks_is_refused_whenever_it_can_be_known(
+        logs: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """From the broker's properties, or from the topics of the runs the state dir recorded:
+    a typo must not wait for ever with its deadline never alerted."""
+    state = tmp_path / "state"
+    init(capsys, state)
+    props = tmp_path / "server.properties"
+    props.write_text(f"node.id=1\nlog.dirs={logs}\n")
+
+    def refused(*args: str) -> dict:
+        code, out = cli_json(capsys, "erase", "request", "--state-dir", str(state), "--topic",
+                             "profils", "--key", "k", "--reason", "r", "--json", *args)
+        assert code == EXIT_CONFIG, out
+        return out
+
+    assert "did you mean 'profiles'" in refused("--server-properties", str(props))["message"]
+    # no run recorded yet: nothing to check against, the request is taken
+    assert cli_main(["erase", "request", "--state-dir", str(state), "--topic", "profils",
+                     "--key", "k", "--reason", "r", "--request-id", "typo"]) == EXIT_OK
+    assert cli_main(["compact", "--assume-kafka-defaults", str(logs), "--now-ms", str(NOW),
+                     "--state-dir", str(state)]) == EXIT_OK
+    capsys.readouterr()
+    assert "did you mean 'profiles'" in refused()["message"]
+    assert request(capsys, state, "profiles")  # a topic a run saw is taken
+
+
+# -- 4. a tampered or rotted ledger row --------------------------------------------------------
+
+
+def _tamper(state: Path, rid: str, **columns: str) -> None:
+    DeltaTable(str(state / "erasure_requests")).update(
+        predicate=f"request_id = '{rid}'", updates=columns)
+
+
+@pytest.mark.parametrize(("how", "action"), [("digest", "apply"), ("digest", "verify"),
+                                             ("digest_without_integrity", "apply")])
+def test_a_tampered_ledger_row_is_a_ledger_error_and_nothing_is_erased(
+        logs: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], how: str,
+        action: str) -> None:
+    """Before the fix one changed character of ``subject_sha256`` passed every ledger check:
+    apply erased nothing and verify said verified (here the row is changed before the apply,
+    or after it and before the verify)."""
+    state = tmp_path / "state"
+    init(capsys, state)
+    rid = request(capsys, state, "profiles")
+    if action == "verify":
+        assert erase(capsys, "apply", logs, state)[0] == EXIT_OK
+    (row,) = DeltaTable(str(state / "erasure_requests")).to_pyarrow_table().to_pylist()
+    digest = row["subject_sha256"]
+    changed = ("0" if digest[0] != "0" else "1") + digest[1:]
+    # a row of a ledger written before the integrity digest existed is checked by its id
+    _tamper(state, rid, subject_sha256=f"'{changed}'",
+            **({"integrity": "NULL"} if how == "digest_without_integrity" else {}))
+    before, ledger_before = tree_digest(logs), tree_digest(state)
+    code, out = erase(capsys, action, logs, state)
+    assert code == 1 and out["code"] == "LEDGER_ERROR", out
+    assert rid in out["message"] and "erasure_requests" in out["path"]
+    code, out = cli_json(capsys, "erase", "status", "--state-dir", str(state), "--json")
+    assert code == 1 and out["code"] == "LEDGER_ERROR" and rid in out["message"]
+    assert tree_digest(logs) == before
+    assert {k: v for k, v in tree_digest(state).items() if "_writers.lock" not in k} == {
+        k: v for k, v in ledger_before.items() if "_writers.lock" not in k}
+    assert statuses(state)[rid] == ("pending" if action == "apply" else "applied")
+
+
+def test_a_value_that_is_not_utf8_in_a_ledger_file_is_a_ledger_error(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Before the fix ``erase status`` and ``list`` ended with INTERNAL_ERROR
+    UnicodeDecodeError."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    state = tmp_path / "state"
+    init(capsys, state)
+    assert cli_main(["erase", "request", "--state-dir", str(state), "--topic", "t", "--key", "k",
+                     "--reason", "r"]) == EXIT_OK
+    table = DeltaTable(str(state / "erasure_requests"))
+    rows = table.to_pyarrow_table()
+    raw = pa.Array.from_buffers(pa.string(), 1, [None, pa.array([0, 2], pa.int32()).buffers()[1],
+                                                 pa.py_buffer(b"\xff\xfe")])
+    bad = rows.set_column(rows.schema.get_field_index("reason"), "reason", raw)
+    bad = bad.set_column(0, "request_id", pa.array(["rotted"]))
+    write_deltalake(table, bad, mode="append")
+    capsys.readouterr()
+    for command in ("status", "list"):
+        code, out = cli_json(capsys, "erase", command, "--state-dir", str(state), "--json")
+        assert code == 1 and out["code"] == "LEDGER_ERROR", out
+        assert "UnicodeDecodeError" in out["message"] and "restore" in out["remedy"]
+
+
+# -- 5. a cancel while a run runs --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("action", ["apply", "verify"])
+def test_a_cancel_committed_during_a_run_is_reported_and_recorded_as_such(
+        logs: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch, action: str) -> None:
+    """Before the fix the MERGE rightly left the cancelled row alone, but the report said
+    ``applied`` and the records erased for it appeared nowhere in the audit trail."""
+    from compactor.erasure import ledger
+    from compactor.maintenance import erase as erase_module
+
+    state = tmp_path / "state"
+    init(capsys, state)
+    rid = request(capsys, state, "profiles")
+    other = request(capsys, state, "__orders")
+    if action == "verify":
+        assert erase(capsys, "apply", logs, state)[0] == EXIT_OK
+    real = erase_module._record
+
+    def cancel_first(state_dir: str, *args: object, **kwargs: object) -> object:
+        # the operator's `erase cancel`, committed after the run read the requests and before
+        # it records them (the run holds no lock while it scans and rewrites)
+        ledger.change_status(state_dir, [rid], action="cancel",
+                             allowed=frozenset({"pending", "applied"}), status="cancelled",
+                             reason="withdrawn by the subject", now_ms=NOW)
+        return real(state_dir, *args, **kwargs)
+
+    monkeypatch.setattr(erase_module, "_record", cancel_first)
+    code, report = erase(capsys, action, logs, state)
+    entry = {r["request_id"]: r for r in report["requests"]}
+    assert entry[rid]["status"] == "cancelled" and "changed_during_run" in entry[rid]
+    assert entry[other]["status"] == ("applied" if action == "apply" else "verified")
+    assert report["requests_by_outcome"] == {
+        "changed_during_run": 1, ("applied" if action == "apply" else "verified"): 1}
+    moved = report["changed_during_run"]
+    assert moved["count"] == 1 and moved["requests"][0]["request_id"] == rid
+    assert statuses(state) == {rid: "cancelled", other: entry[other]["status"]}
+    assert not subject_bases(logs / "profiles-0")  # erased anyway: the ledger must say so
+    runs = DeltaTable(str(state / "runs")).to_pyarrow_table().to_pylist()
+    mine = [r for r in runs if r["run_id"] == report["run_id"]]
+    assert mine and all(rid in (r["requests_changed"] or "") for r in mine)
+    code, proof = cli_json(capsys, "erase", "report", "--state-dir", str(state), "--request-id",
+                           rid, "--json")
+    (run,) = proof["changed_during_runs"]
+    assert run["run_id"] == report["run_id"] and run["status"] == "cancelled"
+    if action == "apply":
+        assert run["records_erased"] > 0 and "erased anyway" in entry[rid]["changed_during_run"]

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
-from compactor.erasure import ledger, rules
+from compactor.erasure import ledger, rules, status
 from compactor.schemas.spark import REQUEST_OUTCOME
 from compactor.spark import ledger as spark_ledger
 
@@ -21,8 +21,8 @@ def test_a_cancel_committed_during_the_run_is_not_overwritten(spark, tmp_path: P
         topic="accounts", digests=[rules.subject_digest(f"user-{i}".encode())],
         selector="key", header_name=None, reason="test", now_ms=1, deadline_days=30,
         request_id=f"r{i}")])
-    summary = ledger.pending_summary(state, rules.APPLICABLE)
-    read = spark_ledger.requests_frame(spark, state, rules.APPLICABLE, version=summary.version)
+    summary = ledger.pending_summary(state, status.APPLICABLE)
+    read = spark_ledger.requests_frame(spark, state, status.APPLICABLE, version=summary.version)
     outcomes = spark.createDataFrame(
         [{**dict.fromkeys(REQUEST_OUTCOME.fieldNames()), "request_id": r.request_id,
           "outcome": "update", "expected_status": r.status, "status": "applied",

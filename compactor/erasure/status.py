@@ -1,0 +1,92 @@
+"""The one place for an erasure request's status: its values, which command moves it where,
+and how it is said to a person and in a dry run. The ledger's ``status`` column, the JSON
+report's and schema's enum (``schemas/report.schema.json``, checked by a test) and the CLI's
+words all come from here.
+
+::
+
+    (erase request) -> pending
+    pending, applied, partially_verified --erase apply--> applied | partially_verified | failed
+    applied, partially_verified --erase verify--> partially_verified | verified
+                                                  | verified_local_only | failed
+    failed --erase retry--> pending
+    pending, applied, partially_verified, failed --erase cancel--> cancelled
+
+A request is ``partially_verified`` while some replica the cluster's metadata names is not yet
+scanned clean; ``verified_local_only`` when every local copy is clean but a tiered topic's
+remote segments were not scanned. ``verified``, ``verified_local_only`` and ``cancelled`` are
+final: nothing moves them again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from enum import StrEnum
+
+
+class RequestStatus(StrEnum):
+    """An erasure request's status (the values are the ledger's and the reports' strings)."""
+
+    PENDING = "pending"
+    APPLIED = "applied"
+    PARTIALLY_VERIFIED = "partially_verified"
+    VERIFIED = "verified"
+    VERIFIED_LOCAL_ONLY = "verified_local_only"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def label(self) -> str:
+        """The status as a person reads it (``partially verified``)."""
+        return _LABELS[self]
+
+    @property
+    def dry_run(self) -> str:
+        """What ``erase apply --dry-run`` says of a request an apply would leave in this
+        status (it records nothing): ``would_be_applied``, ``would_fail``,
+        ``would_stay_pending``."""
+        return DRY_RUN[self]
+
+    def may_become(self, other: RequestStatus, command: str) -> bool:
+        """Whether ``command`` (``apply``, ``verify``, ``retry``, ``cancel``) may move a
+        request from this status to ``other``."""
+        return other in TRANSITIONS.get(command, {}).get(self, frozenset())
+
+
+S = RequestStatus
+
+_LABELS: Mapping[RequestStatus, str] = {s: s.value.replace("_", " ") for s in RequestStatus}
+
+#: command -> status -> the statuses it may leave the request in (the MERGE of ``apply`` and
+#: ``verify`` changes a row only while it is still in the status it was computed from)
+TRANSITIONS: Mapping[str, Mapping[RequestStatus, frozenset[RequestStatus]]] = {
+    "apply": {s: frozenset({S.APPLIED, S.PARTIALLY_VERIFIED, S.FAILED})
+              for s in (S.PENDING, S.APPLIED, S.PARTIALLY_VERIFIED)},
+    "verify": {s: frozenset({S.PARTIALLY_VERIFIED, S.VERIFIED, S.VERIFIED_LOCAL_ONLY, S.FAILED})
+               for s in (S.APPLIED, S.PARTIALLY_VERIFIED)},
+    "retry": {S.FAILED: frozenset({S.PENDING})},
+    "cancel": {s: frozenset({S.CANCELLED})
+               for s in (S.PENDING, S.APPLIED, S.PARTIALLY_VERIFIED, S.FAILED)},
+}
+
+#: the statuses each command reads its requests in
+APPLICABLE = frozenset(TRANSITIONS["apply"])
+VERIFIABLE = frozenset(TRANSITIONS["verify"])
+RETRYABLE = frozenset(TRANSITIONS["retry"])
+CANCELLABLE = frozenset(TRANSITIONS["cancel"])
+VERIFIED = frozenset({S.VERIFIED, S.VERIFIED_LOCAL_ONLY})
+#: requests the tool has finished with: nothing moves them, no alert once past their deadline
+DONE = VERIFIED | {S.CANCELLED}
+
+#: an apply's outcome said by ``--dry-run`` (which records nothing); statuses an apply never
+#: leaves map to themselves
+DRY_RUN: Mapping[RequestStatus, str] = {
+    **{s: s.value for s in RequestStatus},
+    S.APPLIED: "would_be_applied", S.PARTIALLY_VERIFIED: "would_be_applied",
+    S.FAILED: "would_fail", S.PENDING: "would_stay_pending"}
+
+
+def report_statuses() -> list[str]:
+    """Every ``status`` a request entry of an erase report may carry: a status, or a dry run's
+    word (``schemas/report.schema.json``'s enum; a test checks they agree)."""
+    return list(dict.fromkeys([*(s.value for s in RequestStatus), *DRY_RUN.values()]))
