@@ -140,6 +140,9 @@ def _failed(task_id: str, ti: Any, report_file: str, exit_code: int | None,
     if exit_code in RETRY_EXIT_CODES or report.get("code") in RETRY_ERROR_CODES:
         return err
     what = (f"[{report['code']}] {report.get('message')}" if report.get("code")
+            # a run that decided nothing: the configs it needed (it changed nothing)
+            else f"nothing was decided, no topic's configs are known: {report['unconfigured']}"
+            if report.get("unconfigured")
             else f"status {report.get('status')}" if report else "no report")
     return AirflowFailException(f"{task_id}: the job ended with exit code {exit_code} "
                                 f"({what}); not retried: a retry cannot fix it")

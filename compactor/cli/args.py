@@ -271,15 +271,18 @@ def log_dirs_of(args: argparse.Namespace) -> list[str]:
     Raises:
         ConfigError: none given and no ``--server-properties`` naming any.
     """
-    given = args.log_dir if isinstance(args.log_dir, list) else [args.log_dir]
-    if given:
-        return list(given)
-    props_path = getattr(args, "server_properties", None)
-    if props_path:
-        from compactor.log.layout import server_log_dirs
+    from compactor.log.layout import check_directory_ids, server_log_dirs
 
+    given = args.log_dir if isinstance(args.log_dir, list) else [args.log_dir]
+    props_path = getattr(args, "server_properties", None)
+    if given and given != [None]:
+        # the broker's other log dirs too: one of them may be a copy of a given one
+        check_directory_ids([*given, *(server_log_dirs(props_path) if props_path else [])])
+        return list(given)
+    if props_path:
         dirs = server_log_dirs(props_path)
         if dirs:
+            check_directory_ids(dirs)
             return dirs
         raise ConfigError("server.properties names no log.dirs (nor log.dir)",
                           path=props_path, remedy="give the log dirs on the command line")

@@ -41,7 +41,7 @@ from compactor.cli.args import (
     options_from_args,
     run_main,
 )
-from compactor.errors import EXIT_FAILURE, EXIT_OK, EXIT_PARTIAL, ConfigError
+from compactor.errors import EXIT_FAILURE, EXIT_OK, EXIT_PARTIAL, CompactorError, ConfigError
 from compactor.human import human_bytes, human_time
 from compactor.log import storage
 
@@ -61,28 +61,84 @@ def write_report_file(args: argparse.Namespace, result: Mapping[str, Any]) -> No
                              (json.dumps(result, separators=(",", ":")) + "\n").encode())
 
 
+#: a partition line's status that says its files were changed
+CHANGED_STATUSES = frozenset({"cleaned", "deleted", "rewritten"})
+
+
+def changed_by(result: Mapping[str, Any]) -> list[str]:
+    """What a command's report says it changed on disk: its partitions cleaned, deleted from
+    or rewritten (a ``run``'s two steps too), and the partitions recovery settled."""
+    reports = [result, *(result[k] for k in ("compaction", "retention")
+                         if isinstance(result.get(k), Mapping))]
+    changed = [line.get("dir") or f"{line.get('topic')}-{line.get('partition')}"
+               for r in reports for line in r.get("partitions") or ()
+               if line.get("status") in CHANGED_STATUSES]
+    recovered = max((int(r.get("recovered_partitions") or 0) for r in reports), default=0)
+    return list(dict.fromkeys(changed)) + ([f"{recovered} partition(s) recovered"]
+                                           if recovered else [])
+
+
 def render(out: TextIO, args: argparse.Namespace, result: Mapping[str, Any],
-           summary: Callable[[], str]) -> None:
-    """A command's report: with ``--json`` the JSON report line only, else the human summary
-    only; ``--report-file FILE`` also writes the JSON report there (in both modes, for
-    schedulers and scripts; one atomic write), ``--metrics-file`` its metrics and
-    ``--html-report`` its HTML page."""
-    write_report_file(args, result)
-    metrics_file = getattr(args, "metrics_file", None)
-    if metrics_file:
-        from compactor.maintenance import metrics
+           summary: Callable[[], str], exit_code: int = EXIT_OK, *,
+           changed: Sequence[str] | None = None,
+           file_result: Mapping[str, Any] | None = None) -> int:
+    """A command's report, and the command's exit code once its output files are written.
 
-        storage.write_output(storage.absolute(metrics_file), metrics.text(
-            metrics.registry_of(result, finished_at_s=time.time())))
-    html_file = getattr(args, "html_report", None)
-    if html_file:
-        from compactor.maintenance import html_report
-
-        storage.write_output(storage.absolute(html_file), html_report.render(result).encode())
+    The report goes to stdout first: with ``--json`` the JSON report line only, else the human
+    summary only. Then the files: ``--metrics-file`` its metrics, ``--html-report`` its HTML
+    page, last ``--report-file FILE`` the JSON report (in both modes, for schedulers and
+    scripts; one atomic write). The paths were checked before the command changed anything
+    (:func:`storage.output_problem`); a file that still fails (a full disk, ``/dev/full``, a
+    path no check foresees) loses nothing: the report is already out, the file written last
+    carries the failures in its ``log_dir_errors``, and each failure is one more line (stderr;
+    with ``--json`` also an ``output_error`` line on stdout) saying whether the changes stand.
+    Such a failure after changes exits 6 (partial), before any change with its own code.
+    ``changed``: what the command changed, when its report does not say it in partition lines
+    (the ledger's rows, a recovery's directories); ``file_result``: what ``--report-file``
+    holds when it is more than the line on stdout."""
     if args.json:
         emit(out, result)
     else:
         out.write(summary() + "\n")
+    out.flush()
+    failures: list[dict[str, Any]] = []
+    changed = list(changed) if changed is not None else changed_by(result)
+
+    def attempt(option: str, path: str, data: Callable[[], bytes]) -> None:
+        try:
+            storage.write_output(storage.absolute(path), data())
+        except CompactorError as err:
+            failures.append({**err.with_remedy(
+                (f"the changes stand ({', '.join(changed[:5])}"
+                 f"{', ...' if len(changed) > 5 else ''}): the report on stdout says what "
+                 f"was changed; free the disk or fix the path for the next run"
+                 if changed else "nothing was changed; fix the path and run again")).to_dict(),
+                "step": f"write {option}", "changed": changed, "exit_code": err.exit_code})
+
+    if getattr(args, "metrics_file", None):
+        from compactor.maintenance import metrics
+
+        attempt("--metrics-file", args.metrics_file, lambda: metrics.text(
+            metrics.registry_of(result, finished_at_s=time.time())))
+    if getattr(args, "html_report", None):
+        from compactor.maintenance import html_report
+
+        attempt("--html-report", args.html_report,
+                lambda: html_report.render(result).encode())
+    if getattr(args, "report_file", None):
+        whole = result if file_result is None else file_result
+        final = ({**whole, "log_dir_errors": [*whole.get("log_dir_errors", []), *failures]}
+                 if failures else whole)
+        attempt("--report-file", args.report_file,
+                lambda: (json.dumps(final, separators=(",", ":")) + "\n").encode())
+    for failure in failures:
+        if args.json:
+            emit(out, {"type": "output_error", **failure})
+        print(f"compactor: OUTPUT FILE NOT WRITTEN ({failure['step']}): {failure['message']} "
+              f"({failure['path']}); remedy: {failure['remedy']}", file=sys.stderr)
+    if not failures:
+        return exit_code
+    return EXIT_PARTIAL if changed else failures[0]["exit_code"]
 
 
 @dataclass(frozen=True)
@@ -226,8 +282,7 @@ def execute_compact(args: argparse.Namespace, out: TextIO, *, dry_run: bool = Fa
                          f"{r.plan.new_log_start_offset}")
         return "\n".join(lines)
 
-    render(out, args, outcome.result, summary)
-    return outcome.report.exit_code
+    return render(out, args, outcome.result, summary, outcome.report.exit_code)
 
 
 def execute_plan(args: argparse.Namespace, out: TextIO) -> int:
@@ -252,8 +307,7 @@ def execute_retain(args: argparse.Namespace, out: TextIO) -> int:
     catalog = retain.prepare(opts, allow_aggressive=args.allow_aggressive_retention,
                              state_dir=args.state_dir)
     report, result = retain.perform(opts, catalog, state_dir=args.state_dir)
-    render(out, args, result, report.summary)
-    return report.exit_code
+    return render(out, args, result, report.summary, report.exit_code)
 
 
 def run_parser() -> argparse.ArgumentParser:
@@ -277,8 +331,7 @@ def execute_run(args: argparse.Namespace, out: TextIO) -> int:
         parts = [outcome.compaction.summary()] if outcome.compaction else []
         return "\n".join([*parts, outcome.retention.summary(hints=outcome.compaction is None)])
 
-    render(out, args, outcome.result, summary)
-    return outcome.exit_code
+    return render(out, args, outcome.result, summary, outcome.exit_code)
 
 
 # -- erase --------------------------------------------------------------------------------------
@@ -322,6 +375,7 @@ def _execute_erase_scan(args: argparse.Namespace, out: TextIO) -> int:
     from compactor.maintenance import erase
 
     reports = []
+    written = []  # each log dir's exit code once its output files are written
     with broker_log_dirs(args) as dirs:
         for d in dirs:
             one = one_log_dir(args, d, out, len(dirs) > 1)
@@ -332,11 +386,13 @@ def _execute_erase_scan(args: argparse.Namespace, out: TextIO) -> int:
                 metadata_log_dir=optional_path(one.metadata_log_dir),
                 server_properties=optional_path(one.server_properties),
                 assume_kafka_defaults=one.assume_kafka_defaults)
-            render(out, one, report, lambda: erase.summary(report))
+            written.append(render(out, one, report, lambda: erase.summary(report),
+                                  erase.report_exit_code(report)))
             reports.append(report)
     if len(reports) > 1 and args.action == "verify":
-        return erase.verify_exit_code(storage.absolute(args.state_dir), reports)
-    return _worst([erase.report_exit_code(r) for r in reports])
+        return _worst([erase.verify_exit_code(storage.absolute(args.state_dir), reports),
+                       *written])
+    return _worst(written)
 
 
 def execute_erase_request(args: argparse.Namespace, out: TextIO) -> int:
@@ -368,9 +424,9 @@ def execute_erase_request(args: argparse.Namespace, out: TextIO) -> int:
         args.state_dir, requests,
         {"action": "request", "request_ids": ",".join(r.request_id for r in requests)})
     result = {"type": "requests", "added": added, "existing": existing}
-    render(out, args, result, lambda: "\n".join(
-        f"{r.request_id} {'added' if r.request_id in added else 'exists'}" for r in requests))
-    return EXIT_OK
+    return render(out, args, result, lambda: "\n".join(
+        f"{r.request_id} {'added' if r.request_id in added else 'exists'}" for r in requests),
+        changed=[f"request {r} added" for r in added])
 
 
 def _request_subjects(args: argparse.Namespace) -> tuple[str, str | None, list[str]]:
@@ -515,9 +571,9 @@ def execute_erase_change(args: argparse.Namespace, out: TextIO) -> int:
         status=RequestStatus.PENDING if retry else RequestStatus.CANCELLED,
         reason=args.reason or None, now_ms=now_ms(args))
     result = {"type": "requests", "action": args.action, "changed": changed}
-    render(out, args, result, lambda: "\n".join(
-        f"{r} {'pending again' if retry else 'cancelled'}" for r in changed))
-    return EXIT_OK
+    return render(out, args, result, lambda: "\n".join(
+        f"{r} {'pending again' if retry else 'cancelled'}" for r in changed),
+        changed=[f"request {r} {args.action}" for r in changed])
 
 
 # -- recover ------------------------------------------------------------------------------------
@@ -569,13 +625,14 @@ def execute_recover(args: argparse.Namespace, out: TextIO) -> int:
                       f"{len(r.plan.renames)} files\n")
     summary = {"type": "summary", "partitions_recovered": changed,
                "partitions_failed": failed, "dry_run": args.dry_run}
-    write_report_file(args, {**summary, "partitions": lines})
-    if args.json:
-        emit(out, summary)
-    else:
-        out.write(f"recover: {changed} partition(s) had leftovers of interrupted swaps"
-                  + (f", {failed} could not be recovered" if failed else "") + "\n")
-    return EXIT_PARTIAL if failed else EXIT_OK
+    return render(
+        out, args, summary, lambda: (f"recover: {changed} partition(s) had leftovers of "
+                                     f"interrupted swaps" + (f", {failed} could not be recovered"
+                                                             if failed else "")),
+        EXIT_PARTIAL if failed else EXIT_OK,
+        changed=[] if args.dry_run else [line["partition_dir"] for line in lines
+                                         if "renamed" in line],
+        file_result={**summary, "partitions": lines})
 
 
 # -- optimize ---------------------------------------------------------------------------------

@@ -346,6 +346,33 @@ def read_meta_properties(log_dir: str) -> dict[str, str]:
     return read_properties(path) if storage.exists(path) else {}
 
 
+def check_directory_ids(log_dirs: Iterable[str]) -> None:
+    """The log dirs of one broker must each have their own ``directory.id`` (KIP-858): Kafka
+    refuses to start a broker two of whose log dirs share one (``MetaPropertiesEnsemble.verify``,
+    a copied ``meta.properties``), and a run here would take the second for the first (an
+    erasure applied "here" already, skipped).
+
+    Raises:
+        ConfigError: two of them share a directory id.
+    """
+    seen: dict[str, str] = {}
+    for path in log_dirs:
+        directory_id = read_meta_properties(path).get("directory.id")
+        if not directory_id:
+            continue
+        if directory_id in seen and storage.real_path(seen[directory_id]) != storage.real_path(
+                path):
+            raise ConfigError(
+                f"log dirs {seen[directory_id]} and {path} have the same directory.id "
+                f"{directory_id} (a copied meta.properties): Kafka refuses to start a broker "
+                f"with duplicate directory ids (MetaPropertiesEnsemble.verify)",
+                path=storage.join(path, "meta.properties"),
+                remedy="nothing was changed; give the copy its own identity (with the broker "
+                       "stopped, move its meta.properties aside and let `kafka-storage.sh "
+                       "format` write one) or take it out of log.dirs, then run again")
+        seen[directory_id] = path
+
+
 def read_node_id(log_dir: str) -> str | None:
     """``node.id`` from the log dir's ``meta.properties`` (KRaft); ``None`` without one."""
     return read_meta_properties(log_dir).get("node.id")

@@ -383,7 +383,10 @@ def render(report: Mapping[str, Any], *, title: str | None = None) -> str:
     command = report["command"]
     sections: list[str] = []
     lines: list[Mapping[str, Any]] = []
-    parts = ([report["compaction"], report["retention"]] if command == "run" else [report])
+    # a run whose compaction did not run (no selected topic compacts with known configs) has
+    # no compaction part
+    parts = ([p for p in (report["compaction"], report["retention"]) if p is not None]
+             if command == "run" else [report])
     stages: dict[str, float] = {}
     for part in parts:
         lines += part.get("partitions", [])
@@ -399,6 +402,9 @@ def render(report: Mapping[str, Any], *, title: str | None = None) -> str:
         sections.append("<h2>Stage timeline</h2>" + _timeline(stages))
     # what needs attention, then the topics' rollup, then the per-partition detail
     sections[:0] = [_attention(parts), _topics(parts)]
+    if report.get("unconfigured"):  # nothing was decided: say why before anything else
+        sections.insert(0, "<h2 class=problem>Configs not known: nothing was changed</h2>"
+                           f"<p>{_e(report['unconfigured'])}</p>")
     status = report.get("status", "ok")
     heading = title or f"kafka-compactor {command}"
     run_id = f" · run {_e(report['run_id'])}" if report.get("run_id") else ""

@@ -12,6 +12,7 @@ from typing import Any, Protocol
 
 from compactor.cluster.catalog import Catalog
 from compactor.errors import (
+    EXIT_CONFIG,
     EXIT_FAILURE,
     EXIT_OK,
     EXIT_PARTIAL,
@@ -77,11 +78,15 @@ class ErasureOutcome(StrEnum):
 class RunStatus(StrEnum):
     """A whole run's ``status``, the same in every report, and its exit code: ``ok`` (0),
     ``partial`` (a partition or request needs attention, the others were done: 6),
-    ``failed`` (what the run is for failed, e.g. an erasure request: 1)."""
+    ``failed`` (what the run is for failed, e.g. an erasure request: 1), ``unconfigured``
+    (the run decided nothing: every topic it would maintain has configs that would be
+    guesses, :func:`configs_unknown`; 3, as a configuration error: a scheduled job that lost
+    its ``--server-properties`` must not look like success)."""
 
     OK = "ok"
     PARTIAL = "partial"
     FAILED = "failed"
+    UNCONFIGURED = "unconfigured"
 
     @staticmethod
     def of(*, failed: bool = False, partial: bool = False) -> RunStatus:
@@ -89,7 +94,22 @@ class RunStatus(StrEnum):
 
     @property
     def exit_code(self) -> int:
-        return {RunStatus.OK: EXIT_OK, RunStatus.PARTIAL: EXIT_PARTIAL}.get(self, EXIT_FAILURE)
+        return {RunStatus.OK: EXIT_OK, RunStatus.PARTIAL: EXIT_PARTIAL,
+                RunStatus.UNCONFIGURED: EXIT_CONFIG}.get(self, EXIT_FAILURE)
+
+
+#: the lines of a report that are no topic a run could maintain: Kafka's metadata log, and
+#: the topics ``--topics`` did not select
+NOT_CANDIDATES = frozenset({"metadata_log", "not_selected"})
+
+
+def configs_unknown(lines: Iterable[PartitionLine]) -> bool:
+    """Whether a run decided nothing because the configs of every topic it would maintain
+    would be guesses: at least one partition, and each left alone with ``no_config``."""
+    candidates = [p for p in lines if getattr(p, "reason", "") not in NOT_CANDIDATES]
+    return bool(candidates) and all(
+        p.status == Outcome.SKIPPED and getattr(p, "reason", "") == "no_config"
+        for p in candidates)
 
 
 #: Every ``reason`` a partition line can carry that is not an error code (a ``corrupt``,
@@ -178,15 +198,35 @@ class LogDirReport:
         self.log_dir_errors.append({**err.to_dict(), "step": step, "changed": list(changed)})
 
     @property
+    def unconfigured(self) -> bool:
+        """The run decided nothing: every topic's configs would be guesses
+        (:func:`configs_unknown`)."""
+        return not self.log_dir_errors and configs_unknown(self.lines())
+
+    @property
+    def status(self) -> RunStatus:
+        if self.unconfigured:
+            return RunStatus.UNCONFIGURED
+        return RunStatus.of(partial=bool(self.log_dir_errors)
+                            or exit_code(p.status for p in self.lines()) != EXIT_OK)
+
+    @property
     def exit_code(self) -> int:
-        return EXIT_PARTIAL if self.log_dir_errors else exit_code(p.status for p in self.lines())
+        return self.status.exit_code
+
+    def unconfigured_because(self) -> str:
+        """What the run needed to know (the catalog's ``missing``), for the report and the
+        scheduler's failure message."""
+        missing = list(self.catalog.missing) if self.catalog else []
+        return "; ".join(missing) or "every topic's configs are unknown"
 
     def envelope(self, command: str, **totals: Any) -> dict[str, Any]:
         """The JSON report: the common head, ``totals``, the common tail."""
         return {
             "type": "report", "command": command, "log_dir": self.log_dir,
             "now_ms": self.now_ms, **totals,
-            "status": RunStatus.of(partial=self.exit_code != EXIT_OK),
+            "status": self.status,
+            **({"unconfigured": self.unconfigured_because()} if self.unconfigured else {}),
             "recovered_partitions": self.recovered,
             "cluster": self.catalog.to_dict() if self.catalog else None,
             "foreign": [f.to_dict() for f in self.foreign],
@@ -202,4 +242,6 @@ class LogDirReport:
             f"{e.get('message')} ({e.get('path')})"
             + (f"; remedy: {e['remedy']}" if e.get("remedy") else "")
             for e in self.log_dir_errors] + (
-            self.catalog.hints() if self.catalog and hints else [])
+            self.catalog.hints() if self.catalog and hints else []) + (
+            [f"UNCONFIGURED (exit 3): nothing was decided, no topic's configs are known: "
+             f"{self.unconfigured_because()}"] if self.unconfigured else [])

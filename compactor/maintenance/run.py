@@ -49,11 +49,20 @@ def perform(opts: MaintenanceOptions, *, master: str | None, allow_aggressive: b
         round_report = (compact.run_locked(session, opts, catalog) if compacting else None)
         retention = retain.retain_locked(opts.log_dir, catalog, opts.now_ms,
                                          dry_run=opts.dry_run, topics=opts.topics)
-    codes = [retention.exit_code] + ([round_report.exit_code] if round_report else [])
-    code = max(codes) if any(c != EXIT_OK for c in codes) else EXIT_OK
+    # a run that decided nothing because no topic's configs are known is not a success:
+    # retention judges every partition, and no topic compacts whose configs are unknown
+    if retention.unconfigured and (round_report is None or round_report.unconfigured):
+        status = RunStatus.UNCONFIGURED
+        code = status.exit_code
+    else:
+        codes = [retention.exit_code] + ([round_report.exit_code] if round_report else [])
+        code = max(codes) if any(c != EXIT_OK for c in codes) else EXIT_OK
+        status = RunStatus.of(partial=code != EXIT_OK)
     result: dict[str, Any] = {
         "type": "report", "command": "run", "log_dir": opts.log_dir, "now_ms": opts.now_ms,
-        "dry_run": opts.dry_run, "status": RunStatus.of(partial=code != EXIT_OK),
+        "dry_run": opts.dry_run, "status": status,
+        **({"unconfigured": retention.unconfigured_because()}
+           if status == RunStatus.UNCONFIGURED else {}),
         "compaction": round_report.to_dict() if round_report else None,
         "retention": retention.to_dict()}
     if state_dir and not opts.dry_run:

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from compactor.cli import main as cli_main
-from compactor.errors import EXIT_OK
+from compactor.errors import EXIT_CONFIG, EXIT_OK
 from compactor.tools.generator import DEFAULT_START_MS, GeneratorConfig, generate
-from tests.helpers import segment_bytes, topic_lines
+from tests.helpers import segment_bytes, topic_lines, tree_digest
 
 DAY = 86_400_000
 NOW = DEFAULT_START_MS + 10 * DAY  # the data is 10 days old: past Kafka's 7-day default
@@ -67,13 +67,16 @@ def test_without_the_static_layer_nothing_is_deleted_and_the_report_says_what_is
         logs: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     before = {p.name: segment_bytes(p) for p in logs.iterdir() if p.is_dir()}
     code, report = _retain(logs, capsys)
-    assert code == EXIT_OK and report["segments_deleted"] == 0
+    # a run that decided nothing is not a success a scheduler could take for one (issue 51.12)
+    assert code == EXIT_CONFIG and report["status"] == "unconfigured"
+    assert "--server-properties" in report["unconfigured"] and report["segments_deleted"] == 0
     assert {p["reason"] for p in topic_lines(report["partitions"])} == {"no_config"}
     assert any("--server-properties" in m for m in report["cluster"]["missing"])
     assert "cleanup.policy" in report["cluster"]["guessed_configs"]["events"]
     assert {p.name: segment_bytes(p) for p in logs.iterdir() if p.is_dir()} == before
     code = cli_main(["retain", str(logs), "--now-ms", str(NOW)])
-    assert code == EXIT_OK and "--server-properties FILE" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert code == EXIT_CONFIG and "--server-properties FILE" in out and "UNCONFIGURED" in out
 
 
 def test_a_30_day_broker_keeps_its_10_day_old_segments(
@@ -128,10 +131,15 @@ def test_a_second_jbod_dir_takes_its_topic_configs_from_the_first_dirs_metadata(
     second = tmp_path / "logs-1"
     shutil.copytree(logs, second)
     shutil.rmtree(second / "__cluster_metadata-0")
+    # a log dir of its own: its own directory.id (a copied one is refused, as Kafka refuses it)
+    meta = second / "meta.properties"
+    meta.write_text("".join(line if not line.startswith("directory.id=") else
+                            "directory.id=AAAAAAAAAAAAAAAAAAAAAQ\n"
+                            for line in meta.read_text().splitlines(keepends=True)))
     offsets = segment_bytes(second / "__consumer_offsets-0")
     alone = _props(tmp_path, "log.retention.hours=24", log_dirs=(second,))
     code, report = _retain(second, capsys, "--server-properties", str(alone))
-    assert code == EXIT_OK and report["segments_deleted"] == 0
+    assert code == EXIT_CONFIG and report["segments_deleted"] == 0
     assert {p["reason"] for p in topic_lines(report["partitions"])} == {"no_config"}
     props = _props(tmp_path, "log.retention.hours=24", log_dirs=(logs, second))
     code, report = _retain(second, capsys, "--server-properties", str(props))
@@ -192,3 +200,22 @@ def test_now_refuses_negative_huge_naive_and_free_text(text: str) -> None:
 
     with pytest.raises(argparse.ArgumentTypeError):
         clock_ms(text)
+
+
+def test_a_run_that_decided_nothing_exits_3_with_its_html_report_saying_why(
+        logs: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Before the fix ``run --html-report`` without the broker's configs ended with
+    INTERNAL_ERROR AttributeError (the page took the compaction step that did not run), and
+    ``run`` alone exited 0 (issue 51.12)."""
+    page = tmp_path / "run.html"
+    before = tree_digest(logs)
+    code = cli_main(["run", str(logs), "--now-ms", str(NOW), "--json", "--html-report",
+                     str(page)])
+    out, err = capsys.readouterr()
+    assert code == EXIT_CONFIG and "INTERNAL_ERROR" not in out + err
+    report = json.loads(out.splitlines()[0])
+    assert report["status"] == "unconfigured" and report["compaction"] is None
+    assert "--server-properties" in report["unconfigured"]
+    html = page.read_text()
+    assert "Configs not known: nothing was changed" in html and "--server-properties" in html
+    assert tree_digest(logs) == before

@@ -19,8 +19,8 @@ from compactor.spark import session
 from compactor.tools.generator import DEFAULT_START_MS
 
 COMPACTOR = str(Path(sys.executable).parent / "compactor")
-COMPACT = ["--now-ms", str(DEFAULT_START_MS + 3 * 86_400_000), "--config",
-           "cleanup.policy=compact", "--json", "--progress", "off"]
+COMPACT = ["--assume-kafka-defaults", "--now-ms", str(DEFAULT_START_MS + 3 * 86_400_000),
+           "--config", "cleanup.policy=compact", "--json", "--progress", "off"]
 DYNAMIC_ARCHIVE_MAGIC = 0xF00BABA8  # HotSpot's CDS_DYNAMIC_ARCHIVE_MAGIC
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from compactor.cli import main as cli_main
-from compactor.errors import EXIT_CONFIG, EXIT_OK
+from compactor.errors import EXIT_CONFIG, EXIT_OK, EXIT_PARTIAL
 from compactor.tools.generator import DEFAULT_START_MS, GeneratorConfig, generate
 from tests.helpers import tree_digest
 
@@ -120,3 +120,27 @@ def test_a_device_stays_a_device(logs: Path, tmp_path: Path,
     capsys.readouterr()
     assert stat.S_ISCHR(null.stat().st_mode)
     assert not _leftovers(tmp_path)
+
+
+@pytest.mark.parametrize("option", ["--report-file", "--metrics-file", "--html-report"])
+def test_an_output_file_that_fails_after_changes_loses_no_report_and_says_the_changes_stand(
+        logs: Path, capsys: pytest.CaptureFixture[str], option: str) -> None:
+    """``/dev/full`` passes every check a path can be given before the run (a writable
+    device) and fails when written. Before the fix retain deleted segments, then exited 3
+    with "nothing was swapped" and no report (issue 51.9)."""
+    before = tree_digest(logs)
+    assert _retain(logs, option, "/dev/full") == EXIT_PARTIAL
+    out, err = capsys.readouterr()
+    lines = [json.loads(line) for line in out.splitlines()]
+    (report,) = [line for line in lines if line["type"] == "report"]
+    assert any(p["status"] == "deleted" for p in report["partitions"])
+    assert tree_digest(logs) != before  # the segments went, and the report says so
+    (failure,) = [line for line in lines if line["type"] == "output_error"]
+    assert failure["step"] == f"write {option}" and failure["path"] == "/dev/full"
+    assert failure["changed"] == ["events-0"] and "the changes stand" in failure["remedy"]
+    assert "OUTPUT FILE NOT WRITTEN" in err and "the changes stand" in err
+    # with nothing changed (a dry run) the same failure is the error's own, nothing stands
+    logs_before = tree_digest(logs)
+    code = _retain(logs, "--dry-run", option, "/dev/full")
+    assert code not in (EXIT_OK, EXIT_PARTIAL) and "nothing was changed" in capsys.readouterr().err
+    assert tree_digest(logs) == logs_before

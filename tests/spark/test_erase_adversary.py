@@ -378,3 +378,31 @@ def test_a_cancel_committed_during_a_run_is_reported_and_recorded_as_such(
     assert run["run_id"] == report["run_id"] and run["status"] == "cancelled"
     if action == "apply":
         assert run["records_erased"] > 0 and "erased anyway" in entry[rid]["changed_during_run"]
+
+
+# -- 7. two log dirs of one broker with one directory.id ---------------------------------------
+
+
+def test_two_log_dirs_with_one_directory_id_are_refused_before_anything_changes(
+        logs: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Before the fix the second dir's apply was skipped with "ok": the request counted as
+    applied at that place already."""
+    second = tmp_path / "logs2"
+    generate(str(second), GeneratorConfig(topics=("accounts",), partitions=1,
+                                          records_per_partition=300, seed=52,
+                                          metadata_log=False))
+    shutil.copyfile(logs / "meta.properties", second / "meta.properties")
+    props = tmp_path / "server.properties"
+    props.write_text(f"node.id=1\nlog.dirs={logs},{second}\n")
+    state = tmp_path / "state"
+    init(capsys, state)
+    rid = request(capsys, state, "*")
+    before = {**tree_digest(logs), **{f"2/{k}": v for k, v in tree_digest(second).items()}}
+    for args in (["--server-properties", str(props)],
+                 ["--server-properties", str(props), str(second)]):
+        code, out = cli_json(capsys, "erase", "apply", "--assume-kafka-defaults",
+                             "--state-dir", str(state), "--now-ms", str(NOW), "--json", *args)
+        assert code == EXIT_CONFIG and "directory.id" in out["message"], out
+    assert {**tree_digest(logs), **{f"2/{k}": v for k, v in tree_digest(second).items()}} == \
+        before
+    assert statuses(state) == {rid: "pending"}
