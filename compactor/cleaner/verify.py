@@ -19,6 +19,7 @@ files.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -118,14 +119,33 @@ def index_problems(log_path: str, base: int, headers: Sequence[BatchHeader], *,
                     f"offset {last_offset}", at, past_end=True)
 
     time_path = prefix + ".timeindex"
-    for slot, t in enumerate(decoded(time_path, time_index, decode_time_index,
-                                     allow_preallocated=is_active)):
+    # the largest timestamp of the batches up to each one: what Kafka's LogSegment.append
+    # indexes (maxTimestampSoFar, at the offset where it was found)
+    so_far: list[int] = []
+    for h in headers:
+        so_far.append(max(h.max_timestamp, so_far[-1] if so_far else -1))
+    last_offsets = [h.last_offset for h in headers]
+    entries = decoded(time_path, time_index, decode_time_index, allow_preallocated=is_active)
+    for slot, t in enumerate(entries):
+        j = bisect.bisect_left(last_offsets, t.offset)
         if not base <= t.offset <= max(last_offset, base):
             problem(time_path, f"entry offset {t.offset} is outside the segment "
                     f"[{base}, {last_offset}]", slot * 12, past_end=t.offset > last_offset)
         elif t.timestamp > max_timestamp:
             problem(time_path, f"entry timestamp {t.timestamp} exceeds the segment's max "
                     f"timestamp {max_timestamp}", slot * 12, past_end=True)
+        elif j < len(headers) and headers[j].base_offset <= t.offset and t.timestamp < so_far[j]:
+            problem(time_path, f"entry timestamp {t.timestamp} at offset {t.offset} is below "
+                    f"the largest timestamp {so_far[j]} of the batches up to that offset "
+                    f"(Kafka indexes the largest so far: LogSegment.append)", slot * 12)
+    if (not is_active and entries and max_timestamp >= 0 and readable_end is None
+            and entries[-1].timestamp < max_timestamp):
+        # LogSegment.onBecomeInactiveSegment indexes the segment's largest timestamp last, and
+        # a broker takes the last entry as that (LogSegment.largestTimestamp) for retention.ms
+        problem(time_path, f"the last entry's timestamp {entries[-1].timestamp} is below the "
+                f"segment's largest timestamp {max_timestamp}: a broker takes the last entry "
+                f"as the segment's largest timestamp, so retention.ms would delete the segment "
+                f"before its records expire", (len(entries) - 1) * 12)
 
     txn_path = prefix + ".txnindex"
     aborts = {h.base_offset: h.producer_id for h in headers if _is_abort(h)}

@@ -31,6 +31,7 @@ from compactor.codec.indexes import (
     last_offset_entry,
     last_time_entry,
 )
+from compactor.codec.kraft import uuid_bytes
 from compactor.codec.records import RecordBatch
 from compactor.codec.segment import iter_batches
 from compactor.codec.snapshot import decode_snapshot
@@ -344,6 +345,50 @@ def read_meta_properties(log_dir: str) -> dict[str, str]:
     empty without one."""
     path = storage.join(log_dir, "meta.properties")
     return read_properties(path) if storage.exists(path) else {}
+
+
+def check_meta_properties(log_dir: str) -> None:
+    """A log dir's ``meta.properties`` as Kafka's ``MetaProperties`` reads it: a properties
+    file (text the commands can read), ``version`` 0 (``broker.id``) or 1 (KRaft: ``node.id``
+    and ``cluster.id``), ids that are integers, and a ``directory.id`` that is a Kafka
+    ``Uuid`` (KIP-858). Absent is fine (a dir no broker formatted).
+
+    Raises:
+        CompactorError: the file cannot be read, or a field is not what Kafka writes.
+    """
+    path = storage.join(log_dir, "meta.properties")
+    if not storage.exists(path):
+        return
+    meta = read_meta_properties(log_dir)
+    version = meta.get("version")
+
+    def bad(message: str) -> CorruptCheckpointError:
+        return CorruptCheckpointError(
+            f"meta.properties: {message}", path=path,
+            remedy="nothing was changed; with the broker stopped, restore the file (every "
+                   "log dir of a broker has one: node.id, cluster.id, its own directory.id) "
+                   "or let `kafka-storage.sh format` write it")
+
+    if version not in ("0", "1"):
+        raise bad(f"version is {version!r}, not 0 or 1")
+    ids = ("broker.id",) if version == "0" else ("node.id", "cluster.id")
+    missing = [k for k in ids if not meta.get(k)]
+    if missing:
+        raise bad(f"version {version} needs {', '.join(missing)}")
+    for key in ("broker.id", "node.id"):
+        if key in meta and not meta[key].lstrip("-").isdigit():
+            raise bad(f"{key} is {meta[key]!r}, not an integer")
+    if meta.get("directory.id"):
+        try:
+            uuid_bytes(meta["directory.id"])
+        except ValueError as err:
+            raise bad(f"directory.id: {err}") from None
+    # Kafka ignores keys it does not know, but none it writes holds a control character:
+    # such a "key" is bytes appended to the file
+    garbage = sorted(k for k, v in meta.items() if not (k + v).isprintable())
+    if garbage:
+        raise bad(f"holds bytes that are no property Kafka writes ({garbage[0]!r}): bytes "
+                  f"appended to the file?")
 
 
 def check_directory_ids(log_dirs: Iterable[str]) -> None:

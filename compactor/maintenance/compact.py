@@ -331,6 +331,7 @@ def run_locked(session: LazySession, opts: MaintenanceOptions, catalog: Catalog)
     scanned = None
     if not inputs:  # nothing to scan: no session
         if not opts.dry_run:
+            report.settle_lease()
             stages.done("commit")
         return report
     stages.done("metadata")
@@ -375,6 +376,7 @@ def run_locked(session: LazySession, opts: MaintenanceOptions, catalog: Catalog)
             "(harmless): fix the cause and run again")
         report.failed_after_changes(CLEANER_OFFSET_CHECKPOINT, err, [
             str(p.tp) for p in report.partitions if p.status == Outcome.CLEANED])
+    report.settle_lease()
     stages.done("commit")
     return report
 

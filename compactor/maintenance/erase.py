@@ -401,6 +401,8 @@ def apply(spark: SparkSession | None, log_dir: str, state_dir: str, now_ms: int,
             if i in held and found.matches.get(i):
                 line["residual_offsets"] = sorted({m.offset for m in found.matches[i]})[:100]
             lines[i] = line
+        if not dry_run:
+            _settle_lease(log_dir, lines)
     report["partitions"] = list(lines.values())
     ctx = ApplyContext(
         run_id=run_id, now_ms=now_ms, place=place, key=here, unknown_topics=unknown,
@@ -416,7 +418,9 @@ def apply(spark: SparkSession | None, log_dir: str, state_dir: str, now_ms: int,
         failed = counts.get(RequestStatus.FAILED, 0) > 0
         blocked = counts.get(outcomes.BLOCKED, 0) > 0
         # a dry run ends as the real run would (its exit code too), in conditional words
-        report["status"] = RunStatus.of(failed=failed, partial=blocked)
+        locked = any(line["status"] == ErasureOutcome.LOCKED for line in lines.values())
+        report["status"] = RunStatus.LOCKED if locked else RunStatus.of(failed=failed,
+                                                                         partial=blocked)
         if dry_run:
             for r in report["requests"]:
                 r["status"] = RequestStatus(r["status"]).dry_run
@@ -424,8 +428,9 @@ def apply(spark: SparkSession | None, log_dir: str, state_dir: str, now_ms: int,
         try:
             _report_moved(report, *_record(state_dir, "apply", run_id, log_dir, now_ms,
                                            started, lines, result, session(), APPLIED_COLUMNS))
-            report["status"] = RunStatus.of(failed=counts.get(RequestStatus.FAILED, 0) > 0,
-                                            partial=blocked)
+            if not locked:
+                report["status"] = RunStatus.of(
+                    failed=counts.get(RequestStatus.FAILED, 0) > 0, partial=blocked)
         except CompactorError as err:  # the rewrites stand: say so, with the report
             rewritten = [line["dir"] for line in lines.values()
                          if line["status"] == ErasureOutcome.REWRITTEN]
@@ -454,6 +459,21 @@ APPLY_REPORTED = ("request_id", "outcome", "status", "records_erased", "supersed
 VERIFY_REPORTED = ("request_id", "outcome", "status", "verified_segments_scanned",
                    "verified_records_scanned", "residual", "missing_replicas", "tiered_topics",
                    "unverified_because", "expected_status")
+
+
+def _settle_lease(log_dir: str, lines: Mapping[int, dict[str, Any]]) -> None:
+    """An apply that lost the log dir's lease (S3: another run took it) leaves every directory
+    it did not rewrite ``locked`` (:meth:`LogDirReport.settle_lease`): its requests stay
+    pending, and the run exits 4."""
+    lost = storage.lease_lost(log_dir)
+    if lost is None:
+        return
+    error = lost.with_remedy("another run took the log dir's lease while this apply ran: this "
+                             "directory was not rewritten; run again when the other run is "
+                             "done").to_dict()
+    for line in lines.values():
+        if line["status"] != ErasureOutcome.REWRITTEN:
+            line.update(status=ErasureOutcome.LOCKED, error=error)
 
 
 def _matched(found: _Scan, plan: _Plan, dirs: Mapping[int, _Dir]) -> dict[str, Matched]:

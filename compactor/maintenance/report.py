@@ -14,12 +14,14 @@ from compactor.cluster.catalog import Catalog
 from compactor.errors import (
     EXIT_CONFIG,
     EXIT_FAILURE,
+    EXIT_LOCKED,
     EXIT_OK,
     EXIT_PARTIAL,
     CompactorError,
     StorageError,
     is_data_problem,
 )
+from compactor.log import storage
 from compactor.log.layout import ForeignEntry
 
 
@@ -36,10 +38,13 @@ class Outcome(StrEnum):
     CORRUPT = "corrupt"  # a check refused the partition's data: left untouched
     REFUSED = "refused"  # a duplicate or non-canonical directory: left untouched
     FAILED = "failed"  # the work could not be done (I/O, a full disk, a failed swap)
+    # the run lost the log dir's lease (S3) before committing it: another run may have
+    # changed it since this one read it, so nothing read of it is trusted (exit 4)
+    LOCKED = "locked"
 
     @property
     def is_problem(self) -> bool:
-        return self in (Outcome.CORRUPT, Outcome.REFUSED, Outcome.FAILED)
+        return self in (Outcome.CORRUPT, Outcome.REFUSED, Outcome.FAILED, Outcome.LOCKED)
 
     @staticmethod
     def of_read_error(code: str) -> Outcome:
@@ -68,11 +73,13 @@ class ErasureOutcome(StrEnum):
     FAILED = Outcome.FAILED.value
     SKIPPED = Outcome.SKIPPED.value
     REFUSED = Outcome.REFUSED.value
+    LOCKED = Outcome.LOCKED.value
     BLOCKED = "blocked"  # its topic's configs are not known: neither erased nor counted clean
 
     @property
     def is_problem(self) -> bool:
-        return self in (ErasureOutcome.CORRUPT, ErasureOutcome.FAILED, ErasureOutcome.BLOCKED)
+        return self in (ErasureOutcome.CORRUPT, ErasureOutcome.FAILED, ErasureOutcome.BLOCKED,
+                        ErasureOutcome.LOCKED)
 
 
 class RunStatus(StrEnum):
@@ -87,6 +94,7 @@ class RunStatus(StrEnum):
     PARTIAL = "partial"
     FAILED = "failed"
     UNCONFIGURED = "unconfigured"
+    LOCKED = "locked"  # the run lost the log dir's lease: what it did not commit is locked
 
     @staticmethod
     def of(*, failed: bool = False, partial: bool = False) -> RunStatus:
@@ -95,7 +103,8 @@ class RunStatus(StrEnum):
     @property
     def exit_code(self) -> int:
         return {RunStatus.OK: EXIT_OK, RunStatus.PARTIAL: EXIT_PARTIAL,
-                RunStatus.UNCONFIGURED: EXIT_CONFIG}.get(self, EXIT_FAILURE)
+                RunStatus.UNCONFIGURED: EXIT_CONFIG,
+                RunStatus.LOCKED: EXIT_LOCKED}.get(self, EXIT_FAILURE)
 
 
 #: the lines of a report that are no topic a run could maintain: Kafka's metadata log, and
@@ -152,6 +161,10 @@ REASONS: Mapping[str, str] = {
 }
 
 
+#: a line's status that says the run committed it
+COMMITTED = frozenset({Outcome.CLEANED, Outcome.DELETED})
+
+
 def exit_code(statuses: Iterable[str]) -> int:
     """Exit 6 (partial) when any partition is corrupt, refused or failed, else 0."""
     return EXIT_PARTIAL if any(Outcome(s).is_problem for s in statuses) else EXIT_OK
@@ -192,6 +205,25 @@ class LogDirReport:
     def lines(self) -> Sequence[PartitionLine]:
         raise NotImplementedError
 
+    def settle_lease(self) -> None:
+        """Once the run is known to have lost the log dir's lease (:func:`storage.lease_lost`:
+        another run took it), every partition it did not commit is ``locked``: the other run
+        may have changed it since it was read, so what this run found there (a segment gone,
+        corrupt) is not trusted or reported as such. The run then exits 4, which a scheduler
+        retries."""
+        lost = storage.lease_lost(self.log_dir)
+        if lost is None:
+            return
+        error = lost.with_remedy(
+            "another run took the log dir's lease while this one ran: this partition was not "
+            "committed and what this run read of it is not trusted; run again when the other "
+            "run is done").to_dict()
+        for p in self.lines():
+            if p.status not in COMMITTED and getattr(p, "reason", "") not in NOT_CANDIDATES:
+                p.status = Outcome.LOCKED
+                p.reason = error["code"]  # type: ignore[attr-defined]
+                p.error = error  # type: ignore[attr-defined]
+
     def failed_after_changes(self, step: str, err: CompactorError,
                              changed: Sequence[str]) -> None:
         """Record that ``step`` failed after the partitions ``changed`` were changed."""
@@ -205,6 +237,8 @@ class LogDirReport:
 
     @property
     def status(self) -> RunStatus:
+        if any(p.status == Outcome.LOCKED for p in self.lines()):
+            return RunStatus.LOCKED
         if self.unconfigured:
             return RunStatus.UNCONFIGURED
         return RunStatus.of(partial=bool(self.log_dir_errors)

@@ -250,6 +250,7 @@ def retain_locked(log_dir: str, catalog: Catalog, now_ms: int, *,
                     "rewritten (a stale one is harmless: the log start offset is at least "
                     "the first segment's base): fix the cause and run retain again to "
                     "rewrite it"), [str(rep.tp) for rep in deleted])
+        report.settle_lease()
     return report
 
 

@@ -44,6 +44,7 @@ from compactor.errors import (
 )
 from compactor.log import storage
 from compactor.log.layout import (
+    check_meta_properties,
     file_offset,
     index_files,
     is_partition_dir,
@@ -460,6 +461,7 @@ def inspect_path(
     if log_dir.metadata_log is not None:
         dirs.insert(0, storage.basename(log_dir.metadata_log))
     if verify:
+        yield from _problems_of(functools.partial(check_meta_properties, path))
         for name in ROOT_CHECKPOINTS:
             yield from _problems_of(functools.partial(read_offset_checkpoint, path, name))
     with progress.step("inspect", total=len(dirs), unit="partitions") as step:

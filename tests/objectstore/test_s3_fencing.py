@@ -235,3 +235,58 @@ def test_a_cleaned_object_replaced_during_the_roll_forward_undoes_the_swap(
     assert isinstance(failure, CommitConflictError) and "undone" in failure.message
     assert _tree_of(s3_server, pdir, tmp_path / "after") == staged["old"]
 
+
+
+# Run B of the next test: take the log dir's lease by breaking it (argv[1]), delete one object
+# (argv[2]) and go.
+BREAK_AND_DELETE = r"""
+import json, sys
+from compactor.log import storage
+log_dir, victim, options = sys.argv[1:4]
+storage.configure(storage.StorageSettings(options=json.loads(options), break_lease=True))
+with storage.log_dir_lock(log_dir):
+    storage.remove(victim)
+"""
+
+
+def test_a_run_that_lost_its_lease_reports_what_it_did_not_commit_locked_and_exits_4(
+        s3_server: S3Server, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run A (the command, in this process) lists its partitions; run B breaks the lease and
+    deletes a segment of the second, healthy partition; A scans and commits. Before the fix
+    the partition B changed was reported ``corrupt`` (exit 6, which the DAGs do not retry) and
+    the other ``failed``; now both are ``locked`` and the run exits 4 (issue 51.10)."""
+    from compactor.errors import EXIT_LOCKED
+    from compactor.spark import stages
+    from compactor.tools.generator import GeneratorConfig, generate
+    from tests.helpers import cli_json
+    from tests.objectstore.conftest import NOW_MS, storage_args, upload
+
+    local = tmp_path / "logs"
+    generate(str(local), GeneratorConfig(
+        topics=("accounts",), partitions=2, records_per_partition=400, distinct_keys=40,
+        segment_bytes=4 * 1024, seed=22, metadata_log=False))
+    url = upload(s3_server, local, "lost-lease")
+    victim = f"{url}/accounts-1/{min(p.name for p in (local / 'accounts-1').glob('*.log'))}"
+    real = stages.clean_in_one_pass
+    broken = []
+
+    def other_run_first(*args: object, **kwargs: object) -> object:
+        if not broken:  # between A's listing and its scan
+            b = subprocess.run([sys.executable, "-c", BREAK_AND_DELETE, url, victim,
+                                json.dumps(settings_of(s3_server).options)],
+                               capture_output=True, text=True, cwd=REPO, timeout=120)
+            assert b.returncode == 0, b.stderr
+            broken.append(True)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(stages, "clean_in_one_pass", other_run_first)
+    code, report = cli_json(capsys, "compact", url, *storage_args(s3_server),
+                            "--assume-kafka-defaults", "--config", "cleanup.policy=compact",
+                            "--now-ms", str(NOW_MS), "--json")
+    assert broken and code == EXIT_LOCKED, report
+    assert report["status"] == "locked"
+    lines = {p["partition"]: p for p in report["partitions"]}
+    assert {p["status"] for p in lines.values()} == {"locked"}
+    assert {p["reason"] for p in lines.values()} == {"LOG_DIR_LOCKED"}
+    assert "another run took the log dir's lease" in lines[1]["error"]["remedy"]

@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from compactor.errors import LogDirError
+from compactor.errors import LogDirError, LogDirLockedError
 from compactor.log.storage import local
 from compactor.log.storage.local import LOCK_FILE, FileStat, discard_stdout
 from compactor.log.storage.locations import (
@@ -42,7 +42,8 @@ __all__ = [
     "open_durable", "parse_storage_options", "portable", "read_bytes", "read_text",
     "real_path", "remove", "rename", "settings", "stat", "supports_rename", "write_atomic",
     "write_durable", "write_new", "copy", "delta_options", "fsync_dir",
-    "set_mtime", "discard_stdout", "identities", "links", "fence", "object_metadata",
+    "set_mtime", "discard_stdout", "identities", "links", "fence", "lease_lost",
+    "object_metadata",
     "write_output",
     "output_problem",
 ]
@@ -354,6 +355,22 @@ def fence(path: str) -> None:
     """
     if is_url(path):
         _store().fence(path)
+
+
+def lease_lost(path: str) -> LogDirLockedError | None:
+    """Why this process no longer holds the lease of the object-store log dir ``path`` (its
+    :func:`fence` fails: another run took it, or it expired), else ``None`` (on a local disk
+    the lock is held for as long as the process lives). A store that cannot be asked says
+    nothing here: the run's own next write fails with that."""
+    if not is_url(path):
+        return None
+    try:
+        _store().fence(path)
+    except LogDirLockedError as err:
+        return err
+    except LogDirError:  # StorageError: unknown, not lost
+        return None
+    return None
 
 
 _held: set[str] = set()  # the log dirs whose lock (or lease) this process holds
