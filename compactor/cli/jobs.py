@@ -390,8 +390,11 @@ def _execute_erase_scan(args: argparse.Namespace, out: TextIO) -> int:
                                   erase.report_exit_code(report)))
             reports.append(report)
     if len(reports) > 1 and args.action == "verify":
+        # the ledger's word once every dir was scanned, and any output file that failed
+        failed_files = [w for w, r in zip(written, reports, strict=True)
+                        if w != erase.report_exit_code(r)]
         return _worst([erase.verify_exit_code(storage.absolute(args.state_dir), reports),
-                       *written])
+                       *failed_files])
     return _worst(written)
 
 

@@ -39,6 +39,7 @@ from compactor.codec.snapshot import decode_snapshot
 from compactor.errors import (
     CompactorError,
     CorruptMetadataError,
+    LinkedFileError,
     LogDirError,
     format_location,
 )
@@ -48,6 +49,7 @@ from compactor.log.layout import (
     file_offset,
     index_files,
     is_partition_dir,
+    is_partition_file,
     leftover_names,
     open_log_dir,
     read_leader_epochs,
@@ -334,6 +336,19 @@ def inspect_partition(
 ) -> Iterator[SegmentReport | Problem]:
     """Yield a report per segment, then partition-level problems."""
     names = storage.list_dir(partition_dir)
+    # a file of the partition that is a symbolic link: every command refuses the partition
+    # (LINKED_FILE, compactor.log.layout.load_partition); one pointing nowhere is not read
+    symlinks = {n: what for n, what in storage.links(partition_dir).items()
+                if what.startswith("symlink") and (is_partition_file(n) or n.endswith(LOG_SUFFIX))}
+    if verify:
+        for name, what in sorted(symlinks.items()):
+            yield Problem(code=LinkedFileError.code, path=storage.join(partition_dir, name),
+                          base_offset=file_offset(name),
+                          message=f"{name} is a {what}: every command refuses the partition "
+                                  "(a swap or deletion would replace only the link); move the "
+                                  "file it points to in place of the link")
+    names = [n for n in names if n not in symlinks
+             or storage.exists(storage.join(partition_dir, n))]
     logs = segment_logs(names)
     txn = _TxnTracker()
     for name in sorted(n for n in names if parse_snapshot_name(n) is not None):

@@ -17,6 +17,7 @@ pytestmark = pytest.mark.spark
 
 def test_a_cancel_committed_during_the_run_is_not_overwritten(spark, tmp_path: Path) -> None:
     state = str(tmp_path / "state")
+    ledger.init(state)
     ledger.add_requests(state, [r for i in range(3) for r in rules.new_requests(
         topic="accounts", digests=[rules.subject_digest(f"user-{i}".encode())],
         selector="key", header_name=None, reason="test", now_ms=1, deadline_days=30,

@@ -13,7 +13,7 @@ from compactor.maintenance.report import Outcome, exit_code, problem_line
 def test_outcomes_serialise_as_the_report_strings() -> None:
     assert json.dumps({"status": Outcome.WOULD_CLEAN}) == '{"status": "would_clean"}'
     assert {o for o in Outcome if o.is_problem} == {Outcome.CORRUPT, Outcome.REFUSED,
-                                                     Outcome.FAILED}
+                                                     Outcome.FAILED, Outcome.LOCKED}
 
 
 @pytest.mark.parametrize("statuses, code", [
