@@ -160,7 +160,7 @@ def main() -> int:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from compactor.maintenance import erase
     from compactor.maintenance.compact import run
-    from compactor.maintenance.options import MaintenanceOptions
+    from compactor.maintenance.options import MaintenanceOptions, build_options
     from compactor.spark.session import get_spark
 
     spark = get_spark(args.master, "bench-erase")
@@ -180,7 +180,8 @@ def main() -> int:
         work = fresh_copy(logs, "erase")
         ledger_copy = fresh_copy(state, "ledger")
         seconds, memory, report = timed(label, lambda: erase.apply(
-            spark, str(work), str(ledger_copy), now_ms, assume_kafka_defaults=True))
+            spark, build_options(str(work), now_ms=now_ms, assume_kafka_defaults=True),
+            str(ledger_copy)).to_dict())
         shutil.rmtree(work.parent)
         shutil.rmtree(ledger_copy.parent)
         return seconds, memory, report  # type: ignore[return-value]

@@ -185,18 +185,18 @@ def erase(action: str, log_dir: str, state_dir: str, *, now_ms: int | None = Non
     from compactor.errors import ConfigError
     from compactor.log import storage
     from compactor.maintenance import erase as erasure
+    from compactor.maintenance.options import build_options
 
     if action not in ("apply", "verify"):
         raise ConfigError(f"unknown erase action {action!r}; use 'apply' or 'verify'")
     report = erasure.perform(
-        action, storage.absolute(log_dir), storage.absolute(state_dir),
-        int(time.time() * 1000) if now_ms is None else now_ms, master=master, dry_run=dry_run,
-        exclude_pending_deletes=exclude_pending_deletes,
-        metadata_log_dir=metadata_log_dir and storage.absolute(metadata_log_dir),
-        server_properties=server_properties and storage.absolute(server_properties),
-        assume_kafka_defaults=assume_kafka_defaults)
-    return Result(report["command"], report, erasure.summary(report),
-                  erasure.report_exit_code(report))
+        action, build_options(log_dir, now_ms=int(time.time() * 1000) if now_ms is None
+                              else now_ms, dry_run=dry_run, metadata_log_dir=metadata_log_dir,
+                              server_properties=server_properties,
+                              assume_kafka_defaults=assume_kafka_defaults),
+        storage.absolute(state_dir), master=master,
+        exclude_pending_deletes=exclude_pending_deletes)
+    return Result(report.command, report.to_dict(), report.summary(), report.exit_code)
 
 
 def spark_session(master: str | None = None, *, state_dir: str | None = None) -> SparkSession:

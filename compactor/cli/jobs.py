@@ -37,7 +37,6 @@ from compactor.cli.args import (
     flag_value,
     log_dirs_of,
     now_ms,
-    optional_path,
     options_from_args,
     run_main,
 )
@@ -373,6 +372,7 @@ def _execute_erase_scan(args: argparse.Namespace, out: TextIO) -> int:
     exits by what the ledger says of its requests once every dir was scanned (the first dir
     alone leaves a request partially verified that the last completes)."""
     from compactor.maintenance import erase
+    from compactor.maintenance.options import build_options
 
     reports = []
     written = []  # each log dir's exit code once its output files are written
@@ -380,19 +380,19 @@ def _execute_erase_scan(args: argparse.Namespace, out: TextIO) -> int:
         for d in dirs:
             one = one_log_dir(args, d, out, len(dirs) > 1)
             report = erase.perform(
-                one.action, d, storage.absolute(one.state_dir), now_ms(one), master=one.master,
-                dry_run=getattr(one, "dry_run", False),
-                exclude_pending_deletes=getattr(one, "exclude_pending_deletes", False),
-                metadata_log_dir=optional_path(one.metadata_log_dir),
-                server_properties=optional_path(one.server_properties),
-                assume_kafka_defaults=one.assume_kafka_defaults)
-            written.append(render(out, one, report, lambda: erase.summary(report),
-                                  erase.report_exit_code(report)))
+                one.action, build_options(
+                    d, now_ms=now_ms(one), dry_run=getattr(one, "dry_run", False),
+                    metadata_log_dir=one.metadata_log_dir,
+                    server_properties=one.server_properties,
+                    assume_kafka_defaults=one.assume_kafka_defaults),
+                storage.absolute(one.state_dir), master=one.master,
+                exclude_pending_deletes=getattr(one, "exclude_pending_deletes", False))
+            written.append(render(out, one, report.to_dict(), report.summary,
+                                  report.exit_code))
             reports.append(report)
     if len(reports) > 1 and args.action == "verify":
         # the ledger's word once every dir was scanned, and any output file that failed
-        failed_files = [w for w, r in zip(written, reports, strict=True)
-                        if w != erase.report_exit_code(r)]
+        failed_files = [w for w, r in zip(written, reports, strict=True) if w != r.exit_code]
         return _worst([erase.verify_exit_code(storage.absolute(args.state_dir), reports),
                        *failed_files])
     return _worst(written)

@@ -56,6 +56,7 @@ from compactor.log.layout import (
     read_offset_checkpoint,
     recover_partitions,
 )
+from compactor.maintenance.erase_report import ErasureReport, dry_run_words
 from compactor.maintenance.options import MaintenanceOptions, load_catalog, state_store
 from compactor.maintenance.report import ErasureOutcome, RunStatus
 from compactor.model import TopicPartition
@@ -275,33 +276,27 @@ def _plan_erasure(spark: LazySession, dirs: Mapping[int, _Dir],
     return plan
 
 
-#: ``requests_by_outcome``'s count of the requests whose status moved while the run ran
-CHANGED_DURING_RUN = "changed_during_run"
-
 #: a report lists at most this many requests (with counts of all): a million subjects must
 #: not make a million-line report on the driver
 REPORT_REQUESTS = 1000
 
 
-def _start(action: str, log_dir: str, state_dir: str, now_ms: int) -> tuple[str, dict[str, Any]]:
-    """A new run id and the report skeleton."""
-    ledger.check_state_dir(state_dir, log_dir)
+def _start(action: str, opts: MaintenanceOptions, state_dir: str) -> ErasureReport:
+    """The report of a new run (its id made here), once the state dir and its ledger are
+    checked."""
+    ledger.check_state_dir(state_dir, opts.log_dir)
     ledger.require_ledger(state_dir)
-    run_id = f"erase-{action}-{now_ms}-{uuid.uuid4().hex[:8]}"
-    report: dict[str, Any] = {"type": "report", "command": f"erase_{action}", "run_id": run_id,
-                              "log_dir": log_dir, "now_ms": now_ms, "partitions": [],
-                              "requests": []}
-    return run_id, report
+    return ErasureReport(command=f"erase_{action}",
+                         run_id=f"erase-{action}-{opts.now_ms}-{uuid.uuid4().hex[:8]}",
+                         log_dir=opts.log_dir, now_ms=opts.now_ms,
+                         dry_run=opts.dry_run if action == "apply" else None)
 
 
-def _catalog(log_dir: str, now_ms: int, metadata_log_dir: str | None,
-             server_properties: str | None, assume_kafka_defaults: bool) -> Catalog:
+def _catalog(opts: MaintenanceOptions) -> Catalog:
     # erasure applies to every topic; its cleanup.policy (the compacted-topic rule) and
     # remote.storage.enable (what a verify proves) must be the cluster's: a topic whose are
     # not known is refused (Catalog.erasure_refusal), never erased as a guess
-    return load_catalog(MaintenanceOptions(
-        log_dir=log_dir, now_ms=now_ms, metadata_log_dir=metadata_log_dir,
-        server_properties=server_properties, assume_kafka_defaults=assume_kafka_defaults))
+    return load_catalog(opts)
 
 
 def _refused(dirs: Mapping[int, _Dir], catalog: Catalog) -> dict[int, dict[str, Any]]:
@@ -318,28 +313,23 @@ def _session(spark: SparkSession | None, master: str | None, state_dir: str) -> 
     return LazySession(master, spark, object_store=state_store(state_dir), delta_tables=True)
 
 
-def apply(spark: SparkSession | None, log_dir: str, state_dir: str, now_ms: int, *,
-          master: str | None = None, metadata_log_dir: str | None = None,
-          server_properties: str | None = None, assume_kafka_defaults: bool = False,
-          exclude_pending_deletes: bool = False, dry_run: bool = False) -> dict[str, Any]:
+def apply(spark: SparkSession | None, opts: MaintenanceOptions, state_dir: str, *,
+          master: str | None = None, exclude_pending_deletes: bool = False) -> ErasureReport:
     """Erase the records of every request not yet applied here (this log dir of this
-    broker) from every copy on disk; returns the JSON report. ``dry_run`` scans and reports
-    what would be rewritten, changing nothing. A Spark session (``spark``, else a new one on
-    ``master``) starts only when a request is pending here."""
-    run_id, report = _start("apply", log_dir, state_dir, now_ms)
-    report["dry_run"] = dry_run
+    broker) from every copy on disk. ``opts.dry_run`` scans and reports what would be
+    rewritten, changing nothing. A Spark session (``spark``, else a new one on ``master``)
+    starts only when a request is pending here."""
+    report = _start("apply", opts, state_dir)
+    log_dir, now_ms, dry_run, run_id = opts.log_dir, opts.now_ms, opts.dry_run, report.run_id
     if ledger.pending_summary(state_dir, APPLICABLE).count == 0:
-        report["status"] = RunStatus.OK
         return report
     started = int(time.time() * 1000)
-    catalog = _catalog(log_dir, now_ms, metadata_log_dir, server_properties,
-                       assume_kafka_defaults)
+    catalog = _catalog(opts)
     place = catalog.place(log_dir)
     here = place_key(place)
     # a request is applied once per place: other log dirs and brokers still take it
     pending = ledger.pending_summary(state_dir, APPLICABLE, not_applied_at=here)
     if pending.count == 0:
-        report["status"] = RunStatus.OK
         return report
     wanted = _covered(pending.topics)
     session = _session(spark, master, state_dir)
@@ -403,7 +393,7 @@ def apply(spark: SparkSession | None, log_dir: str, state_dir: str, now_ms: int,
             lines[i] = line
         if not dry_run:
             _settle_lease(log_dir, lines)
-    report["partitions"] = list(lines.values())
+    report.partitions = list(lines.values())
     ctx = ApplyContext(
         run_id=run_id, now_ms=now_ms, place=place, key=here, unknown_topics=unknown,
         dirs=[DirState(d.name, d.tp.topic, d.kind, ErasureOutcome(lines[i]["status"]).is_problem)
@@ -413,34 +403,33 @@ def apply(spark: SparkSession | None, log_dir: str, state_dir: str, now_ms: int,
         outcomes.applied_update, ctx=ctx))
     try:
         counts, shown = _outcome_report(result, APPLY_REPORTED)
-        report["requests"] = [_apply_entry(r) for r in shown]
-        report["requests_by_outcome"] = counts
-        failed = counts.get(RequestStatus.FAILED, 0) > 0
+        report.requests = [_apply_entry(r) for r in shown]
+        report.requests_by_outcome = counts
         blocked = counts.get(outcomes.BLOCKED, 0) > 0
+
+        def status() -> RunStatus:
+            return RunStatus.LOCKED if report.locked else RunStatus.of(
+                failed=counts.get(RequestStatus.FAILED, 0) > 0, partial=blocked)
+
         # a dry run ends as the real run would (its exit code too), in conditional words
-        locked = any(line["status"] == ErasureOutcome.LOCKED for line in lines.values())
-        report["status"] = RunStatus.LOCKED if locked else RunStatus.of(failed=failed,
-                                                                         partial=blocked)
+        report.status = status()
         if dry_run:
-            for r in report["requests"]:
-                r["status"] = RequestStatus(r["status"]).dry_run
+            dry_run_words(report.requests)
             return report
         try:
-            _report_moved(report, *_record(state_dir, "apply", run_id, log_dir, now_ms,
-                                           started, lines, result, session(), APPLIED_COLUMNS))
-            if not locked:
-                report["status"] = RunStatus.of(
-                    failed=counts.get(RequestStatus.FAILED, 0) > 0, partial=blocked)
+            report.record_moved(*_record(state_dir, "apply", run_id, log_dir, now_ms, started,
+                                         lines, result, session(), APPLIED_COLUMNS))
+            report.status = status()
         except CompactorError as err:  # the rewrites stand: say so, with the report
             rewritten = [line["dir"] for line in lines.values()
                          if line["status"] == ErasureOutcome.REWRITTEN]
-            report["ledger_error"] = {**err.with_remedy(
+            report.ledger_error = {**err.with_remedy(
                 f"{len(rewritten)} partition(s) were rewritten ({', '.join(rewritten[:5])}) "
                 f"but the ledger does not record it: the requests stay pending; fix the "
                 f"ledger's problem and run `erase apply` again (it finds the erased records "
                 f"gone and records the requests applied)").to_dict(), "rewritten": rewritten}
-            if report["status"] == RunStatus.OK:
-                report["status"] = RunStatus.PARTIAL
+            if report.status == RunStatus.OK:
+                report.status = RunStatus.PARTIAL
         return report
     finally:
         result.unpersist()
@@ -544,22 +533,19 @@ def _rewrite(spark: LazySession, log_dir: str, dirs: Mapping[int, _Dir],
     return out
 
 
-def verify(spark: SparkSession | None, log_dir: str, state_dir: str, now_ms: int, *,
-           master: str | None = None, metadata_log_dir: str | None = None,
-           server_properties: str | None = None,
-           assume_kafka_defaults: bool = False) -> dict[str, Any]:
+def verify(spark: SparkSession | None, opts: MaintenanceOptions, state_dir: str, *,
+           master: str | None = None) -> ErasureReport:
     """Rescan every copy on disk for every applied request; mark it verified (no record
     left but the bare tombstones it asked to leave, and at least one segment scanned),
     ``verified_local_only`` when a tiered topic's remote segments could not be scanned, or
     failed (with the directories and offsets found)."""
-    run_id, report = _start("verify", log_dir, state_dir, now_ms)
+    report = _start("verify", opts, state_dir)
+    log_dir, now_ms, run_id = opts.log_dir, opts.now_ms, report.run_id
     pending = ledger.pending_summary(state_dir, VERIFIABLE)
     if pending.count == 0:
-        report["status"] = RunStatus.OK
         return report
     started = int(time.time() * 1000)
-    catalog = _catalog(log_dir, now_ms, metadata_log_dir, server_properties,
-                       assume_kafka_defaults)
+    catalog = _catalog(opts)
     session = _session(spark, master, state_dir)
     with storage.log_dir_lock(log_dir):
         # what a broker would serve: an interrupted swap settled first, as its loader will
@@ -603,17 +589,18 @@ def verify(spark: SparkSession | None, log_dir: str, state_dir: str, now_ms: int
         outcomes.verified_update, ctx=ctx))
     try:
         counts, shown = _outcome_report(result, VERIFY_REPORTED)
-        report["requests"] = [_verify_entry(r) for r in shown]
-        report["requests_by_outcome"] = counts
-        report["partitions"] = list(lines.values())
-        _report_moved(report, *_record(state_dir, "verify", run_id, log_dir, now_ms, started,
-                                       lines, result, session(), VERIFIED_COLUMNS))
+        report.requests = [_verify_entry(r) for r in shown]
+        report.requests_by_outcome = counts
+        report.partitions = list(lines.values())
+        report.record_moved(*_record(state_dir, "verify", run_id, log_dir, now_ms, started,
+                                     lines, result, session(), VERIFIED_COLUMNS))
     finally:
         result.unpersist()
+    counts = report.requests_by_outcome or {}
     failed = counts.get(RequestStatus.FAILED, 0) > 0
     unverified = (counts.get(RequestStatus.PARTIALLY_VERIFIED, 0) > 0
                   or counts.get(outcomes.UNVERIFIED, 0) > 0)
-    report["status"] = RunStatus.of(failed=failed, partial=unverified)
+    report.status = RunStatus.of(failed=failed, partial=unverified)
     return report
 
 
@@ -660,87 +647,24 @@ def _record(state_dir: str, action: str, run_id: str, log_dir: str, now_ms: int,
     return counts, moved
 
 
-def _report_moved(report: dict[str, Any], counts: Mapping[str, int],
-                  moved: Sequence[Mapping[str, Any]]) -> None:
-    """Make the report say what the MERGE changed: the requests whose status moved under the
-    run leave the count of the status the run computed for them and are listed, with their
-    status now and what the run did to them anyway (``changed_during_run``)."""
-    if not counts:
-        return
-    by_outcome = report["requests_by_outcome"]
-    for status, n in counts.items():
-        by_outcome[status] = by_outcome.get(status, 0) - n
-        if by_outcome[status] <= 0:
-            del by_outcome[status]
-    by_outcome[CHANGED_DURING_RUN] = sum(counts.values())
-    now = {m["request_id"]: m for m in moved}
-    for entry in report["requests"]:
-        m = now.get(entry["request_id"])
-        if m is not None:
-            entry.update(status=m["status"], changed_during_run=(
-                f"{m['status']} while this run ran: the run's outcome ({m['computed']}) was not "
-                f"recorded" + (f"; {m['records_erased']} of its records were erased anyway"
-                               if report["command"] == "erase_apply" and m["records_erased"]
-                               else "")))
-    report["changed_during_run"] = {"count": sum(counts.values()), "requests": list(moved)}
-
-
-def report_exit_code(report: Mapping[str, Any]) -> int:
-    """The exit code of an apply's or a verify's report: the shared rule of its status."""
-    return RunStatus(report["status"]).exit_code
-
-
-def verify_exit_code(state_dir: str, reports: Sequence[Mapping[str, Any]]) -> int:
+def verify_exit_code(state_dir: str, reports: Sequence[ErasureReport]) -> int:
     """The exit code of verifies run one after the other over a broker's log dirs: by what
     the ledger says afterwards of the requests they verified (failed: 1; not yet verified
     everywhere: 6), any run left partial by an unreadable dir (6), and any run that failed."""
-    if any(r["status"] == RunStatus.FAILED for r in reports):
+    if any(r.status == RunStatus.FAILED for r in reports):
         return RunStatus.FAILED.exit_code
-    statuses = ledger.statuses_by_run(state_dir, [r["run_id"] for r in reports],
-                                      "verify_run_id")
-    unverified = any(r.get("requests_by_outcome", {}).get(outcomes.UNVERIFIED)
-                     for r in reports)
+    statuses = ledger.statuses_by_run(state_dir, [r.run_id for r in reports], "verify_run_id")
+    unverified = any((r.requests_by_outcome or {}).get(outcomes.UNVERIFIED) for r in reports)
     return RunStatus.of(failed=bool(statuses.get(RequestStatus.FAILED)),
                         partial=not set(statuses) <= DONE or unverified).exit_code
 
 
-def perform(action: str, log_dir: str, state_dir: str, now_ms: int, *, master: str | None,
-            dry_run: bool = False, exclude_pending_deletes: bool = False,
-            metadata_log_dir: str | None = None, server_properties: str | None = None,
-            assume_kafka_defaults: bool = False) -> dict[str, Any]:
-    """``erase apply`` or ``erase verify`` (``action``), in a Spark session on ``master`` when
-    there is something to scan; returns the JSON report (its exit code:
-    :func:`report_exit_code`)."""
+def perform(action: str, opts: MaintenanceOptions, state_dir: str, *, master: str | None,
+            exclude_pending_deletes: bool = False) -> ErasureReport:
+    """``erase apply`` or ``erase verify`` (``action``) of the log dir ``opts`` names (made by
+    :func:`compactor.maintenance.options.build_options`), in a Spark session on ``master``
+    when there is something to scan."""
     if action == "apply":
-        return apply(None, log_dir, state_dir, now_ms, master=master, dry_run=dry_run,
-                     exclude_pending_deletes=exclude_pending_deletes,
-                     metadata_log_dir=metadata_log_dir, server_properties=server_properties,
-                     assume_kafka_defaults=assume_kafka_defaults)
-    return verify(None, log_dir, state_dir, now_ms, master=master,
-                  metadata_log_dir=metadata_log_dir, server_properties=server_properties,
-                  assume_kafka_defaults=assume_kafka_defaults)
-
-
-def summary(report: Mapping[str, Any]) -> str:
-    """The human summary of an ``erase apply`` or ``verify`` report (a dry run's in
-    conditional words: it changed nothing)."""
-    dry = report.get("dry_run", False)
-    lines = [f"{p['dir']}: {p['status']}"
-             + (f", {p['records_erased']} records erased in {p['segments_rewritten']} segments"
-                if p.get("records_erased") else "")
-             + (f", {p['records_matched']} records would be erased in "
-                f"{p['segments_rewritten']} segments" if dry and p.get("records_matched")
-                else "")
-             + (f", {p['records_scanned']} records scanned" if "residual_matches" in p else "")
-             for p in report["partitions"]]
-    lines += [f"request {r['request_id']}: " + ", ".join(
-        (f"would erase {v}" if dry and k == "records_erased" else f"{k} {v}")
-        for k, v in r.items() if k != "request_id") for r in report["requests"]]
-    if report.get("ledger_error"):
-        e = report["ledger_error"]
-        lines.append(f"LEDGER NOT UPDATED: {e['message']} ({e.get('path')}); remedy: "
-                     f"{e['remedy']}")
-    lines.append(f"{report['command']} ({report['run_id']}): "
-                 + (f"dry run, nothing changed; the run would end {report['status']}" if dry
-                    else report["status"]))
-    return "\n".join(lines)
+        return apply(None, opts, state_dir, master=master,
+                     exclude_pending_deletes=exclude_pending_deletes)
+    return verify(None, opts, state_dir, master=master)
