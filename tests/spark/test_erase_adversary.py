@@ -92,6 +92,20 @@ def init(capsys: pytest.CaptureFixture[str], state: Path) -> None:
     capsys.readouterr()
 
 
+def refused_apply(capsys: pytest.CaptureFixture[str], logs: Path, state: Path,
+                  code: str) -> tuple[str, dict]:
+    """A request for the subject on ``profiles``, and an apply that refuses ``profiles-0``
+    with the error ``code`` (exit 6, the request still pending): its id and the line."""
+    init(capsys, state)
+    rid = request(capsys, state, "profiles")
+    exit_code, report = erase(capsys, "apply", logs, state)
+    assert exit_code == EXIT_PARTIAL, report
+    (line,) = [p for p in report["partitions"] if p["dir"] == "profiles-0"]
+    assert line["status"] == "corrupt" and line["error"]["code"] == code, line
+    assert statuses(state) == {rid: "pending"}
+    return rid, line
+
+
 # -- 1. links --------------------------------------------------------------------------------
 
 
@@ -108,14 +122,8 @@ def test_a_symlinked_segment_is_refused_by_apply_verify_compact_and_retain(
     (pdir / name).symlink_to(outside / name)
     target_before = (outside / name).read_bytes()
     state = tmp_path / "state"
-    init(capsys, state)
-    rid = request(capsys, state, "profiles")
-    code, report = erase(capsys, "apply", logs, state)
-    assert code == EXIT_PARTIAL, report
-    (line,) = [p for p in report["partitions"] if p["dir"] == "profiles-0"]
-    assert line["status"] == "corrupt" and line["error"]["code"] == "LINKED_FILE"
+    rid, line = refused_apply(capsys, logs, state, "LINKED_FILE")
     assert line["error"]["path"].endswith(name) and line["error"]["base_offset"] == base
-    assert statuses(state) == {rid: "pending"}
     assert (pdir / name).is_symlink() and (outside / name).read_bytes() == target_before
     code, report = erase(capsys, "verify", logs, state)
     assert statuses(state) == {rid: "pending"}
@@ -141,13 +149,8 @@ def test_a_hard_linked_segment_is_refused_by_erasure_only(
     other = tmp_path / "backup.log"
     os.link(pdir / f"{base:020d}.log", other)
     state = tmp_path / "state"
-    init(capsys, state)
-    rid = request(capsys, state, "profiles")
-    code, report = erase(capsys, "apply", logs, state)
-    assert code == EXIT_PARTIAL
-    (line,) = [p for p in report["partitions"] if p["dir"] == "profiles-0"]
-    assert line["error"]["code"] == "LINKED_FILE" and "2 hard links" in line["error"]["message"]
-    assert statuses(state) == {rid: "pending"} and subject_records(other.read_bytes())
+    rid, line = refused_apply(capsys, logs, tmp_path / "state", "LINKED_FILE")
+    assert "2 hard links" in line["error"]["message"] and subject_records(other.read_bytes())
     # with the other name gone, the same request is applied and verified
     other.unlink()
     assert erase(capsys, "apply", logs, state)[0] == EXIT_OK
@@ -217,14 +220,8 @@ def test_a_swap_that_cannot_be_a_cleaned_copy_is_refused_and_nothing_changes(
     code, report = cli_json(capsys, "recover", str(logs), "--json")
     assert code in (EXIT_CORRUPT, EXIT_PARTIAL), report
     assert tree_digest(logs) == before
-    state = tmp_path / "state"
-    init(capsys, state)
-    rid = request(capsys, state, "profiles")
-    code, report = erase(capsys, "apply", logs, state)
-    assert code == EXIT_PARTIAL
-    (line,) = [p for p in report["partitions"] if p["dir"] == "profiles-0"]
-    assert line["error"]["code"] == "SWAP_RECOVERY" and line["error"]["base_offset"] == target
-    assert statuses(state) == {rid: "pending"}
+    _, line = refused_apply(capsys, logs, tmp_path / "state", "SWAP_RECOVERY")
+    assert line["error"]["base_offset"] == target
     assert {k: v for k, v in tree_digest(logs).items() if k.startswith("profiles-0/")} == {
         k: v for k, v in before.items() if k.startswith("profiles-0/")}
     assert [b for b in iter_batches(segment_bytes(pdir)[target])]
