@@ -99,7 +99,8 @@ def plan_retention(segments: Sequence[SegmentInfo], *, config: TopicConfig,
     Args:
         segments: the partition's segments, ascending.
         log_start_offset: max(``log-start-offset-checkpoint`` entry, first segment base).
-        high_watermark: from ``replication-offset-checkpoint``, else the log end offset.
+        high_watermark: :func:`compactor.cleaner.policy.high_watermark` (the checkpoint's
+            entry, else 0 as a broker loads it).
     """
     remaining = list(segments)
     deleted: list[tuple[SegmentInfo, RetentionReason]] = []

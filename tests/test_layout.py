@@ -40,6 +40,7 @@ RULES: dict[str, tuple[str, ...]] = {
     # pure layers: no files, no Spark, no clock, no ledger; they may import each other
     "pure": ("compactor.codec", "compactor.cleaner", "compactor.retention",
              "compactor.erasure.rules", "compactor.erasure.outcomes", "compactor.erasure.sketch",
+             "compactor.erasure.status",
              "compactor.cluster.metadata", "compactor.log.names", "compactor.config",
              "compactor.model", "compactor.errors"),
     "forbidden_in_pure": ("compactor.log", "compactor.spark", "compactor.maintenance",

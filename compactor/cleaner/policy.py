@@ -103,6 +103,21 @@ class ProducerReplay:
         }
 
 
+def high_watermark(checkpoint: int | None, log_start: int, log_end: int, *,
+                   assume_committed: bool = False) -> int:
+    """The high watermark a broker loads for a partition: its ``replication-offset-checkpoint``
+    entry, or 0 when it has none (``Partition.createLog``: ``offsetCheckpoints.fetch(...)
+    .orElse(0L)``), clamped to ``[log_start, log_end]`` (``UnifiedLog.updateHighWatermark``).
+    Nothing above it is committed: retention deletes no segment past it
+    (``UnifiedLog.deletableSegments``) and the cleaner cleans nothing past the last stable
+    offset below it (``LogCleanerManager.cleanableOffsets``). ``assume_committed`` (an archive
+    whose checkpoints were not copied, on the operator's word) takes the log end for a missing
+    entry instead."""
+    if checkpoint is None:
+        checkpoint = log_end if assume_committed else 0
+    return min(max(checkpoint, log_start), log_end)
+
+
 def replay_producers(batches: Iterable[BatchHeader], high_watermark: int) -> ProducerReplay:
     """Replay every batch with a producer id, in offset order (``ProducerAppendInfo``).
 
@@ -473,6 +488,7 @@ def plan_partition(
     log_start_checkpoint: int | None,
     replication_checkpoint: int | None,
     now_ms: int,
+    assume_committed: bool = False,
 ) -> CleaningPlan:
     """Plan one round for one partition (``LogCleanerManager.grabFilthiestCompactedLog``,
 ``cleanableOffsets``, ``LogToClean``, ``Cleaner.groupSegmentsBySize``).
@@ -480,7 +496,8 @@ def plan_partition(
     Args:
         segments: the partition's segments in offset order (the last one is active).
         batches: headers of every batch of the partition, in offset order.
-        replication_checkpoint: the high watermark on disk; the log end offset when absent.
+        replication_checkpoint: the high watermark on disk (:func:`high_watermark`: 0 when
+            absent, the log end offset with ``assume_committed``).
     """
     if not segments:
         return CleaningPlan(log_start_offset=0, log_end_offset=0, high_watermark=0,
@@ -490,7 +507,8 @@ def plan_partition(
     log_end = max((b.next_offset for b in batches), default=segments[-1].base_offset)
     log_end = max(log_end, segments[-1].base_offset)
     log_start = max(log_start_checkpoint or 0, segments[0].base_offset)
-    hw = log_end if replication_checkpoint is None else min(replication_checkpoint, log_end)
+    hw = high_watermark(replication_checkpoint, log_start, log_end,
+                        assume_committed=assume_committed)
     replay = replay_producers(batches, hw)
     lso = min([hw, *replay.unstable_txn_firsts])
     first_dirty, reset = first_dirty_offset(cleaner_checkpoint, log_start, log_end)
@@ -747,6 +765,7 @@ class PartitionInput:
     replication_checkpoint: int | None
     aborted_txns: tuple[AbortedTxn, ...]
     now_ms: int
+    assume_committed: bool = False  # a missing replication checkpoint entry: the log end
     # (name, identity) of every file of the partition when it was listed, before the scan:
     # what the commit proves unchanged (compactor.log.swap.check_unchanged)
     sources: tuple[tuple[str, str], ...] = ()
@@ -757,6 +776,7 @@ class PartitionInput:
             cleaner_checkpoint=self.cleaner_checkpoint,
             log_start_checkpoint=self.log_start_checkpoint,
             replication_checkpoint=self.replication_checkpoint, now_ms=self.now_ms,
+            assume_committed=self.assume_committed,
         )
 
     def decide(self, plan: CleaningPlan,

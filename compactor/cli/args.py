@@ -235,6 +235,11 @@ def add_cluster_arguments(parser: argparse.ArgumentParser, *,
                              "metadata log, that no topic overrides any (Kafka's defaults: "
                              "cleanup.policy=delete, retention.ms 7 days; its internal topics "
                              "as Kafka creates them)")
+    parser.add_argument("--assume-committed", action="store_true",
+                        help="a partition without a replication-offset-checkpoint entry counts "
+                             "as committed up to its log end (an archive whose checkpoints "
+                             "were not copied); by default its high watermark is 0, as a "
+                             "broker loads it, and nothing above it is deleted or cleaned")
 
 
 def now_ms(args: argparse.Namespace) -> int:
@@ -335,6 +340,7 @@ def options_from_args(args: argparse.Namespace, *, dry_run: bool = False) -> Mai
         _one_log_dir(args), now_ms=now_ms(args), config_all=config_all, config_topics=topics,
         dry_run=dry_run or getattr(args, "dry_run", False), topics=selected,
         assume_kafka_defaults=getattr(args, "assume_kafka_defaults", False),
+        assume_committed=getattr(args, "assume_committed", False),
         allow_replica_divergence=getattr(args, "allow_replica_divergence", False),
         metadata_log_dir=optional_path(getattr(args, "metadata_log_dir", None)),
         server_properties=optional_path(getattr(args, "server_properties", None)),

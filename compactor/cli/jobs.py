@@ -384,7 +384,8 @@ def _execute_erase_scan(args: argparse.Namespace, out: TextIO) -> int:
                     d, now_ms=now_ms(one), dry_run=getattr(one, "dry_run", False),
                     metadata_log_dir=one.metadata_log_dir,
                     server_properties=one.server_properties,
-                    assume_kafka_defaults=one.assume_kafka_defaults),
+                    assume_kafka_defaults=one.assume_kafka_defaults,
+                    assume_committed=getattr(one, "assume_committed", False)),
                 storage.absolute(one.state_dir), master=one.master,
                 exclude_pending_deletes=getattr(one, "exclude_pending_deletes", False))
             written.append(render(out, one, report.to_dict(), report.summary,

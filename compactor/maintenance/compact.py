@@ -108,6 +108,7 @@ class PartitionReport:
     # one_task or offset_map, and why (policy.offset_map_reason): a round written or tried
     round_path: str = ""
     round_path_reason: str = ""
+    high_watermark_unknown: bool = False  # no replication-offset-checkpoint entry
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"topic": self.tp.topic, "partition": self.tp.partition,
@@ -125,6 +126,8 @@ class PartitionReport:
                 dirty_ratio=round(p.dirty_ratio, 6), compaction_delay_ms=p.compaction_delay_ms,
                 groups=[list(g) for g in p.groups], expected_input_bytes=self.expected_input_bytes,
             )
+            if self.high_watermark_unknown:
+                out["high_watermark_unknown"] = True
         out["segments_before"] = self.segments_before
         if self.measured:
             out.update(segments_after=self.segments_after,
@@ -243,6 +246,7 @@ def load_partition_input(log_dir: str, tp: TopicPartition, cfg: TopicConfig,
         log_start_checkpoint=checkpoints[LOG_START_OFFSET_CHECKPOINT].get(tp),
         replication_checkpoint=checkpoints[REPLICATION_OFFSET_CHECKPOINT].get(tp),
         aborted_txns=tuple(aborted), now_ms=opts.now_ms,
+        assume_committed=opts.assume_committed,
         sources=tuple(sorted(part.identities.items())),
     )
 
@@ -271,7 +275,8 @@ def run_locked(session: LazySession, opts: MaintenanceOptions, catalog: Catalog)
     log_dir = open_log_dir(opts.log_dir)
     configs = catalog.configs
     report = RoundReport(command="plan" if opts.dry_run else "compact",
-                         log_dir=opts.log_dir, now_ms=opts.now_ms, catalog=catalog)
+                         log_dir=opts.log_dir, now_ms=opts.now_ms, catalog=catalog,
+                         assume_committed=opts.assume_committed)
     stages = _Stages(report)
     unrecovered: dict[str, CompactorError] = {}
     selected = [tp.dir_name for tp in log_dir.partitions
@@ -323,6 +328,7 @@ def run_locked(session: LazySession, opts: MaintenanceOptions, catalog: Catalog)
             reports[i].error, reports[i].reason = err.to_dict(), err.code
             continue
         reports[i].segments_before = reports[i].segments_after = len(inputs[i].segments)
+        reports[i].high_watermark_unknown = inputs[i].replication_checkpoint is None
     report.foreign += tuple(strays)
     if opts.check_past_now and not opts.dry_run:
         check_now_after_newest(opts.now_ms, {

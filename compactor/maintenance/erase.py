@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from compactor.cleaner.policy import high_watermark
 from compactor.cleaner.verify import txn_problems
 from compactor.cluster.catalog import HOW_TO_CONFIGURE, Catalog
 from compactor.codec.checkpoints import REPLICATION_OFFSET_CHECKPOINT
@@ -348,7 +349,8 @@ def apply(spark: SparkSession | None, opts: MaintenanceOptions, state_dir: str, 
         held = {i for i, d in dirs.items() if exclude_pending_deletes and d.kind in (DELETE, STRAY)}
         writable = {i for i in parts if i not in errors and i not in held}
         messages = {} if dry_run else _rewrite(session, log_dir, dirs, parts, plan, writable,
-                                               catalog.configs, errors)
+                                               catalog.configs, errors,
+                                               assume_committed=opts.assume_committed)
         lines: dict[int, dict[str, Any]] = {}
         for i, d in dirs.items():
             line: dict[str, Any] = d.line()
@@ -496,8 +498,8 @@ def _apply_entry(row: Mapping[str, Any]) -> dict[str, Any]:
 
 def _rewrite(spark: LazySession, log_dir: str, dirs: Mapping[int, _Dir],
              parts: Mapping[int, PartitionLog], plan: _Plan, writable: set[int],
-             configs: Mapping[str, TopicConfig], errors: dict[int, dict[str, Any]]
-             ) -> dict[int, list[Any]]:
+             configs: Mapping[str, TopicConfig], errors: dict[int, dict[str, Any]], *,
+             assume_committed: bool = False) -> dict[int, list[Any]]:
     """Write ``.cleaned`` copies of the segments holding erased records (readable
     directories only); a directory whose transaction index fails the partition-wide check
     (:func:`compactor.cleaner.verify.txn_problems`) is added to ``errors`` and left alone."""
@@ -518,7 +520,9 @@ def _rewrite(spark: LazySession, log_dir: str, dirs: Mapping[int, _Dir],
             errors[i] = problems[0].to_dict()
             continue
         leo = max((h.next_offset for h in hdrs), default=0)
-        keep = keep_when_emptied(hdrs, min(hws.get(dirs[i].tp, leo), leo))
+        first = part.segments[0].base_offset if part.segments else 0
+        keep = keep_when_emptied(hdrs, high_watermark(hws.get(dirs[i].tp), first, leo,
+                                                      assume_committed=assume_committed))
         erased, bare = plan.erased.get(i, {}), plan.tombstones.get(i, {})
         for base in sorted(plan.segments(i)):
             seg = next(s for s in part.segments if s.base_offset == base)

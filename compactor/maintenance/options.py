@@ -32,6 +32,9 @@ class MaintenanceOptions:
     metadata_log_dir: str | None = None  # holds __cluster_metadata-0 (default: the log dir)
     server_properties: str | None = None
     assume_kafka_defaults: bool = False
+    # a partition without a replication-offset-checkpoint entry counts as committed up to its
+    # log end (an archive whose checkpoints were not copied), not as Kafka's 0
+    assume_committed: bool = False
     allow_replica_divergence: bool = False  # compact partitions whose ISR lacks a replica
     # a now given on the command line must not lie before the newest record
     # (retention.check_now_after_newest); the wall clock and --allow-past-now are not checked
@@ -48,7 +51,8 @@ def build_options(log_dir: str, *, now_ms: int,
                   metadata_log_dir: str | None = None, server_properties: str | None = None,
                   assume_kafka_defaults: bool = False, allow_replica_divergence: bool = False,
                   writer: str = "native", check_past_now: bool = False,
-                  task_keys: int = ONE_TASK_KEYS) -> MaintenanceOptions:
+                  task_keys: int = ONE_TASK_KEYS,
+                  assume_committed: bool = False) -> MaintenanceOptions:
     """The one way to make :class:`MaintenanceOptions` (the command line and the Python API
     both come here): paths made absolute, config values as the strings Kafka reads, the
     writer's name checked (a round builds its engine before any work; commands without one
@@ -70,7 +74,7 @@ def build_options(log_dir: str, *, now_ms: int,
         server_properties=server_properties and storage.absolute(server_properties),
         assume_kafka_defaults=assume_kafka_defaults,
         allow_replica_divergence=allow_replica_divergence, writer=writer,
-        check_past_now=check_past_now, task_keys=task_keys)
+        check_past_now=check_past_now, task_keys=task_keys, assume_committed=assume_committed)
 
 
 def load_catalog(opts: MaintenanceOptions, log_dir: LogDir | None = None) -> Catalog:

@@ -201,6 +201,7 @@ class LogDirReport:
     # log-dir steps that failed after partitions were changed (a checkpoint write): the
     # report still goes out, with what changed, and the exit code is partial
     log_dir_errors: list[dict[str, Any]] = field(default_factory=list)
+    assume_committed: bool = False  # --assume-committed: a missing high watermark is the log end
 
     def lines(self) -> Sequence[PartitionLine]:
         raise NotImplementedError
@@ -248,6 +249,12 @@ class LogDirReport:
     def exit_code(self) -> int:
         return self.status.exit_code
 
+    def hw_unknown(self) -> list[str]:
+        """The partitions with no ``replication-offset-checkpoint`` entry (their high
+        watermark is Kafka's 0, or the log end with ``--assume-committed``)."""
+        return [str(p.tp) for p in self.lines()  # type: ignore[attr-defined]
+                if getattr(p, "high_watermark_unknown", False)]
+
     def unconfigured_because(self) -> str:
         """What the run needed to know (the catalog's ``missing``), for the report and the
         scheduler's failure message."""
@@ -261,12 +268,27 @@ class LogDirReport:
             "now_ms": self.now_ms, **totals,
             "status": self.status,
             **({"unconfigured": self.unconfigured_because()} if self.unconfigured else {}),
+            "high_watermark_unknown": self.hw_unknown(),
+            "assume_committed": self.assume_committed,
             "recovered_partitions": self.recovered,
             "cluster": self.catalog.to_dict() if self.catalog else None,
             "foreign": [f.to_dict() for f in self.foreign],
             "log_dir_errors": self.log_dir_errors,
             "partitions": [p.to_dict() for p in self.lines()],
         }
+
+    def _hw_lines(self) -> list[str]:
+        unknown = self.hw_unknown()
+        if not unknown:
+            return []
+        shown = ", ".join(unknown[:5]) + (", ..." if len(unknown) > 5 else "")
+        if self.assume_committed:
+            return [f"HIGH WATERMARK UNKNOWN for {len(unknown)} partition(s) ({shown}): taken as "
+                    f"the log end, as --assume-committed says"]
+        return [f"HIGH WATERMARK UNKNOWN for {len(unknown)} partition(s) ({shown}): no "
+                f"replication-offset-checkpoint entry, so it is 0 as a broker loads it "
+                f"(Partition.createLog): nothing above it is deleted or cleaned; for an archive "
+                f"whose checkpoints were not copied, --assume-committed takes the log end"]
 
     def footer(self, *, hints: bool = True) -> list[str]:
         """The summary's last lines: foreign entries, then the catalog's hints."""
@@ -276,6 +298,6 @@ class LogDirReport:
             f"{e.get('message')} ({e.get('path')})"
             + (f"; remedy: {e['remedy']}" if e.get("remedy") else "")
             for e in self.log_dir_errors] + (
-            self.catalog.hints() if self.catalog and hints else []) + (
+            self.catalog.hints() if self.catalog and hints else []) + self._hw_lines() + (
             [f"UNCONFIGURED (exit 3): nothing was decided, no topic's configs are known: "
              f"{self.unconfigured_because()}"] if self.unconfigured else [])

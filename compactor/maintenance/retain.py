@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from compactor.cleaner.policy import high_watermark
 from compactor.cluster.catalog import METADATA_LOG, Catalog
 from compactor.codec.checkpoints import (
     LOG_START_OFFSET_CHECKPOINT,
@@ -70,6 +71,9 @@ class PartitionRetention:
     scanned: Mapping[str, str] = field(default_factory=dict, repr=False)
     strays: tuple[ForeignEntry, ...] = field(default=(), repr=False)  # reported in foreign
     explanation: str = ""  # the numbers behind the decision (retention.explain_retention)
+    # no replication-offset-checkpoint entry: the high watermark is Kafka's 0 (or, with
+    # --assume-committed, the log end)
+    high_watermark_unknown: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"topic": self.tp.topic, "partition": self.tp.partition,
@@ -87,6 +91,8 @@ class PartitionRetention:
                 rolled=p.roll, deleted_by_reason=p.by_reason(),
                 deleted_segments=[s.base_offset for s, _ in p.deleted],
             )
+            if self.high_watermark_unknown:
+                out["high_watermark_unknown"] = True
         if self.error is not None:
             out["error"] = self.error
         return out
@@ -142,7 +148,7 @@ class RetentionReport(LogDirReport):
 def plan_log_dir(log_dir: str, catalog: Catalog, now_ms: int,
                  partitions: Sequence[TopicPartition], *,
                  unrecovered: Mapping[str, CompactorError] | None = None,
-                 ) -> list[PartitionRetention]:
+                 assume_committed: bool = False) -> list[PartitionRetention]:
     """Retention plans of every partition (reads metadata only; changes nothing). A partition
     whose metadata cannot be read, or whose interrupted swap could not be recovered
     (``unrecovered``, by directory name), is reported ``corrupt``; one the catalog says to
@@ -179,7 +185,8 @@ def plan_log_dir(log_dir: str, catalog: Catalog, now_ms: int,
         rep.strays = part.strays
         if part.segments:
             start = max(starts.get(tp, 0), part.segments[0].base_offset)
-            hw = leo if tp not in hws else min(hws[tp], leo)
+            hw = high_watermark(hws.get(tp), start, leo, assume_committed=assume_committed)
+            rep.high_watermark_unknown = tp not in hws
             rep.plan = plan_retention(part.segments, config=cfg, log_start_offset=start,
                                       log_end_offset=leo, high_watermark=hw, now_ms=now_ms)
             rep.explanation = explain_retention(
@@ -192,19 +199,20 @@ def plan_log_dir(log_dir: str, catalog: Catalog, now_ms: int,
 
 
 def retain_locked(log_dir: str, catalog: Catalog, now_ms: int, *,
-                  dry_run: bool = False,
-                  topics: frozenset[str] = frozenset()) -> RetentionReport:
+                  dry_run: bool = False, topics: frozenset[str] = frozenset(),
+                  assume_committed: bool = False) -> RetentionReport:
     """Retention over a log dir whose lock the caller holds (``compactor run`` holds it
     across compaction and retention)."""
     ld = open_log_dir(log_dir)
-    report = RetentionReport(log_dir=log_dir, now_ms=now_ms, dry_run=dry_run, catalog=catalog)
+    report = RetentionReport(log_dir=log_dir, now_ms=now_ms, dry_run=dry_run, catalog=catalog,
+                             assume_committed=assume_committed)
     partitions = [tp for tp in ld.partitions if not topics or tp.topic in topics]
     unrecovered: dict[str, CompactorError] = {}
     if not dry_run:
         report.recovered, unrecovered = recover_partitions(log_dir, [
             tp.dir_name for tp in partitions if catalog.skip_reason(tp, retention=True) is None])
     report.partitions = plan_log_dir(log_dir, catalog, now_ms, partitions,
-                                     unrecovered=unrecovered)
+                                     unrecovered=unrecovered, assume_committed=assume_committed)
     report.foreign = ld.foreign + tuple(s for rep in report.partitions for s in rep.strays)
     for r in ld.refused_of(lambda t: not topics or t in topics):
         report.partitions.append(PartitionRetention(
@@ -280,6 +288,7 @@ def perform(opts: MaintenanceOptions, catalog: Catalog, *,
     started = int(time.time() * 1000)
     with storage.log_dir_lock(opts.log_dir):
         report = retain_locked(opts.log_dir, catalog, opts.now_ms, dry_run=opts.dry_run,
+                               assume_committed=opts.assume_committed,
                                topics=opts.topics)
     result = report.to_dict()
     if state_dir and not opts.dry_run:

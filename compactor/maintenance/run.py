@@ -48,6 +48,7 @@ def perform(opts: MaintenanceOptions, *, master: str | None, allow_aggressive: b
     with storage.log_dir_lock(opts.log_dir):
         round_report = (compact.run_locked(session, opts, catalog) if compacting else None)
         retention = retain.retain_locked(opts.log_dir, catalog, opts.now_ms,
+                                         assume_committed=opts.assume_committed,
                                          dry_run=opts.dry_run, topics=opts.topics)
     # a run that decided nothing because no topic's configs are known is not a success:
     # retention judges every partition, and no topic compacts whose configs are unknown

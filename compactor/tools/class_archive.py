@@ -42,7 +42,8 @@ def make(out: str) -> str | None:
                                           records_per_partition=2000, seed=1))
         spark = get_spark("local[2]", "kafka-compactor-class-archive", archive_out=partial)
         proc = getattr(spark.sparkContext._gateway, "proc", None)
-        result = api.compact(log_dir, configs={"cleanup.policy": "compact"})
+        result = api.compact(log_dir, configs={"cleanup.policy": "compact"},
+                             assume_kafka_defaults=True)
         spark.stop()
     if proc is None or proc.stdin is None:
         return "the JVM's process is not this process's child (a spark-submit JVM?)"

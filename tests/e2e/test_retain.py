@@ -300,3 +300,43 @@ def test_stray_files_in_a_partition_directory_are_reported_not_ignored(
     named = {f["name"] for f in report["foreign"]}
     assert {"events-0/notes.txt", "events-0/00000000000000000000.log.bak"} <= named
     assert (logs / "events-0" / "notes.txt").read_text() == "someone's notes"
+
+
+def _set_high_watermark(logs: Path, tp: TopicPartition, hw: int | None) -> None:
+    """Rewrite ``tp``'s replication-offset-checkpoint entry (``None``: remove it)."""
+    entries = _checkpoint(logs, REPLICATION_OFFSET_CHECKPOINT)
+    entries.pop(tp, None)
+    if hw is not None:
+        entries[tp] = hw
+    (logs / REPLICATION_OFFSET_CHECKPOINT).write_text(format_offset_checkpoint(entries))
+
+
+def test_a_missing_high_watermark_is_kafkas_zero_and_nothing_above_it_goes(
+        logs: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Kafka loads a partition without a replication-offset-checkpoint entry with high
+    watermark 0 (``Partition.createLog``: ``orElse(0L)``), and ``deletableSegments`` deletes no
+    segment that ends past it. Before the fix the tool took the log end: with the entry of a
+    partition at 600 one segment went, with the entry removed every expired one did and the
+    active segment rolled (issue 52.1). The expected segments come from the file names."""
+    tp = TopicPartition("events", 0)
+    bases = sorted(int(p.name[:20]) for p in (logs / "events-0").glob("*.log"))
+    hw = bases[2] + 5  # inside the third segment: the first two end at or below it
+    expected = [b for b, nxt in zip(bases, bases[1:], strict=False) if nxt <= hw]
+    assert len(expected) == 2
+    _set_high_watermark(logs, tp, hw)
+    _set_high_watermark(logs, TopicPartition("events", 1), None)
+    before = segment_bytes(logs / "events-1")
+    code, report = _retain(logs, capsys, "--topic-config", "events:retention.ms=3600000")
+    events = {p["partition"]: p for p in topic_lines(report["partitions"])}
+    assert code == EXIT_OK and events[0]["deleted_segments"] == expected
+    assert events[1]["deleted_segments"] == [] and segment_bytes(logs / "events-1") == before
+    # 0, clamped to the log start offset (UnifiedLog.updateHighWatermark)
+    assert events[1]["high_watermark"] == events[1]["log_start_offset"] == 0
+    assert events[1]["high_watermark_unknown"] is True and "high_watermark_unknown" not in events[0]
+    assert report["high_watermark_unknown"] == ["events-1"]
+    # the operator's word for an archive whose checkpoints were not copied
+    code, report = _retain(logs, capsys, "--topic-config", "events:retention.ms=3600000",
+                           "--assume-committed")
+    events = {p["partition"]: p for p in topic_lines(report["partitions"])}
+    assert code == EXIT_OK and events[1]["deleted_segments"]
+    assert report["assume_committed"] is True and report["high_watermark_unknown"] == ["events-1"]

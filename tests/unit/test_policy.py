@@ -4,6 +4,7 @@ invariants of :func:`tests.helpers.check_invariants` on random logs."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import event, given
 from hypothesis import strategies as st
 
@@ -16,6 +17,7 @@ from compactor.cleaner.policy import (
     first_dirty_offset,
     first_uncleanable_offset,
     group_segments,
+    high_watermark,
     replay_producers,
 )
 from compactor.codec.indexes import AbortedTxn
@@ -173,3 +175,16 @@ def test_reference_round_satisfies_invariants(records, per_segment, batch_size, 
                      end_offset=result.plan.first_uncleanable_offset, now_ms=now,
                      legacy_retain={})
     assert result.records_in == result.records_out + sum(result.dropped.values())
+
+
+@pytest.mark.parametrize(("checkpoint", "log_start", "log_end", "assume", "expected"), [
+    (600, 0, 900, False, 600),    # the checkpoint's entry
+    (None, 0, 900, False, 0),     # none: Kafka's Partition.createLog takes 0
+    (None, 300, 900, False, 300),  # clamped up to the log start (updateHighWatermark)
+    (1200, 0, 900, False, 900),   # and down to the log end
+    (None, 0, 900, True, 900),    # --assume-committed: the log end
+    (600, 0, 900, True, 600),     # an entry is the broker's word, assumption or not
+])
+def test_the_high_watermark_a_broker_loads(checkpoint: int | None, log_start: int,
+                                           log_end: int, assume: bool, expected: int) -> None:
+    assert high_watermark(checkpoint, log_start, log_end, assume_committed=assume) == expected
