@@ -148,6 +148,12 @@ class Catalog:
     dropped: Mapping[str, str] = field(default_factory=dict)
     out_of_sync: frozenset[TopicPartition] = frozenset()
     allow_replica_divergence: bool = False
+    #: the broker's own cleaner (``log.cleaner.enable``, a static config: default true) and
+    #: where that came from; ``None`` when the broker's static configs are unknown
+    broker_cleaner: tuple[bool, str] | None = None
+    #: a ``__cluster_metadata-0`` found in the log dir that is not the broker's metadata log
+    #: (its ``metadata.log.dir`` is elsewhere): a stale copy, never read
+    stale_metadata_log: str | None = None
 
     @property
     def invalid(self) -> dict[str, dict[str, Any]]:
@@ -237,7 +243,11 @@ class Catalog:
             "invalid_configs": self.invalid,
             "dropped_broker_configs": dict(self.dropped),
             "replicas_out_of_sync": sorted(tp.dir_name for tp in self.out_of_sync),
+            "broker_cleaner": None if self.broker_cleaner is None else {
+                "enabled": self.broker_cleaner[0], "source": self.broker_cleaner[1]},
         }
+        if self.stale_metadata_log:
+            out["stale_metadata_log"] = self.stale_metadata_log
         if out["unconfigured_topics"]:
             out["missing"] = list(self.missing)
             out["how_to_configure"] = HOW_TO_CONFIGURE
@@ -253,6 +263,14 @@ class Catalog:
         if unconfigured:
             lines.append(f"left alone, configs not known for: {', '.join(unconfigured)}")
             lines += [f"  {m}" for m in self.missing] or [f"  {HOW_TO_CONFIGURE}"]
+        if self.broker_cleaner is not None and not self.broker_cleaner[0]:
+            lines.append(f"the broker's own cleaner is off (log.cleaner.enable=false, "
+                         f"{self.broker_cleaner[1]}): the broker compacts nothing, these runs "
+                         f"are the only compaction its compacted topics get")
+        if self.stale_metadata_log:
+            lines.append(f"{self.stale_metadata_log}: not the broker's metadata log (Kafka reads "
+                         f"only metadata.log.dir, else the first of log.dirs: "
+                         f"KafkaConfig.metadataLogDir), never read")
         if self.metadata is not None and self.metadata.unknown_record_types:
             types = ", ".join(f"{k} (x{n})" for k, n in
                               sorted(self.metadata.unknown_record_types.items()))
@@ -303,6 +321,9 @@ def build_catalog(log_dir: LogDir, *, config_all: Mapping[str, str],
     """
     props = read_properties(server_properties) if server_properties is not None else None
     meta_path, looked = _metadata_location(log_dir, metadata_log_dir, props)
+    stale = (log_dir.metadata_log if log_dir.metadata_log and (
+        meta_path is None or storage.real_path(log_dir.metadata_log)
+        != storage.real_path(meta_path)) else None)
     meta = load_cluster_metadata(meta_path) if meta_path else None
     meta_properties = read_meta_properties(log_dir.path)
     node_id = _node_id(meta_properties.get("node.id"), meta_path, props, server_properties)
@@ -370,7 +391,20 @@ def build_catalog(log_dir: LogDir, *, config_all: Mapping[str, str],
                    missing=tuple(missing), dropped={k: m for layer in base
                                                     for k, m in layer.dropped.items()},
                    out_of_sync=frozenset(out_of_sync),
-                   allow_replica_divergence=allow_replica_divergence)
+                   allow_replica_divergence=allow_replica_divergence,
+                   broker_cleaner=_broker_cleaner(props, assume_kafka_defaults),
+                   stale_metadata_log=stale)
+
+
+def _broker_cleaner(props: Mapping[str, str] | None,
+                    assume_kafka_defaults: bool) -> tuple[bool, str] | None:
+    """``log.cleaner.enable`` (``CleanerConfig``: a static broker config, default true) and its
+    source; ``None`` when the static configs are unknown."""
+    if props is not None and "log.cleaner.enable" in props:
+        return props["log.cleaner.enable"].strip().lower() == "true", SERVER_PROPERTIES
+    if props is not None or assume_kafka_defaults:
+        return True, DEFAULT
+    return None
 
 
 def _reserved(directory_id: str) -> bool:
@@ -414,17 +448,19 @@ def _metadata_location(log_dir: LogDir, metadata_log_dir: str | None,
                               remedy="name the directory that holds it (Kafka's "
                                      "metadata.log.dir, by default the first of log.dirs)")
         return path, []
+    if props is not None:
+        # the broker reads only KafkaConfig.metadataLogDir: a copy elsewhere is stale
+        dirs = props.get("log.dirs") or props.get("log.dir") or ""
+        where = props.get("metadata.log.dir") or next(
+            (d.strip() for d in dirs.split(",") if d.strip()), None)
+        if where is not None and storage.is_dir(storage.absolute(where)):
+            path = storage.join(storage.absolute(where), METADATA_DIR_NAME)
+            return (path, []) if storage.is_dir(path) else (None, [where])
+        # the properties name no directory of this machine (a copy of the broker's log dir
+        # made elsewhere): the log dir's own metadata log, if it has one
     if log_dir.metadata_log:
         return log_dir.metadata_log, []
-    if props is None:
-        return None, [log_dir.path]
-    dirs = props.get("log.dirs") or props.get("log.dir") or ""
-    where = props.get("metadata.log.dir") or next(
-        (d.strip() for d in dirs.split(",") if d.strip()), None)
-    if where is None:
-        return None, [log_dir.path]
-    path = storage.join(storage.absolute(where), METADATA_DIR_NAME)
-    return (path, []) if storage.is_dir(path) else (None, [log_dir.path, where])
+    return None, [log_dir.path]
 
 
 def _node_id(node_id: str | None, meta_path: str | None, props: Mapping[str, str] | None,

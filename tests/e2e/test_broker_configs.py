@@ -9,6 +9,7 @@ future-``now`` test on the code before issue 28's clock check."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -219,3 +220,45 @@ def test_a_run_that_decided_nothing_exits_3_with_its_html_report_saying_why(
     html = page.read_text()
     assert "Configs not known: nothing was changed" in html and "--server-properties" in html
     assert tree_digest(logs) == before
+
+
+def test_the_broker_cleaner_switched_off_is_said_with_its_source(
+        logs: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``log.cleaner.enable=false`` (Kafka's ``CleanerConfig``, a static config): the broker
+    compacts nothing; the tool still does, and says so (issue 52.4). Before the fix no code
+    read it."""
+    off = _props(tmp_path, "log.retention.hours=720", "log.cleaner.enable=false")
+    code, report = _retain(logs, capsys, "--server-properties", str(off))
+    assert code == EXIT_OK
+    assert report["cluster"]["broker_cleaner"] == {"enabled": False,
+                                                   "source": "server.properties"}
+    assert cli_main(["retain", str(logs), "--now-ms", str(NOW), "--server-properties",
+                     str(off)]) == EXIT_OK
+    assert "the broker's own cleaner is off" in capsys.readouterr().out
+    on = _props(tmp_path, "log.retention.hours=720")
+    code, report = _retain(logs, capsys, "--server-properties", str(on))
+    assert report["cluster"]["broker_cleaner"] == {"enabled": True, "source": "default"}
+
+
+def test_only_the_brokers_metadata_log_dir_is_read_a_stale_copy_never(
+        logs: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Kafka reads the metadata log only from ``KafkaConfig.metadataLogDir``
+    (``metadata.log.dir``, else the first of ``log.dirs``). A second log dir holding an old
+    copy of ``__cluster_metadata-0`` (where ``fast`` still had a 10-day retention) must not win
+    over it (issue 52.5): before the fix the log dir's own copy was read first."""
+    second = tmp_path / "logs-1"
+    generate(str(second), dataclasses.replace(
+        GEN, topic_configs={**GEN.topic_configs, "fast": {"retention.ms": str(10 * DAY)}}))
+    meta = second / "meta.properties"
+    meta.write_text("".join(line if not line.startswith("directory.id=") else
+                            "directory.id=AAAAAAAAAAAAAAAAAAAAAg\n"
+                            for line in meta.read_text().splitlines(keepends=True)))
+    props = _props(tmp_path, "log.retention.hours=720", log_dirs=(logs, second))
+    code, report = _retain(second, capsys, "--server-properties", str(props))
+    assert report["cluster"]["metadata_log"] == str(logs / "__cluster_metadata-0")
+    assert report["cluster"]["stale_metadata_log"] == str(second / "__cluster_metadata-0")
+    assert _by_topic(report)["fast"]["config"]["retention.ms"] == {"value": 60000,
+                                                                   "source": "topic"}
+    # without the broker's properties, the log dir's own metadata log is all there is
+    code, report = _retain(second, capsys, "--assume-kafka-defaults")
+    assert report["cluster"]["metadata_log"] == str(second / "__cluster_metadata-0")
