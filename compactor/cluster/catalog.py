@@ -83,6 +83,7 @@ from compactor.config import (
 from compactor.errors import CompactorError, ConfigError
 from compactor.log import storage
 from compactor.log.layout import (
+    FUTURE,
     LogDir,
     read_meta_properties,
     read_node_id,
@@ -340,7 +341,10 @@ def build_catalog(log_dir: LogDir, *, config_all: Mapping[str, str],
         cluster, own = topic_layers_of(meta, node_id)
         base += [broker_layer(CLUSTER_DEFAULT, cluster, dynamic=True),
                  broker_layer(BROKER, own, dynamic=True)]
-    topics = sorted({tp.topic for tp in log_dir.partitions})
+    # the live partitions' topics, and those of replicas being moved here (-future copies:
+    # Kafka retains them too)
+    topics = sorted({tp.topic for tp in log_dir.partitions}
+                    | {c.tp.topic for c in log_dir.copies if c.kind == FUTURE})
     known = set(topics) | (set(meta.topic_ids) if meta else set())
     for name in sorted(set(named_topics) | set(config_topics)):
         if name == METADATA_TOPIC:

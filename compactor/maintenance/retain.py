@@ -29,7 +29,9 @@ from compactor.errors import CompactorError
 from compactor.human import human_bytes, human_time
 from compactor.log import storage, swap
 from compactor.log.layout import (
+    FUTURE,
     ForeignEntry,
+    PartitionCopy,
     check_log_start,
     check_partition_files,
     load_partition,
@@ -74,12 +76,21 @@ class PartitionRetention:
     # no replication-offset-checkpoint entry: the high watermark is Kafka's 0 (or, with
     # --assume-committed, the log end)
     high_watermark_unknown: bool = False
+    # the directory: the live partition's, or a "-future" copy's (a replica being moved
+    # here from another log dir, which Kafka retains too: LogManager.cleanupLogs)
+    dir_name: str = ""
+
+    @property
+    def future(self) -> bool:
+        return bool(self.dir_name) and self.dir_name != self.tp.dir_name
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"topic": self.tp.topic, "partition": self.tp.partition,
                                "cleanup_policy": self.policy, "status": self.status,
                                "reason": self.reason, "config": self.config,
                                "segments_before": self.segments_before}
+        if self.future:
+            out.update(dir=self.dir_name, copy=FUTURE)
         if self.explanation:
             out["explanation"] = self.explanation
         if self.plan is not None:
@@ -146,7 +157,7 @@ class RetentionReport(LogDirReport):
 
 
 def plan_log_dir(log_dir: str, catalog: Catalog, now_ms: int,
-                 partitions: Sequence[TopicPartition], *,
+                 partitions: Sequence[TopicPartition | PartitionCopy], *,
                  unrecovered: Mapping[str, CompactorError] | None = None,
                  assume_committed: bool = False) -> list[PartitionRetention]:
     """Retention plans of every partition (reads metadata only; changes nothing). A partition
@@ -157,19 +168,20 @@ def plan_log_dir(log_dir: str, catalog: Catalog, now_ms: int,
     starts = read_offset_checkpoint(log_dir, LOG_START_OFFSET_CHECKPOINT)
     hws = read_offset_checkpoint(log_dir, REPLICATION_OFFSET_CHECKPOINT)
     out = []
-    for tp in partitions:
+    for one in partitions:
+        tp, name = (one.tp, one.name) if isinstance(one, PartitionCopy) else (one, one.dir_name)
         cfg = catalog.configs[tp.topic]
         rep = PartitionRetention(tp=tp, policy=",".join(sorted(cfg.cleanup_policy)),
-                                 config=cfg.describe(REPORTED))
+                                 config=cfg.describe(REPORTED), dir_name=name)
         skip = catalog.skip_reason(tp, retention=True)
         if skip is not None:
             rep.status, rep.reason = Outcome.SKIPPED, skip
             out.append(rep)
             continue
-        pdir = storage.join(log_dir, tp.dir_name)
+        pdir = storage.join(log_dir, name)
         try:
-            if unrecovered and tp.dir_name in unrecovered:
-                raise unrecovered[tp.dir_name]
+            if unrecovered and name in unrecovered:
+                raise unrecovered[name]
             # everything the deletion will read is validated before anything changes
             part = load_partition(pdir)
             leo = log_end_offset(part)
@@ -206,11 +218,18 @@ def retain_locked(log_dir: str, catalog: Catalog, now_ms: int, *,
     ld = open_log_dir(log_dir)
     report = RetentionReport(log_dir=log_dir, now_ms=now_ms, dry_run=dry_run, catalog=catalog,
                              assume_committed=assume_committed)
-    partitions = [tp for tp in ld.partitions if not topics or tp.topic in topics]
+    partitions: list[TopicPartition | PartitionCopy] = [
+        tp for tp in ld.partitions if not topics or tp.topic in topics]
+    # a replica being moved here (LogManager.cleanupLogs retains futureLogs too); its
+    # checkpoint entries are its partition's in this log dir (the live one is in another)
+    partitions += [c for c in ld.copies if c.kind == FUTURE and c.tp.topic in catalog.configs
+                   and (not topics or c.tp.topic in topics) and c.tp not in ld.partitions]
     unrecovered: dict[str, CompactorError] = {}
     if not dry_run:
         report.recovered, unrecovered = recover_partitions(log_dir, [
-            tp.dir_name for tp in partitions if catalog.skip_reason(tp, retention=True) is None])
+            p.name if isinstance(p, PartitionCopy) else p.dir_name for p in partitions
+            if catalog.skip_reason(p.tp if isinstance(p, PartitionCopy) else p,
+                                   retention=True) is None])
     report.partitions = plan_log_dir(log_dir, catalog, now_ms, partitions,
                                      unrecovered=unrecovered, assume_committed=assume_committed)
     report.foreign = ld.foreign + tuple(s for rep in report.partitions for s in rep.strays)
@@ -230,7 +249,7 @@ def retain_locked(log_dir: str, catalog: Catalog, now_ms: int, *,
             continue
         if dry_run:
             continue
-        pdir = ld.partition_path(rep.tp)
+        pdir = storage.join(log_dir, rep.dir_name or rep.tp.dir_name)
         try:
             if plan.deleted:
                 swap.delete_segments(pdir, plan, rep.scanned)

@@ -340,3 +340,27 @@ def test_a_missing_high_watermark_is_kafkas_zero_and_nothing_above_it_goes(
     events = {p["partition"]: p for p in topic_lines(report["partitions"])}
     assert code == EXIT_OK and events[1]["deleted_segments"]
     assert report["assume_committed"] is True and report["high_watermark_unknown"] == ["events-1"]
+
+
+def test_a_future_replica_is_retained_as_kafka_retains_it(
+        logs: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A ``-future`` directory (a replica being moved here from another log dir) is retained
+    by Kafka (``LogManager.cleanupLogs``: ``futureLog.deleteOldSegments``) under its
+    partition's checkpoint entries in this log dir; before the fix the tool never retained
+    it (issue 52.6). The expected segments come from the file names."""
+    future = logs / "events-0.0123456789abcdef0123456789abcdef-future"
+    (logs / "events-0").rename(future)
+    bases = sorted(int(p.name[:20]) for p in future.glob("*.log"))
+    before = segment_bytes(future)
+    code, report = _retain(logs, capsys, "--topic-config", "events:retention.ms=3600000")
+    (line,) = [p for p in report["partitions"] if p.get("copy") == "future"]
+    assert code == EXIT_OK and line["dir"] == future.name and line["status"] == "deleted"
+    # every segment expired: all go, after an empty one is rolled at the log end (§5.7)
+    assert line["deleted_segments"] == bases and line["rolled"] is True
+    after = segment_bytes(future)
+    assert list(after) == [line["log_end_offset"]] and after[line["log_end_offset"]] == b""
+    assert before  # (the data was there)
+    # the log starts at its first segment: no entry, as Kafka writes the file
+    # (LogManager.checkpointLogStartOffsetsInDir)
+    assert TopicPartition("events", 0) not in _checkpoint(logs, LOG_START_OFFSET_CHECKPOINT)
+    assert inspect_problems(logs) == []
