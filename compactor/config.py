@@ -252,6 +252,37 @@ def broker_layer(source: str, broker: Mapping[str, str], *, dynamic: bool) -> La
     return Layer(source, out, dropped)
 
 
+def dynamic_set_problem(*layers: Layer) -> str | None:
+    """Why Kafka would reject a set of broker-level configs as a whole, or ``None``: a broker
+    applies its dynamic configs together with its static ones and rejects the whole update
+    when a check across keys fails (``DynamicBrokerConfig.processReconfiguration``, whose
+    ``DynamicLogConfig.validateReconfiguration`` requires ``log.local.retention.ms`` and
+    ``.bytes`` to be -2, or not -1 and at most ``log.retention.ms`` / ``.bytes`` when those are
+    bounded). ``layers``: the static layer, then the dynamic ones, the later winning; a config
+    none sets has Kafka's default."""
+    merged: dict[str, str] = {}
+    for layer in layers:
+        merged.update(layer.values)
+
+    def value(key: str) -> int:
+        return int(merged.get(key, SPECS[key].default))
+
+    for total_key, local_key, broker_name in (
+            ("retention.ms", "local.retention.ms", "log.local.retention.ms"),
+            ("retention.bytes", "local.retention.bytes", "log.local.retention.bytes")):
+        total, local = value(total_key), value(local_key)
+        if total > -1 and local != -2:
+            if local == -1:
+                return (f"{broker_name}=-1 while the broker's {total_key} is {total} (Kafka "
+                        f"rejects the whole dynamic update: DynamicLogConfig."
+                        f"validateReconfiguration)")
+            if local > total:
+                return (f"{broker_name}={local} is more than the broker's {total_key} {total} "
+                        f"(Kafka rejects the whole dynamic update: DynamicLogConfig."
+                        f"validateReconfiguration)")
+    return None
+
+
 def _check(key: str, raw: str, where: str, *, name: str | None = None,
            flag: bool) -> str | None:
     """Why ``raw`` (from ``where``, for the message) is no valid value of topic config

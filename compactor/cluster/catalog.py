@@ -78,6 +78,7 @@ from compactor.config import (
     Layer,
     TopicConfig,
     broker_layer,
+    dynamic_set_problem,
     resolve_topic_config,
 )
 from compactor.errors import CompactorError, ConfigError
@@ -339,8 +340,8 @@ def build_catalog(log_dir: LogDir, *, config_all: Mapping[str, str],
         base.append(broker_layer(SERVER_PROPERTIES, props, dynamic=False))
     if meta is not None:
         cluster, own = topic_layers_of(meta, node_id)
-        base += [broker_layer(CLUSTER_DEFAULT, cluster, dynamic=True),
-                 broker_layer(BROKER, own, dynamic=True)]
+        base += _applied(base, broker_layer(CLUSTER_DEFAULT, cluster, dynamic=True),
+                         broker_layer(BROKER, own, dynamic=True), cluster, own)
     # the live partitions' topics, and those of replicas being moved here (-future copies:
     # Kafka retains them too)
     topics = sorted({tp.topic for tp in log_dir.partitions}
@@ -398,6 +399,28 @@ def build_catalog(log_dir: LogDir, *, config_all: Mapping[str, str],
                    allow_replica_divergence=allow_replica_divergence,
                    broker_cleaner=_broker_cleaner(props, assume_kafka_defaults),
                    stale_metadata_log=stale)
+
+
+def _applied(static: list[Layer], cluster: Layer, own: Layer, cluster_raw: Mapping[str, str],
+             own_raw: Mapping[str, str]) -> list[Layer]:
+    """The dynamic broker layers a broker ends up applying: it applies them with its static
+    configs as one set and keeps its previous config when a check across keys fails
+    (:func:`compactor.config.dynamic_set_problem`); the cluster-wide defaults come first, so
+    they may hold where this broker's own configs make the set fail. The layers left out
+    carry every one of their configs in ``dropped``, with the reason."""
+    synonyms = {name for names in BROKER_SYNONYMS.values() for name, _ in names}
+
+    def rejected(layer: Layer, raw: Mapping[str, str], why: str) -> Layer:
+        return Layer(layer.source, {}, {
+            **layer.dropped, **{k: f"rejected with the whole dynamic update: {why}"
+                                for k in sorted(raw) if k in synonyms and k not in layer.dropped}})
+
+    problem = dynamic_set_problem(*static, cluster, own)
+    if problem is None:
+        return [cluster, own]
+    if dynamic_set_problem(*static, cluster) is None:
+        return [cluster, rejected(own, own_raw, problem)]
+    return [rejected(cluster, cluster_raw, problem), rejected(own, own_raw, problem)]
 
 
 def _broker_cleaner(props: Mapping[str, str] | None,

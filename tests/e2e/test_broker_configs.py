@@ -262,3 +262,32 @@ def test_only_the_brokers_metadata_log_dir_is_read_a_stale_copy_never(
     # without the broker's properties, the log dir's own metadata log is all there is
     code, report = _retain(second, capsys, "--assume-kafka-defaults")
     assert report["cluster"]["metadata_log"] == str(second / "__cluster_metadata-0")
+
+
+def test_dynamic_broker_configs_kafka_rejects_as_a_set_are_all_left_out(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A broker applies its dynamic configs with its static ones as one set and keeps its
+    previous config when a check across keys fails (``DynamicLogConfig.validateReconfiguration``:
+    ``log.local.retention.ms`` must not exceed ``log.retention.ms``). Here the cluster-wide
+    default sets a 2-hour local retention, and this broker's own config a 1-hour total one:
+    each valid alone, the broker's set fails, so Kafka keeps the static 24 hours and the data
+    stays. Before the fix the broker's 1 hour was taken and its segments deleted (issue 52.7)."""
+    logs = tmp_path / "logs"
+    generate(str(logs), dataclasses.replace(GEN, broker_configs={
+        "": {"log.local.retention.ms": str(2 * 3_600_000)},
+        "1": {"log.retention.ms": "3600000"}}))
+    props = _props(tmp_path, "log.retention.hours=24")
+    # the data is 10 days old: 24 hours or 1 hour, it all expires; an hour-old clock tells
+    now = DEFAULT_START_MS + 600 * 1000 + 3 * 3_600_000
+    before = segment_bytes(logs / "events-0")
+    code = cli_main(["retain", str(logs), "--now-ms", str(now), "--json", "--server-properties",
+                     str(props)])
+    (report,) = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line]
+    assert code == EXIT_OK
+    events = _by_topic(report)["events"]
+    assert events["config"]["retention.ms"] == {"value": 86_400_000,
+                                                "source": "server.properties"}
+    assert events["deleted_segments"] == [] and segment_bytes(logs / "events-0") == before
+    dropped = report["cluster"]["dropped_broker_configs"]
+    assert "log.retention.ms" in dropped and "whole dynamic update" in dropped["log.retention.ms"]
+    assert "log.local.retention.ms" not in dropped  # the cluster default alone passes
