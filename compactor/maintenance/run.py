@@ -3,10 +3,10 @@
 applies retention; a ``compact,delete`` topic gets both):
 
 * ``delete``: retention by log start offset, ``retention.bytes`` and ``retention.ms``;
-* ``compact``: a compaction round, then log-start-offset retention;
-* ``compact,delete``: a compaction round, then full retention.
+* ``compact``: log-start-offset retention, then a compaction round;
+* ``compact,delete``: full retention, then a compaction round.
 
-The log dir lock is held across both steps. A dry run plans the compaction round and the
+Retention runs first (:func:`perform` says why). The log dir lock is held across both steps. A dry run plans the compaction round and the
 retention (on the segments as they are now) and changes nothing.
 """
 
@@ -46,10 +46,17 @@ def perform(opts: MaintenanceOptions, *, master: str | None, allow_aggressive: b
     session = LazySession(master, object_store=state_store(state_dir),
                           delta_tables=bool(state_dir) and not opts.dry_run)
     with storage.log_dir_lock(opts.log_dir):
-        round_report = (compact.run_locked(session, opts, catalog) if compacting else None)
+        # retention first. A broker runs its retention task (LogManager.cleanupLogs, every
+        # log.retention.check.interval.ms) and its cleaner threads independently, in no
+        # guaranteed order; a restarted broker was seen to retain first. Compacting first
+        # deletes less than Kafka can: a group merged into one young segment keeps expired
+        # records a broker would have deleted with their old segments, and retention stops
+        # at the first segment it must keep. Retention first also spares compacting what it
+        # is about to delete.
         retention = retain.retain_locked(opts.log_dir, catalog, opts.now_ms,
                                          assume_committed=opts.assume_committed,
                                          dry_run=opts.dry_run, topics=opts.topics)
+        round_report = (compact.run_locked(session, opts, catalog) if compacting else None)
     # a run that decided nothing because no topic's configs are known is not a success:
     # retention judges every partition, and no topic compacts whose configs are unknown
     if retention.unconfigured and (round_report is None or round_report.unconfigured):

@@ -377,20 +377,22 @@ def test_failures_are_retried_only_when_a_retry_can_help(
 def test_a_run_that_decided_nothing_fails_its_task_loudly(
         settings: dict, airflow_db: str, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """A log dir given by path brings no server.properties: every topic's configs are unknown,
-    nothing is decided. Before the fix the job exited 0 and the task succeeded, for ever
-    (issue 51.12); now it exits 3 (status ``unconfigured``) and fails at once, saying what
-    the run needed."""
+    """A log dir given by a path the settings do not name brings no server.properties: every
+    topic's configs are unknown, nothing is decided. Before the fix the job exited 0 and the
+    task succeeded, for ever (issue 51.12); now it exits 3 (status ``unconfigured``) and fails
+    at once, saying what the run needed."""
     _retrying(settings, tmp_path, monkeypatch)
-    before = tree_digest(settings["logs"])
+    unnamed = tmp_path / "unnamed" / "logs"
+    shutil.copytree(settings["logs"], unnamed)
+    before = tree_digest(unnamed)
     run = _bag().dags["kafka_compaction_oneoff"].test(
-        run_conf={"log_dir": str(settings["logs"]), "now_ms": str(NOW)})
+        run_conf={"log_dir": str(unnamed), "now_ms": str(NOW)})
     assert run.state == "failed"
     (ti,) = run.get_task_instances()
     assert (ti.state, ti.try_number) == ("failed", 1)
     (report,) = _xcom(run, "compact", "report")
     assert report["status"] == "unconfigured" and "--server-properties" in report["unconfigured"]
-    assert tree_digest(settings["logs"]) == before
+    assert tree_digest(unnamed) == before
 
 
 def test_retries_come_from_the_settings(settings: dict, tmp_path: Path,
