@@ -46,13 +46,15 @@ def perform(opts: MaintenanceOptions, *, master: str | None, allow_aggressive: b
     session = LazySession(master, object_store=state_store(state_dir),
                           delta_tables=bool(state_dir) and not opts.dry_run)
     with storage.log_dir_lock(opts.log_dir):
-        # retention first. A broker runs its retention task (LogManager.cleanupLogs, every
-        # log.retention.check.interval.ms) and its cleaner threads independently, in no
-        # guaranteed order; a restarted broker was seen to retain first. Compacting first
-        # deletes less than Kafka can: a group merged into one young segment keeps expired
-        # records a broker would have deleted with their old segments, and retention stops
-        # at the first segment it must keep. Retention first also spares compacting what it
-        # is about to delete.
+        # retention first. Kafka guarantees no order for a compact,delete log: its cleaner
+        # thread cleans the filthiest log, then runs deleteOldSegments on every compacted one
+        # (LogCleaner.CleanerThread.cleanFilthiestLog, LogCleanerManager.deletableLogs), so a
+        # log is retained on every pass and cleaned only when it is the filthiest: in a
+        # running broker its expired segments go before a pass merges them with young ones.
+        # Compacting first would keep expired records a broker deletes (a merged group is one
+        # young segment, and retention stops at the first segment it must keep); retention
+        # first also spares compacting what is about to go. tests/kafka/test_run_order.py
+        # has a broker judge it.
         retention = retain.retain_locked(opts.log_dir, catalog, opts.now_ms,
                                          assume_committed=opts.assume_committed,
                                          dry_run=opts.dry_run, topics=opts.topics)
