@@ -267,8 +267,11 @@ class Catalog:
             lines += [f"  {m}" for m in self.missing] or [f"  {HOW_TO_CONFIGURE}"]
         if self.broker_cleaner is not None and not self.broker_cleaner[0]:
             lines.append(f"the broker's own cleaner is off (log.cleaner.enable=false, "
-                         f"{self.broker_cleaner[1]}): the broker compacts nothing, these runs "
-                         f"are the only compaction its compacted topics get")
+                         f"{self.broker_cleaner[1]}): the broker compacts nothing, and it "
+                         f"retains no compacted topic either, compact,delete included (its "
+                         f"retention task takes only non-compacted logs without a cleaner: "
+                         f"LogManager.cleanupLogs); these runs are all the compaction and "
+                         f"retention those topics get")
         if self.stale_metadata_log:
             lines.append(f"{self.stale_metadata_log}: not the broker's metadata log (Kafka reads "
                          f"only metadata.log.dir, else the first of log.dirs: "
