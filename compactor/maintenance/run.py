@@ -6,8 +6,9 @@ applies retention; a ``compact,delete`` topic gets both):
 * ``compact``: log-start-offset retention, then a compaction round;
 * ``compact,delete``: full retention, then a compaction round.
 
-Retention runs first (:func:`perform` says why). The log dir lock is held across both steps. A dry run plans the compaction round and the
-retention (on the segments as they are now) and changes nothing.
+Retention runs first (:func:`perform` says why). The log dir lock is held across both steps.
+A dry run plans the retention and the compaction round (on the segments as they are now) and
+changes nothing.
 """
 
 from __future__ import annotations
