@@ -102,3 +102,6 @@ class CommitMessage:
     seconds: float = 0.0
     error: dict[str, Any] | None = None
     writer: str = ""
+    # 1 when the cleaned segment ends with a placeholder header Kafka's cleaner would not keep
+    # (compactor.cleaner.rebatch.SegmentBuilder): the report counts them
+    placeholders: int = 0

@@ -160,6 +160,8 @@ COMMIT_MESSAGE = _schema(
     ("seconds", DoubleType(), False),
     ("error", StringType(), True),
     ("writer", StringType(), False),  # which path wrote it: native, pure or fallback
+    # empty batches kept at the group's end where Kafka's cleaner keeps none (0 or 1)
+    ("placeholders", IntegerType(), False),
 )
 
 # One row per partition cleaned in one pass (one task scans, plans and, when the round is one

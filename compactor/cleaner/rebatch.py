@@ -243,6 +243,7 @@ class SegmentIndexes:
     size: int
     checksum: int
     batches: int
+    placeholder: bool = False  # the group's last source batch was kept as an empty header
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -327,9 +328,11 @@ class SegmentBuilder:
             ValueError: the indexes cannot hold the segment (offsets beyond 32 bits relative
                 to the base, or more entries than ``segment_index_bytes``).
         """
+        placeholder = False
         if source_segments > 1 and last_source_batch is not None and (
                 self._next_offset < last_source_batch.next_offset):
             self.append(placeholder_batch(last_source_batch))
+            placeholder = True
         offsets, times = build_indexes(self._infos, self.base_offset,
                                        index_interval_bytes=index_interval_bytes,
                                        segment_index_bytes=segment_index_bytes)
@@ -339,6 +342,7 @@ class SegmentBuilder:
             time_index=encode_time_index(times, self.base_offset),
             txn_index=encode_txn_index(txn_entries),
             size=self._size, checksum=self._checksum, batches=len(self._infos),
+            placeholder=placeholder,
         )
 
 

@@ -109,6 +109,7 @@ class PartitionReport:
     round_path: str = ""
     round_path_reason: str = ""
     high_watermark_unknown: bool = False  # no replication-offset-checkpoint entry
+    placeholders: int = 0  # empty batches kept at groups' ends where Kafka keeps none
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"topic": self.tp.topic, "partition": self.tp.partition,
@@ -142,6 +143,8 @@ class PartitionReport:
                                       "stages_s")))
         if self.writers:
             out["writers"] = {str(base): path for base, path in sorted(self.writers.items())}
+        if self.placeholders:
+            out["placeholders"] = self.placeholders
         if self.round_path:
             out.update(round_path=self.round_path, round_path_reason=self.round_path_reason)
         if self.error is not None:
@@ -514,6 +517,7 @@ def _commit(inputs: Mapping[int, PartitionInput], plans: Mapping[int, CleaningPl
         rep.batches_out = sum(m.batches_out for m in got)
         rep.segments_after = rep.segments_before - sum(len(m.source_bases) - 1 for m in got)
         rep.writers = {m.group_base: m.writer for m in got}
+        rep.placeholders = sum(m.placeholders for m in got)
         done.append(i)
     return done
 

@@ -566,4 +566,5 @@ def _write_cleaned(partition_dir: str, source_bases: tuple[int, ...], log_path: 
         batches_in=tally.batches_in, batches_out=files.batches, records_in=tally.records_in,
         records_out=tally.records_out,
         dropped={reason: n for reason, n in tally.dropped.items() if n},
+        placeholders=int(files.placeholder),
     )

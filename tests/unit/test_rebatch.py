@@ -87,6 +87,14 @@ def test_group_ending_early_keeps_a_placeholder_and_single_segment_groups_do_not
     single = assemble_segment(0, [first], [], last_source_batch=last, source_segments=1,
                               index_interval_bytes=4096, segment_index_bytes=1024)
     assert single.log == first
+    # the builder says when it kept one (the report counts them: a difference from Kafka's
+    # cleaner, which keeps none there)
+    for segments, kept in ((2, True), (1, False)):
+        builder = SegmentBuilder(0, lambda _: None)
+        builder.append(first)
+        assert builder.finish([], last_source_batch=last, source_segments=segments,
+                              index_interval_bytes=4096,
+                              segment_index_bytes=1024).placeholder is kept
 
 
 def test_a_run_of_batches_appended_at_once_builds_what_one_by_one_builds() -> None:
