@@ -139,7 +139,8 @@ _OUTPUT_FIGURES = ("records_in", "records_out", "bytes_in", "bytes_out", "segmen
 #: Rows of these statuses (nothing done, nothing wrong) are collapsed under each table.
 _QUIET = frozenset({"skipped", "kept", "unchanged", "clean"})
 #: Rows of these statuses, or with an error, are listed first under "Needs attention".
-_PROBLEMS = frozenset({"corrupt", "refused", "failed", "blocked", "residual", "residual_copy"})
+_PROBLEMS = frozenset({"corrupt", "refused", "failed", "locked", "blocked", "residual",
+                       "residual_copy"})
 #: A table longer than this is collapsed (the rollup and the attention list stay open).
 OPEN_ROWS = 50
 #: Per-partition charts show this many partitions, the largest.
