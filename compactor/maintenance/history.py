@@ -77,7 +77,8 @@ def run_report(state_dir: str, run_id: str | None = None) -> dict[str, Any]:
         raise ConfigError(f"no run {run_id!r} recorded here (newest: {newest})",
                           path=state_dir, remedy="see `compactor history --state-dir DIR`")
     rows = ledger.load_runs(state_dir, [chosen["run_id"]])
-    problems = sum(chosen["by_status"].get(s, 0) for s in ("corrupt", "refused", "failed"))
+    problems = sum(chosen["by_status"].get(s, 0) for s in ("corrupt", "refused", "failed",
+                                                                 "locked"))
     head = {"log_dir": chosen["log_dir"], "now_ms": chosen["now_ms"],
             "run_id": chosen["run_id"], "status": RunStatus.of(partial=bool(problems))}
     steps = {command: [json.loads(r["report_json"]) for r in rows if r["command"] == command]
