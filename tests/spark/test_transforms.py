@@ -135,8 +135,10 @@ def partition(small_log: Path) -> PartitionInput:
     return PartitionInput(path=part.path, segments=part.segments,
                           config=TopicConfig(cleanup_policy=frozenset({"compact"})),
                           cleaner_checkpoint=None, log_start_checkpoint=None,
-                          replication_checkpoint=None, aborted_txns=(),
-                          now_ms=DEFAULT_START_MS + 86_400_000)
+                          # no checkpoint entry: the whole log counts as committed, as the
+                          # operator says with --assume-committed (Kafka's own default is 0)
+                          replication_checkpoint=None, assume_committed=True,
+                          aborted_txns=(), now_ms=DEFAULT_START_MS + 86_400_000)
 
 
 def _tasks(inp: PartitionInput) -> list[tuple]:
