@@ -9,8 +9,8 @@ point to, leftovers included): the subject is still on disk and its request is n
 replica the metadata names was scanned (never, on the two-broker cluster, from one broker's
 log dir). No command ends with ``INTERNAL_ERROR``.
 
-``CAMPAIGN_SEED`` replays a campaign; ``CAMPAIGN_TRIALS`` sets its size (54 by default, 6 of them killed). The
-figures are printed at the end (``-s`` shows them)."""
+``CAMPAIGN_SEED`` replays a campaign; ``CAMPAIGN_TRIALS`` sets its size (54 by default, an
+apply killed in 6 of them). The figures are printed at the end (``-s`` shows them)."""
 
 from __future__ import annotations
 
