@@ -73,8 +73,8 @@ def _options(log_dir: str, *, now_ms: int | None, configs: Mapping[str, Any] | N
              topic_configs: Mapping[str, Mapping[str, Any]] | None,
              topics: Sequence[str] | None, dry_run: bool, metadata_log_dir: str | None,
              server_properties: str | None, assume_kafka_defaults: bool,
-             writer: str = "native", allow_replica_divergence: bool = False
-             ) -> MaintenanceOptions:
+             writer: str = "native", allow_replica_divergence: bool = False,
+             assume_committed: bool = False) -> MaintenanceOptions:
     from compactor.maintenance.options import build_options
 
     return build_options(
@@ -82,7 +82,7 @@ def _options(log_dir: str, *, now_ms: int | None, configs: Mapping[str, Any] | N
         config_all=configs, config_topics=topic_configs, topics=topics or (), dry_run=dry_run,
         metadata_log_dir=metadata_log_dir, server_properties=server_properties,
         assume_kafka_defaults=assume_kafka_defaults, writer=writer,
-        allow_replica_divergence=allow_replica_divergence)
+        allow_replica_divergence=allow_replica_divergence, assume_committed=assume_committed)
 
 
 def _round(log_dir: str, dry_run: bool, master: str | None, state_dir: str | None,
@@ -101,7 +101,7 @@ def plan(log_dir: str, *, now_ms: int | None = None, configs: Mapping[str, Any] 
          topics: Sequence[str] | None = None, master: str | None = None,
          state_dir: str | None = None, metadata_log_dir: str | None = None,
          server_properties: str | None = None, assume_kafka_defaults: bool = False,
-         allow_replica_divergence: bool = False) -> Result:
+         allow_replica_divergence: bool = False, assume_committed: bool = False) -> Result:
     """``compactor plan``: what a compaction round would do, with the numbers behind each
     decision; changes nothing. ``configs`` apply to every topic, ``topic_configs`` to one
     (Kafka's config names); the broker's ``server_properties`` and the cluster's metadata log
@@ -110,7 +110,8 @@ def plan(log_dir: str, *, now_ms: int | None = None, configs: Mapping[str, Any] 
                   topic_configs=topic_configs, topics=topics,
                   metadata_log_dir=metadata_log_dir, server_properties=server_properties,
                   assume_kafka_defaults=assume_kafka_defaults,
-                  allow_replica_divergence=allow_replica_divergence)
+                  allow_replica_divergence=allow_replica_divergence,
+                  assume_committed=assume_committed)
 
 
 def compact(log_dir: str, *, now_ms: int | None = None,
@@ -119,7 +120,8 @@ def compact(log_dir: str, *, now_ms: int | None = None,
             topics: Sequence[str] | None = None, master: str | None = None,
             state_dir: str | None = None, metadata_log_dir: str | None = None,
             server_properties: str | None = None, assume_kafka_defaults: bool = False,
-            writer: str = "native", allow_replica_divergence: bool = False) -> Result:
+            writer: str = "native", allow_replica_divergence: bool = False,
+            assume_committed: bool = False) -> Result:
     """``compactor compact``: one compaction round, in place, under the log dir's lock.
     ``writer`` is ``--writer``: ``"native"`` (numba kernels) or ``"pure"`` (the pure-Python
     reference; the same bytes, slower)."""
@@ -127,7 +129,8 @@ def compact(log_dir: str, *, now_ms: int | None = None,
                   topic_configs=topic_configs, topics=topics,
                   metadata_log_dir=metadata_log_dir, server_properties=server_properties,
                   assume_kafka_defaults=assume_kafka_defaults, writer=writer,
-                  allow_replica_divergence=allow_replica_divergence)
+                  allow_replica_divergence=allow_replica_divergence,
+                  assume_committed=assume_committed)
 
 
 def retain(log_dir: str, *, now_ms: int | None = None,
@@ -136,7 +139,7 @@ def retain(log_dir: str, *, now_ms: int | None = None,
            topics: Sequence[str] | None = None, dry_run: bool = False,
            allow_aggressive: bool = False, state_dir: str | None = None,
            metadata_log_dir: str | None = None, server_properties: str | None = None,
-           assume_kafka_defaults: bool = False) -> Result:
+           assume_kafka_defaults: bool = False, assume_committed: bool = False) -> Result:
     """``compactor retain``: Kafka's retention (time, size, log start offset); no Spark."""
     from compactor.log import storage
     from compactor.maintenance import retain as retention
@@ -144,7 +147,8 @@ def retain(log_dir: str, *, now_ms: int | None = None,
     opts = _options(log_dir, now_ms=now_ms, configs=configs, topic_configs=topic_configs,
                     topics=topics, dry_run=dry_run, metadata_log_dir=metadata_log_dir,
                     server_properties=server_properties,
-                    assume_kafka_defaults=assume_kafka_defaults)
+                    assume_kafka_defaults=assume_kafka_defaults,
+                    assume_committed=assume_committed)
     state = state_dir and storage.absolute(state_dir)
     catalog = retention.prepare(opts, allow_aggressive=allow_aggressive, state_dir=state)
     report, result = retention.perform(opts, catalog, state_dir=state)
@@ -157,9 +161,11 @@ def run(log_dir: str, *, now_ms: int | None = None, configs: Mapping[str, Any] |
         allow_aggressive: bool = False, master: str | None = None,
         state_dir: str | None = None, metadata_log_dir: str | None = None,
         server_properties: str | None = None, assume_kafka_defaults: bool = False,
-        writer: str = "native", allow_replica_divergence: bool = False) -> Result:
-    """``compactor run``: compaction, then retention, per topic ``cleanup.policy``
-    (``writer`` as for :func:`compact`)."""
+        writer: str = "native", allow_replica_divergence: bool = False,
+        assume_committed: bool = False) -> Result:
+    """``compactor run``: retention, then compaction, per topic ``cleanup.policy``
+    (``writer`` as for :func:`compact`). ``assume_committed`` is ``--assume-committed``: a
+    partition without a high watermark on disk counts as committed up to its log end."""
     from compactor.log import storage
     from compactor.maintenance import run as maintenance_run
 
@@ -168,7 +174,8 @@ def run(log_dir: str, *, now_ms: int | None = None, configs: Mapping[str, Any] |
                  topics=topics, dry_run=dry_run, metadata_log_dir=metadata_log_dir,
                  server_properties=server_properties,
                  assume_kafka_defaults=assume_kafka_defaults, writer=writer,
-                 allow_replica_divergence=allow_replica_divergence),
+                 allow_replica_divergence=allow_replica_divergence,
+                 assume_committed=assume_committed),
         master=master, allow_aggressive=allow_aggressive,
         state_dir=state_dir and storage.absolute(state_dir))
     parts = [outcome.compaction.summary()] if outcome.compaction else []
@@ -179,7 +186,8 @@ def run(log_dir: str, *, now_ms: int | None = None, configs: Mapping[str, Any] |
 def erase(action: str, log_dir: str, state_dir: str, *, now_ms: int | None = None,
           master: str | None = None, dry_run: bool = False,
           exclude_pending_deletes: bool = False, metadata_log_dir: str | None = None,
-          server_properties: str | None = None, assume_kafka_defaults: bool = False) -> Result:
+          server_properties: str | None = None, assume_kafka_defaults: bool = False,
+          assume_committed: bool = False) -> Result:
     """``compactor erase apply`` or ``erase verify`` (``action``): the pending requests of the
     ledger in ``state_dir`` applied to, or verified on, every copy in the log dir."""
     from compactor.errors import ConfigError
@@ -193,7 +201,8 @@ def erase(action: str, log_dir: str, state_dir: str, *, now_ms: int | None = Non
         action, build_options(log_dir, now_ms=int(time.time() * 1000) if now_ms is None
                               else now_ms, dry_run=dry_run, metadata_log_dir=metadata_log_dir,
                               server_properties=server_properties,
-                              assume_kafka_defaults=assume_kafka_defaults),
+                              assume_kafka_defaults=assume_kafka_defaults,
+                              assume_committed=assume_committed),
         storage.absolute(state_dir), master=master,
         exclude_pending_deletes=exclude_pending_deletes)
     return Result(report.command, report.to_dict(), report.summary(), report.exit_code)
