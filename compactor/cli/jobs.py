@@ -60,18 +60,16 @@ def write_report_file(args: argparse.Namespace, result: Mapping[str, Any]) -> No
                              (json.dumps(result, separators=(",", ":")) + "\n").encode())
 
 
-#: a partition line's status that says its files were changed
-CHANGED_STATUSES = frozenset({"cleaned", "deleted", "rewritten"})
-
-
 def changed_by(result: Mapping[str, Any]) -> list[str]:
     """What a command's report says it changed on disk: its partitions cleaned, deleted from
     or rewritten (a ``run``'s two steps too), and the partitions recovery settled."""
+    from compactor.maintenance.report import CHANGED
+
     reports = [result, *(result[k] for k in ("compaction", "retention")
                          if isinstance(result.get(k), Mapping))]
     changed = [line.get("dir") or f"{line.get('topic')}-{line.get('partition')}"
                for r in reports for line in r.get("partitions") or ()
-               if line.get("status") in CHANGED_STATUSES]
+               if line.get("status") in CHANGED]
     recovered = max((int(r.get("recovered_partitions") or 0) for r in reports), default=0)
     return list(dict.fromkeys(changed)) + ([f"{recovered} partition(s) recovered"]
                                            if recovered else [])
@@ -512,7 +510,7 @@ def _check_request_topic(args: argparse.Namespace) -> None:
     close = difflib.get_close_matches(args.topic, sorted(seen), n=1)
     raise ConfigError(
         f"topic {args.topic!r} is in no run recorded in this state dir ({len(seen)} topics seen"
-        + (f"; did you mean {close[0]!r}?" if close else ")"),
+        + (f"; did you mean {close[0]!r}?)" if close else ")"),
         path=args.state_dir,
         remedy="check --topic; to check it against the cluster itself, give --log-dir or "
                "--server-properties (a topic created since the last run is found there); "

@@ -273,8 +273,9 @@ class Catalog:
                          f"LogManager.cleanupLogs); these runs are all the compaction and "
                          f"retention those topics get")
         if self.stale_metadata_log:
-            lines.append(f"{self.stale_metadata_log}: not the broker's metadata log (Kafka reads "
-                         f"only metadata.log.dir, else the first of log.dirs: "
+            lines.append(f"{self.stale_metadata_log}: not the metadata log this run read "
+                         f"({self.metadata_path or 'none'}; a broker reads only its "
+                         f"metadata.log.dir, else the first of log.dirs: "
                          f"KafkaConfig.metadataLogDir), never read")
         if self.metadata is not None and self.metadata.unknown_record_types:
             types = ", ".join(f"{k} (x{n})" for k, n in

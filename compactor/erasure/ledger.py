@@ -790,13 +790,15 @@ def audit(state_dir: str, request_id: str) -> dict[str, Any] | None:
     # runs that erased its records (or verified them) while its status moved under them (a
     # cancel during an apply): their outcome is not on its row, their runs rows name it
     moved = {}
-    for r in load_runs(state_dir):
+    every_run = load_runs(state_dir)  # read once: the moves are found in it, then the runs
+    for r in every_run:
         for entry in json.loads(r.get("requests_changed") or "[]"):
             if entry.get("request_id") == request_id:
                 moved[r["run_id"]] = {"run_id": r["run_id"], "command": r["command"],
                                       "finished_at_ms": r["finished_at_ms"], **entry}
     run_ids = sorted(r for r in applies | verifies | set(moved) if r)
-    runs = load_runs(state_dir, run_ids)
+    wanted = set(run_ids)
+    runs = [r for r in every_run if r["run_id"] in wanted]
     topic = row["topic"]
     runs = [r for r in runs if topic in (ALL_TOPICS, r["topic"])]
     commits = [c for c in history(state_dir, ERASURE_REQUESTS_TABLE)

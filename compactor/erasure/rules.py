@@ -53,6 +53,11 @@ def subject_digest(value: bytes) -> str:
     return hashlib.sha256(value).hexdigest()
 
 
+def is_subject_digest(text: str) -> bool:
+    """Whether ``text`` is a digest as the ledger stores it: 64 lower-case hex digits."""
+    return len(text) == SHA256_HEX and all(c in "0123456789abcdef" for c in text)
+
+
 def parse_subject_digest(text: str) -> str:
     """A subject given already digested (``--key-sha256``): 64 hex digits, lower-cased.
 
@@ -61,7 +66,7 @@ def parse_subject_digest(text: str) -> str:
             typed into the wrong field).
     """
     digest = text.strip().lower()
-    if len(digest) != SHA256_HEX or any(c not in "0123456789abcdef" for c in digest):
+    if not is_subject_digest(digest):
         raise ValueError(f"not a SHA-256 digest: expected {SHA256_HEX} hex digits, got "
                          f"{len(text)} characters (the value is not repeated here: it may be "
                          f"the subject itself)")
@@ -106,7 +111,7 @@ def row_problem(row: Mapping[str, Any]) -> str | None:
     if (row["selector"] == HEADER) != bool(row.get("header_name")):
         return "a header selector needs a header name, a key selector none"
     digest = row.get("subject_sha256") or ""
-    if len(digest) != SHA256_HEX or any(c not in "0123456789abcdef" for c in digest):
+    if not is_subject_digest(digest):
         return "its subject_sha256 is not 64 lower-case hex digits"
     stored = row.get("integrity")
     if stored is not None:

@@ -1,7 +1,6 @@
 """The one place for an erasure request's status: its values, which command moves it where,
-and how it is said to a person and in a dry run. The ledger's ``status`` column, the JSON
-report's and schema's enum (``schemas/report.schema.json``, checked by a test) and the CLI's
-words all come from here.
+and how a dry run says it. The ledger's ``status`` column, the JSON report's and schema's enum
+(``schemas/report.schema.json``, checked by a test) and the dry run's words come from here.
 
 ::
 
@@ -36,11 +35,6 @@ class RequestStatus(StrEnum):
     CANCELLED = "cancelled"
 
     @property
-    def label(self) -> str:
-        """The status as a person reads it (``partially verified``)."""
-        return _LABELS[self]
-
-    @property
     def dry_run(self) -> str:
         """What ``erase apply --dry-run`` says of a request an apply would leave in this
         status (it records nothing): ``would_be_applied``, ``would_fail``,
@@ -54,8 +48,6 @@ class RequestStatus(StrEnum):
 
 
 S = RequestStatus
-
-_LABELS: Mapping[RequestStatus, str] = {s: s.value.replace("_", " ") for s in RequestStatus}
 
 #: command -> status -> the statuses it may leave the request in (the MERGE of ``apply`` and
 #: ``verify`` changes a row only while it is still in the status it was computed from)

@@ -9,6 +9,7 @@ segments, a crash after leaves the new ones.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -475,9 +476,9 @@ def load_partition(partition_dir: str) -> PartitionLog:
     # every file's identity first, before anything is read: what a commit compares with
     identities = storage.identities(partition_dir)
     names = storage.list_dir(partition_dir)
-    linked = {n: what for n, what in storage.links(partition_dir).items()
+    linked = {n: link for n, link in storage.links(partition_dir).items()
               if _SEGMENT_FILE.match(n)}
-    symlinks = sorted(n for n, what in linked.items() if what.startswith("symlink"))
+    symlinks = sorted(n for n, link in linked.items() if link.symlink)
     if symlinks:
         # Kafka opens the file through the link (FileRecords.open), but a swap renames over
         # the link and a deletion removes it (LocalLog.replaceSegments, LogSegment.deleteIfExists
@@ -485,7 +486,7 @@ def load_partition(partition_dir: str) -> PartitionLog:
         # erased. No command changes such a partition.
         first = symlinks[0]
         raise LinkedFileError(
-            f"{first} is a {linked[first]}"
+            f"{first} is a {linked[first].what}"
             + (f" (and {len(symlinks) - 1} more linked file(s))" if len(symlinks) > 1 else "")
             + ": Kafka reads through the link, but a swap or deletion would replace only the "
               "link and leave the file it points to, with every record in it",
@@ -533,7 +534,7 @@ def load_partition(partition_dir: str) -> PartitionLog:
     return PartitionLog(
         tp=tp, path=partition_dir, segments=tuple(segments), leftovers=leftovers,
         snapshots=snapshots, identities=identities, strays=strays,
-        hard_linked={n: what for n, what in linked.items() if n not in symlinks},
+        hard_linked={n: link.what for n, link in linked.items() if not link.symlink},
     )
 
 
@@ -705,12 +706,6 @@ def log_end_offset(part: PartitionLog) -> int:
     return part.segments[-1].base_offset if part.segments else 0
 
 
-def next_offset_of_segment(log_path: str) -> int | None:
-    """The offset after the last batch of a segment file, or ``None`` when it is empty."""
-    extent = segment_extent(log_path)
-    return None if extent is None else extent[1]
-
-
 def segment_extent(log_path: str) -> tuple[int, int] | None:
     """``[first batch's base offset, offset after the last batch)`` of a segment file (every
     batch framed and its CRC checked), or ``None`` when it holds no batch."""
@@ -846,10 +841,12 @@ def recover_partition(partition_dir: str, *, dry_run: bool = False) -> RecoveryP
             manifest.roll_forward(partition_dir, pending)
             names = storage.list_dir(partition_dir)
 
-    def next_offset(name: str) -> int | None:
+    @functools.cache
+    def swap_extent(name: str) -> tuple[int, int] | None:
+        """A ``.log.swap``'s extent, read once for the plan and the checks."""
         path = storage.join(partition_dir, name)
         try:
-            return next_offset_of_segment(path)
+            return segment_extent(path)
         except CompactorError as err:
             raise SwapRecoveryError(
                 f"swap segment that should replace older segments is unreadable: {err.message}",
@@ -858,18 +855,20 @@ def recover_partition(partition_dir: str, *, dry_run: bool = False) -> RecoveryP
                 base_offset=err.base_offset,
             ) from err
 
-    plan = plan_recovery(names, next_offset)
-    check_swaps(partition_dir, names, plan)
-    linked = storage.links(partition_dir)
-    touched = sorted(n for n in (*plan.deletes, *(src for src, _ in plan.renames))
-                     if linked.get(n, "").startswith("symlink"))
-    if touched:  # the same rule as load_partition's: never act on a link's name alone
-        raise LinkedFileError(
-            f"{touched[0]} is a {linked[touched[0]]}: recovering the interrupted swap would "
-            f"rename or delete the link and leave the file it points to",
-            path=storage.join(partition_dir, touched[0]), base_offset=file_offset(touched[0]),
-            remedy="nothing was changed; with the broker stopped, move the linked file into the "
-                   "partition directory in place of its link, then run again")
+    plan = plan_recovery(names, lambda n: None if (e := swap_extent(n)) is None else e[1])
+    if not plan.is_empty:
+        check_swaps(partition_dir, names, plan, swap_extent)
+        linked = storage.links(partition_dir)
+        touched = sorted(n for n in (*plan.deletes, *(src for src, _ in plan.renames))
+                         if n in linked and linked[n].symlink)
+        if touched:  # the same rule as load_partition's: never act on a link's name alone
+            raise LinkedFileError(
+                f"{touched[0]} is a {linked[touched[0]].what}: recovering the interrupted swap "
+                f"would rename or delete the link and leave the file it points to",
+                path=storage.join(partition_dir, touched[0]),
+                base_offset=file_offset(touched[0]),
+                remedy="nothing was changed; with the broker stopped, move the linked file into "
+                       "the partition directory in place of its link, then run again")
     if not dry_run and not storage.is_url(partition_dir):
         remove_stale_temporaries(partition_dir, PARTITION_CHECKPOINTS)
     if dry_run or plan.is_empty:
@@ -882,7 +881,8 @@ def recover_partition(partition_dir: str, *, dry_run: bool = False) -> RecoveryP
     return rolled.then(plan)
 
 
-def check_swaps(partition_dir: str, names: list[str], plan: RecoveryPlan) -> None:
+def check_swaps(partition_dir: str, names: list[str], plan: RecoveryPlan,
+                swap_extent: Callable[[str], tuple[int, int] | None]) -> None:
     """Every ``.log.swap`` a recovery would make a segment must be what a swap leaves: a
     cleaned copy of the segments it replaces. Kafka's ``LocalLog.replaceSegments`` and ours
     (:mod:`compactor.log.swap`) name the new segment after the first segment it replaces and
@@ -903,6 +903,8 @@ def check_swaps(partition_dir: str, names: list[str], plan: RecoveryPlan) -> Non
     that is a plausible cleaning of its range cannot be told from a real one: these checks
     catch leftovers that are not a swap's, not a forgery of one.
 
+    ``swap_extent``: a ``.log.swap``'s :func:`segment_extent` (the plan read it already).
+
     Raises:
         SwapRecoveryError: the first swap that fails, with what to do.
     """
@@ -913,7 +915,7 @@ def check_swaps(partition_dir: str, names: list[str], plan: RecoveryPlan) -> Non
         if base is None:
             continue
         path = storage.join(partition_dir, swap_name)
-        extent = segment_extent(path)
+        extent = swap_extent(swap_name)
         end = max(extent[1], base + 1) if extent is not None else base + 1
         replaced = sorted((off, n) for n in olds
                           if (off := file_offset(n)) is not None and base <= off < end)

@@ -59,7 +59,7 @@ from compactor.log.layout import (
 )
 from compactor.maintenance.erase_report import ErasureReport, dry_run_words
 from compactor.maintenance.options import MaintenanceOptions, load_catalog, state_store
-from compactor.maintenance.report import ErasureOutcome, RunStatus
+from compactor.maintenance.report import CHANGED, ErasureOutcome, RunStatus, lease_loss
 from compactor.model import TopicPartition
 from compactor.spark import ledger as spark_ledger
 from compactor.spark import stages as spark_stages
@@ -456,14 +456,11 @@ def _settle_lease(log_dir: str, lines: Mapping[int, dict[str, Any]]) -> None:
     """An apply that lost the log dir's lease (S3: another run took it) leaves every directory
     it did not rewrite ``locked`` (:meth:`LogDirReport.settle_lease`): its requests stay
     pending, and the run exits 4."""
-    lost = storage.lease_lost(log_dir)
-    if lost is None:
+    error = lease_loss(log_dir)
+    if error is None:
         return
-    error = lost.with_remedy("another run took the log dir's lease while this apply ran: this "
-                             "directory was not rewritten; run again when the other run is "
-                             "done").to_dict()
     for line in lines.values():
-        if line["status"] != ErasureOutcome.REWRITTEN:
+        if line["status"] not in CHANGED:
             line.update(status=ErasureOutcome.LOCKED, error=error)
 
 
@@ -638,7 +635,8 @@ def _record(state_dir: str, action: str, run_id: str, log_dir: str, now_ms: int,
     Under that lock, first, the requests whose status moved since the run read them (an
     ``erase cancel`` or ``retry`` committed meanwhile): the MERGE leaves them as they are now,
     and the run's rows name them (``requests_changed``), so the ledger says that this run
-    erased (or verified) their records anyway. Returns them (:func:`_moved`)."""
+    erased (or verified) their records anyway. Returns them, as
+    :func:`compactor.spark.ledger.moved_requests` finds them."""
     with storage.state_dir_lock(state_dir):
         counts, moved = spark_ledger.moved_requests(state_dir, spark, result, REPORT_REQUESTS)
         ledger.record_runs(state_dir, run_id=run_id, command=f"erase_{action}",

@@ -23,6 +23,7 @@ from compactor.errors import (
 )
 from compactor.log import storage
 from compactor.log.layout import ForeignEntry
+from compactor.model import TopicPartition
 
 
 class Outcome(StrEnum):
@@ -115,10 +116,9 @@ NOT_CANDIDATES = frozenset({"metadata_log", "not_selected"})
 def configs_unknown(lines: Iterable[PartitionLine]) -> bool:
     """Whether a run decided nothing because the configs of every topic it would maintain
     would be guesses: at least one partition, and each left alone with ``no_config``."""
-    candidates = [p for p in lines if getattr(p, "reason", "") not in NOT_CANDIDATES]
+    candidates = [p for p in lines if p.reason not in NOT_CANDIDATES]
     return bool(candidates) and all(
-        p.status == Outcome.SKIPPED and getattr(p, "reason", "") == "no_config"
-        for p in candidates)
+        p.status == Outcome.SKIPPED and p.reason == "no_config" for p in candidates)
 
 
 #: Every ``reason`` a partition line can carry that is not an error code (a ``corrupt``,
@@ -161,8 +161,20 @@ REASONS: Mapping[str, str] = {
 }
 
 
-#: a line's status that says the run committed it
-COMMITTED = frozenset({Outcome.CLEANED, Outcome.DELETED})
+#: a line's status that says the run changed its files (and committed them)
+CHANGED = frozenset({Outcome.CLEANED, Outcome.DELETED, ErasureOutcome.REWRITTEN})
+
+
+def lease_loss(log_dir: str) -> dict[str, Any] | None:
+    """The error every partition a run did not commit carries once the run is known to have
+    lost the log dir's lease (:func:`storage.lease_lost`: another run took it), else ``None``:
+    the other run may have changed them since they were read, so what this run found there
+    (a segment gone, corrupt) is not trusted or reported as such."""
+    lost = storage.lease_lost(log_dir)
+    return None if lost is None else lost.with_remedy(
+        "another run took the log dir's lease while this one ran: this partition was not "
+        "committed and what this run read of it is not trusted; run again when the other run "
+        "is done").to_dict()
 
 
 def exit_code(statuses: Iterable[str]) -> int:
@@ -182,7 +194,11 @@ def problem_line(tp: object, status: str, error: Mapping[str, Any], *, left: str
 class PartitionLine(Protocol):
     """One partition's line of a report."""
 
+    tp: TopicPartition
     status: Outcome
+    reason: str
+    error: dict[str, Any] | None
+    high_watermark_unknown: bool  # no replication-offset-checkpoint entry
 
     def to_dict(self) -> dict[str, Any]: ...
 
@@ -207,23 +223,15 @@ class LogDirReport:
         raise NotImplementedError
 
     def settle_lease(self) -> None:
-        """Once the run is known to have lost the log dir's lease (:func:`storage.lease_lost`:
-        another run took it), every partition it did not commit is ``locked``: the other run
-        may have changed it since it was read, so what this run found there (a segment gone,
-        corrupt) is not trusted or reported as such. The run then exits 4, which a scheduler
+        """Once the run is known to have lost the log dir's lease, every partition it did not
+        commit is ``locked`` (:func:`lease_loss`). The run then exits 4, which a scheduler
         retries."""
-        lost = storage.lease_lost(self.log_dir)
-        if lost is None:
+        error = lease_loss(self.log_dir)
+        if error is None:
             return
-        error = lost.with_remedy(
-            "another run took the log dir's lease while this one ran: this partition was not "
-            "committed and what this run read of it is not trusted; run again when the other "
-            "run is done").to_dict()
         for p in self.lines():
-            if p.status not in COMMITTED and getattr(p, "reason", "") not in NOT_CANDIDATES:
-                p.status = Outcome.LOCKED
-                p.reason = error["code"]  # type: ignore[attr-defined]
-                p.error = error  # type: ignore[attr-defined]
+            if p.status not in CHANGED and p.reason not in NOT_CANDIDATES:
+                p.status, p.reason, p.error = Outcome.LOCKED, error["code"], error
 
     def failed_after_changes(self, step: str, err: CompactorError,
                              changed: Sequence[str]) -> None:
@@ -252,8 +260,7 @@ class LogDirReport:
     def hw_unknown(self) -> list[str]:
         """The partitions with no ``replication-offset-checkpoint`` entry (their high
         watermark is Kafka's 0, or the log end with ``--assume-committed``)."""
-        return [str(p.tp) for p in self.lines()  # type: ignore[attr-defined]
-                if getattr(p, "high_watermark_unknown", False)]
+        return [str(p.tp) for p in self.lines() if p.high_watermark_unknown]
 
     def unconfigured_because(self) -> str:
         """What the run needed to know (the catalog's ``missing``), for the report and the

@@ -338,8 +338,8 @@ def inspect_partition(
     names = storage.list_dir(partition_dir)
     # a file of the partition that is a symbolic link: every command refuses the partition
     # (LINKED_FILE, compactor.log.layout.load_partition); one pointing nowhere is not read
-    symlinks = {n: what for n, what in storage.links(partition_dir).items()
-                if what.startswith("symlink") and (is_partition_file(n) or n.endswith(LOG_SUFFIX))}
+    symlinks = {n: link.what for n, link in storage.links(partition_dir).items()
+                if link.symlink and (is_partition_file(n) or n.endswith(LOG_SUFFIX))}
     if verify:
         for name, what in sorted(symlinks.items()):
             yield Problem(code=LinkedFileError.code, path=storage.join(partition_dir, name),

@@ -196,11 +196,11 @@ def test_verify_settles_an_interrupted_swap_before_it_scans(
     # the segment as it was, left as an interrupted swap's new segment
     (pdir / f"{base:020d}.log.swap").write_bytes(original)
     code, report = erase(capsys, "verify", logs, state)
-    assert statuses(state)[rid] != "verified"
-    assert code != EXIT_OK
-    # a broker loading the dir would serve the swap's records: the subject is on disk
-    # in what it serves
-    assert subject_bases(pdir) or (pdir / f"{base:020d}.log.swap").exists()
+    # settled as a broker's loader settles it: the swap is the segment now, its records found
+    assert not (pdir / f"{base:020d}.log.swap").exists() and subject_bases(pdir) == [base]
+    (line,) = [p for p in report["partitions"] if p["dir"] == "profiles-0"]
+    assert line["status"] == "residual" and line["residual_matches"] > 0
+    assert code == 1 and statuses(state)[rid] == "failed"
 
 
 # -- 8. a swap that is not one ------------------------------------------------------------------

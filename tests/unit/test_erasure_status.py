@@ -44,7 +44,6 @@ def test_the_report_schema_enum_is_the_statuses_and_the_dry_run_words() -> None:
     assert enum == report_statuses()
     assert set(enum) == set(STATUSES) | {"would_be_applied", "would_fail", "would_stay_pending"}
     assert RequestStatus.PARTIALLY_VERIFIED.dry_run == "would_be_applied"
-    assert RequestStatus.PARTIALLY_VERIFIED.label == "partially verified"
 
 
 def test_the_reference_names_every_status() -> None:

@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 from compactor.errors import LogDirError, LogDirLockedError
 from compactor.log.storage import local
-from compactor.log.storage.local import LOCK_FILE, FileStat, discard_stdout
+from compactor.log.storage.local import LOCK_FILE, FileStat, Link, discard_stdout
 from compactor.log.storage.locations import (
     STORAGE_OPTIONS,
     basename,
@@ -35,7 +35,8 @@ from compactor.log.storage.locations import (
 from compactor.log.storage.objects import LEASE_NAME, ObjectStore
 
 __all__ = [
-    "LEASE_NAME", "LOCK_FILE", "STORAGE_OPTIONS", "FileStat", "StorageSettings", "absolute",
+    "LEASE_NAME", "LOCK_FILE", "STORAGE_OPTIONS", "FileStat", "Link", "StorageSettings",
+    "absolute",
     "basename",
     "check_location", "configure", "contains", "crc32c", "dirname", "exists", "is_dir",
     "is_link", "is_url", "join", "list_dir", "log_dir_lock", "make_dirs", "mapped",
@@ -193,8 +194,8 @@ def identities(path: str) -> dict[str, str]:
     return _store().identities(path) if is_url(path) else local.identities(path)
 
 
-def links(path: str) -> dict[str, str]:
-    """``{name: what}`` of the entries of a local directory whose data also has another name
+def links(path: str) -> dict[str, Link]:
+    """``{name: link}`` of the entries of a local directory whose data also has another name
     (a symbolic link, or a file with several hard links: :func:`local.links`); empty on an
     object store, which has neither."""
     return {} if is_url(path) else local.links(path)

@@ -173,20 +173,28 @@ def identities(path: str) -> dict[str, str]:
     return out
 
 
-def links(path: str) -> dict[str, str]:
-    """``{name: what}`` of the entries directly in a directory whose data has another name:
-    a symbolic link (``what``: ``symlink to <target>``) or a regular file with more than one
-    hard link (``what``: ``file with N hard links``)."""
+@dataclass(frozen=True, slots=True)
+class Link:
+    """How an entry's data has another name: a symbolic link, or a file with several hard
+    links; ``what`` says it to a person (``symlink to <target>``, ``file with N hard links``)."""
+
+    symlink: bool
+    what: str
+
+
+def links(path: str) -> dict[str, Link]:
+    """``{name: link}`` of the entries directly in a directory whose data has another name:
+    a symbolic link or a regular file with more than one hard link."""
     out = {}
     try:
         with os.scandir(path) as entries:
             for entry in entries:
                 if entry.is_symlink():
-                    out[entry.name] = f"symlink to {os.readlink(entry.path)}"
+                    out[entry.name] = Link(True, f"symlink to {os.readlink(entry.path)}")
                 elif entry.is_file(follow_symlinks=False):
                     n = entry.stat(follow_symlinks=False).st_nlink
                     if n > 1:
-                        out[entry.name] = f"file with {n} hard links"
+                        out[entry.name] = Link(False, f"file with {n} hard links")
     except OSError as err:
         raise _fail(err, path, "list directory") from err
     return out
