@@ -82,7 +82,7 @@ browser:
 	@command -v chromium >/dev/null || { $(SUDO) apt-get install -y -q chromium \
 		|| { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q chromium; }; }
 
-KAFKA_NEWER ?= 4.2.2 4.3.1
+KAFKA_NEWER ?= 4.2.2 4.3.1 4.4.0
 KAFKA_HOME := $(VENV)/share/kafka-compactor
 
 kafka: $(foreach v,$(KAFKA_VERSION) $(KAFKA_NEWER),$(KAFKA_HOME)/kafka-$(v)/libs/.fetched)

@@ -74,7 +74,8 @@ def _options(log_dir: str, *, now_ms: int | None, configs: Mapping[str, Any] | N
              topics: Sequence[str] | None, dry_run: bool, metadata_log_dir: str | None,
              server_properties: str | None, assume_kafka_defaults: bool,
              writer: str = "native", allow_replica_divergence: bool = False,
-             assume_committed: bool = False) -> MaintenanceOptions:
+             assume_committed: bool = False,
+             kafka_version: str | None = None) -> MaintenanceOptions:
     from compactor.maintenance.options import build_options
 
     return build_options(
@@ -82,7 +83,8 @@ def _options(log_dir: str, *, now_ms: int | None, configs: Mapping[str, Any] | N
         config_all=configs, config_topics=topic_configs, topics=topics or (), dry_run=dry_run,
         metadata_log_dir=metadata_log_dir, server_properties=server_properties,
         assume_kafka_defaults=assume_kafka_defaults, writer=writer,
-        allow_replica_divergence=allow_replica_divergence, assume_committed=assume_committed)
+        allow_replica_divergence=allow_replica_divergence, assume_committed=assume_committed,
+        kafka_version=kafka_version)
 
 
 def _round(log_dir: str, dry_run: bool, master: str | None, state_dir: str | None,
@@ -101,7 +103,8 @@ def plan(log_dir: str, *, now_ms: int | None = None, configs: Mapping[str, Any] 
          topics: Sequence[str] | None = None, master: str | None = None,
          state_dir: str | None = None, metadata_log_dir: str | None = None,
          server_properties: str | None = None, assume_kafka_defaults: bool = False,
-         allow_replica_divergence: bool = False, assume_committed: bool = False) -> Result:
+         allow_replica_divergence: bool = False, assume_committed: bool = False,
+         kafka_version: str | None = None) -> Result:
     """``compactor plan``: what a compaction round would do, with the numbers behind each
     decision; changes nothing. ``configs`` apply to every topic, ``topic_configs`` to one
     (Kafka's config names); the broker's ``server_properties`` and the cluster's metadata log
@@ -111,7 +114,8 @@ def plan(log_dir: str, *, now_ms: int | None = None, configs: Mapping[str, Any] 
                   metadata_log_dir=metadata_log_dir, server_properties=server_properties,
                   assume_kafka_defaults=assume_kafka_defaults,
                   allow_replica_divergence=allow_replica_divergence,
-                  assume_committed=assume_committed)
+                  assume_committed=assume_committed,
+                  kafka_version=kafka_version)
 
 
 def compact(log_dir: str, *, now_ms: int | None = None,
@@ -121,7 +125,8 @@ def compact(log_dir: str, *, now_ms: int | None = None,
             state_dir: str | None = None, metadata_log_dir: str | None = None,
             server_properties: str | None = None, assume_kafka_defaults: bool = False,
             writer: str = "native", allow_replica_divergence: bool = False,
-            assume_committed: bool = False) -> Result:
+            assume_committed: bool = False,
+            kafka_version: str | None = None) -> Result:
     """``compactor compact``: one compaction round, in place, under the log dir's lock.
     ``writer`` is ``--writer``: ``"native"`` (numba kernels) or ``"pure"`` (the pure-Python
     reference; the same bytes, slower)."""
@@ -130,7 +135,8 @@ def compact(log_dir: str, *, now_ms: int | None = None,
                   metadata_log_dir=metadata_log_dir, server_properties=server_properties,
                   assume_kafka_defaults=assume_kafka_defaults, writer=writer,
                   allow_replica_divergence=allow_replica_divergence,
-                  assume_committed=assume_committed)
+                  assume_committed=assume_committed,
+                  kafka_version=kafka_version)
 
 
 def retain(log_dir: str, *, now_ms: int | None = None,
@@ -139,7 +145,8 @@ def retain(log_dir: str, *, now_ms: int | None = None,
            topics: Sequence[str] | None = None, dry_run: bool = False,
            allow_aggressive: bool = False, state_dir: str | None = None,
            metadata_log_dir: str | None = None, server_properties: str | None = None,
-           assume_kafka_defaults: bool = False, assume_committed: bool = False) -> Result:
+           assume_kafka_defaults: bool = False, assume_committed: bool = False,
+           kafka_version: str | None = None) -> Result:
     """``compactor retain``: Kafka's retention (time, size, log start offset); no Spark."""
     from compactor.log import storage
     from compactor.maintenance import retain as retention
@@ -148,7 +155,8 @@ def retain(log_dir: str, *, now_ms: int | None = None,
                     topics=topics, dry_run=dry_run, metadata_log_dir=metadata_log_dir,
                     server_properties=server_properties,
                     assume_kafka_defaults=assume_kafka_defaults,
-                    assume_committed=assume_committed)
+                    assume_committed=assume_committed,
+                    kafka_version=kafka_version)
     state = state_dir and storage.absolute(state_dir)
     catalog = retention.prepare(opts, allow_aggressive=allow_aggressive, state_dir=state)
     report, result = retention.perform(opts, catalog, state_dir=state)
@@ -162,10 +170,12 @@ def run(log_dir: str, *, now_ms: int | None = None, configs: Mapping[str, Any] |
         state_dir: str | None = None, metadata_log_dir: str | None = None,
         server_properties: str | None = None, assume_kafka_defaults: bool = False,
         writer: str = "native", allow_replica_divergence: bool = False,
-        assume_committed: bool = False) -> Result:
+        assume_committed: bool = False,
+        kafka_version: str | None = None) -> Result:
     """``compactor run``: retention, then compaction, per topic ``cleanup.policy``
     (``writer`` as for :func:`compact`). ``assume_committed`` is ``--assume-committed``: a
-    partition without a high watermark on disk counts as committed up to its log end."""
+    partition without a high watermark on disk counts as committed up to its log end;
+    ``kafka_version`` is ``--kafka-version``: the Kafka release whose rules to follow."""
     from compactor.log import storage
     from compactor.maintenance import run as maintenance_run
 
@@ -175,7 +185,8 @@ def run(log_dir: str, *, now_ms: int | None = None, configs: Mapping[str, Any] |
                  server_properties=server_properties,
                  assume_kafka_defaults=assume_kafka_defaults, writer=writer,
                  allow_replica_divergence=allow_replica_divergence,
-                 assume_committed=assume_committed),
+                 assume_committed=assume_committed,
+                 kafka_version=kafka_version),
         master=master, allow_aggressive=allow_aggressive,
         state_dir=state_dir and storage.absolute(state_dir))
     parts = [outcome.compaction.summary()] if outcome.compaction else []
@@ -187,7 +198,8 @@ def erase(action: str, log_dir: str, state_dir: str, *, now_ms: int | None = Non
           master: str | None = None, dry_run: bool = False,
           exclude_pending_deletes: bool = False, metadata_log_dir: str | None = None,
           server_properties: str | None = None, assume_kafka_defaults: bool = False,
-          assume_committed: bool = False) -> Result:
+          assume_committed: bool = False,
+          kafka_version: str | None = None) -> Result:
     """``compactor erase apply`` or ``erase verify`` (``action``): the pending requests of the
     ledger in ``state_dir`` applied to, or verified on, every copy in the log dir."""
     from compactor.errors import ConfigError
@@ -202,7 +214,8 @@ def erase(action: str, log_dir: str, state_dir: str, *, now_ms: int | None = Non
                               else now_ms, dry_run=dry_run, metadata_log_dir=metadata_log_dir,
                               server_properties=server_properties,
                               assume_kafka_defaults=assume_kafka_defaults,
-                              assume_committed=assume_committed),
+                              assume_committed=assume_committed,
+                              kafka_version=kafka_version),
         storage.absolute(state_dir), master=master,
         exclude_pending_deletes=exclude_pending_deletes)
     return Result(report.command, report.to_dict(), report.summary(), report.exit_code)

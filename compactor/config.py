@@ -23,6 +23,9 @@ from compactor.errors import ConfigError
 
 LONG_MAX = 2**63 - 1
 INT_MAX = 2**31 - 1
+# max.decompressed.message.bytes' default and largest value (Kafka 4.4: Integer.MAX_VALUE - 8,
+# the largest array a JVM allocates)
+MAX_DECOMPRESSED_DEFAULT = INT_MAX - 8
 POLICIES = frozenset({"compact", "delete"})
 
 
@@ -96,12 +99,13 @@ SPECS: dict[str, _Spec] = {
     "compression.zstd.level": _Spec(3, _int, lambda v: -131072 <= v <= 22,
                                     "between -131072 and 22"),
     "producer.id.expiration.ms": _Spec(86_400_000, _int, lambda v: v >= 1, ">= 1"),
-    # Kafka trunk (after 4.3): the largest record body a compressed batch may hold when the
-    # log decompresses it (DefaultRecord.readFrom throws InvalidRecordException above it, so
-    # Cleaner.cleanInto fails and the partition is marked uncleanable). -1 here: not set, no
-    # limit, as in every released 4.x, where nothing reads it
-    "max.decompressed.message.bytes": _Spec(-1, _int, lambda v: -1 <= v <= INT_MAX,
-                                            "-1 (no limit) or a size in bytes"),
+    # Kafka 4.4 (LogConfig, broker synonym of the same name): the largest decompressed record
+    # the broker accepts; Cleaner.cleanInto fails on a larger one (InvalidRecordException) and
+    # the partition is marked uncleanable. Its default, MAX_DECOMPRESSED_DEFAULT, is no limit.
+    # Releases before 4.4 read nothing of it (compactor.cluster.release.DECOMPRESSED_LIMIT)
+    "max.decompressed.message.bytes": _Spec(
+        MAX_DECOMPRESSED_DEFAULT, _int, lambda v: 1 <= v <= MAX_DECOMPRESSED_DEFAULT,
+        f"between 1 and {MAX_DECOMPRESSED_DEFAULT}"),
     # tiered storage (KIP-405): -2 = "use retention.ms / retention.bytes"
     "remote.storage.enable": _Spec(False, _bool, lambda v: True, "true or false"),
     "local.retention.ms": _Spec(-2, _int, lambda v: v >= -2, ">= -2"),
@@ -361,6 +365,11 @@ class TopicConfig:
     @property
     def delete(self) -> bool:
         return "delete" in self.cleanup_policy
+
+    @property
+    def decompressed_limit(self) -> bool:
+        """``max.decompressed.message.bytes`` limits records (below its no-limit default)."""
+        return self.max_decompressed_message_bytes < MAX_DECOMPRESSED_DEFAULT
 
     def to_kafka(self) -> dict[str, Any]:
         """``{kafka name: value}``, for reports."""

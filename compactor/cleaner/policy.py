@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import IntEnum
 
+from compactor.cluster.release import KAFKA_20452, TARGET
 from compactor.codec.indexes import AbortedTxn
 from compactor.codec.records import ControlType
 from compactor.config import TopicConfig
@@ -697,8 +698,8 @@ def decide_batches(
     Args:
         batches: headers of the batches of the round (all segments below the round's end
             offset), in offset order.
-        round_end_offset: the round's upper bound F; the batch ending right below it is kept
-            (emptied if needed) so the last offset of the round is not lost (KAFKA-17076).
+        round_end_offset: the batch whose next offset this is is kept (emptied if needed), so
+            the log's last offset is not lost: :func:`last_batch_anchor`.
         legacy_retain_deletes: per segment base offset, whether v0/v1 tombstones of that
             segment are retained (segment mtime > legacy horizon).
     """
@@ -727,6 +728,18 @@ def decide_batches(
             txn_entry=txn_entry,
         ))
     return decisions
+
+
+def last_batch_anchor(plan: CleaningPlan, kafka_release: tuple[int, int]) -> int:
+    """The next offset of the one batch a round keeps even when emptied. Kafka 4.1-4.3 keep
+    the round's last batch, the one ending at the first uncleanable offset (KAFKA-17076:
+    ``Cleaner.cleanSegments`` passes ``upperBoundOffset``); 4.4 keeps it only when it ends at
+    the high watermark, the only place where an empty batch is needed to keep the log end
+    offset (KAFKA-20452: ``log.highWatermark()`` instead). The round ends at or below the
+    high watermark, so 4.4 keeps the same batch or none."""
+    if kafka_release >= KAFKA_20452:
+        return plan.high_watermark
+    return plan.first_uncleanable_offset
 
 
 def _retention(b: BatchHeader, discard: bool, active: Mapping[int, ProducerEntry],
@@ -766,6 +779,7 @@ class PartitionInput:
     aborted_txns: tuple[AbortedTxn, ...]
     now_ms: int
     assume_committed: bool = False  # a missing replication checkpoint entry: the log end
+    kafka_release: tuple[int, int] = TARGET  # whose rules (compactor.cluster.release)
     # (name, identity) of every file of the partition when it was listed, before the scan:
     # what the commit proves unchanged (compactor.log.swap.check_unchanged)
     sources: tuple[tuple[str, str], ...] = ()
@@ -791,7 +805,7 @@ class PartitionInput:
         in_round = [b for b in batches if b.segment_base < plan.first_uncleanable_offset]
         decisions = decide_batches(
             in_round, aborted_txns=self.aborted_txns, active_producers=active,
-            round_end_offset=plan.first_uncleanable_offset,
+            round_end_offset=last_batch_anchor(plan, self.kafka_release),
             legacy_retain_deletes=legacy_retain, now_ms=self.now_ms,
         )
         return list(zip(in_round, decisions, strict=True))

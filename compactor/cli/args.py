@@ -240,6 +240,11 @@ def add_cluster_arguments(parser: argparse.ArgumentParser, *,
                              "as committed up to its log end (an archive whose checkpoints "
                              "were not copied); by default its high watermark is 0, as a "
                              "broker loads it, and nothing above it is deleted or cleaned")
+    parser.add_argument("--kafka-version", default=None, metavar="X.Y",
+                        help="the Kafka release (4.1-4.4) that serves this log dir, whose "
+                             "rules to follow; by default the broker's registration in the "
+                             "metadata log, else the oldest release the cluster's "
+                             "metadata.version allows (no metadata log: 4.1)")
 
 
 def now_ms(args: argparse.Namespace) -> int:
@@ -341,6 +346,7 @@ def options_from_args(args: argparse.Namespace, *, dry_run: bool = False) -> Mai
         dry_run=dry_run or getattr(args, "dry_run", False), topics=selected,
         assume_kafka_defaults=getattr(args, "assume_kafka_defaults", False),
         assume_committed=getattr(args, "assume_committed", False),
+        kafka_version=getattr(args, "kafka_version", None),
         allow_replica_divergence=getattr(args, "allow_replica_divergence", False),
         metadata_log_dir=optional_path(getattr(args, "metadata_log_dir", None)),
         server_properties=optional_path(getattr(args, "server_properties", None)),

@@ -62,6 +62,7 @@ from typing import Any
 
 from compactor.cluster.metadata import ClusterMetadata, PartitionState, topic_layers_of
 from compactor.cluster.metadata_log import load_cluster_metadata
+from compactor.cluster.release import DECOMPRESSED_LIMIT, KafkaRelease, follow
 from compactor.codec.kraft import uuid_bytes
 from compactor.config import (
     BROKER,
@@ -156,6 +157,12 @@ class Catalog:
     #: a ``__cluster_metadata-0`` found in the log dir that is not the broker's metadata log
     #: (its ``metadata.log.dir`` is elsewhere): a stale copy, never read
     stale_metadata_log: str | None = None
+    #: the Kafka release whose rules this log dir follows (compactor.cluster.release)
+    kafka_release: KafkaRelease = field(default_factory=lambda: follow(
+        finalized_level=None, registered_level=None, node_id=None, flag=None))
+    #: this log dir is cordoned (KIP-1066, Kafka 4.3: no new partition is placed on it; its
+    #: partitions are served and cleaned as before), and what says so; ``None``: not cordoned
+    cordoned: str | None = None
 
     @property
     def invalid(self) -> dict[str, dict[str, Any]]:
@@ -178,7 +185,8 @@ class Catalog:
         if not retention and cfg.compact and tp in self.out_of_sync \
                 and not self.allow_replica_divergence:
             return REPLICAS_OUT_OF_SYNC
-        if not retention and cfg.compact and cfg.max_decompressed_message_bytes >= 0:
+        if not retention and cfg.compact and cfg.decompressed_limit \
+                and self.kafka_release.at_least(DECOMPRESSED_LIMIT):
             return DECOMPRESSION_LIMIT
         return None
 
@@ -247,6 +255,8 @@ class Catalog:
             "replicas_out_of_sync": sorted(tp.dir_name for tp in self.out_of_sync),
             "broker_cleaner": None if self.broker_cleaner is None else {
                 "enabled": self.broker_cleaner[0], "source": self.broker_cleaner[1]},
+            "kafka_release": self.kafka_release.to_dict(),
+            "cordoned": self.cordoned,
         }
         if self.stale_metadata_log:
             out["stale_metadata_log"] = self.stale_metadata_log
@@ -272,6 +282,14 @@ class Catalog:
                          f"retention task takes only non-compacted logs without a cleaner: "
                          f"LogManager.cleanupLogs); these runs are all the compaction and "
                          f"retention those topics get")
+        release = self.kafka_release
+        if release.newer or not release.exact:
+            lines.append(f"Kafka {release.to_dict()['release']}'s rules followed: "
+                         f"{release.source}")
+        if self.cordoned:
+            lines.append(f"this log dir is cordoned ({self.cordoned}; KIP-1066): the broker "
+                         "places no new partition on it and serves and cleans the ones it "
+                         "holds, so it is maintained like any other")
         if self.stale_metadata_log:
             lines.append(f"{self.stale_metadata_log}: not the metadata log this run read "
                          f"({self.metadata_path or 'none'}; a broker reads only its "
@@ -309,7 +327,8 @@ def build_catalog(log_dir: LogDir, *, config_all: Mapping[str, str],
                   named_topics: Iterable[str] = (), metadata_log_dir: str | None = None,
                   server_properties: str | None = None,
                   assume_kafka_defaults: bool = False,
-                  allow_replica_divergence: bool = False) -> Catalog:
+                  allow_replica_divergence: bool = False,
+                  kafka_version: str | None = None) -> Catalog:
     """Read the cluster's metadata and the flags into a :class:`Catalog` (reads only).
 
     Args:
@@ -322,7 +341,9 @@ def build_catalog(log_dir: LogDir, *, config_all: Mapping[str, str],
         ConfigError: an invalid flag value or ``server.properties`` file, a
             ``server.properties`` of another node than the log dir's ``meta.properties``, a
             named topic that exists nowhere (with the closest existing name), or a metadata
-            log without a ``node.id`` to place this broker's replicas by.
+            log without a ``node.id`` to place this broker's replicas by, or a
+            ``kafka_version`` (``--kafka-version``) the tool does not know or older than the
+            cluster's ``metadata.version``.
         CorruptMetadataError: the metadata log cannot be replayed.
     """
     props = read_properties(server_properties) if server_properties is not None else None
@@ -402,7 +423,14 @@ def build_catalog(log_dir: LogDir, *, config_all: Mapping[str, str],
                    out_of_sync=frozenset(out_of_sync),
                    allow_replica_divergence=allow_replica_divergence,
                    broker_cleaner=_broker_cleaner(props, assume_kafka_defaults),
-                   stale_metadata_log=stale)
+                   stale_metadata_log=stale,
+                   kafka_release=follow(
+                       finalized_level=meta.metadata_version if meta else None,
+                       registered_level=meta.broker_levels.get(int(node_id))
+                       if meta and node_id is not None else None,
+                       node_id=node_id, flag=kafka_version),
+                   cordoned=_cordoned(meta, node_id, meta_properties.get("directory.id"),
+                                      props, log_dir.path))
 
 
 def _applied(static: list[Layer], cluster: Layer, own: Layer, cluster_raw: Mapping[str, str],
@@ -435,6 +463,21 @@ def _broker_cleaner(props: Mapping[str, str] | None,
         return props["log.cleaner.enable"].strip().lower() == "true", SERVER_PROPERTIES
     if props is not None or assume_kafka_defaults:
         return True, DEFAULT
+    return None
+
+
+def _cordoned(meta: ClusterMetadata | None, node_id: str | None, directory_id: str | None,
+              props: Mapping[str, str] | None, path: str) -> str | None:
+    """What says this log dir is cordoned (KIP-1066): the broker's registration in the
+    metadata (``CordonedLogDirs``, directory ids) or its static ``cordoned.log.dirs`` (paths,
+    or ``*`` for all); ``None`` when nothing does."""
+    if meta is not None and node_id is not None and directory_id is not None \
+            and directory_id in meta.cordoned.get(int(node_id), []):
+        return f"broker {node_id}'s registration in the metadata log"
+    listed = [d.strip() for d in (props or {}).get("cordoned.log.dirs", "").split(",")
+              if d.strip()]
+    if "*" in listed or any(storage.real_path(d) == storage.real_path(path) for d in listed):
+        return "cordoned.log.dirs in server.properties"
     return None
 
 

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from compactor.cluster.release import METADATA_VERSION
 from compactor.codec.kraft import (
     METADATA_SCHEMAS,
     RESOURCE_BROKER,
@@ -35,7 +36,12 @@ _SNAPSHOT_NAME = re.compile(r"^(?P<offset>[0-9]{20})-(?P<epoch>[0-9]{10})\.check
 # The record types whose fields the tool reads (topics, their partitions' replicas and configs);
 # every other type is framed and skipped, a type newer than Kafka 4.1 too (with a count).
 _REPLAYED = {2: "TopicRecord", 3: "PartitionRecord", 4: "ConfigRecord",
-             5: "PartitionChangeRecord", 9: "RemoveTopicRecord"}
+             5: "PartitionChangeRecord", 9: "RemoveTopicRecord", 12: "FeatureLevelRecord"}
+# replayed for what they tell of the brokers (their release, their cordoned log dirs); a
+# version newer than the tool knows is counted and skipped like a newer record type, never
+# fatal: nothing the tool decides rests on them alone (compactor.cluster.release)
+_BROKERS = {0: "RegisterBrokerRecord", 1: "UnregisterBrokerRecord",
+            17: "BrokerRegistrationChangeRecord"}
 _TXN = {23: "begin", 24: "end", 25: "abort"}
 
 
@@ -73,7 +79,7 @@ class ClusterMetadata:
         partitions: topic id -> partition id -> its replicas, ISR and directories.
         unknown_record_types: api keys of records newer than Kafka 4.1 -> how many were
             skipped by their frame (none of them changes topics, partitions or configs in the
-            versions the tool knows).
+            versions the tool knows); broker registrations of a version newer than 4.4's too.
         snapshot: the snapshot replayed first (file name), if any.
         end_offset: the offset after the last record replayed.
         records: records replayed (snapshot and log).
@@ -85,6 +91,12 @@ class ClusterMetadata:
     broker_configs: dict[str, dict[str, str]] = field(default_factory=dict)
     partitions: dict[str, dict[int, PartitionState]] = field(default_factory=dict)
     unknown_record_types: dict[int, int] = field(default_factory=dict)
+    #: the cluster's finalized metadata.version feature level (FeatureLevelRecord)
+    metadata_version: int | None = None
+    #: broker id -> the highest metadata.version its registration supports (its release)
+    broker_levels: dict[int, int] = field(default_factory=dict)
+    #: broker id -> the directory ids of its cordoned log dirs (KIP-1066, Kafka 4.3)
+    cordoned: dict[int, list[str]] = field(default_factory=dict)
     snapshot: str | None = None
     end_offset: int = 0
     records: int = 0
@@ -99,6 +111,7 @@ class ClusterMetadata:
         return {"snapshot": self.snapshot, "end_offset": self.end_offset,
                 "records": self.records, "topics": len(self.topic_ids),
                 "removed_topics": len(self.removed_ids),
+                "metadata_version": self.metadata_version,
                 "unknown_record_types": {str(k): n for k, n in
                                          sorted(self.unknown_record_types.items())}}
 
@@ -111,7 +124,9 @@ class Replay:
         self._txn: list[MetadataRecord] | None = None
 
     def apply(self, record: MetadataRecord) -> None:
-        if record.name == "TopicRecord":
+        if record.name in _BROKERS.values() or record.name == "FeatureLevelRecord":
+            self._broker(record)
+        elif record.name == "TopicRecord":
             self.state.topic_ids[record.fields["Name"]] = record.fields["TopicId"]
         elif record.name == "RemoveTopicRecord":
             topic_id = record.fields["TopicId"]
@@ -154,6 +169,28 @@ class Replay:
                 configs.pop(f["Name"], None)
             else:
                 configs[f["Name"]] = f["Value"]
+
+    def _broker(self, record: MetadataRecord) -> None:
+        """The cluster's metadata.version, and each broker's release and cordoned log dirs
+        (``FeatureControlManager.replay``, ``ClusterControlManager.replay``)."""
+        f, state = record.fields, self.state
+        if record.name == "FeatureLevelRecord":
+            if f["Name"] == METADATA_VERSION:
+                state.metadata_version = f["FeatureLevel"]
+        elif record.name == "RegisterBrokerRecord":
+            broker = f["BrokerId"]
+            level = next((x["MaxSupportedVersion"] for x in f["Features"]
+                          if x["Name"] == METADATA_VERSION), None)
+            if level is None:
+                state.broker_levels.pop(broker, None)
+            else:
+                state.broker_levels[broker] = level
+            state.cordoned[broker] = list(f.get("CordonedLogDirs") or [])
+        elif record.name == "UnregisterBrokerRecord":
+            state.broker_levels.pop(f["BrokerId"], None)
+            state.cordoned.pop(f["BrokerId"], None)
+        elif f.get("CordonedLogDirs") is not None:  # BrokerRegistrationChangeRecord
+            state.cordoned[f["BrokerId"]] = list(f["CordonedLogDirs"])
 
     def feed(self, batches: Iterable[RecordBatch], *, path: str, from_offset: int = 0,
              snapshot: bool = False) -> None:
@@ -207,13 +244,14 @@ class Replay:
 
     def _one(self, value: bytes | None, offset: int) -> None:
         try:
-            api_key, _, _ = read_frame(value)  # type: ignore[arg-type]
-            if api_key not in METADATA_SCHEMAS:  # a newer Kafka's: framed, counted, skipped
+            api_key, version, _ = read_frame(value)  # type: ignore[arg-type]
+            if api_key not in METADATA_SCHEMAS or (  # a newer Kafka's: framed, counted, skipped
+                    api_key in _BROKERS and version > METADATA_SCHEMAS[api_key].max_version):
                 unknown = self.state.unknown_record_types
                 unknown[api_key] = unknown.get(api_key, 0) + 1
             elif api_key in _TXN:
                 self._transaction(_TXN[api_key])
-            elif api_key in _REPLAYED:
+            elif api_key in _REPLAYED or api_key in _BROKERS:
                 record = decode_metadata_record(value)  # type: ignore[arg-type]
                 if self._txn is not None:
                     self._txn.append(record)

@@ -122,6 +122,34 @@ def decode_offset_index(
         allow_preallocated: accept (and drop) all-zero slots at the end, as a live broker's
             active segment has them. Inactive segments must be trimmed (Kafka counts every slot).
     """
+    try:
+        return _decode_offset_index(data, base_offset, path, allow_preallocated)
+    except CorruptIndexError as err:
+        if _twelve_byte_entries(data):
+            err.message += _KIP_1333
+        raise
+
+
+# KIP-1333 proposes offset index entries of 12 bytes (a 4-byte relative offset, an 8-byte
+# position). Kafka 4.1-4.4's OffsetIndex writes and reads 8 (ENTRY_SIZE); its sanityCheck
+# refuses another size (CorruptIndexException) and 8-byte reads of 12-byte entries fail the
+# ordering checks, as ours do. A refused index that reads as 12-byte entries says so.
+_KIP_1333 = ("; it reads as 12-byte entries, the format KIP-1333 proposes, which no Kafka "
+             "release up to 4.4 writes or reads: the tool reads 8-byte entries only")
+_TWELVE = np.dtype([("relative", ">i4"), ("position", ">i8")])
+
+
+def _twelve_byte_entries(data: bytes) -> bool:
+    if not data or len(data) % _TWELVE.itemsize:
+        return False
+    rows = np.frombuffer(data, _TWELVE)
+    return bool((rows["relative"] >= 0).all() and (rows["position"] >= 0).all()
+                and (np.diff(rows["relative"]) > 0).all()
+                and (np.diff(rows["position"]) > 0).all())
+
+
+def _decode_offset_index(data: bytes, base_offset: int, path: str | None,
+                         allow_preallocated: bool) -> list[OffsetIndexEntry]:
     raw = _slots(data, OFFSET_ENTRY, "offset index", base_offset, path, allow_preallocated)
     entries: list[OffsetIndexEntry] = []
     for slot, (relative, position) in enumerate(raw):

@@ -83,14 +83,17 @@ _ENDPOINT = (_f("Name", "string"), _f("Host", "string"), _f("Port", "uint16"),
 _FEATURE = (_f("Name", "string"), _f("MinSupportedVersion", "int16"),
             _f("MaxSupportedVersion", "int16"))
 
-# The metadata record types of Kafka 4.1, by api key (the JSON schemas' apiKey/validVersions).
+# The metadata record types of Kafka 4.1, by api key (the JSON schemas' apiKey/validVersions),
+# with the newer versions of 4.2-4.4 (checked against their jars' HIGHEST_SUPPORTED_VERSION).
 METADATA_SCHEMAS: dict[int, Schema] = {s.api_key: s for s in (
-    Schema("RegisterBrokerRecord", 0, 3, (
+    Schema("RegisterBrokerRecord", 0, 4, (
         _f("BrokerId", "int32"), _f("IsMigratingZkBroker", "bool", since=2),
         _f("IncarnationId", "uuid"), _f("BrokerEpoch", "int64"), _af("EndPoints", _ENDPOINT),
         _af("Features", _FEATURE), _f("Rack", "string", nullable=0), _f("Fenced", "bool"),
         _f("InControlledShutdown", "bool", since=1),
-        _f("LogDirs", "[]uuid", since=3, tag=0, default=[]))),
+        _f("LogDirs", "[]uuid", since=3, tag=0, default=[]),
+        # Kafka 4.3 (KIP-1066): the broker's cordoned log dirs (null: none)
+        _f("CordonedLogDirs", "[]uuid", since=4, nullable=4, tag=1, default=None))),
     Schema("UnregisterBrokerRecord", 1, 0, (_f("BrokerId", "int32"), _f("BrokerEpoch", "int64"))),
     Schema("TopicRecord", 2, 0, (_f("Name", "string"), _f("TopicId", "uuid"))),
     Schema("PartitionRecord", 3, 2, (
@@ -130,11 +133,13 @@ METADATA_SCHEMAS: dict[int, Schema] = {s.api_key: s for s in (
         _f("Key", "string"), _f("Value", "float64"), _f("Remove", "bool"))),
     Schema("ProducerIdsRecord", 15, 0, (
         _f("BrokerId", "int32"), _f("BrokerEpoch", "int64"), _f("NextProducerId", "int64"))),
-    Schema("BrokerRegistrationChangeRecord", 17, 2, (
+    Schema("BrokerRegistrationChangeRecord", 17, 3, (
         _f("BrokerId", "int32"), _f("BrokerEpoch", "int64"),
         _f("Fenced", "int8", tag=0, default=0),
         _f("InControlledShutdown", "int8", since=1, tag=1, default=0),
-        _f("LogDirs", "[]uuid", since=2, tag=2, default=[]))),
+        _f("LogDirs", "[]uuid", since=2, tag=2, default=[]),
+        # Kafka 4.3 (KIP-1066): null leaves the cordoned log dirs as they were
+        _f("CordonedLogDirs", "[]uuid", since=3, nullable=3, tag=3, default=None))),
     Schema("AccessControlEntryRecord", 18, 0, (
         _f("Id", "uuid"), _f("ResourceType", "int8"), _f("ResourceName", "string"),
         _f("PatternType", "int8"), _f("Principal", "string"), _f("Host", "string"),
@@ -320,7 +325,7 @@ def _decode_message(r: _Reader, schema: Schema, version: int) -> MetadataRecord:
     if not 0 <= version <= schema.max_version:
         raise CorruptMetadataError(
             f"{schema.name} version {version} is not one kafka-compactor knows "
-            f"(0-{schema.max_version}, Kafka 4.1)",
+            f"(0-{schema.max_version}, Kafka 4.1-4.4)",
             remedy="this metadata log was written by a newer Kafka; give the topic configs "
                    "with --config/--topic-configs instead of --metadata-log-dir")
     try:

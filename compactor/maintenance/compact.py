@@ -30,6 +30,7 @@ from compactor.cleaner.policy import (
 )
 from compactor.cleaner.rebatch import DROP_REASONS
 from compactor.cluster.catalog import METADATA_LOG, Catalog
+from compactor.cluster.release import TARGET
 from compactor.codec.checkpoints import (
     CLEANER_OFFSET_CHECKPOINT,
     LOG_START_OFFSET_CHECKPOINT,
@@ -231,7 +232,8 @@ class _Stages:
 def load_partition_input(log_dir: str, tp: TopicPartition, cfg: TopicConfig,
                          opts: MaintenanceOptions,
                          checkpoints: Mapping[str, Mapping[TopicPartition, int]],
-                         strays: list[ForeignEntry] | None = None) -> PartitionInput:
+                         strays: list[ForeignEntry] | None = None, *,
+                         kafka_release: tuple[int, int] = TARGET) -> PartitionInput:
     """What the round of one partition needs; entries of its directory that Kafka does not
     keep there are added to ``strays`` (reported, never touched)."""
     pdir = storage.join(log_dir, tp.dir_name)
@@ -249,7 +251,7 @@ def load_partition_input(log_dir: str, tp: TopicPartition, cfg: TopicConfig,
         log_start_checkpoint=checkpoints[LOG_START_OFFSET_CHECKPOINT].get(tp),
         replication_checkpoint=checkpoints[REPLICATION_OFFSET_CHECKPOINT].get(tp),
         aborted_txns=tuple(aborted), now_ms=opts.now_ms,
-        assume_committed=opts.assume_committed,
+        assume_committed=opts.assume_committed, kafka_release=kafka_release,
         sources=tuple(sorted(part.identities.items())),
     )
 
@@ -325,7 +327,8 @@ def run_locked(session: LazySession, opts: MaintenanceOptions, catalog: Catalog)
             if tp.dir_name in unrecovered:
                 raise unrecovered[tp.dir_name]
             inputs[i] = load_partition_input(opts.log_dir, tp, configs[tp.topic], opts,
-                                             checkpoints, strays)
+                                             checkpoints, strays,
+                                             kafka_release=catalog.kafka_release.version)
         except CompactorError as err:
             reports[i].status = Outcome.of_read_error(err.code)
             reports[i].error, reports[i].reason = err.to_dict(), err.code

@@ -36,6 +36,9 @@ class MaintenanceOptions:
     # log end (an archive whose checkpoints were not copied), not as Kafka's 0
     assume_committed: bool = False
     allow_replica_divergence: bool = False  # compact partitions whose ISR lacks a replica
+    # the Kafka release whose rules to follow, when the metadata does not say it exactly
+    # (compactor.cluster.release.follow)
+    kafka_version: str | None = None
     # a now given on the command line must not lie before the newest record
     # (retention.check_now_after_newest); the wall clock and --allow-past-now are not checked
     check_past_now: bool = False
@@ -52,7 +55,8 @@ def build_options(log_dir: str, *, now_ms: int,
                   assume_kafka_defaults: bool = False, allow_replica_divergence: bool = False,
                   writer: str = "native", check_past_now: bool = False,
                   task_keys: int = ONE_TASK_KEYS,
-                  assume_committed: bool = False) -> MaintenanceOptions:
+                  assume_committed: bool = False,
+                  kafka_version: str | None = None) -> MaintenanceOptions:
     """The one way to make :class:`MaintenanceOptions` (the command line and the Python API
     both come here): paths made absolute, config values as the strings Kafka reads, the
     writer's name checked (a round builds its engine before any work; commands without one
@@ -74,7 +78,8 @@ def build_options(log_dir: str, *, now_ms: int,
         server_properties=server_properties and storage.absolute(server_properties),
         assume_kafka_defaults=assume_kafka_defaults,
         allow_replica_divergence=allow_replica_divergence, writer=writer,
-        check_past_now=check_past_now, task_keys=task_keys, assume_committed=assume_committed)
+        check_past_now=check_past_now, task_keys=task_keys, assume_committed=assume_committed,
+        kafka_version=kafka_version)
 
 
 def load_catalog(opts: MaintenanceOptions, log_dir: LogDir | None = None) -> Catalog:
@@ -91,7 +96,8 @@ def load_catalog(opts: MaintenanceOptions, log_dir: LogDir | None = None) -> Cat
                          metadata_log_dir=opts.metadata_log_dir,
                          server_properties=opts.server_properties,
                          assume_kafka_defaults=opts.assume_kafka_defaults,
-                         allow_replica_divergence=opts.allow_replica_divergence)
+                         allow_replica_divergence=opts.allow_replica_divergence,
+                         kafka_version=opts.kafka_version)
 
 
 def state_store(state_dir: str | None) -> dict[str, str] | None:

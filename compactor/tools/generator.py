@@ -123,11 +123,18 @@ class GeneratorConfig:
     # the broker's static configs (log.* and any other), written to a server.properties
     # beside the log dir when generate() is given a path for it
     static_configs: Mapping[str, str] = field(default_factory=dict)
+    # the Kafka release of the cluster whose metadata log is written: its latest
+    # metadata.version is finalized and in the broker's registration (compactor.cluster.release)
+    kafka_release: str = "4.1"
+    # the broker's registration lists its first log dir as cordoned (KIP-1066, Kafka 4.3+)
+    cordoned: bool = False
 
     def validate(self) -> None:
         """Raise :class:`ConfigError` for values that cannot produce a log."""
         checks = [
             (self.partitions >= 1, "partitions must be >= 1"),
+            (self.kafka_release in LATEST_METADATA_VERSION,
+             f"kafka_release must be one of {', '.join(LATEST_METADATA_VERSION)}"),
             (self.records_per_partition >= 0, "records per partition must be >= 0"),
             (self.distinct_keys >= 1, "distinct keys must be >= 1"),
             (self.value_bytes >= 0, "value bytes must be >= 0"),
@@ -327,6 +334,10 @@ def generate(out_dir: str, cfg: GeneratorConfig, *, server_properties: str | Non
         write_server_properties(server_properties, dirs, cfg.static_configs,
                                 node_id=cfg.node_id)
     return summary
+
+
+# MetadataVersion.latestProduction() of each release (its feature level)
+LATEST_METADATA_VERSION = {"4.1": 27, "4.2": 29, "4.3": 30, "4.4": 33}
 
 
 def directory_id(seed: int, node_id: int, index: int = 0) -> str:
@@ -584,14 +595,18 @@ def _write_metadata_log(out_dir: str, cfg: GeneratorConfig, topic_ids: dict[str,
                                             "ResourceName": topic, "Name": key, "Value": value}))
         return out
 
-    state = [rec("FeatureLevelRecord", {"Name": "metadata.version", "FeatureLevel": 27}),
+    level = LATEST_METADATA_VERSION[cfg.kafka_release]
+    registration = 4 if cfg.cordoned else 3  # CordonedLogDirs: version 4 (Kafka 4.3)
+    state = [rec("FeatureLevelRecord", {"Name": "metadata.version", "FeatureLevel": level}),
              rec("RegisterBrokerRecord", {
                  "BrokerId": 1, "IncarnationId": random_uuid_text(rng.getrandbits(128)),
                  "BrokerEpoch": 2, "EndPoints": [{"Name": "PLAINTEXT", "Host": "localhost",
                                                   "Port": 9092, "SecurityProtocol": 0}],
                  "Features": [{"Name": "metadata.version", "MinSupportedVersion": 7,
-                               "MaxSupportedVersion": 27}],
-                 "Rack": None, "Fenced": False, "InControlledShutdown": False}, 3)]
+                               "MaxSupportedVersion": level}],
+                 "Rack": None, "Fenced": False, "InControlledShutdown": False,
+                 "CordonedLogDirs": [directory_id(cfg.seed, cfg.node_id)] if cfg.cordoned
+                 else None}, registration)]
     for resource, configs in cfg.broker_configs.items():
         for key, value in configs.items():
             state.append(rec("ConfigRecord", {"ResourceType": RESOURCE_BROKER,

@@ -1,6 +1,6 @@
 // Kafka's own log cleaner on one partition directory, without a broker: the judge of the
 // differential test (tests/kafka/test_cleaner_differential.py). Written against the
-// internal API of Apache Kafka 4.1.2 (org.apache.kafka.storage.internals.log: UnifiedLog,
+// internal API of Apache Kafka 4.1.2-4.4.0 (org.apache.kafka.storage.internals.log: UnifiedLog,
 // LogCleanerManager.cleanableOffsets, Cleaner.doClean), run by the JDK's source launcher:
 //
 //   java -cp 'libs/*' tests/kafka/KafkaClean.java PARTITION_DIR[:PARTITION_DIR...] NOW_MS CONFIG_FILE \
@@ -19,6 +19,7 @@
 
 import java.io.File;
 import java.io.FileReader;
+import java.lang.reflect.Method;
 import java.util.Map;
 import java.util.Optional;
 import java.util.Properties;
@@ -64,6 +65,13 @@ public class KafkaClean {
         }
     }
 
+    /** A record component of a non-public Kafka class, by its accessor. */
+    static Object field(Object record, String name) throws Exception {
+        Method accessor = record.getClass().getDeclaredMethod(name);
+        accessor.setAccessible(true);
+        return accessor.invoke(record);
+    }
+
     public static void main(String[] args) throws Exception {
         for (String path : args[0].split(File.pathSeparator)) {
             clean(new File(path), args);
@@ -93,18 +101,24 @@ public class KafkaClean {
         try {
             log.updateHighWatermark(Math.min(highWatermark, log.logEndOffset()));
             Optional<Long> checkpoint = firstDirtyArg < 0 ? Optional.empty() : Optional.of(firstDirtyArg);
-            LogCleanerManager.OffsetsToClean offsets = LogCleanerManager.cleanableOffsets(log, checkpoint, now);
-            long nextDirty = offsets.firstDirtyOffset();
+            // package-private since 4.3: called by reflection (the class path is one module)
+            Method cleanable = LogCleanerManager.class.getDeclaredMethod(
+                    "cleanableOffsets", UnifiedLog.class, Optional.class, long.class);
+            cleanable.setAccessible(true);
+            Object offsets = cleanable.invoke(null, log, checkpoint, now);
+            long firstDirty = (Long) field(offsets, "firstDirtyOffset");
+            long firstUncleanable = (Long) field(offsets, "firstUncleanableDirtyOffset");
+            boolean forceUpdate = (Boolean) field(offsets, "forceUpdateCheckpoint");
+            long nextDirty = firstDirty;
             int passes = 0;
             long bytesRead = 0;
             long nanos = 0;
-            if (offsets.firstUncleanableDirtyOffset() > offsets.firstDirtyOffset()) {
+            if (firstUncleanable > firstDirty) {
                 Cleaner cleaner = new Cleaner(0, new SkimpyOffsetMap(bufferBytes, "MD5"),
                         1024 * 1024, 16 * 1024 * 1024, 0.9,
                         new Throttler(Double.MAX_VALUE, 300, "cleaner-io", "bytes", time), time, tp -> { });
-                while (nextDirty < offsets.firstUncleanableDirtyOffset()) {
-                    LogToClean toClean = new LogToClean(log, nextDirty,
-                            offsets.firstUncleanableDirtyOffset(), offsets.forceUpdateCheckpoint());
+                while (nextDirty < firstUncleanable) {
+                    LogToClean toClean = new LogToClean(log, nextDirty, firstUncleanable, forceUpdate);
                     long started = System.nanoTime();
                     Map.Entry<Long, CleanerStats> result = cleaner.doClean(toClean, now);
                     nanos += System.nanoTime() - started;
@@ -117,8 +131,8 @@ public class KafkaClean {
                 }
             }
             log.flush(true);
-            System.out.println("{\"first_dirty\":" + offsets.firstDirtyOffset()
-                    + ",\"first_uncleanable\":" + offsets.firstUncleanableDirtyOffset()
+            System.out.println("{\"first_dirty\":" + firstDirty
+                    + ",\"first_uncleanable\":" + firstUncleanable
                     + ",\"next_dirty\":" + nextDirty + ",\"passes\":" + passes
                     + ",\"bytes_read\":" + bytesRead + ",\"seconds\":" + (nanos / 1e9) + "}");
         } finally {

@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[2]
 KAFKA_VERSION = os.environ.get("KAFKA_VERSION", "4.1.2")
 #: the newer releases the broker-judged scenario also runs against (``make kafka`` fetches
 #: them; the Makefile's KAFKA_NEWER says the same)
-KAFKA_NEWER = tuple(os.environ.get("KAFKA_NEWER", "4.2.2 4.3.1").split())
+KAFKA_NEWER = tuple(os.environ.get("KAFKA_NEWER", "4.2.2 4.3.1 4.4.0").split())
 
 
 def kafka_libs(version: str = KAFKA_VERSION) -> Path:

@@ -321,6 +321,9 @@ def test_the_broker_loads_and_serves_what_compactor_run_left(
         (appended_line,) = [p for p in report["compaction"]["partitions"]
                             if p["topic"] == APPENDED]
         assert appended_line["status"] == "cleaned", appended_line
+        # the release whose rules the run followed: the broker's own, from its registration
+        release = report["compaction"]["cluster"]["kafka_release"]
+        assert (release["release"], release["exact"]) == (version.rsplit(".", 1)[0], True)
         # the broker's static log.* configs came from its server.properties
         assert line["config"]["delete.retention.ms"] == {"value": 7_200_000,
                                                          "source": "server.properties"}

@@ -456,22 +456,6 @@ def test_a_partition_with_a_replica_out_of_sync_is_not_compacted_unless_allowed(
     assert allowed.skip_reason(TopicPartition("kv", 1)) is None
 
 
-def test_a_decompression_limit_keeps_the_topic_from_compaction(tmp_path: Path) -> None:
-    """Kafka trunk's max.decompressed.message.bytes: Kafka's cleaner fails on a compressed
-    record above it; the tool does not check record bodies against it yet, so a topic that
-    sets it (here through server.properties' broker synonym) is not compacted."""
-    out = tmp_path / "logs"
-    generate(str(out), GeneratorConfig(topics=("kv",), partitions=1, records_per_partition=20,
-                                       seed=6, topic_configs={"kv": {"cleanup.policy": "compact"}}))
-    props = tmp_path / "server.properties"
-    props.write_text("node.id=1\nmax.decompressed.message.bytes=1048576\n")
-    cat = catalog_of(out, server_properties=str(props))
-    assert cat.configs["kv"].max_decompressed_message_bytes == 1_048_576
-    assert cat.skip_reason(TopicPartition("kv", 0)) == "decompression_limit"
-    assert cat.skip_reason(TopicPartition("kv", 0), retention=True) is None
-    assert catalog_of(out, assume_kafka_defaults=True).skip_reason(TopicPartition("kv", 0)) is None
-
-
 def test_a_replica_in_the_elr_or_this_broker_itself_is_not_lagging() -> None:
     """Found by a real Kafka 4.1 broker (issue 29): a cleanly stopped single-node cluster
     leaves every partition with an empty ISR and its replica in the ELR (KIP-966), and the
