@@ -702,7 +702,12 @@ def execute_rolling(args: argparse.Namespace, out: TextIO) -> int:
         for b in report["brokers"]:
             out.write(f"{b['name']} (node {b['node_id']}): {b['status']}\n")
             for step in b["steps"]:
+                if step["status"] == "would_run":
+                    out.write(f"  {step['step']}: would run: {step['command']}\n")
+                    continue
                 extra = step.get("problems") or step.get("lagging") or step.get("output") or ""
+                if isinstance(extra, list):
+                    extra = "; ".join(extra)
                 out.write(f"  {step['step']}: {step['status']} ({step['seconds']} s)"
                           + (f": {extra}" if extra and step["status"] == "failed" else "")
                           + "\n")

@@ -36,11 +36,12 @@ _SNAPSHOT_NAME = re.compile(r"^(?P<offset>[0-9]{20})-(?P<epoch>[0-9]{10})\.check
 # The record types whose fields the tool reads (topics, their partitions' replicas and configs);
 # every other type is framed and skipped, a type newer than Kafka 4.1 too (with a count).
 _REPLAYED = {2: "TopicRecord", 3: "PartitionRecord", 4: "ConfigRecord",
-             5: "PartitionChangeRecord", 9: "RemoveTopicRecord", 12: "FeatureLevelRecord"}
-# replayed for what they tell of the brokers (their release, their cordoned log dirs); a
-# version newer than the tool knows is counted and skipped like a newer record type, never
-# fatal: nothing the tool decides rests on them alone (compactor.cluster.release)
-_BROKERS = {0: "RegisterBrokerRecord", 1: "UnregisterBrokerRecord",
+             5: "PartitionChangeRecord", 9: "RemoveTopicRecord"}
+# replayed for what they tell of the brokers (the release they run, their cordoned log dirs);
+# a version newer than the tool knows is counted and skipped like a newer record type, never
+# fatal: without them the tool takes the rules that delete the least
+# (compactor.cluster.release)
+_BROKERS = {0: "RegisterBrokerRecord", 1: "UnregisterBrokerRecord", 12: "FeatureLevelRecord",
             17: "BrokerRegistrationChangeRecord"}
 _TXN = {23: "begin", 24: "end", 25: "abort"}
 
@@ -124,7 +125,7 @@ class Replay:
         self._txn: list[MetadataRecord] | None = None
 
     def apply(self, record: MetadataRecord) -> None:
-        if record.name in _BROKERS.values() or record.name == "FeatureLevelRecord":
+        if record.name in _BROKERS.values():
             self._broker(record)
         elif record.name == "TopicRecord":
             self.state.topic_ids[record.fields["Name"]] = record.fields["TopicId"]

@@ -151,9 +151,9 @@ REASONS: Mapping[str, str] = {
                  "cluster.missing says what to give)",
     "invalid_config": "a config of the topic holds a value that breaks a rule here",
     "tiered_storage": "remote.storage.enable=true: retention is the broker's (tiered copies)",
-    "decompression_limit": "max.decompressed.message.bytes is set: Kafka's cleaner refuses "
-                           "compressed records above it, which kafka-compactor does not check "
-                           "yet, so the topic is not compacted",
+    "decompression_limit": "max.decompressed.message.bytes limits records (Kafka 4.4): "
+                           "Kafka's cleaner fails on a larger record, which kafka-compactor "
+                           "does not check yet, so the topic is not compacted",
     "replicas_out_of_sync": "another replica of the partition is neither in its ISR nor an "
                             "eligible leader (KIP-966): not compacted, so no tombstone or "
                             "marker goes that the missing replica still needs "

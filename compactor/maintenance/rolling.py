@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -57,8 +58,13 @@ class Plan:
     brokers: tuple[Broker, ...]
     state_dir: str | None = None
     erase: bool = False
+    # the stop command and the release of the log dirs' locks after it
     stop_timeout_s: float = 300.0
+    # the start command itself: it must return once the broker is launched
+    start_timeout_s: float = 300.0
+    # the broker back in the ISR of every partition it replicates
     in_sync_timeout_s: float = 1800.0
+    # each maintenance command (recover, run, erase apply/verify) on the stopped broker
     command_timeout_s: float = 3600.0
     poll_s: float = 2.0
     # arguments every maintenance command gets (say ["--master", "spark://..."])
@@ -68,6 +74,7 @@ class Plan:
 
 _BROKER_KEYS = {"name", "node_id", "server_properties", "stop", "start", "log_dirs"}
 _PLAN_KEYS = {"bootstrap_servers", "brokers", "state_dir", "erase", "stop_timeout_s",
+              "start_timeout_s",
               "in_sync_timeout_s", "command_timeout_s", "poll_s", "extra_args"}
 
 
@@ -128,7 +135,8 @@ def parse_plan(data: Any, source: str) -> Plan:
         if twice:
             raise fail(f"brokers: {what} {', '.join(twice)} is used twice")
     numbers = {}
-    for key in ("stop_timeout_s", "in_sync_timeout_s", "command_timeout_s", "poll_s"):
+    for key in ("stop_timeout_s", "start_timeout_s", "in_sync_timeout_s", "command_timeout_s",
+                "poll_s"):
         if key in data:
             value = data[key]
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
@@ -150,8 +158,17 @@ def parse_plan(data: Any, source: str) -> Plan:
 
 
 def load_plan(path: str) -> Plan:
+    """The plan in the YAML file ``path``.
+
+    Raises:
+        ConfigError: the file is missing, unreadable or not a valid plan.
+    """
     import yaml
 
+    if not storage.exists(path):
+        raise ConfigError(f"no rolling plan at {path}", path=path,
+                          remedy="give --config the plan's YAML file (docs/reference.md, "
+                                 "compactor rolling); nothing was stopped")
     try:
         data = yaml.safe_load(storage.read_text(path))
     except yaml.YAMLError as err:
@@ -181,25 +198,51 @@ class _Broker:
     """The report line of one broker while it rolls."""
 
     broker: Broker
+    announce: Callable[[str], None] = lambda line: None
     steps: list[dict[str, Any]] = field(default_factory=list)
     stopped: bool = False
 
-    def step(self, name: str, started: float, status: str, **detail: Any) -> None:
-        self.steps.append({"step": name, "status": status,
-                           "seconds": round(time.monotonic() - started, 3), **detail})
+    def begin(self, name: str, what: str = "") -> float:
+        """Say that step ``name`` starts (and what it runs); its start time."""
+        self.announce(f"{self.broker.name}: {name}: started{': ' + what if what else ''}")
+        return time.monotonic()
+
+    def step(self, name: str, started: float, status: str, said: str = "",
+             **detail: Any) -> None:
+        """Record how step ``name`` ended, and say it (with ``said``: what it did)."""
+        seconds = round(time.monotonic() - started, 3)
+        self.steps.append({"step": name, "status": status, "seconds": seconds, **detail})
+        if status != "would_run":
+            self.announce(f"{self.broker.name}: {name}: {status} in {seconds:.1f} s"
+                          + (f": {said}" if said else ""))
 
 
 def _run_command(command: Sequence[str] | str, timeout_s: float) -> tuple[int, str]:
-    """Run a stop or start command (a string through ``/bin/sh -c``): its exit code and the
-    tail of its output."""
-    try:
-        proc = subprocess.run(command, shell=isinstance(command, str), capture_output=True,
-                              text=True, timeout=timeout_s, check=False)
-    except subprocess.TimeoutExpired:
-        return -1, f"did not end within {timeout_s:.0f} s"
-    except OSError as err:
-        return -1, f"could not run: {err}"
-    return proc.returncode, (proc.stdout + proc.stderr)[-2000:]
+    """Run a stop or start command (a string through ``/bin/sh -c``) until it exits: its exit
+    code and the tail of its output. The output goes to a file, not a pipe: a start command
+    that backgrounds the broker (``nohup kafka-server-start.sh ... &``) leaves descendants
+    holding its output open for as long as they live, and reading a pipe to its end would wait
+    for them. A command still running after ``timeout_s`` is killed (its descendants are not:
+    one of them may be the broker)."""
+    with tempfile.TemporaryFile() as output:
+        try:
+            proc = subprocess.Popen(command, shell=isinstance(command, str),
+                                    stdin=subprocess.DEVNULL, stdout=output,
+                                    stderr=subprocess.STDOUT)
+        except OSError as err:
+            return -1, f"could not run: {err}"
+        try:
+            code = proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            code = None
+        output.seek(0)
+        tail = output.read()[-2000:].decode(errors="replace")
+    if code is None:
+        return -1, f"did not exit within {timeout_s:.0f} s (a start command must return once " \
+                   f"the broker is launched){': ' + tail if tail else ''}"
+    return code, tail
 
 
 def roll(plan: Plan, *, clock: Sequence[str] = (), only: Sequence[str] = (),
@@ -222,7 +265,7 @@ def roll(plan: Plan, *, clock: Sequence[str] = (), only: Sequence[str] = (),
     report: dict[str, Any] = {"type": "rolling", "command": "rolling", "plan": plan.source,
                               "dry_run": dry_run, "brokers": [], "status": "ok"}
     for broker in selected:
-        line = _Broker(broker)
+        line = _Broker(broker, announce)
         report["brokers"].append({"name": broker.name, "node_id": broker.node_id,
                                   "log_dirs": dirs[broker.name], "status": "ok",
                                   "steps": line.steps})
@@ -241,7 +284,7 @@ def roll(plan: Plan, *, clock: Sequence[str] = (), only: Sequence[str] = (),
 def _roll_one(plan: Plan, line: _Broker, dirs: Sequence[str], clock: Sequence[str],
               dry_run: bool, announce: Callable[[str], None]) -> None:
     broker = line.broker
-    started = time.monotonic()
+    started = line.begin("check", f"the cluster at {plan.bootstrap_servers}")
     try:
         state = admin.describe(plan.bootstrap_servers)
         problems = [f"broker {n} of the plan is not registered"
@@ -250,51 +293,56 @@ def _roll_one(plan: Plan, line: _Broker, dirs: Sequence[str], clock: Sequence[st
     except ClusterNotReadyError as err:
         problems = [err.message]
     if problems:
-        line.step("check", started, "failed", problems=problems[:20],
-                  problem_count=len(problems))
-        announce(f"{broker.name}: not stopped: {problems[0]}")
+        line.step("check", started, "failed", f"not stopped: {problems[0]}",
+                  problems=problems[:20], problem_count=len(problems))
         raise _Failed
-    line.step("check", started, "ok", partitions=len(state.partitions))
+    line.step("check", started, "ok", f"{len(state.partitions)} partitions fully replicated",
+              partitions=len(state.partitions))
     if dry_run:  # what the roll would run, in order
         line.step("stop", time.monotonic(), "would_run", command=_shown(broker.stop))
         for args in _maintenance(plan, broker, dirs, clock):
             line.step(_step_name(args), time.monotonic(), "would_run",
                       command=" ".join(["compactor", *args]))
         line.step("start", time.monotonic(), "would_run", command=_shown(broker.start))
+        for s in line.steps[1:]:
+            announce(f"{broker.name}: {s['step']}: would run: {s['command']}")
         return
     try:
-        started = time.monotonic()
+        started = line.begin("stop", _shown(broker.stop))
         code, output = _run_command(broker.stop, plan.stop_timeout_s)
         line.stopped = True  # from here on, the broker may be down: it is started again
         if code != 0:
-            line.step("stop", started, "failed", exit_code=code, output=output)
+            line.step("stop", started, "failed", f"exit code {code}", exit_code=code,
+                      output=output)
             raise _Failed
         waited = _wait_unlocked(dirs, started + plan.stop_timeout_s, plan.poll_s)
         if waited:
-            line.step("stop", started, "failed", exit_code=code,
-                      output=f"the log dir stayed locked: {waited}")
+            line.step("stop", started, "failed",
+                      f"{waited} still locked after {plan.stop_timeout_s:.0f} s",
+                      exit_code=code, output=f"the log dir stayed locked: {waited}")
             line.stopped = False  # still running: never start a second broker process
             raise _Failed
-        line.step("stop", started, "ok")
-        announce(f"{broker.name}: stopped")
+        line.step("stop", started, "ok", "the broker released its log dirs")
         for args in _maintenance(plan, broker, dirs, clock):
-            _compactor_step(plan, line, args, announce)
+            _compactor_step(plan, line, args)
     finally:
         if line.stopped:
-            _start_and_wait(plan, line, announce)
+            _start_and_wait(plan, line)
 
 
-def _start_and_wait(plan: Plan, line: _Broker, announce: Callable[[str], None]) -> None:
+def _start_and_wait(plan: Plan, line: _Broker) -> None:
     broker = line.broker
-    started = time.monotonic()
-    code, output = _run_command(broker.start, plan.command_timeout_s)
+    started = line.begin("start", _shown(broker.start))
+    code, output = _run_command(broker.start, plan.start_timeout_s)
     line.stopped = False
     if code != 0:
-        line.step("start", started, "failed", exit_code=code, output=output)
-        announce(f"{broker.name}: start failed ({code})")
+        line.step("start", started, "failed", output if code == -1 else f"exit code {code}",
+                  exit_code=code, output=output)
         raise _Failed
     line.step("start", started, "ok")
-    started = time.monotonic()
+    started = line.begin("in_sync", f"until broker {broker.node_id} is in the ISR of every "
+                                    f"partition it replicates (at most "
+                                    f"{plan.in_sync_timeout_s:.0f} s)")
     deadline = started + plan.in_sync_timeout_s
     lagging: list[str] = []
     while True:
@@ -303,13 +351,12 @@ def _start_and_wait(plan: Plan, line: _Broker, announce: Callable[[str], None]) 
         except ClusterNotReadyError as err:
             lagging = [err.message]
         if not lagging:
-            line.step("in_sync", started, "ok")
-            announce(f"{broker.name}: back in sync")
+            line.step("in_sync", started, "ok", "back in sync")
             return
         if time.monotonic() >= deadline:
-            line.step("in_sync", started, "failed", lagging=lagging[:20],
-                      lagging_count=len(lagging))
-            announce(f"{broker.name}: not back in sync after {plan.in_sync_timeout_s:.0f} s")
+            line.step("in_sync", started, "failed",
+                      f"not back in sync after {plan.in_sync_timeout_s:.0f} s: {lagging[0]}",
+                      lagging=lagging[:20], lagging_count=len(lagging))
             raise _Failed
         time.sleep(plan.poll_s)
 
@@ -348,13 +395,13 @@ def _step_name(args: Sequence[str]) -> str:
     return "_".join(args[:2]) if args[0] == "erase" else args[0]
 
 
-def _compactor_step(plan: Plan, line: _Broker, args: list[str],
-                    announce: Callable[[str], None]) -> None:
+def _compactor_step(plan: Plan, line: _Broker, args: list[str]) -> None:
     """One ``compactor`` command in a process of its own; its JSON reports (one line per log
     dir) in the step."""
     name = _step_name(args)
+    shown = " ".join(["compactor", *args])
     command = [sys.executable, "-m", "compactor.cli", *args, "--json", "--quiet"]
-    started = time.monotonic()
+    started = line.begin(name, shown)
     try:
         proc = subprocess.run(command, capture_output=True, text=True, check=False,
                               timeout=plan.command_timeout_s)
@@ -362,16 +409,35 @@ def _compactor_step(plan: Plan, line: _Broker, args: list[str],
     except subprocess.TimeoutExpired:
         code, stdout, stderr = -1, "", f"did not end within {plan.command_timeout_s:.0f} s"
     reports = [r for r in map(_json_line, stdout.splitlines()) if r is not None]
-    detail: dict[str, Any] = {"exit_code": code, "command": " ".join(["compactor", *args]),
+    detail: dict[str, Any] = {"exit_code": code, "command": shown,
                               "reports": [{k: r[k] for k in _REPORT_KEYS if k in r}
                                           for r in reports]}
     if code != EXIT_OK:
         detail["output"] = stderr[-2000:]
-        line.step(name, started, "failed", **detail)
-        announce(f"{line.broker.name}: {detail['command']} failed (exit {code})")
+        line.step(name, started, "failed", f"exit code {code}: "
+                  + (_last_line(stderr) or "no output"), **detail)
         raise _Failed
-    line.step(name, started, "ok", **detail)
-    announce(f"{line.broker.name}: {detail['command']} done")
+    line.step(name, started, "ok", _what_it_did(reports), **detail)
+
+
+def _last_line(text: str) -> str:
+    return next((t.strip() for t in reversed(text.splitlines()) if t.strip()), "")
+
+
+def _what_it_did(reports: Sequence[Mapping[str, Any]]) -> str:
+    """A step's outcome in words, from its commands' reports: partitions by status, requests
+    by outcome, partitions recovered."""
+    counts: dict[str, int] = {}
+    for r in reports:
+        for key in ("partitions_by_status", "requests_by_outcome"):
+            for status, n in (r.get(key) or {}).items():
+                counts[status] = counts.get(status, 0) + n
+        for key in ("compaction", "retention"):  # run's two parts
+            for status, n in ((r.get(key) or {}).get("partitions_by_status") or {}).items():
+                counts[f"{key} {status}"] = counts.get(f"{key} {status}", 0) + n
+        if r.get("partitions_recovered"):
+            counts["recovered"] = counts.get("recovered", 0) + r["partitions_recovered"]
+    return ", ".join(f"{status} {n}" for status, n in sorted(counts.items())) or "nothing to do"
 
 
 # what a step keeps of each report its command printed

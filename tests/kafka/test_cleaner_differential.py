@@ -27,6 +27,7 @@ deliberate difference, an expired producer's emptied batch, is accepted by name 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -251,13 +252,20 @@ def _compare(mine_dir: Path, theirs_dir: Path, version: str) -> dict[str, int]:
             # checked against our own log by DumpLogSegments below instead
             assert (recompressed or name.split(".")[0] + ".log" in placeholders) and \
                 name.endswith((".log", ".index", ".timeindex")), (version, name)
-    # and Kafka's DumpLogSegments over every file we wrote
-    files = [mine_dir / n for n in sorted(mine)]
-    for args in (("--deep-iteration", "--index-sanity-check"), ("--verify-index-only",)):
-        assert dump_log_segments(files, *args) == [], args
+    # and Kafka's DumpLogSegments over every file we wrote (once for outputs alike in bytes:
+    # most releases' are)
+    digest = hashlib.sha256(b"".join(n.encode() + mine[n] for n in sorted(mine))).hexdigest()
+    if digest not in _DUMPED:
+        files = [mine_dir / n for n in sorted(mine)]
+        for args in (("--deep-iteration", "--index-sanity-check"), ("--verify-index-only",)):
+            assert dump_log_segments(files, *args) == [], args
+        _DUMPED.add(digest)
     return {"batches": batches, "records": records, "batches_bytes_equal": batches - recompressed,
             "files": len(theirs), "files_bytes_equal": files_equal,
             "placeholders": len(placeholders)}
+
+
+_DUMPED: set[str] = set()  # outputs DumpLogSegments found sound, by digest
 
 
 def _is_placeholder(batch: dict) -> bool:

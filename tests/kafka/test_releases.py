@@ -76,3 +76,26 @@ def test_an_index_of_12_byte_entries_is_refused_by_the_tool_and_by_kafka(
     assert line["error"]["code"] == "CORRUPT_INDEX", line
     assert line["error"]["path"] == str(index) and "KIP-1333" in line["error"]["message"]
     assert {p.name: p.read_bytes() for p in (out / "kv-0").iterdir()} == before
+
+
+@pytest.mark.parametrize("version", [v for v in RELEASES
+                                     if tuple(int(x) for x in v.split(".")[:2]) >= (4, 3)])
+def test_cordoned_log_dirs_are_read_from_the_records_kafka_writes(version: str) -> None:
+    """KIP-1066's records as Kafka 4.3+ serializes them, replayed by the tool: the broker's
+    release from its registration, then its cordoned log dirs (a registration change
+    replaces them)."""
+    import subprocess
+
+    from compactor.cluster.metadata import Replay
+    from compactor.codec.kraft import decode_metadata_record
+
+    dirs = ["G7v0bDBCQp6HTJjAlU2k4g", "AbCdEfGhIjKlMnOpQrStUw"]
+    proc = subprocess.run(["java", "-cp", classpath(version), str(HARNESS.with_name(
+        "CordonedRecords.java")), *dirs], capture_output=True, text=True, timeout=120,
+        check=True)
+    register, change = (bytes.fromhex(h) for h in proc.stdout.split())
+    replay = Replay()
+    replay.apply(decode_metadata_record(register))
+    assert replay.state.broker_levels == {1: 30} and replay.state.cordoned == {1: dirs}
+    replay.apply(decode_metadata_record(change))
+    assert replay.state.cordoned == {1: dirs[:1]}

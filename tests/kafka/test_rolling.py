@@ -7,6 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import shlex
+import signal
+import sys
 import threading
 import time
 from pathlib import Path
@@ -101,11 +105,36 @@ def _readme_plan(broker: KafkaBroker, state_dir: Path) -> tuple[dict, list[list[
                 section.split("```bash\n", 1)[1].split("```", 1)[0].splitlines()]
     (example,) = plan["brokers"]
     assert set(example) == {"name", "node_id", "server_properties", "stop", "start"}
+    # started as operators often do, `... && (helper &)`: a child that outlives the command
+    # holds its output open for ten minutes, as `nohup kafka-server-start.sh ... &` does;
+    # the start step must end when the command does (issue 53.1)
     example.update(node_id=1, server_properties=str(broker.properties_file),
                    stop=control("stop", broker.work_dir),
-                   start=control("start", broker.work_dir))
-    plan.update(bootstrap_servers=broker.bootstrap, state_dir=str(state_dir), poll_s=0.5)
+                   start=f"{shlex.join(control('start', broker.work_dir))} && "
+                         f"({shlex.join(HOLDER)} &)")
+    plan.update(bootstrap_servers=broker.bootstrap, state_dir=str(state_dir), poll_s=0.5,
+                start_timeout_s=60)
     return plan, [c for c in commands if c]
+
+
+# a process that keeps the output of the command that started it open for ten minutes; found
+# again by its marker argument and stopped by the test
+HOLDER_MARK = "kafka-compactor-rolling-test-holder"
+HOLDER = [sys.executable, "-c", "import time; time.sleep(600)", HOLDER_MARK]
+
+
+def _stop_holders() -> int:
+    """Kill every :data:`HOLDER` still running; how many there were."""
+    found = 0
+    for proc in Path("/proc").iterdir():
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if proc.name.isdigit() and HOLDER_MARK.encode() in argv:
+            os.kill(int(proc.name), signal.SIGKILL)
+            found += 1
+    return found
 
 
 def _report(capsys: pytest.CaptureFixture[str]) -> dict:
@@ -140,13 +169,17 @@ def test_rolling_maintenance_of_a_live_broker_as_the_readme_says(
         assert report["brokers"][0]["steps"][3]["command"].startswith(
             f"compactor run {broker.log_dir} --server-properties {broker.properties_file}")
         assert broker.running_pid() == pid
-        assert cli_main([*real[1:], "--json"]) == EXIT_OK
+        try:
+            assert cli_main([*real[1:], "--json"]) == EXIT_OK
+        finally:
+            held = _stop_holders()
         report = _report(capsys)
         (line,) = report["brokers"]
         assert [(s["step"], s["status"]) for s in line["steps"]] == [
             ("check", "ok"), ("stop", "ok"), ("recover", "ok"), ("run", "ok"),
-            ("start", "ok"), ("in_sync", "ok")]
+            ("start", "ok"), ("in_sync", "ok")], line["steps"]
         assert report["status"] == "ok" and report["exit_code"] == 0
+        assert held == 1  # the start command's child was still holding its output
 
         # the broker judges: a new process, serving, with no recovery or corruption line
         assert broker.running_pid() not in (None, pid)
