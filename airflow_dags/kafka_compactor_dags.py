@@ -101,6 +101,11 @@ LOG_DIRS, LOG_DIR_PROBLEMS = _log_dir_problems(
 RETRY_EXIT_CODES = frozenset({4})
 RETRY_ERROR_CODES = frozenset({"LOG_DIR_LOCKED", "STORAGE_ERROR", "LEDGER_ERROR",
                                "SPARK_UNAVAILABLE"})
+#: An erasure run that did its work while some requests failed on their own (a topic the
+#: cluster lacks, the subject found again): compactor's EXIT_REQUESTS_FAILED. The task
+#: succeeds, logging one line per failed request, so that the other requests go on to their
+#: verify in the same run; the status task then fails the run naming them.
+REQUESTS_FAILED_EXIT_CODE = 7
 #: Reports larger than this go to XCom as their head (the partition lines left out).
 XCOM_REPORT_BYTES = 48 * 1024
 
@@ -139,13 +144,32 @@ def _failed(task_id: str, ti: Any, report_file: str, exit_code: int | None,
         ti.xcom_push(key="report", value=_for_xcom(report))
     if exit_code in RETRY_EXIT_CODES or report.get("code") in RETRY_ERROR_CODES:
         return err
-    what = (f"[{report['code']}] {report.get('message')}" if report.get("code")
-            # a run that decided nothing: the configs it needed (it changed nothing)
-            else f"nothing was decided, no topic's configs are known: {report['unconfigured']}"
-            if report.get("unconfigured")
-            else f"status {report.get('status')}" if report else "no report")
-    return AirflowFailException(f"{task_id}: the job ended with exit code {exit_code} "
-                                f"({what}); not retried: a retry cannot fix it")
+    return AirflowFailException(f"{task_id}: the job ended with exit code {exit_code}: "
+                                f"{_what_failed(report)}; not retried: a retry cannot fix it")
+
+
+def _what_failed(report: dict[str, Any]) -> str:
+    """A failed job's report in words: its error, the requests that failed or are overdue
+    (by id and reason, never a subject: reports hold digests only), what a run that decided
+    nothing needed, or its status."""
+    if report.get("code"):
+        return f"[{report['code']}] {report.get('message')}"
+    if report.get("unconfigured"):  # a run that decided nothing (it changed nothing)
+        return f"nothing was decided, no topic's configs are known: {report['unconfigured']}"
+    named = [f"request {f['request_id']} failed: {f.get('reason') or 'see its report'}"
+             for f in report.get("failed") or []]
+    named += [f"request {o['request_id']} is past its deadline by "
+              f"{o['overdue_ms'] // 3_600_000} h (status {o['status']})"
+              for o in report.get("overdue") or []]
+    requests = report.get("requests")  # an erase run's entries (erase status: a count)
+    named += [f"request {r['request_id']} failed: {r['reason']}"
+              for r in requests if r.get("reason")] if isinstance(requests, list) else []
+    if named:
+        return "; ".join(named)
+    if report.get("partially_verified"):
+        return (f"{len(report['partially_verified'])} request(s) not yet verified on every "
+                "replica (erase status lists the replicas still to scan)")
+    return f"the run ended {report['status']}" if report.get("status") else "no report"
 
 
 class CompactorJob(SparkSubmitOperator):
@@ -163,8 +187,11 @@ class CompactorJob(SparkSubmitOperator):
             super().execute(context)
         except AirflowException as err:
             submitted = getattr(getattr(self, "_hook", None), "_submit_sp", None)
-            raise _failed(self.task_id, ti, report_file,
-                          getattr(submitted, "returncode", None), err) from err
+            code = getattr(submitted, "returncode", None)
+            report = _read_report(report_file)
+            if code == REQUESTS_FAILED_EXIT_CODE and report is not None:
+                return _requests_failed(self, report)
+            raise _failed(self.task_id, ti, report_file, code, err) from err
         done = _read_report(report_file)
         return None if done is None else _for_xcom(done)
 
@@ -199,11 +226,25 @@ class CompactorCommand(BaseOperator):
         for stream in (proc.stdout, proc.stderr):
             for line in stream.splitlines():
                 self.log.info("%s", line)
+        if proc.returncode == REQUESTS_FAILED_EXIT_CODE and \
+                (report := _read_report(report_file)) is not None:
+            return _requests_failed(self, report)
         if proc.returncode != 0:
             err = AirflowException(f"{self.task_id}: exit code {proc.returncode}")
             raise _failed(self.task_id, ti, report_file, proc.returncode, err)
         done = _read_report(report_file)
         return None if done is None else _for_xcom(done)
+
+
+def _requests_failed(task: BaseOperator, report: dict[str, Any]) -> dict[str, Any]:
+    """An erasure job whose only failures are requests of its own: one line per failed
+    request in the task's log (its id and reason), and the task succeeds, so that the other
+    requests are verified in the same run (the status task fails the run, naming them)."""
+    for r in report.get("requests") or []:
+        if r.get("status") == "failed":
+            task.log.error("request %s failed: %s", r["request_id"],
+                           r.get("reason") or "see the report")
+    return _for_xcom(report)
 
 
 def _raise_failed(upstream: str) -> None:

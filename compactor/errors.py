@@ -20,6 +20,9 @@ EXIT_CONFIG = 3
 EXIT_LOCKED = 4
 EXIT_CORRUPT = 5
 EXIT_PARTIAL = 6  # some partitions done, some skipped as corrupt
+# erasure: the run did its work, and some requests failed on their own (each named, with its
+# reason, in the report); the others were applied or verified
+EXIT_REQUESTS_FAILED = 7
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it: Ctrl-C
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: the reader of stdout went away (`| head`)
 

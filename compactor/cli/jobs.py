@@ -540,9 +540,7 @@ def execute_erase_status(args: argparse.Namespace, out: TextIO) -> int:
             out.write(f"OVERDUE {o['request_id']} ({o['topic']}, {o['status']}) by "
                       f"{o['overdue_ms'] // 3_600_000} h\n")
         for f in result["failed"]:
-            failure = (json.dumps(f["failure"], sort_keys=True) if f["failure"]
-                       else "see the apply report")
-            out.write(f"FAILED {f['request_id']} ({f['topic']}): {failure}"
+            out.write(f"FAILED {f['request_id']} ({f['topic']}): {f['reason']}"
                       f"; fix the cause, then `compactor erase retry {f['request_id']}`, or "
                       f"withdraw it with `compactor erase cancel {f['request_id']} --reason ...`\n")
         for p in result["partially_verified"]:

@@ -41,7 +41,7 @@ from compactor.erasure.rules import (
     ErasureRequest,
     row_problem,
 )
-from compactor.erasure.status import DONE, VERIFIED, RequestStatus
+from compactor.erasure.status import DONE, VERIFIED, RequestStatus, failure_words
 from compactor.errors import CompactorError, ConfigError, LedgerError, first_line
 from compactor.log import storage
 from compactor.schemas.delta import ERASURE_REQUESTS, ERASURE_REQUESTS_TABLE, RUNS, RUNS_TABLE
@@ -766,9 +766,12 @@ def status(state_dir: str, now_ms: int) -> dict[str, Any]:
                                           .items() if p.get("verify_status") == "clean"),
                 "missing_replicas": json.loads(r.get("missing_replicas") or "null")}
                for r in rows if r["status"] == RequestStatus.PARTIALLY_VERIFIED]
-    failed = [{"request_id": r["request_id"], "topic": r["topic"],
-               "failure": json.loads(r["failure"]) if r.get("failure") else None}
-              for r in rows if r["status"] == RequestStatus.FAILED]
+    failed = []
+    for r in rows:
+        if r["status"] == RequestStatus.FAILED:
+            failure = json.loads(r["failure"]) if r.get("failure") else None
+            failed.append({"request_id": r["request_id"], "topic": r["topic"],
+                           "failure": failure, "reason": failure_words(failure)})
     return {"type": "status", "state_dir": state_dir, "now_ms": now_ms, "requests": len(rows),
             "by_status": counts, "overdue": overdue, "failed": failed,
             "partially_verified": partial,

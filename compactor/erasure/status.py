@@ -82,3 +82,23 @@ def report_statuses() -> list[str]:
     """Every ``status`` a request entry of an erase report may carry: a status, or a dry run's
     word (``schemas/report.schema.json``'s enum; a test checks they agree)."""
     return list(dict.fromkeys([*(s.value for s in RequestStatus), *DRY_RUN.values()]))
+
+
+def failure_words(failure: Mapping[str, object] | None) -> str:
+    """Why a request failed, for a person (the ledger's ``failure`` JSON, decoded): a topic
+    the cluster does not have, the subject found again by a rescan, or nothing scanned."""
+    if not failure:
+        return "no reason recorded"
+    if "unknown_topic" in failure:
+        return str(failure["unknown_topic"])
+    if "residual_matches" in failure:
+        first = failure.get("first") or []
+        where = first[0] if isinstance(first, list) and first else None
+        at = (f", the first in {where.get('dir')} at offset {where.get('offset')} (segment "
+              f"{where.get('segment_base')})" if isinstance(where, Mapping) else "")
+        n = failure["residual_matches"]
+        return (f"the rescan found the subject again: {n} record{'s' if n != 1 else ''}{at}; "
+                f"`erase retry` erases it again, `erase cancel` ends the request")
+    if "nothing_scanned" in failure:
+        return str(failure["nothing_scanned"])
+    return "; ".join(f"{k.replace('_', ' ')}: {v}" for k, v in sorted(failure.items()))

@@ -41,7 +41,7 @@ from compactor.erasure.rules import (
     place_key,
     superseded_by_erased,
 )
-from compactor.erasure.status import APPLICABLE, DONE, VERIFIABLE, RequestStatus
+from compactor.erasure.status import APPLICABLE, DONE, VERIFIABLE, RequestStatus, failure_words
 from compactor.errors import CompactorError, ConfigError, SwapRecoveryError
 from compactor.log import storage, swap
 from compactor.log.layout import (
@@ -487,10 +487,13 @@ def _apply_entry(row: Mapping[str, Any]) -> dict[str, Any]:
     if row["outcome"] == outcomes.BLOCKED:
         return {"request_id": row["request_id"], "status": RequestStatus.PENDING,
                 "blocked_by": json.loads(row["blocked_by"])}
-    return {k: json.loads(row[k]) if k == "failure" else row[k]
-            for k in ("request_id", "status", "records_erased", "superseded_by_erased",
-                      "partitions_rewritten", "segments_rewritten", "failure")
-            if row.get(k) is not None}
+    entry = {k: json.loads(row[k]) if k == "failure" else row[k]
+             for k in ("request_id", "status", "records_erased", "superseded_by_erased",
+                       "partitions_rewritten", "segments_rewritten", "failure")
+             if row.get(k) is not None}
+    if entry.get("failure"):
+        entry["reason"] = failure_words(entry["failure"])
+    return entry
 
 
 def _rewrite(spark: LazySession, log_dir: str, dirs: Mapping[int, _Dir],
@@ -614,6 +617,8 @@ def _verify_entry(row: Mapping[str, Any]) -> dict[str, Any]:
                 "no_replica_here": True}
     entry = {k: row[k] for k in ("request_id", "status", "verified_segments_scanned",
                                  "verified_records_scanned")}
+    if row.get("failure"):
+        entry["reason"] = failure_words(json.loads(row["failure"]))
     if row.get("residual"):
         entry["residual"] = json.loads(row["residual"])
     missing = json.loads(row["missing_replicas"]) if row.get("missing_replicas") else None

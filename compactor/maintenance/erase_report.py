@@ -98,9 +98,7 @@ class ErasureReport:
                     else "")
                  + (f": {p['error'].get('message')}" if p.get("error") else "")
                  for p in self.partitions]
-        lines += [f"request {r['request_id']}: " + ", ".join(
-            (f"would erase {v}" if dry and k == "records_erased" else f"{k} {v}")
-            for k, v in r.items() if k != "request_id") for r in self.requests]
+        lines += [request_line(r, dry=dry) for r in self.requests]
         if self.ledger_error:
             e = self.ledger_error
             lines.append(f"LEDGER NOT UPDATED: {e['message']} ({e.get('path')}); remedy: "
@@ -109,6 +107,45 @@ class ErasureReport:
                      + (f"dry run, nothing changed; the run would end {self.status}" if dry
                         else str(self.status)))
         return "\n".join(lines)
+
+
+def request_line(r: Mapping[str, Any], *, dry: bool = False) -> str:
+    """One request of a report, for a person: what the run did to it, or why it failed."""
+    head = f"request {r['request_id']}: {r.get('status')}"
+    if r.get("reason"):
+        return f"{head}: {r['reason']}"
+    if r.get("blocked_by"):
+        return f"{head}: blocked by {_words(r['blocked_by'])}"
+    if r.get("no_replica_here"):
+        return f"{head}: no replica of its topics in this log dir"
+    if r.get("unverified_because"):
+        return f"{head}: not verified here: {_words(r['unverified_because'])}"
+    parts = []
+    if "records_erased" in r:
+        parts.append(f"{r['records_erased']} records {'would be ' if dry else ''}erased in "
+                     f"{r.get('segments_rewritten', 0)} segments of "
+                     f"{r.get('partitions_rewritten', 0)} partitions")
+    if r.get("superseded_by_erased"):
+        parts.append(f"{r['superseded_by_erased']} older values of its keys with them")
+    if "verified_records_scanned" in r:
+        parts.append(f"{r['verified_records_scanned']} records in "
+                     f"{r.get('verified_segments_scanned', 0)} segments scanned clean")
+    if r.get("missing_replicas") and isinstance(r["missing_replicas"], str):
+        parts.append(r["missing_replicas"])
+    elif r.get("missing_replica_count"):
+        parts.append(f"{r['missing_replica_count']} replicas elsewhere not yet scanned")
+    if r.get("remote_tier") == "not_covered":
+        parts.append(f"the remote tier of {_words(r.get('tiered_topics', []))} not scanned")
+    return head + (": " + ", ".join(parts) if parts else "")
+
+
+def _words(value: Any) -> str:
+    """A report value (a list, a map, a string) as plain words, never a Python repr."""
+    if isinstance(value, Mapping):
+        return "; ".join(f"{k.replace('_', ' ')}: {_words(v)}" for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return ", ".join(_words(v) for v in value)
+    return str(value)
 
 
 def dry_run_words(requests: list[dict[str, Any]]) -> None:

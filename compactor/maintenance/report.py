@@ -13,10 +13,10 @@ from typing import Any, Protocol
 from compactor.cluster.catalog import Catalog
 from compactor.errors import (
     EXIT_CONFIG,
-    EXIT_FAILURE,
     EXIT_LOCKED,
     EXIT_OK,
     EXIT_PARTIAL,
+    EXIT_REQUESTS_FAILED,
     CompactorError,
     StorageError,
     is_data_problem,
@@ -86,7 +86,9 @@ class ErasureOutcome(StrEnum):
 class RunStatus(StrEnum):
     """A whole run's ``status``, the same in every report, and its exit code: ``ok`` (0),
     ``partial`` (a partition or request needs attention, the others were done: 6),
-    ``failed`` (what the run is for failed, e.g. an erasure request: 1), ``unconfigured``
+    ``failed`` (erasure requests failed on their own, each named with its reason; the run did
+    its work for the others: 7, so that a scheduler runs the next step for them),
+    ``unconfigured``
     (the run decided nothing: every topic it would maintain has configs that would be
     guesses, :func:`configs_unknown`; 3, as a configuration error: a scheduled job that lost
     its ``--server-properties`` must not look like success)."""
@@ -104,8 +106,8 @@ class RunStatus(StrEnum):
     @property
     def exit_code(self) -> int:
         return {RunStatus.OK: EXIT_OK, RunStatus.PARTIAL: EXIT_PARTIAL,
-                RunStatus.UNCONFIGURED: EXIT_CONFIG,
-                RunStatus.LOCKED: EXIT_LOCKED}.get(self, EXIT_FAILURE)
+                RunStatus.UNCONFIGURED: EXIT_CONFIG, RunStatus.LOCKED: EXIT_LOCKED,
+                RunStatus.FAILED: EXIT_REQUESTS_FAILED}[self]
 
 
 #: the lines of a report that are no topic a run could maintain: Kafka's metadata log, and

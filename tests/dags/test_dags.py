@@ -240,6 +240,39 @@ def test_gdpr_erasure_dag_erases_and_verifies_a_request(
 
 
 @pytest.mark.slow
+def test_a_bad_request_fails_alone_and_is_named_with_its_reason(
+        settings: dict, airflow_db: str, capfd: pytest.CaptureFixture[str]) -> None:
+    """Issue 53.3: a request for a topic the cluster lacks (filed where the topic could not be
+    checked) fails on its own: the apply task succeeds for the others, they are verified in
+    the same run, and the task's log and the run's failure name the request and the reason
+    in one line each."""
+    state = str(settings["state"])
+    for rid, topic, key in (("good", "accounts", "key-00000003"),
+                            ("bad", "acounts", "key-00000004")):
+        assert cli_main(["erase", "request", "--state-dir", state, "--topic", topic,
+                         "--key-sha256", hashlib.sha256(key.encode()).hexdigest(),
+                         "--request-id", rid, "--reason", "art. 17",
+                         "--now-ms", str(NOW)]) == EXIT_OK
+    capfd.readouterr()
+    run = _bag().dags["kafka_gdpr_erasure"].test(run_conf={"now_ms": str(NOW)})
+    assert run.state == "failed"
+    assert _states(run) == {"erase_apply_b1": "success", "erase_verify_b1": "success",
+                            "erase_status": "failed", "fail_if_any_task_failed": "failed"}
+    rows = {r["request_id"]: r for r in
+            DeltaTable(state + "/erasure_requests").to_pyarrow_table().to_pylist()}
+    assert (rows["good"]["status"], rows["bad"]["status"]) == ("verified", "failed")
+    out = capfd.readouterr()
+    lines = (out.out + out.err).splitlines()
+    # the apply task's log: one line, the request and why
+    (named,) = [m for m in lines if "[error" in m and "request bad failed: " in m]
+    assert "topic 'acounts' has no partition" in named and "{" not in named  # words
+    # the run's failure: the status task names it too
+    failures = [m for m in lines if "erase_status: the job ended with exit code 1: " in m]
+    assert failures and all("request bad failed: topic 'acounts'" in m for m in failures)
+    assert not any("status None" in m for m in lines)
+
+
+@pytest.mark.slow
 def test_a_failed_verify_fails_the_run_until_retried_or_cancelled(
         settings: dict, airflow_db: str, tmp_path: Path) -> None:
     """A verify that finds the subject again (a backup restored over an erased log dir
@@ -262,7 +295,8 @@ def test_a_failed_verify_fails_the_run_until_retried_or_cancelled(
     erasure = _bag().dags["kafka_gdpr_erasure"]
     run = erasure.test(run_conf={"now_ms": str(NOW + 1)})
     assert run.state == "failed"
-    assert _states(run) == {"erase_apply_b1": "success", "erase_verify_b1": "failed",
+    # the verify did its work (the failed requests are its findings); the status fails
+    assert _states(run) == {"erase_apply_b1": "success", "erase_verify_b1": "success",
                             "erase_status": "failed", "fail_if_any_task_failed": "failed"}
     (status,) = _xcom(run, "erase_status", "report")
     assert {f["request_id"] for f in status["failed"]} == {"restored", "withdrawn"}

@@ -22,7 +22,7 @@ from compactor.cli import main as cli_main
 from compactor.codec.checkpoints import CLEANER_OFFSET_CHECKPOINT, parse_offset_checkpoint
 from compactor.codec.compression import Codec
 from compactor.codec.segment import iter_batches
-from compactor.errors import EXIT_CONFIG, EXIT_FAILURE, EXIT_OK
+from compactor.errors import EXIT_CONFIG, EXIT_FAILURE, EXIT_OK, EXIT_REQUESTS_FAILED
 from compactor.model import TopicPartition
 from compactor.schemas.delta import ERASURE_REQUESTS, RUNS
 from compactor.tools.generator import DEFAULT_START_MS, GeneratorConfig, generate
@@ -261,7 +261,7 @@ def test_verify_fails_on_a_residual_record_and_status_alerts_when_overdue(
     code, verified = cli_json(capsys, "erase", "verify", "--assume-kafka-defaults", str(logs),
                               "--state-dir", str(state),
                           "--now-ms", str(NOW), "--json")
-    assert code == EXIT_FAILURE and verified["status"] == "failed"
+    assert code == EXIT_REQUESTS_FAILED and verified["status"] == "failed"
     (req,) = verified["requests"]
     assert req["status"] == "failed"
     assert {r["segment_base"] for r in req["residual"]} == {int(first.split(".")[0])}

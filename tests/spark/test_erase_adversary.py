@@ -17,7 +17,7 @@ from deltalake import DeltaTable
 
 from compactor.cli import main as cli_main
 from compactor.codec.segment import iter_batches
-from compactor.errors import EXIT_CONFIG, EXIT_CORRUPT, EXIT_OK, EXIT_PARTIAL
+from compactor.errors import EXIT_CONFIG, EXIT_CORRUPT, EXIT_OK, EXIT_PARTIAL, EXIT_REQUESTS_FAILED
 from compactor.tools.generator import DEFAULT_START_MS, GeneratorConfig, generate
 from tests.helpers import cli_json, segment_bytes, tree_digest
 
@@ -200,7 +200,7 @@ def test_verify_settles_an_interrupted_swap_before_it_scans(
     assert not (pdir / f"{base:020d}.log.swap").exists() and subject_bases(pdir) == [base]
     (line,) = [p for p in report["partitions"] if p["dir"] == "profiles-0"]
     assert line["status"] == "residual" and line["residual_matches"] > 0
-    assert code == 1 and statuses(state)[rid] == "failed"
+    assert code == EXIT_REQUESTS_FAILED and statuses(state)[rid] == "failed"
 
 
 # -- 8. a swap that is not one ------------------------------------------------------------------

@@ -17,7 +17,7 @@ from kafka.record.memory_records import MemoryRecords as KpMemoryRecords
 
 from compactor.cli import main as cli_main
 from compactor.codec.checkpoints import CLEANER_OFFSET_CHECKPOINT, parse_offset_checkpoint
-from compactor.errors import EXIT_CONFIG, EXIT_FAILURE, EXIT_OK
+from compactor.errors import EXIT_CONFIG, EXIT_OK, EXIT_REQUESTS_FAILED
 from compactor.model import TopicPartition
 from compactor.tools.generator import DEFAULT_START_MS, GeneratorConfig, generate
 from tests.crash import ERASE_APPLY_CRASHER
@@ -131,7 +131,7 @@ def test_pending_deletes_can_be_excluded_but_never_silently(
     assert line["status"] == "residual_copy" and line["residual_offsets"]
     assert tree_digest(logs / DELETE) == kept
     code, verified = erase(capsys, "verify", logs, state)
-    assert code == EXIT_FAILURE and verified["requests"][0]["status"] == "failed"
+    assert code == EXIT_REQUESTS_FAILED and verified["requests"][0]["status"] == "failed"
     assert {r["dir"] for r in verified["requests"][0]["residual"]} == {DELETE}
 
 
@@ -144,7 +144,7 @@ def test_verify_fails_when_a_copy_still_holds_the_subject(
     assert erase(capsys, "apply", logs, state)[0] == EXIT_OK
     shutil.copytree(original, logs / FUTURE)  # a move between log dirs began from old data
     code, verified = erase(capsys, "verify", logs, state)
-    assert code == EXIT_FAILURE
+    assert code == EXIT_REQUESTS_FAILED
     residual = verified["requests"][0]["residual"]
     subject_offsets = {o for o, _, k, _, _ in kp_records(original) if k == SUBJECT}
     assert {r["dir"] for r in residual} == {FUTURE}
@@ -254,7 +254,7 @@ def test_leave_tombstone_replaces_the_last_record_and_verify_accepts_only_it(
     shutil.rmtree(logs / FUTURE)
     shutil.copytree(original, logs / FUTURE)
     code, verified = erase(capsys, "verify", logs, state)
-    assert code == EXIT_FAILURE
+    assert code == EXIT_REQUESTS_FAILED
     assert {r["dir"] for r in verified["requests"][0]["residual"]} == {FUTURE}
 
 
@@ -313,7 +313,7 @@ def test_a_proof_cannot_be_false_by_mistake(
     before = tree_digest(logs)
     code, dry = erase(capsys, "apply", logs, state, "--dry-run")
     # the dry run ends as the real run will (the typo fails it), in conditional words
-    assert code == EXIT_FAILURE and dry["dry_run"] and dry["status"] == "failed"
+    assert code == EXIT_REQUESTS_FAILED and dry["dry_run"] and dry["status"] == "failed"
     assert {r["request_id"]: r["status"] for r in dry["requests"]} == {
         "ok": "would_be_applied", "typo": "would_fail"}
     assert tree_digest(logs) == before
@@ -321,7 +321,7 @@ def test_a_proof_cannot_be_false_by_mistake(
     code, listed = cli_json(capsys, "erase", "list", "--state-dir", str(state), "--json")
     assert {r["status"] for r in listed["requests"]} == {"pending"}
     code, applied = erase(capsys, "apply", logs, state)
-    assert code == EXIT_FAILURE
+    assert code == EXIT_REQUESTS_FAILED
     typo = next(r for r in applied["requests"] if r["request_id"] == "typo")
     assert typo["status"] == "failed"
     assert "did you mean 'profiles'" in typo["failure"]["unknown_topic"]
