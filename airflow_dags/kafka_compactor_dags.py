@@ -603,7 +603,9 @@ with DAG(
                                          "value has the SHA-256 header_sha256"),
         "header_sha256": Param("", type="string", pattern="^([0-9a-fA-F]{64})?$",
                                description="with header_name: the SHA-256 of the value"),
-        "reason": Param("", type="string", description="why (kept in the audit proof)"),
+        "reason": Param("", type="string", minLength=1,
+                        description="why, or the ticket id (required; kept in the audit "
+                                    "proof)"),
         "deadline_days": Param(30, type="integer", minimum=0,
                                description="days until the request is overdue"),
         "request_id": Param("", type="string",

@@ -645,8 +645,9 @@ def add_request_arguments(parser: argparse.ArgumentParser) -> None:
                      help="records whose header NAME has the UTF-8 value VALUE")
     who.add_argument("--header-sha256", metavar="NAME=HEX",
                      help="records whose header NAME has a value with this SHA-256 digest")
-    parser.add_argument("--reason", default=None,
-                        help="why (recorded in the ledger and the audit proof; empty: none)")
+    parser.add_argument("--reason", required=True,
+                        help="why, or the ticket id (required: the ledger and the audit "
+                             "proof keep it; never the subject itself)")
     parser.add_argument("--deadline-days", type=int, default=30,
                         help="days until the request is overdue (GDPR Art. 12(3): one month)")
     parser.add_argument("--request-id", default=None,

@@ -20,6 +20,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Any, TextIO
 
 from compactor.cli.args import (
@@ -418,18 +419,36 @@ def execute_erase_request(args: argparse.Namespace, out: TextIO) -> int:
     if args.leave_tombstone and selector != KEY:
         raise ConfigError("--leave-tombstone applies to key erasure only (--key, --key-hex, "
                           "--keys-file): a header names no key to leave a tombstone for")
+    reason = (args.reason or "").strip()
+    if not reason:
+        raise ConfigError("--reason is empty: an erasure request needs its reason or ticket "
+                          "id, which the ledger and the audit proof keep",
+                          remedy="give --reason (say 'GDPR Art. 17, ticket PRIV-123'); "
+                                 "nothing was recorded")
     requests = new_requests(topic=args.topic, digests=digests, selector=selector,
-                            header_name=header_name, reason=args.reason or None,
+                            header_name=header_name, reason=reason,
                             now_ms=now_ms(args), deadline_days=args.deadline_days,
                             request_id=args.request_id or None,
                             leave_tombstone=args.leave_tombstone)
     added, existing = ledger.add_requests(
         args.state_dir, requests,
         {"action": "request", "request_ids": ",".join(r.request_id for r in requests)})
-    result = {"type": "requests", "added": added, "existing": existing}
+    result = {"type": "requests", "added": added,
+              "existing": [e["request_id"] for e in existing], "existing_requests": existing}
     return render(out, args, result, lambda: "\n".join(
-        f"{r.request_id} {'added' if r.request_id in added else 'exists'}" for r in requests),
+        [f"{rid} added" for rid in added] + [_existing_words(e, reason) for e in existing]),
         changed=[f"request {r} added" for r in added])
+
+
+def _existing_words(row: Mapping[str, Any], reason: str) -> str:
+    """What ``erase request`` says of a request filed before: it is left exactly as it was."""
+    filed = datetime.fromtimestamp(row["requested_at_ms"] / 1000, timezone.utc)
+    kept = (f"its reason stays {row['reason']!r}" if row.get("reason") and row["reason"] != reason
+            else "unchanged")
+    return (f"{row['request_id']} exists (filed {filed:%Y-%m-%d %H:%M} UTC, "
+            f"{row['status']}): {kept}; a request is never edited: to change it, "
+            f"`compactor erase cancel {row['request_id']} --reason ...` and file it again under "
+            f"another --request-id")
 
 
 def _request_subjects(args: argparse.Namespace) -> tuple[str, str | None, list[str]]:

@@ -400,19 +400,24 @@ def _commit(meta: Mapping[str, str] | None) -> CommitProperties | None:
 
 @ledger_errors("add erasure requests to the ledger", writes=True)
 def add_requests(state_dir: str, requests: Sequence[ErasureRequest],
-                 meta: Mapping[str, str] | None = None) -> tuple[list[str], list[str]]:
+                 meta: Mapping[str, str] | None = None
+                 ) -> tuple[list[str], list[dict[str, Any]]]:
     """Insert requests whose id is new (one commit; ids already present are left as they
-    are). Returns (added ids, ids that already existed)."""
+    are: a request is never edited). Returns (added ids, the requests that already existed:
+    their id, status, reason and when they were filed)."""
     require_ledger(state_dir)  # only `erase init` creates a ledger
     table = _table(state_dir, ERASURE_REQUESTS_TABLE, ERASURE_REQUESTS)
-    existing = set(_read(table, ["request_id"]).column(0).to_pylist())
+    wanted = {r.request_id for r in requests}
+    existing = {row["request_id"]: row for row in
+                _read(table, ["request_id", "status", "reason", "requested_at_ms"]).to_pylist()
+                if row["request_id"] in wanted}
     new = [r for r in requests if r.request_id not in existing]
     if new:
         source = _rows_table([_request_row(r) for r in new], ERASURE_REQUESTS)
         (table.merge(source=source, predicate="t.request_id = s.request_id",
                      source_alias="s", target_alias="t", commit_properties=_commit(meta))
          .when_not_matched_insert_all().execute())
-    return [r.request_id for r in new], [r.request_id for r in requests
+    return [r.request_id for r in new], [existing[r.request_id] for r in requests
                                          if r.request_id in existing]
 
 

@@ -101,7 +101,7 @@ def test_compaction_and_erasure_on_a_cluster_equal_local_mode(
         init_ledger(str(logs) + "-state")
         assert cli_main(["erase", "request", "--state-dir", str(logs) + "-state", "--topic",
                          "accounts", "--key", subject.decode(), "--request-id", "r1",
-                         "--now-ms", NOW]) == EXIT_OK
+                         "--now-ms", NOW, "--reason", "art. 17"]) == EXIT_OK
     capsys.readouterr()
     erase = ["apply", "--now-ms", NOW, "--json", "--assume-kafka-defaults"]
     remote = _submit(standalone.master_url, py_files, "jobs/erase.py", erase[0], str(on_cluster),

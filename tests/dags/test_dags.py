@@ -229,7 +229,7 @@ def test_gdpr_erasure_dag_erases_and_verifies_a_request(
     segment.write_bytes(bytes(data))
     assert cli_main(["erase", "request", "--state-dir", str(state), "--topic", "accounts",
                      "--key", "key-00000006", "--request-id", "blocked",
-                     "--now-ms", str(NOW)]) == EXIT_OK
+                     "--now-ms", str(NOW), "--reason", "art. 17"]) == EXIT_OK
     run = _bag().dags["kafka_gdpr_erasure"].test(run_conf={"now_ms": str(NOW)})
     assert run.state == "failed"
     assert _states(run) == {"erase_apply_b1": "failed", "erase_verify_b1": "upstream_failed",
@@ -286,7 +286,7 @@ def test_a_failed_verify_fails_the_run_until_retried_or_cancelled(
     for rid, key in (("restored", b"key-00000005"), ("withdrawn", b"key-00000007")):
         assert cli_main(["erase", "request", "--state-dir", state, "--topic", "accounts",
                          "--key-sha256", hashlib.sha256(key).hexdigest(), "--request-id", rid,
-                         "--now-ms", str(NOW)]) == EXIT_OK
+                         "--now-ms", str(NOW), "--reason", "art. 17"]) == EXIT_OK
     # applied, and before the verify a backup is restored: the subjects are back on disk
     assert cli_main(["erase", "apply", str(logs), "--state-dir", state, "--server-properties",
                      str(settings["server_properties"]), "--now-ms", str(NOW)]) == EXIT_OK

@@ -27,7 +27,7 @@ NOW = 1_767_225_600_000  # 2026-01-01
 def _request(state: Path, request_id: str) -> int:
     return cli_main(["erase", "request", "--state-dir", str(state), "--topic", "profiles",
                      "--key", f"subject-{request_id}", "--request-id", request_id,
-                     "--now-ms", str(NOW), "--json"])
+                     "--now-ms", str(NOW), "--json", "--reason", "art. 17"])
 
 
 @pytest.fixture()

@@ -43,7 +43,7 @@ def test_the_spark_commands_and_delta_spark_start_without_network(tmp_path: Path
     common = ["--assume-kafka-defaults", "--state-dir", str(state), "--json"]
     init_ledger(state)
     request = offline("erase", "request", "--state-dir", str(state), "--topic", "accounts",
-                      "--key", "key-00000007", "--request-id", "r1")
+                      "--key", "key-00000007", "--request-id", "r1", "--reason", "art. 17")
     assert request.returncode == 0, request.stderr
     applied = offline("erase", "apply", str(logs), *common)
     assert applied.returncode == 0, applied.stderr[-3000:]

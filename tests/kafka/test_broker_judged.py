@@ -339,7 +339,8 @@ def test_the_broker_loads_and_serves_what_compactor_run_left(
         init_ledger(str(state))
         for key in erased:
             assert cli_main(["erase", "request", "--state-dir", str(state), "--topic",
-                             COMPACTED, "--key", key.decode(), "--json"]) == EXIT_OK
+                             COMPACTED, "--key", key.decode(), "--json",
+                             "--reason", "art. 17"]) == EXIT_OK
         for action in ("apply", "verify"):
             assert cli_main(["erase", action, str(broker.log_dir), "--state-dir", str(state),
                              *cluster, "--json"]) == EXIT_OK, action

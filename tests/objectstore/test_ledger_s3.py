@@ -42,7 +42,8 @@ def test_concurrent_requests_commit_one_at_a_time_and_losers_can_rerun(
         rounds += 1
         assert rounds <= 6, f"still failing after {rounds - 1} rounds: {pending}"
         procs = {k: _compactor(s3_server, "erase", "request", "--state-dir", ledger, "--topic",
-                               "accounts", "--key", k, "--now-ms", "1000", "--json")
+                               "accounts", "--key", k, "--now-ms", "1000", "--json",
+                               "--reason", "art. 17")
                  for k in pending}
         pending = []
         for key, proc in procs.items():

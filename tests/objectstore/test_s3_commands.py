@@ -122,7 +122,7 @@ def test_every_command_on_s3_matches_the_same_command_on_a_local_copy(
         assert cli_json(capsys, "erase", "init", "--state-dir", ledger, *extra)[0] == EXIT_OK
         code, _ = cli_json(capsys, "erase", "request", "--state-dir", ledger, "--topic",
                            "accounts", "--key", "key-00000003", "--now-ms", str(NOW), "--json",
-                           *extra)
+                           *extra, "--reason", "art. 17")
         assert code == EXIT_OK
     a, b = both("erase apply", "--now-ms", str(NOW + 2 * DAY), "--json", state=True)
     compare_reports(a, b, "requests")

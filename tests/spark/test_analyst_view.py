@@ -47,7 +47,7 @@ def test_the_readmes_analyst_queries_run_on_a_real_state_dir(
     init_ledger(str(state))
     assert cli_json(capsys, "erase", "request", "--state-dir", str(state), "--topic", "*",
                     "--key", "key-00000007", "--now-ms", str(NOW - 40 * DAY),
-                    "--json")[0] == EXIT_OK
+                    "--json", "--reason", "art. 17")[0] == EXIT_OK
     code, applied = cli_json(capsys, "erase", "apply", *args)
     assert code in (EXIT_OK, 6), applied
 

@@ -148,7 +148,7 @@ def test_recover_and_erase_never_touch_the_metadata_log(
     state = tmp_path / "state"
     init_ledger(str(state))
     assert cli_main(["erase", "request", "--state-dir", str(state), "--topic", "*",
-                     "--key-hex", "00"]) == EXIT_OK
+                     "--key-hex", "00", "--reason", "art. 17"]) == EXIT_OK
     capsys.readouterr()
     assert cli_main(["erase", "apply", "--assume-kafka-defaults", str(cluster), "--state-dir",
                      str(state), "--json",
@@ -258,7 +258,8 @@ def test_a_jbod_broker_is_maintained_and_erased_as_one_from_its_server_propertie
     state = tmp_path / "state"
     init_ledger(str(state))
     assert cli_main(["erase", "request", "--state-dir", str(state), "--topic", "*",
-                     "--key", "key-00000003", "--request-id", "r"]) == EXIT_OK
+                     "--key", "key-00000003", "--request-id", "r",
+                     "--reason", "art. 17"]) == EXIT_OK
     capsys.readouterr()
     for action in ("apply", "verify"):
         code = cli_main(["erase", action, "--server-properties", str(props), "--state-dir",

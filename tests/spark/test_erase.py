@@ -193,7 +193,7 @@ def test_erasing_by_header_value_in_one_topic(
     init_ledger(str(state))
     code, _ = cli_json(capsys, "erase", "request", "--state-dir", str(state), "--topic", "clicks",
                    "--header", "source=svc-a", "--request-id", "ticket-42", "--now-ms",
-                   str(NOW), "--json")
+                   str(NOW), "--json", "--reason", "art. 17")
     assert code == EXIT_OK
     code, report = cli_json(capsys, "erase", "apply", "--assume-kafka-defaults", str(logs),
                             "--state-dir", str(state),
@@ -220,7 +220,7 @@ def test_applying_again_erases_nothing_more_and_rewrites_nothing(
     state = tmp_path / "state"
     init_ledger(state)
     request = ["erase", "request", "--state-dir", str(state), "--topic", "profiles", "--key",
-               SUBJECT.decode(), "--now-ms", str(NOW), "--json"]
+               SUBJECT.decode(), "--now-ms", str(NOW), "--json", "--reason", "art. 17"]
     assert cli_json(capsys, *request)[0] == EXIT_OK
     _, again = cli_json(capsys, *request)  # the same subject again: the same request
     assert again["added"] == [] and len(again["existing"]) == 1
@@ -250,7 +250,7 @@ def test_verify_fails_on_a_residual_record_and_status_alerts_when_overdue(
     init_ledger(str(state))
     assert cli_json(capsys, "erase", "request", "--state-dir", str(state), "--topic", "profiles",
                 "--key", SUBJECT.decode(), "--request-id", "r1", "--now-ms", str(NOW),
-                "--deadline-days", "30", "--json")[0] == EXIT_OK
+                "--deadline-days", "30", "--json", "--reason", "art. 17")[0] == EXIT_OK
     assert cli_json(capsys, "erase", "apply", "--assume-kafka-defaults", str(logs), "--state-dir",
                     str(state), "--now-ms",
                 str(NOW), "--json")[0] == EXIT_OK
@@ -290,7 +290,7 @@ def test_a_crash_mid_apply_leaves_the_request_pending_and_the_next_apply_complet
     init_ledger(str(state))
     assert cli_json(capsys, "erase", "request", "--state-dir", str(state), "--topic", "profiles",
                 "--key", SUBJECT.decode(), "--request-id", "r1", "--now-ms", str(NOW),
-                "--json")[0] == EXIT_OK
+                "--json", "--reason", "art. 17")[0] == EXIT_OK
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
     proc = subprocess.run([sys.executable, "-c", ERASE_APPLY_CRASHER, str(crash_at), "",
                            "erase", "apply", "--assume-kafka-defaults",

@@ -83,7 +83,7 @@ def kp_records(pdir: Path) -> list[tuple[int, int, bytes | None, bytes | None, l
 def request(capsys: pytest.CaptureFixture[str], state: Path, *args: str) -> int:
     init_ledger(str(state))
     return cli_json(capsys, "erase", "request", "--state-dir", str(state), "--now-ms", str(NOW),
-               "--json", *args)[0]
+               "--json", "--reason", "art. 17", *args)[0]
 
 
 def erase(capsys: pytest.CaptureFixture[str], action: str, logs: Path, state: Path,
@@ -235,7 +235,8 @@ def test_leave_tombstone_replaces_the_last_record_and_verify_accepts_only_it(
     state = tmp_path / "state"
     init_ledger(str(state))
     assert cli_json(capsys, "erase", "request", "--state-dir", str(state), "--topic", "clicks",
-               "--header", "trace-id=x", "--leave-tombstone")[0] == EXIT_CONFIG
+               "--header", "trace-id=x", "--leave-tombstone",
+               "--reason", "art. 17")[0] == EXIT_CONFIG
     assert request(capsys, state, "--topic", "profiles", "--key", SUBJECT.decode(),
                    "--leave-tombstone", "--request-id", "t1") == EXIT_OK
     assert erase(capsys, "apply", logs, state)[0] == EXIT_OK
@@ -249,7 +250,8 @@ def test_leave_tombstone_replaces_the_last_record_and_verify_accepts_only_it(
     # the same key's value anywhere else is not accepted
     shutil.copytree(original, logs / FUTURE)
     assert cli_json(capsys, "erase", "request", "--state-dir", str(state), "--topic", "profiles",
-               "--key", SUBJECT.decode(), "--leave-tombstone", "--request-id", "t2")[0] == 0
+               "--key", SUBJECT.decode(), "--leave-tombstone", "--request-id", "t2",
+               "--reason", "art. 17")[0] == 0
     assert erase(capsys, "apply", logs, state)[0] == EXIT_OK
     shutil.rmtree(logs / FUTURE)
     shutil.copytree(original, logs / FUTURE)
@@ -283,11 +285,11 @@ def test_a_proof_cannot_be_false_by_mistake(
     # a typo in the topic: refused at request time against the log dir
     init_ledger(str(state))
     code = cli_main(["erase", "request", "--state-dir", str(state), "--topic", "profile",
-                     "--key", "k", "--log-dir", str(logs)])
+                     "--key", "k", "--log-dir", str(logs), "--reason", "art. 17"])
     assert code == EXIT_CONFIG and "did you mean 'profiles'" in capsys.readouterr().err
     # a ledger inside a Kafka log dir, even without --log-dir
     assert cli_main(["erase", "request", "--state-dir", str(logs / "ledger"), "--topic",
-                     "profiles", "--key", "k"]) == EXIT_CONFIG
+                     "profiles", "--key", "k", "--reason", "art. 17"]) == EXIT_CONFIG
     assert "is inside a Kafka log dir" in capsys.readouterr().err
     assert not (logs / "ledger").exists()
     # alerting and listing need a ledger

@@ -133,7 +133,7 @@ def test_erase_status_metrics_count_overdue_requests(tmp_path: Path,
         init_ledger(str(state))
         code, _ = cli_json(capsys, "erase", "request", "--state-dir", str(state), "--topic",
                            "t", "--key", key, "--deadline-days", str(deadline), "--now-ms", "0",
-                           "--json")
+                           "--json", "--reason", "art. 17")
         assert code == EXIT_OK
     cli_json(capsys, "erase", "status", "--state-dir", str(state), "--now-ms",
              str(10 * DAY), "--json", "--metrics-file", str(prom))
@@ -155,7 +155,8 @@ def test_erase_apply_metrics_count_the_records_erased(spark, small_log: Path, tm
     state, prom = tmp_path / "state", tmp_path / "apply.prom"
     init_ledger(str(state))
     code, _ = cli_json(capsys, "erase", "request", "--state-dir", str(state), "--topic", "*",
-                       "--key", "key-00000007", "--now-ms", str(NOW), "--json")
+                       "--key", "key-00000007", "--now-ms", str(NOW), "--json",
+                       "--reason", "art. 17")
     assert code == EXIT_OK
     code, report = cli_json(capsys, "erase", "apply", "--assume-kafka-defaults", str(small_log),
                             "--state-dir", str(state),

@@ -137,7 +137,8 @@ def staged(spark, tmp_path_factory: pytest.TempPathFactory) -> dict:
     generate(str(logs), GEN)
     init_ledger(str(state))
     assert cli_main(["erase", "request", "--state-dir", str(state), "--topic", TOPIC, "--key",
-                     SUBJECT, "--request-id", "r1", "--now-ms", str(NOW), "--json"]) == EXIT_OK
+                     SUBJECT, "--request-id", "r1", "--now-ms", str(NOW), "--json",
+                     "--reason", "art. 17"]) == EXIT_OK
     done: dict[str, dict] = {}
     for command in COMMANDS:
         work, work_state = root / f"done-{command}", root / f"state-{command}"
