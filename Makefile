@@ -69,10 +69,13 @@ demo: kernels
 	$(BIN)/compactor erase status --state-dir $(DEMO_STATE)
 	$(BIN)/compactor inspect $(DEMO_DIR) --verify
 
-# What spark-submit --py-files needs to run jobs/*.py on a cluster: the compactor package (with
-# schemas/ as compactor.schemas, as the wheel installs it), zipped.
-# (Executors also need the dependencies of pyproject.toml installed in their Python.)
-dist: venv
+# The versioned wheel (dist/kafka_compactor-VERSION-py3-none-any.whl: `pip install` it where
+# the jobs run) and what spark-submit --py-files needs to run jobs/*.py on a cluster: the
+# compactor package (with schemas/ as compactor.schemas, as the wheel installs it), zipped.
+# (Executors also need the dependencies of pyproject.toml installed in their Python.) Built by
+# the environment that exists: a pyproject.toml newer than it does not rebuild it here.
+dist: | $(STAMP)
+	$(BIN)/python -m pip wheel --no-deps --no-build-isolation -q -w dist .
 	$(BIN)/python -m compactor.tools.dist dist/kafka_compactor.zip
 
 # Debian's chromium renders the HTML report in the tests (installed from the package

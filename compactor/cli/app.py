@@ -185,8 +185,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_rolling_arguments(ro)
     ro.set_defaults(handler=jobs.execute_rolling)
 
-    er = sub.add_parser("erase", help="GDPR erasure: request, apply, verify, status, retry, "
-                                      "cancel, report")
+    er = sub.add_parser("erase", help="GDPR erasure: init, request, digest, apply, verify, "
+                                      "status, list, retry, cancel, report")
     esub = er.add_subparsers(dest="erase_command", required=True)
     rq = esub.add_parser("request", help="record erasure requests in the ledger (idempotent)")
     add_request_arguments(rq)
@@ -226,7 +226,19 @@ def build_parser() -> argparse.ArgumentParser:
     rp.set_defaults(handler=_cmd_erase_report)
     for command in _leaf_parsers(parser):
         add_verbosity_arguments(command)
+    _describe(parser)
     return parser
+
+
+def _describe(parser: argparse.ArgumentParser) -> None:
+    """Each sub-command's ``--help`` opens with what its parent's listing says of it."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            helps = {a.dest: a.help for a in action._choices_actions}
+            for name, sub in action.choices.items():
+                if sub.description is None and helps.get(name):
+                    sub.description = str(helps[name])
+                _describe(sub)
 
 
 def _leaf_parsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
