@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
-from typing import TextIO
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any, TextIO
 
 import compactor
 from compactor import progress
@@ -222,6 +223,10 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--state-dir", required=True, help="the ledger's directory")
     rp.add_argument("--request-id", required=True, help="the request (see erase list)")
     rp.add_argument("--json", action="store_true", help="the proof as one JSON object")
+    rp.add_argument("--html", default=None, metavar="FILE",
+                    help="also write the proof as one self-contained HTML page for an auditor "
+                         "(the request and its digest, every place with times, the runs per "
+                         "partition, the ledger's commits, the deadline's outcome)")
     add_storage_arguments(rp, lease=False)
     rp.set_defaults(handler=_cmd_erase_report)
     for command in _leaf_parsers(parser):
@@ -440,33 +445,68 @@ def _cmd_erase_list(args: argparse.Namespace, out: TextIO) -> int:
 
 def _cmd_erase_report(args: argparse.Namespace, out: TextIO) -> int:
     from compactor.erasure import ledger
+    from compactor.maintenance import proof_html
 
     result = ledger.audit(args.state_dir, args.request_id)
     if result is None:
         raise ConfigError(f"no erasure request {args.request_id!r} in the ledger",
                           path=args.state_dir)
+    result["state_dir"] = args.state_dir
+    now = int(time.time() * 1000)
     if args.json:
         jobs.emit(out, result)
     else:
-        proof, req = result["proof"], result["request"]
-        out.write(f"request {req['request_id']} ({req['selector']} sha256 "
-                  f"{req['subject_sha256']}, topic {req['topic']}): {proof['status']}\n")
-        out.write(f"erased {proof['records_erased']} records by run {req['run_id']}; rescan "
-                  f"{req['verify_run_id']}: {proof['segments_rescanned']} segments, "
-                  f"{proof['records_rescanned']} records, residual matches "
-                  f"{proof['residual_matches']}; deadline met: {proof['met_deadline']}\n")
-        out.write(f"requested {human_time(req['requested_at_ms'])}, deadline "
-                  f"{human_time(req['deadline_ms'])}"
-                  + (f", reason: {req['reason']}" if req.get("reason") else "") + "\n")
-        for key, place in sorted((proof.get("places") or {}).items()):
-            out.write(f"  place {key}: " + ("applied" if place.get("applied_run_id")
-                                            else "not applied")
-                      + f", verify {place.get('verify_status') or 'not yet'}\n")
-        for c in result["ledger_commits"]:
-            out.write(f"  ledger v{c['version']} {c['operation']} {c.get('action', '')} "
-                      f"{c.get('run_id', '')}"
-                      + (f" reason: {c['reason']}" if c.get("reason") else "") + "\n")
+        out.write(_proof_text(result, now))
+    if args.html:
+        storage.write_output(storage.absolute(args.html),
+                             proof_html.render(result, now_ms=now).encode())
+        if not args.json:
+            out.write(f"proof written to {args.html}\n")
     return EXIT_OK
+
+
+def _proof_text(result: Mapping[str, Any], now_ms: int) -> str:
+    """``erase report`` for a person: the request, the deadline's outcome, each place with
+    its times, the runs' partitions and the ledger's commits."""
+    from compactor.maintenance.proof_html import deadline_words
+
+    proof, req = result["proof"], result["request"]
+    lines = [f"request {req['request_id']} (topic {req['topic']}, {req['selector']} with "
+             f"SHA-256 {req['subject_sha256']}): {proof['status']}",
+             f"requested {human_time(req['requested_at_ms'])}"
+             + (f", reason: {req['reason']}" if req.get("reason") else ""),
+             f"deadline {deadline_words(req, now_ms)}",
+             f"erased {proof['records_erased']} records"
+             + (f" (and {proof['superseded_by_erased']} older values of the keys)"
+                if proof.get("superseded_by_erased") else "")
+             + (f"; rescan: {proof['segments_rescanned']} segments, "
+                f"{proof['records_rescanned']} records, no residual match"
+                if proof["verified_by_rescan"] else "; not verified by a rescan yet")]
+    for key, place in sorted((proof.get("places") or {}).items()):
+        lines.append(
+            f"  node {place.get('node_id')} {place.get('log_dir') or key}: "
+            + (f"applied {human_time(place['applied_at_ms'])} "
+               f"({place.get('records_erased', 0)} records, "
+               f"{place.get('segments_rewritten', 0)} segments)"
+               if place.get("applied_at_ms") else "not applied")
+            + (f", rescan {place['verify_status']}" if place.get("verify_status")
+               else ", not rescanned")
+            + (f" {human_time(place['verified_at_ms'])}" if place.get("verified_at_ms") else "")
+            + (f" over {', '.join(place['scanned'])}" if place.get("scanned") else ""))
+    missing = proof.get("missing_replicas")
+    if missing:
+        lines.append(f"  still to scan: {len(missing)} replicas, e.g. node "
+                     f"{missing[0]['node_id']} {missing[0]['partition']}")
+    for kind in ("apply_runs", "verify_runs"):
+        for r in result.get(kind) or []:
+            lines.append(f"  {kind.split('_')[0]} run {r['run_id']} {r['topic']}-"
+                         f"{r['partition']} in {r['log_dir']}: {r['status']}, finished "
+                         f"{human_time(r['finished_at_ms'])}")
+    for c in result["ledger_commits"]:
+        lines.append(f"  ledger v{c['version']} {c['operation']} {c.get('action', '')} "
+                     f"{c.get('run_id', '')}".rstrip()
+                     + (f", reason: {c['reason']}" if c.get("reason") else ""))
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -20,7 +20,7 @@ _COLOURS = {
 }
 _STAGE_COLOURS = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#D55E00", "#56B4E9", "#F0E442")
 
-_CSS = """
+CSS = """
 body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2rem;
        color: #222; background: #fff; }
 h1 { font-size: 1.5rem; margin: 0 0 .3rem; } h2 { font-size: 1.15rem; margin: 2rem 0 .5rem; }
@@ -43,8 +43,12 @@ details { margin: .4rem 0; } summary { cursor: pointer; color: #0b5cad; }
 """
 
 
-def _e(value: Any) -> str:
+def escape(value: Any) -> str:
+    """A value as HTML text (the erasure proof's page uses it too)."""
     return html.escape(str(value), quote=True)
+
+
+_e = escape  # the short name of this page's many f-strings
 
 
 def _num(value: int | None) -> str:
@@ -411,7 +415,7 @@ def render(report: Mapping[str, Any], *, title: str | None = None) -> str:
     run_id = f" · run {_e(report['run_id'])}" if report.get("run_id") else ""
     return (
         "<!DOCTYPE html><html lang=en><head><meta charset=utf-8>"
-        f"<title>{_e(heading)}</title><style>{_CSS}</style></head><body>"
+        f"<title>{_e(heading)}</title><style>{CSS}</style></head><body>"
         f"<h1>{_e(heading)} <span class=status-{_e(status)}>{_e(status)}</span></h1>"
         f'<div class="meta">log dir {_e(report["log_dir"])} · clock '
         f"{_e(human_time(report['now_ms']))}{run_id}</div>"

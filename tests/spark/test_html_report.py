@@ -219,3 +219,56 @@ def test_a_broker_of_2000_partitions_shows_what_needs_attention_then_its_topics(
     res = _chromium(page, tmp_path, "--window-size=1200,1400", f"--screenshot={shot}")
     assert res.returncode == 0, res.stderr[-2000:]
     assert _inked_fraction(shot.read_bytes()) > 0.02
+
+
+@pytest.mark.slow
+def test_the_erasure_proof_page_is_one_document_an_auditor_can_read(
+        spark, small_log: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 53.4: ``erase report --html FILE`` renders in headless Chromium, self-contained,
+    with the request and its digest (never the subject), every place with its times, the runs
+    per partition, the ledger's commits and the deadline's outcome, as the JSON proof gives
+    them; the text report says the same in words."""
+    import hashlib
+
+    from compactor.cli import main
+    from compactor.human import human_time
+    from tests.helpers import init_ledger
+
+    state, page, subject = tmp_path / "state", tmp_path / "proof.html", b"key-00000007"
+    init_ledger(state)
+    assert main(["erase", "request", "--state-dir", str(state), "--topic", "*", "--key",
+                 subject.decode(), "--request-id", "ticket-53", "--reason", "PRIV-53 art. 17",
+                 "--now-ms", str(NOW)]) == EXIT_OK
+    for action, at in (("apply", NOW + 1000), ("verify", NOW + 2000)):
+        assert main(["erase", action, "--assume-kafka-defaults", str(small_log), "--state-dir",
+                     str(state), "--now-ms", str(at), "--json"]) == EXIT_OK
+    capsys.readouterr()
+    code, proof = cli_json(capsys, "erase", "report", "--state-dir", str(state),
+                           "--request-id", "ticket-53", "--json", "--html", str(page))
+    assert code == EXIT_OK and proof["proof"]["status"] == "verified"
+    assert subject not in page.read_bytes()  # only its digest
+    text, external = _rendered_text(page, tmp_path)
+    assert external == []
+    assert "Erasure proof · request ticket-53 verified" in text
+    assert hashlib.sha256(subject).hexdigest() in text and "PRIV-53 art. 17" in text
+    assert "met: verified " + human_time(NOW + 2000) in text
+    for place in proof["proof"]["places"].values():
+        assert place["log_dir"] in text and human_time(place["applied_at_ms"]) in text
+    runs = proof["apply_runs"] + proof["verify_runs"]
+    assert runs
+    for r in runs:
+        assert f"{r['run_id']} {r['topic']}-{r['partition']}" in text
+    for c in proof["ledger_commits"]:
+        assert f"{c['version']} {human_time(c['timestamp_ms'])} {c['operation']} " \
+               f"{c['action']}" in text
+    shot = tmp_path / "proof.png"
+    res = _chromium(page, tmp_path, "--window-size=1200,1400", f"--screenshot={shot}")
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert _inked_fraction(shot.read_bytes()) > 0.02
+
+    # the same proof in words: times and places, no Python values
+    assert main(["erase", "report", "--state-dir", str(state), "--request-id",
+                 "ticket-53"]) == EXIT_OK
+    said = capsys.readouterr().out
+    assert "deadline met: verified " in said and "True" not in said and "{" not in said
+    assert f"applied {human_time(NOW + 1000)}" in said
