@@ -79,7 +79,11 @@ def build_parser() -> argparse.ArgumentParser:
                                         "(from the runs table of a state dir)")
     rp_.add_argument("--state-dir", required=True, help="the ledger's directory")
     rp_.add_argument("--run-id", default=None,
-                     help="the run (see compactor history; default: the newest)")
+                     help="the run (see compactor history; default: the newest of --kind)")
+    rp_.add_argument("--kind", default="maintenance",
+                     help="without --run-id, the newest run of this kind: maintenance (run, "
+                          "compact or retain; the default), run, compact, retain, "
+                          "erase_apply, erase_verify, or any")
     rp_.add_argument("--html", required=True, metavar="FILE", help="where to write the page")
     add_storage_arguments(rp_, lease=False)
     rp_.set_defaults(handler=jobs.execute_report)

@@ -743,7 +743,8 @@ def execute_report(args: argparse.Namespace, out: TextIO) -> int:
     from compactor.maintenance import html_report
     from compactor.maintenance.history import run_report
 
-    report = run_report(storage.absolute(args.state_dir), args.run_id)
+    report = run_report(storage.absolute(args.state_dir), args.run_id,
+                        kind=getattr(args, "kind", "maintenance"))
     storage.write_output(storage.absolute(args.html), html_report.render(report).encode())
     parts = [report[k] for k in ("compaction", "retention") if report.get(k)] or [report]
     partitions = {(p["topic"], p["partition"]) for part in parts for p in part["partitions"]}

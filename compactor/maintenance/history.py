@@ -56,8 +56,16 @@ def history(state_dir: str, *, limit: int | None = None) -> list[dict[str, Any]]
     return runs[:limit] if limit is not None else runs
 
 
-def run_report(state_dir: str, run_id: str | None = None) -> dict[str, Any]:
-    """One recorded run (the newest when ``run_id`` is ``None``) as a report again (type
+#: what ``compactor report --kind`` chooses among (the runs table's ``command``): the
+#: maintenance runs by default; an erasure run only when asked
+KINDS = {"maintenance": ("run", "compact", "retain"), "run": ("run",), "compact": ("compact",),
+         "retain": ("retain",), "erase_apply": ("erase_apply",),
+         "erase_verify": ("erase_verify",), "any": ()}
+
+
+def run_report(state_dir: str, run_id: str | None = None, *,
+               kind: str = "maintenance") -> dict[str, Any]:
+    """One recorded run (the newest of ``kind`` when ``run_id`` is ``None``) as a report again (type
     ``recorded_report``): its partition lines as recorded, the head rebuilt from the rows
     (without what the rows do not keep: the cluster section, foreign entries, run-level stage
     times, erasure requests).
@@ -70,12 +78,26 @@ def run_report(state_dir: str, run_id: str | None = None) -> dict[str, Any]:
     if not runs:
         raise ConfigError("no runs recorded here yet", path=state_dir,
                           remedy="run a command with --state-dir first")
-    chosen = runs[0] if run_id is None else next((r for r in runs if r["run_id"] == run_id),
-                                                  None)
+    if kind not in KINDS:
+        raise ConfigError(f"--kind {kind!r} is not a kind of run",
+                          remedy=f"give one of {', '.join(KINDS)}")
+    if run_id is None:
+        commands = KINDS[kind]
+        chosen = next((r for r in runs if not commands or r["command"] in commands), None)
+        if chosen is None:
+            raise ConfigError(f"no {kind} run recorded here (newest: {runs[0]['command']} "
+                              f"{runs[0]['run_id']})", path=state_dir,
+                              remedy=f"give --kind (one of {', '.join(KINDS)}) or --run-id")
+        return _recorded(state_dir, chosen)
+    chosen = next((r for r in runs if r["run_id"] == run_id), None)
     if chosen is None:
         newest = ", ".join(r["run_id"] for r in runs[:5])
         raise ConfigError(f"no run {run_id!r} recorded here (newest: {newest})",
                           path=state_dir, remedy="see `compactor history --state-dir DIR`")
+    return _recorded(state_dir, chosen)
+
+
+def _recorded(state_dir: str, chosen: Mapping[str, Any]) -> dict[str, Any]:
     rows = ledger.load_runs(state_dir, [chosen["run_id"]])
     problems = sum(chosen["by_status"].get(s, 0) for s in ("corrupt", "refused", "failed",
                                                                  "locked"))

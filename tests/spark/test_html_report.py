@@ -266,6 +266,15 @@ def test_the_erasure_proof_page_is_one_document_an_auditor_can_read(
     assert res.returncode == 0, res.stderr[-2000:]
     assert _inked_fraction(shot.read_bytes()) > 0.02
 
+    # `compactor report` picks a run by kind: by default a maintenance run, never the
+    # newest erasure page
+    recorded = tmp_path / "recorded.html"
+    assert main(["report", "--state-dir", str(state), "--html", str(recorded)]) == EXIT_CONFIG
+    assert "no maintenance run recorded here (newest: erase_verify" in capsys.readouterr().err
+    assert main(["report", "--state-dir", str(state), "--kind", "erase_apply", "--html",
+                 str(recorded)]) == EXIT_OK
+    assert f"erase_apply run {proof['apply_runs'][0]['run_id']}" in capsys.readouterr().out
+
     # the same proof in words: times and places, no Python values
     assert main(["erase", "report", "--state-dir", str(state), "--request-id",
                  "ticket-53"]) == EXIT_OK
