@@ -9,6 +9,7 @@ cluster."""
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -72,12 +73,23 @@ def describe(bootstrap_servers: str, timeout_s: float = 30.0) -> ClusterState:
         return asyncio.run(asyncio.wait_for(_describe(bootstrap_servers, timeout_s), timeout_s))
     except (OSError, asyncio.TimeoutError, ConnectionError) as err:
         raise ClusterNotReadyError(f"the cluster's admin API at {bootstrap_servers} did not "
-                                   f"answer: {type(err).__name__}: {err}") from err
+                                   f"answer ({_words(err)})") from err
     except Exception as err:  # aiokafka's own errors (KafkaConnectionError, ...)
         if type(err).__module__.startswith("aiokafka"):
             raise ClusterNotReadyError(f"the cluster's admin API at {bootstrap_servers} "
-                                       f"refused: {type(err).__name__}: {err}") from err
+                                       f"refused ({_words(err)})") from err
         raise
+
+
+# aiokafka names the addresses it tried as Python tuples: ('127.0.0.1', 9, <AddressFamily...>)
+_ADDRESS = re.compile(r"\('([^']*)', (\d+), <AddressFamily\.\w+: \d+>\)")
+
+
+def _words(err: BaseException) -> str:
+    """An error of the admin client for a person: its message with addresses as host:port,
+    or its kind when it has none."""
+    text = _ADDRESS.sub(r"\1:\2", str(err)).strip()
+    return text or type(err).__name__
 
 
 async def _describe(bootstrap_servers: str, timeout_s: float) -> ClusterState:
