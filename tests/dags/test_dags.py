@@ -212,7 +212,7 @@ def test_gdpr_erasure_dag_erases_and_verifies_a_request(
         "now_ms": str(NOW)})
     assert filed.state == "success"
     assert _xcom(filed, "erase_request") == [{"type": "requests", "added": ["ticket-1"],
-                                              "existing": []}]
+                                              "existing": [], "existing_requests": []}]
     run = _bag().dags["kafka_gdpr_erasure"].test(run_conf={"now_ms": str(NOW)})
     assert run.state == "success"
     assert _states(run)["fail_if_any_task_failed"] == "skipped"
@@ -335,11 +335,12 @@ def test_no_raw_subject_reaches_airflow(
     keys_file.write_text("key-00000008\nkey-00000009\n")
     raw = [SUBJECT, b"key-00000008", b"key-00000009"]
     request = _bag().dags["kafka_gdpr_request"]
-    assert request.test(run_conf={"topic": "accounts", "key_sha256": DIGEST,
+    assert request.test(run_conf={"topic": "accounts", "key_sha256": DIGEST, "reason": "a",
                                   "request_id": "by-digest", "now_ms": str(NOW)}).state == "success"
-    assert request.test(run_conf={"topic": "accounts", "keys_file": str(keys_file),
+    assert request.test(run_conf={"topic": "accounts", "keys_file": str(keys_file), "reason": "b",
                                   "request_id": "by-file", "now_ms": str(NOW)}).state == "success"
-    typo = request.test(run_conf={"topic": "acounts", "key_sha256": DIGEST, "now_ms": str(NOW)})
+    typo = request.test(run_conf={"topic": "acounts", "key_sha256": DIGEST, "reason": "c",
+                                  "now_ms": str(NOW)})
     assert typo.state == "failed"
     (refused,) = _xcom(typo, "erase_request", "report")
     assert refused["code"] == "CONFIG_ERROR" and "accounts" in refused["message"]
