@@ -232,7 +232,7 @@ def test_applying_again_erases_nothing_more_and_rewrites_nothing(
     code, second = cli_json(capsys, *apply)  # nothing pending
     assert code == EXIT_OK and second["requests"] == []
     # a new request for the same, already erased subject rewrites nothing
-    assert cli_json(capsys, *request[:-1], "--request-id", "again", "--json")[0] == EXIT_OK
+    assert cli_json(capsys, *request, "--request-id", "again")[0] == EXIT_OK
     code, third = cli_json(capsys, *apply)
     assert code == EXIT_OK, json.dumps(third)
     assert third["requests"] == [{"request_id": "again", "status": "applied",
