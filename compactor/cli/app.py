@@ -472,7 +472,7 @@ def _cmd_erase_report(args: argparse.Namespace, out: TextIO) -> int:
 def _proof_text(result: Mapping[str, Any], now_ms: int) -> str:
     """``erase report`` for a person: the request, the deadline's outcome, each place with
     its times, the runs' partitions and the ledger's commits."""
-    from compactor.maintenance.proof_html import deadline_words
+    from compactor.erasure.status import deadline_words
 
     proof, req = result["proof"], result["request"]
     lines = [f"request {req['request_id']} (topic {req['topic']}, {req['selector']} with "

@@ -62,7 +62,7 @@ from typing import Any
 
 from compactor.cluster.metadata import ClusterMetadata, PartitionState, topic_layers_of
 from compactor.cluster.metadata_log import load_cluster_metadata
-from compactor.cluster.release import DECOMPRESSED_LIMIT, KafkaRelease, follow
+from compactor.cluster.release import DECOMPRESSED_LIMIT, KafkaRelease, follow, text
 from compactor.codec.kraft import uuid_bytes
 from compactor.config import (
     BROKER,
@@ -284,7 +284,7 @@ class Catalog:
                          f"retention those topics get")
         release = self.kafka_release
         if release.newer or not release.exact:
-            lines.append(f"Kafka {release.to_dict()['release']}'s rules followed: "
+            lines.append(f"Kafka {text(release.version)}'s rules followed: "
                          f"{release.source}")
         if self.cordoned:
             lines.append(f"this log dir is cordoned ({self.cordoned}; KIP-1066): the broker "

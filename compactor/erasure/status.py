@@ -21,6 +21,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from enum import StrEnum
+from typing import Any
+
+from compactor.human import human_time
 
 
 class RequestStatus(StrEnum):
@@ -102,3 +105,21 @@ def failure_words(failure: Mapping[str, object] | None) -> str:
     if "nothing_scanned" in failure:
         return str(failure["nothing_scanned"])
     return "; ".join(f"{k.replace('_', ' ')}: {v}" for k, v in sorted(failure.items()))
+
+
+def deadline_words(request: Mapping[str, Any], now_ms: int | None = None) -> str:
+    """The deadline's outcome in words: met (how long before it), missed, or still open."""
+    deadline = request["deadline_ms"]
+    done_at = request.get("verified_at_ms") if request["status"] in (
+        RequestStatus.VERIFIED, RequestStatus.VERIFIED_LOCAL_ONLY) else None
+    if done_at is not None:
+        margin = (deadline - done_at) / 86_400_000
+        return (f"met: verified {human_time(done_at)}, {margin:.1f} days before the deadline "
+                f"({human_time(deadline)})" if done_at <= deadline else
+                f"missed: verified {human_time(done_at)}, {-margin:.1f} days after the "
+                f"deadline ({human_time(deadline)})")
+    if request["status"] == RequestStatus.CANCELLED:
+        return f"not applicable: cancelled (the deadline was {human_time(deadline)})"
+    if now_ms is not None and now_ms > deadline:
+        return f"missed: not verified by the deadline ({human_time(deadline)})"
+    return f"open: not yet verified; the deadline is {human_time(deadline)}"

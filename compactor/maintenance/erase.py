@@ -656,7 +656,7 @@ def _record(state_dir: str, action: str, run_id: str, log_dir: str, now_ms: int,
 
 def verify_exit_code(state_dir: str, reports: Sequence[ErasureReport]) -> int:
     """The exit code of verifies run one after the other over a broker's log dirs: by what
-    the ledger says afterwards of the requests they verified (failed: 1; not yet verified
+    the ledger says afterwards of the requests they verified (failed: 7; not yet verified
     everywhere: 6), any run left partial by an unreadable dir (6), and any run that failed."""
     if any(r.status == RunStatus.FAILED for r in reports):
         return RunStatus.FAILED.exit_code

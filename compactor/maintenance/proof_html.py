@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from compactor.erasure.status import RequestStatus, failure_words
+from compactor.erasure.status import RequestStatus, deadline_words, failure_words
 from compactor.human import human_time
 from compactor.maintenance.html_report import CSS, escape
 
@@ -24,24 +24,6 @@ _DONE_WORDS: dict[str, str] = {
                                        "tier of a tiered topic was not scanned",
     RequestStatus.CANCELLED: "cancelled",
 }
-
-
-def deadline_words(request: Mapping[str, Any], now_ms: int | None = None) -> str:
-    """The deadline's outcome in words: met (how long before it), missed, or still open."""
-    deadline = request["deadline_ms"]
-    done_at = request.get("verified_at_ms") if request["status"] in (
-        RequestStatus.VERIFIED, RequestStatus.VERIFIED_LOCAL_ONLY) else None
-    if done_at is not None:
-        margin = (deadline - done_at) / 86_400_000
-        return (f"met: verified {human_time(done_at)}, {margin:.1f} days before the deadline "
-                f"({human_time(deadline)})" if done_at <= deadline else
-                f"missed: verified {human_time(done_at)}, {-margin:.1f} days after the "
-                f"deadline ({human_time(deadline)})")
-    if request["status"] == RequestStatus.CANCELLED:
-        return f"not applicable: cancelled (the deadline was {human_time(deadline)})"
-    if now_ms is not None and now_ms > deadline:
-        return f"missed: not verified by the deadline ({human_time(deadline)})"
-    return f"open: not yet verified; the deadline is {human_time(deadline)}"
 
 
 def _when(ms: Any) -> str:
