@@ -183,6 +183,7 @@ class CompactorJob(SparkSubmitOperator):
         report_file = _report_file(ti)
         self.application_args = [*(self.application_args or []), "--report-file",
                                  report_file]
+        self._start_as_the_command_line()
         try:
             super().execute(context)
         except AirflowException as err:
@@ -194,6 +195,38 @@ class CompactorJob(SparkSubmitOperator):
             raise _failed(self.task_id, ti, report_file, code, err) from err
         done = _read_report(report_file)
         return None if done is None else _for_xcom(done)
+
+    def _start_as_the_command_line(self) -> None:
+        """spark-submit's arguments from the installation of the settings' ``python``
+        (``python -m compactor.tools.submit_args``, for the connection's master): the job's
+        driver JVM and Python workers start as the ``compactor`` command's do (issue 53:
+        class-data archive, the jars on the classpath, the package's worker daemon). The
+        settings' ``delta_jars`` and ``spark_conf`` go over them."""
+        import subprocess
+
+        self._hook = self._get_hook()  # resolves the connection: its master
+        master = self._hook._connection["master"]
+        command = [SETTINGS.get("python") or "python3", "-m", "compactor.tools.submit_args",
+                   "--master", master, "--json"]
+        if str(SETTINGS.get("state_dir", "")).startswith("s3://"):
+            command.append("--object-store")
+        if SETTINGS.get("executors_installed"):
+            command.append("--executors-installed")
+        proc = subprocess.run(command, capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            raise AirflowFailException(
+                f"{self.task_id}: {' '.join(command[:3])} failed: {proc.stderr.strip()}")
+        args = json.loads(proc.stdout)
+        conf, jars = {}, None
+        for flag, value in zip(args[::2], args[1::2]):
+            if flag == "--conf":
+                key, _, val = value.partition("=")
+                conf[key] = val
+            elif flag == "--jars":
+                jars = value
+        self.conf = {**conf, **(self.conf or {})}
+        self.jars = self.jars or jars
+        self._hook = self._get_hook()
 
 
 class CompactorCommand(BaseOperator):
@@ -253,37 +286,21 @@ def _raise_failed(upstream: str) -> None:
 
 
 def spark_conf() -> dict[str, str]:
-    """spark-submit's ``--conf`` for every job: the command line's quiet session (no console
-    progress bar, the driver logging errors only with the project's log4j2 file next to
-    ``jobs_dir``), the settings' ``python``, then the settings' own ``spark_conf`` over
-    them."""
-    conf = {"spark.ui.showConsoleProgress": "false"}
-    quiet = os.path.join(os.path.dirname(os.path.abspath(SETTINGS["jobs_dir"])), "compactor",
-                         "spark", "log4j2-quiet.properties")
-    if os.path.exists(quiet):
-        conf["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile=file:{quiet}"
-    if SETTINGS.get("python"):
-        conf["spark.pyspark.python"] = SETTINGS["python"]
+    """The settings' own ``spark_conf`` for every job (over the installation's start-up
+    arguments, :meth:`CompactorJob._start_as_the_command_line`), and the settings'
+    ``python``."""
+    conf = {"spark.pyspark.python": SETTINGS["python"]} if SETTINGS.get("python") else {}
     return {**conf, **{str(k): str(v) for k, v in (SETTINGS.get("spark_conf") or {}).items()}}
 
 
 def delta_jars() -> str:
-    """spark-submit's ``--jars``: delta-spark's jars, from the settings' ``delta_jars``
-    folder (or folders), else the one ``python -m compactor.tools.jars`` (``make``) filled
-    in the environment of the settings' ``python`` (and S3A's beside it for a ``state_dir``
-    on S3). Empty when there is none: the job then fails at once, saying how to fetch
-    them."""
+    """spark-submit's ``--jars`` from the settings' ``delta_jars`` folder (or folders), for a
+    cluster whose executors find them elsewhere than the installation's own (empty: the
+    installation's, :meth:`CompactorJob._start_as_the_command_line`)."""
     import glob
 
     folders = SETTINGS.get("delta_jars") or []
     folders = [folders] if isinstance(folders, str) else list(folders)
-    if not folders and SETTINGS.get("python"):
-        prefix = os.path.dirname(os.path.dirname(SETTINGS["python"]))
-        wanted = ["delta-*"] + (["hadoop-aws-*"] if str(SETTINGS.get("state_dir", ""))
-                                .startswith("s3://") else [])
-        for pattern in wanted:
-            found = sorted(glob.glob(os.path.join(prefix, "share", "kafka-compactor", pattern)))
-            folders += found[-1:]
     return ",".join(jar for folder in folders
                     for jar in sorted(glob.glob(os.path.join(folder, "*.jar"))))
 

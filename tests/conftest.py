@@ -99,6 +99,14 @@ def spark():  # type: ignore[no-untyped-def]
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.session.timeZone", "UTC")
+        # a session of ~800 tests: Spark's status store keeps the last 1000 jobs, stages and
+        # SQL executions (with their plans' metrics) whether or not a UI shows them, which
+        # filled the default 1 GiB heap about half way and left the run in back-to-back GC
+        .config("spark.driver.memory", "3g")
+        .config("spark.ui.retainedJobs", "20")
+        .config("spark.ui.retainedStages", "20")
+        .config("spark.ui.retainedTasks", "500")
+        .config("spark.sql.ui.retainedExecutions", "20")
         .config(map=LOCAL_CONF)  # as the command line's local sessions
         # delta-spark's jars, extension and catalog, and S3A for the state dirs on the S3 server
         .config(map=delta.session_conf(object_store={}, local=True))

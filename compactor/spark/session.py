@@ -103,6 +103,52 @@ def driver_java_options(archive_out: str | None, *, short_round: bool = False) -
     return " ".join(options)
 
 
+def submit_args(master: str, *, object_store: bool = False,
+                executors_installed: bool = False) -> list[str]:
+    """spark-submit's arguments (``--conf``, ``--jars``; not ``--master``) that start a job
+    of the tool on ``master`` as the command line starts its own session (issue 53): the
+    driver's JVM gets the command line's classpath and options (:func:`driver_java_options`:
+    the class-data archive, which the JVM uses only with the classpath it was made with, and
+    errors-only logging), and the Python workers are this package's daemon
+    (:data:`LOCAL_CONF`). ``python -m compactor.tools.submit_args`` prints them; the DAGs
+    pass them to every spark-submit task.
+
+    In local mode the driver's JVM is the executor and the jars go on its classpath only:
+    through ``--jars`` the executor would copy each into the session's temp dir
+    (:func:`compactor.spark.delta.session_conf`). On a cluster the executors get the jars
+    through ``--jars``, unless ``executors_installed``: every executor machine runs this same
+    installation (the container image of ``deploy/``, or a cluster on this machine), so its
+    JVMs take the driver's classpath and options and its Python workers the daemon, which
+    imports this package.
+
+    Args:
+        object_store: the job's state dir is on S3 (S3A's jars too, where they are not on the
+            classpath already).
+
+    Raises:
+        SparkUnavailableError: the jars were never fetched.
+    """
+    local = master.startswith("local")
+    classpath = delta.classpath_conf(local=True, s3a=object_store)["spark.driver.extraClassPath"]
+    options = driver_java_options(None)
+    conf = {"spark.driver.extraClassPath": classpath, "spark.ui.showConsoleProgress": "false"}
+    if options:
+        conf["spark.driver.extraJavaOptions"] = options
+    args = []
+    if local or executors_installed:
+        conf.update(LOCAL_CONF)
+    if executors_installed and not local:
+        conf["spark.executor.extraClassPath"] = classpath
+        if options:
+            conf["spark.executor.extraJavaOptions"] = options
+    elif not local:
+        args += ["--jars", ",".join(delta.jars("delta")
+                                    + (delta.jars("s3a") if object_store else []))]
+    for key, value in conf.items():
+        args += ["--conf", f"{key}={value}"]
+    return args
+
+
 def get_spark(master: str | None, app_name: str = "kafka-compactor", *,
               archive_out: str | None = None, short_round: bool = False,
               object_store: Mapping[str, str] | None = None) -> SparkSession:

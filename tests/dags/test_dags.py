@@ -120,11 +120,6 @@ def test_every_rendered_argv_is_accepted_by_its_job_parser(settings: dict) -> No
             if hasattr(task, "application_args"):  # spark-submit
                 argv = task.render_template(task.application_args, {"params": params})
                 application = Path(task.application)
-                # the command line's quiet session settings
-                quiet = REPO / "compactor" / "spark" / "log4j2-quiet.properties"
-                assert task.conf["spark.driver.extraJavaOptions"] == (
-                    f"-Dlog4j2.configurationFile=file:{quiet}")
-                assert task.conf["spark.ui.showConsoleProgress"] == "false"
             else:  # the jobs that need no Spark run without spark-submit
                 argv = task.render_template(task.arguments, {"params": params})
                 application = REPO / "jobs" / f"{task.job}.py"
@@ -580,3 +575,39 @@ def test_the_rolling_dag_rolls_a_real_broker(settings: dict, airflow_db: str, tm
             ("start", "ok"), ("in_sync", "ok")]
         after, _ = asyncio.run(_read(broker.bootstrap, ACCOUNTS))
         assert len(after) < len(before) and dict(after) == latest
+
+
+def test_a_spark_task_starts_its_job_as_the_command_line_does(
+        settings: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 53.7: a spark-submit task asks the settings' installation for its start-up
+    arguments (``compactor.tools.submit_args``, for the connection's master): the command
+    line's classpath and class-data archive, the package's worker daemon; the settings'
+    ``spark_conf`` goes over them, and an installation without its jars fails the task at once,
+    saying how to fetch them."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from compactor.spark import session
+
+    path = tmp_path / "conf.yaml"
+    path.write_text(yaml.safe_dump({
+        **{k: v for k, v in settings.items() if k not in ("logs", "state", "server_properties")},
+        "spark_conf": {"spark.driver.memory": "3g", "spark.python.daemon.module": "mine"}}))
+    monkeypatch.setenv("KAFKA_COMPACTOR_DAGS_CONFIG", str(path))
+    (task,) = _bag().dags["kafka_compaction_oneoff"].tasks
+    task._start_as_the_command_line()
+    command = task._hook._build_spark_submit_command(task.application)
+    assert command[command.index("--master") + 1] == "local[2]"
+    confs = dict(command[i + 1].split("=", 1) for i, a in enumerate(command) if a == "--conf")
+    java_options = confs["spark.driver.extraJavaOptions"].split()
+    assert f"-XX:SharedArchiveFile={session.class_archive()}" in java_options
+    quiet = REPO / "compactor" / "spark" / "log4j2-quiet.properties"
+    assert f"-Dlog4j2.configurationFile=file:{quiet}" in java_options  # errors only
+    assert confs["spark.ui.showConsoleProgress"] == "false"
+    assert confs["spark.driver.extraClassPath"].endswith(".jar")
+    assert confs["spark.driver.memory"] == "3g" and confs["spark.python.daemon.module"] == "mine"
+    assert "--jars" not in command  # local mode: the jars are on the driver's classpath
+
+    (task,) = _bag().dags["kafka_compaction_oneoff"].tasks
+    monkeypatch.setenv("COMPACTOR_JARS_HOME", str(tmp_path / "nowhere"))
+    with pytest.raises(AirflowFailException, match="compactor.tools.jars"):
+        task._start_as_the_command_line()

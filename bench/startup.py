@@ -1,0 +1,144 @@
+"""How a job starts: the command line, spark-submit and a standalone cluster, on a small log dir.
+
+Usage: python bench/startup.py [--runs 2] [--ways cli,submit,...] [--records 20000]
+
+The same compaction (``compact``, with a state dir: the run history is written through
+delta-spark, as the DAG's jobs do) on copies of one generated log dir of a few MB, each run a
+new process as an operator's command or an Airflow task starts it:
+
+- ``cli``: ``compactor compact --master local[2]`` (the baseline in the same run);
+- ``submit-plain``: ``spark-submit --master local[2]`` with what the DAGs passed before issue 53
+  (``--jars`` and the quiet log4j file);
+- ``submit``: ``spark-submit`` with ``python -m compactor.tools.submit_args``'s arguments;
+- ``cluster-plain`` / ``cluster``: the same two against a standalone cluster here (a master and
+  two one-core workers, started and stopped by this script) with ``--py-files``.
+
+Each line gives the process's wall time and its stages: ``session_start`` and ``worker_start``
+(the report's ``stages_s``: the JVM and SparkContext, then the executors' Python workers),
+``work`` (the report's other stages) and ``launch and exit`` (the rest: spark-submit's launcher,
+Python's imports, the job's planning before its session starts, the session's stop and the
+processes' exit).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+WAYS = ("cli", "submit-plain", "submit", "cluster-plain", "cluster")
+QUIET = REPO / "compactor" / "spark" / "log4j2-quiet.properties"
+
+
+def _plain_args(master: str) -> list[str]:
+    """What the DAGs gave spark-submit before issue 53 (``spark_conf`` and ``delta_jars``)."""
+    from compactor.spark import delta
+
+    return ["--master", master, "--jars", ",".join(delta.jars("delta")),
+            "--conf", "spark.ui.showConsoleProgress=false",
+            "--conf", f"spark.driver.extraJavaOptions=-Dlog4j2.configurationFile=file:{QUIET}"]
+
+
+def _tool_args(master: str) -> list[str]:
+    out = subprocess.run([sys.executable, "-m", "compactor.tools.submit_args", "--master",
+                          master, "--json"], capture_output=True, text=True, check=True)
+    return list(json.loads(out.stdout))
+
+
+def _command(way: str, master: str, py_files: str, log_dir: Path, state: Path,
+             now_ms: int) -> list[str]:
+    job = [str(log_dir), "--json", "--progress", "off", "--now-ms", str(now_ms),
+           "--state-dir", str(state), "--assume-kafka-defaults"]
+    if way == "cli":
+        return [str(BIN / "compactor"), "compact", *job, "--master", master]
+    args = _plain_args(master) if way.endswith("-plain") else _tool_args(master)
+    if way.startswith("cluster"):
+        args += ["--py-files", py_files]
+    return [str(BIN / "spark-submit"), *args, str(REPO / "jobs" / "compact.py"), *job]
+
+
+def _run(cmd: list[str]) -> tuple[float, dict[str, float]]:
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
+    started = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=str(REPO))
+    wall = time.perf_counter() - started
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd[:3])}... exited {proc.returncode}:\n"
+                         f"{proc.stderr[-3000:]}")
+    report = json.loads(proc.stdout.splitlines()[0])
+    return wall, dict(report["stages_s"])
+
+
+def _line(way: str, wall: float, stages: dict[str, float]) -> str:
+    session = stages.get("session_start", 0.0)
+    workers = stages.get("worker_start", 0.0)
+    work = sum(v for k, v in stages.items() if k not in ("session_start", "worker_start"))
+    rest = wall - session - workers - work
+    return (f"{way:>14}: {wall:6.1f} s = session_start {session:5.1f} + worker_start "
+            f"{workers:5.1f} + work {work:5.1f} + launch and exit {rest:5.1f}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=2)
+    ap.add_argument("--ways", default=",".join(WAYS))
+    ap.add_argument("--records", type=int, default=20_000, help="records per partition")
+    ap.add_argument("--master", default="local[2]")
+    args = ap.parse_args()
+    ways = args.ways.split(",")
+    sys.path.insert(0, str(REPO))
+    from compactor.tools import local_cluster
+    from compactor.tools.dist import build
+
+    root = Path(tempfile.mkdtemp(prefix="bench-startup-"))
+    template = root / "template"
+    now_ms = int(time.time()) * 1000
+    subprocess.run([str(BIN / "compactor"), "generate", str(template), "--partitions", "2",
+                    "--records", str(args.records), "--seed", "42",
+                    "--start-ms", str(now_ms - 3_600_000),
+                    "--topic-config", "user-profiles:cleanup.policy=compact",
+                    "--topic-config", "orders-v2:cleanup.policy=compact,delete"],
+                   check=True, capture_output=True)
+    size = sum(f.stat().st_size for f in template.glob("*/*.log"))
+    print(f"log dir: {size / 1e6:.1f} MB of segments in "
+          f"{len(list(template.glob('*-[0-9]*')))} partition directories; "
+          f"{args.runs} run(s) of each way, the median's stages")
+    py_files = str(root / "kafka_compactor.zip")
+    build(py_files)
+    cluster_state = str(root / "cluster")
+    cluster = None
+    try:
+        if any(w.startswith("cluster") for w in ways):
+            cluster = local_cluster.start(cluster_state, workers=2, cores=1, memory="1g")
+        for way in ways:
+            master = cluster.master_url if way.startswith("cluster") and cluster else \
+                args.master
+            runs = []
+            for run in range(args.runs):
+                work = root / f"{way}-{run}"
+                shutil.copytree(template, work)
+                runs.append(_run(_command(way, master, py_files, work, root / f"state-{way}",
+                                          now_ms)))
+                shutil.rmtree(work)
+            walls = [w for w, _ in runs]
+            median = sorted(runs, key=lambda r: r[0])[len(runs) // 2]
+            print(_line(way, *median) + f"  (runs: {', '.join(f'{w:.1f}' for w in walls)}; "
+                  f"median {statistics.median(walls):.1f})", flush=True)
+    finally:
+        if cluster is not None:
+            local_cluster.stop(cluster_state)
+        shutil.rmtree(root, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

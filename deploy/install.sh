@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Install kafka-compactor where its jobs run: the container image's one build step
+# (deploy/Dockerfile) and a machine's install without the repository's Makefile.
+#
+#   deploy/install.sh SOURCE PREFIX
+#
+# SOURCE is the repository (a checkout or its archive), PREFIX the installation
+# (/opt/kafka-compactor in the image). PREFIX gets:
+#   venv/       Python 3.11 with the package and the pinned dependencies (deploy/constraints.txt),
+#               delta-spark's jars (and S3A's with S3A=1) in venv/share/kafka-compactor, fetched
+#               by Maven from compactor/spark/pom.xml, the writer's compiled kernels and the
+#               driver JVM's class-data archive of Spark's classes
+#   jobs/       spark-submit's entry scripts (jobs/*.py)
+#   classpath   the jars a JVM of this installation puts first on its classpath (the
+#               executors' in deploy/entrypoint.sh: the archive serves only that classpath)
+#
+# Needs python3.11 (PYTHON), Java 17 and mvn, and the package registries (PyPI, Maven Central).
+set -euo pipefail
+
+if [ $# -ne 2 ]; then
+    echo "usage: $0 SOURCE PREFIX" >&2
+    exit 2
+fi
+source_dir=$(cd "$1" && pwd)
+prefix=$2
+python=${PYTHON:-python3.11}
+
+step() { printf 'install: %s\n' "$*"; }
+
+step "Python environment in $prefix/venv ($("$python" --version))"
+"$python" -m venv "$prefix/venv"
+bin=$prefix/venv/bin
+"$bin/pip" install --quiet --upgrade pip
+"$bin/pip" install --quiet -c "$source_dir/deploy/constraints.txt" "$source_dir"
+
+step "jars from Maven Central (compactor/spark/pom.xml)"
+"$bin/python" -m compactor.tools.jars ${S3A:+--s3a}
+
+step "the writer's kernels"
+"$bin/python" -c "from compactor.native import compile_kernels; compile_kernels()"
+
+step "the class-data archive of Spark's classes"
+# a JVM of this installation starts without it, slower, when it cannot be made
+SPARK_LOCAL_IP=127.0.0.1 "$bin/python" -m compactor.tools.class_archive \
+    || step "no class-data archive: jobs start without it"
+
+step "jobs and classpath"
+mkdir -p "$prefix/jobs"
+cp "$source_dir"/jobs/*.py "$prefix/jobs/"
+"$bin/python" -c "from compactor.spark import delta; \
+print(delta.classpath_conf(local=True)['spark.driver.extraClassPath'])" > "$prefix/classpath"
+step "done: $bin/compactor, $prefix/jobs"
