@@ -14,7 +14,7 @@ KAFKA_VERSION ?= 4.1.2
 export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYSPARK_PYTHON ?= $(abspath $(BIN)/python)
 
-.PHONY: venv jars jars-s3a kernels browser kafka demo test test-fast bench bench-compact bench-kafka bench-erase dist clean
+.PHONY: venv jars jars-s3a kernels browser kafka demo test test-fast bench bench-compact bench-kafka bench-erase dist image clean
 
 venv: $(STAMP)
 
@@ -77,6 +77,15 @@ demo: kernels
 dist: | $(STAMP)
 	$(BIN)/python -m pip wheel --no-deps --no-build-isolation -q -w dist .
 	$(BIN)/python -m compactor.tools.dist dist/kafka_compactor.zip
+
+# The driver and executor image (deploy/Dockerfile: Debian 12, Python 3.11, Java 17, the
+# package with deploy/constraints.txt's versions, the jars of compactor/spark/pom.xml), tagged
+# with the package's version as deploy/k8s/ names it. Needs a container engine (docker, or
+# CONTAINER=podman); the tests run its install step as a script (tests/e2e/test_deploy.py).
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+CONTAINER ?= docker
+image:
+	$(CONTAINER) build -f deploy/Dockerfile -t kafka-compactor:$(VERSION) .
 
 # Debian's chromium renders the HTML report in the tests (installed from the package
 # registry when missing; sudo when not root).

@@ -11,8 +11,10 @@
 #               by Maven from compactor/spark/pom.xml, the writer's compiled kernels and the
 #               driver JVM's class-data archive of Spark's classes
 #   jobs/       spark-submit's entry scripts (jobs/*.py)
-#   classpath   the jars a JVM of this installation puts first on its classpath (the
-#               executors' in deploy/entrypoint.sh: the archive serves only that classpath)
+#   classpath, java-options
+#               the jars a JVM of this installation puts first on its classpath, and its
+#               options (the class-data archive, which serves only that classpath; errors-only
+#               logging): deploy/entrypoint.sh starts the drivers and executors with them
 #
 # Needs python3.11 (PYTHON), Java 17 and mvn, and the package registries (PyPI, Maven Central).
 set -euo pipefail
@@ -22,7 +24,8 @@ if [ $# -ne 2 ]; then
     exit 2
 fi
 source_dir=$(cd "$1" && pwd)
-prefix=$2
+mkdir -p "$2"
+prefix=$(cd "$2" && pwd)
 python=${PYTHON:-python3.11}
 
 step() { printf 'install: %s\n' "$*"; }
@@ -33,6 +36,8 @@ bin=$prefix/venv/bin
 "$bin/pip" install --quiet --upgrade pip
 "$bin/pip" install --quiet -c "$source_dir/deploy/constraints.txt" "$source_dir"
 
+# from here the installed package only: `python -m` puts the working directory first on the path
+cd "$prefix"
 step "jars from Maven Central (compactor/spark/pom.xml)"
 "$bin/python" -m compactor.tools.jars ${S3A:+--s3a}
 
@@ -44,9 +49,11 @@ step "the class-data archive of Spark's classes"
 SPARK_LOCAL_IP=127.0.0.1 "$bin/python" -m compactor.tools.class_archive \
     || step "no class-data archive: jobs start without it"
 
-step "jobs and classpath"
+step "jobs, classpath and java-options"
 mkdir -p "$prefix/jobs"
 cp "$source_dir"/jobs/*.py "$prefix/jobs/"
 "$bin/python" -c "from compactor.spark import delta; \
 print(delta.classpath_conf(local=True)['spark.driver.extraClassPath'])" > "$prefix/classpath"
+"$bin/python" -c "from compactor.spark import session; \
+print(session.driver_java_options(None))" > "$prefix/java-options"
 step "done: $bin/compactor, $prefix/jobs"

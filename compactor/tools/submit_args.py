@@ -8,18 +8,19 @@ this installation's class-data archive and logs errors only, the jars are on its
 and its Python workers are the package's own daemon
 (:func:`compactor.spark.session.submit_args`)::
 
-    spark-submit --master local[4] $(python -m compactor.tools.submit_args --master local[4]) \\
+    mapfile -t START < <(python -m compactor.tools.submit_args --master local[4])
+    spark-submit --master local[4] "${START[@]}" \\
         jobs/run.py /var/lib/kafka/data --server-properties /etc/kafka/server.properties
 
-The output is one line, shell-quoted (``--json``: a JSON list, for a program). Exits 3 when
-the jars were never fetched (``python -m compactor.tools.jars``).
+The output is one argument a line (the driver's java options are one argument with spaces;
+``--json``: a JSON list, for a program). Exits 3 when the jars were never fetched
+(``python -m compactor.tools.jars``).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import shlex
 import sys
 
 from compactor.errors import EXIT_CONFIG, EXIT_OK, SparkUnavailableError
@@ -45,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     except SparkUnavailableError as err:
         print(f"submit_args: {err.message}; {err.remedy}", file=sys.stderr)
         return EXIT_CONFIG
-    print(json.dumps(out) if args.json else shlex.join(out))
+    print(json.dumps(out) if args.json else "\n".join(out))
     return EXIT_OK
 
 
