@@ -176,7 +176,17 @@ class CompactorJob(SparkSubmitOperator):
     """A kafka-compactor job under spark-submit: ``--report-file`` is added to its arguments,
     the report it writes goes to XCom, and a failure is retried only when its exit code or
     error code says a retry can help (:data:`RETRY_EXIT_CODES`, :data:`RETRY_ERROR_CODES`);
-    any other failure raises ``AirflowFailException`` (no retry) naming the error."""
+    any other failure raises ``AirflowFailException`` (no retry) naming the error.
+    ``log_dir`` (templated): the log dir the job reads, whose size decides how its JVM starts
+    (:meth:`_start_as_the_command_line`)."""
+
+    template_fields = (*SparkSubmitOperator.template_fields, "log_dir")
+
+    def __init__(self, *, log_dir: str | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.log_dir = log_dir
+        # the settings' own (spark_conf, delta_jars): over the installation's, at every start
+        self._own_conf, self._own_jars = dict(self.conf or {}), self.jars
 
     def execute(self, context: Any) -> Any:
         ti = context["ti"]
@@ -212,6 +222,8 @@ class CompactorJob(SparkSubmitOperator):
             command.append("--object-store")
         if SETTINGS.get("executors_installed"):
             command.append("--executors-installed")
+        if self.log_dir:  # a local job of at most 1 GiB: C1 only, as the command's
+            command += ["--log-dir", self.log_dir]
         proc = subprocess.run(command, capture_output=True, text=True, check=False)
         if proc.returncode != 0:
             raise AirflowFailException(
@@ -224,8 +236,8 @@ class CompactorJob(SparkSubmitOperator):
                 conf[key] = val
             elif flag == "--jars":
                 jars = value
-        self.conf = {**conf, **(self.conf or {})}
-        self.jars = self.jars or jars
+        self.conf = {**conf, **self._own_conf}
+        self.jars = self._own_jars or jars
         self._hook = self._get_hook()
 
 
@@ -306,7 +318,8 @@ def delta_jars() -> str:
 
 
 def spark_job(task_id: str, job: str, args: list[str], **kwargs: Any) -> SparkSubmitOperator:
-    """A task running ``jobs/<job>.py`` with ``args`` (its command line, templated)."""
+    """A task running ``jobs/<job>.py`` with ``args`` (its command line, templated; its log
+    dir, ``log_dir=``, when it reads one)."""
     python = SETTINGS.get("python")
     return CompactorJob(
         task_id=task_id,
@@ -502,8 +515,10 @@ with DAG(
     params={"now_ms": NOW_PARAM}, tags=["kafka", "compaction", "retention"],
 ):
     for name, log_dir in ({} if invalid_settings("kafka_log_maintenance") else LOG_DIRS).items():
-        recover = spark_job(f"recover_{name}", "recover", [log_dir["path"], "--json"])
-        maintain = spark_job(f"run_{name}", "run", maintenance_args(log_dir))
+        recover = spark_job(f"recover_{name}", "recover", [log_dir["path"], "--json"],
+                            log_dir=log_dir["path"])
+        maintain = spark_job(f"run_{name}", "run", maintenance_args(log_dir),
+                             log_dir=log_dir["path"])
         recover >> maintain
 
 with DAG(
@@ -538,10 +553,10 @@ with DAG(
             cluster = cluster_args(LOG_DIRS[name])
             applies.append(spark_job(f"erase_apply_{name}", "erase",
                                      ["apply", path, "--state-dir", state, "--json", *now,
-                                      *cluster]))
+                                      *cluster], log_dir=path))
             verifies.append(spark_job(f"erase_verify_{name}", "erase",
                                       ["verify", path, "--state-dir", state, "--json", *now,
-                                       *cluster]))
+                                       *cluster], log_dir=path))
         for verify in verifies:
             applies >> verify >> status
         [*applies, *verifies, status] >> watcher
@@ -597,7 +612,7 @@ with DAG(
             "--now-ms", "{{ params.now_ms }}",
             "--json",
             *(["--state-dir", SETTINGS["state_dir"]] if SETTINGS.get("state_dir") else []),
-        ])
+        ], log_dir="{{ kc_path(params.log_dir) }}")
 
 with DAG(
     dag_id="kafka_gdpr_request",

@@ -14,11 +14,12 @@ new process as an operator's command or an Airflow task starts it:
 - ``cluster-plain`` / ``cluster``: the same two against a standalone cluster here (a master and
   two one-core workers, started and stopped by this script) with ``--py-files``.
 
-Each line gives the process's wall time and its stages: ``session_start`` and ``worker_start``
-(the report's ``stages_s``: the JVM and SparkContext, then the executors' Python workers),
-``work`` (the report's other stages) and ``launch and exit`` (the rest: spark-submit's launcher,
-Python's imports, the job's planning before its session starts, the session's stop and the
-processes' exit).
+Each line gives the process's wall time and its stages: ``launch`` (from the process's start to
+its report, less the report's stages: spark-submit's launcher and JVM before Python, Python's
+imports, the run history's commit), ``session_start`` and ``worker_start`` (the report's
+``stages_s``: the SparkContext, the JVM too where Python starts it, then the Python workers),
+``work`` (the report's other stages) and ``exit`` (from the report to the process's end: a
+spark-submit JVM stops its SparkContext; the command's own JVM ends after it, unwaited).
 """
 
 from __future__ import annotations
@@ -49,12 +50,12 @@ def _plain_args(master: str) -> list[str]:
             "--conf", f"spark.driver.extraJavaOptions=-Dlog4j2.configurationFile=file:{QUIET}"]
 
 
-def _tool_args(master: str) -> list[str]:
+def _tool_args(master: str, log_dir: Path) -> list[str]:
     # the cluster's workers are on this machine: its executors run this installation
     installed = [] if master.startswith("local") else ["--executors-installed"]
     out = subprocess.run([sys.executable, "-m", "compactor.tools.submit_args", "--master",
-                          master, "--json", *installed], capture_output=True, text=True,
-                         check=True)
+                          master, "--log-dir", str(log_dir), "--json", *installed],
+                         capture_output=True, text=True, check=True)
     return list(json.loads(out.stdout))
 
 
@@ -64,31 +65,39 @@ def _command(way: str, master: str, py_files: str, log_dir: Path, state: Path,
            "--state-dir", str(state), "--assume-kafka-defaults"]
     if way == "cli":
         return [str(BIN / "compactor"), "compact", *job, "--master", master]
-    args = _plain_args(master) if way.endswith("-plain") else _tool_args(master)
+    args = _plain_args(master) if way.endswith("-plain") else _tool_args(master, log_dir)
     if way.startswith("cluster"):
         args += ["--py-files", py_files]
     return [str(BIN / "spark-submit"), *args, str(REPO / "jobs" / "compact.py"), *job]
 
 
 def _run(cmd: list[str]) -> tuple[float, dict[str, float]]:
+    """The process's wall time, and its stages: the report's, ``exit`` (from the report on
+    stdout to the process's end) and ``launch`` (the rest before the report)."""
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
     started = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=str(REPO))
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          env=env, cwd=tempfile.gettempdir()) as proc:
+        assert proc.stdout is not None and proc.stderr is not None
+        first = proc.stdout.readline()
+        reported = time.perf_counter()
+        _, err = proc.communicate()
     wall = time.perf_counter() - started
     if proc.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd[:3])}... exited {proc.returncode}:\n"
-                         f"{proc.stderr[-3000:]}")
-    report = json.loads(proc.stdout.splitlines()[0])
-    return wall, dict(report["stages_s"])
+        raise SystemExit(f"{' '.join(cmd[:3])}... exited {proc.returncode}:\n{err[-3000:]}")
+    stages = dict(json.loads(first)["stages_s"])
+    stages["exit"] = wall - (reported - started)
+    stages["launch"] = reported - started - sum(v for k, v in stages.items() if k != "exit")
+    return wall, stages
 
 
 def _line(way: str, wall: float, stages: dict[str, float]) -> str:
-    session = stages.get("session_start", 0.0)
-    workers = stages.get("worker_start", 0.0)
-    work = sum(v for k, v in stages.items() if k not in ("session_start", "worker_start"))
-    rest = wall - session - workers - work
-    return (f"{way:>14}: {wall:6.1f} s = session_start {session:5.1f} + worker_start "
-            f"{workers:5.1f} + work {work:5.1f} + launch and exit {rest:5.1f}")
+    named = ("launch", "session_start", "worker_start", "exit")
+    work = sum(v for k, v in stages.items() if k not in named)
+    return (f"{way:>14}: {wall:5.1f} s = launch {stages['launch']:4.1f} + session_start "
+            f"{stages.get('session_start', 0.0):4.1f} + worker_start "
+            f"{stages.get('worker_start', 0.0):4.1f} + work {work:4.1f} + exit "
+            f"{stages['exit']:4.1f}")
 
 
 def main() -> int:

@@ -103,8 +103,8 @@ def driver_java_options(archive_out: str | None, *, short_round: bool = False) -
     return " ".join(options)
 
 
-def submit_args(master: str, *, object_store: bool = False,
-                executors_installed: bool = False) -> list[str]:
+def submit_args(master: str, *, object_store: bool = False, executors_installed: bool = False,
+                input_bytes: int | None = None) -> list[str]:
     """spark-submit's arguments (``--conf``, ``--jars``; not ``--master``) that start a job
     of the tool on ``master`` as the command line starts its own session (issue 53): the
     driver's JVM gets the command line's classpath and options (:func:`driver_java_options`:
@@ -124,13 +124,17 @@ def submit_args(master: str, *, object_store: bool = False,
     Args:
         object_store: the job's state dir is on S3 (S3A's jars too, where they are not on the
             classpath already).
+        input_bytes: how much the job reads at most, when known: a local job of at most
+            :data:`SHORT_ROUND_BYTES` compiles with C1 only, as the command's session for
+            such a round does (:func:`driver_java_options`).
 
     Raises:
         SparkUnavailableError: the jars were never fetched.
     """
     local = master.startswith("local")
     classpath = delta.classpath_conf(local=True, s3a=object_store)["spark.driver.extraClassPath"]
-    options = driver_java_options(None)
+    options = driver_java_options(None, short_round=local and input_bytes is not None
+                                  and input_bytes <= SHORT_ROUND_BYTES)
     conf = {"spark.driver.extraClassPath": classpath, "spark.ui.showConsoleProgress": "false"}
     if options:
         conf["spark.driver.extraJavaOptions"] = options
@@ -139,8 +143,7 @@ def submit_args(master: str, *, object_store: bool = False,
         conf.update(LOCAL_CONF)
     if executors_installed and not local:
         conf["spark.executor.extraClassPath"] = classpath
-        if options:
-            conf["spark.executor.extraJavaOptions"] = options
+        conf["spark.executor.extraJavaOptions"] = driver_java_options(None)
     elif not local:
         args += ["--jars", ",".join(delta.jars("delta")
                                     + (delta.jars("s3a") if object_store else []))]

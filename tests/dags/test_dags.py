@@ -606,6 +606,12 @@ def test_a_spark_task_starts_its_job_as_the_command_line_does(
     assert confs["spark.driver.extraClassPath"].endswith(".jar")
     assert confs["spark.driver.memory"] == "3g" and confs["spark.python.daemon.module"] == "mine"
     assert "--jars" not in command  # local mode: the jars are on the driver's classpath
+    assert "-XX:TieredStopAtLevel=1" not in java_options  # the log dir's size is unknown
+    task.log_dir = str(settings["logs"])  # rendered: a small log dir, C1 only as the command's
+    task._start_as_the_command_line()
+    command = task._hook._build_spark_submit_command(task.application)
+    confs = dict(command[i + 1].split("=", 1) for i, a in enumerate(command) if a == "--conf")
+    assert "-XX:TieredStopAtLevel=1" in confs["spark.driver.extraJavaOptions"].split()
 
     (task,) = _bag().dags["kafka_compaction_oneoff"].tasks
     monkeypatch.setenv("COMPACTOR_JARS_HOME", str(tmp_path / "nowhere"))
