@@ -12,7 +12,11 @@ new process as an operator's command or an Airflow task starts it:
 - ``submit``: ``spark-submit`` with ``python -m compactor.tools.submit_args``'s arguments
   (on the cluster with ``--executors-installed``: its workers run this installation);
 - ``cluster-plain`` / ``cluster``: the same two against a standalone cluster here (a master and
-  two one-core workers, started and stopped by this script) with ``--py-files``.
+  two one-core workers, started and stopped by this script) with ``--py-files``;
+- ``dag``: the one-off compaction DAG's task through Airflow's ``dag.test()`` (a private
+  AIRFLOW_HOME, a ``local[2]`` connection), the DAG file of ``--dags`` (default: this
+  repository's; an older checkout's ``airflow_dags`` measures that one). Its line's wall time
+  is the task's duration as Airflow records it.
 
 Each line gives the process's wall time and its stages: ``launch`` (from the process's start to
 its report, less the report's stages: spark-submit's launcher and JVM before Python, Python's
@@ -37,7 +41,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
-WAYS = ("cli", "submit-plain", "submit", "cluster-plain", "cluster")
+WAYS = ("cli", "submit-plain", "submit", "cluster-plain", "cluster", "dag")
 QUIET = REPO / "compactor" / "spark" / "log4j2-quiet.properties"
 
 
@@ -91,6 +95,62 @@ def _run(cmd: list[str]) -> tuple[float, dict[str, float]]:
     return wall, stages
 
 
+#: run by ``dag``: one dag.test() of the one-off compaction DAG; prints the task's duration
+#: and the report it wrote
+DAG_RUN = """
+import glob, json, sys
+from airflow.dag_processing.dagbag import DagBag
+bag = DagBag(dag_folder=sys.argv[1])
+run = bag.dags["kafka_compaction_oneoff"].test(run_conf={
+    "log_dir": sys.argv[2], "now_ms": sys.argv[3], "server_properties": sys.argv[5]})
+(ti,) = run.get_task_instances()
+(report,) = glob.glob(sys.argv[4] + "/kafka-compactor-*.json")
+print(json.dumps({"state": ti.state, "duration": ti.duration,
+                  "report": json.load(open(report))}))
+"""
+
+
+def _airflow_home(root: Path, dags: Path, state: Path) -> dict[str, str]:
+    """A private Airflow (sqlite, migrated) whose DAG settings name this installation."""
+    home = root / "airflow"
+    (home / "reports").mkdir(parents=True)
+    settings = home / "kafka_compactor.yaml"
+    settings.write_text(json.dumps({
+        "spark_conn_id": "spark_default", "jobs_dir": str(dags.parent / "jobs"),
+        "python": sys.executable, "state_dir": str(state), "retries": 0,
+        "report_dir": str(home / "reports")}))
+    env = dict(os.environ, AIRFLOW_HOME=str(home), AIRFLOW__CORE__LOAD_EXAMPLES="False",
+               AIRFLOW__CORE__DAGS_FOLDER=str(dags),
+               AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=f"sqlite:///{home}/airflow.db",
+               AIRFLOW_CONN_SPARK_DEFAULT='{"conn_type": "spark", "host": "local[2]"}',
+               KAFKA_COMPACTOR_DAGS_CONFIG=str(settings), PYSPARK_PYTHON=sys.executable,
+               PATH=f"{BIN}:{os.environ['PATH']}")
+    subprocess.run([str(BIN / "airflow"), "db", "migrate"], env=env, check=True,
+                   capture_output=True)
+    return env
+
+
+def _run_dag(env: dict[str, str], dags: Path, log_dir: Path,
+             now_ms: int) -> tuple[float, dict[str, float]]:
+    reports = Path(env["AIRFLOW_HOME"]) / "reports"
+    for old in reports.glob("*.json"):
+        old.unlink()
+    props = Path(env["AIRFLOW_HOME"]) / "server.properties"
+    props.write_text("log.retention.hours=168\n")
+    proc = subprocess.run([sys.executable, "-c", DAG_RUN, str(dags), str(log_dir),
+                           str(now_ms), str(reports), str(props)], env=env, capture_output=True,
+                          text=True, cwd=tempfile.gettempdir())
+    if proc.returncode != 0:
+        raise SystemExit(f"dag.test() failed:\n{proc.stderr[-3000:]}")
+    out = json.loads(proc.stdout.splitlines()[-1])
+    if out["state"] != "success":
+        raise SystemExit(f"the task ended {out['state']}")
+    stages = dict(out["report"]["stages_s"])
+    stages["exit"] = 0.0  # within the task's duration, not apart
+    stages["launch"] = out["duration"] - sum(stages.values())
+    return out["duration"], stages
+
+
 def _line(way: str, wall: float, stages: dict[str, float]) -> str:
     named = ("launch", "session_start", "worker_start", "exit")
     work = sum(v for k, v in stages.items() if k not in named)
@@ -106,6 +166,8 @@ def main() -> int:
     ap.add_argument("--ways", default=",".join(WAYS))
     ap.add_argument("--records", type=int, default=20_000, help="records per partition")
     ap.add_argument("--master", default="local[2]")
+    ap.add_argument("--dags", type=Path, default=REPO / "airflow_dags",
+                    help="the airflow_dags folder whose DAG the dag way runs")
     args = ap.parse_args()
     ways = args.ways.split(",")
     sys.path.insert(0, str(REPO))
@@ -136,11 +198,15 @@ def main() -> int:
             master = cluster.master_url if way.startswith("cluster") and cluster else \
                 args.master
             runs = []
+            env = _airflow_home(root, args.dags, root / "state-dag") if way == "dag" else None
             for run in range(args.runs):
                 work = root / f"{way}-{run}"
                 shutil.copytree(template, work)
-                runs.append(_run(_command(way, master, py_files, work, root / f"state-{way}",
-                                          now_ms)))
+                if env is not None:
+                    runs.append(_run_dag(env, args.dags, work, now_ms))
+                else:
+                    runs.append(_run(_command(way, master, py_files, work,
+                                              root / f"state-{way}", now_ms)))
                 shutil.rmtree(work)
             walls = [w for w, _ in runs]
             median = sorted(runs, key=lambda r: r[0])[len(runs) // 2]
