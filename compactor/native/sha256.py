@@ -19,6 +19,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import threading
+from typing import Any
 
 import llvmlite.binding as llvm
 import numba
@@ -47,9 +48,10 @@ def _load() -> ctypes.CDLL | None:
 
 
 _lib = _load()
-digest_init = types.ExternalFunction("EVP_DigestInit_ex2", _SIGNATURE)
-digest_update = types.ExternalFunction("EVP_DigestUpdate", _SIGNATURE)
-digest_final = types.ExternalFunction("EVP_DigestFinal_ex", _SIGNATURE)
+# called from kernels only (numba types, which a type checker cannot call)
+digest_init: Any = types.ExternalFunction("EVP_DigestInit_ex2", _SIGNATURE)
+digest_update: Any = types.ExternalFunction("EVP_DigestUpdate", _SIGNATURE)
+digest_final: Any = types.ExternalFunction("EVP_DigestFinal_ex", _SIGNATURE)
 
 
 def available() -> bool:
