@@ -16,6 +16,7 @@ from __future__ import annotations
 from array import array
 from collections import Counter
 from collections.abc import Callable, Collection, Container, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
@@ -37,6 +38,34 @@ Filtered = tuple[list[tuple[Any, list[int]]], list[AbortedTxn], int, int]
 #: keys read from a segment: (offsets, key_hi, key_lo, batch index) columns, and the batch
 #: positions left to read one by one
 KeyColumns = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+
+@dataclass(frozen=True, slots=True)
+class BatchDigests:
+    """The SHA-256 digests an erasure matches subjects against, for the data records of one
+    batch (columns, one entry per digest, in record order: the record's key, then the value
+    of each header whose name is asked for).
+
+    Attributes:
+        offset: the record's offset (int64).
+        header: -1 for the key, else the index of the header's name in the names asked
+            (int32).
+        digest: what is matched, one row of 32 bytes an entry (uint8).
+        key_digest: the record's key digest (zeros when ``key_null``): an erasure by header
+            takes the older records of that key with it on a compacted topic.
+        key_null: the record's key is null (bool).
+        bare: the record has a null value and no headers, what ``--leave-tombstone`` leaves
+            behind (bool).
+        records: the batch's data records.
+    """
+
+    offset: np.ndarray
+    header: np.ndarray
+    digest: np.ndarray
+    key_digest: np.ndarray
+    key_null: np.ndarray
+    bare: np.ndarray
+    records: int
 #: ``window(data, start, end)``: ``data[start:end]`` of a segment's bytes, a view where the
 #: caller can give one (``compactor.log.storage.window`` over a mapped file)
 Window = Callable[[Any, int, int], Any]
@@ -127,6 +156,11 @@ class Engine(Protocol):
         """A segment's batch headers, CRCs verified, read in bulk; ``None``: the pure scan
         (:func:`compactor.cleaner.scan.segment_headers`) reads them."""
 
+    def batch_digests(self, batch: RecordBatch, names: Sequence[bytes]) -> BatchDigests | None:
+        """The erasure digests of one data batch (``names``: the header names asked, UTF-8),
+        or ``None``: the pure scan (:func:`compactor.cleaner.scan.subject_digests`) decodes
+        the batch, and raises where it cannot."""
+
 
 class _PureRewrite:
     """:data:`PURE`'s group: batch by batch, a Python object per record. Fates are arrays of
@@ -204,6 +238,9 @@ class _PureEngine:
 
     def segment_headers(self, data: Any, path: str, segment_base: int
                         ) -> list[BatchHeader] | None:
+        return None
+
+    def batch_digests(self, batch: RecordBatch, names: Sequence[bytes]) -> BatchDigests | None:
         return None
 
 

@@ -15,10 +15,13 @@ import numpy as np
 import xxhash
 
 from compactor.cleaner.policy import NO_CONTROL_TYPE, BatchHeader
-from compactor.cleaner.rewrite import Engine, Window, sliced
+from compactor.cleaner.rewrite import BatchDigests, Engine, Window, sliced
 from compactor.codec.records import RecordBatch
 from compactor.codec.segment import iter_batches
 from compactor.errors import CompactorError, TruncatedSegmentError
+
+#: a SHA-256 digest's bytes
+DIGEST_BYTES = 32
 
 _MASK64 = (1 << 64) - 1
 _SIGN64 = 1 << 63
@@ -295,80 +298,103 @@ def select_rows(rows: KeyedRows, mask: np.ndarray) -> KeyedRows:
 @dataclass(frozen=True, slots=True)
 class SubjectDigests:
     """The SHA-256 digests an erasure matches subjects against, for every data record of one
-    segment (columns, one entry per digest): the record's key, and the value of each header
-    whose name is asked for. The matching itself is a join in Spark
+    segment: the columns of :class:`compactor.cleaner.rewrite.BatchDigests` for the whole
+    segment, with each entry's batch ``position``. The matching itself is a join in Spark
     (:func:`compactor.spark.stages.erasure_matches`), so no subject reaches an executor.
 
     Attributes:
-        kind: ``key`` or ``header`` per entry (:data:`compactor.erasure.rules.KEY`,
-            ``HEADER``).
-        name: the header's name (``None`` for a key).
-        digest: what is matched: the key's or the header value's digest.
-        key_digest: the record's key digest (``None`` for a null key): an erasure by header
-            takes the older records of that key with it on a compacted topic.
-        bare_tombstone: the record has a null value and no headers (what
-            ``--leave-tombstone`` leaves behind).
+        names: the header names asked, sorted (``header`` indexes them).
+        batches: the batches read, control batches included.
+        records: the data records read.
+        headers: every batch's header.
     """
 
-    position: list[int]
-    offset: list[int]
-    kind: list[str]
-    name: list[str | None]
-    digest: list[bytes]
-    key_digest: list[bytes | None]
-    bare_tombstone: list[bool]
+    position: np.ndarray
+    offset: np.ndarray
+    header: np.ndarray
+    digest: np.ndarray
+    key_digest: np.ndarray
+    key_null: np.ndarray
+    bare: np.ndarray
+    names: tuple[str, ...]
     batches: int
     records: int
     headers: list[BatchHeader]
 
 
 def subject_digests(data: bytes, path: str, segment_base: int,
-                    header_names: Collection[str]) -> SubjectDigests:
+                    header_names: Collection[str], engine: Engine | None = None
+                    ) -> SubjectDigests:
     """The digests of every data record of a segment (:class:`SubjectDigests`) and the
-    headers of its batches; control batches hold no user records and are skipped.
+    headers of its batches; control batches hold no user records and are skipped. Each data
+    batch is digested by ``engine`` (the native kernels) where it can, else here, one Python
+    object per record (the reference).
 
     Raises:
         CompactorError: a batch cannot be decoded (with file, position and base offset).
     """
-    out = SubjectDigests(position=[], offset=[], kind=[], name=[], digest=[], key_digest=[],
-                         bare_tombstone=[], batches=0, records=0, headers=[])
+    names = tuple(sorted(header_names))
+    encoded = [n.encode() for n in names]
+    parts: list[BatchDigests] = []
+    positions: list[int] = []
+    headers = []
     batches = records = 0
-    sha256 = hashlib.sha256
-
-    def add(position: int, offset: int, kind: str, name: str | None, digest: bytes,
-            key: bytes | None, bare: bool) -> None:
-        out.position.append(position)
-        out.offset.append(offset)
-        out.kind.append(kind)
-        out.name.append(name)
-        out.digest.append(digest)
-        out.key_digest.append(key)
-        out.bare_tombstone.append(bare)
-
     try:
         for batch in iter_batches(data, path=path):
             batches += 1
-            out.headers.append(batch_header(batch, segment_base))
+            headers.append(batch_header(batch, segment_base))
             if batch.is_control:
                 continue
-            position = batch.position
-            for r in batch.compiled_records():
-                records += 1
-                bare = r.value is None and not r.headers
-                key = None if r.key is None else sha256(r.key).digest()
-                if key is not None:
-                    add(position, r.offset, "key", None, key, key, bare)
-                if header_names:
-                    for name, value in r.headers:
-                        if value is not None and name in header_names:
-                            add(position, r.offset, "header", name, sha256(value).digest(),
-                                key, bare)
+            found = engine.batch_digests(batch, encoded) if engine is not None else None
+            if found is None:
+                found = _batch_digests(batch, names)
+            records += found.records
+            parts.append(found)
+            positions.append(batch.position)
     except CompactorError as err:
         raise err.with_location(path=path) from None
-    return SubjectDigests(position=out.position, offset=out.offset, kind=out.kind,
-                          name=out.name, digest=out.digest, key_digest=out.key_digest,
-                          bare_tombstone=out.bare_tombstone, batches=batches,
-                          records=records, headers=out.headers)
+    sizes = [len(p.offset) for p in parts]
+
+    def joined(column: str, empty: np.ndarray) -> np.ndarray:
+        return np.concatenate([getattr(p, column) for p in parts]) if parts else empty
+
+    return SubjectDigests(
+        position=np.repeat(np.array(positions, np.int64), sizes),
+        offset=joined("offset", np.zeros(0, np.int64)),
+        header=joined("header", np.zeros(0, np.int32)),
+        digest=joined("digest", np.zeros((0, DIGEST_BYTES), np.uint8)),
+        key_digest=joined("key_digest", np.zeros((0, DIGEST_BYTES), np.uint8)),
+        key_null=joined("key_null", np.zeros(0, bool)),
+        bare=joined("bare", np.zeros(0, bool)),
+        names=names, batches=batches, records=records, headers=headers)
+
+
+def _batch_digests(batch: RecordBatch, names: Sequence[str]) -> BatchDigests:
+    """:class:`BatchDigests` of one batch, decoded record by record with ``hashlib``."""
+    index = {n: i for i, n in enumerate(names)}
+    offset, header, digest, key_digest, key_null, bare = [], [], [], [], [], []
+    sha256 = hashlib.sha256
+    nothing = bytes(DIGEST_BYTES)
+    records = batch.compiled_records()
+    for r in records:
+        is_bare = r.value is None and not r.headers
+        key = None if r.key is None else sha256(r.key).digest()
+        entries = [(-1, key)] if key is not None else []
+        if index:
+            entries += [(index[name], sha256(value).digest()) for name, value in r.headers
+                        if value is not None and name in index]
+        for h, d in entries:
+            offset.append(r.offset)
+            header.append(h)
+            digest.append(d)
+            key_digest.append(key or nothing)
+            key_null.append(key is None)
+            bare.append(is_bare)
+    return BatchDigests(
+        offset=np.array(offset, np.int64), header=np.array(header, np.int32),
+        digest=np.frombuffer(b"".join(digest), np.uint8).reshape(-1, DIGEST_BYTES),
+        key_digest=np.frombuffer(b"".join(key_digest), np.uint8).reshape(-1, DIGEST_BYTES),
+        key_null=np.array(key_null, bool), bare=np.array(bare, bool), records=len(records))
 
 
 def key_offsets(data: bytes, path: str,

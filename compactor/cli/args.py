@@ -370,6 +370,10 @@ def add_erase_arguments(parser: argparse.ArgumentParser, *, apply: bool) -> None
     add_report_arguments(parser)
     add_cluster_arguments(parser)
     add_storage_arguments(parser)
+    parser.add_argument("--writer", choices=WRITERS, default="native",
+                        help="how executors read the records: the numba kernels (keys and "
+                             "headers digested by libcrypto in the kernel), or the pure-Python "
+                             "reference (the same matches, slower; runs without numba)")
     if apply:
         parser.add_argument("--exclude-pending-deletes", action="store_true",
                             help="scan -delete and -stray copies but do not rewrite them: "

@@ -385,7 +385,7 @@ def _execute_erase_scan(args: argparse.Namespace, out: TextIO) -> int:
                     server_properties=one.server_properties,
                     assume_kafka_defaults=one.assume_kafka_defaults,
                     assume_committed=getattr(one, "assume_committed", False),
-                    kafka_version=getattr(one, "kafka_version", None)),
+                    kafka_version=getattr(one, "kafka_version", None), writer=one.writer),
                 storage.absolute(one.state_dir), master=one.master,
                 exclude_pending_deletes=getattr(one, "exclude_pending_deletes", False))
             written.append(render(out, one, report.to_dict(), report.summary,

@@ -107,10 +107,11 @@ class DigestFilter:
         """One byte per bit, for :func:`might_contain` over many batches."""
         return np.unpackbits(np.frombuffer(self.packed, dtype=np.uint8))
 
-    def might_contain(self, digests: Sequence[bytes], table: np.ndarray | None = None
-                      ) -> np.ndarray:
-        """Per digest, whether it may be in the filter (``False``: certainly not)."""
-        if not digests:
+    def might_contain(self, digests: Sequence[bytes] | np.ndarray,
+                      table: np.ndarray | None = None) -> np.ndarray:
+        """Per digest (32 bytes each, or rows of :func:`digest_words`), whether it may be in
+        the filter (``False``: certainly not)."""
+        if len(digests) == 0:
             return np.zeros(0, dtype=bool)
         table = self.table() if table is None else table
         found = table[_positions(_words(digests), self.bits, self.hashes)]

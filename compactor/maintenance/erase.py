@@ -110,12 +110,13 @@ class _Scan:
 
 
 def _scan(session: SparkSession, parts: Mapping[int, PartitionLog], dirs: Mapping[int, _Dir],
-          requests: DataFrame, pending: ledger.PendingSummary) -> _Scan:
+          requests: DataFrame, pending: ledger.PendingSummary, writer: str) -> _Scan:
     out = _Scan(matches={i: [] for i in parts}, segments={i: 0 for i in parts},
                 records={i: 0 for i in parts})
     topics = {i: dirs[i].tp.topic for i in parts}
     segments, matches = spark_stages.erasure_matches(session, parts, topics, requests,
-                                                     pending.header_names, pending.count)
+                                                     pending.header_names, pending.count,
+                                                     writer=writer)
     for r in segments:
         if r.error:
             out.errors.setdefault(r.tp_id, json.loads(r.error))
@@ -342,7 +343,7 @@ def apply(spark: SparkSession | None, opts: MaintenanceOptions, state_dir: str, 
         requests = spark_ledger.requests_frame(session(spark_stages.input_bytes(parts)), state_dir,
                                          APPLICABLE, version=pending.version,
                                          not_applied_at=here)
-        found = _scan(session(), parts, dirs, requests, pending)
+        found = _scan(session(), parts, dirs, requests, pending, opts.writer)
         errors.update(found.errors)
         plan = _plan_erasure(session, dirs, parts, found, catalog.configs)
         errors.update({i: e for i, e in found.errors.items() if i not in errors})
@@ -558,7 +559,7 @@ def verify(spark: SparkSession | None, opts: MaintenanceOptions, state_dir: str,
         parts = {i: p for i, p in parts.items() if i not in refused}
         requests = spark_ledger.requests_frame(session(spark_stages.input_bytes(parts)), state_dir,
                                          VERIFIABLE, version=pending.version)
-        found = _scan(session(), parts, dirs, requests, pending)
+        found = _scan(session(), parts, dirs, requests, pending, opts.writer)
     errors.update(found.errors)
     errors.update(refused)  # an unknown policy proves nothing: the request stays applied
 

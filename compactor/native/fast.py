@@ -54,7 +54,14 @@ from compactor.cleaner.policy import (
     BatchRetention,
 )
 from compactor.cleaner.rebatch import FilteredBatch, filter_batch
-from compactor.cleaner.rewrite import Fallback, Filtered, GroupRewrite, KeyColumns, Window
+from compactor.cleaner.rewrite import (
+    BatchDigests,
+    Fallback,
+    Filtered,
+    GroupRewrite,
+    KeyColumns,
+    Window,
+)
 from compactor.cleaner.scan import batch_header
 from compactor.codec.compression import (
     CODEC_MASK,
@@ -1312,6 +1319,11 @@ class NativeEngine:
 
     def batch_keys(self, batch: RecordBatch) -> tuple[np.ndarray, list[bytes]] | None:
         return batch_keys(batch)
+
+    def batch_digests(self, batch: RecordBatch, names: Sequence[bytes]) -> BatchDigests | None:
+        from compactor.native.erasure import batch_digests
+
+        return batch_digests(batch, names)
 
     def segment_headers(self, data: Any, path: str, segment_base: int
                         ) -> list[BatchHeader] | None:

@@ -370,7 +370,8 @@ def scan_and_plan(spark: SparkSession, inputs: Mapping[int, PartitionInput], *,
 
 def erasure_matches(spark: SparkSession, parts: Mapping[int, HasSegments],
                     topics: Mapping[int, str], requests: DataFrame,
-                    header_names: frozenset[str], subjects: int) -> tuple[list[Row], list[Row]]:
+                    header_names: frozenset[str], subjects: int, *,
+                    writer: str = "native") -> tuple[list[Row], list[Row]]:
     """Every segment of the partitions scanned, and its records matched against the ledger's
     ``requests`` (a DataFrame of request rows with a binary ``digest`` column) by a join on
     the SHA-256 digest inside Spark: no subject is collected to the driver or shipped in a
@@ -385,6 +386,8 @@ def erasure_matches(spark: SparkSession, parts: Mapping[int, HasSegments],
         header_names: the header names some request matches on (the scan digests only
             those headers' values).
         subjects: how many requests ``requests`` holds (the filter's size).
+        writer: the engine that reads the records (``native``: the kernels digest them;
+            ``pure``: the reference).
     """
     if not any(p.segments for p in parts.values()):
         return [], []
@@ -395,7 +398,7 @@ def erasure_matches(spark: SparkSession, parts: Mapping[int, HasSegments],
     with spark_step(spark, "erase_scan", total_bytes=input_bytes(parts)):
         sketch = spark.sparkContext.broadcast(digest_filter(requests, subjects))
         scanned = (segment_tasks(spark, parts)
-                   .transform(transforms.scan_erasure(header_names, sketch))
+                   .transform(transforms.scan_erasure(header_names, sketch, writer))
                    .persist(StorageLevel.MEMORY_AND_DISK))
         try:
             segments = (scanned.where(F.col("kind") == "segment")

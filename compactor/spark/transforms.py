@@ -55,6 +55,7 @@ from compactor.cleaner.rewrite import PURE, Engine
 from compactor.cleaner.scan import (
     BatchFlags,
     KeyedRows,
+    SubjectDigests,
     batch_flags,
     concat_rows,
     key_offsets,
@@ -68,6 +69,7 @@ from compactor.cleaner.scan import (
 from compactor.cleaner.verify import index_problems, offset_problems, txn_problems
 from compactor.codec.indexes import AbortedTxn
 from compactor.config import TopicConfig
+from compactor.erasure.rules import HEADER, KEY
 from compactor.erasure.sketch import DigestFilter, digest_words
 from compactor.errors import CompactorError
 from compactor.log import storage
@@ -708,13 +710,16 @@ def message_from_row(r: object) -> CommitMessage:
 # hold some
 
 
-def scan_erasure(header_names: frozenset[str], sketch: Broadcast[DigestFilter]) -> Transform:
+def scan_erasure(header_names: frozenset[str], sketch: Broadcast[DigestFilter],
+                 writer: str = "native") -> Transform:
     """Segment tasks (``SEGMENT_TASK``) -> ``ERASURE_SCAN`` rows: one per digest a record can
-    be matched by (:func:`compactor.cleaner.scan.subject_digests`; the headers named in
-    ``header_names`` only) that the requests' Bloom filter ``sketch`` may hold, and one
-    summary per segment (batches and records scanned, or the error)."""
+    be matched by (:func:`compactor.cleaner.scan.subject_digests` with the ``writer``'s engine;
+    the headers named in ``header_names`` only) that the requests' Bloom filter ``sketch`` may
+    hold, and one summary per segment (batches and records scanned, or the error). Only the
+    entries the filter keeps become Python objects."""
 
     def scan(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        engine = record_engine(writer)
         wanted = sketch.value
         table = wanted.table()
         for tasks in batches:
@@ -723,7 +728,7 @@ def scan_erasure(header_names: frozenset[str], sketch: Broadcast[DigestFilter]) 
                 try:
                     with _collector_paused():
                         with storage.mapped(path) as data:
-                            found = subject_digests(data, path, base, header_names)
+                            found = subject_digests(data, path, base, header_names, engine)
                         check_segment(path, base, next_base, found.headers)
                 except CompactorError as err:
                     yield pa.RecordBatch.from_pylist(
@@ -734,23 +739,32 @@ def scan_erasure(header_names: frozenset[str], sketch: Broadcast[DigestFilter]) 
                     [{"tp_id": tp_id, "segment_base": base, "kind": "segment",
                       "batches": found.batches, "records": found.records}],
                     schema=_ERASURE_ARROW)
-                keep = np.flatnonzero(wanted.might_contain(found.digest, table)).tolist()
-                n = len(keep)
-                if n:
-                    pick = lambda values: [values[i] for i in keep]  # noqa: E731
-                    yield pa.RecordBatch.from_arrays([
-                        pa.array([tp_id] * n, pa.int32()), pa.array([base] * n, pa.int64()),
-                        pa.array(pick(found.kind), pa.string()),
-                        pa.array(pick(found.position), pa.int64()),
-                        pa.array(pick(found.offset), pa.int64()),
-                        pa.array(pick(found.name), pa.string()),
-                        pa.array(pick(found.digest), pa.binary()),
-                        pa.array(pick(found.key_digest), pa.binary()),
-                        pa.array(pick(found.bare_tombstone), pa.bool_()),
-                        pa.nulls(n, pa.int64()), pa.nulls(n, pa.int64()),
-                        pa.nulls(n, pa.string())], schema=_ERASURE_ARROW)
+                keep = np.flatnonzero(wanted.might_contain(
+                    found.digest.view("<u8").reshape(-1, 4), table))
+                if len(keep):
+                    yield _erasure_rows(tp_id, base, found, keep)
 
     return lambda tasks: tasks.mapInArrow(storage.portable(scan), ERASURE_SCAN)
+
+
+def _erasure_rows(tp_id: int, base: int, found: SubjectDigests,
+                  keep: np.ndarray) -> pa.RecordBatch:
+    """The ``ERASURE_SCAN`` rows of the entries ``keep`` of a segment's digests."""
+    n = len(keep)
+    header = found.header[keep].tolist()
+    key_null = found.key_null[keep].tolist()
+    return pa.RecordBatch.from_arrays([
+        pa.array([tp_id] * n, pa.int32()), pa.array([base] * n, pa.int64()),
+        pa.array([KEY if h < 0 else HEADER for h in header], pa.string()),
+        pa.array(found.position[keep], pa.int64()), pa.array(found.offset[keep], pa.int64()),
+        pa.array([None if h < 0 else found.names[h] for h in header], pa.string()),
+        pa.array([row.tobytes() for row in found.digest[keep]], pa.binary()),
+        pa.array([None if null else row.tobytes()
+                  for row, null in zip(found.key_digest[keep], key_null, strict=True)],
+                 pa.binary()),
+        pa.array(found.bare[keep], pa.bool_()),
+        pa.nulls(n, pa.int64()), pa.nulls(n, pa.int64()),
+        pa.nulls(n, pa.string())], schema=_ERASURE_ARROW)
 
 
 def digest_filters(subjects: int) -> Transform:
