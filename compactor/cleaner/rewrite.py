@@ -41,31 +41,39 @@ KeyColumns = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
 
 @dataclass(frozen=True, slots=True)
-class BatchDigests:
+class SubjectDigests:
     """The SHA-256 digests an erasure matches subjects against, for the data records of one
-    batch (columns, one entry per digest, in record order: the record's key, then the value
-    of each header whose name is asked for).
+    segment (columns, one entry per digest, in record order: the record's key, then the value
+    of each header whose name is asked for). The matching itself is a join in Spark
+    (:func:`compactor.spark.stages.erasure_matches`), so no subject reaches an executor.
 
     Attributes:
+        position: the batch's position in the segment (int64).
         offset: the record's offset (int64).
-        header: -1 for the key, else the index of the header's name in the names asked
-            (int32).
+        header: -1 for the key, else the index of the header's name in ``names`` (int32).
         digest: what is matched, one row of 32 bytes an entry (uint8).
         key_digest: the record's key digest (zeros when ``key_null``): an erasure by header
             takes the older records of that key with it on a compacted topic.
         key_null: the record's key is null (bool).
         bare: the record has a null value and no headers, what ``--leave-tombstone`` leaves
             behind (bool).
-        records: the batch's data records.
+        names: the header names asked, sorted.
+        batches: the batches read, control batches included.
+        records: the data records read.
+        headers: every batch's header.
     """
 
+    position: np.ndarray
     offset: np.ndarray
     header: np.ndarray
     digest: np.ndarray
     key_digest: np.ndarray
     key_null: np.ndarray
     bare: np.ndarray
+    names: tuple[str, ...]
+    batches: int
     records: int
+    headers: list[BatchHeader]
 #: ``window(data, start, end)``: ``data[start:end]`` of a segment's bytes, a view where the
 #: caller can give one (``compactor.log.storage.window`` over a mapped file)
 Window = Callable[[Any, int, int], Any]
@@ -156,10 +164,12 @@ class Engine(Protocol):
         """A segment's batch headers, CRCs verified, read in bulk; ``None``: the pure scan
         (:func:`compactor.cleaner.scan.segment_headers`) reads them."""
 
-    def batch_digests(self, batch: RecordBatch, names: Sequence[bytes]) -> BatchDigests | None:
-        """The erasure digests of one data batch (``names``: the header names asked, UTF-8),
-        or ``None``: the pure scan (:func:`compactor.cleaner.scan.subject_digests`) decodes
-        the batch, and raises where it cannot."""
+    def segment_digests(self, data: Any, path: str, segment_base: int, names: Sequence[str],
+                        keep: Callable[[np.ndarray], np.ndarray] | None
+                        ) -> SubjectDigests | None:
+        """The erasure digests of a segment (``names``: the header names asked, sorted;
+        ``keep``: as :func:`compactor.cleaner.scan.subject_digests`), or ``None``: the pure
+        scan reads the segment, and raises where it cannot."""
 
 
 class _PureRewrite:
@@ -240,7 +250,9 @@ class _PureEngine:
                         ) -> list[BatchHeader] | None:
         return None
 
-    def batch_digests(self, batch: RecordBatch, names: Sequence[bytes]) -> BatchDigests | None:
+    def segment_digests(self, data: Any, path: str, segment_base: int, names: Sequence[str],
+                        keep: Callable[[np.ndarray], np.ndarray] | None
+                        ) -> SubjectDigests | None:
         return None
 
 

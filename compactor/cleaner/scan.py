@@ -8,14 +8,15 @@ by MD5 digest in ``SkimpyOffsetMap``; both treat a digest collision as the same 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import xxhash
 
 from compactor.cleaner.policy import NO_CONTROL_TYPE, BatchHeader
-from compactor.cleaner.rewrite import BatchDigests, Engine, Window, sliced
+from compactor.cleaner.rewrite import Engine, SubjectDigests, Window, sliced
 from compactor.codec.records import RecordBatch
 from compactor.codec.segment import iter_batches
 from compactor.errors import CompactorError, TruncatedSegmentError
@@ -295,106 +296,78 @@ def select_rows(rows: KeyedRows, mask: np.ndarray) -> KeyedRows:
                      key_hi=rows.key_hi[mask], key_lo=rows.key_lo[mask], in_map=rows.in_map[mask])
 
 
-@dataclass(frozen=True, slots=True)
-class SubjectDigests:
-    """The SHA-256 digests an erasure matches subjects against, for every data record of one
-    segment: the columns of :class:`compactor.cleaner.rewrite.BatchDigests` for the whole
-    segment, with each entry's batch ``position``. The matching itself is a join in Spark
-    (:func:`compactor.spark.stages.erasure_matches`), so no subject reaches an executor.
-
-    Attributes:
-        names: the header names asked, sorted (``header`` indexes them).
-        batches: the batches read, control batches included.
-        records: the data records read.
-        headers: every batch's header.
-    """
-
-    position: np.ndarray
-    offset: np.ndarray
-    header: np.ndarray
-    digest: np.ndarray
-    key_digest: np.ndarray
-    key_null: np.ndarray
-    bare: np.ndarray
-    names: tuple[str, ...]
-    batches: int
-    records: int
-    headers: list[BatchHeader]
-
-
 def subject_digests(data: bytes, path: str, segment_base: int,
-                    header_names: Collection[str], engine: Engine | None = None
-                    ) -> SubjectDigests:
+                    header_names: Collection[str], engine: Engine | None = None,
+                    keep: Callable[[np.ndarray], np.ndarray] | None = None) -> SubjectDigests:
     """The digests of every data record of a segment (:class:`SubjectDigests`) and the
-    headers of its batches; control batches hold no user records and are skipped. Each data
-    batch is digested by ``engine`` (the native kernels) where it can, else here, one Python
-    object per record (the reference).
+    headers of its batches; control batches hold no user records and are skipped. ``engine``
+    (the native kernels) digests the segment where it can, else it is read here, a Python
+    object per record (the reference). ``keep``, given rows of 32-byte digests, says which
+    entries to keep (the requests' Bloom filter): the others are dropped as they are read,
+    so a segment of millions of records never holds all its digests at once.
 
     Raises:
         CompactorError: a batch cannot be decoded (with file, position and base offset).
     """
     names = tuple(sorted(header_names))
-    encoded = [n.encode() for n in names]
-    parts: list[BatchDigests] = []
-    positions: list[int] = []
+    if engine is not None:
+        found = engine.segment_digests(data, path, segment_base, names, keep)
+        if found is not None:
+            return found
+    index = {n: i for i, n in enumerate(names)}
+    position: list[int] = []
+    offset: list[int] = []
+    header: list[int] = []
+    digest: list[bytes] = []
+    key_digest: list[bytes] = []
+    key_null: list[bool] = []
+    bare: list[bool] = []
     headers = []
     batches = records = 0
+    sha256 = hashlib.sha256
+    nothing = bytes(DIGEST_BYTES)
     try:
         for batch in iter_batches(data, path=path):
             batches += 1
             headers.append(batch_header(batch, segment_base))
             if batch.is_control:
                 continue
-            found = engine.batch_digests(batch, encoded) if engine is not None else None
-            if found is None:
-                found = _batch_digests(batch, names)
-            records += found.records
-            parts.append(found)
-            positions.append(batch.position)
+            start = len(offset)
+            for r in batch.compiled_records():
+                records += 1
+                is_bare = r.value is None and not r.headers
+                key = None if r.key is None else sha256(r.key).digest()
+                entries = [(-1, key)] if key is not None else []
+                if index:
+                    entries += [(index[name], sha256(value).digest()) for name, value
+                                in r.headers if value is not None and name in index]
+                for h, d in entries:
+                    position.append(batch.position)
+                    offset.append(r.offset)
+                    header.append(h)
+                    digest.append(d)
+                    key_digest.append(key or nothing)
+                    key_null.append(key is None)
+                    bare.append(is_bare)
+            if keep is not None and len(offset) > start:
+                mask = keep(_digest_rows(digest[start:])).tolist()
+                columns: tuple[list[Any], ...] = (position, offset, header, digest, key_digest,
+                                                  key_null, bare)
+                for column in columns:
+                    column[start:] = [v for v, k in zip(column[start:], mask, strict=True)
+                                      if k]
     except CompactorError as err:
         raise err.with_location(path=path) from None
-    sizes = [len(p.offset) for p in parts]
-
-    def joined(column: str, empty: np.ndarray) -> np.ndarray:
-        return np.concatenate([getattr(p, column) for p in parts]) if parts else empty
-
     return SubjectDigests(
-        position=np.repeat(np.array(positions, np.int64), sizes),
-        offset=joined("offset", np.zeros(0, np.int64)),
-        header=joined("header", np.zeros(0, np.int32)),
-        digest=joined("digest", np.zeros((0, DIGEST_BYTES), np.uint8)),
-        key_digest=joined("key_digest", np.zeros((0, DIGEST_BYTES), np.uint8)),
-        key_null=joined("key_null", np.zeros(0, bool)),
-        bare=joined("bare", np.zeros(0, bool)),
-        names=names, batches=batches, records=records, headers=headers)
+        position=np.array(position, np.int64), offset=np.array(offset, np.int64),
+        header=np.array(header, np.int32), digest=_digest_rows(digest),
+        key_digest=_digest_rows(key_digest), key_null=np.array(key_null, bool),
+        bare=np.array(bare, bool), names=names, batches=batches, records=records,
+        headers=headers)
 
 
-def _batch_digests(batch: RecordBatch, names: Sequence[str]) -> BatchDigests:
-    """:class:`BatchDigests` of one batch, decoded record by record with ``hashlib``."""
-    index = {n: i for i, n in enumerate(names)}
-    offset, header, digest, key_digest, key_null, bare = [], [], [], [], [], []
-    sha256 = hashlib.sha256
-    nothing = bytes(DIGEST_BYTES)
-    records = batch.compiled_records()
-    for r in records:
-        is_bare = r.value is None and not r.headers
-        key = None if r.key is None else sha256(r.key).digest()
-        entries = [(-1, key)] if key is not None else []
-        if index:
-            entries += [(index[name], sha256(value).digest()) for name, value in r.headers
-                        if value is not None and name in index]
-        for h, d in entries:
-            offset.append(r.offset)
-            header.append(h)
-            digest.append(d)
-            key_digest.append(key or nothing)
-            key_null.append(key is None)
-            bare.append(is_bare)
-    return BatchDigests(
-        offset=np.array(offset, np.int64), header=np.array(header, np.int32),
-        digest=np.frombuffer(b"".join(digest), np.uint8).reshape(-1, DIGEST_BYTES),
-        key_digest=np.frombuffer(b"".join(key_digest), np.uint8).reshape(-1, DIGEST_BYTES),
-        key_null=np.array(key_null, bool), bare=np.array(bare, bool), records=len(records))
+def _digest_rows(digests: list[bytes]) -> np.ndarray:
+    return np.frombuffer(b"".join(digests), np.uint8).reshape(-1, DIGEST_BYTES)
 
 
 def key_offsets(data: bytes, path: str,

@@ -15,15 +15,17 @@ test_erasure_digests.py`` compares the two paths entry by entry.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numba
 import numpy as np
 
-from compactor.cleaner.rewrite import BatchDigests
-from compactor.codec.compression import DecompressionError, decompress
-from compactor.codec.records import RECORDS_OFFSET, RecordBatch
+from compactor.cleaner.rewrite import SubjectDigests
+from compactor.codec.compression import CODEC_MASK, DecompressionError, decompress
+from compactor.codec.records import ATTRIBUTES_OFFSET, RECORDS_OFFSET
 from compactor.native import sha256
+from compactor.native.fast import segment_headers
 from compactor.native.kernels import _field, _varint
 
 DIGEST_BYTES = sha256.DIGEST_BYTES
@@ -33,134 +35,189 @@ FULL = -2  # more entries than the arrays hold: call again with larger ones
 
 
 @numba.njit(cache=True)
-def _scan(buf: np.ndarray, end: int, count: int, last_delta: int, base_offset: int,
-          names: np.ndarray, name_starts: np.ndarray, name_lens: np.ndarray, ctx: int, md: int,
-          offset: np.ndarray, header: np.ndarray, digest: np.ndarray, key_digest: np.ndarray,
-          key_null: np.ndarray, bare: np.ndarray, key: np.ndarray) -> int:
-    """The entries of the ``count`` records in ``buf[:end]`` into the arrays (``key``: 32
-    bytes of scratch); returns how many, or :data:`HAND_BACK`, :data:`FULL`."""
+def _scan(buf: np.ndarray, rows: np.ndarray, names: np.ndarray, name_starts: np.ndarray,
+          name_lens: np.ndarray, ctx: int, md: int, position: np.ndarray, offset: np.ndarray,
+          header: np.ndarray, digest: np.ndarray, key_digest: np.ndarray, key_null: np.ndarray,
+          bare: np.ndarray, key: np.ndarray) -> int:
+    """The entries of the batches ``rows`` (``[start, end, count, lastOffsetDelta,
+    baseOffset, position]`` of each batch's records section in ``buf``) into the arrays
+    (``key``: 32 bytes of scratch); returns how many, or :data:`HAND_BACK`, :data:`FULL`."""
     data = buf.ctypes.data
     key_at = key.ctypes.data
     digests = digest.ctypes.data
     capacity = len(offset)
     n = 0
-    pos = 0
-    previous = -1
-    for _ in range(count):
-        length, pos, _minimal = _varint(buf, pos, end, 5)
-        if pos < 0 or length < 0 or pos + length > end:
-            return HAND_BACK
-        record_end = pos + length
-        if pos >= record_end:
-            return HAND_BACK
-        pos += 1  # the record's attributes
-        _ts, pos, _minimal = _varint(buf, pos, record_end, 10)
-        if pos < 0:
-            return HAND_BACK
-        delta, pos, _minimal = _varint(buf, pos, record_end, 5)
-        if pos < 0 or delta <= previous or delta > last_delta:
-            return HAND_BACK
-        previous = delta
-        key_len, after, _minimal = _field(buf, pos, record_end, True)
-        if after < 0:
-            return HAND_BACK
-        value_len, pos, _minimal = _field(buf, after, record_end, True)
-        if pos < 0:
-            return HAND_BACK
-        headers, pos, _minimal = _varint(buf, pos, record_end, 5)
-        if pos < 0 or headers < 0:
-            return HAND_BACK
-        is_bare = value_len < 0 and headers == 0
-        has_key = key_len >= 0
-        if has_key:
-            if not sha256.sha256_into(data, after - key_len, key_len, key_at, ctx, md):
+    for b in range(rows.shape[0]):
+        pos, end, count = rows[b, 0], rows[b, 1], rows[b, 2]
+        last_delta, base_offset, batch_position = rows[b, 3], rows[b, 4], rows[b, 5]
+        previous = -1
+        for _ in range(count):
+            length, pos, _minimal = _varint(buf, pos, end, 5)
+            if pos < 0 or length < 0 or pos + length > end:
                 return HAND_BACK
-            if n == capacity:
-                return FULL
-            offset[n] = base_offset + delta
-            header[n] = -1
-            digest[n, :] = key
-            key_digest[n, :] = key
-            key_null[n] = False
-            bare[n] = is_bare
-            n += 1
-        for _h in range(headers):
-            name_len, after, _minimal = _field(buf, pos, record_end, False)
+            record_end = pos + length
+            if pos >= record_end:
+                return HAND_BACK
+            pos += 1  # the record's attributes
+            _ts, pos, _minimal = _varint(buf, pos, record_end, 10)
+            if pos < 0:
+                return HAND_BACK
+            delta, pos, _minimal = _varint(buf, pos, record_end, 5)
+            if pos < 0 or delta <= previous or delta > last_delta:
+                return HAND_BACK
+            previous = delta
+            key_len, after, _minimal = _field(buf, pos, record_end, True)
             if after < 0:
                 return HAND_BACK
-            name_pos = after - name_len
-            for j in range(name_pos, after):
-                if buf[j] >= 0x80:
-                    return HAND_BACK
             value_len, pos, _minimal = _field(buf, after, record_end, True)
             if pos < 0:
                 return HAND_BACK
-            if value_len < 0:
-                continue
-            for w in range(len(name_starts)):
-                if name_lens[w] != name_len:
-                    continue
-                same = True
-                for j in range(name_len):
-                    if buf[name_pos + j] != names[name_starts[w] + j]:
-                        same = False
-                        break
-                if not same:
-                    continue
+            headers, pos, _minimal = _varint(buf, pos, record_end, 5)
+            if pos < 0 or headers < 0:
+                return HAND_BACK
+            is_bare = value_len < 0 and headers == 0
+            has_key = key_len >= 0
+            if has_key:
+                if not sha256.sha256_into(data, after - key_len, key_len, key_at, ctx, md):
+                    return HAND_BACK
                 if n == capacity:
                     return FULL
-                if not sha256.sha256_into(data, pos - value_len, value_len,
-                                          digests + n * DIGEST_BYTES, ctx, md):
-                    return HAND_BACK
+                position[n] = batch_position
                 offset[n] = base_offset + delta
-                header[n] = w
-                if has_key:
-                    key_digest[n, :] = key
-                else:
-                    key_digest[n, :] = 0
-                key_null[n] = not has_key
+                header[n] = -1
+                digest[n, :] = key
+                key_digest[n, :] = key
+                key_null[n] = False
                 bare[n] = is_bare
                 n += 1
-        if pos != record_end:
+            for _h in range(headers):
+                name_len, after, _minimal = _field(buf, pos, record_end, False)
+                if after < 0:
+                    return HAND_BACK
+                name_pos = after - name_len
+                for j in range(name_pos, after):
+                    if buf[j] >= 0x80:
+                        return HAND_BACK
+                value_len, pos, _minimal = _field(buf, after, record_end, True)
+                if pos < 0:
+                    return HAND_BACK
+                if value_len < 0:
+                    continue
+                for w in range(len(name_starts)):
+                    if name_lens[w] != name_len:
+                        continue
+                    same = True
+                    for j in range(name_len):
+                        if buf[name_pos + j] != names[name_starts[w] + j]:
+                            same = False
+                            break
+                    if not same:
+                        continue
+                    if n == capacity:
+                        return FULL
+                    if not sha256.sha256_into(data, pos - value_len, value_len,
+                                              digests + n * DIGEST_BYTES, ctx, md):
+                        return HAND_BACK
+                    position[n] = batch_position
+                    offset[n] = base_offset + delta
+                    header[n] = w
+                    if has_key:
+                        key_digest[n, :] = key
+                    else:
+                        key_digest[n, :] = 0
+                    key_null[n] = not has_key
+                    bare[n] = is_bare
+                    n += 1
+            if pos != record_end:
+                return HAND_BACK
+        if pos != end:
             return HAND_BACK
-    if pos != end:
-        return HAND_BACK
     return n
 
 
-def batch_digests(batch: RecordBatch, names: Sequence[bytes]) -> BatchDigests | None:
-    """:class:`BatchDigests` of one v2 data batch, or ``None`` (the pure path's)."""
-    if batch.magic < 2 or batch.legacy_records is not None or not sha256.available():
+#: the records sections a kernel call reads at most (decompressed), as the writer's chunks
+CHUNK_BYTES = 16 * 1024 * 1024
+_ROW = 6
+
+
+def segment_digests(data: Any, path: str, segment_base: int, names: Sequence[str],
+                    keep: Callable[[np.ndarray], np.ndarray] | None = None
+                    ) -> SubjectDigests | None:
+    """:class:`SubjectDigests` of a whole segment, or ``None``: the pure scan reads it
+    (``keep``: as :func:`compactor.cleaner.scan.subject_digests`). The batch headers come
+    from the writer's bulk reader (CRCs checked), the compressed sections are decompressed
+    one by one, and the kernel reads up to :data:`CHUNK_BYTES` of sections a call."""
+    if not sha256.available():
         return None
-    section: bytes | memoryview = memoryview(batch.raw)[RECORDS_OFFSET:]
-    if batch.compression:
-        try:
-            section = decompress(batch.compression, section)
-        except DecompressionError:
-            return None
-    buf = np.frombuffer(section, np.uint8)
-    joined = np.frombuffer(b"".join(names) + b"\0", np.uint8)
-    lens = np.array([len(n) for n in names], np.int64)
+    headers = segment_headers(data, path, segment_base)
+    if headers is None or any(h.magic < 2 for h in headers):
+        return None
+    view = memoryview(data)
+    encoded = [n.encode() for n in names]
+    joined = np.frombuffer(b"".join(encoded) + b"\0", np.uint8)
+    lens = np.array([len(n) for n in encoded], np.int64)
     starts = np.cumsum(lens) - lens
-    count = batch.records_count
-    capacity = max(16, count * (2 if names else 1))
     ctx, md = sha256.context()
-    key = np.zeros(DIGEST_BYTES, np.uint8)
-    while True:
-        offset = np.zeros(capacity, np.int64)
-        header = np.zeros(capacity, np.int32)
-        digest = np.zeros((capacity, DIGEST_BYTES), np.uint8)
-        key_digest = np.zeros((capacity, DIGEST_BYTES), np.uint8)
-        key_null = np.zeros(capacity, bool)
-        bare = np.zeros(capacity, bool)
-        n = _scan(buf, len(buf), count, batch.last_offset_delta, batch.base_offset, joined,
-                  starts, lens, ctx, md, offset, header, digest, key_digest, key_null, bare,
-                  key)
-        if n == FULL:
+    scratch = np.zeros(DIGEST_BYTES, np.uint8)
+    found: list[tuple[np.ndarray, ...]] = []
+    records = 0
+    sections: list[bytes | memoryview] = []
+    rows: list[tuple[int, ...]] = []
+    at = 0
+
+    def digest_chunk() -> bool:
+        nonlocal at
+        if not rows:
+            return True
+        buf = np.frombuffer(b"".join(sections), np.uint8)
+        table = np.array(rows, np.int64).reshape(-1, _ROW)
+        capacity = max(16, int(table[:, 2].sum()) * (2 if encoded else 1))
+        while True:
+            columns = (np.zeros(capacity, np.int64), np.zeros(capacity, np.int64),
+                       np.zeros(capacity, np.int32), np.zeros((capacity, DIGEST_BYTES), np.uint8),
+                       np.zeros((capacity, DIGEST_BYTES), np.uint8), np.zeros(capacity, bool),
+                       np.zeros(capacity, bool))
+            n = _scan(buf, table, joined, starts, lens, ctx, md, *columns, scratch)
+            if n != FULL:
+                break
             capacity *= 4
-            continue
         if n == HAND_BACK:
+            return False
+        kept: tuple[np.ndarray, ...] = tuple(c[:n] for c in columns)
+        if keep is not None:
+            mask = keep(kept[3])
+            kept = tuple(c[mask] for c in kept)
+        found.append(kept)
+        sections.clear()
+        rows.clear()
+        at = 0
+        return True
+
+    for h in headers:
+        if h.is_control:
+            continue
+        records += h.records_count
+        section: bytes | memoryview = view[h.position + RECORDS_OFFSET:
+                                           h.position + h.size_in_bytes]
+        codec = view[h.position + ATTRIBUTES_OFFSET + 1] & CODEC_MASK
+        if codec and h.records_count:
+            try:
+                section = decompress(codec, section)
+            except DecompressionError:
+                return None
+        sections.append(section)
+        rows.append((at, at + len(section), h.records_count, h.last_offset - h.base_offset,
+                     h.base_offset, h.position))
+        at += len(section)
+        if at >= CHUNK_BYTES and not digest_chunk():
             return None
-        return BatchDigests(offset=offset[:n], header=header[:n], digest=digest[:n],
-                            key_digest=key_digest[:n], key_null=key_null[:n], bare=bare[:n],
-                            records=count)
+    if not digest_chunk():
+        return None
+    empty = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int32),
+             np.zeros((0, DIGEST_BYTES), np.uint8), np.zeros((0, DIGEST_BYTES), np.uint8),
+             np.zeros(0, bool), np.zeros(0, bool))
+    merged = [np.concatenate(parts) for parts in zip(*found, strict=True)] if found else empty
+    return SubjectDigests(position=merged[0], offset=merged[1], header=merged[2],
+                          digest=merged[3], key_digest=merged[4], key_null=merged[5],
+                          bare=merged[6], names=tuple(names), batches=len(headers),
+                          records=records, headers=headers)

@@ -32,7 +32,7 @@ from __future__ import annotations
 import struct
 import threading
 from collections import Counter
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,11 +55,11 @@ from compactor.cleaner.policy import (
 )
 from compactor.cleaner.rebatch import FilteredBatch, filter_batch
 from compactor.cleaner.rewrite import (
-    BatchDigests,
     Fallback,
     Filtered,
     GroupRewrite,
     KeyColumns,
+    SubjectDigests,
     Window,
 )
 from compactor.cleaner.scan import batch_header
@@ -1320,10 +1320,12 @@ class NativeEngine:
     def batch_keys(self, batch: RecordBatch) -> tuple[np.ndarray, list[bytes]] | None:
         return batch_keys(batch)
 
-    def batch_digests(self, batch: RecordBatch, names: Sequence[bytes]) -> BatchDigests | None:
-        from compactor.native.erasure import batch_digests
+    def segment_digests(self, data: Any, path: str, segment_base: int, names: Sequence[str],
+                        keep: Callable[[np.ndarray], np.ndarray] | None
+                        ) -> SubjectDigests | None:
+        from compactor.native.erasure import segment_digests
 
-        return batch_digests(batch, names)
+        return segment_digests(data, path, segment_base, names, keep)
 
     def segment_headers(self, data: Any, path: str, segment_base: int
                         ) -> list[BatchHeader] | None:

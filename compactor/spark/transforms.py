@@ -51,11 +51,10 @@ from compactor.cleaner.policy import (
     CleaningPlan,
     PartitionInput,
 )
-from compactor.cleaner.rewrite import PURE, Engine
+from compactor.cleaner.rewrite import PURE, Engine, SubjectDigests
 from compactor.cleaner.scan import (
     BatchFlags,
     KeyedRows,
-    SubjectDigests,
     batch_flags,
     concat_rows,
     key_offsets,
@@ -722,13 +721,17 @@ def scan_erasure(header_names: frozenset[str], sketch: Broadcast[DigestFilter],
         engine = record_engine(writer)
         wanted = sketch.value
         table = wanted.table()
+
+        def may_match(digests: np.ndarray) -> np.ndarray:
+            return wanted.might_contain(digests.view("<u8").reshape(-1, 4), table)
         for tasks in batches:
             for tp_id, base, path, next_base in zip(
                     *(tasks.column(i).to_pylist() for i in range(4)), strict=True):
                 try:
                     with _collector_paused():
                         with storage.mapped(path) as data:
-                            found = subject_digests(data, path, base, header_names, engine)
+                            found = subject_digests(data, path, base, header_names, engine,
+                                                    keep=may_match)
                         check_segment(path, base, next_base, found.headers)
                 except CompactorError as err:
                     yield pa.RecordBatch.from_pylist(
@@ -739,30 +742,26 @@ def scan_erasure(header_names: frozenset[str], sketch: Broadcast[DigestFilter],
                     [{"tp_id": tp_id, "segment_base": base, "kind": "segment",
                       "batches": found.batches, "records": found.records}],
                     schema=_ERASURE_ARROW)
-                keep = np.flatnonzero(wanted.might_contain(
-                    found.digest.view("<u8").reshape(-1, 4), table))
-                if len(keep):
-                    yield _erasure_rows(tp_id, base, found, keep)
+                if len(found.offset):
+                    yield _erasure_rows(tp_id, base, found)
 
     return lambda tasks: tasks.mapInArrow(storage.portable(scan), ERASURE_SCAN)
 
 
-def _erasure_rows(tp_id: int, base: int, found: SubjectDigests,
-                  keep: np.ndarray) -> pa.RecordBatch:
-    """The ``ERASURE_SCAN`` rows of the entries ``keep`` of a segment's digests."""
-    n = len(keep)
-    header = found.header[keep].tolist()
-    key_null = found.key_null[keep].tolist()
+def _erasure_rows(tp_id: int, base: int, found: SubjectDigests) -> pa.RecordBatch:
+    """The ``ERASURE_SCAN`` rows of a segment's digests (those the filter kept)."""
+    n = len(found.offset)
+    header = found.header.tolist()
+    key_null = found.key_null.tolist()
     return pa.RecordBatch.from_arrays([
         pa.array([tp_id] * n, pa.int32()), pa.array([base] * n, pa.int64()),
         pa.array([KEY if h < 0 else HEADER for h in header], pa.string()),
-        pa.array(found.position[keep], pa.int64()), pa.array(found.offset[keep], pa.int64()),
+        pa.array(found.position, pa.int64()), pa.array(found.offset, pa.int64()),
         pa.array([None if h < 0 else found.names[h] for h in header], pa.string()),
-        pa.array([row.tobytes() for row in found.digest[keep]], pa.binary()),
+        pa.array([row.tobytes() for row in found.digest], pa.binary()),
         pa.array([None if null else row.tobytes()
-                  for row, null in zip(found.key_digest[keep], key_null, strict=True)],
-                 pa.binary()),
-        pa.array(found.bare[keep], pa.bool_()),
+                  for row, null in zip(found.key_digest, key_null, strict=True)], pa.binary()),
+        pa.array(found.bare, pa.bool_()),
         pa.nulls(n, pa.int64()), pa.nulls(n, pa.int64()),
         pa.nulls(n, pa.string())], schema=_ERASURE_ARROW)
 
