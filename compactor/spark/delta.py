@@ -138,26 +138,14 @@ def s3a_conf(options: Mapping[str, str]) -> dict[str, str]:
     return conf
 
 
-def submit_args(*, object_store: bool = False) -> list[str]:
-    """spark-submit's ``--jars`` for a job of the tool: on the driver's classpath at launch,
-    which a session's own ``spark.jars`` is not under spark-submit. (The job's session sets
-    Delta's extension and catalog itself, :func:`compactor.spark.session.get_spark`.)
-    ``object_store``: the state dir is on S3, so S3A's jars too.
-
-    Raises:
-        SparkUnavailableError: the jars were never fetched.
-    """
-    return ["--jars", ",".join(jars("delta") + (jars("s3a") if object_store else []))]
-
-
-
 #: delta-spark's setting whose value a commit records as ``commitInfo.userMetadata``
 USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
 
 
 def require(spark: SparkSession) -> None:
     """The session has Delta's extension, loaded (a session the tool started does; under
-    spark-submit its ``--jars`` must bring the classes: :func:`submit_args`).
+    spark-submit the classes come from the arguments of
+    :func:`compactor.spark.session.submit_args`).
 
     Raises:
         SparkUnavailableError: it has not.
@@ -174,8 +162,9 @@ def require(spark: SparkSession) -> None:
            f"spark.sql.extensions lacks {extension}")
         + "): the ledger and the run history are read and written with delta-spark; "
           "nothing was changed",
-        remedy="give spark-submit delta-spark's jars: spark-submit --jars \"$(python -m "
-               "compactor.tools.jars --print)\" jobs/...; in a session of your own, also "
+        remedy="give spark-submit the installation's arguments, which put delta-spark's jars "
+               "on the driver's classpath: python -m compactor.tools.submit_args --master "
+               "MASTER (one a line); in a session of your own, also "
                + " ".join(f"--conf {k}={v}" for k, v in SESSION_CONF.items()))
 
 
@@ -212,8 +201,8 @@ def reach_object_store(spark: SparkSession, options: Mapping[str, str]) -> None:
             "this Spark session cannot reach the state dir on S3: its classpath lacks "
             "Hadoop's S3A (hadoop-aws); nothing was changed",
             remedy="fetch the jars once with `python -m compactor.tools.jars --s3a`; under "
-                   "spark-submit give it --jars \"$(python -m compactor.tools.jars --print "
-                   "--s3a)\"")
+                   "spark-submit give it the arguments of `python -m "
+                   "compactor.tools.submit_args --master MASTER --object-store`")
     hadoop = spark.sparkContext._jsc.hadoopConfiguration()
     for key, value in s3a_conf(options).items():
         hadoop.set(key.removeprefix("spark.hadoop."), value)

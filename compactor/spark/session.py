@@ -194,8 +194,8 @@ def get_spark(master: str | None, app_name: str = "kafka-compactor", *,
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = (builder.config("spark.sql.session.timeZone", "UTC")
                .config("spark.ui.showConsoleProgress", "false"))
-    # Delta's extension and catalog; the jars too, except under spark-submit, whose --jars
-    # alone reach the driver's classpath (delta.submit_args)
+    # Delta's extension and catalog; the jars too, except under spark-submit, whose own
+    # arguments alone reach the driver's classpath (submit_args)
     conf: dict[str, Any] = dict(delta.SESSION_CONF) if submitted else delta.session_conf(
         object_store=object_store, local=local)
     builder = builder.config(map=conf)

@@ -48,8 +48,9 @@ def main(argv: list[str] | None = None) -> int:
                      f".zip, .egg or .py files)")
     names = build(args.out)
     print(f"{args.out}: {len(names)} files from {', '.join(PACKAGES)}")
-    print(f"run a job with: spark-submit --py-files {args.out} --jars \"$(python -m "
-          f"compactor.tools.jars --print)\" jobs/<job>.py ...")
+    print(f"run a job with: mapfile -t START < <(python -m compactor.tools.submit_args "
+          f"--master MASTER); spark-submit --master MASTER --py-files {args.out} "
+          f"\"${{START[@]}}\" jobs/<job>.py ...")
     return 0
 
 

@@ -15,7 +15,7 @@ import pytest
 
 from compactor.cli import main as cli_main
 from compactor.errors import EXIT_OK
-from compactor.spark import delta
+from compactor.spark import session
 from compactor.tools import local_cluster
 from compactor.tools.dist import build
 from compactor.tools.generator import DEFAULT_START_MS, GeneratorConfig, generate
@@ -44,9 +44,11 @@ def standalone(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-unt
 def _run_submit(master: str, py_files: str | None, *args: str,
                 jars: bool = True) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
-    # delta-spark's jars reach the driver's classpath only through spark-submit's --jars
+    # the installation's start (compactor.tools.submit_args): delta-spark's jars on the
+    # driver's classpath; the workers here run this installation, so their executors start
+    # as the driver does (the class-data archive, the package's worker daemon)
     cmd = [str(Path(sys.executable).parent / "spark-submit"), "--master", master,
-           *(delta.submit_args() if jars else [])]
+           *(session.submit_args(master, executors_installed=True) if jars else [])]
     if py_files:
         cmd += ["--py-files", py_files]
     return subprocess.run([*cmd, *args], capture_output=True, text=True, env=env, check=False,
@@ -72,7 +74,7 @@ def test_a_job_without_deltas_jars_stops_before_it_changes_anything(tmp_path: Pa
     assert proc.returncode == 1, proc.stderr[-2000:]
     error = json.loads(proc.stdout.splitlines()[0])
     assert error["code"] == "SPARK_UNAVAILABLE" and "delta-spark's jars" in error["message"]
-    assert "compactor.tools.jars --print" in error["remedy"]
+    assert "compactor.tools.submit_args" in error["remedy"]
     assert tree_digest(logs) == before
     assert not (tmp_path / "state" / "runs").exists()
 
