@@ -27,6 +27,7 @@ driver's growth from few to many subjects (target: flat). ``--json`` ends with o
 from __future__ import annotations
 
 import argparse
+import filecmp
 import hashlib
 import json
 import os
@@ -35,6 +36,7 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -122,6 +124,30 @@ def timed(label: str, fn) -> tuple[float, DriverMemory, object]:  # type: ignore
     return seconds, sampler, result
 
 
+@dataclass
+class Round:
+    """An apply and the verify after it, and the copies they changed."""
+
+    apply_s: float
+    verify_s: float
+    memory: DriverMemory
+    verify_memory: DriverMemory
+    work: Path
+    ledger: Path
+
+    def clean(self) -> None:
+        shutil.rmtree(self.work.parent)
+        shutil.rmtree(self.ledger.parent)
+
+
+def same_files(a: Path, b: Path) -> bool:
+    """Whether two log dirs hold the same files with the same bytes."""
+    names = sorted(p.relative_to(a) for p in a.rglob("*") if p.is_file())
+    if names != sorted(p.relative_to(b) for p in b.rglob("*") if p.is_file()):
+        return False
+    return all(filecmp.cmp(a / n, b / n, shallow=False) for n in names)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--records", type=int, default=10_000_000)
@@ -154,7 +180,7 @@ def main() -> int:
         child.join()
         assert child.exitcode == 0, f"making the ledger of {n} subjects failed"
     small = ledger_with(args.small_subjects, args.present, args.keys, root)
-    big = ledger_with(args.subjects, args.present, args.keys, root)
+    big_state = ledger_with(args.subjects, args.present, args.keys, root)
 
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -176,39 +202,61 @@ def main() -> int:
         shutil.rmtree(work.parent)
         return seconds
 
-    def erasure(state: Path, label: str) -> tuple[float, DriverMemory, dict]:
-        work = fresh_copy(logs, "erase")
-        ledger_copy = fresh_copy(state, "ledger")
-        seconds, memory, report = timed(label, lambda: erase.apply(
-            spark, build_options(str(work), now_ms=now_ms, assume_kafka_defaults=True),
-            str(ledger_copy)).to_dict())
-        shutil.rmtree(work.parent)
-        shutil.rmtree(ledger_copy.parent)
-        return seconds, memory, report  # type: ignore[return-value]
+    def erasure(state: Path, label: str, writer: str = "native") -> Round:
+        """An apply on fresh copies of the log dir and the ledger, then a verify of them."""
+        work, ledger_copy = fresh_copy(logs, "erase"), fresh_copy(state, "ledger")
+        opts = build_options(str(work), now_ms=now_ms, assume_kafka_defaults=True,
+                             writer=writer)
+        apply_s, memory, report = timed(f"erase apply, {label}", lambda: erase.apply(
+            spark, opts, str(ledger_copy)).to_dict())
+        verify_s, verify_memory, verified = timed(f"erase verify, {label}", lambda: erase.verify(
+            spark, opts, str(ledger_copy)).to_dict())
+        for r in (report, verified):
+            erased = sum(p.get("records_erased", 0) for p in r["partitions"])  # type: ignore[index]
+            print(f"  {r['command']} {r['status']}: {erased:,} records erased, requests "  # type: ignore[index]
+                  f"{r.get('requests_by_outcome')}")  # type: ignore[union-attr]
+        return Round(apply_s, verify_s, memory, verify_memory, work, ledger_copy)
 
     compaction()  # the session's first round: JVM and workers warm up
     compact_s = compaction()
-    small_s, small_mem, small_report = erasure(
-        small, f"erase apply, {args.small_subjects:,} pending subjects")
-    erase_s, big_mem, big_report = erasure(big, f"erase apply, {args.subjects:,} pending subjects")
-    for report in (small_report, big_report):
-        erased = sum(p["records_erased"] for p in report["partitions"])
-        print(f"  {report['status']}: {erased:,} records erased, requests "
-              f"{report.get('requests_by_outcome')}")
-    ratio = erase_s / compact_s
-    print(f"erasure / compaction: {ratio:.2f} (target <= 1.5)")
-    print(f"driver Python peak: {small_mem.python_kib / 1024:.0f} MiB with "
-          f"{args.small_subjects:,} subjects, {big_mem.python_kib / 1024:.0f} MiB with "
-          f"{args.subjects:,}; JVM {small_mem.jvm_kib / 1024:.0f} / "
-          f"{big_mem.jvm_kib / 1024:.0f} MiB")
+    first = erasure(small, f"{args.small_subjects:,} subjects, the session's first")
+    warm = erasure(small, f"{args.small_subjects:,} subjects")
+    big = erasure(big_state, f"{args.subjects:,} subjects")
+    pure = erasure(small, f"{args.small_subjects:,} subjects, --writer pure", writer="pure")
+    same = same_files(warm.work, pure.work)
+    print(f"the native and the pure path's erased log dirs are byte for byte equal: {same}")
+    for r in (first, warm, big, pure):
+        r.clean()
+    figures = {
+        "compact_s": compact_s,
+        "apply_small_s": warm.apply_s, "apply_s": big.apply_s,
+        "verify_small_s": warm.verify_s, "verify_s": big.verify_s,
+        "first_apply_small_s": first.apply_s, "pure_apply_small_s": pure.apply_s,
+        "pure_verify_small_s": pure.verify_s,
+        "ratio_apply_small": warm.apply_s / compact_s, "ratio_apply": big.apply_s / compact_s,
+        "ratio_verify_small": warm.verify_s / compact_s, "ratio_verify": big.verify_s / compact_s,
+        "ratio_first_to_warm": first.apply_s / warm.apply_s,
+        "driver_python_mib_small": warm.memory.python_kib / 1024,
+        "driver_python_mib": big.memory.python_kib / 1024,
+        "driver_jvm_mib_small": warm.memory.jvm_kib / 1024,
+        "driver_jvm_mib": big.memory.jvm_kib / 1024,
+        "pure_output_equal": same,
+    }
+    print(f"apply / compaction: {figures['ratio_apply_small']:.2f} with "
+          f"{args.small_subjects:,} subjects (target <= 1.5), {figures['ratio_apply']:.2f} with "
+          f"{args.subjects:,} (target <= 2.0)")
+    print(f"verify / compaction: {figures['ratio_verify_small']:.2f} and "
+          f"{figures['ratio_verify']:.2f} (target <= 1.0)")
+    print(f"the session's first apply / a warm one: {figures['ratio_first_to_warm']:.2f} "
+          f"(target <= 1.5)")
+    print(f"--writer pure: apply {pure.apply_s:.1f} s, verify {pure.verify_s:.1f} s")
+    print(f"driver Python peak: {figures['driver_python_mib_small']:.0f} MiB with "
+          f"{args.small_subjects:,} subjects, {figures['driver_python_mib']:.0f} MiB with "
+          f"{args.subjects:,}; JVM {figures['driver_jvm_mib_small']:.0f} / "
+          f"{figures['driver_jvm_mib']:.0f} MiB")
     if args.json:
-        print(json.dumps({
-            "compact_s": round(compact_s, 2), "erase_small_s": round(small_s, 2),
-            "erase_s": round(erase_s, 2), "ratio_erase_to_compact": round(ratio, 2),
-            "driver_python_mib_small": round(small_mem.python_kib / 1024),
-            "driver_python_mib": round(big_mem.python_kib / 1024),
-            "driver_jvm_mib_small": round(small_mem.jvm_kib / 1024),
-            "driver_jvm_mib": round(big_mem.jvm_kib / 1024)}))
+        print(json.dumps({k: round(v, 2) if isinstance(v, float) else v
+                          for k, v in figures.items()}))
     sys.stdout.flush()
     os._exit(0)
 

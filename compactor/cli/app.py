@@ -7,6 +7,7 @@ an exit code declared in :mod:`compactor.errors`; ``--json`` output is one JSON 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -427,13 +428,17 @@ def _cmd_erase_digest(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _cmd_erase_list(args: argparse.Namespace, out: TextIO) -> int:
+    """``erase list``: each request written as the ledger streams it (``--json``: one JSON
+    object whose ``requests`` array is written element by element)."""
     from compactor.erasure import ledger
 
-    rows = ledger.list_requests(args.state_dir)
+    count = 0
     if args.json:
-        jobs.emit(out, {"type": "requests", "requests": rows})
-    else:
-        for r in rows:
+        out.write('{"type":"requests","requests":[')
+    for r in ledger.list_requests(args.state_dir):
+        if args.json:
+            out.write(("," if count else "") + json.dumps(r, separators=(",", ":")))
+        else:
             what = r["selector"] + (f" {r['header_name']}" if r["header_name"] else "")
             places = r["places"]
             clean = sum(p["verify_status"] == "clean" for p in places.values())
@@ -443,7 +448,8 @@ def _cmd_erase_list(args: argparse.Namespace, out: TextIO) -> int:
                       + (f"  places {clean}/{len(places)} clean" if places else "")
                       + ("  leave-tombstone" if r["leave_tombstone"] else "")
                       + (f"  reason: {r['reason']}" if r.get("reason") else "") + "\n")
-        out.write(f"{len(rows)} requests\n")
+        count += 1
+    out.write("]}\n" if args.json else f"{count} requests\n")
     return EXIT_OK
 
 

@@ -547,8 +547,8 @@ def execute_erase_status(args: argparse.Namespace, out: TextIO) -> int:
         from compactor.maintenance import metrics
 
         storage.write_output(storage.absolute(args.metrics_file), metrics.text(
-            metrics.overdue_registry(len(result["overdue"]), result["requests"],
-                                     len(result["failed"]))))
+            metrics.overdue_registry(result["overdue_count"], result["requests"],
+                                     result["failed_count"])))
     write_report_file(args, result)
     if args.json:
         emit(out, result)
@@ -569,9 +569,15 @@ def execute_erase_status(args: argparse.Namespace, out: TextIO) -> int:
                       + (f"{len(missing)} replicas, e.g. node {missing[0]['node_id']} "
                          f"{missing[0]['partition']}" if missing
                          else "unknown (no metadata log)") + "\n")
-    if result["overdue"] or result["failed"]:
+        shown = result["shown_at_most"]
+        for kind in ("overdue", "failed", "partially_verified"):
+            if result[f"{kind}_count"] > shown:
+                out.write(f"... {result[f'{kind}_count'] - shown} more {kind.replace('_', ' ')} "
+                          f"(the first {shown} by request time are shown; `erase list "
+                          f"--json` has them all)\n")
+    if result["overdue_count"] or result["failed_count"]:
         return EXIT_FAILURE
-    return EXIT_PARTIAL if result["partially_verified"] else EXIT_OK
+    return EXIT_PARTIAL if result["partially_verified_count"] else EXIT_OK
 
 
 def execute_erase_change(args: argparse.Namespace, out: TextIO) -> int:

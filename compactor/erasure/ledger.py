@@ -32,13 +32,15 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
+import numpy as np
 import pyarrow as pa
 
 from compactor.erasure.rules import (
     ALL_TOPICS,
-    INTEGRITY_FIELDS,
+    CHECKED_COLUMNS,
     STATUSES,
     ErasureRequest,
+    first_problem_row,
     row_problem,
 )
 from compactor.erasure.status import DONE, VERIFIED, RequestStatus, failure_words
@@ -448,6 +450,28 @@ def check_rows(state_dir: str, rows: Iterable[Mapping[str, Any]]) -> None:
                        "backup")
 
 
+def check_batch(state_dir: str, batch: pa.RecordBatch) -> None:
+    """:func:`check_rows` of a batch of request rows (with
+    :data:`compactor.erasure.rules.CHECKED_COLUMNS`), column-wise
+    (:func:`compactor.erasure.rules.first_problem_row`).
+
+    Raises:
+        LedgerError: the first row that is not one the tool wrote, naming its request.
+    """
+    i = first_problem_row(batch)
+    if i is not None:
+        row = {name: batch.column(name)[i].as_py() for name in batch.schema.names}
+        check_rows(state_dir, [row])
+
+
+def _record_batches(table: DeltaTable, columns: Sequence[str],
+                    filter: Any = None) -> Iterator[pa.RecordBatch]:
+    """A table's rows as Arrow record batches (the driver never holds them all), on the
+    calling thread (:func:`_read`)."""
+    yield from table.to_pyarrow_dataset().to_batches(columns=list(columns), filter=filter,
+                                                     use_threads=False)
+
+
 def _batches(table: DeltaTable, columns: Sequence[str] | None = None,
              filter: Any = None) -> Iterator[dict[str, list[Any]]]:
     """A table's rows as column lists, batch by batch (the driver never holds them all), on
@@ -699,32 +723,53 @@ class PendingSummary:
 
 
 @ledger_errors("read the erasure request ledger")
+def has_requests(state_dir: str, statuses: frozenset[str]) -> bool:
+    """Whether a request is in ``statuses``: counted from the files' statistics and the
+    status column alone, so a run with nothing to do answers at once (the run itself checks
+    the rows it reads, :func:`pending_summary`)."""
+    import pyarrow.compute as pc
+
+    dataset = _open(table_path(state_dir, ERASURE_REQUESTS_TABLE)).to_pyarrow_dataset()
+    return dataset.count_rows(filter=pc.field("status").isin(sorted(statuses))) > 0
+
+
+@ledger_errors("read the erasure request ledger")
 def pending_summary(state_dir: str, statuses: frozenset[str], *,
                     not_applied_at: str | None = None) -> PendingSummary:
     """The requests in ``statuses`` (and, with ``not_applied_at``, not yet applied at that
-    place), summarized batch by batch: the driver's memory does not grow with their
-    number."""
+    place), each checked (:func:`check_batch`) and summarized batch by batch, column-wise:
+    the driver's memory does not grow with their number, nor does it hold a row as a dict."""
     import pyarrow.compute as pc
 
     table = _open(table_path(state_dir, ERASURE_REQUESTS_TABLE))
-    columns = sorted({"status", "places", "integrity", *INTEGRITY_FIELDS})
     count = 0
     topics: set[str] = set()
     headers: set[str] = set()
     # every row a run will read is checked here first (the run reads this same version)
-    for batch in _batches(table, columns, pc.field("status").isin(sorted(statuses))):
-        rows = list(_rows(batch))
-        check_rows(state_dir, rows)
-        for row in rows:
-            if not_applied_at and "applied_run_id" in json.loads(
-                    row["places"] or "{}").get(not_applied_at, {}):
-                continue
-            count += 1
-            topics.add(row["topic"])
-            if row["header_name"]:
-                headers.add(row["header_name"])
+    for batch in _record_batches(table, sorted({"places", *CHECKED_COLUMNS}),
+                                 pc.field("status").isin(sorted(statuses))):
+        check_batch(state_dir, batch)
+        if not_applied_at:
+            batch = batch.filter(_not_applied(batch.column("places"), not_applied_at))
+        count += batch.num_rows
+        topics.update(pc.unique(batch.column("topic")).to_pylist())
+        headers.update(h for h in pc.unique(batch.column("header_name")).to_pylist() if h)
     return PendingSummary(version=table.version(), count=count, topics=frozenset(topics),
                           header_names=frozenset(headers))
+
+
+def _not_applied(places: pa.Array, key: str) -> pa.Array:
+    """Whether each row's ``places`` (JSON) has no apply at the place ``key``: only the rows
+    whose JSON names the place are parsed."""
+    import pyarrow.compute as pc
+
+    text = pc.fill_null(places, "")
+    named = pc.match_substring(text, json.dumps(key)).to_numpy(zero_copy_only=False)
+    keep = np.ones(len(places), dtype=bool)
+    values = text.to_pylist() if named.any() else []
+    for i in np.flatnonzero(named):
+        keep[i] = "applied_run_id" not in json.loads(values[i] or "{}").get(key, {})
+    return pa.array(keep)
 
 
 @ledger_errors("read the erasure request ledger")
@@ -749,37 +794,93 @@ def statuses_by_run(state_dir: str, run_ids: Iterable[str], column: str) -> dict
 # Queries behind `erase status` and `erase report`
 
 
+#: ``erase status`` and ``erase list`` show at most this many requests of a kind (the earliest
+#: requested first) and count them all: a million requests must not become a million lines
+SHOWN_REQUESTS = 1000
+
+
+class _Earliest:
+    """The first ``limit`` items by (requested_at_ms, request_id) of a stream, and how many
+    there were: memory bounded by twice ``limit``, whatever the stream's length."""
+
+    def __init__(self, limit: int = SHOWN_REQUESTS) -> None:
+        self.limit, self.count = limit, 0
+        self._kept: list[tuple[int, str, dict[str, Any]]] = []
+
+    def add(self, requested_at_ms: int, request_id: str, item: dict[str, Any]) -> None:
+        self.count += 1
+        self._kept.append((requested_at_ms, request_id, item))
+        if len(self._kept) >= 2 * self.limit:
+            self._trim()
+
+    def _trim(self) -> None:
+        self._kept.sort(key=lambda e: (e[0], e[1]))
+        del self._kept[self.limit:]
+
+    def items(self) -> list[dict[str, Any]]:
+        self._trim()
+        return [e[2] for e in self._kept]
+
+
+def _request_batches(state_dir: str, columns: Iterable[str],
+                     filter: Any = None) -> Iterator[pa.RecordBatch]:
+    """The request rows (``columns`` and what their check reads) batch by batch, each
+    checked (:func:`check_batch`)."""
+    require_ledger(state_dir)
+    table = _open(table_path(state_dir, ERASURE_REQUESTS_TABLE))
+    for batch in _record_batches(table, sorted({*columns, *CHECKED_COLUMNS}), filter):
+        check_batch(state_dir, batch)
+        yield batch
+
+
+@ledger_errors("read the erasure request ledger")
 def status(state_dir: str, now_ms: int) -> dict[str, Any]:
     """Counts by status, the overdue requests (deadline passed, not verified or cancelled),
-    the failed ones and where the partially verified ones still have to be scanned.
+    the failed ones and where the partially verified ones still have to be scanned: each
+    list the first :data:`SHOWN_REQUESTS` by request time, with its count (``*_count``).
+    The ledger is read batch by batch and column-wise: at a million requests the driver holds
+    the counts and those lists, never the rows.
 
     Raises:
         ConfigError: there is no ledger at ``state_dir``.
     """
-    require_ledger(state_dir)
-    rows = load_requests(state_dir)
+    import pyarrow.compute as pc
+
     counts = {s: 0 for s in STATUSES}
-    for r in rows:
-        counts[r["status"]] = counts.get(r["status"], 0) + 1
-    overdue = [{"request_id": r["request_id"], "topic": r["topic"], "status": r["status"],
-                "deadline_ms": r["deadline_ms"], "overdue_ms": now_ms - r["deadline_ms"]}
-               for r in rows if r["status"] not in DONE and r["deadline_ms"] < now_ms]
-    # where a partially verified request still has to be scanned (the replicas the metadata
-    # names that no clean verify covered yet)
-    partial = [{"request_id": r["request_id"], "topic": r["topic"],
-                "places_verified": sorted(k for k, p in json.loads(r.get("places") or "{}")
-                                          .items() if p.get("verify_status") == "clean"),
-                "missing_replicas": json.loads(r.get("missing_replicas") or "null")}
-               for r in rows if r["status"] == RequestStatus.PARTIALLY_VERIFIED]
-    failed = []
-    for r in rows:
-        if r["status"] == RequestStatus.FAILED:
-            failure = json.loads(r["failure"]) if r.get("failure") else None
-            failed.append({"request_id": r["request_id"], "topic": r["topic"],
-                           "failure": failure, "reason": failure_words(failure)})
-    return {"type": "status", "state_dir": state_dir, "now_ms": now_ms, "requests": len(rows),
-            "by_status": counts, "overdue": overdue, "failed": failed,
-            "partially_verified": partial,
+    overdue, failed, partial = _Earliest(), _Earliest(), _Earliest()
+    done = pa.array(sorted(DONE), pa.large_string())
+    for batch in _request_batches(state_dir, ("places", "missing_replicas", "failure")):
+        for entry in pc.value_counts(batch.column("status")).to_pylist():
+            counts[entry["values"]] = counts.get(entry["values"], 0) + entry["counts"]
+        status = pc.cast(batch.column("status"), pa.large_string())
+        late = pc.and_(pc.invert(pc.is_in(status, done)),
+                       pc.less(batch.column("deadline_ms"), now_ms))
+        wanted = pc.or_(late, pc.is_in(status, pa.array(
+            [RequestStatus.FAILED, RequestStatus.PARTIALLY_VERIFIED], pa.large_string())))
+        for r in batch.filter(wanted).to_pylist():  # the few rows a list may show
+            rid, at = r["request_id"], r["requested_at_ms"]
+            if r["status"] not in DONE and r["deadline_ms"] < now_ms:
+                overdue.add(at, rid, {"request_id": rid, "topic": r["topic"],
+                                      "status": r["status"], "deadline_ms": r["deadline_ms"],
+                                      "overdue_ms": now_ms - r["deadline_ms"]})
+            if r["status"] == RequestStatus.FAILED:
+                failure = json.loads(r["failure"]) if r.get("failure") else None
+                failed.add(at, rid, {"request_id": rid, "topic": r["topic"],
+                                     "failure": failure, "reason": failure_words(failure)})
+            elif r["status"] == RequestStatus.PARTIALLY_VERIFIED:
+                # where it still has to be scanned: the replicas the metadata names that no
+                # clean verify covered yet
+                partial.add(at, rid, {
+                    "request_id": rid, "topic": r["topic"],
+                    "places_verified": sorted(k for k, p in json.loads(r.get("places") or "{}")
+                                              .items() if p.get("verify_status") == "clean"),
+                    "missing_replicas": json.loads(r.get("missing_replicas") or "null")})
+    return {"type": "status", "state_dir": state_dir, "now_ms": now_ms,
+            "requests": sum(counts.values()), "by_status": counts,
+            "overdue": overdue.items(), "overdue_count": overdue.count,
+            "failed": failed.items(), "failed_count": failed.count,
+            "partially_verified": partial.items(), "partially_verified_count": partial.count,
+            "shown_at_most": SHOWN_REQUESTS,
             "ledger_version": table_version(state_dir, ERASURE_REQUESTS_TABLE)}
 
 
@@ -788,10 +889,14 @@ def audit(state_dir: str, request_id: str) -> dict[str, Any] | None:
     that applied and verified it (per partition: segments and records scanned, records
     erased, segments rewritten), and the ledger commits that changed it. ``None`` when the
     request id is unknown."""
-    require_ledger(state_dir)
-    row = next((r for r in load_requests(state_dir) if r["request_id"] == request_id), None)
-    if row is None:
+    import pyarrow.compute as pc
+
+    found = [r for batch in _request_batches(state_dir, ERASURE_REQUESTS.names,
+                                             pc.field("request_id") == request_id)
+             for r in batch.to_pylist()]
+    if not found:
         return None
+    row = found[0]
     places = json.loads(row.get("places") or "{}")
     applies = {row["run_id"]} | {p.get("applied_run_id") for p in places.values()}
     verifies = {row["verify_run_id"]} | {p.get("verify_run_id") for p in places.values()}
@@ -840,25 +945,25 @@ def audit(state_dir: str, request_id: str) -> dict[str, Any] | None:
     }
 
 
-def list_requests(state_dir: str) -> list[dict[str, Any]]:
-    """Every request with what an operator needs to find it (``erase list``).
+def list_requests(state_dir: str) -> Iterator[dict[str, Any]]:
+    """Every request with what an operator needs to find it (``erase list``), in the
+    ledger's file order, batch by batch: the caller writes each as it comes, so a million
+    requests stream through the driver.
 
     Raises:
         ConfigError: there is no ledger at ``state_dir``.
     """
-    require_ledger(state_dir)
-    out = []
-    for r in map(decoded, load_requests(state_dir)):
-        places = r.get("places") or {}
-        out.append({**{k: r.get(k) for k in (
-            "request_id", "topic", "selector", "header_name", "status", "reason",
-            "requested_at_ms", "deadline_ms", "applied_at_ms", "verified_at_ms",
-            "leave_tombstone", "missing_replicas")},
-            # per place (one log dir of one broker): applied, and what its verify found
-            "places": {k: {"applied": "applied_run_id" in v,
-                           "verify_status": v.get("verify_status")}
-                       for k, v in sorted(places.items())}})
-    return out
+    shown = ("request_id", "topic", "selector", "header_name", "status", "reason",
+             "requested_at_ms", "deadline_ms", "applied_at_ms", "verified_at_ms",
+             "leave_tombstone", "missing_replicas")
+    for batch in _request_batches(state_dir, (*shown, "places")):
+        for r in map(decoded, batch.to_pylist()):
+            places = r.get("places") or {}
+            yield {**{k: r.get(k) for k in shown},
+                   # per place (one log dir of one broker): applied, and what its verify found
+                   "places": {k: {"applied": "applied_run_id" in v,
+                                  "verify_status": v.get("verify_status")}
+                              for k, v in sorted(places.items())}}
 
 
 #: The ledger's columns that hold JSON (Delta has no nested columns we can rely on across

@@ -8,11 +8,11 @@ directories and the requests that matched), never the list of requests.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from compactor.erasure.rules import covers_topic, missing_replicas, totals
+from compactor.erasure.rules import ALL_TOPICS, covers_topic, missing_replicas, totals
 from compactor.erasure.status import RequestStatus
 
 #: what a row function returns besides the request's new columns
@@ -100,6 +100,32 @@ def applied_update(row: Mapping[str, Any], ctx: ApplyContext) -> dict[str, Any]:
             "tombstones_left": json.dumps([t for p in places.values()
                                            for t in p.get("tombstones_left", [])]),
             "places": json.dumps(places, sort_keys=True), "failure": None}
+
+
+@dataclass(frozen=True, slots=True)
+class Plain:
+    """The requests an apply's outcome cannot tell apart (:func:`plain_applied`): nothing of
+    theirs matched, no place has recorded them yet (``places`` empty), and their topic is
+    neither ``*`` nor one in ``topics`` (unknown, or read from a directory that stopped the
+    run). Each gets ``by_status[its status]``, the same columns but its id: computed once
+    here, given to every such row by Spark SQL instead of a Python call a row."""
+
+    topics: frozenset[str]
+    matched: frozenset[str]
+    by_status: Mapping[str, Mapping[str, Any]]
+
+
+def plain_applied(ctx: ApplyContext, statuses: Iterable[str]) -> Plain:
+    """:class:`Plain` of an apply: :func:`applied_update` of a row that nothing
+    distinguishes, per status (the function itself decides, so the two cannot differ)."""
+    topics = frozenset({ALL_TOPICS, *ctx.unknown_topics, *(d.topic for d in ctx.dirs if d.bad)})
+    by_status = {}
+    for status in statuses:
+        out = applied_update({"request_id": "", "topic": "", "status": status, "places": None},
+                             ctx)
+        if out["outcome"] == UPDATE:
+            by_status[status] = {k: v for k, v in out.items() if k != "request_id"}
+    return Plain(topics=topics, matched=frozenset(ctx.matched), by_status=by_status)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -323,7 +323,7 @@ def apply(spark: SparkSession | None, opts: MaintenanceOptions, state_dir: str, 
     starts only when a request is pending here."""
     report = _start("apply", opts, state_dir)
     log_dir, now_ms, dry_run, run_id = opts.log_dir, opts.now_ms, opts.dry_run, report.run_id
-    if ledger.pending_summary(state_dir, APPLICABLE).count == 0:
+    if not ledger.has_requests(state_dir, APPLICABLE):
         return report
     started = int(time.time() * 1000)
     catalog = _catalog(opts)
@@ -351,7 +351,8 @@ def apply(spark: SparkSession | None, opts: MaintenanceOptions, state_dir: str, 
         writable = {i for i in parts if i not in errors and i not in held}
         messages = {} if dry_run else _rewrite(session, log_dir, dirs, parts, plan, writable,
                                                catalog.configs, errors,
-                                               assume_committed=opts.assume_committed)
+                                               assume_committed=opts.assume_committed,
+                                               writer=opts.writer)
         lines: dict[int, dict[str, Any]] = {}
         for i, d in dirs.items():
             line: dict[str, Any] = d.line()
@@ -403,7 +404,7 @@ def apply(spark: SparkSession | None, opts: MaintenanceOptions, state_dir: str, 
               for i, d in dirs.items()],
         matched=_matched(found, plan, dirs))
     result = spark_stages.request_outcomes(session(), requests, functools.partial(
-        outcomes.applied_update, ctx=ctx))
+        outcomes.applied_update, ctx=ctx), outcomes.plain_applied(ctx, APPLICABLE))
     try:
         counts, shown = _outcome_report(result, APPLY_REPORTED)
         report.requests = [_apply_entry(r) for r in shown]
@@ -500,7 +501,7 @@ def _apply_entry(row: Mapping[str, Any]) -> dict[str, Any]:
 def _rewrite(spark: LazySession, log_dir: str, dirs: Mapping[int, _Dir],
              parts: Mapping[int, PartitionLog], plan: _Plan, writable: set[int],
              configs: Mapping[str, TopicConfig], errors: dict[int, dict[str, Any]], *,
-             assume_committed: bool = False) -> dict[int, list[Any]]:
+             assume_committed: bool = False, writer: str = "native") -> dict[int, list[Any]]:
     """Write ``.cleaned`` copies of the segments holding erased records (readable
     directories only); a directory whose transaction index fails the partition-wide check
     (:func:`compactor.cleaner.verify.txn_problems`) is added to ``errors`` and left alone."""
@@ -508,7 +509,7 @@ def _rewrite(spark: LazySession, log_dir: str, dirs: Mapping[int, _Dir],
     if not hit:
         return {}
     hws = read_offset_checkpoint(log_dir, REPLICATION_OFFSET_CHECKPOINT)
-    headers = spark_stages.batch_headers(spark(), hit)
+    headers = spark_stages.batch_headers(spark(), hit, writer=writer)
     tasks = []
     segments = {}
     for i, part in hit.items():

@@ -15,14 +15,17 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 import numpy as np
-from pyspark.sql import DataFrame, Row, SparkSession
+import pyarrow.compute as pc
+from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructField
 
 from compactor.cleaner.policy import ONE_TASK_KEYS, BatchHeader, CleaningPlan, PartitionInput
 from compactor.config import TopicConfig
+from compactor.erasure.outcomes import Plain
 from compactor.erasure.sketch import DigestFilter
 from compactor.model import CommitMessage, SegmentInfo
-from compactor.schemas.spark import ERASURE_TASK, GROUP_SLOT, SEGMENT_TASK
+from compactor.schemas.spark import ERASURE_TASK, GROUP_SLOT, REQUEST_OUTCOME, SEGMENT_TASK
 from compactor.spark import transforms
 from compactor.spark.progress import spark_step
 
@@ -440,39 +443,70 @@ def outcome_summary(result: DataFrame, columns: Sequence[str], limit: int) -> tu
 
 def digest_filter(requests: DataFrame, subjects: int) -> DigestFilter:
     """The Bloom filter of the ``digest`` column of ``requests``: one per partition on the
-    executors, merged by OR in a tree (the driver receives one filter, never the digests)."""
-    return (requests.select("digest").transform(transforms.digest_filters(subjects)).rdd
-            .map(lambda row: DigestFilter(bytes(row.packed), row.bits, row.hashes))
-            .treeReduce(DigestFilter.union))
+    executors, merged by OR on the driver (it receives a filter a partition of the requests, a
+    few MB each at a million subjects, never the digests)."""
+    parts = [DigestFilter(bytes(row.packed), row.bits, row.hashes) for row in
+             requests.select("digest").transform(transforms.digest_filters(subjects)).collect()]
+    return functools.reduce(DigestFilter.union, parts, DigestFilter.empty(subjects))
 
 
 def request_outcomes(spark: SparkSession, requests: DataFrame,
-                     outcome: Callable[[Mapping[str, Any]], Mapping[str, Any]]) -> DataFrame:
+                     outcome: Callable[[Mapping[str, Any]], Mapping[str, Any]],
+                     plain: Plain | None = None) -> DataFrame:
     """``outcome`` (a pure function of a request row: :mod:`compactor.erasure.outcomes`)
     applied to every row of ``requests`` on the executors: ``REQUEST_OUTCOME`` rows, each
     carrying the status it was computed from (``expected_status``), for a MERGE that changes
-    only rows still in that status. Persisted: the caller counts, reports and merges it."""
+    only rows still in that status. The ``plain`` rows (:class:`compactor.erasure.outcomes.Plain`,
+    most of a big ledger) get their precomputed columns in Spark SQL; ``outcome`` runs in
+    Python for the others. Persisted: the caller counts, reports and merges it."""
     from pyspark import StorageLevel
 
-    return (requests.drop("digest")
-            .transform(transforms.request_outcomes(outcome))
-            .persist(StorageLevel.MEMORY_AND_DISK))
+    rows = requests.drop("digest")
+    if plain is None or not plain.by_status:
+        result = rows.transform(transforms.request_outcomes(outcome))
+    else:
+        matched = spark.createDataFrame([(r, True) for r in sorted(plain.matched)],
+                                        "request_id string, matched boolean")
+        rows = rows.join(F.broadcast(matched), "request_id", "left")
+        is_plain = (F.coalesce(F.col("places"), F.lit("")).isin("", "{}")
+                    & ~F.col("topic").isin(sorted(plain.topics))
+                    & F.col("matched").isNull()
+                    & F.col("status").isin(sorted(plain.by_status)))
+        others = (rows.where(~is_plain).drop("matched")
+                  .transform(transforms.request_outcomes(outcome)))
+        result = rows.where(is_plain).select(*(_plain_column(f, plain)
+                                               for f in REQUEST_OUTCOME.fields)).unionByName(others)
+    return result.persist(StorageLevel.MEMORY_AND_DISK)
 
 
-def batch_headers(spark: SparkSession,
-                  parts: Mapping[int, HasSegments]) -> dict[int, list[BatchHeader]]:
-    """The readable batch headers of each partition, in log order."""
+def _plain_column(field: StructField, plain: Plain) -> Column:
+    """The ``field`` column of the plain rows: the request's id, its status as the expected
+    one, else the value :class:`Plain` gives its status."""
+    if field.name == "request_id":
+        return F.col("request_id")
+    if field.name == "expected_status":
+        return F.col("status").alias("expected_status")
+    value: Column | None = None
+    for status, columns in sorted(plain.by_status.items()):
+        lit = F.lit(columns.get(field.name)).cast(field.dataType)
+        value = (F.when(F.col("status") == status, lit) if value is None
+                 else value.when(F.col("status") == status, lit))
+    assert value is not None
+    return value.alias(field.name)
+
+
+def batch_headers(spark: SparkSession, parts: Mapping[int, HasSegments], *,
+                  writer: str = "pure") -> dict[int, list[BatchHeader]]:
+    """The readable batch headers of each partition, in log order, framed by ``writer``'s
+    engine (the same headers either way) and collected as Arrow columns (no Row a batch)."""
     out: dict[int, list[BatchHeader]] = {i: [] for i in parts}
     if not any(p.segments for p in parts.values()):
         return out
     with spark_step(spark, "scan_headers", total_bytes=input_bytes(parts)):
-        # the reference scan; only the compaction round's scans take its writer's engine
-        rows = segment_tasks(spark, parts).transform(transforms.scan_headers("pure")).collect()
-    for r in rows:
-        if r.error is None:
-            out[r.tp_id].append(transforms.header_from_row(r))
-    for headers in out.values():
-        headers.sort(key=lambda h: (h.segment_base, h.position))
+        table = (segment_tasks(spark, parts).transform(transforms.scan_headers(writer))
+                 .where(F.col("error").isNull()).toArrow())
+    for i in parts:
+        out[i] = transforms.headers_from_arrow(table.filter(pc.equal(table["tp_id"], i)))
     return out
 
 

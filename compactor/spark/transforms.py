@@ -200,12 +200,7 @@ def scan_headers(writer: str) -> Transform:
     return lambda tasks: tasks.mapInArrow(storage.portable(scan), BATCH_HEADER)
 
 
-def header_from_row(row: object) -> BatchHeader:
-    """A collected ``BATCH_HEADER`` row (without error) as the policy's batch header."""
-    return BatchHeader(**{name: getattr(row, name) for name in HEADER_FIELDS})
-
-
-def _headers_from_arrow(table: pa.Table) -> list[BatchHeader]:
+def headers_from_arrow(table: pa.Table) -> list[BatchHeader]:
     """The batch headers of a partition's rows, in file order (columns to Python values in
     one call each, not a conversion per field and row)."""
     table = table.sort_by([("segment_base", "ascending"), ("position", "ascending")])
@@ -244,7 +239,7 @@ def plan_rounds(inputs: Mapping[int, PartitionInput], *, decide: bool = False) -
         with _collector_paused():
             tp_id = table.column("tp_id")[0].as_py()
             inp = inputs[tp_id]
-            headers = _headers_from_arrow(table)
+            headers = headers_from_arrow(table)
             result = inp.plan(headers)
             problems = txn_problems(inp.path, headers, inp.aborted_txns)
             row = plan_to_row(tp_id, result)
@@ -304,7 +299,7 @@ def decide_batches(inputs: Mapping[int, PartitionInput],
         with _collector_paused():
             tp_id = table.column("tp_id")[0].as_py()
             plan = plans[tp_id]
-            decided = inputs[tp_id].decide(plan, _headers_from_arrow(table))
+            decided = inputs[tp_id].decide(plan, headers_from_arrow(table))
             return _table(_decision_rows(tp_id, plan, decided), _DECISION_ARROW)
 
     planned = list(plans)
@@ -617,7 +612,7 @@ def rewrite_whole_partitions(inputs: Mapping[int, PartitionInput],
     def rewrite(table: pa.Table) -> pa.Table:
         with _collector_paused():
             tp_id = table.column("tp_id")[0].as_py()
-            row = _write_one_group(tp_id, inputs[tp_id], plans[tp_id], _headers_from_arrow(table),
+            row = _write_one_group(tp_id, inputs[tp_id], plans[tp_id], headers_from_arrow(table),
                                    writer=writer)
             return pa.Table.from_pylist([row], schema=_COMMIT_ARROW)
 
@@ -771,9 +766,10 @@ def digest_filters(subjects: int) -> Transform:
     digests (:class:`compactor.erasure.sketch.DigestFilter`, sized for ``subjects``)."""
 
     def build(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        found = DigestFilter.empty(subjects)
+        builder = DigestFilter.empty(subjects).building()
         for batch in batches:
-            found = found.adding(digest_words(batch.column(0)))
+            builder.add(digest_words(batch.column(0)))
+        found = builder.done()
         yield pa.RecordBatch.from_pylist(
             [{"packed": found.packed, "bits": found.bits, "hashes": found.hashes}],
             schema=_FILTER_ARROW)
