@@ -468,8 +468,9 @@ def _record_batches(table: DeltaTable, columns: Sequence[str],
                     filter: Any = None) -> Iterator[pa.RecordBatch]:
     """A table's rows as Arrow record batches (the driver never holds them all), on the
     calling thread (:func:`_read`)."""
-    yield from table.to_pyarrow_dataset().to_batches(columns=list(columns), filter=filter,
-                                                     use_threads=False)
+    yield from table.to_pyarrow_dataset().to_batches(
+        columns=list(columns), filter=filter, use_threads=False, batch_size=64 * 1024,
+        batch_readahead=0, fragment_readahead=0)
 
 
 def _batches(table: DeltaTable, columns: Sequence[str] | None = None,
