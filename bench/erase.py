@@ -1,5 +1,6 @@
-"""Erasure benchmark: an ``erase apply`` round against many pending subjects, beside a
-compaction round over the same log dir, in one process and one Spark session.
+"""Erasure benchmark: ``erase apply`` and ``erase verify`` rounds against few and many pending
+subjects, beside a compaction round over the same log dir, in one process and one Spark
+session.
 
 Usage: python bench/erase.py [--records 10000000] [--keys 1000000] [--subjects 1000000]
            [--present 100] [--small-subjects 1000] [--master local[2]] [--data-dir DIR] [--json]
@@ -8,20 +9,23 @@ The log dir is the compaction benchmark's (``bench/compact.py``: 10 M records, 1
 partitions, 1.1 GB; cached in ``--data-dir``); the ledger holds ``--subjects`` pending key
 requests, of which ``--present`` name keys of the log (the others digests no record has), and
 is cached beside it. In one session (delta-spark, as the commands start theirs), each round on
-a fresh copy of the log dir (and of the ledger):
+a fresh copy of the log dir and of the ledger:
 
 1. a compaction round (cold: the session's first, it warms the JVM and the Python workers);
 2. the compaction round again, warm: **the baseline**;
-3. ``erase apply`` with ``--small-subjects`` pending requests (``--present`` of them in the
-   log): the erasure round's cost with few subjects;
-4. ``erase apply`` with ``--subjects`` pending requests.
+3. ``erase apply`` then ``erase verify`` with ``--small-subjects`` pending requests, the
+   session's first erasure;
+4. the same again, warm;
+5. ``erase apply`` then ``erase verify`` with ``--subjects`` pending requests;
+6. round 4 with ``--writer pure``, whose erased log dir must equal round 4's byte for byte.
 
 Prints each round's time and the driver's peak memory during it (its Python process and its
-JVM, sampled every 100 ms), the ratio erasure / compaction (target: 1.5 at most) and the
-driver's growth from few to many subjects (target: flat). ``--json`` ends with one JSON line:
-``compact_s``, ``erase_small_s``, ``erase_s``, ``ratio_erase_to_compact``,
-``driver_python_mib_small``, ``driver_python_mib``, ``driver_jvm_mib_small``,
-``driver_jvm_mib``.
+JVM, sampled every 100 ms), the ratios to the compaction round (targets: apply 1.5 with few
+subjects, 2.0 with many; verify 1.0), the first erasure's to a warm one (1.5) and the pure
+path's times. ``--json`` ends with one JSON line of those figures (``compact_s``,
+``apply_small_s``, ``apply_s``, ``verify_small_s``, ``verify_s``, ``first_apply_small_s``,
+``pure_apply_small_s``, ``pure_verify_small_s``, the ``ratio_*``, the ``driver_*_mib`` and
+``pure_output_equal``).
 """
 
 from __future__ import annotations
