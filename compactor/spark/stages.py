@@ -399,8 +399,6 @@ def erasure_matches(spark: SparkSession, parts: Mapping[int, HasSegments],
     from compactor.erasure.rules import ALL_TOPICS, is_internal_topic
 
     with spark_step(spark, "erase_scan", total_bytes=input_bytes(parts)):
-        # the filter and the join read the requests: the ledger's files once
-        requests = requests.persist(StorageLevel.MEMORY_AND_DISK)
         sketch = spark.sparkContext.broadcast(digest_filter(requests, subjects))
         scanned = (segment_tasks(spark, parts)
                    .transform(transforms.scan_erasure(header_names, sketch, writer))
@@ -426,7 +424,6 @@ def erasure_matches(spark: SparkSession, parts: Mapping[int, HasSegments],
                 "r.status", "r.places", "r.tombstones_left").collect()
         finally:
             scanned.unpersist()
-            requests.unpersist()
             sketch.destroy()
     return segments, matches
 
