@@ -15,6 +15,8 @@ from typing import Any
 from compactor.erasure.rules import ALL_TOPICS, covers_topic, missing_replicas, totals
 from compactor.erasure.status import RequestStatus
 
+#: the request columns the row functions read (a run hands them nothing else)
+ROW_COLUMNS = ("request_id", "topic", "status", "places")
 #: what a row function returns besides the request's new columns
 UPDATE, BLOCKED, UNVERIFIED, NO_REPLICA_HERE = "update", "blocked", "unverified", "no_replica_here"
 
@@ -134,6 +136,44 @@ class VerifyContext(RunContext):
     residual: Mapping[str, Sequence[Mapping[str, Any]]]
     #: request topic -> the replicas the cluster's metadata names for it (``None``: unknown)
     replicas: Mapping[str, Sequence[Mapping[str, Any]] | None]
+    #: what the run says of each request topic, made once a topic (:meth:`view`)
+    _views: dict[str, TopicView] = field(default_factory=dict, compare=False, repr=False)
+
+    def view(self, topic: str) -> TopicView:
+        """What this run scanned of the directories a request on ``topic`` covers: the
+        same for every request on it, so a million requests cost one computation a topic."""
+        found = self._views.get(topic)
+        if found is None:
+            mine = [d for d in self.dirs if covers_topic(topic, d.topic)]
+            replicas = self.replicas.get(topic)
+            found = TopicView(
+                bad=[d.name for d in mine if d.bad], segments=sum(d.segments for d in mine),
+                records=sum(d.records for d in mine),
+                expected_here=replicas is None or any(
+                    x["node_id"] == self.place["node_id"]
+                    and x["directory_id"] in (None, self.place["directory_id"])
+                    for x in replicas),
+                tiered=sorted({d.topic for d in mine if d.tiered}),
+                live=sorted(d.name for d in mine if d.kind == "live"),
+                coverage=json.dumps([{**self.place, **d.line, "segments": d.segments,
+                                      "records": d.records} for d in mine]))
+            self._views[topic] = found
+        return found
+
+
+@dataclass(frozen=True, slots=True)
+class TopicView:
+    """A verify's directories of one request topic (:meth:`VerifyContext.view`): those that
+    could not be scanned, the segments and records scanned, whether the metadata expects a
+    replica here, the tiered topics among them, the live directories, the coverage JSON."""
+
+    bad: list[str]
+    segments: int
+    records: int
+    expected_here: bool
+    tiered: list[str]
+    live: list[str]
+    coverage: str
 
 
 def verified_update(row: Mapping[str, Any], ctx: VerifyContext) -> dict[str, Any]:
@@ -142,26 +182,22 @@ def verified_update(row: Mapping[str, Any], ctx: VerifyContext) -> dict[str, Any
     (a directory of its topic could not be scanned: ``unverified_because``) or
     ``no_replica_here`` (no replica of its topics lives in this log dir: nothing proven)."""
     rid, topic = row["request_id"], row["topic"]
-    mine = [d for d in ctx.dirs if covers_topic(topic, d.topic)]
-    if any(d.bad for d in mine):
+    view = ctx.view(topic)
+    if view.bad:
         return {"request_id": rid, "outcome": UNVERIFIED,
-                "unverified_because": json.dumps([d.name for d in mine if d.bad])}
+                "unverified_because": json.dumps(view.bad)}
     residual = list(ctx.residual.get(rid, ()))
-    scanned = sum(d.segments for d in mine)
+    scanned = view.segments
     replicas = ctx.replicas.get(topic)
-    expected_here = replicas is None or any(
-        x["node_id"] == ctx.place["node_id"]
-        and x["directory_id"] in (None, ctx.place["directory_id"]) for x in replicas)
-    if not residual and not scanned and not expected_here:
+    if not residual and not scanned and not view.expected_here:
         return {"request_id": rid, "outcome": NO_REPLICA_HERE}
     places = _places(row)
-    tiered = sorted({d.topic for d in mine if d.tiered})
     here = {**places.get(ctx.key, {}), **ctx.place, "verify_run_id": ctx.run_id,
-            "tiered_topics": tiered,
+            "tiered_topics": view.tiered,
             "verified_at_ms": ctx.now_ms if not residual and scanned else None,
             "verify_status": "residual" if residual else "clean" if scanned
             else "nothing_scanned",
-            "scanned": sorted(d.name for d in mine if d.kind == "live")}
+            "scanned": view.live}
     places = {**places, ctx.key: here}
     missing = missing_replicas(places, replicas) if replicas is not None else None
     # a tiered topic anywhere (this log dir or another place's) leaves remote segments that
@@ -170,9 +206,8 @@ def verified_update(row: Mapping[str, Any], ctx: VerifyContext) -> dict[str, Any
     update: dict[str, Any] = {
         "request_id": rid, "outcome": UPDATE, "verify_run_id": ctx.run_id,
         "verified_segments_scanned": scanned,
-        "verified_records_scanned": sum(d.records for d in mine),
-        "coverage": json.dumps([{**ctx.place, **d.line, "segments": d.segments,
-                                 "records": d.records} for d in mine]),
+        "verified_records_scanned": view.records,
+        "coverage": view.coverage,
         "remote_tier": "not_covered" if tiered else None,
         "places": json.dumps(places, sort_keys=True),
         "missing_replicas": json.dumps(missing) if missing is not None else None,

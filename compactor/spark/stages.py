@@ -22,7 +22,7 @@ from pyspark.sql.types import StructField
 
 from compactor.cleaner.policy import ONE_TASK_KEYS, BatchHeader, CleaningPlan, PartitionInput
 from compactor.config import TopicConfig
-from compactor.erasure.outcomes import Plain
+from compactor.erasure.outcomes import ROW_COLUMNS, Plain
 from compactor.erasure.sketch import DigestFilter
 from compactor.model import CommitMessage, SegmentInfo
 from compactor.schemas.spark import ERASURE_TASK, GROUP_SLOT, REQUEST_OUTCOME, SEGMENT_TASK
@@ -461,7 +461,7 @@ def request_outcomes(spark: SparkSession, requests: DataFrame,
     Python for the others. Persisted: the caller counts, reports and merges it."""
     from pyspark import StorageLevel
 
-    rows = requests.drop("digest")
+    rows = requests.select(*ROW_COLUMNS)
     if plain is None or not plain.by_status:
         result = rows.transform(transforms.request_outcomes(outcome))
     else:
