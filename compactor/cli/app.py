@@ -429,27 +429,36 @@ def _cmd_erase_digest(args: argparse.Namespace, out: TextIO) -> int:
 
 def _cmd_erase_list(args: argparse.Namespace, out: TextIO) -> int:
     """``erase list``: each request written as the ledger streams it (``--json``: one JSON
-    object whose ``requests`` array is written element by element)."""
+    object whose ``requests`` array is written element by element). A ledger error met
+    part-way ends the partial output with a line break, so the error's own line follows it
+    (nothing is written when the first batch already fails)."""
     from compactor.erasure import ledger
 
     count = 0
+    try:
+        for r in ledger.list_requests(args.state_dir):
+            if args.json:
+                out.write(("," if count else '{"type":"requests","requests":[')
+                          + json.dumps(r, separators=(",", ":")))
+            else:
+                what = r["selector"] + (f" {r['header_name']}" if r["header_name"] else "")
+                places = r["places"]
+                clean = sum(p["verify_status"] == "clean" for p in places.values())
+                out.write(f"{r['request_id']}  topic {r['topic']}  {what}  {r['status']}  "
+                          f"requested {human_time(r['requested_at_ms'])[:10]}  "
+                          f"deadline {human_time(r['deadline_ms'])[:10]}"
+                          + (f"  places {clean}/{len(places)} clean" if places else "")
+                          + ("  leave-tombstone" if r["leave_tombstone"] else "")
+                          + (f"  reason: {r['reason']}" if r.get("reason") else "") + "\n")
+            count += 1
+    except BaseException:
+        if args.json and count:
+            out.write("\n")
+        raise
     if args.json:
-        out.write('{"type":"requests","requests":[')
-    for r in ledger.list_requests(args.state_dir):
-        if args.json:
-            out.write(("," if count else "") + json.dumps(r, separators=(",", ":")))
-        else:
-            what = r["selector"] + (f" {r['header_name']}" if r["header_name"] else "")
-            places = r["places"]
-            clean = sum(p["verify_status"] == "clean" for p in places.values())
-            out.write(f"{r['request_id']}  topic {r['topic']}  {what}  {r['status']}  "
-                      f"requested {human_time(r['requested_at_ms'])[:10]}  "
-                      f"deadline {human_time(r['deadline_ms'])[:10]}"
-                      + (f"  places {clean}/{len(places)} clean" if places else "")
-                      + ("  leave-tombstone" if r["leave_tombstone"] else "")
-                      + (f"  reason: {r['reason']}" if r.get("reason") else "") + "\n")
-        count += 1
-    out.write("]}\n" if args.json else f"{count} requests\n")
+        out.write(('{"type":"requests","requests":[' if not count else "") + "]}\n")
+    else:
+        out.write(f"{count} requests\n")
     return EXIT_OK
 
 

@@ -23,6 +23,7 @@ both).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import re
@@ -70,33 +71,41 @@ def ledger_errors(action: str, *, writes: bool = False
     def wrap(fn: Callable[P, R]) -> Callable[P, R]:
         @functools.wraps(fn)
         def inner(*args: P.args, **kwargs: P.kwargs) -> R:
-            from deltalake.exceptions import CommitFailedError, DeltaError
 
             if args:
                 check_ledger(str(args[0]))
-            try:
+            with mapped_errors(action, str(args[0]) if args else None):
                 if writes:
                     check_state_dir(str(args[0]))  # before the lock file is made there
                     with storage.state_dir_lock(str(args[0])):
                         return fn(*args, **kwargs)
                 return fn(*args, **kwargs)
-            except CompactorError:
-                raise
-            except Exception as err:
-                # a string column that is not UTF-8 (a rotted or foreign Parquet file) fails
-                # as Python decodes it: the table is damaged, not the tool
-                if not isinstance(err, (DeltaError, pa.ArrowException, OSError,
-                                        UnicodeDecodeError)) and not _is_spark_error(err):
-                    raise
-                raise LedgerError(
-                    f"cannot {action}: {type(err).__name__}: {first_line(err)}",
-                    path=str(args[0]) if args else None,
-                    remedy=None if isinstance(err, CommitFailedError) else DAMAGED_REMEDY
-                ) from err
 
         return inner
 
     return wrap
+
+
+@contextlib.contextmanager
+def mapped_errors(action: str, state_dir: str | None) -> Iterator[None]:
+    """Turn delta-rs, delta-spark and Arrow errors of the body into :class:`LedgerError`
+    naming ``state_dir`` and what was being done (:func:`ledger_errors` for a function; this
+    for a generator, whose rows are read after the function returned)."""
+    from deltalake.exceptions import CommitFailedError, DeltaError
+
+    try:
+        yield
+    except CompactorError:
+        raise
+    except Exception as err:
+        # a string column that is not UTF-8 (a rotted or foreign Parquet file) fails
+        # as Python decodes it: the table is damaged, not the tool
+        if not isinstance(err, (DeltaError, pa.ArrowException, OSError,
+                                UnicodeDecodeError)) and not _is_spark_error(err):
+            raise
+        raise LedgerError(
+            f"cannot {action}: {type(err).__name__}: {first_line(err)}", path=state_dir,
+            remedy=None if isinstance(err, CommitFailedError) else DAMAGED_REMEDY) from err
 
 
 def _is_spark_error(err: BaseException) -> bool:
@@ -885,6 +894,7 @@ def status(state_dir: str, now_ms: int) -> dict[str, Any]:
             "ledger_version": table_version(state_dir, ERASURE_REQUESTS_TABLE)}
 
 
+@ledger_errors("read the erasure request ledger")
 def audit(state_dir: str, request_id: str) -> dict[str, Any] | None:
     """The audit proof of one request: the ledger row (digest, never the subject), the runs
     that applied and verified it (per partition: segments and records scanned, records
@@ -957,6 +967,12 @@ def list_requests(state_dir: str) -> Iterator[dict[str, Any]]:
     shown = ("request_id", "topic", "selector", "header_name", "status", "reason",
              "requested_at_ms", "deadline_ms", "applied_at_ms", "verified_at_ms",
              "leave_tombstone", "missing_replicas")
+    check_ledger(state_dir)
+    with mapped_errors("read the erasure request ledger", state_dir):
+        yield from _listed(state_dir, shown)
+
+
+def _listed(state_dir: str, shown: Sequence[str]) -> Iterator[dict[str, Any]]:
     for batch in _request_batches(state_dir, (*shown, "places")):
         for r in map(decoded, batch.to_pylist()):
             places = r.get("places") or {}

@@ -305,9 +305,13 @@ def test_a_tampered_ledger_row_is_a_ledger_error_and_nothing_is_erased(
 def test_a_value_that_is_not_utf8_in_a_ledger_file_is_a_ledger_error(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Before the fix ``erase status`` and ``list`` ended with INTERNAL_ERROR
-    UnicodeDecodeError."""
+    UnicodeDecodeError. The rotted value is a request's ``reason`` (no integrity field:
+    the row's digest still matches): ``list`` and ``report``, which show it, refuse the
+    ledger; ``status``, which reads only the columns it reports, answers."""
     import pyarrow as pa
     from deltalake import write_deltalake
+
+    from compactor.erasure.rules import request_integrity
 
     state = tmp_path / "state"
     init(capsys, state)
@@ -319,12 +323,17 @@ def test_a_value_that_is_not_utf8_in_a_ledger_file_is_a_ledger_error(
                                                  pa.py_buffer(b"\xff\xfe")])
     bad = rows.set_column(rows.schema.get_field_index("reason"), "reason", raw)
     bad = bad.set_column(0, "request_id", pa.array(["rotted"]))
+    row = {k: bad.column(k)[0].as_py() for k in bad.schema.names if k != "reason"}
+    bad = bad.set_column(bad.schema.get_field_index("integrity"), "integrity",
+                         pa.array([request_integrity(row)]))
     write_deltalake(table, bad, mode="append")
     capsys.readouterr()
-    for command in ("status", "list"):
-        code, out = cli_json(capsys, "erase", command, "--state-dir", str(state), "--json")
+    for command in (["list"], ["report", "--request-id", "rotted"]):
+        code, out = cli_json(capsys, "erase", *command, "--state-dir", str(state), "--json")
         assert code == 1 and out["code"] == "LEDGER_ERROR", out
         assert "UnicodeDecodeError" in out["message"] and "restore" in out["remedy"]
+    code, out = cli_json(capsys, "erase", "status", "--state-dir", str(state), "--json")
+    assert code == EXIT_OK and out["by_status"]["pending"] == 2, out
 
 
 # -- 5. a cancel while a run runs --------------------------------------------------------------
