@@ -17,7 +17,8 @@ a fresh copy of the log dir and of the ledger:
    session's first erasure;
 4. the same again, warm;
 5. ``erase apply`` then ``erase verify`` with ``--subjects`` pending requests;
-6. round 4 with ``--writer pure``, whose erased log dir must equal round 4's byte for byte.
+6. round 4 with ``--writer pure``, whose erased log dir must equal round 4's byte for byte;
+7. ``erase status`` of round 5's ledger.
 
 Prints each round's time and the driver's peak memory during it (its Python process and its
 JVM, sampled every 100 ms), the ratios to the compaction round (targets: apply 1.5 with few
@@ -25,7 +26,8 @@ subjects, 2.0 with many; verify 1.0), the first erasure's to a warm one (1.5) an
 path's times. ``--json`` ends with one JSON line of those figures (``compact_s``,
 ``apply_small_s``, ``apply_s``, ``verify_small_s``, ``verify_s``, ``first_apply_small_s``,
 ``pure_apply_small_s``, ``pure_verify_small_s``, the ``ratio_*``, the ``driver_*_mib`` and
-``pure_output_equal``).
+``pure_output_equal``, ``status_s`` and ``status_python_mib``: ``erase status`` of the
+big round's ledger).
 """
 
 from __future__ import annotations
@@ -228,6 +230,12 @@ def main() -> int:
     big = erasure(big_state, f"{args.subjects:,} subjects")
     pure = erasure(small, f"{args.small_subjects:,} subjects, --writer pure", writer="pure")
     same = same_files(warm.work, pure.work)
+    # `erase status` of the big round's ledger after its verify (a ledger of that many rows
+    # with places): no Spark, read batch by batch
+    from compactor.erasure import ledger as ledger_module
+
+    status_s, status_memory, _ = timed(f"erase status, {args.subjects:,} requests",
+                                       lambda: ledger_module.status(str(big.ledger), now_ms))
     print(f"the native and the pure path's erased log dirs are byte for byte equal: {same}")
     for r in (first, warm, big, pure):
         r.clean()
@@ -244,7 +252,8 @@ def main() -> int:
         "driver_python_mib": big.memory.python_kib / 1024,
         "driver_jvm_mib_small": warm.memory.jvm_kib / 1024,
         "driver_jvm_mib": big.memory.jvm_kib / 1024,
-        "pure_output_equal": same,
+        "pure_output_equal": same, "status_s": status_s,
+        "status_python_mib": status_memory.python_kib / 1024,
     }
     print(f"apply / compaction: {figures['ratio_apply_small']:.2f} with "
           f"{args.small_subjects:,} subjects (target <= 1.5), {figures['ratio_apply']:.2f} with "

@@ -434,11 +434,12 @@ def _cmd_erase_list(args: argparse.Namespace, out: TextIO) -> int:
     (nothing is written when the first batch already fails)."""
     from compactor.erasure import ledger
 
+    opening = '{"type":"requests","requests":['
     count = 0
     try:
         for r in ledger.list_requests(args.state_dir):
             if args.json:
-                out.write(("," if count else '{"type":"requests","requests":[')
+                out.write(("," if count else opening)
                           + json.dumps(r, separators=(",", ":")))
             else:
                 what = r["selector"] + (f" {r['header_name']}" if r["header_name"] else "")
@@ -456,7 +457,7 @@ def _cmd_erase_list(args: argparse.Namespace, out: TextIO) -> int:
             out.write("\n")
         raise
     if args.json:
-        out.write(('{"type":"requests","requests":[' if not count else "") + "]}\n")
+        out.write(("" if count else opening) + "]}\n")
     else:
         out.write(f"{count} requests\n")
     return EXIT_OK

@@ -71,7 +71,6 @@ def ledger_errors(action: str, *, writes: bool = False
     def wrap(fn: Callable[P, R]) -> Callable[P, R]:
         @functools.wraps(fn)
         def inner(*args: P.args, **kwargs: P.kwargs) -> R:
-
             if args:
                 check_ledger(str(args[0]))
             with mapped_errors(action, str(args[0]) if args else None):
@@ -482,22 +481,6 @@ def _record_batches(table: DeltaTable, columns: Sequence[str],
         batch_readahead=0, fragment_readahead=0)
 
 
-def _batches(table: DeltaTable, columns: Sequence[str] | None = None,
-             filter: Any = None) -> Iterator[dict[str, list[Any]]]:
-    """A table's rows as column lists, batch by batch (the driver never holds them all), on
-    the calling thread (:func:`_read`)."""
-    for batch in table.to_pyarrow_dataset().to_batches(
-            columns=list(columns) if columns is not None else None, filter=filter,
-            use_threads=False):
-        yield batch.to_pydict()
-
-
-def _rows(batch: Mapping[str, list[Any]]) -> Iterator[dict[str, Any]]:
-    names = list(batch)
-    return (dict(zip(names, values, strict=True)) for values in zip(*batch.values(),
-                                                                   strict=True))
-
-
 @ledger_errors("read the erasure request ledger")
 def load_requests(state_dir: str) -> list[dict[str, Any]]:
     """Every request row (empty when the ledger does not exist yet), each checked
@@ -776,9 +759,9 @@ def _not_applied(places: pa.Array, key: str) -> pa.Array:
     text = pc.fill_null(places, "")
     named = pc.match_substring(text, json.dumps(key)).to_numpy(zero_copy_only=False)
     keep = np.ones(len(places), dtype=bool)
-    values = text.to_pylist() if named.any() else []
-    for i in np.flatnonzero(named):
-        keep[i] = "applied_run_id" not in json.loads(values[i] or "{}").get(key, {})
+    rows = np.flatnonzero(named)
+    for i, value in zip(rows, pc.filter(text, named).to_pylist(), strict=True):
+        keep[i] = "applied_run_id" not in json.loads(value or "{}").get(key, {})
     return pa.array(keep)
 
 
@@ -865,26 +848,25 @@ def status(state_dir: str, now_ms: int) -> dict[str, Any]:
         status = pc.cast(batch.column("status"), pa.large_string())
         late = pc.and_(pc.invert(pc.is_in(status, done)),
                        pc.less(batch.column("deadline_ms"), now_ms))
-        wanted = pc.or_(late, pc.is_in(status, pa.array(
-            [RequestStatus.FAILED, RequestStatus.PARTIALLY_VERIFIED], pa.large_string())))
-        for r in batch.filter(wanted).to_pylist():  # the few rows a list may show
-            rid, at = r["request_id"], r["requested_at_ms"]
-            if r["status"] not in DONE and r["deadline_ms"] < now_ms:
-                overdue.add(at, rid, {"request_id": rid, "topic": r["topic"],
-                                      "status": r["status"], "deadline_ms": r["deadline_ms"],
-                                      "overdue_ms": now_ms - r["deadline_ms"]})
-            if r["status"] == RequestStatus.FAILED:
-                failure = json.loads(r["failure"]) if r.get("failure") else None
-                failed.add(at, rid, {"request_id": rid, "topic": r["topic"],
-                                     "failure": failure, "reason": failure_words(failure)})
-            elif r["status"] == RequestStatus.PARTIALLY_VERIFIED:
-                # where it still has to be scanned: the replicas the metadata names that no
-                # clean verify covered yet
-                partial.add(at, rid, {
-                    "request_id": rid, "topic": r["topic"],
-                    "places_verified": sorted(k for k, p in json.loads(r.get("places") or "{}")
-                                              .items() if p.get("verify_status") == "clean"),
-                    "missing_replicas": json.loads(r.get("missing_replicas") or "null")})
+        # only the few rows a list may show become Python values
+        for r in batch.filter(late).to_pylist():
+            overdue.add(r["requested_at_ms"], r["request_id"], {
+                "request_id": r["request_id"], "topic": r["topic"], "status": r["status"],
+                "deadline_ms": r["deadline_ms"], "overdue_ms": now_ms - r["deadline_ms"]})
+        for r in batch.filter(pc.equal(status, RequestStatus.FAILED.value)).to_pylist():
+            failure = json.loads(r["failure"]) if r.get("failure") else None
+            failed.add(r["requested_at_ms"], r["request_id"], {
+                "request_id": r["request_id"], "topic": r["topic"], "failure": failure,
+                "reason": failure_words(failure)})
+        for r in batch.filter(pc.equal(status, RequestStatus.PARTIALLY_VERIFIED.value)
+                              ).to_pylist():
+            # where it still has to be scanned: the replicas the metadata names that no
+            # clean verify covered yet
+            partial.add(r["requested_at_ms"], r["request_id"], {
+                "request_id": r["request_id"], "topic": r["topic"],
+                "places_verified": sorted(k for k, p in json.loads(r.get("places") or "{}")
+                                          .items() if p.get("verify_status") == "clean"),
+                "missing_replicas": json.loads(r.get("missing_replicas") or "null")})
     return {"type": "status", "state_dir": state_dir, "now_ms": now_ms,
             "requests": sum(counts.values()), "by_status": counts,
             "overdue": overdue.items(), "overdue_count": overdue.count,
@@ -902,12 +884,11 @@ def audit(state_dir: str, request_id: str) -> dict[str, Any] | None:
     request id is unknown."""
     import pyarrow.compute as pc
 
-    found = [r for batch in _request_batches(state_dir, ERASURE_REQUESTS.names,
-                                             pc.field("request_id") == request_id)
-             for r in batch.to_pylist()]
-    if not found:
+    row = next((r for batch in _request_batches(state_dir, ERASURE_REQUESTS.names,
+                                                pc.field("request_id") == request_id)
+                for r in batch.to_pylist()), None)
+    if row is None:
         return None
-    row = found[0]
     places = json.loads(row.get("places") or "{}")
     applies = {row["run_id"]} | {p.get("applied_run_id") for p in places.values()}
     verifies = {row["verify_run_id"]} | {p.get("verify_run_id") for p in places.values()}
