@@ -237,6 +237,16 @@ REQUEST_OUTCOME = _schema(
     ("tiered_topics", StringType(), True),  # JSON [topic]: remote segments not scanned
 )
 
+# One row per kind of request row that nothing of a run tells apart (its topic, status and
+# places: ``compactor.erasure.outcomes.RunContext.individual``): the outcome every request of
+# that kind gets, computed once (``compactor.spark.stages.request_outcomes``).
+OUTCOME_KIND = StructType([
+    StructField("kind_topic", StringType(), True),
+    StructField("kind_status", StringType(), True),
+    StructField("kind_places", StringType(), True),
+    *(f for f in REQUEST_OUTCOME.fields if f.name != "request_id"),
+])
+
 # Other records of the keys an erasure matched (the compacted-topic supersession rule).
 KEY_OFFSET = _schema(
     ("tp_id", IntegerType(), False),

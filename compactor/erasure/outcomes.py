@@ -3,20 +3,28 @@ request's ledger row and a small context of the run (the directories it read, wh
 where), applied row by row inside Spark (:mod:`compactor.maintenance.erase`), so a million
 pending requests never sit on the driver. The context holds only what the run found (its
 directories and the requests that matched), never the list of requests.
+
+A row function reads only :data:`ROW_COLUMNS` of its row, and the request's id only to look it
+up among the requests the run found something of (:attr:`RunContext.individual`): every
+other request's outcome is a function of its topic, status and places, which Spark computes
+once per kind of row (:func:`compactor.spark.stages.request_outcomes`); a million requests
+nothing matched cost one call, not a million.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from compactor.erasure.rules import ALL_TOPICS, covers_topic, missing_replicas, totals
+from compactor.erasure.rules import covers_topic, missing_replicas, totals
 from compactor.erasure.status import RequestStatus
 
 #: the request columns the row functions read (a run hands them nothing else)
 ROW_COLUMNS = ("request_id", "topic", "status", "places")
+#: what a row function's outcome depends on for a request not :attr:`RunContext.individual`
+KIND_COLUMNS = ("topic", "status", "places")
 #: what a row function returns besides the request's new columns
 UPDATE, BLOCKED, UNVERIFIED, NO_REPLICA_HERE = "update", "blocked", "unverified", "no_replica_here"
 
@@ -57,12 +65,22 @@ class RunContext:
     key: str
     dirs: Sequence[DirState]
 
+    @property
+    def individual(self) -> frozenset[str]:
+        """The requests whose outcome depends on more than their topic, status and places:
+        those the run found records of."""
+        raise NotImplementedError
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ApplyContext(RunContext):
     #: topic -> why no log dir holds it (a request on it can never be proven erased)
     unknown_topics: Mapping[str, str]
     matched: Mapping[str, Matched]
+
+    @property
+    def individual(self) -> frozenset[str]:
+        return frozenset(self.matched)
 
 
 def _places(row: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
@@ -104,32 +122,6 @@ def applied_update(row: Mapping[str, Any], ctx: ApplyContext) -> dict[str, Any]:
             "places": json.dumps(places, sort_keys=True), "failure": None}
 
 
-@dataclass(frozen=True, slots=True)
-class Plain:
-    """The requests an apply's outcome cannot tell apart (:func:`plain_applied`): nothing of
-    theirs matched, no place has recorded them yet (``places`` empty), and their topic is
-    neither ``*`` nor one in ``topics`` (unknown, or read from a directory that stopped the
-    run). Each gets ``by_status[its status]``, the same columns but its id: computed once
-    here, given to every such row by Spark SQL instead of a Python call a row."""
-
-    topics: frozenset[str]
-    matched: frozenset[str]
-    by_status: Mapping[str, Mapping[str, Any]]
-
-
-def plain_applied(ctx: ApplyContext, statuses: Iterable[str]) -> Plain:
-    """:class:`Plain` of an apply: :func:`applied_update` of a row that nothing
-    distinguishes, per status (the function itself decides, so the two cannot differ)."""
-    topics = frozenset({ALL_TOPICS, *ctx.unknown_topics, *(d.topic for d in ctx.dirs if d.bad)})
-    by_status = {}
-    for status in statuses:
-        out = applied_update({"request_id": "", "topic": "", "status": status, "places": None},
-                             ctx)
-        if out["outcome"] == UPDATE:
-            by_status[status] = {k: v for k, v in out.items() if k != "request_id"}
-    return Plain(topics=topics, matched=frozenset(ctx.matched), by_status=by_status)
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class VerifyContext(RunContext):
     #: request id -> the records found again that the request did not ask to leave
@@ -159,6 +151,10 @@ class VerifyContext(RunContext):
                                       "records": d.records} for d in mine]))
             self._views[topic] = found
         return found
+
+    @property
+    def individual(self) -> frozenset[str]:
+        return frozenset(self.residual)
 
 
 @dataclass(frozen=True, slots=True)

@@ -404,7 +404,7 @@ def apply(spark: SparkSession | None, opts: MaintenanceOptions, state_dir: str, 
               for i, d in dirs.items()],
         matched=_matched(found, plan, dirs))
     result = spark_stages.request_outcomes(session(), requests, functools.partial(
-        outcomes.applied_update, ctx=ctx), outcomes.plain_applied(ctx, APPLICABLE))
+        outcomes.applied_update, ctx=ctx), ctx.individual)
     try:
         counts, shown = _outcome_report(result, APPLY_REPORTED)
         report.requests = [_apply_entry(r) for r in shown]
@@ -592,7 +592,7 @@ def verify(spark: SparkSession | None, opts: MaintenanceOptions, state_dir: str,
               for i, d in dirs.items()],
         replicas={t: catalog.replicas_of(_covered(frozenset({t}))) for t in pending.topics})
     result = spark_stages.request_outcomes(session(), requests, functools.partial(
-        outcomes.verified_update, ctx=ctx))
+        outcomes.verified_update, ctx=ctx), ctx.individual)
     try:
         counts, shown = _outcome_report(result, VERIFY_REPORTED)
         report.requests = [_verify_entry(r) for r in shown]

@@ -9,20 +9,19 @@ from __future__ import annotations
 import functools
 import heapq
 import json
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 import numpy as np
 import pyarrow.compute as pc
-from pyspark.sql import Column, DataFrame, Row, SparkSession
+from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructField
 
 from compactor.cleaner.policy import ONE_TASK_KEYS, BatchHeader, CleaningPlan, PartitionInput
 from compactor.config import TopicConfig
-from compactor.erasure.outcomes import ROW_COLUMNS, Plain
+from compactor.erasure.outcomes import KIND_COLUMNS, ROW_COLUMNS
 from compactor.erasure.sketch import DigestFilter
 from compactor.model import CommitMessage, SegmentInfo
 from compactor.schemas.spark import ERASURE_TASK, GROUP_SLOT, REQUEST_OUTCOME, SEGMENT_TASK
@@ -450,49 +449,50 @@ def digest_filter(requests: DataFrame, subjects: int) -> DigestFilter:
     return functools.reduce(DigestFilter.union, parts, DigestFilter.empty(subjects))
 
 
+#: at most this many kinds of request rows (:func:`request_outcomes`) are broadcast to the
+#: join; more are joined by shuffle
+BROADCAST_KINDS = 100_000
+
+
 def request_outcomes(spark: SparkSession, requests: DataFrame,
                      outcome: Callable[[Mapping[str, Any]], Mapping[str, Any]],
-                     plain: Plain | None = None) -> DataFrame:
+                     individual: Collection[str] | None = None) -> DataFrame:
     """``outcome`` (a pure function of a request row: :mod:`compactor.erasure.outcomes`)
     applied to every row of ``requests`` on the executors: ``REQUEST_OUTCOME`` rows, each
     carrying the status it was computed from (``expected_status``), for a MERGE that changes
-    only rows still in that status. The ``plain`` rows (:class:`compactor.erasure.outcomes.Plain`,
-    most of a big ledger) get their precomputed columns in Spark SQL; ``outcome`` runs in
-    Python for the others. Persisted: the caller counts, reports and merges it."""
+    only rows still in that status. Persisted: the caller counts, reports and merges it.
+
+    With ``individual`` (the run's :attr:`compactor.erasure.outcomes.RunContext.individual`),
+    ``outcome`` runs once a row for those requests only; every other row gets the outcome of
+    its kind (topic, status, places), computed once a kind and joined back in Spark SQL."""
     from pyspark import StorageLevel
 
     rows = requests.select(*ROW_COLUMNS)
-    if plain is None or not plain.by_status:
+    if individual is None:
         result = rows.transform(transforms.request_outcomes(outcome))
     else:
-        matched = spark.createDataFrame([(r, True) for r in sorted(plain.matched)],
-                                        "request_id string, matched boolean")
-        rows = rows.join(F.broadcast(matched), "request_id", "left")
-        is_plain = (F.coalesce(F.col("places"), F.lit("")).isin("", "{}")
-                    & ~F.col("topic").isin(sorted(plain.topics))
-                    & F.col("matched").isNull()
-                    & F.col("status").isin(sorted(plain.by_status)))
-        others = (rows.where(~is_plain).drop("matched")
-                  .transform(transforms.request_outcomes(outcome)))
-        result = rows.where(is_plain).select(*(_plain_column(f, plain)
-                                               for f in REQUEST_OUTCOME.fields)).unionByName(others)
+        ids = spark.createDataFrame([(r,) for r in sorted(individual)], "request_id string")
+        own = (rows.join(F.broadcast(ids), "request_id", "left_semi")
+               .transform(transforms.request_outcomes(outcome)))
+        shared = rows.join(F.broadcast(ids), "request_id", "left_anti")
+        # few kinds: one task a core computes them (not one a shuffle partition)
+        kinds = (shared.select(*(F.col(c).alias(f"kind_{c}") for c in KIND_COLUMNS)).distinct()
+                 .coalesce(spark.sparkContext.defaultParallelism)
+                 .transform(transforms.kind_outcomes(outcome))
+                 .persist(StorageLevel.MEMORY_AND_DISK))
+        try:
+            joined = F.broadcast(kinds) if kinds.count() <= BROADCAST_KINDS else kinds
+            same = functools.reduce(lambda a, b: a & b, (
+                F.col(f"r.{c}").eqNullSafe(F.col(f"k.kind_{c}")) for c in KIND_COLUMNS))
+            result = (shared.alias("r").join(joined.alias("k"), same)
+                      .select("r.request_id", *(f"k.{f.name}" for f in REQUEST_OUTCOME.fields
+                                                if f.name != "request_id"))
+                      .unionByName(own).persist(StorageLevel.MEMORY_AND_DISK))
+            result.count()  # computed while the kinds are cached
+            return result
+        finally:
+            kinds.unpersist()
     return result.persist(StorageLevel.MEMORY_AND_DISK)
-
-
-def _plain_column(field: StructField, plain: Plain) -> Column:
-    """The ``field`` column of the plain rows: the request's id, its status as the expected
-    one, else the value :class:`Plain` gives its status."""
-    if field.name == "request_id":
-        return F.col("request_id")
-    if field.name == "expected_status":
-        return F.col("status").alias("expected_status")
-    value: Column | None = None
-    for status, columns in sorted(plain.by_status.items()):
-        lit = F.lit(columns.get(field.name)).cast(field.dataType)
-        value = (F.when(F.col("status") == status, lit) if value is None
-                 else value.when(F.col("status") == status, lit))
-    assert value is not None
-    return value.alias(field.name)
 
 
 def batch_headers(spark: SparkSession, parts: Mapping[int, HasSegments], *,

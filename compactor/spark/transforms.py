@@ -84,6 +84,7 @@ from compactor.schemas.spark import (
     KEY_BUCKET,
     KEY_OFFSET,
     ONE_PASS,
+    OUTCOME_KIND,
     PLAN,
     PLANNED,
     REQUEST_OUTCOME,
@@ -99,6 +100,7 @@ _HEADER_ARROW = to_arrow_schema(BATCH_HEADER)
 _ERASURE_ARROW = to_arrow_schema(ERASURE_SCAN)
 _KEY_OFFSET_ARROW = to_arrow_schema(KEY_OFFSET)
 _OUTCOME_ARROW = to_arrow_schema(REQUEST_OUTCOME)
+_KIND_ARROW = to_arrow_schema(OUTCOME_KIND)
 _FILTER_ARROW = to_arrow_schema(DIGEST_FILTER)
 _COMMIT_ARROW = to_arrow_schema(COMMIT_MESSAGE)
 _KEY_BUCKET_ARROW = to_arrow_schema(KEY_BUCKET)
@@ -791,6 +793,25 @@ def request_outcomes(outcome: Callable[[Mapping[str, Any]], Mapping[str, Any]]) 
             yield pa.RecordBatch.from_pylist(rows, schema=_OUTCOME_ARROW)
 
     return lambda requests: requests.mapInArrow(apply, REQUEST_OUTCOME)
+
+
+def kind_outcomes(outcome: Callable[[Mapping[str, Any]], Mapping[str, Any]]) -> Transform:
+    """Kinds of request rows (``kind_topic``, ``kind_status``, ``kind_places``) ->
+    ``OUTCOME_KIND`` rows: each kind with ``outcome`` of a row of that kind whose id is no
+    request's (``None``), and its status as ``expected_status``."""
+    names = OUTCOME_KIND.fieldNames()
+
+    def apply(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            rows = []
+            for kind in batch.to_pylist():
+                row = {"request_id": None, "topic": kind["kind_topic"],
+                       "status": kind["kind_status"], "places": kind["kind_places"]}
+                out = {**kind, **outcome(row), "expected_status": row["status"]}
+                rows.append({n: out.get(n) for n in names})
+            yield pa.RecordBatch.from_pylist(rows, schema=_KIND_ARROW)
+
+    return lambda kinds: kinds.mapInArrow(apply, OUTCOME_KIND)
 
 
 def scan_key_offsets(wanted: Mapping[int, frozenset[bytes]]) -> Transform:

@@ -1,43 +1,63 @@
-"""The outcomes of an apply set by Spark SQL for the requests nothing tells apart
-(:class:`compactor.erasure.outcomes.Plain`) are exactly what the row function
-(:func:`compactor.erasure.outcomes.applied_update`) gives each of them: the same ledger rows run
-through :func:`compactor.spark.stages.request_outcomes` with and without the SQL path."""
+"""The outcomes Spark gives the requests a run found nothing of, one computation per kind of
+row (topic, status, places: :attr:`compactor.erasure.outcomes.RunContext.individual`), are
+exactly what the row functions (:func:`compactor.erasure.outcomes.applied_update`,
+:func:`~compactor.erasure.outcomes.verified_update`) give each request: the same ledger rows
+run through :func:`compactor.spark.stages.request_outcomes` with and without the kinds."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pytest
 from pyspark.sql import functions as F
 
 from compactor.erasure import outcomes
-from compactor.erasure.outcomes import ApplyContext, DirState, Matched
-from compactor.erasure.status import APPLICABLE
+from compactor.erasure.outcomes import ApplyContext, DirState, Matched, VerifyContext
+from compactor.erasure.rules import place_key
 from compactor.spark.stages import request_outcomes
 
 pytestmark = pytest.mark.spark
 
 PLACE = {"cluster_id": "c", "node_id": 1, "directory_id": "d", "log_dir": "/logs"}
-KEY = "c/1/d"
+KEY = place_key(PLACE)
+OTHER = {"node 2 dir e": {"cluster_id": "c", "node_id": 2, "directory_id": "e",
+                          "log_dir": "/logs", "applied_run_id": "earlier", "records_erased": 3,
+                          "tombstones_left": [{"dir": "t-0", "offset": 7}]}}
+APPLIED_HERE = {KEY: {**PLACE, "applied_run_id": "run-1", "records_erased": 0}}
+REPLICAS = [{"partition": "orders-0", "node_id": 1, "directory_id": "d"},
+            {"partition": "orders-0", "node_id": 2, "directory_id": "e"}]
 
 
-def test_the_sql_outcomes_equal_the_row_function_on_every_kind_of_row(spark: Any) -> None:
-    other = {"c/2/e": {"applied_run_id": "earlier", "records_erased": 3,
-                       "tombstones_left": [{"dir": "t-0", "offset": 7}]}}
+def _outcomes(spark: Any, rows: list[tuple[str, str, str, str | None]],
+              outcome: Callable[[Mapping[str, Any]], Mapping[str, Any]],
+              individual: frozenset[str] | None) -> dict[str, dict[str, Any]]:
+    frame = spark.createDataFrame(rows, "request_id string, topic string, status string, "
+                                        "places string"
+                                  ).withColumn("digest", F.lit(None).cast("binary"))
+    result = request_outcomes(spark, frame, outcome, individual)
+    try:
+        return {r["request_id"]: r.asDict() for r in result.collect()}
+    finally:
+        result.unpersist()
+
+
+def test_an_applys_outcomes_by_kind_equal_the_row_function_on_every_kind_of_row(
+        spark: Any) -> None:
     rows = [
-        # plain: pending, nothing matched, no place yet, a plain topic (three spellings of
-        # "no place": null, empty, {})
-        ("plain-null", "orders", "pending", None),
+        # many requests of one kind each (three spellings of "no place": null, empty, {})
+        *((f"plain-{i}", "orders", "pending", None) for i in range(5)),
         ("plain-empty", "orders", "pending", ""),
         ("plain-braces", "orders", "pending", "{}"),
         ("plain-applied", "orders", "applied", None),
-        # not plain, each for one reason
-        ("matched", "orders", "pending", None),
-        ("placed", "orders", "partially_verified", json.dumps(other)),
+        ("placed", "orders", "partially_verified", json.dumps(OTHER)),
+        ("placed-2", "orders", "partially_verified", json.dumps(OTHER)),
         ("every-topic", "*", "pending", None),
         ("unknown", "gone", "pending", None),
         ("blocked", "broken", "pending", None),
+        # of a kind with plain rows, but the run matched its records
+        ("matched", "orders", "pending", None),
     ]
     ctx = ApplyContext(
         run_id="run-1", now_ms=1_000, place=PLACE, key=KEY,
@@ -45,24 +65,50 @@ def test_the_sql_outcomes_equal_the_row_function_on_every_kind_of_row(spark: Any
               DirState("broken-0", "broken", "live", True)],
         unknown_topics={"gone": "topic 'gone' has no partition in this log dir"},
         matched={"matched": Matched(frozenset({(0, 0, 5), (0, 0, 9)}), (("orders-0", 9),), 2)})
-    frame = spark.createDataFrame(rows, "request_id string, topic string, status string, "
-                                        "places string"
-                                  ).withColumn("digest", F.lit(None).cast("binary"))
-    plain = outcomes.plain_applied(ctx, APPLICABLE)
-    assert plain.by_status  # the SQL path runs
 
-    def outcome(row: dict[str, Any]) -> dict[str, Any]:
+    def outcome(row: Mapping[str, Any]) -> dict[str, Any]:
         return outcomes.applied_update(row, ctx)
 
-    def collected(with_plain: bool) -> dict[str, dict[str, Any]]:
-        result = request_outcomes(spark, frame, outcome, plain if with_plain else None)
-        try:
-            return {r["request_id"]: r.asDict() for r in result.collect()}
-        finally:
-            result.unpersist()
+    by_kind = _outcomes(spark, rows, outcome, ctx.individual)
+    by_row = _outcomes(spark, rows, outcome, None)
+    assert set(by_row) == {r[0] for r in rows}
+    assert by_kind == by_row
+    assert by_kind["matched"]["records_erased"] == 1
+    assert json.loads(by_kind["plain-3"]["places"])[KEY]["applied_run_id"] == "run-1"
 
-    by_sql, by_python = collected(True), collected(False)
-    assert set(by_python) == {r[0] for r in rows}
-    assert by_sql == by_python
-    assert by_sql["plain-null"]["status"] == "applied" and json.loads(
-        by_sql["plain-null"]["places"])[KEY]["applied_run_id"] == "run-1"
+
+def test_a_verifys_outcomes_by_kind_equal_the_row_function_on_every_kind_of_row(
+        spark: Any) -> None:
+    applied = json.dumps(APPLIED_HERE)
+    rows = [
+        *((f"clean-{i}", "orders", "applied", applied) for i in range(5)),
+        ("clean-other", "orders", "partially_verified", json.dumps({**OTHER, **APPLIED_HERE})),
+        ("never-placed", "orders", "applied", None),
+        ("every-topic", "*", "applied", applied),
+        ("unscanned", "broken", "applied", applied),
+        ("elsewhere", "absent", "applied", applied),
+        ("tiered", "remote", "applied", applied),
+        # of a kind with clean rows, but the run found its records again
+        ("residual", "orders", "applied", applied),
+    ]
+    ctx = VerifyContext(
+        run_id="verify-1", now_ms=2_000, place=PLACE, key=KEY,
+        dirs=[DirState("orders-0", "orders", "live", False, segments=3, records=30),
+              DirState("broken-0", "broken", "live", True),
+              DirState("remote-0", "remote", "live", False, segments=1, records=4,
+                       tiered=True)],
+        residual={"residual": [{"dir": "orders-0", "segment_base": 0, "position": 0,
+                                "offset": 5}]},
+        replicas={"orders": REPLICAS, "*": None, "broken": REPLICAS, "absent": [],
+                  "remote": [{"partition": "remote-0", "node_id": 1, "directory_id": "d"}]})
+
+    def outcome(row: Mapping[str, Any]) -> dict[str, Any]:
+        return outcomes.verified_update(row, ctx)
+
+    by_kind = _outcomes(spark, rows, outcome, ctx.individual)
+    by_row = _outcomes(spark, rows, outcome, None)
+    assert set(by_row) == {r[0] for r in rows}
+    assert by_kind == by_row
+    assert by_kind["residual"]["status"] == "failed"
+    assert by_kind["clean-2"]["status"] == "partially_verified"
+    assert by_kind["tiered"]["status"] == "verified_local_only"
