@@ -103,6 +103,12 @@ $(KAFKA_HOME)/kafka-%/libs/.fetched: tests/kafka/pom.xml
 	$(MVN)
 	mvn -q -B -f tests/kafka/pom.xml -Dkafka.version=$* \
 		dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(abspath $(@D))
+	# Kafka's LocalTieredStorage RemoteStorageManager (its test jars): the tiered broker's
+	# plugin, on its remote.log.storage.manager.class.path, apart from the broker's own jars
+	for jar in kafka-storage kafka-clients; do \
+		mvn -q -B -f tests/kafka/pom.xml dependency:copy \
+			-Dartifact=org.apache.kafka:$$jar:$*:jar:test \
+			-DoutputDirectory=$(abspath $(@D)/../rsm) || exit 1; done
 	touch $@
 
 # Set up and run the whole test suite (slow end-to-end tests included).

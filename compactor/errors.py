@@ -296,6 +296,19 @@ class ClusterNotReadyError(CompactorError):
     )
 
 
+class RemoteTierError(CompactorError):
+    """The broker's remote tier (KIP-405) could not be read: its remote log metadata, or a
+    segment through its RemoteStorageManager. Nothing was changed; what the tier holds is
+    unknown, so nothing is proven of it."""
+
+    code = "REMOTE_TIER"
+    exit_code = EXIT_FAILURE
+    default_remedy = (
+        "check the broker's remote.log.storage.manager.* and rsm.config.* settings in its "
+        "server.properties and that its remote storage is reachable, then run again"
+    )
+
+
 class LedgerError(CompactorError):
     """The Delta tables under ``--state-dir`` could not be written or read (delta-rs refused a
     commit because another writer committed first, or the table is damaged)."""

@@ -61,8 +61,8 @@ RULES: dict[str, tuple[str, ...]] = {
     # no import cycles among these folders (the root package is the API's lazy facade)
     "packages": ("compactor.cleaner", "compactor.cli", "compactor.cluster", "compactor.codec",
                  "compactor.erasure", "compactor.log", "compactor.maintenance",
-                 "compactor.native", "compactor.schemas", "compactor.spark", "compactor.tools",
-                 "jobs"),
+                 "compactor.native", "compactor.remote", "compactor.schemas", "compactor.spark",
+                 "compactor.tools", "jobs"),
 }
 FILE_CALLS = {"open"}
 FILE_MODULE_CALLS = {"os": {"remove", "rename", "replace", "unlink", "listdir", "scandir", "stat",

@@ -1,5 +1,7 @@
 """Fetch the JVM jars Spark sessions of the tool load (delta-spark; Hadoop's S3A with
-``--s3a``) from Maven Central into this installation, once.
+``--s3a``) and those of the remote tier's helper (Kafka's storage classes: it is compiled
+against them here, :func:`compactor.remote.tier.build_helper`) from Maven Central into this
+installation, once.
 
 Usage: python -m compactor.tools.jars [--s3a] [--force] [--print]
 
@@ -23,6 +25,7 @@ import shutil
 import subprocess
 import sys
 
+from compactor.remote import tier
 from compactor.spark import delta
 
 MAVEN_TIMEOUT_S = 1800
@@ -66,14 +69,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--print", action="store_true", dest="print_jars",
                     help="print the delta-spark jars, comma separated, for spark-submit --jars")
     args = ap.parse_args(argv)
-    for profile in ("delta", "s3a") if args.s3a else ("delta",):
+    for profile in ("delta", "tier", "s3a") if args.s3a else ("delta", "tier"):
         try:
             out = fetch(profile, force=args.force)
+            if profile == "tier":  # the remote tier's helper, compiled against them
+                tier.build_helper(out)
         except (RuntimeError, OSError, subprocess.TimeoutExpired) as err:
             print(f"jars: {profile}: {err}", file=sys.stderr)
             return 1
         if not args.print_jars:
-            print(f"jars: {profile}: {out} ({len(os.listdir(out)) - 1} jars)")
+            print(f"jars: {profile}: {out} "
+                  f"({sum(n.endswith('.jar') for n in os.listdir(out))} jars)")
     if args.print_jars:
         print(",".join(delta.jars("delta") + (delta.jars("s3a") if args.s3a else [])))
     return 0

@@ -1,0 +1,160 @@
+"""A broker's remote tier (KIP-405), read through Kafka's own classes and the broker's own
+RemoteStorageManager plugin: which remote segments its remote log metadata names, and their
+bytes.
+
+The work is done by one small JVM helper (``RemoteTier.java`` beside this file, compiled at
+set-up against the ``tier`` jars of ``compactor/spark/pom.xml``: :func:`build_helper`):
+
+- the segments: the records of the ``__remote_log_metadata`` partitions in a log dir, decoded
+  by Kafka's ``RemoteLogMetadataSerde`` and folded by Kafka's ``RemotePartitionMetadataStore``,
+  the store the topic-based RLMM fills from the same records (``ConsumerTask``), so a segment's
+  state is the one the broker acts on: ``COPY_SEGMENT_STARTED``, ``COPY_SEGMENT_FINISHED``
+  (served), ``DELETE_SEGMENT_STARTED``; finished deletions are gone;
+- the bytes: ``RemoteStorageManager.fetchLogSegment(metadata, 0)`` of the plugin the broker's
+  ``server.properties`` names (``remote.log.storage.manager.class.name``, ``.class.path``,
+  its ``rsm.config.*`` settings), made and configured as Kafka's
+  ``RemoteLogManager.createRemoteStorageManager`` and ``configureRSM`` make it: a
+  ``ChildFirstClassLoader`` over the class path, ``broker.id`` added. No vendor's object layout
+  is read here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from compactor.errors import RemoteTierError
+from compactor.log import storage
+
+HELPER_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "RemoteTier.java")
+HELPER_CLASS = "RemoteTier"
+#: a broker's remote tier is on when this is true (``RemoteLogManagerConfig``)
+SYSTEM_ENABLE = "remote.log.storage.system.enable"
+#: what the broker serves from the remote tier, and what may still hold a subject's bytes
+SERVED, COPY_STARTED, DELETE_STARTED = ("COPY_SEGMENT_FINISHED", "COPY_SEGMENT_STARTED",
+                                        "DELETE_SEGMENT_STARTED")
+HELPER_TIMEOUT_S = 600
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteSegment:
+    """One remote segment as the broker's remote log metadata names it."""
+
+    topic: str
+    topic_id: str
+    partition: int
+    segment_id: str
+    start_offset: int
+    end_offset: int
+    state: str
+    size_bytes: int
+    max_timestamp_ms: int
+    leader_epochs: Mapping[str, int]
+
+    @property
+    def partition_name(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+    def line(self) -> dict[str, Any]:
+        """What a report says of the segment."""
+        return {"partition": self.partition_name, "segment_id": self.segment_id,
+                "start_offset": self.start_offset, "end_offset": self.end_offset,
+                "state": self.state}
+
+
+def enabled(properties: Mapping[str, str]) -> bool:
+    """Whether a broker's ``server.properties`` turn its remote tier on."""
+    return properties.get(SYSTEM_ENABLE, "false").strip().lower() == "true"
+
+
+def _folder() -> str:
+    from compactor.spark import delta
+
+    return delta.folder("tier")
+
+
+def build_helper(folder: str) -> str:
+    """Compile the helper against the ``tier`` jars in ``folder`` (into ``folder/classes``);
+    returns that folder.
+
+    Raises:
+        RuntimeError: javac is missing or failed.
+    """
+    javac = shutil.which("javac")
+    if javac is None:
+        raise RuntimeError("javac is not installed "
+                           "(Debian: apt-get install openjdk-17-jdk-headless)")
+    out = os.path.join(folder, "classes")
+    storage.make_dirs(out)
+    done = subprocess.run([javac, "-d", out, "-cp", os.path.join(folder, "*"), HELPER_SOURCE],
+                          capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"javac failed: {done.stderr.strip()[-2000:]}")
+    return out
+
+
+def _run(command: str, server_properties: str, log_dir: str, *extra: str) -> list[dict[str, Any]]:
+    folder = _folder()
+    classes = os.path.join(folder, "classes")
+    if not storage.exists(os.path.join(classes, f"{HELPER_CLASS}.class")):
+        raise RemoteTierError(f"the remote tier's helper is not built in {classes}",
+                              remedy="run `python -m compactor.tools.jars` once (`make` does)")
+    java = os.path.join(os.environ["JAVA_HOME"], "bin", "java") if os.environ.get(
+        "JAVA_HOME") else "java"
+    argv = [java, "-Xmx512m", "-cp", os.pathsep.join([classes, os.path.join(folder, "*")]),
+            HELPER_CLASS, command, "--server-properties", server_properties, "--log-dir", log_dir,
+            *extra]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=HELPER_TIMEOUT_S,
+                              check=False)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        raise RemoteTierError(f"the remote tier's helper could not run: {err}",
+                              path=log_dir) from err
+    lines = [json.loads(x) for x in done.stdout.splitlines() if x.startswith("{")]
+    if done.returncode == 3 or (done.returncode not in (0, 4)):
+        detail = next((x["error"] for x in lines if "error" in x), None) or (
+            done.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise RemoteTierError(f"the broker's remote tier could not be read: {detail}",
+                              path=log_dir)
+    return lines
+
+
+def list_segments(server_properties: str, log_dir: str) -> list[RemoteSegment]:
+    """Every remote segment the remote log metadata in ``log_dir`` names (any state), by
+    partition and start offset.
+
+    Raises:
+        RemoteTierError: the metadata cannot be read.
+    """
+    return [RemoteSegment(topic=x["topic"], topic_id=x["topic_id"], partition=x["partition"],
+                          segment_id=x["segment_id"], start_offset=x["start_offset"],
+                          end_offset=x["end_offset"], state=x["state"],
+                          size_bytes=x["size_bytes"], max_timestamp_ms=x["max_timestamp_ms"],
+                          leader_epochs=x["leader_epochs"])
+            for x in _run("list", server_properties, log_dir)]
+
+
+def fetch_segments(server_properties: str, log_dir: str,
+                   wanted: Sequence[tuple[RemoteSegment, str]]) -> dict[str, str | None]:
+    """Each segment's log data fetched through the broker's RemoteStorageManager into its path;
+    returns segment id -> ``None`` (fetched) or why it could not be.
+
+    Raises:
+        RemoteTierError: the helper could not run, or the metadata cannot be read.
+    """
+    if not wanted:
+        return {}
+    extra: list[str] = []
+    for segment, path in wanted:
+        extra += ["--segment", f"{segment.segment_id}={path}"]
+    lines = _run("fetch", server_properties, log_dir, *extra)
+    out: dict[str, str | None] = {s.segment_id: "the helper said nothing of it" for s, _ in wanted}
+    for x in lines:
+        if "segment_id" in x:
+            out[x["segment_id"]] = x.get("error")
+    return out
