@@ -38,7 +38,8 @@ ERASURE_REQUESTS = pa.schema([
     pa.field("leave_tombstone", pa.bool_()),  # key erasure leaving a bare tombstone
     pa.field("tombstones_left", pa.string()),  # JSON [{dir, offset}] the apply left
     pa.field("superseded_by_erased", pa.int64()),  # older records of compacted keys erased too
-    pa.field("remote_tier", pa.string()),  # "not_covered" when a tiered topic was involved
+    # "not_covered": a tiered topic's remote segments were not read; "scanned": they were
+    pa.field("remote_tier", pa.string()),
     pa.field("coverage", pa.string()),  # JSON [{dir, copy, segments, records}] the verify scanned
     # JSON {place: {node_id, directory_id, log_dir, applied_run_id, applied_at_ms, records_erased,
     # ..., verify_run_id, verified_at_ms, verify_status, scanned}}: one log dir of one broker each

@@ -33,6 +33,15 @@ SEGMENT_TASK = _schema(
     ("next_base", LongType(), True),  # the next segment's base; null for the active segment
 )
 
+# One row per remote segment to read (a broker's remote tier, compactor.remote.tier): the input
+# of the erasure's remote scan.
+REMOTE_SEGMENT_TASK = _schema(
+    ("tp_id", IntegerType(), False),
+    ("segment_id", StringType(), False),
+    ("start_offset", LongType(), False),
+    ("end_offset", LongType(), False),
+)
+
 # One row per group of a round: the value its grouped stages (key scan, rewrite) group by, chosen
 # so that Spark's hash partitioning gives every group a shuffle partition of its own.
 GROUP_SLOT = _schema(

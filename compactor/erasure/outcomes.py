@@ -146,6 +146,7 @@ class VerifyContext(RunContext):
                     and x["directory_id"] in (None, self.place["directory_id"])
                     for x in replicas),
                 tiered=sorted({d.topic for d in mine if d.tiered}),
+                remote=sorted({d.topic for d in mine if d.kind == "remote"}),
                 live=sorted(d.name for d in mine if d.kind == "live"),
                 coverage=json.dumps([{**self.place, **d.line, "segments": d.segments,
                                       "records": d.records} for d in mine]))
@@ -161,13 +162,16 @@ class VerifyContext(RunContext):
 class TopicView:
     """A verify's directories of one request topic (:meth:`VerifyContext.view`): those that
     could not be scanned, the segments and records scanned, whether the metadata expects a
-    replica here, the tiered topics among them, the live directories, the coverage JSON."""
+    replica here, the tiered topics whose remote segments it did not read, those whose remote
+    segments it read (through the broker's RemoteStorageManager), the live directories, the
+    coverage JSON."""
 
     bad: list[str]
     segments: int
     records: int
     expected_here: bool
     tiered: list[str]
+    remote: list[str]
     live: list[str]
     coverage: str
 
@@ -189,7 +193,7 @@ def verified_update(row: Mapping[str, Any], ctx: VerifyContext) -> dict[str, Any
         return {"request_id": rid, "outcome": NO_REPLICA_HERE}
     places = _places(row)
     here = {**places.get(ctx.key, {}), **ctx.place, "verify_run_id": ctx.run_id,
-            "tiered_topics": view.tiered,
+            "tiered_topics": view.tiered, "remote_scanned": view.remote,
             "verified_at_ms": ctx.now_ms if not residual and scanned else None,
             "verify_status": "residual" if residual else "clean" if scanned
             else "nothing_scanned",
@@ -197,14 +201,16 @@ def verified_update(row: Mapping[str, Any], ctx: VerifyContext) -> dict[str, Any
     places = {**places, ctx.key: here}
     missing = missing_replicas(places, replicas) if replicas is not None else None
     # a tiered topic anywhere (this log dir or another place's) leaves remote segments that
-    # no scan here reaches
-    tiered = sorted({t for p in places.values() for t in p.get("tiered_topics", [])})
+    # no scan reached, unless a place's verify read them (the remote tier is one copy, shared
+    # by every replica)
+    tiered = sorted({t for p in places.values() for t in p.get("tiered_topics", [])}
+                    - {t for p in places.values() for t in p.get("remote_scanned", [])})
     update: dict[str, Any] = {
         "request_id": rid, "outcome": UPDATE, "verify_run_id": ctx.run_id,
         "verified_segments_scanned": scanned,
         "verified_records_scanned": view.records,
         "coverage": view.coverage,
-        "remote_tier": "not_covered" if tiered else None,
+        "remote_tier": "not_covered" if tiered else "scanned" if view.remote else None,
         "places": json.dumps(places, sort_keys=True),
         "missing_replicas": json.dumps(missing) if missing is not None else None,
         "residual": json.dumps(residual[:10]) if residual else None,

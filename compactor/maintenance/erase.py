@@ -42,7 +42,7 @@ from compactor.erasure.rules import (
     superseded_by_erased,
 )
 from compactor.erasure.status import APPLICABLE, DONE, VERIFIABLE, RequestStatus, failure_words
-from compactor.errors import CompactorError, ConfigError, SwapRecoveryError
+from compactor.errors import CompactorError, ConfigError, RemoteTierError, SwapRecoveryError
 from compactor.log import storage, swap
 from compactor.log.layout import (
     DELETE,
@@ -55,18 +55,26 @@ from compactor.log.layout import (
     open_log_dir,
     read_aborted_txns,
     read_offset_checkpoint,
+    read_properties,
+    read_topic_id,
     recover_partitions,
 )
 from compactor.maintenance.erase_report import ErasureReport, dry_run_words
 from compactor.maintenance.options import MaintenanceOptions, load_catalog, state_store
 from compactor.maintenance.report import CHANGED, ErasureOutcome, RunStatus, lease_loss
 from compactor.model import TopicPartition
+from compactor.remote import tier
+from compactor.spark import delta as spark_delta
 from compactor.spark import ledger as spark_ledger
 from compactor.spark import stages as spark_stages
 from compactor.spark.session import LazySession
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+
+
+#: the copy of a partition in the broker's remote tier (a ``remote:<partition>`` directory)
+REMOTE = "remote"
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,13 +118,15 @@ class _Scan:
 
 
 def _scan(session: SparkSession, parts: Mapping[int, PartitionLog], dirs: Mapping[int, _Dir],
-          requests: DataFrame, pending: ledger.PendingSummary, writer: str) -> _Scan:
-    out = _Scan(matches={i: [] for i in parts}, segments={i: 0 for i in parts},
-                records={i: 0 for i in parts})
-    topics = {i: dirs[i].tp.topic for i in parts}
+          requests: DataFrame, pending: ledger.PendingSummary, writer: str,
+          remote: spark_stages.RemoteScan | None = None) -> _Scan:
+    ids = [*parts, *(remote.segments if remote else ())]
+    out = _Scan(matches={i: [] for i in ids}, segments={i: 0 for i in ids},
+                records={i: 0 for i in ids})
+    topics = {i: dirs[i].tp.topic for i in ids}
     segments, matches = spark_stages.erasure_matches(session, parts, topics, requests,
                                                      pending.header_names, pending.count,
-                                                     writer=writer)
+                                                     writer=writer, remote=remote)
     for r in segments:
         if r.error:
             out.errors.setdefault(r.tp_id, json.loads(r.error))
@@ -185,6 +195,52 @@ def _load(log_dir: str, wanted: Callable[[str], bool], *, recover: bool) -> tupl
         except CompactorError as err:
             errors[i] = err.to_dict()
     return dirs, parts, errors
+
+
+def _remote_tier(dirs: dict[int, _Dir], parts: Mapping[int, PartitionLog], catalog: Catalog,
+                 log_dir: str) -> tuple[spark_stages.RemoteScan | None, dict[int, dict[str, Any]]]:
+    """The remote tier of the tiered topics' partitions read here (KIP-405): when the broker's
+    ``server.properties`` turn its remote tier on, one ``remote:<partition>`` directory is
+    added to ``dirs`` per live partition of a topic with ``remote.storage.enable``, whose
+    segments are those the broker's remote log metadata in this log dir names
+    (:func:`compactor.remote.tier.list_segments`), read through its RemoteStorageManager.
+    Returns what to scan and the remote directories that cannot be (their metadata is not
+    here, or cannot be read): a request on their topic stays unverified."""
+    if catalog.server_properties is None or not tier.enabled(
+            read_properties(catalog.server_properties)):
+        return None, {}
+    wanted: dict[int, tuple[str, tuple[str, str, int]]] = {}
+    errors: dict[int, dict[str, Any]] = {}
+    for i, d in list(dirs.items()):
+        cfg = catalog.configs.get(d.tp.topic)
+        if d.kind != LIVE or i not in parts or cfg is None or not cfg.remote_storage_enable:
+            continue
+        r = len(dirs)
+        dirs[r] = _Dir(d.tp, REMOTE, f"{REMOTE}:{d.name}", f"{REMOTE}:{d.name}")
+        topic_id = read_topic_id(d.path)
+        if topic_id is None:
+            errors[r] = RemoteTierError(
+                "the partition has no partition.metadata, so its topic id, which names its "
+                "remote segments, is unknown", path=d.path).to_dict()
+            continue
+        wanted[r] = (d.name, (topic_id, d.tp.topic, d.tp.partition))
+    if not wanted:
+        return None, errors
+    helper = spark_delta.folder("tier")
+    try:
+        listing = tier.list_segments(helper, catalog.server_properties, log_dir,
+                                     dict(wanted.values()))
+    except RemoteTierError as err:
+        return None, {**errors, **{r: err.to_dict() for r in wanted}}
+    segments: dict[int, list[tuple[str, int, int]]] = {}
+    for r, (name, _) in wanted.items():
+        if name in listing.unknown:
+            errors[r] = RemoteTierError(f"the remote segments of {name} are unknown here: "
+                                        f"{listing.unknown[name]}").to_dict()
+            continue
+        segments[r] = [(x.segment_id, x.start_offset, x.end_offset) for x in listing.segments
+                       if x.partition_name == name]
+    return spark_stages.RemoteScan(helper, catalog.server_properties, log_dir, segments), errors
 
 
 def _unknown_topics(topics: frozenset[str], dirs: Mapping[int, _Dir],
@@ -543,8 +599,9 @@ def verify(spark: SparkSession | None, opts: MaintenanceOptions, state_dir: str,
            master: str | None = None) -> ErasureReport:
     """Rescan every copy on disk for every applied request; mark it verified (no record
     left but the bare tombstones it asked to leave, and at least one segment scanned),
-    ``verified_local_only`` when a tiered topic's remote segments could not be scanned, or
-    failed (with the directories and offsets found)."""
+    ``verified_local_only`` when a tiered topic's remote segments are out of reach (the
+    broker's remote tier settings not given), or failed (with the directories and offsets
+    found). With them, the remote segments are scanned too (:func:`_remote_tier`)."""
     report = _start("verify", opts, state_dir)
     log_dir, now_ms, run_id = opts.log_dir, opts.now_ms, report.run_id
     pending = ledger.pending_summary(state_dir, VERIFIABLE)
@@ -558,9 +615,11 @@ def verify(spark: SparkSession | None, opts: MaintenanceOptions, state_dir: str,
         dirs, parts, errors = _load(log_dir, _covered(pending.topics), recover=True)
         refused = _refused(dirs, catalog)
         parts = {i: p for i, p in parts.items() if i not in refused}
+        remote, remote_errors = _remote_tier(dirs, parts, catalog, log_dir)
+        errors.update(remote_errors)
         requests = spark_ledger.requests_frame(session(spark_stages.input_bytes(parts)), state_dir,
                                          VERIFIABLE, version=pending.version)
-        found = _scan(session(), parts, dirs, requests, pending, opts.writer)
+        found = _scan(session(), parts, dirs, requests, pending, opts.writer, remote)
     errors.update(found.errors)
     errors.update(refused)  # an unknown policy proves nothing: the request stays applied
 
@@ -583,12 +642,16 @@ def verify(spark: SparkSession | None, opts: MaintenanceOptions, state_dir: str,
         if i in errors:
             line["error"] = errors[i]
         lines[i] = line
+    scanned_remote = {d.name for i, d in dirs.items() if d.kind == REMOTE and i not in errors}
     ctx = VerifyContext(
         run_id=run_id, now_ms=now_ms, place=place, key=key, residual=dict(residual),
         dirs=[DirState(d.name, d.tp.topic, d.kind, i in errors,
                        segments=found.segments.get(i, 0), records=found.records.get(i, 0),
-                       tiered=bool(catalog.configs[d.tp.topic].remote_storage_enable)
-                       if d.tp.topic in catalog.configs else False, line=d.line())
+                       # its remote segments are not covered unless they were read here
+                       tiered=d.kind == LIVE and bool(
+                           catalog.configs[d.tp.topic].remote_storage_enable
+                           if d.tp.topic in catalog.configs else False)
+                       and f"{REMOTE}:{d.name}" not in scanned_remote, line=d.line())
               for i, d in dirs.items()],
         replicas={t: catalog.replicas_of(_covered(frozenset({t}))) for t in pending.topics})
     result = spark_stages.request_outcomes(session(), requests, functools.partial(

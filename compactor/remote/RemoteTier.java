@@ -2,11 +2,13 @@
  * The remote tier of a broker (KIP-405) read through Kafka's own classes: the tool's one JVM
  * helper for tiered storage, run by compactor.remote.tier (never by hand).
  *
- *   list  --server-properties P --log-dir D
+ *   list  --server-properties P --log-dir D [--partition TOPIC_ID:TOPIC:N ...]
  *       the remote segments the broker's remote log metadata names: the records of the
  *       __remote_log_metadata partitions in log dir D, decoded by Kafka's
  *       RemoteLogMetadataSerde and folded by Kafka's RemotePartitionMetadataStore (what the
- *       topic-based RLMM's consumer task does with them); one JSON line per segment.
+ *       topic-based RLMM's consumer task does with them); one JSON line per segment; then,
+ *       for each --partition, the metadata partition Kafka's RemoteLogMetadataTopicPartitioner
+ *       puts its records in and whether that partition is in D.
  *   fetch --server-properties P --log-dir D --segment ID=FILE [--segment ID=FILE ...]
  *       each named segment's log data, fetched through the broker's own RemoteStorageManager
  *       (its class, class path and rsm.config.* settings from P, loaded and configured as
@@ -39,11 +41,13 @@ import java.util.Set;
 import java.util.TreeMap;
 
 import org.apache.kafka.common.TopicIdPartition;
+import org.apache.kafka.common.Uuid;
 import org.apache.kafka.common.config.AbstractConfig;
 import org.apache.kafka.common.record.FileRecords;
 import org.apache.kafka.common.record.Record;
 import org.apache.kafka.common.record.RecordBatch;
 import org.apache.kafka.common.utils.ChildFirstClassLoader;
+import org.apache.kafka.server.log.remote.metadata.storage.RemoteLogMetadataTopicPartitioner;
 import org.apache.kafka.server.log.remote.metadata.storage.RemotePartitionMetadataStore;
 import org.apache.kafka.server.log.remote.metadata.storage.TopicBasedRemoteLogMetadataManagerConfig;
 import org.apache.kafka.server.log.remote.metadata.storage.serialization.RemoteLogMetadataSerde;
@@ -81,6 +85,20 @@ public final class RemoteTier {
         if (args[0].equals("list")) {
             for (RemoteLogSegmentMetadata m : segments.values()) {
                 out.println(describe(m));
+            }
+            // where each asked partition's metadata lives (the RLMM's own partitioner), and
+            // whether that __remote_log_metadata partition is in this log dir at all
+            RemoteLogMetadataTopicPartitioner partitioner =
+                new RemoteLogMetadataTopicPartitioner(metadataPartitions(props));
+            for (String asked : opts.getOrDefault("partition", List.of())) {
+                String[] parts = asked.split(":", 3);
+                TopicIdPartition tp = new TopicIdPartition(
+                    Uuid.fromString(parts[0]), Integer.parseInt(parts[2]), parts[1]);
+                int n = partitioner.metadataPartition(tp);
+                File dir = new File(opts.get("log-dir").get(0),
+                    TopicBasedRemoteLogMetadataManagerConfig.REMOTE_LOG_METADATA_TOPIC_NAME + "-" + n);
+                out.println("{\"metadata_of\": " + quote(parts[1] + "-" + parts[2])
+                            + ", \"metadata_partition\": " + n + ", \"present\": " + dir.isDirectory() + "}");
             }
             return;
         }
@@ -136,6 +154,17 @@ public final class RemoteTier {
         rsmProps.put("broker.id", Integer.valueOf(props.getProperty("node.id", props.getProperty("broker.id", "-1")).trim()));
         rsm.configure(rsmProps);
         return rsm;
+    }
+
+    /** The remote log metadata topic's partition count the RLMM hashes with (its config). */
+    static int metadataPartitions(Properties props) {
+        Map<Object, Object> all = new HashMap<>(props);
+        RemoteLogManagerConfig config = new RemoteLogManagerConfig(
+            new AbstractConfig(RemoteLogManagerConfig.configDef(), all, false));
+        Object n = config.remoteLogMetadataManagerProps().get(
+            TopicBasedRemoteLogMetadataManagerConfig.REMOTE_LOG_METADATA_TOPIC_PARTITIONS_PROP);
+        return n == null ? TopicBasedRemoteLogMetadataManagerConfig.DEFAULT_REMOTE_LOG_METADATA_TOPIC_PARTITIONS
+                         : Integer.parseInt(n.toString().trim());
     }
 
     /** Segment id -> its metadata now, from every __remote_log_metadata partition of the log dir. */

@@ -3,7 +3,8 @@ RemoteStorageManager plugin: which remote segments its remote log metadata names
 bytes.
 
 The work is done by one small JVM helper (``RemoteTier.java`` beside this file, compiled at
-set-up against the ``tier`` jars of ``compactor/spark/pom.xml``: :func:`build_helper`):
+set-up against the ``tier`` jars of ``compactor/spark/pom.xml``: :func:`build_helper`; every
+call names that folder, ``helper``: ``compactor.spark.delta.folder("tier")``):
 
 - the segments: the records of the ``__remote_log_metadata`` partitions in a log dir, decoded
   by Kafka's ``RemoteLogMetadataSerde`` and folded by Kafka's ``RemotePartitionMetadataStore``,
@@ -31,6 +32,8 @@ from typing import Any
 from compactor.errors import RemoteTierError
 from compactor.log import storage
 
+#: the Kafka release whose storage classes the helper is built against (the pom's tier profile)
+KAFKA_VERSION = "4.1.2"
 HELPER_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "RemoteTier.java")
 HELPER_CLASS = "RemoteTier"
 #: a broker's remote tier is on when this is true (``RemoteLogManagerConfig``)
@@ -72,12 +75,6 @@ def enabled(properties: Mapping[str, str]) -> bool:
     return properties.get(SYSTEM_ENABLE, "false").strip().lower() == "true"
 
 
-def _folder() -> str:
-    from compactor.spark import delta
-
-    return delta.folder("tier")
-
-
 def build_helper(folder: str) -> str:
     """Compile the helper against the ``tier`` jars in ``folder`` (into ``folder/classes``);
     returns that folder.
@@ -98,8 +95,9 @@ def build_helper(folder: str) -> str:
     return out
 
 
-def _run(command: str, server_properties: str, log_dir: str, *extra: str) -> list[dict[str, Any]]:
-    folder = _folder()
+def _run(helper: str, command: str, server_properties: str, log_dir: str,
+         *extra: str) -> list[dict[str, Any]]:
+    folder = helper
     classes = os.path.join(folder, "classes")
     if not storage.exists(os.path.join(classes, f"{HELPER_CLASS}.class")):
         raise RemoteTierError(f"the remote tier's helper is not built in {classes}",
@@ -124,25 +122,49 @@ def _run(command: str, server_properties: str, log_dir: str, *extra: str) -> lis
     return lines
 
 
-def list_segments(server_properties: str, log_dir: str) -> list[RemoteSegment]:
-    """Every remote segment the remote log metadata in ``log_dir`` names (any state), by
-    partition and start offset.
+@dataclass(frozen=True, slots=True)
+class RemoteListing:
+    """What a log dir's remote log metadata says of some partitions: their remote segments,
+    and the partitions whose metadata is not here (their remote segments are unknown)."""
+
+    segments: list[RemoteSegment]
+    unknown: dict[str, str]
+
+
+def list_segments(helper: str, server_properties: str, log_dir: str,
+                  partitions: Mapping[str, tuple[str, str, int]]) -> RemoteListing:
+    """The remote segments (any state) of ``partitions`` (name -> topic id, topic, number)
+    that the remote log metadata in ``log_dir`` names, by partition and start offset; a
+    partition whose ``__remote_log_metadata`` partition (Kafka's
+    ``RemoteLogMetadataTopicPartitioner``) is not in ``log_dir`` is ``unknown``, with why.
 
     Raises:
         RemoteTierError: the metadata cannot be read.
     """
-    return [RemoteSegment(topic=x["topic"], topic_id=x["topic_id"], partition=x["partition"],
-                          segment_id=x["segment_id"], start_offset=x["start_offset"],
-                          end_offset=x["end_offset"], state=x["state"],
-                          size_bytes=x["size_bytes"], max_timestamp_ms=x["max_timestamp_ms"],
-                          leader_epochs=x["leader_epochs"])
-            for x in _run("list", server_properties, log_dir)]
+    extra: list[str] = []
+    for topic_id, topic, number in partitions.values():
+        extra += ["--partition", f"{topic_id}:{topic}:{number}"]
+    lines = _run(helper, "list", server_properties, log_dir, *extra)
+    unknown = {x["metadata_of"]: (f"its remote log metadata (partition "
+                                  f"__remote_log_metadata-{x['metadata_partition']}) is not in "
+                                  f"this log dir: run the verify on a broker that holds it")
+               for x in lines if "metadata_of" in x and not x["present"]}
+    segments = [RemoteSegment(topic=x["topic"], topic_id=x["topic_id"], partition=x["partition"],
+                              segment_id=x["segment_id"], start_offset=x["start_offset"],
+                              end_offset=x["end_offset"], state=x["state"],
+                              size_bytes=x["size_bytes"], max_timestamp_ms=x["max_timestamp_ms"],
+                              leader_epochs=x["leader_epochs"])
+                for x in lines if "segment_id" in x]
+    wanted = {(t_id, n) for t_id, _, n in partitions.values()}
+    return RemoteListing(
+        segments=[x for x in segments if (x.topic_id, x.partition) in wanted
+                  and x.partition_name not in unknown], unknown=unknown)
 
 
-def fetch_segments(server_properties: str, log_dir: str,
-                   wanted: Sequence[tuple[RemoteSegment, str]]) -> dict[str, str | None]:
-    """Each segment's log data fetched through the broker's RemoteStorageManager into its path;
-    returns segment id -> ``None`` (fetched) or why it could not be.
+def fetch_segments(helper: str, server_properties: str, log_dir: str,
+                   wanted: Sequence[tuple[str, str]]) -> dict[str, str | None]:
+    """Each segment (id, path) fetched through the broker's RemoteStorageManager into its
+    path; returns segment id -> ``None`` (fetched) or why it could not be.
 
     Raises:
         RemoteTierError: the helper could not run, or the metadata cannot be read.
@@ -150,10 +172,10 @@ def fetch_segments(server_properties: str, log_dir: str,
     if not wanted:
         return {}
     extra: list[str] = []
-    for segment, path in wanted:
-        extra += ["--segment", f"{segment.segment_id}={path}"]
-    lines = _run("fetch", server_properties, log_dir, *extra)
-    out: dict[str, str | None] = {s.segment_id: "the helper said nothing of it" for s, _ in wanted}
+    for segment_id, path in wanted:
+        extra += ["--segment", f"{segment_id}={path}"]
+    lines = _run(helper, "fetch", server_properties, log_dir, *extra)
+    out: dict[str, str | None] = {s: "the helper said nothing of it" for s, _ in wanted}
     for x in lines:
         if "segment_id" in x:
             out[x["segment_id"]] = x.get("error")

@@ -20,6 +20,7 @@ import pyarrow as pa
 
 from compactor.errors import SparkUnavailableError
 from compactor.log import storage
+from compactor.remote import tier
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -28,11 +29,9 @@ if TYPE_CHECKING:
 DELTA_VERSION = "4.4.0"
 #: Hadoop's S3A must be the release of pyspark's own Hadoop client (hadoop-client-api-3.5.0)
 HADOOP_VERSION = "3.5.0"
-#: the Kafka release whose remote-tier classes read a broker's tier (compactor.remote.tier)
-KAFKA_TIER_VERSION = "4.1.2"
 #: the profiles of compactor/spark/pom.xml and their folder names
 PROFILES = {"delta": f"delta-{DELTA_VERSION}", "s3a": f"hadoop-aws-{HADOOP_VERSION}",
-            "tier": f"kafka-tier-{KAFKA_TIER_VERSION}"}
+            "tier": f"kafka-tier-{tier.KAFKA_VERSION}"}
 POM = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pom.xml")
 
 #: Delta's SQL extension (MERGE, DESCRIBE HISTORY, VERSION AS OF) and catalog; the

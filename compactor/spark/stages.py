@@ -24,7 +24,13 @@ from compactor.config import TopicConfig
 from compactor.erasure.outcomes import KIND_COLUMNS, ROW_COLUMNS
 from compactor.erasure.sketch import DigestFilter
 from compactor.model import CommitMessage, SegmentInfo
-from compactor.schemas.spark import ERASURE_TASK, GROUP_SLOT, REQUEST_OUTCOME, SEGMENT_TASK
+from compactor.schemas.spark import (
+    ERASURE_TASK,
+    GROUP_SLOT,
+    REMOTE_SEGMENT_TASK,
+    REQUEST_OUTCOME,
+    SEGMENT_TASK,
+)
 from compactor.spark import transforms
 from compactor.spark.progress import spark_step
 
@@ -370,10 +376,24 @@ def scan_and_plan(spark: SparkSession, inputs: Mapping[int, PartitionInput], *,
 # -- erasure ------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
+class RemoteScan:
+    """Remote segments an erasure scan reads too (``tp_id``: its own ids, beside the local
+    partitions'), fetched through the broker's RemoteStorageManager with its
+    ``server_properties`` and the remote log metadata of ``log_dir``, by the tier's helper
+    in ``helper`` (:mod:`compactor.remote.tier`)."""
+
+    helper: str
+    server_properties: str
+    log_dir: str
+    segments: Mapping[int, Sequence[tuple[str, int, int]]]  # tp id -> (id, start, end)
+
+
 def erasure_matches(spark: SparkSession, parts: Mapping[int, HasSegments],
                     topics: Mapping[int, str], requests: DataFrame,
                     header_names: frozenset[str], subjects: int, *,
-                    writer: str = "native") -> tuple[list[Row], list[Row]]:
+                    writer: str = "native",
+                    remote: RemoteScan | None = None) -> tuple[list[Row], list[Row]]:
     """Every segment of the partitions scanned, and its records matched against the ledger's
     ``requests`` (a DataFrame of request rows with a binary ``digest`` column) by a join on
     the SHA-256 digest inside Spark: no subject is collected to the driver or shipped in a
@@ -390,8 +410,11 @@ def erasure_matches(spark: SparkSession, parts: Mapping[int, HasSegments],
         subjects: how many requests ``requests`` holds (the filter's size).
         writer: the engine that reads the records (``native``: the kernels digest them;
             ``pure``: the reference).
+        remote: remote segments scanned with them (one task per segment).
     """
-    if not any(p.segments for p in parts.values()):
+    remote_rows = [(i, sid, start, end) for i, found in (remote.segments.items() if remote
+                                                          else ()) for sid, start, end in found]
+    if not any(p.segments for p in parts.values()) and not remote_rows:
         return [], []
     from pyspark import StorageLevel
 
@@ -400,14 +423,22 @@ def erasure_matches(spark: SparkSession, parts: Mapping[int, HasSegments],
     with spark_step(spark, "erase_scan", total_bytes=input_bytes(parts)):
         sketch = spark.sparkContext.broadcast(digest_filter(requests, subjects))
         scanned = (segment_tasks(spark, parts)
-                   .transform(transforms.scan_erasure(header_names, sketch, writer))
-                   .persist(StorageLevel.MEMORY_AND_DISK))
+                   .transform(transforms.scan_erasure(header_names, sketch, writer)))
+        if remote is not None and remote_rows:
+            scanned = scanned.unionByName(
+                spark.createDataFrame(remote_rows, REMOTE_SEGMENT_TASK)
+                .repartition(len(remote_rows))
+                .transform(transforms.scan_remote_erasure(
+                    remote.helper, remote.server_properties, remote.log_dir, header_names,
+                    sketch, writer)))
+        scanned = scanned.persist(StorageLevel.MEMORY_AND_DISK)
         try:
             segments = (scanned.where(F.col("kind") == "segment")
                         .select("tp_id", "segment_base", "batches", "records", "error")
                         .collect())
             where = spark.createDataFrame(
-                [(i, t, is_internal_topic(t)) for i, t in topics.items() if i in parts],
+                [(i, t, is_internal_topic(t)) for i, t in topics.items()
+                 if i in parts or (remote is not None and i in remote.segments)],
                 "tp_id int, topic string, internal boolean")
             c = (scanned.where(F.col("kind") != "segment")
                  .join(F.broadcast(where), "tp_id").alias("c"))

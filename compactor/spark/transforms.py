@@ -70,11 +70,12 @@ from compactor.codec.indexes import AbortedTxn
 from compactor.config import TopicConfig
 from compactor.erasure.rules import HEADER, KEY
 from compactor.erasure.sketch import DigestFilter, digest_words
-from compactor.errors import CompactorError
+from compactor.errors import CompactorError, RemoteTierError
 from compactor.log import storage
 from compactor.log.layout import index_files
 from compactor.model import CommitMessage, SegmentInfo
 from compactor.native import engine as record_engine
+from compactor.remote import tier
 from compactor.schemas.spark import (
     BATCH_HEADER,
     COMMIT_MESSAGE,
@@ -741,6 +742,62 @@ def scan_erasure(header_names: frozenset[str], sketch: Broadcast[DigestFilter],
                     schema=_ERASURE_ARROW)
                 if len(found.offset):
                     yield _erasure_rows(tp_id, base, found)
+
+    return lambda tasks: tasks.mapInArrow(storage.portable(scan), ERASURE_SCAN)
+
+
+def scan_remote_erasure(helper: str, server_properties: str, log_dir: str,
+                        header_names: frozenset[str], sketch: Broadcast[DigestFilter],
+                        writer: str = "native") -> Transform:
+    """Remote segment tasks (``REMOTE_SEGMENT_TASK``) -> ``ERASURE_SCAN`` rows, as
+    :func:`scan_erasure` makes them of local segments: each task fetches its segments through
+    the broker's RemoteStorageManager (:func:`compactor.remote.tier.fetch_segments`, one helper
+    JVM a batch of tasks) into a temporary folder of the executor, scans them with the same
+    digest scan and removes them. A segment that cannot be fetched or read is an error row."""
+
+    def scan(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        engine = record_engine(writer)
+        wanted = sketch.value
+        table = wanted.table()
+
+        def may_match(digests: np.ndarray) -> np.ndarray:
+            return wanted.might_contain(digests.view("<u8").reshape(-1, 4), table)
+        for tasks in batches:
+            rows = tasks.to_pylist()
+            with storage.temporary_dir("remote-segments-") as folder:
+                paths = {r["segment_id"]: storage.join(folder, f"{r['segment_id']}.log")
+                         for r in rows}
+                try:
+                    failed = tier.fetch_segments(helper, server_properties, log_dir,
+                                                 list(paths.items()))
+                except CompactorError as err:
+                    failed = {r["segment_id"]: json.dumps(err.to_dict()) for r in rows}
+                for r in rows:
+                    tp_id, base, path = r["tp_id"], r["start_offset"], paths[r["segment_id"]]
+                    why = failed.get(r["segment_id"])
+                    try:
+                        if why is not None:
+                            raise RemoteTierError(
+                                f"remote segment {r['segment_id']} could not be fetched "
+                                f"through the RemoteStorageManager: {why}", base_offset=base)
+                        with _collector_paused(), storage.mapped(path) as data:
+                            found = subject_digests(data, path, base, header_names, engine,
+                                                    keep=may_match)
+                        problems = offset_problems(path, base, r["end_offset"] + 1,
+                                                   found.headers)
+                        if problems:
+                            raise problems[0]
+                    except CompactorError as err:
+                        yield pa.RecordBatch.from_pylist(
+                            [{"tp_id": tp_id, "segment_base": base, "kind": "segment",
+                              "error": json.dumps(err.to_dict())}], schema=_ERASURE_ARROW)
+                        continue
+                    yield pa.RecordBatch.from_pylist(
+                        [{"tp_id": tp_id, "segment_base": base, "kind": "segment",
+                          "batches": found.batches, "records": found.records}],
+                        schema=_ERASURE_ARROW)
+                    if len(found.offset):
+                        yield _erasure_rows(tp_id, base, found)
 
     return lambda tasks: tasks.mapInArrow(storage.portable(scan), ERASURE_SCAN)
 

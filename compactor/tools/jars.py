@@ -72,11 +72,15 @@ def main(argv: list[str] | None = None) -> int:
     for profile in ("delta", "tier", "s3a") if args.s3a else ("delta", "tier"):
         try:
             out = fetch(profile, force=args.force)
-            if profile == "tier":  # the remote tier's helper, compiled against them
-                tier.build_helper(out)
         except (RuntimeError, OSError, subprocess.TimeoutExpired) as err:
             print(f"jars: {profile}: {err}", file=sys.stderr)
             return 1
+        if profile == "tier":  # the remote tier's helper, compiled against them
+            try:
+                tier.build_helper(out)
+            except (RuntimeError, OSError) as err:  # only remote tiers need it
+                print(f"jars: tier: the remote tier's helper is not built ({err}): "
+                      f"`erase verify` cannot read a broker's remote tier", file=sys.stderr)
         if not args.print_jars:
             print(f"jars: {profile}: {out} "
                   f"({sum(n.endswith('.jar') for n in os.listdir(out))} jars)")

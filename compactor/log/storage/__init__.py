@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 from compactor.errors import LogDirError, LogDirLockedError
 from compactor.log.storage import local
-from compactor.log.storage.local import LOCK_FILE, FileStat, Link, discard_stdout
+from compactor.log.storage.local import LOCK_FILE, FileStat, Link, discard_stdout, temporary_dir
 from compactor.log.storage.locations import (
     STORAGE_OPTIONS,
     basename,
@@ -47,6 +47,7 @@ __all__ = [
     "object_metadata",
     "write_output",
     "output_problem",
+    "temporary_dir",
 ]
 
 R = TypeVar("R")

@@ -13,6 +13,7 @@ import fcntl
 import mmap
 import os
 import stat as stat_module
+import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
@@ -518,3 +519,11 @@ def discard_stdout(fileno: int) -> None:
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, fileno)
     os.close(devnull)
+
+
+@contextmanager
+def temporary_dir(prefix: str) -> Iterator[str]:
+    """A new private folder in the machine's temporary directory for the block, removed with
+    what it holds at its end."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as path:
+        yield path
