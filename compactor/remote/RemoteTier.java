@@ -12,8 +12,11 @@
  *   fetch --server-properties P --log-dir D --segment ID=FILE [--segment ID=FILE ...]
  *       each named segment's log data, fetched through the broker's own RemoteStorageManager
  *       (its class, class path and rsm.config.* settings from P, loaded and configured as
- *       RemoteLogManager.createRemoteStorageManager / configureRSM do) into FILE; one JSON
- *       line per segment (bytes written, or the error).
+ *       RemoteLogManager.createRemoteStorageManager / configureRSM do) into FILE, and its
+ *       transaction index beside it (FILE's name with .txnindex for .log) when it has
+ *       aborted transactions; one JSON line per segment (bytes written, or the error).
+ *   replace --server-properties P --log-dir D --bootstrap HOST:PORT --segment ID --dir F
+ *       the served segment ID replaced by its erased copy in F (see replace()).
  *
  * Exit 0 when every step worked, 2 on bad arguments, 3 when the metadata cannot be read, 4
  * when a fetch failed (the other segments' lines are still written).
@@ -26,6 +29,8 @@ import java.io.InputStream;
 import java.io.OutputStream;
 import java.io.PrintStream;
 import java.lang.reflect.Method;
+import java.nio.file.Files;
+import java.nio.file.Path;
 import java.nio.ByteBuffer;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
@@ -36,6 +41,7 @@ import java.util.LinkedHashMap;
 import java.util.LinkedHashSet;
 import java.util.List;
 import java.util.Map;
+import java.util.Optional;
 import java.util.Properties;
 import java.util.Set;
 import java.util.TreeMap;
@@ -51,7 +57,12 @@ import org.apache.kafka.server.log.remote.metadata.storage.RemoteLogMetadataTopi
 import org.apache.kafka.server.log.remote.metadata.storage.RemotePartitionMetadataStore;
 import org.apache.kafka.server.log.remote.metadata.storage.TopicBasedRemoteLogMetadataManagerConfig;
 import org.apache.kafka.server.log.remote.metadata.storage.serialization.RemoteLogMetadataSerde;
+import org.apache.kafka.server.log.remote.metadata.storage.ClassLoaderAwareRemoteLogMetadataManager;
 import org.apache.kafka.server.log.remote.storage.ClassLoaderAwareRemoteStorageManager;
+import org.apache.kafka.server.log.remote.storage.LogSegmentData;
+import org.apache.kafka.server.log.remote.storage.RemoteLogMetadataManager;
+import org.apache.kafka.server.log.remote.storage.RemoteLogSegmentId;
+import org.apache.kafka.server.log.remote.storage.RemoteLogSegmentState;
 import org.apache.kafka.server.log.remote.storage.RemoteLogManagerConfig;
 import org.apache.kafka.server.log.remote.storage.RemoteLogMetadata;
 import org.apache.kafka.server.log.remote.storage.RemoteLogSegmentMetadata;
@@ -102,6 +113,9 @@ public final class RemoteTier {
             }
             return;
         }
+        if (args[0].equals("replace")) {
+            System.exit(replace(props, opts, segments, out));
+        }
         if (!args[0].equals("fetch")) {
             System.err.println("unknown command " + args[0]);
             System.exit(2);
@@ -122,6 +136,14 @@ public final class RemoteTier {
                 try (InputStream in = rsm.fetchLogSegment(m, 0);
                      OutputStream to = new FileOutputStream(into)) {
                     long n = in.transferTo(to);
+                    // its aborted transactions too (a rewrite carries them over), when it has any
+                    if (!m.isTxnIdxEmpty() && into.getName().endsWith(".log")) {
+                        String name = into.getName();
+                        File txn = new File(into.getParentFile(), name.substring(0, name.length() - 4) + ".txnindex");
+                        try (InputStream index = rsm.fetchIndex(m, RemoteStorageManager.IndexType.TRANSACTION)) {
+                            Files.copy(index, txn.toPath());
+                        }
+                    }
                     out.println("{\"segment_id\": " + quote(id) + ", \"bytes\": " + n + "}");
                 } catch (Exception e) {
                     out.println("{\"segment_id\": " + quote(id) + ", \"error\": " + quote(e.toString()) + "}");
@@ -132,6 +154,123 @@ public final class RemoteTier {
             rsm.close();
         }
         System.exit(failed ? 4 : 0);
+    }
+
+    /**
+     * Replace one remote segment by its erased copy (the files in --dir: segment.log,
+     * segment.index, segment.timeindex, segment.txnindex when it has one), through the
+     * cluster's RLMM (--bootstrap) and the broker's RSM, in the order that keeps one whole
+     * segment served at every step: the copy under a new segment id with the old one's start
+     * and end offsets, leader epochs and max timestamp (COPY_SEGMENT_STARTED, copyLogSegmentData,
+     * COPY_SEGMENT_FINISHED: Kafka's RemoteLogLeaderEpochState maps the start offset to the
+     * newer id, the old one becomes unreferenced), then the old one retired
+     * (DELETE_SEGMENT_STARTED, whose offset mapping is removed only if it still names the old id,
+     * deleteLogSegmentData, DELETE_SEGMENT_FINISHED). The producer snapshot and the leader
+     * epoch checkpoint are the old segment's, fetched through the RSM (the offsets and the
+     * producers' last batches stay). One JSON line per step done.
+     */
+    static int replace(Properties props, Map<String, List<String>> opts,
+                       Map<String, RemoteLogSegmentMetadata> segments, PrintStream out) throws Exception {
+        String oldId = opts.get("segment").get(0);
+        File dir = new File(opts.get("dir").get(0));
+        RemoteLogSegmentMetadata old = segments.get(oldId);
+        if (old == null || old.state() != RemoteLogSegmentState.COPY_SEGMENT_FINISHED) {
+            out.println("{\"error\": " + quote("segment " + oldId + " is not a served remote segment") + "}");
+            return 3;
+        }
+        int brokerId = Integer.parseInt(props.getProperty("node.id", props.getProperty("broker.id", "-1")).trim());
+        RemoteStorageManager rsm = storageManager(props);
+        RemoteLogMetadataManager rlmm = metadataManager(props, opts.get("bootstrap").get(0), brokerId, dir);
+        try {
+            TopicIdPartition tp = old.topicIdPartition();
+            rlmm.onPartitionLeadershipChanges(Set.of(tp), Set.of());
+            long deadline = System.currentTimeMillis() + 120_000;
+            while (!rlmm.isReady(tp)) {
+                if (System.currentTimeMillis() > deadline) {
+                    throw new IllegalStateException("the RLMM did not catch up with " + tp);
+                }
+                Thread.sleep(100);
+            }
+            Path snapshot = dir.toPath().resolve("segment.snapshot");
+            try (InputStream in = rsm.fetchIndex(old, RemoteStorageManager.IndexType.PRODUCER_SNAPSHOT)) {
+                Files.copy(in, snapshot);
+            }
+            byte[] epochs;
+            try (InputStream in = rsm.fetchIndex(old, RemoteStorageManager.IndexType.LEADER_EPOCH)) {
+                epochs = in.readAllBytes();
+            }
+            File txn = new File(dir, "segment.txnindex");
+            File log = new File(dir, "segment.log");
+            // as RemoteLogManager.copyLogSegment: a transaction index only when it has entries,
+            // and the metadata says whether it has (a fetch of an absent one fails)
+            boolean txnEmpty = !txn.exists() || txn.length() == 0;
+            LogSegmentData data = new LogSegmentData(log.toPath(), dir.toPath().resolve("segment.index"),
+                dir.toPath().resolve("segment.timeindex"),
+                txnEmpty ? Optional.empty() : Optional.of(txn.toPath()), snapshot, ByteBuffer.wrap(epochs));
+            RemoteLogSegmentId newId = RemoteLogSegmentId.generateNew(tp);
+            RemoteLogSegmentMetadata copy = new RemoteLogSegmentMetadata(newId, old.startOffset(),
+                old.endOffset(), old.maxTimestampMs(), brokerId, System.currentTimeMillis(),
+                (int) log.length(), old.segmentLeaderEpochs(), txnEmpty);
+            rlmm.addRemoteLogSegmentMetadata(copy).get();
+            out.println(step("copy_started", oldId, newId));
+            Optional<RemoteLogSegmentMetadata.CustomMetadata> custom = rsm.copyLogSegmentData(copy, data);
+            out.println(step("copied", oldId, newId));
+            rlmm.updateRemoteLogSegmentMetadata(new RemoteLogSegmentMetadataUpdate(newId,
+                System.currentTimeMillis(), custom, RemoteLogSegmentState.COPY_SEGMENT_FINISHED, brokerId)).get();
+            out.println(step("copy_finished", oldId, newId));
+            rlmm.updateRemoteLogSegmentMetadata(new RemoteLogSegmentMetadataUpdate(old.remoteLogSegmentId(),
+                System.currentTimeMillis(), old.customMetadata(), RemoteLogSegmentState.DELETE_SEGMENT_STARTED,
+                brokerId)).get();
+            out.println(step("delete_started", oldId, newId));
+            rsm.deleteLogSegmentData(old);
+            out.println(step("deleted", oldId, newId));
+            rlmm.updateRemoteLogSegmentMetadata(new RemoteLogSegmentMetadataUpdate(old.remoteLogSegmentId(),
+                System.currentTimeMillis(), old.customMetadata(), RemoteLogSegmentState.DELETE_SEGMENT_FINISHED,
+                brokerId)).get();
+            out.println(step("delete_finished", oldId, newId));
+            return 0;
+        } catch (Exception e) {
+            out.println("{\"error\": " + quote(e.toString()) + "}");
+            return 4;
+        } finally {
+            rlmm.close();
+            rsm.close();
+        }
+    }
+
+    static String step(String name, String oldId, RemoteLogSegmentId newId) {
+        return "{\"step\": " + quote(name) + ", \"segment_id\": " + quote(oldId)
+            + ", \"new_segment_id\": " + quote(newId.id().toString()) + "}";
+    }
+
+    /**
+     * The cluster's RemoteLogMetadataManager, made and configured as RemoteLogManager's
+     * configureRLMM does for a broker: its rlmm.config.* settings, the cluster reached at
+     * bootstrap, this broker's id, a log dir of its own.
+     */
+    static RemoteLogMetadataManager metadataManager(Properties props, String bootstrap, int brokerId,
+                                                    File dir) throws Exception {
+        Map<Object, Object> all = new HashMap<>(props);
+        RemoteLogManagerConfig config = new RemoteLogManagerConfig(
+            new AbstractConfig(RemoteLogManagerConfig.configDef(), all, false));
+        String classPath = config.remoteLogMetadataManagerClassPath();
+        RemoteLogMetadataManager rlmm;
+        if (classPath != null && !classPath.trim().isEmpty()) {
+            ClassLoader loader = new ChildFirstClassLoader(classPath, RemoteTier.class.getClassLoader());
+            rlmm = new ClassLoaderAwareRemoteLogMetadataManager(
+                (RemoteLogMetadataManager) loader.loadClass(config.remoteLogMetadataManagerClassName())
+                    .getDeclaredConstructor().newInstance(), loader);
+        } else {
+            rlmm = (RemoteLogMetadataManager) Class.forName(config.remoteLogMetadataManagerClassName())
+                .getDeclaredConstructor().newInstance();
+        }
+        Map<String, Object> rlmmProps = new HashMap<>(config.remoteLogMetadataManagerProps());
+        rlmmProps.put(TopicBasedRemoteLogMetadataManagerConfig.REMOTE_LOG_METADATA_COMMON_CLIENT_PREFIX
+                      + "bootstrap.servers", bootstrap);
+        rlmmProps.put(TopicBasedRemoteLogMetadataManagerConfig.BROKER_ID, brokerId);
+        rlmmProps.put(TopicBasedRemoteLogMetadataManagerConfig.LOG_DIR, dir.getAbsolutePath());
+        rlmm.configure(rlmmProps);
+        return rlmm;
     }
 
     /** The broker's RemoteStorageManager, made and configured as RemoteLogManager makes it. */

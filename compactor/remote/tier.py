@@ -114,7 +114,8 @@ def _run(helper: str, command: str, server_properties: str, log_dir: str,
         raise RemoteTierError(f"the remote tier's helper could not run: {err}",
                               path=log_dir) from err
     lines = [json.loads(x) for x in done.stdout.splitlines() if x.startswith("{")]
-    if done.returncode == 3 or (done.returncode not in (0, 4)):
+    if done.returncode == 3 or (done.returncode not in (0, 4)) or (
+            command == "list" and done.returncode != 0):
         detail = next((x["error"] for x in lines if "error" in x), None) or (
             done.stderr.strip().splitlines() or ["(no output)"])[-1]
         raise RemoteTierError(f"the broker's remote tier could not be read: {detail}",
@@ -180,3 +181,25 @@ def fetch_segments(helper: str, server_properties: str, log_dir: str,
         if "segment_id" in x:
             out[x["segment_id"]] = x.get("error")
     return out
+
+
+def replace_segment(helper: str, server_properties: str, log_dir: str, bootstrap: str,
+                    segment_id: str, folder: str) -> list[dict[str, Any]]:
+    """Replace a served remote segment by its erased copy in ``folder`` (``segment.log``,
+    ``segment.index``, ``segment.timeindex``, ``segment.txnindex`` when it has one) through
+    the cluster's RLMM (reached at ``bootstrap``) and the broker's RSM: the copy under a new
+    segment id, then the old one retired (``RemoteTier.java``'s ``replace`` says the order and
+    why it keeps one whole segment served at every step). Returns the steps done.
+
+    Raises:
+        RemoteTierError: a step failed (the steps done before it are in the message).
+    """
+    lines = _run(helper, "replace", server_properties, log_dir, "--bootstrap", bootstrap,
+                 "--segment", segment_id, "--dir", folder)
+    steps = [x for x in lines if "step" in x]
+    failed = next((x["error"] for x in lines if "error" in x), None)
+    if failed is not None:
+        done = ", ".join(x["step"] for x in steps) or "none"
+        raise RemoteTierError(f"the replacement of remote segment {segment_id} failed: "
+                              f"{failed} (steps done: {done})")
+    return steps

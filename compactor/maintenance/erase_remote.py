@@ -1,0 +1,91 @@
+"""Erasure in a broker's remote tier (KIP-405): one served remote segment replaced by a copy
+without a subject's records, through Kafka's own interfaces (:mod:`compactor.remote.tier`).
+
+The broker never rewrites an uploaded segment, and serves a remote segment by its id (its
+``RemoteIndexCache`` keeps the indexes under that id), so an erased copy is a new segment: same
+start and end offsets, leader epochs and max timestamp, a new id. Its records are rebuilt as a
+local erasure rebuilds them (:func:`compactor.spark.writer.write_erased_segment`: the same
+offsets, CRCs, producer fields; the offset and time indexes rebuilt, the transaction index
+carried over), and the batches that must stay as empty headers are those
+:func:`compactor.erasure.rules.keep_when_emptied` keeps among the segment's own batches (every
+producer's last batch in it: a superset of the log-wide rule, so no producer state is lost).
+The copy is published before the old segment is retired (``RemoteTier.java``'s ``replace``),
+so the broker serves one whole segment at every step. This runs against a live cluster (its
+remote log metadata manager is reached through ``bootstrap``); nothing here touches the log dir.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from compactor.cleaner.scan import batch_header
+from compactor.codec.segment import iter_batches
+from compactor.config import TopicConfig
+from compactor.erasure.rules import keep_when_emptied
+from compactor.errors import RemoteTierError
+from compactor.log import storage
+from compactor.log.layout import load_partition
+from compactor.remote import tier
+from compactor.spark.writer import write_erased_segment
+
+#: the files of a segment the RSM copies, by the helper's names
+SEGMENT_FILES = ("log", "index", "timeindex", "txnindex")
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteRewrite:
+    """One remote segment replaced: the old and the new id, the records erased, the steps."""
+
+    segment_id: str
+    new_segment_id: str
+    records_in: int
+    records_out: int
+    steps: tuple[dict[str, Any], ...]
+
+
+def erase_remote_segment(helper: str, server_properties: str, log_dir: str, bootstrap: str,
+                         segment: tier.RemoteSegment, erased: Mapping[int, Collection[int]],
+                         config: TopicConfig, *,
+                         tombstones: Mapping[int, Collection[int]] | None = None
+                         ) -> RemoteRewrite:
+    """Replace ``segment`` by a copy without the ``erased`` records (batch position ->
+    offsets; ``tombstones``: records left as bare tombstones, as ``--leave-tombstone``).
+
+    Raises:
+        RemoteTierError: the segment could not be fetched, rebuilt or replaced (the steps done
+            are named; before ``copy_finished`` the old segment is still the one served).
+    """
+    with storage.temporary_dir("kafka-compactor-remote-") as folder:
+        pdir = storage.join(folder, segment.partition_name)
+        storage.make_dirs(pdir)
+        base = f"{segment.start_offset:020d}"
+        log = storage.join(pdir, f"{base}.log")
+        why = tier.fetch_segments(helper, server_properties, log_dir,
+                                  [(segment.segment_id, log)]).get(segment.segment_id)
+        if why is not None:
+            raise RemoteTierError(f"remote segment {segment.segment_id} could not be fetched: "
+                                  f"{why}", base_offset=segment.start_offset)
+        part = load_partition(pdir)
+        headers = [batch_header(b, segment.start_offset)
+                   for b in iter_batches(storage.read_bytes(log), path=log)]
+        keep = {p for _, p in keep_when_emptied(headers, segment.end_offset + 1)}
+        message = write_erased_segment(pdir, part.segments[0], erased, keep, config,
+                                       tombstones=tombstones)
+        if message.error is not None:
+            raise RemoteTierError(f"the erased copy of remote segment {segment.segment_id} "
+                                  f"could not be written: {message.error.get('message')}",
+                                  base_offset=segment.start_offset)
+        copy = storage.join(folder, "copy")
+        storage.make_dirs(copy)
+        for suffix in SEGMENT_FILES:
+            cleaned = storage.join(pdir, f"{base}.{suffix}.cleaned")
+            if storage.exists(cleaned):
+                storage.rename(cleaned, storage.join(copy, f"segment.{suffix}"))
+        steps = tier.replace_segment(helper, server_properties, log_dir, bootstrap,
+                                     segment.segment_id, copy)
+    return RemoteRewrite(segment_id=segment.segment_id,
+                         new_segment_id=steps[-1]["new_segment_id"],
+                         records_in=message.records_in, records_out=message.records_out,
+                         steps=tuple(steps))
