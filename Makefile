@@ -97,18 +97,24 @@ browser:
 KAFKA_NEWER ?= 4.2.2 4.3.1 4.4.0
 KAFKA_HOME := $(VENV)/share/kafka-compactor
 
-kafka: $(foreach v,$(KAFKA_VERSION) $(KAFKA_NEWER),$(KAFKA_HOME)/kafka-$(v)/libs/.fetched)
+kafka: $(foreach v,$(KAFKA_VERSION) $(KAFKA_NEWER),$(KAFKA_HOME)/kafka-$(v)/libs/.fetched) \
+	$(KAFKA_HOME)/kafka-$(KAFKA_VERSION)/rsm/.fetched
 
 $(KAFKA_HOME)/kafka-%/libs/.fetched: tests/kafka/pom.xml
 	$(MVN)
 	mvn -q -B -f tests/kafka/pom.xml -Dkafka.version=$* \
 		dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(abspath $(@D))
-	# Kafka's LocalTieredStorage RemoteStorageManager (its test jars): the tiered broker's
-	# plugin, on its remote.log.storage.manager.class.path, apart from the broker's own jars
+	touch $@
+
+# Kafka's LocalTieredStorage RemoteStorageManager (its test jars, published for the releases
+# the tiered tests run: 4.1.2): the tiered broker's plugin, on its
+# remote.log.storage.manager.class.path, apart from the broker's own jars
+$(KAFKA_HOME)/kafka-$(KAFKA_VERSION)/rsm/.fetched: tests/kafka/pom.xml
+	$(MVN)
 	for jar in kafka-storage kafka-clients; do \
 		mvn -q -B -f tests/kafka/pom.xml dependency:copy \
-			-Dartifact=org.apache.kafka:$$jar:$*:jar:test \
-			-DoutputDirectory=$(abspath $(@D)/../rsm) || exit 1; done
+			-Dartifact=org.apache.kafka:$$jar:$(KAFKA_VERSION):jar:test \
+			-DoutputDirectory=$(abspath $(@D)) || exit 1; done
 	touch $@
 
 # Set up and run the whole test suite (slow end-to-end tests included).
