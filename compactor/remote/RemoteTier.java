@@ -45,6 +45,7 @@ import java.util.Optional;
 import java.util.Properties;
 import java.util.Set;
 import java.util.TreeMap;
+import java.util.function.BiFunction;
 
 import org.apache.kafka.common.TopicIdPartition;
 import org.apache.kafka.common.Uuid;
@@ -250,20 +251,10 @@ public final class RemoteTier {
      */
     static RemoteLogMetadataManager metadataManager(Properties props, String bootstrap, int brokerId,
                                                     File dir) throws Exception {
-        Map<Object, Object> all = new HashMap<>(props);
-        RemoteLogManagerConfig config = new RemoteLogManagerConfig(
-            new AbstractConfig(RemoteLogManagerConfig.configDef(), all, false));
-        String classPath = config.remoteLogMetadataManagerClassPath();
-        RemoteLogMetadataManager rlmm;
-        if (classPath != null && !classPath.trim().isEmpty()) {
-            ClassLoader loader = new ChildFirstClassLoader(classPath, RemoteTier.class.getClassLoader());
-            rlmm = new ClassLoaderAwareRemoteLogMetadataManager(
-                (RemoteLogMetadataManager) loader.loadClass(config.remoteLogMetadataManagerClassName())
-                    .getDeclaredConstructor().newInstance(), loader);
-        } else {
-            rlmm = (RemoteLogMetadataManager) Class.forName(config.remoteLogMetadataManagerClassName())
-                .getDeclaredConstructor().newInstance();
-        }
+        RemoteLogManagerConfig config = config(props);
+        RemoteLogMetadataManager rlmm = RemoteTier.<RemoteLogMetadataManager>plugin(
+            config.remoteLogMetadataManagerClassName(), config.remoteLogMetadataManagerClassPath(),
+            ClassLoaderAwareRemoteLogMetadataManager::new);
         Map<String, Object> rlmmProps = new HashMap<>(config.remoteLogMetadataManagerProps());
         rlmmProps.put(TopicBasedRemoteLogMetadataManagerConfig.REMOTE_LOG_METADATA_COMMON_CLIENT_PREFIX
                       + "bootstrap.servers", bootstrap);
@@ -275,31 +266,39 @@ public final class RemoteTier {
 
     /** The broker's RemoteStorageManager, made and configured as RemoteLogManager makes it. */
     static RemoteStorageManager storageManager(Properties props) throws Exception {
-        Map<Object, Object> all = new HashMap<>(props);
-        RemoteLogManagerConfig config = new RemoteLogManagerConfig(
-            new AbstractConfig(RemoteLogManagerConfig.configDef(), all, false));
-        String classPath = config.remoteStorageManagerClassPath();
-        RemoteStorageManager rsm;
-        if (classPath != null && !classPath.trim().isEmpty()) {
-            ClassLoader loader = new ChildFirstClassLoader(classPath, RemoteTier.class.getClassLoader());
-            rsm = new ClassLoaderAwareRemoteStorageManager(
-                (RemoteStorageManager) loader.loadClass(config.remoteStorageManagerClassName())
-                    .getDeclaredConstructor().newInstance(), loader);
-        } else {
-            rsm = (RemoteStorageManager) Class.forName(config.remoteStorageManagerClassName())
-                .getDeclaredConstructor().newInstance();
-        }
+        RemoteLogManagerConfig config = config(props);
+        RemoteStorageManager rsm = RemoteTier.<RemoteStorageManager>plugin(
+            config.remoteStorageManagerClassName(), config.remoteStorageManagerClassPath(),
+            ClassLoaderAwareRemoteStorageManager::new);
         Map<String, Object> rsmProps = new HashMap<>(config.remoteStorageManagerProps());
         rsmProps.put("broker.id", Integer.valueOf(props.getProperty("node.id", props.getProperty("broker.id", "-1")).trim()));
         rsm.configure(rsmProps);
         return rsm;
     }
 
+    static RemoteLogManagerConfig config(Properties props) {
+        return new RemoteLogManagerConfig(
+            new AbstractConfig(RemoteLogManagerConfig.configDef(), new HashMap<>(props), false));
+    }
+
+    /**
+     * A plugin the broker names: from its own class path through a ChildFirstClassLoader,
+     * wrapped so its calls run with that loader (RemoteLogManager.createRemoteStorageManager
+     * and createRemoteLogMetadataManager), else from the broker's class path.
+     */
+    @SuppressWarnings("unchecked")
+    static <T> T plugin(String className, String classPath, BiFunction<T, ClassLoader, T> wrap)
+            throws Exception {
+        if (classPath != null && !classPath.trim().isEmpty()) {
+            ClassLoader loader = new ChildFirstClassLoader(classPath, RemoteTier.class.getClassLoader());
+            return wrap.apply((T) loader.loadClass(className).getDeclaredConstructor().newInstance(), loader);
+        }
+        return (T) Class.forName(className).getDeclaredConstructor().newInstance();
+    }
+
     /** The remote log metadata topic's partition count the RLMM hashes with (its config). */
     static int metadataPartitions(Properties props) {
-        Map<Object, Object> all = new HashMap<>(props);
-        RemoteLogManagerConfig config = new RemoteLogManagerConfig(
-            new AbstractConfig(RemoteLogManagerConfig.configDef(), all, false));
+        RemoteLogManagerConfig config = config(props);
         Object n = config.remoteLogMetadataManagerProps().get(
             TopicBasedRemoteLogMetadataManagerConfig.REMOTE_LOG_METADATA_TOPIC_PARTITIONS_PROP);
         return n == null ? TopicBasedRemoteLogMetadataManagerConfig.DEFAULT_REMOTE_LOG_METADATA_TOPIC_PARTITIONS

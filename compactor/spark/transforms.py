@@ -716,34 +716,46 @@ def scan_erasure(header_names: frozenset[str], sketch: Broadcast[DigestFilter],
     entries the filter keeps become Python objects."""
 
     def scan(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        engine = record_engine(writer)
-        wanted = sketch.value
-        table = wanted.table()
-
-        def may_match(digests: np.ndarray) -> np.ndarray:
-            return wanted.might_contain(digests.view("<u8").reshape(-1, 4), table)
+        engine, may_match = record_engine(writer), _may_match(sketch.value)
         for tasks in batches:
             for tp_id, base, path, next_base in zip(
                     *(tasks.column(i).to_pylist() for i in range(4)), strict=True):
-                try:
+
+                def read(path: str = path, base: int = base,
+                         next_base: int | None = next_base) -> SubjectDigests:
                     with _collector_paused():
                         with storage.mapped(path) as data:
                             found = subject_digests(data, path, base, header_names, engine,
                                                     keep=may_match)
                         check_segment(path, base, next_base, found.headers)
-                except CompactorError as err:
-                    yield pa.RecordBatch.from_pylist(
-                        [{"tp_id": tp_id, "segment_base": base, "kind": "segment",
-                          "error": json.dumps(err.to_dict())}], schema=_ERASURE_ARROW)
-                    continue
-                yield pa.RecordBatch.from_pylist(
-                    [{"tp_id": tp_id, "segment_base": base, "kind": "segment",
-                      "batches": found.batches, "records": found.records}],
-                    schema=_ERASURE_ARROW)
-                if len(found.offset):
-                    yield _erasure_rows(tp_id, base, found)
+                    return found
+                yield from _scan_rows(tp_id, base, read)
 
     return lambda tasks: tasks.mapInArrow(storage.portable(scan), ERASURE_SCAN)
+
+
+def _may_match(wanted: DigestFilter) -> Callable[[np.ndarray], np.ndarray]:
+    """Which rows of 32-byte digests the requests' Bloom filter may hold."""
+    table = wanted.table()
+    return lambda digests: wanted.might_contain(digests.view("<u8").reshape(-1, 4), table)
+
+
+def _scan_rows(tp_id: int, base: int,
+               read: Callable[[], SubjectDigests]) -> Iterator[pa.RecordBatch]:
+    """The ``ERASURE_SCAN`` rows of one segment ``read`` digests: its summary and the
+    digests the filter kept, or one error row."""
+    try:
+        found = read()
+    except CompactorError as err:
+        yield pa.RecordBatch.from_pylist(
+            [{"tp_id": tp_id, "segment_base": base, "kind": "segment",
+              "error": json.dumps(err.to_dict())}], schema=_ERASURE_ARROW)
+        return
+    yield pa.RecordBatch.from_pylist(
+        [{"tp_id": tp_id, "segment_base": base, "kind": "segment",
+          "batches": found.batches, "records": found.records}], schema=_ERASURE_ARROW)
+    if len(found.offset):
+        yield _erasure_rows(tp_id, base, found)
 
 
 def scan_remote_erasure(helper: str, server_properties: str, log_dir: str,
@@ -756,12 +768,7 @@ def scan_remote_erasure(helper: str, server_properties: str, log_dir: str,
     digest scan and removes them. A segment that cannot be fetched or read is an error row."""
 
     def scan(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        engine = record_engine(writer)
-        wanted = sketch.value
-        table = wanted.table()
-
-        def may_match(digests: np.ndarray) -> np.ndarray:
-            return wanted.might_contain(digests.view("<u8").reshape(-1, 4), table)
+        engine, may_match = record_engine(writer), _may_match(sketch.value)
         for tasks in batches:
             rows = tasks.to_pylist()
             with storage.temporary_dir("remote-segments-") as folder:
@@ -773,9 +780,10 @@ def scan_remote_erasure(helper: str, server_properties: str, log_dir: str,
                 except CompactorError as err:
                     failed = {r["segment_id"]: json.dumps(err.to_dict()) for r in rows}
                 for r in rows:
-                    tp_id, base, path = r["tp_id"], r["start_offset"], paths[r["segment_id"]]
-                    why = failed.get(r["segment_id"])
-                    try:
+
+                    def read(r: dict[str, Any] = r) -> SubjectDigests:
+                        base, path = r["start_offset"], paths[r["segment_id"]]
+                        why = failed.get(r["segment_id"])
                         if why is not None:
                             raise RemoteTierError(
                                 f"remote segment {r['segment_id']} could not be fetched "
@@ -787,17 +795,8 @@ def scan_remote_erasure(helper: str, server_properties: str, log_dir: str,
                                                    found.headers)
                         if problems:
                             raise problems[0]
-                    except CompactorError as err:
-                        yield pa.RecordBatch.from_pylist(
-                            [{"tp_id": tp_id, "segment_base": base, "kind": "segment",
-                              "error": json.dumps(err.to_dict())}], schema=_ERASURE_ARROW)
-                        continue
-                    yield pa.RecordBatch.from_pylist(
-                        [{"tp_id": tp_id, "segment_base": base, "kind": "segment",
-                          "batches": found.batches, "records": found.records}],
-                        schema=_ERASURE_ARROW)
-                    if len(found.offset):
-                        yield _erasure_rows(tp_id, base, found)
+                        return found
+                    yield from _scan_rows(r["tp_id"], r["start_offset"], read)
 
     return lambda tasks: tasks.mapInArrow(storage.portable(scan), ERASURE_SCAN)
 
