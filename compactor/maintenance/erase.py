@@ -197,50 +197,72 @@ def _load(log_dir: str, wanted: Callable[[str], bool], *, recover: bool) -> tupl
     return dirs, parts, errors
 
 
+@dataclass(kw_only=True)
+class _Remote:
+    """What a verify reads of the broker's remote tier (:func:`_remote_tier`)."""
+
+    scan: spark_stages.RemoteScan | None = None
+    #: remote directories that cannot be read: their requests stay unverified
+    errors: dict[int, dict[str, Any]] = field(default_factory=dict)
+    #: live directory -> why its remote segments are out of reach here (not covered)
+    not_covered: dict[str, str] = field(default_factory=dict)
+
+
 def _remote_tier(dirs: dict[int, _Dir], parts: Mapping[int, PartitionLog], catalog: Catalog,
-                 log_dir: str) -> tuple[spark_stages.RemoteScan | None, dict[int, dict[str, Any]]]:
+                 log_dir: str) -> _Remote:
     """The remote tier of the tiered topics' partitions read here (KIP-405): when the broker's
     ``server.properties`` turn its remote tier on, one ``remote:<partition>`` directory is
-    added to ``dirs`` per live partition of a topic with ``remote.storage.enable``, whose
-    segments are those the broker's remote log metadata in this log dir names
-    (:func:`compactor.remote.tier.list_segments`), read through its RemoteStorageManager.
-    Returns what to scan and the remote directories that cannot be (their metadata is not
-    here, or cannot be read): a request on their topic stays unverified."""
+    added to ``dirs`` per live partition of a topic with ``remote.storage.enable`` whose
+    remote log metadata is in this log dir: the segments it names
+    (:func:`compactor.remote.tier.list_segments`), read through the broker's
+    RemoteStorageManager. A partition whose metadata lives on another broker, or any when the
+    tier's helper is not built, is not covered (``verified_local_only``, as without the
+    settings); metadata that cannot be read leaves its requests unverified."""
+    out = _Remote()
     if catalog.server_properties is None or not tier.enabled(
             read_properties(catalog.server_properties)):
-        return None, {}
-    wanted: dict[int, tuple[str, tuple[str, str, int]]] = {}
-    errors: dict[int, dict[str, Any]] = {}
-    for i, d in list(dirs.items()):
-        cfg = catalog.configs.get(d.tp.topic)
-        if d.kind != LIVE or i not in parts or cfg is None or not cfg.remote_storage_enable:
-            continue
-        r = len(dirs)
+        return out
+    tiered = {i: d for i, d in dirs.items() if d.kind == LIVE and i in parts
+              and (cfg := catalog.configs.get(d.tp.topic)) is not None
+              and cfg.remote_storage_enable}
+    if not tiered:
+        return out
+    helper = spark_delta.folder("tier")
+    if not tier.helper_built(helper):
+        out.not_covered = {d.name: f"the remote tier's helper is not built in {helper} "
+                                   f"(`python -m compactor.tools.jars` builds it; it needs javac)"
+                           for d in tiered.values()}
+        return out
+    wanted: dict[str, tuple[str, str, int]] = {}
+    remote_dir: dict[str, int] = {}
+    for i, d in tiered.items():
+        r = max(dirs) + 1
         dirs[r] = _Dir(d.tp, REMOTE, f"{REMOTE}:{d.name}", f"{REMOTE}:{d.name}")
+        remote_dir[d.name] = r
         topic_id = read_topic_id(d.path)
         if topic_id is None:
-            errors[r] = RemoteTierError(
+            out.errors[r] = RemoteTierError(
                 "the partition has no partition.metadata, so its topic id, which names its "
                 "remote segments, is unknown", path=d.path).to_dict()
-            continue
-        wanted[r] = (d.name, (topic_id, d.tp.topic, d.tp.partition))
+        else:
+            wanted[d.name] = (topic_id, d.tp.topic, d.tp.partition)
     if not wanted:
-        return None, errors
-    helper = spark_delta.folder("tier")
+        return out
     try:
-        listing = tier.list_segments(helper, catalog.server_properties, log_dir,
-                                     dict(wanted.values()))
+        listing = tier.list_segments(helper, catalog.server_properties, log_dir, wanted)
     except RemoteTierError as err:
-        return None, {**errors, **{r: err.to_dict() for r in wanted}}
+        out.errors.update({remote_dir[name]: err.to_dict() for name in wanted})
+        return out
     segments: dict[int, list[tuple[str, int, int]]] = {}
-    for r, (name, _) in wanted.items():
+    for name in wanted:
         if name in listing.unknown:
-            errors[r] = RemoteTierError(f"the remote segments of {name} are unknown here: "
-                                        f"{listing.unknown[name]}").to_dict()
+            del dirs[remote_dir[name]]
+            out.not_covered[name] = listing.unknown[name]
             continue
-        segments[r] = [(x.segment_id, x.start_offset, x.end_offset) for x in listing.segments
-                       if x.partition_name == name]
-    return spark_stages.RemoteScan(helper, catalog.server_properties, log_dir, segments), errors
+        segments[remote_dir[name]] = [(x.segment_id, x.start_offset, x.end_offset)
+                                      for x in listing.segments if x.partition_name == name]
+    out.scan = spark_stages.RemoteScan(helper, catalog.server_properties, log_dir, segments)
+    return out
 
 
 def _unknown_topics(topics: frozenset[str], dirs: Mapping[int, _Dir],
@@ -615,11 +637,11 @@ def verify(spark: SparkSession | None, opts: MaintenanceOptions, state_dir: str,
         dirs, parts, errors = _load(log_dir, _covered(pending.topics), recover=True)
         refused = _refused(dirs, catalog)
         parts = {i: p for i, p in parts.items() if i not in refused}
-        remote, remote_errors = _remote_tier(dirs, parts, catalog, log_dir)
-        errors.update(remote_errors)
+        remote = _remote_tier(dirs, parts, catalog, log_dir)
+        errors.update(remote.errors)
         requests = spark_ledger.requests_frame(session(spark_stages.input_bytes(parts)), state_dir,
                                          VERIFIABLE, version=pending.version)
-        found = _scan(session(), parts, dirs, requests, pending, opts.writer, remote)
+        found = _scan(session(), parts, dirs, requests, pending, opts.writer, remote.scan)
     errors.update(found.errors)
     errors.update(refused)  # an unknown policy proves nothing: the request stays applied
 
@@ -641,6 +663,8 @@ def verify(spark: SparkSession | None, opts: MaintenanceOptions, state_dir: str,
                           else ErasureOutcome.CLEAN)
         if i in errors:
             line["error"] = errors[i]
+        if d.name in remote.not_covered:
+            line["remote_not_covered"] = remote.not_covered[d.name]
         lines[i] = line
     scanned_remote = {d.name for i, d in dirs.items() if d.kind == REMOTE and i not in errors}
     ctx = VerifyContext(

@@ -95,11 +95,16 @@ def build_helper(folder: str) -> str:
     return out
 
 
+def helper_built(helper: str) -> bool:
+    """Whether the helper is compiled in the ``tier`` jars' folder ``helper``."""
+    return storage.exists(os.path.join(helper, "classes", f"{HELPER_CLASS}.class"))
+
+
 def _run(helper: str, command: str, server_properties: str, log_dir: str,
          *extra: str) -> list[dict[str, Any]]:
     folder = helper
     classes = os.path.join(folder, "classes")
-    if not storage.exists(os.path.join(classes, f"{HELPER_CLASS}.class")):
+    if not helper_built(helper):
         raise RemoteTierError(f"the remote tier's helper is not built in {classes}",
                               remedy="run `python -m compactor.tools.jars` once (`make` does)")
     java = os.path.join(os.environ["JAVA_HOME"], "bin", "java") if os.environ.get(

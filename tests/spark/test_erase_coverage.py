@@ -279,6 +279,26 @@ def test_a_tiered_topic_is_verified_locally_only(
     assert status["overdue"] == []
 
 
+def test_a_tiered_topic_whose_remote_metadata_is_elsewhere_is_verified_locally_only(
+        logs: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The broker's remote tier is on, but this log dir holds no ``__remote_log_metadata``
+    partition: its remote segments are unknown here, so the proof says what it covers (the
+    local copies), as without the settings, and the report says why."""
+    props = tmp_path / "server.properties"
+    props.write_text(f"log.dirs={logs}\nremote.log.storage.system.enable=true\n"
+                     "remote.log.storage.manager.class.name=org.example.Absent\n")
+    state = tmp_path / "state"
+    assert request(capsys, state, "--topic", "vault", "--key", SUBJECT.decode(),
+                   "--request-id", "v1") == EXIT_OK
+    assert erase(capsys, "apply", logs, state, "--server-properties", str(props))[0] == EXIT_OK
+    code, verified = erase(capsys, "verify", logs, state, "--server-properties", str(props))
+    assert code == EXIT_OK
+    assert verified["requests"][0]["status"] == "verified_local_only"
+    (line,) = [p for p in verified["partitions"] if p["dir"] == "vault-0"]
+    assert "__remote_log_metadata-" in line["remote_not_covered"]
+    assert not any(p["copy"] == "remote" for p in verified["partitions"])
+
+
 def test_a_proof_cannot_be_false_by_mistake(
         logs: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     state = tmp_path / "state"
