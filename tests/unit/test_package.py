@@ -38,3 +38,20 @@ def test_a_duration_config_in_the_wrong_unit_gets_a_hint() -> None:
     with pytest.raises(ConfigError) as info:
         resolve_topic_config("t", {"retention.bytes": "1GB"})
     assert "milliseconds" not in str(info.value)
+
+
+def test_the_pinned_jar_versions_are_the_ones_the_code_names() -> None:
+    """The pom pins what the code names: delta-spark's release, S3A's Hadoop and the Kafka
+    release the remote tier's helper is built against."""
+    import xml.etree.ElementTree as ET
+
+    from compactor.remote import tier
+    from compactor.spark import delta
+
+    ns = {"m": "http://maven.apache.org/POM/4.0.0"}
+    props = ET.parse(delta.POM).getroot().find("m:properties", ns)
+    assert props is not None
+    pinned = {p.tag.split("}")[1]: p.text for p in props}
+    assert (pinned["delta.version"], pinned["hadoop.version"], pinned["kafka.version"]) == (
+        delta.DELTA_VERSION, delta.HADOOP_VERSION, tier.KAFKA_VERSION)
+    assert delta.PROFILES["tier"] == f"kafka-tier-{tier.KAFKA_VERSION}"
