@@ -26,12 +26,13 @@ from compactor.config import TopicConfig
 from compactor.erasure.rules import keep_when_emptied
 from compactor.errors import RemoteTierError
 from compactor.log import storage
-from compactor.log.layout import load_partition
+from compactor.log.layout import load_partition, segment_path
+from compactor.log.names import CLEANED_SUFFIX, INDEX_FILE_SUFFIXES, LOG_SUFFIX
 from compactor.remote import tier
 from compactor.spark.writer import write_erased_segment
 
-#: the files of a segment the RSM copies, by the helper's names
-SEGMENT_FILES = ("log", "index", "timeindex", "txnindex")
+#: the files of a segment the RSM copies (named ``segment<suffix>`` for the helper)
+SEGMENT_SUFFIXES = (LOG_SUFFIX, *INDEX_FILE_SUFFIXES)
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,8 +61,7 @@ def erase_remote_segment(helper: str, server_properties: str, log_dir: str, boot
     with storage.temporary_dir("kafka-compactor-remote-") as folder:
         pdir = storage.join(folder, segment.partition_name)
         storage.make_dirs(pdir)
-        base = f"{segment.start_offset:020d}"
-        log = storage.join(pdir, f"{base}.log")
+        log = segment_path(pdir, segment.start_offset)
         why = tier.fetch_segments(helper, server_properties, log_dir,
                                   [(segment.segment_id, log)]).get(segment.segment_id)
         if why is not None:
@@ -79,10 +79,10 @@ def erase_remote_segment(helper: str, server_properties: str, log_dir: str, boot
                                   base_offset=segment.start_offset)
         copy = storage.join(folder, "copy")
         storage.make_dirs(copy)
-        for suffix in SEGMENT_FILES:
-            cleaned = storage.join(pdir, f"{base}.{suffix}.cleaned")
+        for suffix in SEGMENT_SUFFIXES:
+            cleaned = segment_path(pdir, segment.start_offset, suffix + CLEANED_SUFFIX)
             if storage.exists(cleaned):
-                storage.rename(cleaned, storage.join(copy, f"segment.{suffix}"))
+                storage.rename(cleaned, storage.join(copy, f"segment{suffix}"))
         steps = tier.replace_segment(helper, server_properties, log_dir, bootstrap,
                                      segment.segment_id, copy)
     return RemoteRewrite(segment_id=segment.segment_id,

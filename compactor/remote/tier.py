@@ -38,9 +38,8 @@ HELPER_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "Remote
 HELPER_CLASS = "RemoteTier"
 #: a broker's remote tier is on when this is true (``RemoteLogManagerConfig``)
 SYSTEM_ENABLE = "remote.log.storage.system.enable"
-#: what the broker serves from the remote tier, and what may still hold a subject's bytes
-SERVED, COPY_STARTED, DELETE_STARTED = ("COPY_SEGMENT_FINISHED", "COPY_SEGMENT_STARTED",
-                                        "DELETE_SEGMENT_STARTED")
+#: the state of a remote segment the broker serves
+SERVED = "COPY_SEGMENT_FINISHED"
 HELPER_TIMEOUT_S = 600
 
 
@@ -62,12 +61,6 @@ class RemoteSegment:
     @property
     def partition_name(self) -> str:
         return f"{self.topic}-{self.partition}"
-
-    def line(self) -> dict[str, Any]:
-        """What a report says of the segment."""
-        return {"partition": self.partition_name, "segment_id": self.segment_id,
-                "start_offset": self.start_offset, "end_offset": self.end_offset,
-                "state": self.state}
 
 
 def enabled(properties: Mapping[str, str]) -> bool:
@@ -102,14 +95,13 @@ def helper_built(helper: str) -> bool:
 
 def _run(helper: str, command: str, server_properties: str, log_dir: str,
          *extra: str) -> list[dict[str, Any]]:
-    folder = helper
-    classes = os.path.join(folder, "classes")
+    classes = os.path.join(helper, "classes")
     if not helper_built(helper):
         raise RemoteTierError(f"the remote tier's helper is not built in {classes}",
                               remedy="run `python -m compactor.tools.jars` once (`make` does)")
     java = os.path.join(os.environ["JAVA_HOME"], "bin", "java") if os.environ.get(
         "JAVA_HOME") else "java"
-    argv = [java, "-Xmx512m", "-cp", os.pathsep.join([classes, os.path.join(folder, "*")]),
+    argv = [java, "-Xmx512m", "-cp", os.pathsep.join([classes, os.path.join(helper, "*")]),
             HELPER_CLASS, command, "--server-properties", server_properties, "--log-dir", log_dir,
             *extra]
     try:
@@ -119,8 +111,8 @@ def _run(helper: str, command: str, server_properties: str, log_dir: str,
         raise RemoteTierError(f"the remote tier's helper could not run: {err}",
                               path=log_dir) from err
     lines = [json.loads(x) for x in done.stdout.splitlines() if x.startswith("{")]
-    if done.returncode == 3 or (done.returncode not in (0, 4)) or (
-            command == "list" and done.returncode != 0):
+    # exit 4: a fetch or a replacement failed, said on its own line (the caller reads it)
+    if done.returncode not in ((0,) if command == "list" else (0, 4)):
         detail = next((x["error"] for x in lines if "error" in x), None) or (
             done.stderr.strip().splitlines() or ["(no output)"])[-1]
         raise RemoteTierError(f"the broker's remote tier could not be read: {detail}",

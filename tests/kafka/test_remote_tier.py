@@ -119,10 +119,11 @@ def _errors(lines: list[str]) -> list[str]:
     log metadata manager still loads (``RemoteLogReader``: "initialized: false", "Remote log
     metadata cache is not initialized"): Kafka's own start-up race, which the consumer
     retries, as it does on any tiered broker's restart."""
-    return [x for x, after in zip(lines, [*lines[1:], ""], strict=True) if "ERROR" in x
-            and "RemoteLogReader" in x and not ("initialized: false" in after
-                                                or "is not initialized" in after)
-            or "ERROR" in x and "RemoteLogReader" not in x]
+    def race(line: str, after: str) -> bool:
+        return "RemoteLogReader" in line and ("initialized: false" in after
+                                              or "is not initialized" in after)
+    return [x for x, after in zip(lines, [*lines[1:], ""], strict=True)
+            if "ERROR" in x and not race(x, after)]
 
 
 def _records(data: bytes) -> list[tuple[int, bytes | None, bytes | None]]:

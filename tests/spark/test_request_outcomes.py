@@ -6,6 +6,7 @@ run through :func:`compactor.spark.stages.request_outcomes` with and without the
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -43,6 +44,17 @@ def _outcomes(spark: Any, rows: list[tuple[str, str, str, str | None]],
         result.unpersist()
 
 
+def _by_kind_equals_by_row(spark: Any, rows: list[tuple[str, str, str, str | None]],
+                           outcome: Callable[[Mapping[str, Any]], Mapping[str, Any]],
+                           individual: frozenset[str]) -> dict[str, dict[str, Any]]:
+    """The outcomes by kind, once checked equal to the row function's on every row."""
+    by_kind = _outcomes(spark, rows, outcome, individual)
+    by_row = _outcomes(spark, rows, outcome, None)
+    assert set(by_row) == {r[0] for r in rows}
+    assert by_kind == by_row
+    return by_kind
+
+
 def test_an_applys_outcomes_by_kind_equal_the_row_function_on_every_kind_of_row(
         spark: Any) -> None:
     rows = [
@@ -66,13 +78,8 @@ def test_an_applys_outcomes_by_kind_equal_the_row_function_on_every_kind_of_row(
         unknown_topics={"gone": "topic 'gone' has no partition in this log dir"},
         matched={"matched": Matched(frozenset({(0, 0, 5), (0, 0, 9)}), (("orders-0", 9),), 2)})
 
-    def outcome(row: Mapping[str, Any]) -> dict[str, Any]:
-        return outcomes.applied_update(row, ctx)
-
-    by_kind = _outcomes(spark, rows, outcome, ctx.individual)
-    by_row = _outcomes(spark, rows, outcome, None)
-    assert set(by_row) == {r[0] for r in rows}
-    assert by_kind == by_row
+    by_kind = _by_kind_equals_by_row(
+        spark, rows, functools.partial(outcomes.applied_update, ctx=ctx), ctx.individual)
     assert by_kind["matched"]["records_erased"] == 1
     assert json.loads(by_kind["plain-3"]["places"])[KEY]["applied_run_id"] == "run-1"
 
@@ -102,13 +109,8 @@ def test_a_verifys_outcomes_by_kind_equal_the_row_function_on_every_kind_of_row(
         replicas={"orders": REPLICAS, "*": None, "broken": REPLICAS, "absent": [],
                   "remote": [{"partition": "remote-0", "node_id": 1, "directory_id": "d"}]})
 
-    def outcome(row: Mapping[str, Any]) -> dict[str, Any]:
-        return outcomes.verified_update(row, ctx)
-
-    by_kind = _outcomes(spark, rows, outcome, ctx.individual)
-    by_row = _outcomes(spark, rows, outcome, None)
-    assert set(by_row) == {r[0] for r in rows}
-    assert by_kind == by_row
+    by_kind = _by_kind_equals_by_row(
+        spark, rows, functools.partial(outcomes.verified_update, ctx=ctx), ctx.individual)
     assert by_kind["residual"]["status"] == "failed"
     assert by_kind["clean-2"]["status"] == "partially_verified"
     assert by_kind["tiered"]["status"] == "verified_local_only"
