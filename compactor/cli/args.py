@@ -380,6 +380,14 @@ def add_erase_arguments(parser: argparse.ArgumentParser, *, apply: bool) -> None
                                  "their matches are reported as residual copies")
         parser.add_argument("--dry-run", action="store_true",
                             help="scan and report what would be rewritten; change nothing")
+        parser.add_argument("--remote", action="store_true",
+                            help="the remote step (tiered storage, KIP-405), with the cluster "
+                                 "running: rewrite the remote segments of tiered topics that "
+                                 "hold a subject, through the cluster (--bootstrap-server) and "
+                                 "the broker's RemoteStorageManager; the log dir is only read, "
+                                 "its local segments are the step without --remote's")
+        parser.add_argument("--bootstrap-server", default=None, metavar="HOST:PORT",
+                            help="a listener of the cluster, for --remote")
 
 
 def add_retention_arguments(parser: argparse.ArgumentParser) -> None:

@@ -183,12 +183,13 @@ def _worst(codes: Sequence[int]) -> int:
 
 
 @contextlib.contextmanager
-def broker_log_dirs(args: argparse.Namespace) -> Iterator[list[str]]:
+def broker_log_dirs(args: argparse.Namespace, *, lock: bool = True) -> Iterator[list[str]]:
     """The command's log dirs (:func:`log_dirs_of`), absolute; several are checked to be one
     broker's and every one is locked for the whole block, as the broker locks them (one is
-    locked by its command, as before)."""
+    locked by its command, as before); without ``lock`` (a step that only reads them while
+    the broker runs) none is."""
     dirs = [storage.absolute(d) for d in log_dirs_of(args)]
-    if len(dirs) == 1:
+    if len(dirs) == 1 or not lock:
         yield dirs
         return
     files = [f for f in ("report_file", "metrics_file", "html_report") if getattr(args, f, None)]
@@ -375,7 +376,11 @@ def _execute_erase_scan(args: argparse.Namespace, out: TextIO) -> int:
 
     reports = []
     written = []  # each log dir's exit code once its output files are written
-    with broker_log_dirs(args) as dirs:
+    remote = getattr(args, "remote", False)
+    if remote != bool(getattr(args, "bootstrap_server", None)):
+        raise ConfigError("--remote and --bootstrap-server HOST:PORT (a listener of the "
+                          "cluster, whose remote log metadata manager it updates) go together")
+    with broker_log_dirs(args, lock=not remote) as dirs:
         for d in dirs:
             one = one_log_dir(args, d, out, len(dirs) > 1)
             report = erase.perform(
@@ -387,7 +392,8 @@ def _execute_erase_scan(args: argparse.Namespace, out: TextIO) -> int:
                     assume_committed=getattr(one, "assume_committed", False),
                     kafka_version=getattr(one, "kafka_version", None), writer=one.writer),
                 storage.absolute(one.state_dir), master=one.master,
-                exclude_pending_deletes=getattr(one, "exclude_pending_deletes", False))
+                exclude_pending_deletes=getattr(one, "exclude_pending_deletes", False),
+                remote_bootstrap=one.bootstrap_server if remote else None)
             written.append(render(out, one, report.to_dict(), report.summary,
                                   report.exit_code))
             reports.append(report)

@@ -324,8 +324,11 @@ def keep_when_emptied(headers: Sequence[BatchHeader], high_watermark: int) -> se
 
 
 def place_key(place: Mapping[str, Any]) -> str:
-    """``node <id> dir <directory id or path>``: one log dir of one broker."""
-    return f"node {place['node_id']} dir {place['directory_id'] or place['log_dir']}"
+    """``node <id> dir <directory id or path>``: one log dir of one broker; ``remote tier via
+    node <id> dir ...`` (a place whose ``tier`` is ``remote``): the remote segments of the
+    partitions whose remote log metadata that log dir holds (``erase apply --remote``)."""
+    where = f"node {place['node_id']} dir {place['directory_id'] or place['log_dir']}"
+    return f"remote tier via {where}" if place.get("tier") == "remote" else where
 
 
 def covers(place: Mapping[str, Any], replica: Mapping[str, Any]) -> bool:

@@ -21,7 +21,7 @@ import json
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -59,6 +59,7 @@ from compactor.log.layout import (
     read_topic_id,
     recover_partitions,
 )
+from compactor.maintenance import erase_remote
 from compactor.maintenance.erase_report import ErasureReport, dry_run_words
 from compactor.maintenance.options import MaintenanceOptions, load_catalog, state_store
 from compactor.maintenance.report import CHANGED, ErasureOutcome, RunStatus, lease_loss
@@ -206,9 +207,11 @@ class _Remote:
     errors: dict[int, dict[str, Any]] = field(default_factory=dict)
     #: live directory -> why its remote segments are out of reach here (not covered)
     not_covered: dict[str, str] = field(default_factory=dict)
+    #: remote directory id -> its remote segments (any state), by start offset
+    listed: dict[int, list[tier.RemoteSegment]] = field(default_factory=dict)
 
 
-def _remote_tier(dirs: dict[int, _Dir], parts: Mapping[int, PartitionLog], catalog: Catalog,
+def _remote_tier(dirs: dict[int, _Dir], live: Collection[int], catalog: Catalog,
                  log_dir: str) -> _Remote:
     """The remote tier of the tiered topics' partitions read here (KIP-405): when the broker's
     ``server.properties`` turn its remote tier on, one ``remote:<partition>`` directory is
@@ -217,12 +220,13 @@ def _remote_tier(dirs: dict[int, _Dir], parts: Mapping[int, PartitionLog], catal
     (:func:`compactor.remote.tier.list_segments`), read through the broker's
     RemoteStorageManager. A partition whose metadata lives on another broker, or any when the
     tier's helper is not built, is not covered (``verified_local_only``, as without the
-    settings); metadata that cannot be read leaves its requests unverified."""
+    settings); metadata that cannot be read leaves its requests unverified. ``live``: the
+    ids of the live directories whose partitions may be read."""
     out = _Remote()
     if catalog.server_properties is None or not tier.enabled(
             read_properties(catalog.server_properties)):
         return out
-    tiered = {i: d for i, d in dirs.items() if d.kind == LIVE and i in parts
+    tiered = {i: d for i, d in dirs.items() if d.kind == LIVE and i in live
               and (cfg := catalog.configs.get(d.tp.topic)) is not None
               and cfg.remote_storage_enable}
     if not tiered:
@@ -259,8 +263,9 @@ def _remote_tier(dirs: dict[int, _Dir], parts: Mapping[int, PartitionLog], catal
             del dirs[remote_dir[name]]
             out.not_covered[name] = listing.unknown[name]
             continue
+        out.listed[remote_dir[name]] = [x for x in listing.segments if x.partition_name == name]
         segments[remote_dir[name]] = [(x.segment_id, x.start_offset, x.end_offset)
-                                      for x in listing.segments if x.partition_name == name]
+                                      for x in out.listed[remote_dir[name]]]
     out.scan = spark_stages.RemoteScan(helper, catalog.server_properties, log_dir, segments)
     return out
 
@@ -517,6 +522,150 @@ def apply(spark: SparkSession | None, opts: MaintenanceOptions, state_dir: str, 
         result.unpersist()
 
 
+def apply_remote(spark: SparkSession | None, opts: MaintenanceOptions, state_dir: str,
+                 bootstrap: str, *, master: str | None = None) -> ErasureReport:
+    """The remote step of an apply (KIP-405), while the cluster runs: erase every request
+    not yet applied to the remote tier whose metadata this log dir holds (the place
+    ``remote tier via`` this log dir) from the remote segments of its tiered topics. The
+    segments are listed and scanned as a verify reads them; each one that holds a subject is
+    replaced by an erased copy through the cluster's RLMM at ``bootstrap`` and the broker's
+    RSM (:func:`compactor.maintenance.erase_remote.erase_remote_segment`), after the
+    replacements an earlier run left interrupted are settled. The log dir is only read (no
+    lock: its broker runs); its local segments are ``erase apply``'s, with the broker stopped.
+    """
+    report = _start("apply", opts, state_dir)
+    log_dir, now_ms, run_id = opts.log_dir, opts.now_ms, report.run_id
+    catalog = _catalog(opts)
+    if catalog.server_properties is None or not tier.enabled(
+            read_properties(catalog.server_properties)):
+        raise ConfigError("`erase apply --remote` needs the broker's server.properties with "
+                          f"{tier.SYSTEM_ENABLE}=true (--server-properties)")
+    helper = spark_delta.folder("tier")
+    props = catalog.server_properties
+    report.remote_resolved = [r.line() for r in erase_remote.resolve_interrupted(
+        helper, props, log_dir, bootstrap, state_dir)]
+    if any(r.get("error") for r in report.remote_resolved):
+        report.status = RunStatus.PARTIAL
+    if not ledger.has_requests(state_dir, APPLICABLE):
+        return report
+    started = int(time.time() * 1000)
+    place = {**catalog.place(log_dir), "tier": REMOTE}
+    here = place_key(place)
+    pending = ledger.pending_summary(state_dir, APPLICABLE, not_applied_at=here)
+    if pending.count == 0:
+        return report
+    session = _session(spark, master, state_dir)
+    copies = [c for c in open_log_dir(log_dir).copies_of(_covered(pending.topics))
+              if c.kind == LIVE]
+    dirs = {i: _Dir(c.tp, c.kind, c.name, storage.join(log_dir, c.name))
+            for i, c in enumerate(copies)}
+    refused = _refused(dirs, catalog)
+    remote = _remote_tier(dirs, set(dirs) - set(refused), catalog, log_dir)
+    errors = {**remote.errors}
+    requests = spark_ledger.requests_frame(session(0), state_dir, APPLICABLE,
+                                           version=pending.version, not_applied_at=here)
+    found = (_scan(session(), {}, dirs, requests, pending, opts.writer, remote.scan)
+             if remote.scan is not None else _Scan())
+    errors.update(found.errors)
+    plan = _plan_erasure(session, dirs, {}, found, catalog.configs)
+    lines: dict[int, dict[str, Any]] = {}
+    for i, d in dirs.items():
+        if d.kind != REMOTE and i not in refused:
+            continue  # a live directory: the local apply's
+        line: dict[str, Any] = {**d.line(), "segments_scanned": found.segments.get(i, 0),
+                                "records_scanned": found.records.get(i, 0),
+                                "records_matched": len({m.offset
+                                                        for m in found.matches.get(i, [])})}
+        rewritten: list[erase_remote.RemoteRewrite] = []
+        if i in refused:
+            line.update(status=ErasureOutcome.BLOCKED, error=refused[i])
+        elif i in errors:
+            line.update(status=ErasureOutcome.CORRUPT, error=errors[i])
+        elif opts.dry_run:
+            line["status"] = (ErasureOutcome.WOULD_REWRITE if plan.segments(i)
+                              else ErasureOutcome.UNCHANGED)
+        else:
+            rewritten, failure = _rewrite_remote(helper, props, log_dir, bootstrap, state_dir,
+                                                 remote.listed[i], plan, i,
+                                                 catalog.configs[d.tp.topic])
+            line["status"] = (ErasureOutcome.FAILED if failure else ErasureOutcome.REWRITTEN
+                              if rewritten else ErasureOutcome.UNCHANGED)
+            if failure:
+                line["error"] = failure
+        line.update(segments_rewritten=len(rewritten),
+                    records_erased=sum(r.records_in - r.records_out for r in rewritten),
+                    remote_segments_rewritten=[
+                        {"segment_id": r.segment_id, "new_segment_id": r.new_segment_id,
+                         "start_offset": r.start_offset, "end_offset": r.end_offset}
+                        for r in rewritten])
+        lines[i] = line
+    for name, why in remote.not_covered.items():
+        d = next(x for x in dirs.values() if x.name == name)
+        lines[len(dirs) + len(lines)] = {**d.line(), "dir": f"{REMOTE}:{name}", "copy": REMOTE,
+                                         "status": ErasureOutcome.SKIPPED,
+                                         "remote_not_covered": why}
+    report.partitions = list(lines.values())
+    ctx = ApplyContext(
+        run_id=run_id, now_ms=now_ms, place=place, key=here, unknown_topics={},
+        dirs=[DirState(d.name, d.tp.topic, d.kind, ErasureOutcome(lines[i]["status"]).is_problem)
+              for i, d in dirs.items() if i in lines],
+        matched=_matched(found, plan, dirs))
+    result = spark_stages.request_outcomes(session(), requests, functools.partial(
+        outcomes.applied_update, ctx=ctx), ctx.individual)
+    try:
+        counts, shown = _outcome_report(result, APPLY_REPORTED)
+        report.requests = [_apply_entry(r) for r in shown]
+        report.requests_by_outcome = counts
+        failed = any(line.get("error") for line in lines.values())
+        report.status = RunStatus.of(failed=counts.get(RequestStatus.FAILED, 0) > 0,
+                                     partial=failed or report.status == RunStatus.PARTIAL
+                                     or counts.get(outcomes.BLOCKED, 0) > 0)
+        if opts.dry_run:
+            dry_run_words(report.requests)
+            return report
+        report.record_moved(*_record(state_dir, "apply", run_id, log_dir, now_ms, started,
+                                     lines, result, session(), APPLIED_COLUMNS))
+        return report
+    finally:
+        result.unpersist()
+
+
+def _rewrite_remote(helper: str, props: str, log_dir: str, bootstrap: str, state_dir: str,
+                    listed: Sequence[tier.RemoteSegment], plan: _Plan, i: int,
+                    config: TopicConfig) -> tuple[list[erase_remote.RemoteRewrite],
+                                                  dict[str, Any] | None]:
+    """The remote segments of one partition that hold erased records, each replaced by its
+    erased copy in turn; the first that cannot be is the directory's failure (the ones
+    before it stand). A topic with ``retention.bytes`` refuses a segment Kafka would count
+    twice while both copies are finished (:func:`compactor.remote.tier.counted_twice`): its
+    size-based retention could delete the oldest remote segment early."""
+    served = {x.start_offset: x for x in listed if x.state == tier.SERVED}
+    done: list[erase_remote.RemoteRewrite] = []
+    for base in sorted(plan.segments(i)):
+        segment = served.get(base)
+        try:
+            if segment is None:
+                raise RemoteTierError("the remote segment holding the subject is not served "
+                                      "(its copy or deletion is under way): run again later",
+                                      base_offset=base)
+            if config.retention_bytes >= 0 and tier.counted_twice(segment, listed):
+                raise RemoteTierError(
+                    f"remote segment {segment.segment_id} is the last of a leader epoch, and "
+                    f"the topic has retention.bytes={config.retention_bytes}: while its erased "
+                    "copy and it are both finished, Kafka's size-based retention counts both "
+                    "(RLMExpirationTask.buildRetentionSizeData) and could delete the oldest "
+                    "remote segment early", base_offset=base,
+                    remedy="raise the topic's retention.bytes by the segment's size (or set "
+                           "-1) while the erasure runs, then restore it; or run again once a "
+                           "later segment of the epoch is in the remote tier")
+            done.append(erase_remote.erase_remote_segment(
+                helper, props, log_dir, bootstrap, segment, plan.erased.get(i, {}).get(base, {}),
+                config, state_dir=state_dir, tombstones=plan.tombstones.get(i, {}).get(base)))
+        except CompactorError as err:
+            return done, err.to_dict()
+    return done, None
+
+
 #: the ledger columns an apply and a verify set (``compactor.schemas.spark.REQUEST_OUTCOME``)
 APPLIED_COLUMNS = ("status", "run_id", "records_erased", "superseded_by_erased",
                    "partitions_rewritten", "segments_rewritten", "applied_at_ms",
@@ -637,7 +786,7 @@ def verify(spark: SparkSession | None, opts: MaintenanceOptions, state_dir: str,
         dirs, parts, errors = _load(log_dir, _covered(pending.topics), recover=True)
         refused = _refused(dirs, catalog)
         parts = {i: p for i, p in parts.items() if i not in refused}
-        remote = _remote_tier(dirs, parts, catalog, log_dir)
+        remote = _remote_tier(dirs, set(parts), catalog, log_dir)
         errors.update(remote.errors)
         requests = spark_ledger.requests_frame(session(spark_stages.input_bytes(parts)), state_dir,
                                          VERIFIABLE, version=pending.version)
@@ -756,10 +905,14 @@ def verify_exit_code(state_dir: str, reports: Sequence[ErasureReport]) -> int:
 
 
 def perform(action: str, opts: MaintenanceOptions, state_dir: str, *, master: str | None,
-            exclude_pending_deletes: bool = False) -> ErasureReport:
+            exclude_pending_deletes: bool = False,
+            remote_bootstrap: str | None = None) -> ErasureReport:
     """``erase apply`` or ``erase verify`` (``action``) of the log dir ``opts`` names (made by
     :func:`compactor.maintenance.options.build_options`), in a Spark session on ``master``
-    when there is something to scan."""
+    when there is something to scan; with ``remote_bootstrap``, an apply's remote step
+    (:func:`apply_remote`)."""
+    if action == "apply" and remote_bootstrap is not None:
+        return apply_remote(None, opts, state_dir, remote_bootstrap, master=master)
     if action == "apply":
         return apply(None, opts, state_dir, master=master,
                      exclude_pending_deletes=exclude_pending_deletes)

@@ -34,6 +34,9 @@ class ErasureReport:
     requests_by_outcome: dict[str, int] | None = None
     changed_during_run: dict[str, Any] | None = None
     ledger_error: dict[str, Any] | None = None
+    #: ``erase apply --remote``: the remote replacements an earlier run left interrupted,
+    #: settled first (``finished`` or ``undone``, or the error that keeps one for later)
+    remote_resolved: list[dict[str, Any]] | None = None
     status: RunStatus = RunStatus.OK
 
     @property
@@ -53,7 +56,8 @@ class ErasureReport:
             "requests": self.requests}
         if self.dry_run is not None:
             out["dry_run"] = self.dry_run
-        for key in ("requests_by_outcome", "changed_during_run", "ledger_error"):
+        for key in ("requests_by_outcome", "changed_during_run", "ledger_error",
+                    "remote_resolved"):
             if getattr(self, key) is not None:
                 out[key] = getattr(self, key)
         out["status"] = self.status

@@ -15,11 +15,15 @@
  *       RemoteLogManager.createRemoteStorageManager / configureRSM do) into FILE, and its
  *       transaction index beside it (FILE's name with .txnindex for .log) when it has
  *       aborted transactions; one JSON line per segment (bytes written, or the error).
- *   replace --server-properties P --log-dir D --bootstrap HOST:PORT --segment ID --dir F
- *       the served segment ID replaced by its erased copy in F (see replace()).
+ *   replace --server-properties P --log-dir D --bootstrap HOST:PORT --segment ID --new-id NEW --dir F
+ *       the served segment ID replaced by its erased copy in F under the id NEW (see replace()).
+ *   resolve --server-properties P --log-dir D --bootstrap HOST:PORT --segment ID --new-id NEW
+ *           --partition TOPIC_ID:TOPIC:N
+ *       a replacement of ID by NEW that a crash interrupted, finished or undone (see resolve()).
  *
  * Exit 0 when every step worked, 2 on bad arguments, 3 when the metadata cannot be read, 4
- * when a fetch failed (the other segments' lines are still written).
+ * when a fetch (the other segments' lines are still written), a replacement or a resolution
+ * failed (the steps done are written).
  */
 
 import java.io.File;
@@ -69,6 +73,7 @@ import org.apache.kafka.server.log.remote.storage.RemoteLogMetadata;
 import org.apache.kafka.server.log.remote.storage.RemoteLogSegmentMetadata;
 import org.apache.kafka.server.log.remote.storage.RemoteLogSegmentMetadataUpdate;
 import org.apache.kafka.server.log.remote.storage.RemotePartitionDeleteMetadata;
+import org.apache.kafka.server.log.remote.storage.RemoteResourceNotFoundException;
 import org.apache.kafka.server.log.remote.storage.RemoteStorageManager;
 
 public final class RemoteTier {
@@ -116,6 +121,9 @@ public final class RemoteTier {
         }
         if (args[0].equals("replace")) {
             System.exit(replace(props, opts, segments, out));
+        }
+        if (args[0].equals("resolve")) {
+            System.exit(resolve(props, opts, segments, out));
         }
         if (!args[0].equals("fetch")) {
             System.err.println("unknown command " + args[0]);
@@ -174,23 +182,29 @@ public final class RemoteTier {
                        Map<String, RemoteLogSegmentMetadata> segments, PrintStream out) throws Exception {
         String oldId = opts.get("segment").get(0);
         File dir = new File(opts.get("dir").get(0));
-        RemoteLogSegmentMetadata old = segments.get(oldId);
-        if (old == null || old.state() != RemoteLogSegmentState.COPY_SEGMENT_FINISHED) {
-            out.println("{\"error\": " + quote("segment " + oldId + " is not a served remote segment") + "}");
+        RemoteLogSegmentMetadata listed = segments.get(oldId);
+        if (listed == null) {
+            out.println("{\"error\": " + quote("the remote log metadata names no segment " + oldId) + "}");
             return 3;
         }
-        int brokerId = Integer.parseInt(props.getProperty("node.id", props.getProperty("broker.id", "-1")).trim());
+        int brokerId = brokerId(props);
         RemoteStorageManager rsm = storageManager(props);
         RemoteLogMetadataManager rlmm = metadataManager(props, opts.get("bootstrap").get(0), brokerId, dir);
         try {
-            TopicIdPartition tp = old.topicIdPartition();
-            rlmm.onPartitionLeadershipChanges(Set.of(tp), Set.of());
-            long deadline = System.currentTimeMillis() + 120_000;
-            while (!rlmm.isReady(tp)) {
-                if (System.currentTimeMillis() > deadline) {
-                    throw new IllegalStateException("the RLMM did not catch up with " + tp);
-                }
-                Thread.sleep(100);
+            TopicIdPartition tp = listed.topicIdPartition();
+            Map<String, RemoteLogSegmentMetadata> live = live(rlmm, tp);
+            // the cluster's word, not the log dir's copy of it: the broker's expiration task
+            // may have retired the segment since (RLMExpirationTask)
+            RemoteLogSegmentMetadata old = live.get(oldId);
+            if (old == null || old.state() != RemoteLogSegmentState.COPY_SEGMENT_FINISHED) {
+                out.println("{\"error\": " + quote("segment " + oldId + " is no longer served ("
+                    + (old == null ? "deleted" : old.state().name()) + " in the cluster's remote log metadata)") + "}");
+                return 4;
+            }
+            RemoteLogSegmentId newId = new RemoteLogSegmentId(tp, Uuid.fromString(opts.get("new-id").get(0)));
+            if (live.containsKey(newId.id().toString())) {
+                out.println("{\"error\": " + quote("segment id " + newId.id() + " is taken") + "}");
+                return 4;
             }
             Path snapshot = dir.toPath().resolve("segment.snapshot");
             try (InputStream in = rsm.fetchIndex(old, RemoteStorageManager.IndexType.PRODUCER_SNAPSHOT)) {
@@ -208,27 +222,17 @@ public final class RemoteTier {
             LogSegmentData data = new LogSegmentData(log.toPath(), dir.toPath().resolve("segment.index"),
                 dir.toPath().resolve("segment.timeindex"),
                 txnEmpty ? Optional.empty() : Optional.of(txn.toPath()), snapshot, ByteBuffer.wrap(epochs));
-            RemoteLogSegmentId newId = RemoteLogSegmentId.generateNew(tp);
             RemoteLogSegmentMetadata copy = new RemoteLogSegmentMetadata(newId, old.startOffset(),
                 old.endOffset(), old.maxTimestampMs(), brokerId, System.currentTimeMillis(),
                 (int) log.length(), old.segmentLeaderEpochs(), txnEmpty);
             rlmm.addRemoteLogSegmentMetadata(copy).get();
-            out.println(step("copy_started", oldId, newId));
+            done(out, "copy_started", oldId, newId);
             Optional<RemoteLogSegmentMetadata.CustomMetadata> custom = rsm.copyLogSegmentData(copy, data);
-            out.println(step("copied", oldId, newId));
+            done(out, "copied", oldId, newId);
             rlmm.updateRemoteLogSegmentMetadata(new RemoteLogSegmentMetadataUpdate(newId,
                 System.currentTimeMillis(), custom, RemoteLogSegmentState.COPY_SEGMENT_FINISHED, brokerId)).get();
-            out.println(step("copy_finished", oldId, newId));
-            rlmm.updateRemoteLogSegmentMetadata(new RemoteLogSegmentMetadataUpdate(old.remoteLogSegmentId(),
-                System.currentTimeMillis(), old.customMetadata(), RemoteLogSegmentState.DELETE_SEGMENT_STARTED,
-                brokerId)).get();
-            out.println(step("delete_started", oldId, newId));
-            rsm.deleteLogSegmentData(old);
-            out.println(step("deleted", oldId, newId));
-            rlmm.updateRemoteLogSegmentMetadata(new RemoteLogSegmentMetadataUpdate(old.remoteLogSegmentId(),
-                System.currentTimeMillis(), old.customMetadata(), RemoteLogSegmentState.DELETE_SEGMENT_FINISHED,
-                brokerId)).get();
-            out.println(step("delete_finished", oldId, newId));
+            done(out, "copy_finished", oldId, newId);
+            retire(rlmm, rsm, old, brokerId, out, "", oldId, newId);
             return 0;
         } catch (Exception e) {
             out.println("{\"error\": " + quote(e.toString()) + "}");
@@ -236,6 +240,108 @@ public final class RemoteTier {
         } finally {
             rlmm.close();
             rsm.close();
+        }
+    }
+
+    /**
+     * Settle a replacement a crash interrupted (--segment OLD --new-id NEW), by the cluster's
+     * remote log metadata now: a copy not yet finished is retired (undone: the old segment was
+     * served all along), a finished copy has the old segment retired (finished: the copy is
+     * what the broker serves). One JSON line: what was found and done.
+     */
+    static int resolve(Properties props, Map<String, List<String>> opts,
+                       Map<String, RemoteLogSegmentMetadata> segments, PrintStream out) throws Exception {
+        String oldId = opts.get("segment").get(0);
+        String newIdText = opts.get("new-id").get(0);
+        String[] parts = opts.get("partition").get(0).split(":", 3);
+        TopicIdPartition tp = new TopicIdPartition(Uuid.fromString(parts[0]), Integer.parseInt(parts[2]), parts[1]);
+        int brokerId = brokerId(props);
+        RemoteStorageManager rsm = storageManager(props);
+        File dir = Files.createTempDirectory("kafka-compactor-rlmm-").toFile();
+        RemoteLogMetadataManager rlmm = metadataManager(props, opts.get("bootstrap").get(0), brokerId, dir);
+        try {
+            Map<String, RemoteLogSegmentMetadata> live = live(rlmm, tp);
+            RemoteLogSegmentMetadata old = live.get(oldId);
+            RemoteLogSegmentMetadata copy = live.get(newIdText);
+            RemoteLogSegmentId newId = new RemoteLogSegmentId(tp, Uuid.fromString(newIdText));
+            String found = "{\"old_state\": " + (old == null ? "null" : quote(old.state().name()))
+                + ", \"new_state\": " + (copy == null ? "null" : quote(copy.state().name())) + "}";
+            out.println(found);
+            if (copy != null && copy.state() == RemoteLogSegmentState.COPY_SEGMENT_FINISHED) {
+                if (old != null) {
+                    retire(rlmm, rsm, old, brokerId, out, "", oldId, newId);
+                }
+                done(out, "finished", oldId, newId);
+            } else {
+                if (copy != null) {
+                    retire(rlmm, rsm, copy, brokerId, out, "undo_", oldId, newId);
+                }
+                done(out, "undone", oldId, newId);
+            }
+            return 0;
+        } catch (Exception e) {
+            out.println("{\"error\": " + quote(e.toString()) + "}");
+            return 4;
+        } finally {
+            rlmm.close();
+            rsm.close();
+        }
+    }
+
+    /**
+     * Retire a segment as RemoteLogManager.deleteRemoteLogSegment does (DELETE_SEGMENT_STARTED,
+     * deleteLogSegmentData, DELETE_SEGMENT_FINISHED); each step is idempotent, as the
+     * state machine allows a self transition (RemoteLogSegmentState.isValidTransition), so a
+     * retirement the broker's expiration task began too ends the same.
+     */
+    static void retire(RemoteLogMetadataManager rlmm, RemoteStorageManager rsm, RemoteLogSegmentMetadata m,
+                       int brokerId, PrintStream out, String prefix, String oldId, RemoteLogSegmentId newId)
+            throws Exception {
+        rlmm.updateRemoteLogSegmentMetadata(new RemoteLogSegmentMetadataUpdate(m.remoteLogSegmentId(),
+            System.currentTimeMillis(), m.customMetadata(), RemoteLogSegmentState.DELETE_SEGMENT_STARTED,
+            brokerId)).get();
+        done(out, prefix + "delete_started", oldId, newId);
+        try {
+            rsm.deleteLogSegmentData(m);
+        } catch (RemoteResourceNotFoundException gone) {
+            // deleted already (by a run a crash stopped after this step, or by the broker)
+        }
+        done(out, prefix + "deleted", oldId, newId);
+        rlmm.updateRemoteLogSegmentMetadata(new RemoteLogSegmentMetadataUpdate(m.remoteLogSegmentId(),
+            System.currentTimeMillis(), m.customMetadata(), RemoteLogSegmentState.DELETE_SEGMENT_FINISHED,
+            brokerId)).get();
+        done(out, prefix + "delete_finished", oldId, newId);
+    }
+
+    /** Segment id -> metadata of a partition as the cluster's RLMM has it once caught up. */
+    static Map<String, RemoteLogSegmentMetadata> live(RemoteLogMetadataManager rlmm, TopicIdPartition tp)
+            throws Exception {
+        rlmm.onPartitionLeadershipChanges(Set.of(tp), Set.of());
+        long deadline = System.currentTimeMillis() + 120_000;
+        while (!rlmm.isReady(tp)) {
+            if (System.currentTimeMillis() > deadline) {
+                throw new IllegalStateException("the RLMM did not catch up with " + tp);
+            }
+            Thread.sleep(100);
+        }
+        Map<String, RemoteLogSegmentMetadata> out = new LinkedHashMap<>();
+        rlmm.listRemoteLogSegments(tp).forEachRemaining(m -> out.put(m.remoteLogSegmentId().id().toString(), m));
+        return out;
+    }
+
+    static int brokerId(Properties props) {
+        return Integer.parseInt(props.getProperty("node.id", props.getProperty("broker.id", "-1")).trim());
+    }
+
+    /**
+     * A step done: its line; then, for the crash tests only, the process dies at once (no
+     * cleanup, as a kill -9) when KAFKA_COMPACTOR_TIER_HALT_AFTER names this step.
+     */
+    static void done(PrintStream out, String name, String oldId, RemoteLogSegmentId newId) {
+        out.println(step(name, oldId, newId));
+        if (name.equals(System.getenv("KAFKA_COMPACTOR_TIER_HALT_AFTER"))) {
+            out.flush();
+            Runtime.getRuntime().halt(137);
         }
     }
 
@@ -271,7 +377,7 @@ public final class RemoteTier {
             config.remoteStorageManagerClassName(), config.remoteStorageManagerClassPath(),
             ClassLoaderAwareRemoteStorageManager::new);
         Map<String, Object> rsmProps = new HashMap<>(config.remoteStorageManagerProps());
-        rsmProps.put("broker.id", Integer.valueOf(props.getProperty("node.id", props.getProperty("broker.id", "-1")).trim()));
+        rsmProps.put("broker.id", brokerId(props));
         rsm.configure(rsmProps);
         return rsm;
     }

@@ -21,6 +21,7 @@ call names that folder, ``helper``: ``compactor.spark.delta.folder("tier")``):
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import shutil
@@ -180,23 +181,71 @@ def fetch_segments(helper: str, server_properties: str, log_dir: str,
     return out
 
 
+def new_segment_id() -> str:
+    """A fresh remote segment id, as Kafka's ``Uuid.randomUuid`` makes one: 16 random bytes
+    in URL-safe base64 without padding, never starting with ``-`` (Kafka rejects those as
+    command-line arguments) and never Kafka's reserved zero id."""
+    while True:
+        text = base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
+        if not text.startswith("-") and text != "AAAAAAAAAAAAAAAAAAAAAA":
+            return text
+
+
 def replace_segment(helper: str, server_properties: str, log_dir: str, bootstrap: str,
-                    segment_id: str, folder: str) -> list[dict[str, Any]]:
+                    segment_id: str, new_segment_id: str, folder: str) -> list[dict[str, Any]]:
     """Replace a served remote segment by its erased copy in ``folder`` (``segment.log``,
     ``segment.index``, ``segment.timeindex``, ``segment.txnindex`` when it has one) through
-    the cluster's RLMM (reached at ``bootstrap``) and the broker's RSM: the copy under a new
-    segment id, then the old one retired (``RemoteTier.java``'s ``replace`` says the order and
-    why it keeps one whole segment served at every step). Returns the steps done.
+    the cluster's RLMM (reached at ``bootstrap``) and the broker's RSM: the copy under
+    ``new_segment_id``, then the old one retired (``RemoteTier.java``'s ``replace`` says the
+    order and why it keeps one whole segment served at every step). Returns the steps done.
 
     Raises:
-        RemoteTierError: a step failed (the steps done before it are in the message).
+        RemoteTierError: a step failed (the steps done before it are in the message), or the
+            segment is no longer served in the cluster's remote log metadata.
     """
     lines = _run(helper, "replace", server_properties, log_dir, "--bootstrap", bootstrap,
-                 "--segment", segment_id, "--dir", folder)
-    steps = [x for x in lines if "step" in x]
+                 "--segment", segment_id, "--new-id", new_segment_id, "--dir", folder)
+    return _steps(lines, f"the replacement of remote segment {segment_id}")
+
+
+def resolve_replacement(helper: str, server_properties: str, log_dir: str, bootstrap: str,
+                        segment: RemoteSegment, new_segment_id: str) -> list[dict[str, Any]]:
+    """Settle the replacement of ``segment`` by ``new_segment_id`` that a crash interrupted,
+    by the cluster's remote log metadata now: a copy not yet finished is retired (the last
+    step ``undone``), a finished one has the old segment retired (``finished``). Returns the
+    steps done.
+
+    Raises:
+        RemoteTierError: the cluster could not be reached or a step failed.
+    """
+    lines = _run(helper, "resolve", server_properties, log_dir, "--bootstrap", bootstrap,
+                 "--segment", segment.segment_id, "--new-id", new_segment_id, "--partition",
+                 f"{segment.topic_id}:{segment.topic}:{segment.partition}")
+    return _steps(lines, f"the interrupted replacement of remote segment {segment.segment_id}")
+
+
+def _steps(lines: Sequence[Mapping[str, Any]], what: str) -> list[dict[str, Any]]:
+    steps = [dict(x) for x in lines if "step" in x]
     failed = next((x["error"] for x in lines if "error" in x), None)
-    if failed is not None:
+    if failed is not None or not steps:
         done = ", ".join(x["step"] for x in steps) or "none"
-        raise RemoteTierError(f"the replacement of remote segment {segment_id} failed: "
-                              f"{failed} (steps done: {done})")
+        raise RemoteTierError(f"{what} failed: {failed or 'the helper ended without a word'} "
+                              f"(steps done: {done})")
     return steps
+
+
+def counted_twice(segment: RemoteSegment, listed: Sequence[RemoteSegment]) -> bool:
+    """Whether, while an erased copy of ``segment`` and ``segment`` itself are both
+    ``COPY_SEGMENT_FINISHED`` (between the copy's last event and the old one's first delete
+    event), Kafka counts both in a topic's remote size: when ``segment`` is the last
+    finished segment of one of its leader epochs. ``RemoteLogLeaderEpochState.
+    handleSegmentWithCopySegmentFinishedState`` then moves the old id to the epoch's
+    unreferenced ids, which ``listRemoteLogSegments(partition, epoch)`` returns, and
+    ``RLMExpirationTask.buildRetentionSizeData`` adds every finished segment it lists (a
+    segment in the middle of an epoch is simply replaced in the epoch's offset map and not
+    listed). ``listed``: the partition's remote segments."""
+    later = [x for x in listed if x.state == SERVED and x.start_offset > segment.end_offset]
+    for epoch in segment.leader_epochs:
+        if not any(epoch in x.leader_epochs for x in later):
+            return True
+    return False

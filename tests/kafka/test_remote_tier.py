@@ -7,15 +7,19 @@ keeps only its active segment on disk; everything before it is served from remot
 reads the remote segments through the broker's own plugin (:mod:`compactor.remote.tier`), and
 ``erase verify`` reads them too: a subject found there fails the request with the remote
 segment named; a subject nowhere is ``verified`` (before the remote tier was read, both were
-``verified_local_only``). One remote segment is replaced by its erased copy through the
-cluster's RLMM and the broker's RSM while the broker serves the topic
-(:func:`compactor.maintenance.erase_remote.erase_remote_segment`): Kafka then serves every
-other record at its offset, before and after a restart, and the old segment is gone."""
+``verified_local_only``). Remote segments are replaced by their erased copies through the
+cluster's RLMM and the broker's RSM while the broker serves the topic: a replacement killed
+after each of its steps leaves the old or the new segment served, whole, and the next run
+finishes or undoes it; then ``erase apply --remote`` erases the subject from every remote
+segment, and Kafka serves every other record at its offset, before and after a restart, the
+old segments gone from the RSM's storage; the broker stopped, ``erase apply`` erases the local
+copy and ``erase verify`` proves the subject gone from both tiers."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
 from pathlib import Path
 
@@ -28,9 +32,9 @@ from kafka.record.memory_records import MemoryRecords
 from compactor.cli import main as cli_main
 from compactor.codec.segment import iter_batches
 from compactor.config import TopicConfig
-from compactor.errors import EXIT_REQUESTS_FAILED
+from compactor.errors import EXIT_REQUESTS_FAILED, RemoteTierError
 from compactor.log.layout import read_topic_id
-from compactor.maintenance.erase_remote import erase_remote_segment
+from compactor.maintenance.erase_remote import JOURNAL, erase_remote_segment, resolve_interrupted
 from compactor.remote import tier
 from compactor.spark import delta
 from tests.helpers import init_ledger
@@ -140,17 +144,30 @@ def _records(data: bytes) -> list[tuple[int, bytes | None, bytes | None]]:
     return out
 
 
-def test_the_remote_tier_is_read_through_the_brokers_own_plugin_and_verified(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+#: each step a replacement is killed after (the helper halts, as a kill -9), on its own
+#: segment, and what the next run then does with it
+FAULTS = {"copy_started": "undone", "copied": "undone", "copy_finished": "finished",
+          "delete_started": "finished", "deleted": "finished"}
+
+
+def _stored(remote: Path) -> set[str]:
+    return {p.name for p in remote.rglob("*.log")}
+
+
+def test_the_remote_tier_is_read_verified_and_erased_through_the_brokers_own_plugin(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
     remote = tmp_path / "remote"
     remote.mkdir()
+    state = tmp_path / "state"
+    init_ledger(str(state))
     with running(tmp_path / "broker", extra=_tiered_broker(remote)) as broker:
         asyncio.run(_produce(broker.bootstrap))
         partition = broker.log_dir / f"{TIERED}-0"
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:  # until only the active segment is local
             if (len(list(partition.glob("*.log"))) == 1
-                    and len(list(remote.rglob("*.log"))) >= 5):
+                    and len(list(remote.rglob("*.log"))) >= 6):
                 break
             time.sleep(0.5)
         (active,) = partition.glob("*.log")
@@ -168,7 +185,7 @@ def test_the_remote_tier_is_read_through_the_brokers_own_plugin_and_verified(
                                      {f"{TIERED}-0": (topic_id, TIERED, 0)})
         assert listing.unknown == {}
         segments = listing.segments
-        assert len(segments) >= 5
+        assert len(segments) >= len(FAULTS)
         assert {s.state for s in segments} == {tier.SERVED}
         assert segments[0].start_offset == 0
         assert all(a.end_offset + 1 == b.start_offset
@@ -183,55 +200,108 @@ def test_the_remote_tier_is_read_through_the_brokers_own_plugin_and_verified(
         subject = {o for o, k, _ in records if k == SUBJECT.encode()}
         assert len(subject) == 7  # six bursts and the transaction
 
-        # one remote segment replaced by its erased copy, while the broker serves the topic
-        target = segments[1]
-        data = (tmp_path / target.segment_id).read_bytes()
-        erased = {b.position: {r.offset for r in b.compiled_records() if r.offset in subject}
-                  for b in iter_batches(data) if not b.is_control}
-        erased = {p: o for p, o in erased.items() if o}
-        gone = set().union(*erased.values())
-        assert gone
-        rewrite = erase_remote_segment(helper, props, log_dir, broker.bootstrap, target, erased,
-                                       TopicConfig())
-        assert [s["step"] for s in rewrite.steps] == [
-            "copy_started", "copied", "copy_finished", "delete_started", "deleted",
-            "delete_finished"]
-        assert rewrite.records_in - rewrite.records_out == len(gone)
-        # Kafka serves every other record at its offset; the old segment is gone from the RSM
-        assert asyncio.run(_served(broker.bootstrap, local_start)) == [
-            r for r in served if r[0] not in gone]
-        stored = {p.name for p in remote.rglob("*.log")}
-        assert not any(target.segment_id in n for n in stored)
-        assert any(rewrite.new_segment_id in n for n in stored)
-        assert [x for x in broker.log_lines() if "ERROR" in x] == []  # not even that race
-        # and after a restart, its remote index cache and metadata reloaded
+        # a replacement killed after each step: old or new served, whole; the next run
+        # finishes or undoes it by the cluster's remote log metadata
+        gone: set[int] = set()
+        for (step, expected), target in zip(FAULTS.items(), segments, strict=False):
+            data = (tmp_path / target.segment_id).read_bytes()
+            erased = {b.position: {r.offset for r in b.compiled_records() if r.offset in subject}
+                      for b in iter_batches(data) if not b.is_control}
+            erased = {p: o for p, o in erased.items() if o}
+            mine = set().union(*erased.values())
+            assert mine, step
+            monkeypatch.setenv("KAFKA_COMPACTOR_TIER_HALT_AFTER", step)
+            with pytest.raises(RemoteTierError):
+                erase_remote_segment(helper, props, log_dir, broker.bootstrap, target, erased,
+                                     TopicConfig(), state_dir=str(state))
+            monkeypatch.delenv("KAFKA_COMPACTOR_TIER_HALT_AFTER")
+            now = asyncio.run(_served(broker.bootstrap, local_start))
+            old = [r for r in served if r[0] not in gone]
+            new = [r for r in old if r[0] not in mine]
+            assert now == (new if expected == "finished" else old), step
+            (resolved,) = resolve_interrupted(helper, props, log_dir, broker.bootstrap,
+                                              str(state))
+            assert (resolved.segment_id, resolved.outcome) == (target.segment_id, expected)
+            assert os.listdir(state / JOURNAL) == []
+            if expected == "finished":
+                gone |= mine
+            assert asyncio.run(_served(broker.bootstrap, local_start)) == [
+                r for r in served if r[0] not in gone], step
+            stored = _stored(remote)
+            assert any(target.segment_id in n for n in stored) == (expected == "undone"), step
+            assert any(resolved.new_segment_id in n for n in stored) == (
+                expected == "finished"), step
+        assert 0 < len(gone) < len(subject)
+
+        # the broker stopped: the local copies erased, and a verify finds the subject in the
+        # remote segments that still hold it (the undone replacements): failed, each named
+        for key in (SUBJECT, ABSENT):
+            assert cli_main(["erase", "request", "--state-dir", str(state), "--topic", TIERED,
+                             "--key", key, "--json", "--reason", "art. 17"]) == 0
         broker.stop()
+        assert cli_main(["erase", "apply", log_dir, "--state-dir", str(state),
+                         "--server-properties", props, "--json"]) == 0
+        capsys.readouterr()
+        assert cli_main(["erase", "verify", log_dir, "--state-dir", str(state),
+                         "--server-properties", props, "--json"]) == EXIT_REQUESTS_FAILED
+        report = json.loads(capsys.readouterr().out.splitlines()[-1])
+        (line,) = [p for p in report["partitions"] if p["dir"] == f"remote:{TIERED}-0"]
+        assert line["copy"] == "remote" and line["status"] == "residual", line
+        assert line["segments_scanned"] == len(segments)
+        assert line["records_scanned"] == len(records) - len(gone)
+        (failed,) = [r for r in report["requests"] if r["status"] == "failed"]
+        assert {x["offset"] for x in failed["residual"]} == subject - gone
+        assert cli_main(["erase", "retry", failed["request_id"], "--state-dir", str(state),
+                         "--reason", "the remote step"]) == 0
+
+        # restarted (its remote index cache and metadata reloaded): the replacements stand
         broker.start()
         assert asyncio.run(_served(broker.bootstrap, local_start)) == [
             r for r in served if r[0] not in gone]
         assert _errors(broker.log_lines()) == []
-    records = [r for r in records if r[0] not in gone]
 
-    # erasure: the subject is in the remote tier (and maybe local), the other one nowhere
-    state = tmp_path / "state"
-    init_ledger(str(state))
-    for key in (SUBJECT, ABSENT):
-        assert cli_main(["erase", "request", "--state-dir", str(state), "--topic", TIERED,
-                         "--key", key, "--json", "--reason", "art. 17"]) == 0
+        # erase apply --remote, the cluster running: every remote segment still holding the
+        # subject replaced by its erased copy, named in the report with its new id
+        before = _stored(remote)
+        capsys.readouterr()
+        assert cli_main(["erase", "apply", log_dir, "--remote", "--bootstrap-server",
+                         broker.bootstrap, "--state-dir", str(state),
+                         "--server-properties", props, "--json"]) == 0
+        report = json.loads(capsys.readouterr().out.splitlines()[-1])
+        (line,) = report["partitions"]
+        assert line["dir"] == f"remote:{TIERED}-0" and line["status"] == "rewritten", line
+        replaced = line["remote_segments_rewritten"]
+        assert line["records_erased"] == len(subject - gone)
+        assert {r["segment_id"] for r in replaced} == {
+            s.segment_id for s in segments if any(s.start_offset <= o <= s.end_offset
+                                                  for o in subject - gone)}
+        # Kafka serves every other record at its offset; the old segments are gone
+        assert asyncio.run(_served(broker.bootstrap, local_start)) == [
+            r for r in served if r[0] not in subject]
+        stored = _stored(remote)
+        assert not any(r["segment_id"] in n for n in stored for r in replaced)
+        assert all(any(r["new_segment_id"] in n for n in stored) for r in replaced)
+        assert len(stored) == len(before)
+        # a second apply --remote has nothing left to do: every request is applied there
+        assert cli_main(["erase", "apply", log_dir, "--remote", "--bootstrap-server",
+                         broker.bootstrap, "--state-dir", str(state),
+                         "--server-properties", props, "--json"]) == 0
+        assert json.loads(capsys.readouterr().out.splitlines()[-1])["partitions"] == []
+        broker.stop()
+        broker.start()
+        assert asyncio.run(_served(broker.bootstrap, local_start)) == [
+            r for r in served if r[0] not in subject]
+        assert _errors(broker.log_lines()) == []
+
+    # the broker stopped: the retried request applied here again, and both tiers proven clean
+    records = [r for r in records if r[0] not in subject]
     assert cli_main(["erase", "apply", log_dir, "--state-dir", str(state),
                      "--server-properties", props, "--json"]) == 0
     capsys.readouterr()
     assert cli_main(["erase", "verify", log_dir, "--state-dir", str(state),
-                     "--server-properties", props, "--json"]) == EXIT_REQUESTS_FAILED
+                     "--server-properties", props, "--json"]) == 0
     report = json.loads(capsys.readouterr().out.splitlines()[-1])
     (line,) = [p for p in report["partitions"] if p["dir"] == f"remote:{TIERED}-0"]
-    assert line["copy"] == "remote" and line["status"] == "residual", line
-    assert line["segments_scanned"] == len(segments)
+    assert line["copy"] == "remote" and line["status"] == "clean", line
     assert line["records_scanned"] == len(records)
-    by_status = {r["status"] for r in report["requests"]}
-    assert by_status == {"verified", "failed"}, report["requests"]
-    (failed,) = [r for r in report["requests"] if r["status"] == "failed"]
-    found = {x["offset"] for x in failed["residual"] if x["dir"] == f"remote:{TIERED}-0"}
-    assert found == subject - gone
-    (clean,) = [r for r in report["requests"] if r["status"] == "verified"]
-    assert "tiered_topics" not in clean and clean["verified_segments_scanned"] >= len(segments)
+    assert {r["status"] for r in report["requests"]} == {"verified"}, report["requests"]
