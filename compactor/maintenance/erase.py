@@ -814,6 +814,11 @@ def verify(spark: SparkSession | None, opts: MaintenanceOptions, state_dir: str,
             line["error"] = errors[i]
         if d.name in remote.not_covered:
             line["remote_not_covered"] = remote.not_covered[d.name]
+        if i in remote.listed:  # the proof names every remote segment it read
+            line["remote_segments"] = [{"segment_id": x.segment_id,
+                                        "start_offset": x.start_offset,
+                                        "end_offset": x.end_offset, "state": x.state}
+                                       for x in remote.listed[i]]
         lines[i] = line
     scanned_remote = {d.name for i, d in dirs.items() if d.kind == REMOTE and i not in errors}
     ctx = VerifyContext(

@@ -7,7 +7,9 @@ broker's dirs. For each broker of the plan, in order:
 1. ``check``: through the admin API (:mod:`compactor.cluster.admin`), every broker of the plan
    is registered and no partition is under-replicated, so stopping this one never takes a
    second copy of anything down (a broker's replicas are followers elsewhere while it is
-   down: its leaders move, as in any rolling restart);
+   down: its leaders move, as in any rolling restart); with ``erase`` and a broker whose
+   remote tier is on (KIP-405), the remote step of the erasure while it still runs
+   (``erase apply --remote``: the cluster publishes the replaced segments' metadata);
 2. ``stop``: the user's command (systemd, kubectl, a script), then wait until every one of its
    log dirs' ``.lock`` is free (the broker process is gone);
 3. ``recover`` each log dir, ``run`` (compaction and retention per topic policy; configs from
@@ -36,6 +38,8 @@ from typing import Any
 from compactor.cluster import admin
 from compactor.errors import EXIT_OK, ClusterNotReadyError, ConfigError, LogDirLockedError
 from compactor.log import storage
+from compactor.log.layout import read_properties
+from compactor.remote import tier
 
 
 @dataclass(frozen=True, slots=True)
@@ -299,6 +303,9 @@ def _roll_one(plan: Plan, line: _Broker, dirs: Sequence[str], clock: Sequence[st
     line.step("check", started, "ok", f"{len(state.partitions)} partitions fully replicated",
               partitions=len(state.partitions))
     if dry_run:  # what the roll would run, in order
+        for args in _online(plan, broker, dirs, clock):
+            line.step(_step_name(args), time.monotonic(), "would_run",
+                      command=" ".join(["compactor", *args]))
         line.step("stop", time.monotonic(), "would_run", command=_shown(broker.stop))
         for args in _maintenance(plan, broker, dirs, clock):
             line.step(_step_name(args), time.monotonic(), "would_run",
@@ -307,6 +314,8 @@ def _roll_one(plan: Plan, line: _Broker, dirs: Sequence[str], clock: Sequence[st
         for s in line.steps[1:]:
             announce(f"{broker.name}: {s['step']}: would run: {s['command']}")
         return
+    for args in _online(plan, broker, dirs, clock):
+        _compactor_step(plan, line, args)
     try:
         started = line.begin("stop", _shown(broker.stop))
         code, output = _run_command(broker.stop, plan.stop_timeout_s)
@@ -391,8 +400,22 @@ def _maintenance(plan: Plan, broker: Broker, dirs: Sequence[str],
     return out
 
 
+def _online(plan: Plan, broker: Broker, dirs: Sequence[str],
+            clock: Sequence[str]) -> list[list[str]]:
+    """The commands run while the broker still serves: with ``erase``, when its
+    ``server.properties`` turn its remote tier on, the remote step of the erasure."""
+    if not plan.erase or not tier.enabled(read_properties(broker.server_properties)):
+        return []
+    state = ["--state-dir", plan.state_dir] if plan.state_dir else []
+    return [["erase", "apply", *dirs, "--remote", "--bootstrap-server", plan.bootstrap_servers,
+             "--server-properties", broker.server_properties, *state, *clock,
+             *plan.extra_args]]
+
+
 def _step_name(args: Sequence[str]) -> str:
-    return "_".join(args[:2]) if args[0] == "erase" else args[0]
+    if args[0] != "erase":
+        return args[0]
+    return "_".join(args[:2]) + ("_remote" if "--remote" in args else "")
 
 
 def _compactor_step(plan: Plan, line: _Broker, args: list[str]) -> None:

@@ -37,7 +37,7 @@ from compactor.log.layout import read_topic_id
 from compactor.maintenance.erase_remote import JOURNAL, erase_remote_segment, resolve_interrupted
 from compactor.remote import tier
 from compactor.spark import delta
-from tests.helpers import init_ledger
+from tests.helpers import check_report, init_ledger
 from tests.kafka.broker import kafka_libs, running
 
 pytestmark = [pytest.mark.kafka_broker, pytest.mark.slow]
@@ -244,7 +244,7 @@ def test_the_remote_tier_is_read_verified_and_erased_through_the_brokers_own_plu
         capsys.readouterr()
         assert cli_main(["erase", "verify", log_dir, "--state-dir", str(state),
                          "--server-properties", props, "--json"]) == EXIT_REQUESTS_FAILED
-        report = json.loads(capsys.readouterr().out.splitlines()[-1])
+        report = check_report(json.loads(capsys.readouterr().out.splitlines()[-1]))
         (line,) = [p for p in report["partitions"] if p["dir"] == f"remote:{TIERED}-0"]
         assert line["copy"] == "remote" and line["status"] == "residual", line
         assert line["segments_scanned"] == len(segments)
@@ -267,7 +267,7 @@ def test_the_remote_tier_is_read_verified_and_erased_through_the_brokers_own_plu
         assert cli_main(["erase", "apply", log_dir, "--remote", "--bootstrap-server",
                          broker.bootstrap, "--state-dir", str(state),
                          "--server-properties", props, "--json"]) == 0
-        report = json.loads(capsys.readouterr().out.splitlines()[-1])
+        report = check_report(json.loads(capsys.readouterr().out.splitlines()[-1]))
         (line,) = report["partitions"]
         assert line["dir"] == f"remote:{TIERED}-0" and line["status"] == "rewritten", line
         replaced = line["remote_segments_rewritten"]
@@ -286,7 +286,8 @@ def test_the_remote_tier_is_read_verified_and_erased_through_the_brokers_own_plu
         assert cli_main(["erase", "apply", log_dir, "--remote", "--bootstrap-server",
                          broker.bootstrap, "--state-dir", str(state),
                          "--server-properties", props, "--json"]) == 0
-        assert json.loads(capsys.readouterr().out.splitlines()[-1])["partitions"] == []
+        report = check_report(json.loads(capsys.readouterr().out.splitlines()[-1]))
+        assert report["partitions"] == []
         broker.stop()
         broker.start()
         assert asyncio.run(_served(broker.bootstrap, local_start)) == [
@@ -300,8 +301,13 @@ def test_the_remote_tier_is_read_verified_and_erased_through_the_brokers_own_plu
     capsys.readouterr()
     assert cli_main(["erase", "verify", log_dir, "--state-dir", str(state),
                      "--server-properties", props, "--json"]) == 0
-    report = json.loads(capsys.readouterr().out.splitlines()[-1])
+    report = check_report(json.loads(capsys.readouterr().out.splitlines()[-1]))
     (line,) = [p for p in report["partitions"] if p["dir"] == f"remote:{TIERED}-0"]
     assert line["copy"] == "remote" and line["status"] == "clean", line
     assert line["records_scanned"] == len(records)
+    # the proof names every remote segment it read: the copies, none of the replaced ones
+    now_ids = {x["segment_id"] for x in line["remote_segments"]}
+    assert len(now_ids) == len(segments)
+    assert not now_ids & {s.segment_id for s in segments if any(
+        s.start_offset <= o <= s.end_offset for o in subject)}
     assert {r["status"] for r in report["requests"]} == {"verified"}, report["requests"]

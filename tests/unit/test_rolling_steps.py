@@ -47,3 +47,32 @@ def test_a_missing_plan_is_a_configuration_error(tmp_path: Path,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
     assert cli_main(["rolling", "--config", str(tmp_path / "nope.yaml")]) == EXIT_CONFIG
     assert "no rolling plan at" in capsys.readouterr().err
+
+
+def test_an_erasing_roll_erases_a_tiered_brokers_remote_tier_before_stopping_it(
+        tmp_path: Path) -> None:
+    """The remote step needs the cluster (its RLMM publishes through it), so it runs before the
+    stop, only for a broker whose ``server.properties`` turn its remote tier on; the local
+    steps run on the stopped broker as before, and a roll without ``erase`` has none."""
+    plain, tiered = tmp_path / "plain.properties", tmp_path / "tiered.properties"
+    plain.write_text("log.dirs=/logs\n")
+    tiered.write_text("log.dirs=/logs\nremote.log.storage.system.enable=true\n")
+
+    def plan(props: Path, erase: bool) -> tuple[rolling.Plan, rolling.Broker]:
+        broker = rolling.Broker(name="b1", node_id=1, server_properties=str(props),
+                                stop="true", start="true")
+        return rolling.Plan(source="plan.yaml", bootstrap_servers="k1:9092,k2:9092",
+                            brokers=(broker,), state_dir="/state", erase=erase), broker
+
+    p, b = plan(tiered, True)
+    (online,) = rolling._online(p, b, ["/logs"], ["--now-ms", "5"])
+    assert online == ["erase", "apply", "/logs", "--remote", "--bootstrap-server",
+                      "k1:9092,k2:9092", "--server-properties", str(tiered), "--state-dir",
+                      "/state", "--now-ms", "5"]
+    assert rolling._step_name(online) == "erase_apply_remote"
+    offline = rolling._maintenance(p, b, ["/logs"], [])
+    assert [rolling._step_name(a) for a in offline] == [
+        "recover", "run", "erase_apply", "erase_verify"]
+    assert not any("--remote" in a for a in offline)
+    assert rolling._online(*plan(plain, True), ["/logs"], []) == []
+    assert rolling._online(*plan(tiered, False), ["/logs"], []) == []
