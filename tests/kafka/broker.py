@@ -56,6 +56,24 @@ def java(*args: str, version: str = KAFKA_VERSION, log_config: Path | None = Non
     return proc
 
 
+def tiered_properties(remote: Path) -> dict[str, str]:
+    """A broker's remote tier (KIP-405): Kafka's own ``LocalTieredStorage`` RSM (the
+    kafka-storage test jar ``make kafka`` fetches beside the broker's libs) over ``remote``,
+    the default topic-based RLMM with one metadata partition, tasks every half second."""
+    return {
+        "remote.log.storage.system.enable": "true",
+        "remote.log.storage.manager.class.name":
+            "org.apache.kafka.server.log.remote.storage.LocalTieredStorage",
+        "remote.log.storage.manager.class.path": f"{kafka_libs().parent / 'rsm'}/*",
+        "rsm.config.dir": str(remote),
+        "remote.log.metadata.manager.listener.name": "PLAINTEXT",
+        "rlmm.config.remote.log.metadata.topic.replication.factor": "1",
+        "rlmm.config.remote.log.metadata.topic.num.partitions": "1",
+        "remote.log.manager.task.interval.ms": "500",
+        "log.retention.check.interval.ms": "500",
+    }
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

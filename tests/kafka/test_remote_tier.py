@@ -38,30 +38,13 @@ from compactor.maintenance.erase_remote import JOURNAL, erase_remote_segment, re
 from compactor.remote import tier
 from compactor.spark import delta
 from tests.helpers import check_report, init_ledger
-from tests.kafka.broker import kafka_libs, running
+from tests.kafka.broker import running, tiered_properties
 
 pytestmark = [pytest.mark.kafka_broker, pytest.mark.slow]
 
 TIERED = "tiered"
 KEYS = [f"user-{i:03d}".encode() for i in range(20)]
 SUBJECT, ABSENT = "user-007", "user-999"
-
-
-def _tiered_broker(remote: Path) -> dict[str, str]:
-    """The broker's remote tier: Kafka's LocalTieredStorage over ``remote``, tasks every
-    half second, one metadata partition (the RLMM's default is 50)."""
-    return {
-        "remote.log.storage.system.enable": "true",
-        "remote.log.storage.manager.class.name":
-            "org.apache.kafka.server.log.remote.storage.LocalTieredStorage",
-        "remote.log.storage.manager.class.path": f"{kafka_libs().parent / 'rsm'}/*",
-        "rsm.config.dir": str(remote),
-        "remote.log.metadata.manager.listener.name": "PLAINTEXT",
-        "rlmm.config.remote.log.metadata.topic.replication.factor": "1",
-        "rlmm.config.remote.log.metadata.topic.num.partitions": "1",
-        "remote.log.manager.task.interval.ms": "500",
-        "log.retention.check.interval.ms": "500",
-    }
 
 
 async def _produce(bootstrap: str) -> None:
@@ -161,7 +144,7 @@ def test_the_remote_tier_is_read_verified_and_erased_through_the_brokers_own_plu
     remote.mkdir()
     state = tmp_path / "state"
     init_ledger(str(state))
-    with running(tmp_path / "broker", extra=_tiered_broker(remote)) as broker:
+    with running(tmp_path / "broker", extra=tiered_properties(remote)) as broker:
         asyncio.run(_produce(broker.bootstrap))
         partition = broker.log_dir / f"{TIERED}-0"
         deadline = time.monotonic() + 120
