@@ -14,7 +14,7 @@ KAFKA_VERSION ?= 4.1.2
 export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYSPARK_PYTHON ?= $(abspath $(BIN)/python)
 
-.PHONY: venv jars jars-s3a kernels browser kafka demo test test-fast bench bench-compact bench-kafka bench-erase dist image clean
+.PHONY: venv jars jars-s3a kernels browser kafka demo test test-fast bench bench-compact bench-kafka bench-erase bench-remote dist image clean
 
 venv: $(STAMP)
 
@@ -140,6 +140,10 @@ bench-kafka: kernels kafka
 # An erase apply against 1 M pending subjects beside a compaction round (several minutes).
 bench-erase: kernels
 	$(BIN)/python bench/erase.py
+
+# Erasure in a real broker's remote tier (KIP-405) beside Kafka's own consumer reading it.
+bench-remote: kernels kafka
+	$(BIN)/python bench/remote_tier.py
 
 clean:
 	rm -rf $(VENV) $(DEMO_DIR) $(DEMO_STATE) $(DEMO_PROPS) .pytest_cache .hypothesis

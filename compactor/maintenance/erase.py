@@ -529,7 +529,7 @@ def apply_remote(spark: SparkSession | None, opts: MaintenanceOptions, state_dir
     ``remote tier via`` this log dir) from the remote segments of its tiered topics. The
     segments are listed and scanned as a verify reads them; each one that holds a subject is
     replaced by an erased copy through the cluster's RLMM at ``bootstrap`` and the broker's
-    RSM (:func:`compactor.maintenance.erase_remote.erase_remote_segment`), after the
+    RSM (:func:`compactor.maintenance.erase_remote.erase_remote_segments`), after the
     replacements an earlier run left interrupted are settled. The log dir is only read (no
     lock: its broker runs); its local segments are ``erase apply``'s, with the broker stopped.
     """
@@ -568,6 +568,10 @@ def apply_remote(spark: SparkSession | None, opts: MaintenanceOptions, state_dir
              if remote.scan is not None else _Scan())
     errors.update(found.errors)
     plan = _plan_erasure(session, dirs, {}, found, catalog.configs)
+    replaced = {} if opts.dry_run else _rewrite_remote(
+        helper, props, log_dir, bootstrap, state_dir, remote, plan,
+        [i for i in remote.listed if i not in errors and plan.segments(i)], dirs,
+        catalog.configs)
     lines: dict[int, dict[str, Any]] = {}
     for i, d in dirs.items():
         if d.kind != REMOTE and i not in refused:
@@ -576,7 +580,7 @@ def apply_remote(spark: SparkSession | None, opts: MaintenanceOptions, state_dir
                                 "records_scanned": found.records.get(i, 0),
                                 "records_matched": len({m.offset
                                                         for m in found.matches.get(i, [])})}
-        rewritten: list[erase_remote.RemoteRewrite] = []
+        rewritten, failure = replaced.get(i, ([], None))
         if i in refused:
             line.update(status=ErasureOutcome.BLOCKED, error=refused[i])
         elif i in errors:
@@ -585,9 +589,6 @@ def apply_remote(spark: SparkSession | None, opts: MaintenanceOptions, state_dir
             line["status"] = (ErasureOutcome.WOULD_REWRITE if plan.segments(i)
                               else ErasureOutcome.UNCHANGED)
         else:
-            rewritten, failure = _rewrite_remote(helper, props, log_dir, bootstrap, state_dir,
-                                                 remote.listed[i], plan, i,
-                                                 catalog.configs[d.tp.topic])
             line["status"] = (ErasureOutcome.FAILED if failure else ErasureOutcome.REWRITTEN
                               if rewritten else ErasureOutcome.UNCHANGED)
             if failure:
@@ -631,25 +632,30 @@ def apply_remote(spark: SparkSession | None, opts: MaintenanceOptions, state_dir
 
 
 def _rewrite_remote(helper: str, props: str, log_dir: str, bootstrap: str, state_dir: str,
-                    listed: Sequence[tier.RemoteSegment], plan: _Plan, i: int,
-                    config: TopicConfig) -> tuple[list[erase_remote.RemoteRewrite],
-                                                  dict[str, Any] | None]:
-    """The remote segments of one partition that hold erased records, each replaced by its
-    erased copy in turn; the first that cannot be is the directory's failure (the ones
-    before it stand). A topic with ``retention.bytes`` refuses a segment Kafka would count
-    twice while both copies are finished (:func:`compactor.remote.tier.counted_twice`): its
-    size-based retention could delete the oldest remote segment early."""
-    served = {x.start_offset: x for x in listed if x.state == tier.SERVED}
-    done: list[erase_remote.RemoteRewrite] = []
-    for base in sorted(plan.segments(i)):
-        segment = served.get(base)
-        try:
+                    remote: _Remote, plan: _Plan, ids: Collection[int], dirs: Mapping[int, _Dir],
+                    configs: Mapping[str, TopicConfig]
+                    ) -> dict[int, tuple[list[erase_remote.RemoteRewrite], dict[str, Any] | None]]:
+    """The remote segments of the directories ``ids`` that hold erased records, replaced by
+    their erased copies (one helper for them all): per directory, the replacements and the
+    first failure (the others stand). A topic with ``retention.bytes`` refuses a segment
+    Kafka would count twice while both copies are finished
+    (:func:`compactor.remote.tier.counted_twice`): its size-based retention could delete the
+    oldest remote segment early."""
+    out: dict[int, tuple[list[erase_remote.RemoteRewrite], dict[str, Any] | None]] = {
+        i: ([], None) for i in ids}
+    targets: list[tuple[int, erase_remote.RemoteTarget]] = []
+    for i in ids:
+        listed = remote.listed[i]
+        served = {x.start_offset: x for x in listed if x.state == tier.SERVED}
+        config = configs[dirs[i].tp.topic]
+        for base in sorted(plan.segments(i)):
+            segment = served.get(base)
             if segment is None:
-                raise RemoteTierError("the remote segment holding the subject is not served "
+                err = RemoteTierError("the remote segment holding the subject is not served "
                                       "(its copy or deletion is under way): run again later",
                                       base_offset=base)
-            if config.retention_bytes >= 0 and tier.counted_twice(segment, listed):
-                raise RemoteTierError(
+            elif config.retention_bytes >= 0 and tier.counted_twice(segment, listed):
+                err = RemoteTierError(
                     f"remote segment {segment.segment_id} is the last of a leader epoch, and "
                     f"the topic has retention.bytes={config.retention_bytes}: while its erased "
                     "copy and it are both finished, Kafka's size-based retention counts both "
@@ -658,12 +664,25 @@ def _rewrite_remote(helper: str, props: str, log_dir: str, bootstrap: str, state
                     remedy="raise the topic's retention.bytes by the segment's size (or set "
                            "-1) while the erasure runs, then restore it; or run again once a "
                            "later segment of the epoch is in the remote tier")
-            done.append(erase_remote.erase_remote_segment(
-                helper, props, log_dir, bootstrap, segment, plan.erased.get(i, {}).get(base, {}),
-                config, state_dir=state_dir, tombstones=plan.tombstones.get(i, {}).get(base)))
-        except CompactorError as err:
-            return done, err.to_dict()
-    return done, None
+            else:
+                targets.append((i, erase_remote.RemoteTarget(
+                    segment, plan.erased.get(i, {}).get(base, {}), config,
+                    plan.tombstones.get(i, {}).get(base))))
+                continue
+            if out[i][1] is None:
+                out[i] = (out[i][0], err.to_dict())
+    try:
+        results = erase_remote.erase_remote_segments(
+            helper, props, log_dir, bootstrap, [t for _, t in targets], state_dir=state_dir)
+    except RemoteTierError as err:
+        results = [err] * len(targets)
+    for (i, _), result in zip(targets, results, strict=True):
+        if isinstance(result, RemoteTierError):
+            if out[i][1] is None:
+                out[i] = (out[i][0], result.to_dict())
+        else:
+            out[i][0].append(result)
+    return out
 
 
 #: the ledger columns an apply and a verify set (``compactor.schemas.spark.REQUEST_OUTCOME``)

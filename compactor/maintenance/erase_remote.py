@@ -23,7 +23,7 @@ along), a finished copy has the old segment retired.
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,60 +57,101 @@ class RemoteRewrite:
     steps: tuple[dict[str, Any], ...]
 
 
-def erase_remote_segment(helper: str, server_properties: str, log_dir: str, bootstrap: str,
-                         segment: tier.RemoteSegment, erased: Mapping[int, Collection[int]],
-                         config: TopicConfig, *, state_dir: str,
-                         tombstones: Mapping[int, Collection[int]] | None = None
-                         ) -> RemoteRewrite:
-    """Replace ``segment`` by a copy without the ``erased`` records (batch position ->
-    offsets; ``tombstones``: records left as bare tombstones, as ``--leave-tombstone``),
-    journaled in ``state_dir``.
+@dataclass(frozen=True, slots=True)
+class RemoteTarget:
+    """A remote segment to replace by a copy without the ``erased`` records (batch position ->
+    offsets; ``tombstones``: records left as bare tombstones, as ``--leave-tombstone``)."""
+
+    segment: tier.RemoteSegment
+    erased: Mapping[int, Collection[int]]
+    config: TopicConfig
+    tombstones: Mapping[int, Collection[int]] | None = None
+
+
+def erase_remote_segments(helper: str, server_properties: str, log_dir: str, bootstrap: str,
+                          targets: Sequence[RemoteTarget], *, state_dir: str
+                          ) -> list[RemoteRewrite | RemoteTierError]:
+    """Replace each target's segment by its erased copy, journaled in ``state_dir``: the
+    segments fetched through the RSM in one helper, rebuilt here, then replaced in one more
+    (one RLMM for all). Returns, per target, the replacement or why it did not end (before
+    ``copy_finished`` the old segment is still the one served; the journal entry of one that
+    began stays for :func:`resolve_interrupted`).
 
     Raises:
-        RemoteTierError: the segment could not be fetched, rebuilt or replaced (the steps done
-            are named; before ``copy_finished`` the old segment is still the one served); the
-            journal entry stays for :func:`resolve_interrupted`.
+        RemoteTierError: the helper could not run or was killed (every entry stays).
     """
+    out: dict[str, RemoteRewrite | RemoteTierError] = {}
     with storage.temporary_dir("kafka-compactor-remote-") as folder:
-        pdir = storage.join(folder, segment.partition_name)
-        storage.make_dirs(pdir)
-        log = segment_path(pdir, segment.start_offset)
-        why = tier.fetch_segments(helper, server_properties, log_dir,
-                                  [(segment.segment_id, log)]).get(segment.segment_id)
-        if why is not None:
-            raise RemoteTierError(f"remote segment {segment.segment_id} could not be fetched: "
-                                  f"{why}", base_offset=segment.start_offset)
-        part = load_partition(pdir)
-        headers = [batch_header(b, segment.start_offset)
-                   for b in iter_batches(storage.read_bytes(log), path=log)]
-        keep = {p for _, p in keep_when_emptied(headers, segment.end_offset + 1)}
-        message = write_erased_segment(pdir, part.segments[0], erased, keep, config,
-                                       tombstones=tombstones)
-        if message.error is not None:
-            raise RemoteTierError(f"the erased copy of remote segment {segment.segment_id} "
-                                  f"could not be written: {message.error.get('message')}",
-                                  base_offset=segment.start_offset)
-        copy = storage.join(folder, "copy")
-        storage.make_dirs(copy)
-        for suffix in SEGMENT_SUFFIXES:
-            cleaned = segment_path(pdir, segment.start_offset, suffix + CLEANED_SUFFIX)
-            if storage.exists(cleaned):
-                storage.rename(cleaned, storage.join(copy, f"segment{suffix}"))
-        new_id = tier.new_segment_id()
-        entry = _journal_path(state_dir, segment.segment_id)
-        storage.make_dirs(storage.join(state_dir, JOURNAL))
-        storage.write_atomic(entry, json.dumps({
-            "segment_id": segment.segment_id, "new_segment_id": new_id,
-            "topic": segment.topic, "topic_id": segment.topic_id,
-            "partition": segment.partition, "start_offset": segment.start_offset,
-            "end_offset": segment.end_offset}, sort_keys=True).encode())
-        steps = tier.replace_segment(helper, server_properties, log_dir, bootstrap,
-                                     segment.segment_id, new_id, copy)
-        storage.remove(entry)
-    return RemoteRewrite(segment_id=segment.segment_id, new_segment_id=new_id,
-                         start_offset=segment.start_offset, end_offset=segment.end_offset,
-                         records_in=message.records_in, records_out=message.records_out,
-                         steps=tuple(steps))
+        logs = {}
+        for t in targets:
+            pdir = storage.join(folder, t.segment.segment_id, t.segment.partition_name)
+            storage.make_dirs(pdir)
+            logs[t.segment.segment_id] = segment_path(pdir, t.segment.start_offset)
+        fetched = tier.fetch_segments(helper, server_properties, log_dir, list(logs.items()))
+        built: dict[str, tuple[str, str, Any]] = {}  # segment id -> (new id, copy dir, message)
+        for t in targets:
+            seg = t.segment
+            try:
+                why = fetched.get(seg.segment_id)
+                if why is not None:
+                    raise RemoteTierError(f"remote segment {seg.segment_id} could not be "
+                                          f"fetched: {why}", base_offset=seg.start_offset)
+                copy, message = _rebuild(logs[seg.segment_id], t)
+            except RemoteTierError as err:
+                out[seg.segment_id] = err
+                continue
+            built[seg.segment_id] = (tier.new_segment_id(), copy, message)
+            storage.make_dirs(storage.join(state_dir, JOURNAL))
+            storage.write_atomic(_journal_path(state_dir, seg.segment_id), json.dumps({
+                "segment_id": seg.segment_id, "new_segment_id": built[seg.segment_id][0],
+                "topic": seg.topic, "topic_id": seg.topic_id, "partition": seg.partition,
+                "start_offset": seg.start_offset, "end_offset": seg.end_offset},
+                sort_keys=True).encode())
+        done = tier.replace_segments(helper, server_properties, log_dir, bootstrap,
+                                     [(old, new, copy) for old, (new, copy, _) in built.items()])
+        for t in targets:
+            seg = t.segment
+            if seg.segment_id not in built:
+                continue
+            new_id, _, message = built[seg.segment_id]
+            steps, error = done[seg.segment_id]
+            if error is not None:
+                out[seg.segment_id] = RemoteTierError(
+                    f"the replacement of remote segment {seg.segment_id} failed: {error} "
+                    f"(steps done: {', '.join(x['step'] for x in steps) or 'none'})",
+                    base_offset=seg.start_offset)
+                continue
+            storage.remove(_journal_path(state_dir, seg.segment_id))
+            out[seg.segment_id] = RemoteRewrite(
+                segment_id=seg.segment_id, new_segment_id=new_id,
+                start_offset=seg.start_offset, end_offset=seg.end_offset,
+                records_in=message.records_in, records_out=message.records_out,
+                steps=tuple(steps))
+    return [out[t.segment.segment_id] for t in targets]
+
+
+def _rebuild(log: str, target: RemoteTarget) -> tuple[str, Any]:
+    """The erased copy of the fetched segment ``log``, its files named ``segment<suffix>`` in
+    a folder of their own (returned, with the writer's message)."""
+    seg = target.segment
+    pdir = storage.dirname(log)
+    part = load_partition(pdir)
+    headers = [batch_header(b, seg.start_offset)
+               for b in iter_batches(storage.read_bytes(log), path=log)]
+    keep = {p for _, p in keep_when_emptied(headers, seg.end_offset + 1)}
+    message = write_erased_segment(pdir, part.segments[0], target.erased, keep, target.config,
+                                   tombstones=target.tombstones)
+    if message.error is not None:
+        raise RemoteTierError(f"the erased copy of remote segment {seg.segment_id} could not "
+                              f"be written: {message.error.get('message')}",
+                              base_offset=seg.start_offset)
+    copy = storage.join(storage.dirname(pdir), "copy")
+    storage.make_dirs(copy)
+    for suffix in SEGMENT_SUFFIXES:
+        cleaned = segment_path(pdir, seg.start_offset, suffix + CLEANED_SUFFIX)
+        if storage.exists(cleaned):
+            storage.rename(cleaned, storage.join(copy, f"segment{suffix}"))
+    return copy, message
 
 
 def _journal_path(state_dir: str, segment_id: str) -> str:

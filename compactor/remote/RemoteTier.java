@@ -15,8 +15,10 @@
  *       RemoteLogManager.createRemoteStorageManager / configureRSM do) into FILE, and its
  *       transaction index beside it (FILE's name with .txnindex for .log) when it has
  *       aborted transactions; one JSON line per segment (bytes written, or the error).
- *   replace --server-properties P --log-dir D --bootstrap HOST:PORT --segment ID --new-id NEW --dir F
- *       the served segment ID replaced by its erased copy in F under the id NEW (see replace()).
+ *   replace --server-properties P --log-dir D --bootstrap HOST:PORT --replace ID=NEW=F [...]
+ *       each served segment ID replaced by its erased copy in folder F under the id NEW, one
+ *       after the other with one RLMM (see replace()); one JSON line per step, or the error
+ *       of a segment (the others are still replaced).
  *   resolve --server-properties P --log-dir D --bootstrap HOST:PORT --segment ID --new-id NEW
  *           --partition TOPIC_ID:TOPIC:N
  *       a replacement of ID by NEW that a crash interrupted, finished or undone (see resolve()).
@@ -166,8 +168,9 @@ public final class RemoteTier {
     }
 
     /**
-     * Replace one remote segment by its erased copy (the files in --dir: segment.log,
-     * segment.index, segment.timeindex, segment.txnindex when it has one), through the
+     * Replace remote segments by their erased copies (each --replace OLD=NEW=DIR: the files
+     * segment.log, segment.index, segment.timeindex, segment.txnindex when it has one, in DIR),
+     * one after the other with one RLMM caught up once a partition, through the
      * cluster's RLMM (--bootstrap) and the broker's RSM, in the order that keeps one whole
      * segment served at every step: the copy under a new segment id with the old one's start
      * and end offsets, leader epochs and max timestamp (COPY_SEGMENT_STARTED, copyLogSegmentData,
@@ -176,71 +179,85 @@ public final class RemoteTier {
      * (DELETE_SEGMENT_STARTED, whose offset mapping is removed only if it still names the old id,
      * deleteLogSegmentData, DELETE_SEGMENT_FINISHED). The producer snapshot and the leader
      * epoch checkpoint are the old segment's, fetched through the RSM (the offsets and the
-     * producers' last batches stay). One JSON line per step done.
+     * producers' last batches stay). One JSON line per step done; a segment that fails has
+     * its error line and the next one is replaced still.
      */
     static int replace(Properties props, Map<String, List<String>> opts,
                        Map<String, RemoteLogSegmentMetadata> segments, PrintStream out) throws Exception {
-        String oldId = opts.get("segment").get(0);
-        File dir = new File(opts.get("dir").get(0));
-        RemoteLogSegmentMetadata listed = segments.get(oldId);
-        if (listed == null) {
-            out.println("{\"error\": " + quote("the remote log metadata names no segment " + oldId) + "}");
-            return 3;
-        }
         int brokerId = brokerId(props);
         RemoteStorageManager rsm = storageManager(props);
-        RemoteLogMetadataManager rlmm = metadataManager(props, opts.get("bootstrap").get(0), brokerId, dir);
+        File rlmmDir = Files.createTempDirectory("kafka-compactor-rlmm-").toFile();
+        RemoteLogMetadataManager rlmm = metadataManager(props, opts.get("bootstrap").get(0), brokerId, rlmmDir);
+        boolean failed = false;
         try {
-            TopicIdPartition tp = listed.topicIdPartition();
-            Map<String, RemoteLogSegmentMetadata> live = live(rlmm, tp);
-            // the cluster's word, not the log dir's copy of it: the broker's expiration task
-            // may have retired the segment since (RLMExpirationTask)
-            RemoteLogSegmentMetadata old = live.get(oldId);
-            if (old == null || old.state() != RemoteLogSegmentState.COPY_SEGMENT_FINISHED) {
-                out.println("{\"error\": " + quote("segment " + oldId + " is no longer served ("
-                    + (old == null ? "deleted" : old.state().name()) + " in the cluster's remote log metadata)") + "}");
-                return 4;
+            Map<TopicIdPartition, Map<String, RemoteLogSegmentMetadata>> live = new HashMap<>();
+            for (String triple : opts.getOrDefault("replace", List.of())) {
+                String[] parts = triple.split("=", 3);
+                String oldId = parts[0];
+                try {
+                    RemoteLogSegmentMetadata listed = segments.get(oldId);
+                    if (listed == null) {
+                        throw new IllegalStateException("the remote log metadata names no segment " + oldId);
+                    }
+                    TopicIdPartition tp = listed.topicIdPartition();
+                    if (!live.containsKey(tp)) {
+                        live.put(tp, live(rlmm, tp));
+                    }
+                    replaceOne(rsm, rlmm, live.get(tp).get(oldId), oldId,
+                        new RemoteLogSegmentId(tp, Uuid.fromString(parts[1])), live.get(tp),
+                        new File(parts[2]), brokerId, out);
+                } catch (Exception e) {
+                    out.println("{\"segment_id\": " + quote(oldId) + ", \"error\": " + quote(e.toString()) + "}");
+                    failed = true;
+                }
             }
-            RemoteLogSegmentId newId = new RemoteLogSegmentId(tp, Uuid.fromString(opts.get("new-id").get(0)));
-            if (live.containsKey(newId.id().toString())) {
-                out.println("{\"error\": " + quote("segment id " + newId.id() + " is taken") + "}");
-                return 4;
-            }
-            Path snapshot = dir.toPath().resolve("segment.snapshot");
-            try (InputStream in = rsm.fetchIndex(old, RemoteStorageManager.IndexType.PRODUCER_SNAPSHOT)) {
-                Files.copy(in, snapshot);
-            }
-            byte[] epochs;
-            try (InputStream in = rsm.fetchIndex(old, RemoteStorageManager.IndexType.LEADER_EPOCH)) {
-                epochs = in.readAllBytes();
-            }
-            File txn = new File(dir, "segment.txnindex");
-            File log = new File(dir, "segment.log");
-            // as RemoteLogManager.copyLogSegment: a transaction index only when it has entries,
-            // and the metadata says whether it has (a fetch of an absent one fails)
-            boolean txnEmpty = !txn.exists() || txn.length() == 0;
-            LogSegmentData data = new LogSegmentData(log.toPath(), dir.toPath().resolve("segment.index"),
-                dir.toPath().resolve("segment.timeindex"),
-                txnEmpty ? Optional.empty() : Optional.of(txn.toPath()), snapshot, ByteBuffer.wrap(epochs));
-            RemoteLogSegmentMetadata copy = new RemoteLogSegmentMetadata(newId, old.startOffset(),
-                old.endOffset(), old.maxTimestampMs(), brokerId, System.currentTimeMillis(),
-                (int) log.length(), old.segmentLeaderEpochs(), txnEmpty);
-            rlmm.addRemoteLogSegmentMetadata(copy).get();
-            done(out, "copy_started", oldId, newId);
-            Optional<RemoteLogSegmentMetadata.CustomMetadata> custom = rsm.copyLogSegmentData(copy, data);
-            done(out, "copied", oldId, newId);
-            rlmm.updateRemoteLogSegmentMetadata(new RemoteLogSegmentMetadataUpdate(newId,
-                System.currentTimeMillis(), custom, RemoteLogSegmentState.COPY_SEGMENT_FINISHED, brokerId)).get();
-            done(out, "copy_finished", oldId, newId);
-            retire(rlmm, rsm, old, brokerId, out, "", oldId, newId);
-            return 0;
-        } catch (Exception e) {
-            out.println("{\"error\": " + quote(e.toString()) + "}");
-            return 4;
+            return failed ? 4 : 0;
         } finally {
             rlmm.close();
             rsm.close();
         }
+    }
+
+    /** One replacement, its steps in order (see replace()). */
+    static void replaceOne(RemoteStorageManager rsm, RemoteLogMetadataManager rlmm, RemoteLogSegmentMetadata old,
+                           String oldId, RemoteLogSegmentId newId, Map<String, RemoteLogSegmentMetadata> live,
+                           File dir, int brokerId, PrintStream out) throws Exception {
+        // the cluster's word, not the log dir's copy of it: the broker's expiration task
+        // may have retired the segment since (RLMExpirationTask)
+        if (old == null || old.state() != RemoteLogSegmentState.COPY_SEGMENT_FINISHED) {
+            throw new IllegalStateException("segment " + oldId + " is no longer served ("
+                + (old == null ? "deleted" : old.state().name()) + " in the cluster's remote log metadata)");
+        }
+        if (live.containsKey(newId.id().toString())) {
+            throw new IllegalStateException("segment id " + newId.id() + " is taken");
+        }
+        Path snapshot = dir.toPath().resolve("segment.snapshot");
+        try (InputStream in = rsm.fetchIndex(old, RemoteStorageManager.IndexType.PRODUCER_SNAPSHOT)) {
+            Files.copy(in, snapshot);
+        }
+        byte[] epochs;
+        try (InputStream in = rsm.fetchIndex(old, RemoteStorageManager.IndexType.LEADER_EPOCH)) {
+            epochs = in.readAllBytes();
+        }
+        File txn = new File(dir, "segment.txnindex");
+        File log = new File(dir, "segment.log");
+        // as RemoteLogManager.copyLogSegment: a transaction index only when it has entries,
+        // and the metadata says whether it has (a fetch of an absent one fails)
+        boolean txnEmpty = !txn.exists() || txn.length() == 0;
+        LogSegmentData data = new LogSegmentData(log.toPath(), dir.toPath().resolve("segment.index"),
+            dir.toPath().resolve("segment.timeindex"),
+            txnEmpty ? Optional.empty() : Optional.of(txn.toPath()), snapshot, ByteBuffer.wrap(epochs));
+        RemoteLogSegmentMetadata copy = new RemoteLogSegmentMetadata(newId, old.startOffset(),
+            old.endOffset(), old.maxTimestampMs(), brokerId, System.currentTimeMillis(),
+            (int) log.length(), old.segmentLeaderEpochs(), txnEmpty);
+        rlmm.addRemoteLogSegmentMetadata(copy).get();
+        done(out, "copy_started", oldId, newId);
+        Optional<RemoteLogSegmentMetadata.CustomMetadata> custom = rsm.copyLogSegmentData(copy, data);
+        done(out, "copied", oldId, newId);
+        rlmm.updateRemoteLogSegmentMetadata(new RemoteLogSegmentMetadataUpdate(newId,
+            System.currentTimeMillis(), custom, RemoteLogSegmentState.COPY_SEGMENT_FINISHED, brokerId)).get();
+        done(out, "copy_finished", oldId, newId);
+        retire(rlmm, rsm, old, brokerId, out, "", oldId, newId);
     }
 
     /**

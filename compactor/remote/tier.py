@@ -41,6 +41,8 @@ HELPER_CLASS = "RemoteTier"
 SYSTEM_ENABLE = "remote.log.storage.system.enable"
 #: the state of a remote segment the broker serves
 SERVED = "COPY_SEGMENT_FINISHED"
+#: the last step of a replacement (``RemoteTier.java``'s ``retire`` of the old segment)
+LAST_STEP = "delete_finished"
 HELPER_TIMEOUT_S = 600
 
 
@@ -191,21 +193,39 @@ def new_segment_id() -> str:
             return text
 
 
-def replace_segment(helper: str, server_properties: str, log_dir: str, bootstrap: str,
-                    segment_id: str, new_segment_id: str, folder: str) -> list[dict[str, Any]]:
-    """Replace a served remote segment by its erased copy in ``folder`` (``segment.log``,
-    ``segment.index``, ``segment.timeindex``, ``segment.txnindex`` when it has one) through
-    the cluster's RLMM (reached at ``bootstrap``) and the broker's RSM: the copy under
-    ``new_segment_id``, then the old one retired (``RemoteTier.java``'s ``replace`` says the
-    order and why it keeps one whole segment served at every step). Returns the steps done.
+def replace_segments(helper: str, server_properties: str, log_dir: str, bootstrap: str,
+                     replacements: Sequence[tuple[str, str, str]]
+                     ) -> dict[str, tuple[list[dict[str, Any]], str | None]]:
+    """Replace served remote segments by their erased copies, each ``(segment id, new
+    segment id, folder)`` with ``segment.log``, ``segment.index``, ``segment.timeindex`` and
+    ``segment.txnindex`` when it has one, through the cluster's RLMM (reached at
+    ``bootstrap``) and the broker's RSM, one after the other in one helper: the copy under the
+    new id, then the old one retired (``RemoteTier.java``'s ``replace`` says the order and why
+    it keeps one whole segment served at every step). Returns segment id -> the steps done
+    and, when it did not end, why (a segment no longer served in the cluster's remote log
+    metadata, a step that failed).
 
     Raises:
-        RemoteTierError: a step failed (the steps done before it are in the message), or the
-            segment is no longer served in the cluster's remote log metadata.
+        RemoteTierError: the helper could not run or ended without a word on a segment (a
+            kill: every segment without a last step may be half replaced).
     """
+    if not replacements:
+        return {}
+    extra: list[str] = []
+    for old, new, folder in replacements:
+        extra += ["--replace", f"{old}={new}={folder}"]
     lines = _run(helper, "replace", server_properties, log_dir, "--bootstrap", bootstrap,
-                 "--segment", segment_id, "--new-id", new_segment_id, "--dir", folder)
-    return _steps(lines, f"the replacement of remote segment {segment_id}")
+                 *extra)
+    out: dict[str, tuple[list[dict[str, Any]], str | None]] = {}
+    for old, _, _ in replacements:
+        steps = [dict(x) for x in lines if x.get("segment_id") == old and "step" in x]
+        error = next((x["error"] for x in lines if x.get("segment_id") == old
+                      and "error" in x), None)
+        if error is None and (not steps or steps[-1]["step"] != LAST_STEP):
+            error = ("the helper ended without finishing it (steps done: "
+                     f"{', '.join(x['step'] for x in steps) or 'none'})")
+        out[old] = (steps, error)
+    return out
 
 
 def resolve_replacement(helper: str, server_properties: str, log_dir: str, bootstrap: str,

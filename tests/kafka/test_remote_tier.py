@@ -34,7 +34,12 @@ from compactor.codec.segment import iter_batches
 from compactor.config import TopicConfig
 from compactor.errors import EXIT_REQUESTS_FAILED, RemoteTierError
 from compactor.log.layout import read_topic_id
-from compactor.maintenance.erase_remote import JOURNAL, erase_remote_segment, resolve_interrupted
+from compactor.maintenance.erase_remote import (
+    JOURNAL,
+    RemoteTarget,
+    erase_remote_segments,
+    resolve_interrupted,
+)
 from compactor.remote import tier
 from compactor.spark import delta
 from tests.helpers import check_report, init_ledger
@@ -195,8 +200,9 @@ def test_the_remote_tier_is_read_verified_and_erased_through_the_brokers_own_plu
             assert mine, step
             monkeypatch.setenv("KAFKA_COMPACTOR_TIER_HALT_AFTER", step)
             with pytest.raises(RemoteTierError):
-                erase_remote_segment(helper, props, log_dir, broker.bootstrap, target, erased,
-                                     TopicConfig(), state_dir=str(state))
+                erase_remote_segments(helper, props, log_dir, broker.bootstrap,
+                                      [RemoteTarget(target, erased, TopicConfig())],
+                                      state_dir=str(state))
             monkeypatch.delenv("KAFKA_COMPACTOR_TIER_HALT_AFTER")
             now = asyncio.run(_served(broker.bootstrap, local_start))
             old = [r for r in served if r[0] not in gone]
