@@ -14,15 +14,18 @@ run:
 - seconds per GB fetched for both, and the ERROR lines the broker logged meanwhile.
 
 Usage: python bench/remote_tier.py [--mb 256] [--segment-mb 16] [--subject-segments 3]
+[--profile]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import cProfile
 import io
 import json
 import os
+import pstats
 import sys
 import tempfile
 import time
@@ -75,12 +78,20 @@ async def _produce(bootstrap: str, mb: int, segment_mb: int, subject_segments: i
     return total + 1
 
 
-def _run(argv: list[str]) -> tuple[int, dict[str, Any], float]:
+def _run(argv: list[str], profile: bool = False) -> tuple[int, dict[str, Any], float]:
     out = io.StringIO()
+    profiler = cProfile.Profile() if profile else None
     started = time.perf_counter()
     with redirect_stdout(out):
+        if profiler is not None:
+            profiler.enable()
         code = cli_main([*argv, "--json"])
+        if profiler is not None:
+            profiler.disable()
     seconds = time.perf_counter() - started
+    if profiler is not None:  # where the step's time went, for the next change
+        pstats.Stats(profiler).sort_stats("cumulative").print_stats(
+            r"compactor/(maintenance|remote|spark|erasure)", 25)
     lines = [json.loads(x) for x in out.getvalue().splitlines() if x.startswith("{")]
     return code, (lines[-1] if lines else {}), seconds
 
@@ -90,6 +101,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mb", type=int, default=256)
     ap.add_argument("--segment-mb", type=int, default=16)
     ap.add_argument("--subject-segments", type=int, default=3)
+    ap.add_argument("--profile", action="store_true",
+                    help="print where erase apply --remote spent its time (cProfile)")
     args = ap.parse_args(argv)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     work = Path(tempfile.mkdtemp(prefix="bench-remote-"))
@@ -130,7 +143,8 @@ def main(argv: list[str] | None = None) -> int:
         props, log_dir = str(broker.properties_file), str(broker.log_dir)
         code, report, apply_s = _run(["erase", "apply", log_dir, "--remote",
                                       "--bootstrap-server", broker.bootstrap,
-                                      "--state-dir", str(state), "--server-properties", props])
+                                      "--state-dir", str(state), "--server-properties", props],
+                                     profile=args.profile)
         (line,) = [p for p in report.get("partitions", []) if p["copy"] == "remote"] or [{}]
         rewritten = line.get("remote_segments_rewritten", [])
         print(f"erase apply --remote: exit {code}, {apply_s:.1f} s: "
