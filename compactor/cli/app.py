@@ -504,7 +504,8 @@ def _proof_text(result: Mapping[str, Any], now_ms: int) -> str:
                 if proof["verified_by_rescan"] else "; not verified by a rescan yet")]
     for key, place in sorted((proof.get("places") or {}).items()):
         lines.append(
-            f"  node {place.get('node_id')} {place.get('log_dir') or key}: "
+            f"  {key if place.get('tier') else 'node ' + str(place.get('node_id'))} "
+            f"{'' if place.get('tier') else place.get('log_dir') or key}: "
             + (f"applied {human_time(place['applied_at_ms'])} "
                f"({place.get('records_erased', 0)} records, "
                f"{place.get('segments_rewritten', 0)} segments)"
@@ -512,7 +513,10 @@ def _proof_text(result: Mapping[str, Any], now_ms: int) -> str:
             + (f", rescan {place['verify_status']}" if place.get("verify_status")
                else ", not rescanned")
             + (f" {human_time(place['verified_at_ms'])}" if place.get("verified_at_ms") else "")
-            + (f" over {', '.join(place['scanned'])}" if place.get("scanned") else ""))
+            + (f" over {', '.join(place['scanned'])}" if place.get("scanned") else "")
+            + "".join(f"; remote segment {x['segment_id']} ({x['partition']} offsets "
+                      f"{x['start_offset']}-{x['end_offset']}) replaced by "
+                      f"{x['new_segment_id']}" for x in place.get("remote_segments", [])))
     missing = proof.get("missing_replicas")
     if missing:
         lines.append(f"  still to scan: {len(missing)} replicas, e.g. node "

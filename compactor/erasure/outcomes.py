@@ -77,6 +77,10 @@ class ApplyContext(RunContext):
     #: topic -> why no log dir holds it (a request on it can never be proven erased)
     unknown_topics: Mapping[str, str]
     matched: Mapping[str, Matched]
+    #: ``erase apply --remote``: (directory id, segment start offset) -> the remote segment
+    #: replaced there (partition, old and new segment id, offsets), named in the place of each
+    #: request whose records it held
+    remote_segments: Mapping[tuple[int, int], Mapping[str, Any]] = field(default_factory=dict)
 
     @property
     def individual(self) -> frozenset[str]:
@@ -110,6 +114,9 @@ def applied_update(row: Mapping[str, Any], ctx: ApplyContext) -> dict[str, Any]:
             "partitions_rewritten": len({i for i, _, _ in found.offsets}),
             "segments_rewritten": len({(i, b) for i, b, _ in found.offsets}),
             "tombstones_left": [{"dir": d, "offset": o} for d, o in left]}
+    held = sorted({(i, b) for i, b, _ in found.offsets} & set(ctx.remote_segments))
+    if held:
+        here["remote_segments"] = [dict(ctx.remote_segments[x]) for x in held]
     places = _places(row)
     places = {**places, ctx.key: {**places.get(ctx.key, {}), **here}}
     return {"request_id": rid, "outcome": UPDATE,

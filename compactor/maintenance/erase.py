@@ -610,7 +610,11 @@ def apply_remote(spark: SparkSession | None, opts: MaintenanceOptions, state_dir
         run_id=run_id, now_ms=now_ms, place=place, key=here, unknown_topics={},
         dirs=[DirState(d.name, d.tp.topic, d.kind, ErasureOutcome(lines[i]["status"]).is_problem)
               for i, d in dirs.items() if i in lines],
-        matched=_matched(found, plan, dirs))
+        matched=_matched(found, plan, dirs),
+        remote_segments={(i, r.start_offset): {"partition": str(dirs[i].tp), **{
+            k: getattr(r, k) for k in ("segment_id", "new_segment_id", "start_offset",
+                                       "end_offset")}}
+            for i, (done, _) in replaced.items() for r in done})
     result = spark_stages.request_outcomes(session(), requests, functools.partial(
         outcomes.applied_update, ctx=ctx), ctx.individual)
     try:

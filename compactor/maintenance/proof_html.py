@@ -44,12 +44,16 @@ def _places(places: Mapping[str, Mapping[str, Any]]) -> str:
     rows = []
     for key, p in sorted(places.items()):
         rows.append([
-            f"node {p.get('node_id')} · {p.get('log_dir') or key}",
+            key if p.get("tier") else f"node {p.get('node_id')} · {p.get('log_dir') or key}",
             _when(p.get("applied_at_ms")), p.get("records_erased", "—"),
             p.get("segments_rewritten", "—"), p.get("verify_status") or "not yet",
-            _when(p.get("verified_at_ms")), ", ".join(p.get("scanned") or []) or "—"])
+            _when(p.get("verified_at_ms")), ", ".join(p.get("scanned") or []) or "—",
+            "; ".join(f"{x['segment_id']} → {x['new_segment_id']} ({x['partition']} "
+                      f"{x['start_offset']}–{x['end_offset']})"
+                      for x in p.get("remote_segments", [])) or "—"])
     return _rows(["place (broker · log dir)", "applied", "records erased",
-                  "segments rewritten", "rescan", "verified", "partitions scanned"], rows)
+                  "segments rewritten", "rescan", "verified", "partitions scanned",
+                  "remote segments replaced"], rows)
 
 
 def _runs(title: str, runs: Sequence[Mapping[str, Any]]) -> str:

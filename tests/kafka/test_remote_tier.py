@@ -300,3 +300,16 @@ def test_the_remote_tier_is_read_verified_and_erased_through_the_brokers_own_plu
     assert not now_ids & {s.segment_id for s in segments if any(
         s.start_offset <= o <= s.end_offset for o in subject)}
     assert {r["status"] for r in report["requests"]} == {"verified"}, report["requests"]
+    # the request's proof names the remote segments replaced at its remote place
+    rid = failed["request_id"]
+    assert cli_main(["erase", "report", "--state-dir", str(state), "--request-id", rid,
+                     "--json", "--html", str(tmp_path / "proof.html")]) == 0
+    proof = json.loads(capsys.readouterr().out)["proof"]
+    (place,) = [p for k, p in proof["places"].items() if k.startswith("remote tier via ")]
+    assert [(x["segment_id"], x["new_segment_id"]) for x in place["remote_segments"]] == [
+        (r["segment_id"], r["new_segment_id"]) for r in replaced]
+    page = (tmp_path / "proof.html").read_text()
+    assert all(r["segment_id"] in page and r["new_segment_id"] in page for r in replaced)
+    assert cli_main(["erase", "report", "--state-dir", str(state), "--request-id", rid]) == 0
+    text = capsys.readouterr().out
+    assert all(f"remote segment {r['segment_id']}" in text for r in replaced), text
