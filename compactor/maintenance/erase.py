@@ -486,12 +486,8 @@ def apply(spark: SparkSession | None, opts: MaintenanceOptions, state_dir: str, 
         dirs=[DirState(d.name, d.tp.topic, d.kind, ErasureOutcome(lines[i]["status"]).is_problem)
               for i, d in dirs.items()],
         matched=_matched(found, plan, dirs))
-    result = spark_stages.request_outcomes(session(), requests, functools.partial(
-        outcomes.applied_update, ctx=ctx), ctx.individual)
+    result, counts = _apply_outcomes(session, requests, ctx, report)
     try:
-        counts, shown = _outcome_report(result, APPLY_REPORTED)
-        report.requests = [_apply_entry(r) for r in shown]
-        report.requests_by_outcome = counts
         blocked = counts.get(outcomes.BLOCKED, 0) > 0
 
         def status() -> RunStatus:
@@ -615,12 +611,8 @@ def apply_remote(spark: SparkSession | None, opts: MaintenanceOptions, state_dir
             k: getattr(r, k) for k in ("segment_id", "new_segment_id", "start_offset",
                                        "end_offset")}}
             for i, (done, _) in replaced.items() for r in done})
-    result = spark_stages.request_outcomes(session(), requests, functools.partial(
-        outcomes.applied_update, ctx=ctx), ctx.individual)
+    result, counts = _apply_outcomes(session, requests, ctx, report)
     try:
-        counts, shown = _outcome_report(result, APPLY_REPORTED)
-        report.requests = [_apply_entry(r) for r in shown]
-        report.requests_by_outcome = counts
         failed = any(line.get("error") for line in lines.values())
         report.status = RunStatus.of(failed=counts.get(RequestStatus.FAILED, 0) > 0,
                                      partial=failed or report.status == RunStatus.PARTIAL
@@ -733,6 +725,22 @@ def _outcome_report(result: DataFrame, columns: Sequence[str]) -> tuple[
     """Counts of the outcomes (``update`` rows by their new status, the others by outcome)
     and the first :data:`REPORT_REQUESTS` rows by request id, with ``columns``."""
     return spark_stages.outcome_summary(result, columns, REPORT_REQUESTS)
+
+
+def _apply_outcomes(session: LazySession, requests: DataFrame, ctx: ApplyContext,
+                    report: ErasureReport) -> tuple[DataFrame, dict[str, int]]:
+    """Every request's outcome of an apply (persisted: the caller unpersists it), counted,
+    and the first of them in ``report``."""
+    result = spark_stages.request_outcomes(session(), requests, functools.partial(
+        outcomes.applied_update, ctx=ctx), ctx.individual)
+    try:
+        counts, shown = _outcome_report(result, APPLY_REPORTED)
+    except BaseException:
+        result.unpersist()
+        raise
+    report.requests = [_apply_entry(r) for r in shown]
+    report.requests_by_outcome = counts
+    return result, counts
 
 
 def _apply_entry(row: Mapping[str, Any]) -> dict[str, Any]:
