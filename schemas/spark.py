@@ -196,7 +196,7 @@ ONE_PASS = _schema(
 ERASURE_SCAN = _schema(
     ("tp_id", IntegerType(), False),
     ("segment_base", LongType(), False),
-    ("kind", StringType(), False),  # segment | key | header
+    ("kind", StringType(), False),  # segment | key | header | batch
     ("position", LongType(), True),
     ("offset", LongType(), True),
     ("name", StringType(), True),  # the header's name (header rows)
@@ -206,13 +206,9 @@ ERASURE_SCAN = _schema(
     ("batches", LongType(), True),  # segment rows: what was scanned, or the error
     ("records", LongType(), True),
     ("error", StringType(), True),
-)
-
-# The Bloom filter of one partition of the pending requests' digests (compactor.erasure.sketch).
-DIGEST_FILTER = _schema(
-    ("packed", BinaryType(), False),
-    ("bits", LongType(), False),
-    ("hashes", IntegerType(), False),
+    # batch rows: each batch's header (BATCH_HEADER's fields), for an apply's rewrite
+    *((f.name, f.dataType, True) for f in BATCH_HEADER.fields
+      if f.name not in ("tp_id", "segment_base", "position", "error")),
 )
 
 # What an erase apply or verify makes of one ledger request (compactor.erasure.outcomes),

@@ -44,6 +44,7 @@ from compactor.erasure.rules import (
     first_problem_row,
     row_problem,
 )
+from compactor.erasure.sketch import DigestFilter, hex_digest_words
 from compactor.erasure.status import DONE, VERIFIED, RequestStatus, failure_words
 from compactor.errors import CompactorError, ConfigError, LedgerError, first_line
 from compactor.log import storage
@@ -713,6 +714,9 @@ class PendingSummary:
     count: int
     topics: frozenset[str]
     header_names: frozenset[str]
+    #: the Bloom filter of their subjects' digests (the scan sends to the join only the
+    #: records it may hold), built in the same pass
+    digests: DigestFilter
 
 
 @ledger_errors("read the erasure request ledger")
@@ -735,20 +739,24 @@ def pending_summary(state_dir: str, statuses: frozenset[str], *,
     import pyarrow.compute as pc
 
     table = _open(table_path(state_dir, ERASURE_REQUESTS_TABLE))
+    wanted = pc.field("status").isin(sorted(statuses))
+    # sized for every row in the statuses (those applied here already too: a filter made
+    # larger only has fewer false positives), counted from the status column first
+    digests = DigestFilter.empty(table.to_pyarrow_dataset().count_rows(filter=wanted)).building()
     count = 0
     topics: set[str] = set()
     headers: set[str] = set()
     # every row a run will read is checked here first (the run reads this same version)
-    for batch in _record_batches(table, sorted({"places", *CHECKED_COLUMNS}),
-                                 pc.field("status").isin(sorted(statuses))):
+    for batch in _record_batches(table, sorted({"places", *CHECKED_COLUMNS}), wanted):
         check_batch(state_dir, batch)
         if not_applied_at:
             batch = batch.filter(_not_applied(batch.column("places"), not_applied_at))
         count += batch.num_rows
         topics.update(pc.unique(batch.column("topic")).to_pylist())
         headers.update(h for h in pc.unique(batch.column("header_name")).to_pylist() if h)
+        digests.add(hex_digest_words(batch.column("subject_sha256")))
     return PendingSummary(version=table.version(), count=count, topics=frozenset(topics),
-                          header_names=frozenset(headers))
+                          header_names=frozenset(headers), digests=digests.done())
 
 
 def _not_applied(places: pa.Array, key: str) -> pa.Array:

@@ -51,27 +51,27 @@ def _words(digests: Sequence[bytes] | np.ndarray) -> np.ndarray:
     return np.frombuffer(b"".join(digests), dtype="<u8").reshape(-1, 4)
 
 
-def digest_words(column: Any) -> np.ndarray:
-    """The non-null values of an Arrow binary column of 32-byte digests as rows of 4 uint64
-    words, read from its data buffer (no Python object per digest).
+def hex_digest_words(column: Any) -> np.ndarray:
+    """The values of an Arrow string column of SHA-256 digests in hex (64 lower-case hex
+    digits each, as the ledger keeps them, checked before) as rows of 4 uint64 words, decoded
+    from its data buffer at once (no Python object per digest).
 
     Raises:
-        ValueError: a value is not 32 bytes.
+        ValueError: a value is null or not 64 hex digits.
     """
     import pyarrow as pa
-    import pyarrow.compute as pc
 
-    values = pc.drop_null(column).cast(pa.binary())
-    if isinstance(values, pa.ChunkedArray):
-        values = values.combine_chunks()
+    values = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    if values.null_count:
+        raise ValueError("a digest is null")
     if len(values) == 0:
         return np.zeros((0, 4), dtype="<u8")
     offsets = np.frombuffer(values.buffers()[1], dtype=np.int32)[values.offset:
                                                                  values.offset + len(values) + 1]
-    if not np.all(np.diff(offsets) == DIGEST_BYTES):
-        raise ValueError("a digest is not 32 bytes")
-    data = np.frombuffer(values.buffers()[2], dtype=np.uint8)[offsets[0]:offsets[-1]]
-    return data.view("<u8").reshape(-1, 4)
+    if not np.all(np.diff(offsets) == 2 * DIGEST_BYTES):
+        raise ValueError("a digest is not 64 hex digits")
+    text = values.buffers()[2].to_pybytes()[offsets[0]:offsets[-1]]
+    return np.frombuffer(bytes.fromhex(text.decode("ascii")), dtype="<u8").reshape(-1, 4)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +88,7 @@ class DigestFilter:
         return cls(bytes(bits // 8), bits, hashes)
 
     def adding(self, digests: Sequence[bytes] | np.ndarray) -> DigestFilter:
-        """This filter with ``digests`` (32 bytes each, or rows of :func:`digest_words`)
+        """This filter with ``digests`` (32 bytes each, or rows of :func:`hex_digest_words`)
         added."""
         builder = self.building()
         builder.add(digests)
@@ -98,20 +98,13 @@ class DigestFilter:
         """A builder that adds many batches of digests to this filter, unpacked once."""
         return FilterBuilder(self.table(), self.bits, self.hashes)
 
-    def union(self, other: DigestFilter) -> DigestFilter:
-        if (self.bits, self.hashes) != (other.bits, other.hashes):
-            raise ValueError("filters of different sizes")
-        merged = np.bitwise_or(np.frombuffer(self.packed, dtype=np.uint8),
-                               np.frombuffer(other.packed, dtype=np.uint8))
-        return DigestFilter(merged.tobytes(), self.bits, self.hashes)
-
     def table(self) -> np.ndarray:
         """One byte per bit, for :func:`might_contain` over many batches."""
         return np.unpackbits(np.frombuffer(self.packed, dtype=np.uint8))
 
     def might_contain(self, digests: Sequence[bytes] | np.ndarray,
                       table: np.ndarray | None = None) -> np.ndarray:
-        """Per digest (32 bytes each, or rows of :func:`digest_words`), whether it may be in
+        """Per digest (32 bytes each, or rows of :func:`hex_digest_words`), whether it may be in
         the filter (``False``: certainly not)."""
         if len(digests) == 0:
             return np.zeros(0, dtype=bool)

@@ -25,7 +25,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from compactor.cleaner.policy import high_watermark
+from compactor.cleaner.policy import BatchHeader, high_watermark
 from compactor.cleaner.verify import txn_problems
 from compactor.cluster.catalog import HOW_TO_CONFIGURE, Catalog
 from compactor.codec.checkpoints import REPLICATION_OFFSET_CHECKPOINT
@@ -116,18 +116,21 @@ class _Scan:
     segments: dict[int, int] = field(default_factory=dict)
     records: dict[int, int] = field(default_factory=dict)
     errors: dict[int, dict[str, Any]] = field(default_factory=dict)
+    #: the batch headers of each local directory with a match (an apply's ``with_headers``)
+    headers: dict[int, list[BatchHeader]] = field(default_factory=dict)
 
 
 def _scan(session: SparkSession, parts: Mapping[int, PartitionLog], dirs: Mapping[int, _Dir],
           requests: DataFrame, pending: ledger.PendingSummary, writer: str,
-          remote: spark_stages.RemoteScan | None = None) -> _Scan:
+          remote: spark_stages.RemoteScan | None = None, *, with_headers: bool = False
+          ) -> _Scan:
     ids = [*parts, *(remote.segments if remote else ())]
     out = _Scan(matches={i: [] for i in ids}, segments={i: 0 for i in ids},
                 records={i: 0 for i in ids})
     topics = {i: dirs[i].tp.topic for i in ids}
-    segments, matches = spark_stages.erasure_matches(session, parts, topics, requests,
-                                                     pending.header_names, pending.count,
-                                                     writer=writer, remote=remote)
+    segments, matches, out.headers = spark_stages.erasure_matches(
+        session, parts, topics, requests, pending.header_names, pending.digests,
+        writer=writer, remote=remote, with_headers=with_headers)
     for r in segments:
         if r.error:
             out.errors.setdefault(r.tp_id, json.loads(r.error))
@@ -426,16 +429,16 @@ def apply(spark: SparkSession | None, opts: MaintenanceOptions, state_dir: str, 
         requests = spark_ledger.requests_frame(session(spark_stages.input_bytes(parts)), state_dir,
                                          APPLICABLE, version=pending.version,
                                          not_applied_at=here)
-        found = _scan(session(), parts, dirs, requests, pending, opts.writer)
+        found = _scan(session(), parts, dirs, requests, pending, opts.writer,
+                      with_headers=not dry_run)
         errors.update(found.errors)
         plan = _plan_erasure(session, dirs, parts, found, catalog.configs)
         errors.update({i: e for i, e in found.errors.items() if i not in errors})
         held = {i for i, d in dirs.items() if exclude_pending_deletes and d.kind in (DELETE, STRAY)}
         writable = {i for i in parts if i not in errors and i not in held}
         messages = {} if dry_run else _rewrite(session, log_dir, dirs, parts, plan, writable,
-                                               catalog.configs, errors,
-                                               assume_committed=opts.assume_committed,
-                                               writer=opts.writer)
+                                               catalog.configs, errors, found.headers,
+                                               assume_committed=opts.assume_committed)
         lines: dict[int, dict[str, Any]] = {}
         for i, d in dirs.items():
             line: dict[str, Any] = d.line()
@@ -758,16 +761,17 @@ def _apply_entry(row: Mapping[str, Any]) -> dict[str, Any]:
 
 def _rewrite(spark: LazySession, log_dir: str, dirs: Mapping[int, _Dir],
              parts: Mapping[int, PartitionLog], plan: _Plan, writable: set[int],
-             configs: Mapping[str, TopicConfig], errors: dict[int, dict[str, Any]], *,
-             assume_committed: bool = False, writer: str = "native") -> dict[int, list[Any]]:
+             configs: Mapping[str, TopicConfig], errors: dict[int, dict[str, Any]],
+             headers: Mapping[int, Sequence[BatchHeader]], *,
+             assume_committed: bool = False) -> dict[int, list[Any]]:
     """Write ``.cleaned`` copies of the segments holding erased records (readable
-    directories only); a directory whose transaction index fails the partition-wide check
+    directories only; ``headers``: their batch headers, read by the erasure's scan); a
+    directory whose transaction index fails the partition-wide check
     (:func:`compactor.cleaner.verify.txn_problems`) is added to ``errors`` and left alone."""
     hit = {i: parts[i] for i in writable if plan.segments(i)}
     if not hit:
         return {}
     hws = read_offset_checkpoint(log_dir, REPLICATION_OFFSET_CHECKPOINT)
-    headers = spark_stages.batch_headers(spark(), hit, writer=writer)
     tasks = []
     segments = {}
     for i, part in hit.items():

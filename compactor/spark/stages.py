@@ -391,37 +391,41 @@ class RemoteScan:
 
 def erasure_matches(spark: SparkSession, parts: Mapping[int, HasSegments],
                     topics: Mapping[int, str], requests: DataFrame,
-                    header_names: frozenset[str], subjects: int, *,
-                    writer: str = "native",
-                    remote: RemoteScan | None = None) -> tuple[list[Row], list[Row]]:
+                    header_names: frozenset[str], digests: DigestFilter, *,
+                    writer: str = "native", remote: RemoteScan | None = None,
+                    with_headers: bool = False
+                    ) -> tuple[list[Row], list[Row], dict[int, list[BatchHeader]]]:
     """Every segment of the partitions scanned, and its records matched against the ledger's
     ``requests`` (a DataFrame of request rows with a binary ``digest`` column) by a join on
     the SHA-256 digest inside Spark: no subject is collected to the driver or shipped in a
     task. The scan sends to the join only the records a Bloom filter of the requests'
-    digests may hold (:mod:`compactor.erasure.sketch`, built on the executors and
-    broadcast). Returns one row per segment (tp_id, segment_base, batches, records, error)
-    and one per matched record and request (the request's selector, tombstone choice,
-    status, places and tombstones left come with it).
+    digests may hold (:mod:`compactor.erasure.sketch`, ``digests``: built as the driver
+    streamed the ledger's summary, broadcast). Returns one row per segment (tp_id,
+    segment_base, batches, records, error) and one per matched record and request (the
+    request's selector, tombstone choice, status, places and tombstones left come with it).
 
     Args:
         topics: the topic of each partition id of ``parts``.
         header_names: the header names some request matches on (the scan digests only
             those headers' values).
-        subjects: how many requests ``requests`` holds (the filter's size).
+        digests: the filter of every digest ``requests`` holds
+            (:attr:`compactor.erasure.ledger.PendingSummary.digests`).
         writer: the engine that reads the records (``native``: the kernels digest them;
             ``pure``: the reference).
         remote: remote segments scanned with them (one task per segment).
+        with_headers: also return the batch headers, read by the same scan, of every local
+            partition with a match (an apply's rewrite: one read of the log for both).
     """
     remote_rows = [(i, sid, start, end) for i, found in (remote.segments.items() if remote
                                                           else ()) for sid, start, end in found]
     if not any(p.segments for p in parts.values()) and not remote_rows:
-        return [], []
+        return [], [], {}
     from pyspark import StorageLevel
 
     from compactor.erasure.rules import ALL_TOPICS, is_internal_topic
 
     with spark_step(spark, "erase_scan", total_bytes=input_bytes(parts)):
-        sketch = spark.sparkContext.broadcast(digest_filter(requests, subjects))
+        sketch = spark.sparkContext.broadcast(digests)
         scanned = (segment_tasks(spark, parts)
                    .transform(transforms.scan_erasure(header_names, sketch, writer)))
         if remote is not None and remote_rows:
@@ -452,10 +456,15 @@ def erasure_matches(spark: SparkSession, parts: Mapping[int, HasSegments],
                 "c.tp_id", "c.segment_base", "c.position", "c.offset", "c.key_digest",
                 "c.bare_tombstone", "r.request_id", "r.selector", "r.leave_tombstone",
                 "r.status", "r.places", "r.tombstones_left").collect()
+            hit = sorted({r.tp_id for r in matches if r.tp_id in parts}) if with_headers else []
+            table = (scanned.where((F.col("kind") == "batch") & F.col("tp_id").isin(hit))
+                     .select("tp_id", *transforms.HEADER_FIELDS).toArrow()) if hit else None
         finally:
             scanned.unpersist()
             sketch.destroy()
-    return segments, matches
+    headers = {i: transforms.headers_from_arrow(table.filter(pc.equal(table["tp_id"], i)))
+               for i in hit} if table is not None else {}
+    return segments, matches, headers
 
 
 def outcome_summary(result: DataFrame, columns: Sequence[str], limit: int) -> tuple[
@@ -469,15 +478,6 @@ def outcome_summary(result: DataFrame, columns: Sequence[str], limit: int) -> tu
     shown = [r.asDict() for r in result.select(*columns).orderBy("request_id")
              .limit(limit).collect()]
     return counts, shown
-
-
-def digest_filter(requests: DataFrame, subjects: int) -> DigestFilter:
-    """The Bloom filter of the ``digest`` column of ``requests``: one per partition on the
-    executors, merged by OR on the driver (it receives a filter a partition of the requests, a
-    few MB each at a million subjects, never the digests)."""
-    parts = [DigestFilter(bytes(row.packed), row.bits, row.hashes) for row in
-             requests.select("digest").transform(transforms.digest_filters(subjects)).collect()]
-    return functools.reduce(DigestFilter.union, parts, DigestFilter.empty(subjects))
 
 
 #: at most this many kinds of request rows (:func:`request_outcomes`) are broadcast to the
@@ -524,21 +524,6 @@ def request_outcomes(spark: SparkSession, requests: DataFrame,
         finally:
             kinds.unpersist()
     return result.persist(StorageLevel.MEMORY_AND_DISK)
-
-
-def batch_headers(spark: SparkSession, parts: Mapping[int, HasSegments], *,
-                  writer: str = "pure") -> dict[int, list[BatchHeader]]:
-    """The readable batch headers of each partition, in log order, framed by ``writer``'s
-    engine (the same headers either way) and collected as Arrow columns (no Row a batch)."""
-    out: dict[int, list[BatchHeader]] = {i: [] for i in parts}
-    if not any(p.segments for p in parts.values()):
-        return out
-    with spark_step(spark, "scan_headers", total_bytes=input_bytes(parts)):
-        table = (segment_tasks(spark, parts).transform(transforms.scan_headers(writer))
-                 .where(F.col("error").isNull()).toArrow())
-    for i in parts:
-        out[i] = transforms.headers_from_arrow(table.filter(pc.equal(table["tp_id"], i)))
-    return out
 
 
 def key_offsets(spark: SparkSession, parts: Mapping[int, HasSegments],

@@ -69,7 +69,7 @@ from compactor.cleaner.verify import index_problems, offset_problems, txn_proble
 from compactor.codec.indexes import AbortedTxn
 from compactor.config import TopicConfig
 from compactor.erasure.rules import HEADER, KEY
-from compactor.erasure.sketch import DigestFilter, digest_words
+from compactor.erasure.sketch import DigestFilter
 from compactor.errors import CompactorError, RemoteTierError
 from compactor.log import storage
 from compactor.log.layout import index_files
@@ -80,7 +80,6 @@ from compactor.schemas.spark import (
     BATCH_HEADER,
     COMMIT_MESSAGE,
     DECISION,
-    DIGEST_FILTER,
     ERASURE_SCAN,
     KEY_BUCKET,
     KEY_OFFSET,
@@ -102,7 +101,6 @@ _ERASURE_ARROW = to_arrow_schema(ERASURE_SCAN)
 _KEY_OFFSET_ARROW = to_arrow_schema(KEY_OFFSET)
 _OUTCOME_ARROW = to_arrow_schema(REQUEST_OUTCOME)
 _KIND_ARROW = to_arrow_schema(OUTCOME_KIND)
-_FILTER_ARROW = to_arrow_schema(DIGEST_FILTER)
 _COMMIT_ARROW = to_arrow_schema(COMMIT_MESSAGE)
 _KEY_BUCKET_ARROW = to_arrow_schema(KEY_BUCKET)
 _DECISION_ARROW = to_arrow_schema(DECISION)
@@ -754,6 +752,13 @@ def _scan_rows(tp_id: int, base: int,
     yield pa.RecordBatch.from_pylist(
         [{"tp_id": tp_id, "segment_base": base, "kind": "segment",
           "batches": found.batches, "records": found.records}], schema=_ERASURE_ARROW)
+    if found.headers:  # the batches' headers: an apply's rewrite needs no second scan
+        n = len(found.headers)
+        cols: dict[str, list[Any]] = {name: [None] * n for name in _ERASURE_ARROW.names}
+        cols.update(tp_id=[tp_id] * n, kind=["batch"] * n)
+        for name in HEADER_FIELDS:
+            cols[name] = [getattr(h, name) for h in found.headers]
+        yield pa.RecordBatch.from_pydict(cols, schema=_ERASURE_ARROW)
     if len(found.offset):
         yield _erasure_rows(tp_id, base, found)
 
@@ -815,24 +820,7 @@ def _erasure_rows(tp_id: int, base: int, found: SubjectDigests) -> pa.RecordBatc
         pa.array([None if null else row.tobytes()
                   for row, null in zip(found.key_digest, key_null, strict=True)], pa.binary()),
         pa.array(found.bare, pa.bool_()),
-        pa.nulls(n, pa.int64()), pa.nulls(n, pa.int64()),
-        pa.nulls(n, pa.string())], schema=_ERASURE_ARROW)
-
-
-def digest_filters(subjects: int) -> Transform:
-    """Rows with a 32-byte ``digest`` -> one row per partition: the Bloom filter of its
-    digests (:class:`compactor.erasure.sketch.DigestFilter`, sized for ``subjects``)."""
-
-    def build(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        builder = DigestFilter.empty(subjects).building()
-        for batch in batches:
-            builder.add(digest_words(batch.column(0)))
-        found = builder.done()
-        yield pa.RecordBatch.from_pylist(
-            [{"packed": found.packed, "bits": found.bits, "hashes": found.hashes}],
-            schema=_FILTER_ARROW)
-
-    return lambda digests: digests.mapInArrow(build, DIGEST_FILTER)
+        *(pa.nulls(n, f.type) for f in list(_ERASURE_ARROW)[9:])], schema=_ERASURE_ARROW)
 
 
 def request_outcomes(outcome: Callable[[Mapping[str, Any]], Mapping[str, Any]]) -> Transform:

@@ -41,3 +41,24 @@ def test_a_cancel_committed_during_the_run_is_not_overwritten(spark, tmp_path: P
     # the MERGE's commit carries the run's metadata, as the audit trail reads it
     last = ledger.history(state, "erasure_requests")[-1]
     assert (last["operation"], last["action"], last["run_id"]) == ("MERGE", "apply", "run-1")
+
+
+def test_the_summarys_filter_holds_every_pending_subject_and_no_other_run_reads(
+        tmp_path: Path) -> None:
+    """The Bloom filter the scan broadcasts is built as the summary streams the ledger: every
+    request a run reads is in it (a false negative would hide a subject from the erasure),
+    whatever the number of batches; requests applied at the run's place already are not
+    needed, and the filter is sized for every row in the statuses."""
+    import hashlib
+
+    state = str(tmp_path / "state")
+    ledger.init(state)
+    keys = [f"user-{i}".encode() for i in range(70_000)]  # more than one batch of 64 Ki rows
+    ledger.add_requests(state, [r for k in keys for r in rules.new_requests(
+        topic="accounts", digests=[rules.subject_digest(k)], selector="key",
+        header_name=None, reason="test", now_ms=1, deadline_days=30, request_id=None)])
+    summary = ledger.pending_summary(state, status.APPLICABLE)
+    assert summary.count == len(keys)
+    assert summary.digests.might_contain([hashlib.sha256(k).digest() for k in keys]).all()
+    strangers = [hashlib.sha256(f"stranger-{i}".encode()).digest() for i in range(10_000)]
+    assert summary.digests.might_contain(strangers).mean() < 0.01

@@ -406,17 +406,24 @@ def _erasure_subject(partition: PartitionInput) -> bytes:
 def _key_rows(partition: PartitionInput, wanted: Callable[[bytes], bool]) -> list[tuple]:
     """What the erasure scan should emit: the records read by the codec's plain record
     iterator and hashed here, a segment row per segment and a ``key`` row per keyed record
-    whose key ``wanted`` says."""
+    whose key ``wanted`` says, and a ``batch`` row per batch with its header as the pure
+    header scan reads it (what an apply's rewrite then uses)."""
     expected = []
+    header_columns = [f.name for f in ERASURE_SCAN.fields[12:]]
+    none = (None,) * len(header_columns)
     for s in partition.segments:
         batches = list(iter_batches(Path(s.log_path).read_bytes()))
         records = [(b, r) for b in batches if not b.is_control for r in b.records()]
         expected.append((0, s.base_offset, "segment", None, None, None, None, None, None,
-                         len(batches), len(records), None))
+                         len(batches), len(records), None, *none))
         expected += [(0, s.base_offset, "key", b.position, r.offset, None,
                       hashlib.sha256(r.key).digest(), hashlib.sha256(r.key).digest(),
-                      r.value is None and not r.headers, None, None, None)
+                      r.value is None and not r.headers, None, None, None, *none)
                      for b, r in records if r.key is not None and wanted(r.key)]
+        expected += [(0, s.base_offset, "batch", h.position, None, None, None, None, None,
+                      None, None, None, *(getattr(h, c) for c in header_columns))
+                     for h in segment_headers(Path(s.log_path).read_bytes(), s.log_path,
+                                              s.base_offset)]
     return expected
 
 

@@ -17,10 +17,11 @@ def _digests(prefix: str, n: int) -> list[bytes]:
 @pytest.mark.parametrize("subjects", [1, 1_000, 200_000])
 def test_every_added_digest_is_found_and_strangers_rarely(subjects: int) -> None:
     added = _digests("subject", subjects)
-    # built in two halves and merged, as the executors' partitions are
-    half = subjects // 2
-    sketch = DigestFilter.empty(subjects).adding(added[:half]).union(
-        DigestFilter.empty(subjects).adding(added[half:]))
+    # built batch by batch, as the ledger's summary streams the requests
+    builder = DigestFilter.empty(subjects).building()
+    for start in range(0, subjects, 64 * 1024):
+        builder.add(added[start:start + 64 * 1024])
+    sketch = builder.done()
     assert sketch.might_contain(added).all()
     strangers = _digests("stranger", 100_000)
     rate = sketch.might_contain(strangers).mean()
@@ -33,22 +34,20 @@ def test_its_size_grows_with_the_subjects_by_the_formula() -> None:
     assert size_for(1) == (8192, 13)  # the floor's bits, never more hashes
 
 
-def test_filters_of_different_sizes_do_not_merge() -> None:
-    with pytest.raises(ValueError):
-        DigestFilter.empty(10).union(DigestFilter.empty(10_000_000))
-
-
-def test_digests_read_from_an_arrow_column_are_the_same_words() -> None:
+def test_hex_digests_read_from_an_arrow_column_are_the_same_words() -> None:
+    """The ledger keeps each subject's SHA-256 as 64 hex digits: decoded from the column's
+    buffer at once, a sliced column too, they are the digests' own bytes."""
     import numpy as np
     import pyarrow as pa
 
-    from compactor.erasure.sketch import digest_words
+    from compactor.erasure.sketch import hex_digest_words
 
     digests = _digests("col", 50)
-    column = pa.array([None, *digests[:20], None, *digests[20:]], pa.binary()).slice(1)
-    assert np.array_equal(digest_words(column),
+    column = pa.array(["x" * 64, *(d.hex() for d in digests)], pa.string()).slice(1)
+    assert np.array_equal(hex_digest_words(column),
                           np.frombuffer(b"".join(digests), dtype="<u8").reshape(-1, 4))
-    added = DigestFilter.empty(50).adding(digest_words(column))
-    assert added == DigestFilter.empty(50).adding(digests)
-    with pytest.raises(ValueError):
-        digest_words(pa.array([b"short"], pa.binary()))
+    assert DigestFilter.empty(50).adding(hex_digest_words(column)) == \
+        DigestFilter.empty(50).adding(digests)
+    for bad in (pa.array(["ab"], pa.string()), pa.array([None], pa.string())):
+        with pytest.raises(ValueError):
+            hex_digest_words(bad)
