@@ -24,7 +24,7 @@ Every object a swap writes carries the swap's id in its metadata (``x-amz-meta-c
 swap``), so a later look can tell "done by this swap" from "written by someone else". Each of
 steps 3-6 proves the lease first (a conditional renewal, :func:`storage.fence`).
 
-After a crash, :func:`roll_forward` (called by :func:`compactor.log.layout.recover_partition`)
+After a crash, :func:`roll_forward` (called by :func:`compactor.log.recovery.recover_partition`)
 looks at every object the manifest names and then either **finishes** the swap (-> new) or,
 when something other than this swap changed one of them and no old file has been deleted
 yet, **undoes** it (-> old: backups copied back, the manifest marked ``undo`` first so that

@@ -11,7 +11,7 @@ with base offset ``S1``), in this order, each step durable before the next:
 3. rename the new files ``.swap`` -> final name, fsync the directory;
 4. delete the producer snapshots of ``S2..Sn``, then the ``.deleted`` files.
 
-What recovery (:func:`compactor.log.layout.recover_partition`, Kafka's ``LogLoader``) does after a
+What recovery (:func:`compactor.log.recovery.recover_partition`, Kafka's ``LogLoader``) does after a
 crash at each point:
 
 * during 1 (some files still ``.cleaned``): every ``.swap`` at or above the smallest
@@ -47,7 +47,11 @@ from compactor.codec.checkpoints import (
 )
 from compactor.errors import CommitConflictError, CompactorError, ConditionFailedError
 from compactor.log import manifest, storage
-from compactor.log.layout import cleaned_path, recover_partition, remove_cleaned, segment_path
+from compactor.log.layout import (
+    cleaned_path,
+    remove_cleaned,
+    segment_path,
+)
 from compactor.log.manifest import Copy, SwapManifest, new_manifest
 from compactor.log.names import (
     DELETED_SUFFIX,
@@ -58,6 +62,7 @@ from compactor.log.names import (
     SWAP_SUFFIX,
     TIME_INDEX_SUFFIX,
 )
+from compactor.log.recovery import recover_partition
 from compactor.model import CommitMessage, TopicPartition
 from compactor.retention import RetentionPlan
 
@@ -196,7 +201,7 @@ def commit_isolated(partition_dir: str, messages: Sequence[CommitMessage],
                     scanned: Mapping[str, str]) -> CompactorError | None:
     """:func:`commit_partition`, with a failure kept to this partition: the groups not yet
     swapped are aborted and an interrupted swap is settled at once as Kafka's loader would
-    (:func:`compactor.log.layout.recover_partition`), so that every group is old or new when the
+    (:func:`compactor.log.recovery.recover_partition`), so that every group is old or new when the
     caller goes on to the next partition. Returns the failure, ``None`` on success."""
     try:
         commit_partition(partition_dir, messages, scanned)

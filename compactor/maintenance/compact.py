@@ -51,12 +51,14 @@ from compactor.log.layout import (
     load_partition,
     log_end_offset,
     open_log_dir,
-    planned_recovery_errors,
     read_aborted_txns,
     read_offset_checkpoint,
-    recover_partitions,
 )
 from compactor.log.names import METADATA_TOPIC
+from compactor.log.recovery import (
+    planned_recovery_errors,
+    recover_partitions,
+)
 from compactor.maintenance.options import MaintenanceOptions, load_catalog, state_store
 from compactor.maintenance.report import (
     REASONS,

@@ -57,8 +57,8 @@ from compactor.log.layout import (
     read_offset_checkpoint,
     read_properties,
     read_topic_id,
-    recover_partitions,
 )
+from compactor.log.recovery import recover_partitions
 from compactor.maintenance import erase_remote
 from compactor.maintenance.erase_report import ErasureReport, dry_run_words
 from compactor.maintenance.options import MaintenanceOptions, load_catalog, state_store

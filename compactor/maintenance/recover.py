@@ -9,14 +9,16 @@ from dataclasses import dataclass
 from compactor.errors import CompactorError, LogDirError
 from compactor.log import storage
 from compactor.log.layout import (
-    LOG_DIR_CHECKPOINTS,
-    RecoveryPlan,
     is_partition_dir,
     open_log_dir,
+)
+from compactor.log.names import METADATA_DIR_NAME
+from compactor.log.recovery import (
+    LOG_DIR_CHECKPOINTS,
+    RecoveryPlan,
     recover_partition,
     remove_stale_temporaries,
 )
-from compactor.log.names import METADATA_DIR_NAME
 
 
 @dataclass(frozen=True)

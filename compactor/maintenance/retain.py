@@ -38,9 +38,9 @@ from compactor.log.layout import (
     log_end_offset,
     open_log_dir,
     read_offset_checkpoint,
-    recover_partitions,
 )
 from compactor.log.names import METADATA_TOPIC
+from compactor.log.recovery import recover_partitions
 from compactor.maintenance.options import MaintenanceOptions, load_catalog
 from compactor.maintenance.report import (
     REASONS,

@@ -11,8 +11,12 @@ import pytest
 
 from compactor.config import resolve_topic_config
 from compactor.log import storage, swap
-from compactor.log.layout import open_log_dir, read_offset_checkpoint, recover_partition
+from compactor.log.layout import (
+    open_log_dir,
+    read_offset_checkpoint,
+)
 from compactor.log.manifest import MANIFEST_NAME
+from compactor.log.recovery import recover_partition
 from compactor.maintenance.compact import load_partition_input
 from compactor.maintenance.options import MaintenanceOptions
 from compactor.spark.stages import write_cleaned_segments

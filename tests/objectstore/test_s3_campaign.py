@@ -45,7 +45,7 @@ OPERATIONS = ("write_new", "copy", "remove", "write_atomic", "write_durable")
 KILLER = r"""
 import json, pickle, sys
 from compactor.log import storage, swap
-from compactor.log.layout import recover_partition
+from compactor.log.recovery import recover_partition
 from tests.crash import kill_before
 options, crash_at, what = json.loads(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 storage.configure(storage.StorageSettings(options=options))

@@ -15,8 +15,8 @@ import pytest
 
 from compactor.errors import LogDirError
 from compactor.log import storage, swap
-from compactor.log.layout import recover_partition
 from compactor.log.manifest import MANIFEST_NAME
+from compactor.log.recovery import recover_partition
 from compactor.tools.s3_server import S3Server, copy_prefix
 from tests.objectstore.conftest import download, fresh_url, settings_of, tree
 

@@ -18,6 +18,8 @@ from compactor.log.layout import (
     load_partition,
     open_log_dir,
     parse_partition_dir_name,
+)
+from compactor.log.recovery import (
     plan_recovery,
     recover_partition,
 )

@@ -11,7 +11,7 @@ import pytest
 
 from compactor.codec.records import NewRecord, NewRecordBatch, encode_batch
 from compactor.log import storage
-from compactor.log.layout import recover_partition
+from compactor.log.recovery import recover_partition
 
 
 def _batch(base: int, deltas: list[int]) -> bytes:

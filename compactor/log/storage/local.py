@@ -300,7 +300,7 @@ def open_durable(path: str, *, mtime_ms: int | None = None,
 def write_atomic(path: str, data: bytes) -> None:
     """Kafka's checkpoint write: ``<path>.tmp``, fsync, rename over ``path``, fsync the dir.
     A failure removes the temporary file (a kill leaves it: the next recovery removes it,
-    :func:`compactor.log.layout.remove_stale_temporaries`)."""
+    :func:`compactor.log.recovery.remove_stale_temporaries`)."""
     tmp = path + ".tmp"
     try:
         write_durable(tmp, data)
