@@ -1,6 +1,7 @@
 """The steps of ``compactor rolling`` that need no cluster (issue 53.1, 53.2): a stop or start
 command ends its step when it exits, whatever its children hold open; each step says when it
-starts and ends and what it did; a missing plan is a configuration error."""
+starts and ends and what it did; a missing plan is a configuration error; a tiered broker's
+erasure has its remote step before the stop, whose arguments are checked."""
 
 from __future__ import annotations
 
@@ -76,3 +77,15 @@ def test_an_erasing_roll_erases_a_tiered_brokers_remote_tier_before_stopping_it(
     assert not any("--remote" in a for a in offline)
     assert rolling._online(*plan(plain, True), ["/logs"], []) == []
     assert rolling._online(*plan(tiered, False), ["/logs"], []) == []
+
+
+@pytest.mark.parametrize("flags", [["--remote"], ["--bootstrap-server", "k1:9092"]])
+def test_the_remote_step_and_its_cluster_go_together(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: list[str]) -> None:
+    """``erase apply --remote`` needs the cluster it publishes through, and a cluster given
+    without ``--remote`` would be silently ignored by the offline step: both are refused
+    before anything is read."""
+    (tmp_path / "logs").mkdir()
+    assert cli_main(["erase", "apply", str(tmp_path / "logs"), "--state-dir",
+                     str(tmp_path / "state"), *flags]) == EXIT_CONFIG
+    assert "--remote and --bootstrap-server" in capsys.readouterr().err
