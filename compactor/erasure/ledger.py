@@ -826,12 +826,14 @@ class _Earliest:
         return [e[2] for e in self._kept]
 
 
-def _request_batches(state_dir: str, columns: Iterable[str],
-                     filter: Any = None) -> Iterator[pa.RecordBatch]:
+def _request_batches(state_dir: str, columns: Iterable[str], filter: Any = None, *,
+                     version: int | None = None) -> Iterator[pa.RecordBatch]:
     """The request rows (``columns`` and what their check reads) batch by batch, each
-    checked (:func:`check_batch`)."""
+    checked (:func:`check_batch`); at ``version`` when given."""
     require_ledger(state_dir)
     table = _open(table_path(state_dir, ERASURE_REQUESTS_TABLE))
+    if version is not None:
+        table.load_as_version(version)
     for batch in _record_batches(table, sorted({*columns, *CHECKED_COLUMNS}), filter):
         check_batch(state_dir, batch)
         yield batch
@@ -853,7 +855,10 @@ def status(state_dir: str, now_ms: int) -> dict[str, Any]:
     counts = {s: 0 for s in STATUSES}
     overdue, failed, partial = _Earliest(), _Earliest(), _Earliest()
     done = pa.array(sorted(DONE), pa.large_string())
-    for batch in _request_batches(state_dir, ("places", "missing_replicas", "failure")):
+    version = table_version(state_dir, ERASURE_REQUESTS_TABLE)
+    # the places (JSON, the widest column once requests are applied) only of the partially
+    # verified requests, read in a second pass filtered to them: most ledgers have none
+    for batch in _request_batches(state_dir, ("failure",), version=version):
         for entry in pc.value_counts(batch.column("status")).to_pylist():
             counts[entry["values"]] = counts.get(entry["values"], 0) + entry["counts"]
         status = pc.cast(batch.column("status"), pa.large_string())
@@ -869,22 +874,25 @@ def status(state_dir: str, now_ms: int) -> dict[str, Any]:
             failed.add(r["requested_at_ms"], r["request_id"], {
                 "request_id": r["request_id"], "topic": r["topic"], "failure": failure,
                 "reason": failure_words(failure)})
-        for r in batch.filter(pc.equal(status, RequestStatus.PARTIALLY_VERIFIED.value)
-                              ).to_pylist():
-            # where it still has to be scanned: the replicas the metadata names that no
-            # clean verify covered yet
-            partial.add(r["requested_at_ms"], r["request_id"], {
-                "request_id": r["request_id"], "topic": r["topic"],
-                "places_verified": sorted(k for k, p in json.loads(r.get("places") or "{}")
-                                          .items() if p.get("verify_status") == "clean"),
-                "missing_replicas": json.loads(r.get("missing_replicas") or "null")})
+    if counts.get(RequestStatus.PARTIALLY_VERIFIED.value):
+        for batch in _request_batches(
+                state_dir, ("places", "missing_replicas"),
+                pc.field("status") == RequestStatus.PARTIALLY_VERIFIED.value, version=version):
+            for r in batch.to_pylist():
+                # where it still has to be scanned: the replicas the metadata names that no
+                # clean verify covered yet
+                partial.add(r["requested_at_ms"], r["request_id"], {
+                    "request_id": r["request_id"], "topic": r["topic"],
+                    "places_verified": sorted(
+                        k for k, p in json.loads(r.get("places") or "{}").items()
+                        if p.get("verify_status") == "clean"),
+                    "missing_replicas": json.loads(r.get("missing_replicas") or "null")})
     return {"type": "status", "state_dir": state_dir, "now_ms": now_ms,
             "requests": sum(counts.values()), "by_status": counts,
             "overdue": overdue.items(), "overdue_count": overdue.count,
             "failed": failed.items(), "failed_count": failed.count,
             "partially_verified": partial.items(), "partially_verified_count": partial.count,
-            "shown_at_most": SHOWN_REQUESTS,
-            "ledger_version": table_version(state_dir, ERASURE_REQUESTS_TABLE)}
+            "shown_at_most": SHOWN_REQUESTS, "ledger_version": version}
 
 
 @ledger_errors("read the erasure request ledger")
