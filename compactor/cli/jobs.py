@@ -189,7 +189,7 @@ def broker_log_dirs(args: argparse.Namespace, *, lock: bool = True) -> Iterator[
     locked by its command, as before); without ``lock`` (a step that only reads them while
     the broker runs) none is."""
     dirs = [storage.absolute(d) for d in log_dirs_of(args)]
-    if len(dirs) == 1 or not lock:
+    if len(dirs) == 1:
         yield dirs
         return
     files = [f for f in ("report_file", "metrics_file", "html_report") if getattr(args, f, None)]
@@ -199,7 +199,7 @@ def broker_log_dirs(args: argparse.Namespace, *, lock: bool = True) -> Iterator[
                                  "report line per log dir)")
     check_one_broker(dirs)
     with contextlib.ExitStack() as stack:
-        for d in dirs:
+        for d in dirs if lock else ():
             stack.enter_context(storage.log_dir_lock(d))
         yield dirs
 

@@ -194,14 +194,10 @@ def resolve_interrupted(helper: str, server_properties: str, log_dir: str, boots
             continue
         path = storage.join(folder, name)
         e = json.loads(storage.read_text(path))
-        segment = tier.RemoteSegment(
-            topic=e["topic"], topic_id=e["topic_id"], partition=e["partition"],
-            segment_id=e["segment_id"], start_offset=e["start_offset"],
-            end_offset=e["end_offset"], state="", size_bytes=0, max_timestamp_ms=0,
-            leader_epochs={})
         try:
-            steps = tier.resolve_replacement(helper, server_properties, log_dir, bootstrap,
-                                             segment, e["new_segment_id"])
+            steps = tier.resolve_replacement(
+                helper, server_properties, log_dir, bootstrap, e["segment_id"],
+                e["new_segment_id"], (e["topic_id"], e["topic"], e["partition"]))
         except RemoteTierError as err:
             out.append(Resolved(e["segment_id"], e["new_segment_id"], e["topic"],
                                 e["partition"], None, error=err.to_dict()))

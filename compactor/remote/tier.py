@@ -229,8 +229,10 @@ def replace_segments(helper: str, server_properties: str, log_dir: str, bootstra
 
 
 def resolve_replacement(helper: str, server_properties: str, log_dir: str, bootstrap: str,
-                        segment: RemoteSegment, new_segment_id: str) -> list[dict[str, Any]]:
-    """Settle the replacement of ``segment`` by ``new_segment_id`` that a crash interrupted,
+                        segment_id: str, new_segment_id: str,
+                        partition: tuple[str, str, int]) -> list[dict[str, Any]]:
+    """Settle the replacement of ``segment_id`` (of ``partition``: topic id, topic, number)
+    by ``new_segment_id`` that a crash interrupted,
     by the cluster's remote log metadata now: a copy not yet finished is retired (the last
     step ``undone``), a finished one has the old segment retired (``finished``). Returns the
     steps done.
@@ -239,9 +241,9 @@ def resolve_replacement(helper: str, server_properties: str, log_dir: str, boots
         RemoteTierError: the cluster could not be reached or a step failed.
     """
     lines = _run(helper, "resolve", server_properties, log_dir, "--bootstrap", bootstrap,
-                 "--segment", segment.segment_id, "--new-id", new_segment_id, "--partition",
-                 f"{segment.topic_id}:{segment.topic}:{segment.partition}")
-    return _steps(lines, f"the interrupted replacement of remote segment {segment.segment_id}")
+                 "--segment", segment_id, "--new-id", new_segment_id, "--partition",
+                 ":".join(map(str, partition)))
+    return _steps(lines, f"the interrupted replacement of remote segment {segment_id}")
 
 
 def _steps(lines: Sequence[Mapping[str, Any]], what: str) -> list[dict[str, Any]]:
