@@ -40,6 +40,25 @@ Filtered = tuple[list[tuple[Any, list[int]]], list[AbortedTxn], int, int]
 KeyColumns = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
 
+class DigestProbe(Protocol):
+    """The pending requests' Bloom filter as an erasure scan asks it
+    (:class:`compactor.erasure.sketch.Probe`): ``might_contain`` of rows of 32-byte digests
+    (the pure scan, a batch at once); ``table`` (one byte a bit), ``bits`` and ``hashes``
+    (the native kernel tests each digest as it makes it, by
+    :func:`compactor.erasure.sketch.may_hold`). ``False`` is certain: no false negative."""
+
+    @property
+    def table(self) -> np.ndarray: ...
+
+    @property
+    def bits(self) -> int: ...
+
+    @property
+    def hashes(self) -> int: ...
+
+    def might_contain(self, digests: np.ndarray) -> np.ndarray: ...
+
+
 @dataclass(frozen=True, slots=True)
 class SubjectDigests:
     """The SHA-256 digests an erasure matches subjects against, for the data records of one
@@ -165,8 +184,7 @@ class Engine(Protocol):
         (:func:`compactor.cleaner.scan.segment_headers`) reads them."""
 
     def segment_digests(self, data: Any, path: str, segment_base: int, names: Sequence[str],
-                        keep: Callable[[np.ndarray], np.ndarray] | None
-                        ) -> SubjectDigests | None:
+                        keep: DigestProbe | None) -> SubjectDigests | None:
         """The erasure digests of a segment (``names``: the header names asked, sorted;
         ``keep``: as :func:`compactor.cleaner.scan.subject_digests`), or ``None``: the pure
         scan reads the segment, and raises where it cannot."""
@@ -251,8 +269,7 @@ class _PureEngine:
         return None
 
     def segment_digests(self, data: Any, path: str, segment_base: int, names: Sequence[str],
-                        keep: Callable[[np.ndarray], np.ndarray] | None
-                        ) -> SubjectDigests | None:
+                        keep: DigestProbe | None) -> SubjectDigests | None:
         return None
 
 

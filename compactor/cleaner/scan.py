@@ -8,7 +8,7 @@ by MD5 digest in ``SkimpyOffsetMap``; both treat a digest collision as the same 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,7 +16,7 @@ import numpy as np
 import xxhash
 
 from compactor.cleaner.policy import NO_CONTROL_TYPE, BatchHeader
-from compactor.cleaner.rewrite import Engine, SubjectDigests, Window, sliced
+from compactor.cleaner.rewrite import DigestProbe, Engine, SubjectDigests, Window, sliced
 from compactor.codec.records import RecordBatch
 from compactor.codec.segment import iter_batches
 from compactor.errors import CompactorError, TruncatedSegmentError
@@ -298,12 +298,12 @@ def select_rows(rows: KeyedRows, mask: np.ndarray) -> KeyedRows:
 
 def subject_digests(data: bytes, path: str, segment_base: int,
                     header_names: Collection[str], engine: Engine | None = None,
-                    keep: Callable[[np.ndarray], np.ndarray] | None = None) -> SubjectDigests:
+                    keep: DigestProbe | None = None) -> SubjectDigests:
     """The digests of every data record of a segment (:class:`SubjectDigests`) and the
     headers of its batches; control batches hold no user records and are skipped. ``engine``
     (the native kernels) digests the segment where it can, else it is read here, a Python
-    object per record (the reference). ``keep``, given rows of 32-byte digests, says which
-    entries to keep (the requests' Bloom filter): the others are dropped as they are read,
+    object per record (the reference). ``keep`` (the requests' Bloom filter) says which
+    entries to keep: the others are dropped as they are read,
     so a segment of millions of records never holds all its digests at once.
 
     Raises:
@@ -350,7 +350,7 @@ def subject_digests(data: bytes, path: str, segment_base: int,
                     key_null.append(key is None)
                     bare.append(is_bare)
             if keep is not None and len(offset) > start:
-                mask = keep(_digest_rows(digest[start:])).tolist()
+                mask = keep.might_contain(_digest_rows(digest[start:])).tolist()
                 columns: tuple[list[Any], ...] = (position, offset, header, digest, key_digest,
                                                   key_null, bare)
                 for column in columns:

@@ -37,17 +37,35 @@ def size_for(subjects: int, rate: float = FALSE_POSITIVE_RATE) -> tuple[int, int
 
 
 def _positions(digests: np.ndarray, bits: int, hashes: int) -> np.ndarray:
-    """``(hashes, n)`` bit positions of ``n`` digests (rows of 4 uint64 words)."""
+    """``(hashes, n)`` bit positions of ``n`` digests (rows of 4 uint64 words): the rule of
+    :func:`may_hold`, over arrays."""
     h1 = digests[:, 0] % np.uint64(bits)
     h2 = (digests[:, 1] | np.uint64(1)) % np.uint64(bits)
     i = np.arange(hashes, dtype=np.uint64)[:, None]
     return (h1[None, :] + i * h2[None, :]) % np.uint64(bits)
 
 
+def may_hold(table: np.ndarray, bits: int, hashes: int, w0: np.uint64, w1: np.uint64) -> bool:
+    """Whether the filter whose bits are ``table`` (one byte a bit) may hold the digest whose
+    first two little-endian 64-bit words are ``w0`` and ``w1``: bit ``(h1 + i * h2) % bits``
+    set for every ``i < hashes`` (``h1 = w0 % bits``, ``h2 = (w1 | 1) % bits``), stopping at
+    the first clear bit. Scalar, so the native scan (:mod:`compactor.native.erasure`) compiles
+    it into its kernel and tests a record's digest as it makes it; ``tests/unit/
+    test_sketch.py`` holds it equal to :func:`_positions`' arrays."""
+    size = np.uint64(bits)
+    h1 = np.uint64(w0) % size
+    h2 = (np.uint64(w1) | np.uint64(1)) % size
+    for i in range(hashes):
+        if table[(h1 + np.uint64(i) * h2) % size] == 0:
+            return False
+    return True
+
+
 def _words(digests: Sequence[bytes] | np.ndarray) -> np.ndarray:
-    """Rows of 4 uint64 words: from 32-byte digests, or already such rows."""
+    """Rows of 4 uint64 words: from 32-byte digests (bytes, or rows of 32 uint8), or already
+    such rows."""
     if isinstance(digests, np.ndarray):
-        return digests
+        return digests.view("<u8").reshape(-1, 4) if digests.dtype == np.uint8 else digests
     return np.frombuffer(b"".join(digests), dtype="<u8").reshape(-1, 4)
 
 
@@ -99,17 +117,35 @@ class DigestFilter:
         return FilterBuilder(self.table(), self.bits, self.hashes)
 
     def table(self) -> np.ndarray:
-        """One byte per bit, for :func:`might_contain` over many batches."""
+        """One byte per bit, for lookups over many batches."""
         return np.unpackbits(np.frombuffer(self.packed, dtype=np.uint8))
 
-    def might_contain(self, digests: Sequence[bytes] | np.ndarray,
-                      table: np.ndarray | None = None) -> np.ndarray:
+    def probe(self) -> Probe:
+        """This filter unpacked once, for the lookups of a whole scan."""
+        return Probe(self.table(), self.bits, self.hashes)
+
+    def might_contain(self, digests: Sequence[bytes] | np.ndarray) -> np.ndarray:
         """Per digest (32 bytes each, or rows of :func:`hex_digest_words`), whether it may be in
         the filter (``False``: certainly not)."""
+        return self.probe().might_contain(digests)
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """A :class:`DigestFilter` unpacked for lookups: ``table`` holds one byte per bit. The
+    pure scan asks :meth:`might_contain` of a batch's digests at once; the native scan reads
+    ``table``, ``bits`` and ``hashes`` into its kernel (:func:`may_hold`)."""
+
+    table: np.ndarray
+    bits: int
+    hashes: int
+
+    def might_contain(self, digests: Sequence[bytes] | np.ndarray) -> np.ndarray:
+        """Per digest (32 bytes each, or rows of 4 uint64 words), whether it may be in the
+        filter."""
         if len(digests) == 0:
             return np.zeros(0, dtype=bool)
-        table = self.table() if table is None else table
-        found = table[_positions(_words(digests), self.bits, self.hashes)]
+        found = self.table[_positions(_words(digests), self.bits, self.hashes)]
         return np.all(found == 1, axis=0)
 
 

@@ -504,7 +504,8 @@ def apply(spark: SparkSession | None, opts: MaintenanceOptions, state_dir: str, 
             return report
         try:
             report.record_moved(*_record(state_dir, "apply", run_id, log_dir, now_ms, started,
-                                         lines, result, session(), APPLIED_COLUMNS))
+                                         lines, result, session(), APPLIED_COLUMNS,
+                                         pending.version))
             report.status = status()
         except CompactorError as err:  # the rewrites stand: say so, with the report
             rewritten = [line["dir"] for line in lines.values()
@@ -624,7 +625,8 @@ def apply_remote(spark: SparkSession | None, opts: MaintenanceOptions, state_dir
             dry_run_words(report.requests)
             return report
         report.record_moved(*_record(state_dir, "apply", run_id, log_dir, now_ms, started,
-                                     lines, result, session(), APPLIED_COLUMNS))
+                                     lines, result, session(), APPLIED_COLUMNS,
+                                     pending.version))
         return report
     finally:
         result.unpersist()
@@ -875,7 +877,8 @@ def verify(spark: SparkSession | None, opts: MaintenanceOptions, state_dir: str,
         report.requests_by_outcome = counts
         report.partitions = list(lines.values())
         report.record_moved(*_record(state_dir, "verify", run_id, log_dir, now_ms, started,
-                                     lines, result, session(), VERIFIED_COLUMNS))
+                                     lines, result, session(), VERIFIED_COLUMNS,
+                                     pending.version))
     finally:
         result.unpersist()
     counts = report.requests_by_outcome or {}
@@ -911,7 +914,7 @@ def _verify_entry(row: Mapping[str, Any]) -> dict[str, Any]:
 
 def _record(state_dir: str, action: str, run_id: str, log_dir: str, now_ms: int, started: int,
             lines: Mapping[int, Mapping[str, Any]], result: DataFrame, spark: SparkSession,
-            columns: Sequence[str]) -> tuple[dict[str, int], list[dict[str, Any]]]:
+            columns: Sequence[str], read_at: int) -> tuple[dict[str, int], list[dict[str, Any]]]:
     """The run's rows in ``runs``, then the requests' new state (a MERGE of the ``update``
     outcomes): one Delta commit each, by delta-spark, both under the state dir's writer lock.
 
@@ -921,7 +924,8 @@ def _record(state_dir: str, action: str, run_id: str, log_dir: str, now_ms: int,
     erased (or verified) their records anyway. Returns them, as
     :func:`compactor.spark.ledger.moved_requests` finds them."""
     with storage.state_dir_lock(state_dir):
-        counts, moved = spark_ledger.moved_requests(state_dir, spark, result, REPORT_REQUESTS)
+        counts, moved = spark_ledger.moved_requests(state_dir, spark, result, REPORT_REQUESTS,
+                                                    read_at=read_at)
         ledger.record_runs(state_dir, run_id=run_id, command=f"erase_{action}",
                            log_dir=log_dir, now_ms=now_ms, started_at_ms=started,
                            finished_at_ms=int(time.time() * 1000), seconds=None,

@@ -15,15 +15,16 @@ test_erasure_digests.py`` compares the two paths entry by entry.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numba
 import numpy as np
 
-from compactor.cleaner.rewrite import SubjectDigests
+from compactor.cleaner.rewrite import DigestProbe, SubjectDigests
 from compactor.codec.compression import CODEC_MASK, DecompressionError, decompress
 from compactor.codec.records import ATTRIBUTES_OFFSET, RECORDS_OFFSET
+from compactor.erasure import sketch
 from compactor.native import sha256
 from compactor.native.fast import segment_headers
 from compactor.native.kernels import _field, _varint
@@ -34,14 +35,37 @@ HAND_BACK = -1  # the pure path decodes the batch
 FULL = -2  # more entries than the arrays hold: call again with larger ones
 
 
+_may_hold = numba.njit(cache=True, inline="always")(sketch.may_hold)
+
+
+@numba.njit(cache=True, inline="always")
+def _word(digest: np.ndarray, at: int) -> np.uint64:
+    """The little-endian 64-bit word of ``digest[at:at + 8]``."""
+    word = np.uint64(0)
+    for j in range(8):
+        word |= np.uint64(digest[at + j]) << np.uint64(8 * j)
+    return word
+
+
+@numba.njit(cache=True, inline="always")
+def _kept(digest: np.ndarray, filtered: bool, table: np.ndarray, bits: int, hashes: int
+          ) -> bool:
+    """Whether an entry of ``digest`` (32 bytes) is kept: every entry when not ``filtered``,
+    else those the requests' Bloom filter may hold."""
+    return not filtered or _may_hold(table, bits, hashes, _word(digest, 0), _word(digest, 8))
+
+
 @numba.njit(cache=True)
 def _scan(buf: np.ndarray, rows: np.ndarray, names: np.ndarray, name_starts: np.ndarray,
-          name_lens: np.ndarray, ctx: int, md: int, position: np.ndarray, offset: np.ndarray,
+          name_lens: np.ndarray, ctx: int, md: int, filtered: bool, table: np.ndarray,
+          bits: int, hashes: int, position: np.ndarray, offset: np.ndarray,
           header: np.ndarray, digest: np.ndarray, key_digest: np.ndarray, key_null: np.ndarray,
           bare: np.ndarray, key: np.ndarray) -> int:
     """The entries of the batches ``rows`` (``[start, end, count, lastOffsetDelta,
     baseOffset, position]`` of each batch's records section in ``buf``) into the arrays
-    (``key``: 32 bytes of scratch); returns how many, or :data:`HAND_BACK`, :data:`FULL`."""
+    (``key``: 32 bytes of scratch); when ``filtered``, only the entries whose digest the
+    Bloom filter (``table``, ``bits``, ``hashes``) may hold. Returns how many, or
+    :data:`HAND_BACK`, :data:`FULL`."""
     data = buf.ctypes.data
     key_at = key.ctypes.data
     digests = digest.ctypes.data
@@ -80,6 +104,7 @@ def _scan(buf: np.ndarray, rows: np.ndarray, names: np.ndarray, name_starts: np.
             if has_key:
                 if not sha256.sha256_into(data, after - key_len, key_len, key_at, ctx, md):
                     return HAND_BACK
+            if has_key and _kept(key, filtered, table, bits, hashes):
                 if n == capacity:
                     return FULL
                 position[n] = batch_position
@@ -118,6 +143,8 @@ def _scan(buf: np.ndarray, rows: np.ndarray, names: np.ndarray, name_starts: np.
                     if not sha256.sha256_into(data, pos - value_len, value_len,
                                               digests + n * DIGEST_BYTES, ctx, md):
                         return HAND_BACK
+                    if not _kept(digest[n], filtered, table, bits, hashes):
+                        continue  # the next entry overwrites this digest
                     position[n] = batch_position
                     offset[n] = base_offset + delta
                     header[n] = w
@@ -141,10 +168,10 @@ _ROW = 6
 
 
 def segment_digests(data: Any, path: str, segment_base: int, names: Sequence[str],
-                    keep: Callable[[np.ndarray], np.ndarray] | None = None
-                    ) -> SubjectDigests | None:
+                    keep: DigestProbe | None = None) -> SubjectDigests | None:
     """:class:`SubjectDigests` of a whole segment, or ``None``: the pure scan reads it
-    (``keep``: as :func:`compactor.cleaner.scan.subject_digests`). The batch headers come
+    (``keep``: as :func:`compactor.cleaner.scan.subject_digests`, tested by the kernel as
+    it digests, so an entry the filter rules out is never stored). The batch headers come
     from the writer's bulk reader (CRCs checked), the compressed sections are decompressed
     one by one, and the kernel reads up to :data:`CHUNK_BYTES` of sections a call."""
     if not sha256.available():
@@ -159,6 +186,9 @@ def segment_digests(data: Any, path: str, segment_base: int, names: Sequence[str
     starts = np.cumsum(lens) - lens
     ctx, md = sha256.context()
     scratch = np.zeros(DIGEST_BYTES, np.uint8)
+    filtered = keep is not None
+    bits, table_bits, hashes = (keep.bits, keep.table, keep.hashes) if keep is not None else (
+        1, np.zeros(1, np.uint8), 0)
     found: list[tuple[np.ndarray, ...]] = []
     records = 0
     sections: list[bytes | memoryview] = []
@@ -171,23 +201,23 @@ def segment_digests(data: Any, path: str, segment_base: int, names: Sequence[str
             return True
         buf = np.frombuffer(b"".join(sections), np.uint8)
         table = np.array(rows, np.int64).reshape(-1, _ROW)
-        capacity = max(16, int(table[:, 2].sum()) * (2 if encoded else 1))
+        entries = int(table[:, 2].sum()) * (2 if encoded else 1)
+        # filtered, few entries are kept: room for 1 in 16 (more: called again, 4x the room)
+        capacity = max(16, entries // 16 if keep is not None else entries)
         while True:
-            columns = (np.zeros(capacity, np.int64), np.zeros(capacity, np.int64),
-                       np.zeros(capacity, np.int32), np.zeros((capacity, DIGEST_BYTES), np.uint8),
-                       np.zeros((capacity, DIGEST_BYTES), np.uint8), np.zeros(capacity, bool),
-                       np.zeros(capacity, bool))
-            n = _scan(buf, table, joined, starts, lens, ctx, md, *columns, scratch)
+            columns = (np.empty(capacity, np.int64), np.empty(capacity, np.int64),
+                       np.empty(capacity, np.int32), np.empty((capacity, DIGEST_BYTES), np.uint8),
+                       np.empty((capacity, DIGEST_BYTES), np.uint8), np.empty(capacity, bool),
+                       np.empty(capacity, bool))
+            n = _scan(buf, table, joined, starts, lens, ctx, md, filtered, table_bits, bits,
+                      hashes, *columns, scratch)
             if n != FULL:
                 break
             capacity *= 4
         if n == HAND_BACK:
             return False
-        kept: tuple[np.ndarray, ...] = tuple(c[:n] for c in columns)
-        if keep is not None:
-            mask = keep(kept[3])
-            kept = tuple(c[mask] for c in kept)
-        found.append(kept)
+        # a few entries in large arrays: copied, so that the arrays are freed
+        found.append(tuple(c[:n].copy() if n < capacity // 2 else c[:n] for c in columns))
         sections.clear()
         rows.clear()
         at = 0

@@ -32,7 +32,7 @@ from __future__ import annotations
 import struct
 import threading
 from collections import Counter
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,6 +55,7 @@ from compactor.cleaner.policy import (
 )
 from compactor.cleaner.rebatch import FilteredBatch, filter_batch
 from compactor.cleaner.rewrite import (
+    DigestProbe,
     Fallback,
     Filtered,
     GroupRewrite,
@@ -1321,8 +1322,7 @@ class NativeEngine:
         return batch_keys(batch)
 
     def segment_digests(self, data: Any, path: str, segment_base: int, names: Sequence[str],
-                        keep: Callable[[np.ndarray], np.ndarray] | None
-                        ) -> SubjectDigests | None:
+                        keep: DigestProbe | None) -> SubjectDigests | None:
         from compactor.native.erasure import segment_digests
 
         return segment_digests(data, path, segment_base, names, keep)

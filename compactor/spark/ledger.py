@@ -44,10 +44,14 @@ def appender(spark: SparkSession | None) -> ledger.Appender | None:
 
 
 @ledger.ledger_errors("read the erasure request ledger")
-def moved_requests(state_dir: str, spark: SparkSession, outcomes: DataFrame,
-                   limit: int) -> tuple[dict[str, int], list[dict[str, object]]]:
+def moved_requests(state_dir: str, spark: SparkSession, outcomes: DataFrame, limit: int, *,
+                   read_at: int) -> tuple[dict[str, int], list[dict[str, object]]]:
     """:func:`compactor.spark.delta.moved_requests` of the requests table: call it holding the
     state dir's writer lock, so that it names exactly the requests the next
-    :func:`merge_outcomes` leaves alone."""
+    :func:`merge_outcomes` leaves alone. ``read_at`` is the table version the run read its
+    requests at: when that is still the table's version, no commit came between, nothing
+    moved, and no Spark job joins the outcomes against the table."""
+    if ledger.table_version(state_dir, ERASURE_REQUESTS_TABLE) == read_at:
+        return {}, []
     return delta.moved_requests(spark, ledger.table_path(state_dir, ERASURE_REQUESTS_TABLE),
                                 outcomes, limit)

@@ -714,7 +714,7 @@ def scan_erasure(header_names: frozenset[str], sketch: Broadcast[DigestFilter],
     entries the filter keeps become Python objects."""
 
     def scan(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        engine, may_match = record_engine(writer), _may_match(sketch.value)
+        engine, may_match = record_engine(writer), sketch.value.probe()
         for tasks in batches:
             for tp_id, base, path, next_base in zip(
                     *(tasks.column(i).to_pylist() for i in range(4)), strict=True):
@@ -730,12 +730,6 @@ def scan_erasure(header_names: frozenset[str], sketch: Broadcast[DigestFilter],
                 yield from _scan_rows(tp_id, base, read)
 
     return lambda tasks: tasks.mapInArrow(storage.portable(scan), ERASURE_SCAN)
-
-
-def _may_match(wanted: DigestFilter) -> Callable[[np.ndarray], np.ndarray]:
-    """Which rows of 32-byte digests the requests' Bloom filter may hold."""
-    table = wanted.table()
-    return lambda digests: wanted.might_contain(digests.view("<u8").reshape(-1, 4), table)
 
 
 def _scan_rows(tp_id: int, base: int,
@@ -773,7 +767,7 @@ def scan_remote_erasure(helper: str, server_properties: str, log_dir: str,
     digest scan and removes them. A segment that cannot be fetched or read is an error row."""
 
     def scan(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        engine, may_match = record_engine(writer), _may_match(sketch.value)
+        engine, may_match = record_engine(writer), sketch.value.probe()
         for tasks in batches:
             rows = tasks.to_pylist()
             with storage.temporary_dir("remote-segments-") as folder:

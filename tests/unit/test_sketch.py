@@ -51,3 +51,23 @@ def test_hex_digests_read_from_an_arrow_column_are_the_same_words() -> None:
     for bad in (pa.array(["ab"], pa.string()), pa.array([None], pa.string())):
         with pytest.raises(ValueError):
             hex_digest_words(bad)
+
+
+@pytest.mark.parametrize("subjects,hashes", [(1, 13), (300, 2), (5_000, 3)])
+def test_the_scalar_rule_the_kernel_compiles_answers_as_the_arrays_do(subjects: int,
+                                                                      hashes: int) -> None:
+    """``may_hold`` (compiled into the native scan's kernel, a digest at a time) says what
+    ``might_contain`` (the pure scan, a batch at once) says, for members and strangers, on
+    filters full enough that strangers pass too."""
+    import numpy as np
+
+    from compactor.erasure.sketch import may_hold
+
+    # 8,192 bits and few hashes: with many members, strangers pass it
+    probe = DigestFilter(bytes(1024), 8192, hashes).adding(_digests("member", subjects)).probe()
+    asked = _digests("member", subjects) + _digests("stranger", 3_000)
+    words = np.frombuffer(b"".join(asked), dtype="<u8").reshape(-1, 4)
+    scalar = [may_hold(probe.table, probe.bits, probe.hashes, w[0], w[1]) for w in words]
+    assert scalar == probe.might_contain(asked).tolist()
+    assert all(scalar[:subjects]) and sum(scalar[subjects:]) < 3_000
+    assert subjects == 1 or any(scalar[subjects:])  # false positives were compared too
