@@ -53,8 +53,10 @@ def engine(writer: str) -> Engine:
 
 def compile_kernels() -> None:
     """Compile (or load from numba's disk cache) every kernel; see
-    :func:`compactor.native.fast.compile_kernels`. Nothing to do without numba."""
+    :func:`compactor.native.fast.compile_kernels` and
+    :func:`compactor.native.erasure.compile_kernels`. Nothing to do without numba."""
     if available():
-        from compactor.native.fast import compile_kernels as compile_all
+        from compactor.native import erasure, fast
 
-        compile_all()
+        fast.compile_kernels()
+        erasure.compile_kernels()

@@ -18,7 +18,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import numba
 import numpy as np
 
 from compactor.cleaner.rewrite import DigestProbe, SubjectDigests
@@ -26,6 +25,7 @@ from compactor.codec.compression import CODEC_MASK, DecompressionError, decompre
 from compactor.codec.records import ATTRIBUTES_OFFSET, RECORDS_OFFSET
 from compactor.erasure import sketch
 from compactor.native import sha256
+from compactor.native.cache import kernel
 from compactor.native.fast import segment_headers
 from compactor.native.kernels import _field, _varint
 
@@ -35,10 +35,10 @@ HAND_BACK = -1  # the pure path decodes the batch
 FULL = -2  # more entries than the arrays hold: call again with larger ones
 
 
-_may_hold = numba.njit(cache=True, inline="always")(sketch.may_hold)
+_may_hold = kernel(inline="always")(sketch.may_hold)
 
 
-@numba.njit(cache=True, inline="always")
+@kernel(inline="always")
 def _word(digest: np.ndarray, at: int) -> np.uint64:
     """The little-endian 64-bit word of ``digest[at:at + 8]``."""
     word = np.uint64(0)
@@ -47,7 +47,7 @@ def _word(digest: np.ndarray, at: int) -> np.uint64:
     return word
 
 
-@numba.njit(cache=True, inline="always")
+@kernel(inline="always")
 def _kept(digest: np.ndarray, filtered: bool, table: np.ndarray, bits: int, hashes: int
           ) -> bool:
     """Whether an entry of ``digest`` (32 bytes) is kept: every entry when not ``filtered``,
@@ -55,7 +55,7 @@ def _kept(digest: np.ndarray, filtered: bool, table: np.ndarray, bits: int, hash
     return not filtered or _may_hold(table, bits, hashes, _word(digest, 0), _word(digest, 8))
 
 
-@numba.njit(cache=True)
+@kernel
 def _scan(buf: np.ndarray, rows: np.ndarray, names: np.ndarray, name_starts: np.ndarray,
           name_lens: np.ndarray, ctx: int, md: int, filtered: bool, table: np.ndarray,
           bits: int, hashes: int, position: np.ndarray, offset: np.ndarray,
@@ -251,3 +251,21 @@ def segment_digests(data: Any, path: str, segment_base: int, names: Sequence[str
                           digest=merged[3], key_digest=merged[4], key_null=merged[5],
                           bare=merged[6], names=tuple(names), batches=len(headers),
                           records=records, headers=headers)
+
+
+def compile_kernels() -> None:
+    """Compile (or load from the disk cache) the erasure scan's kernel on empty input, with
+    and without the Bloom filter, over both kinds of buffer it meets (see
+    :func:`compactor.native.fast.compile_kernels`): a worker's first erasure then starts
+    without LLVM. Nothing to do without libcrypto (the scan stays on the pure path)."""
+    if not sha256.available():
+        return
+    ctx, md = sha256.context()
+    names, lens = np.frombuffer(b"\0", np.uint8), np.zeros(0, np.int64)  # as segment_digests
+    columns = (np.empty(1, np.int64), np.empty(1, np.int64), np.empty(1, np.int32),
+               np.empty((1, DIGEST_BYTES), np.uint8), np.empty((1, DIGEST_BYTES), np.uint8),
+               np.empty(1, bool), np.empty(1, bool))
+    for buf in (np.zeros(0, np.uint8), np.frombuffer(b"", np.uint8)):
+        for filtered in (False, True):
+            _scan(buf, np.zeros((0, _ROW), np.int64), names, lens, lens, ctx, md, filtered,
+                  np.zeros(8, np.uint8), 8, 1, *columns, np.zeros(DIGEST_BYTES, np.uint8))

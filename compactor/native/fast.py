@@ -37,7 +37,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import crc32c
-import numba
 import numpy as np
 
 from compactor.cleaner import policy
@@ -99,12 +98,13 @@ from compactor.codec.records import (
 )
 from compactor.codec.segment import chunk_ranges, iter_batches
 from compactor.native import kernels
+from compactor.native.cache import kernel
 from compactor.native.xxh3 import xxh3_128
 
-# the per-record rule, written once (compactor/cleaner/policy.py) and compiled here; numba's
-# disk cache checks only this file's timestamp, so a change there must touch this file
-_record_fate = numba.njit(cache=True, inline="always")(policy.record_fate)
-_map_entry_offset = numba.njit(cache=True, inline="always")(policy.map_entry_offset)
+# the per-record rule, written once (compactor/cleaner/policy.py) and compiled here (the
+# kernels' cache is keyed on policy.py too: compactor.native.cache)
+_record_fate = kernel(inline="always")(policy.record_fate)
+_map_entry_offset = kernel(inline="always")(policy.map_entry_offset)
 COLLISION = 8  # a status of decide_records beside the kernels' own
 
 _FNV_OFFSET = np.uint64(0xCBF29CE484222325)
@@ -118,7 +118,7 @@ _FNV_PRIME = np.uint64(0x100000001B3)
 STATS: Counter[str] = Counter()
 
 
-@numba.njit(cache=True, inline="always")
+@kernel(inline="always")
 def _hash(buf: np.ndarray, pos: int, length: int) -> int:
     """FNV-1a over the key's bytes, then murmur3's 64-bit finalizer (its low bits index the
     table)."""
@@ -137,7 +137,7 @@ _SLOT = 4  # int64 words a key table slot takes (_slot)
 _INLINE = 16  # keys up to this many bytes live in their slot, longer ones in the arena
 
 
-@numba.njit(cache=True, inline="always")
+@kernel(inline="always")
 def _words(buf: np.ndarray, pos: int, length: int) -> tuple[int, int]:
     """The first 16 bytes of a key, little-endian in two words (zeros past its end)."""
     lo = hi = np.uint64(0)
@@ -148,7 +148,7 @@ def _words(buf: np.ndarray, pos: int, length: int) -> tuple[int, int]:
     return int(np.int64(lo)), int(np.int64(hi))
 
 
-@numba.njit(cache=True, inline="always")
+@kernel(inline="always")
 def _same_key(table: np.ndarray, slot: int, arena: np.ndarray, buf: np.ndarray, pos: int,
               length: int) -> bool:
     """Whether the key in ``slot`` is exactly ``buf[pos:pos + length]``."""
@@ -169,7 +169,7 @@ def _same_key(table: np.ndarray, slot: int, arena: np.ndarray, buf: np.ndarray, 
     return True
 
 
-@numba.njit(cache=True, inline="always")
+@kernel(inline="always")
 def _slot(table: np.ndarray, h: int) -> int:
     """The slot of hash ``h`` in the open-addressing table (linear probing): where it is, or
     the empty slot where it would go. Slot ``i`` is ``table[4i:4i + 4]``: the hash; then 0
@@ -184,7 +184,7 @@ def _slot(table: np.ndarray, h: int) -> int:
     return i
 
 
-@numba.njit(cache=True)
+@kernel
 def rehash(old: np.ndarray, new: np.ndarray) -> None:
     """Every key of table ``old`` into the empty, larger table ``new``."""
     for j in range(old.shape[0] // _SLOT):
@@ -193,14 +193,14 @@ def rehash(old: np.ndarray, new: np.ndarray) -> None:
             new[_SLOT * k:_SLOT * k + _SLOT] = old[_SLOT * j:_SLOT * j + _SLOT]
 
 
-@numba.njit(cache=True, inline="always")
+@kernel(inline="always")
 def _at_or_below(offsets: np.ndarray, offset: int) -> int:
     """How many of the sorted ``offsets`` are at or below ``offset``: where a cursor walking
     down with a batch's records (:func:`_walk_down`) starts."""
     return int(np.searchsorted(offsets, offset, side="right"))
 
 
-@numba.njit(cache=True, inline="always")
+@kernel(inline="always")
 def _walk_down(offsets: np.ndarray, below: int, offset: int) -> tuple[int, bool]:
     """The cursor ``below`` moved down to ``offset`` (records are walked newest first, their
     offsets strictly decreasing), and whether ``offset`` is one of ``offsets``."""
@@ -209,7 +209,7 @@ def _walk_down(offsets: np.ndarray, below: int, offset: int) -> tuple[int, bool]
     return below, below > 0 and offsets[below - 1] == offset
 
 
-@numba.njit(cache=True)
+@kernel
 def decide_records(buf: np.ndarray, layout: np.ndarray, count: int, base_offset: int,
                    entry: int, expire_tombstones: bool, superseded: np.ndarray,
                    within: np.ndarray, tabled: bool, table: np.ndarray,
@@ -305,7 +305,7 @@ def decide_records(buf: np.ndarray, layout: np.ndarray, count: int, base_offset:
     return kernels.OK, dropped, tombstones, table, arena
 
 
-@numba.njit(cache=True)
+@kernel
 def _retained_figures(layout: np.ndarray, count: int, reasons: np.ndarray, source_base_ts: int,
                       fixed: bool, fixed_ts: int) -> tuple[int, int, int]:
     """``(retained tombstones, first retained timestamp, max retained timestamp)``."""
@@ -334,7 +334,7 @@ D_FIRST, D_DROPPED, D_TOMBSTONES, D_STATUS = range(4)
 DISCARD, ABORTED_BATCH, RETAIN_DELETES = 1, 2, 4
 
 
-@numba.njit(cache=True, inline="always")
+@kernel(inline="always")
 def _be(buf: np.ndarray, pos: int, size: int) -> int:
     """A big-endian signed integer of ``size`` bytes."""
     value = 0
@@ -345,7 +345,7 @@ def _be(buf: np.ndarray, pos: int, size: int) -> int:
     return value
 
 
-@numba.njit(cache=True, inline="always")
+@kernel(inline="always")
 def _frame_at(buf: np.ndarray, pos: int, end: int, codecs: bool, frames: np.ndarray,
               n: int) -> int:
     """Frame the batch at ``pos`` into ``frames[n]``: its size, or 0 when it is not a v2
@@ -371,7 +371,7 @@ def _frame_at(buf: np.ndarray, pos: int, end: int, codecs: bool, frames: np.ndar
     return size
 
 
-@numba.njit(cache=True)
+@kernel
 def frame_chunk(buf: np.ndarray, codecs: bool) -> np.ndarray:
     """The frames of a chunk that holds only v2 batches with sound headers
     (``segment._decode_v2_header``'s checks but the CRC and the codec's id), uncompressed
@@ -395,7 +395,7 @@ def frame_chunk(buf: np.ndarray, codecs: bool) -> np.ndarray:
 H_PRODUCER_ID, H_PRODUCER_EPOCH, H_BASE_TS, H_MAX_TS = range(4)
 
 
-@numba.njit(cache=True)
+@kernel
 def frame_headers(buf: np.ndarray, start: int, frames: np.ndarray, fields: np.ndarray
                   ) -> tuple[int, int]:
     """:func:`frame_chunk` (codecs allowed) of a segment from byte ``start``, at most
@@ -418,7 +418,7 @@ def frame_headers(buf: np.ndarray, start: int, frames: np.ndarray, fields: np.nd
     return n, pos
 
 
-@numba.njit(cache=True)
+@kernel
 def decide_chunk(buf: np.ndarray, frames: np.ndarray, flags: np.ndarray, first_dirty: int,
                  superseded: np.ndarray, within: np.ndarray, tabled: bool,
                  table: np.ndarray, arena: np.ndarray,
@@ -483,14 +483,14 @@ _RETAIN_EMPTY = int(BatchRetention.RETAIN_EMPTY)
 _DELETE = int(BatchRetention.DELETE)
 
 
-@numba.njit(cache=True, inline="always")
+@kernel(inline="always")
 def _put_be(out: np.ndarray, pos: int, value: int, size: int) -> None:
     for i in range(size - 1, -1, -1):
         out[pos + i] = value & 0xFF
         value >>= 8
 
 
-@numba.njit(cache=True, inline="always")
+@kernel(inline="always")
 def _header(out: np.ndarray, at: int, buf: np.ndarray, src: int, body: int, attributes: int,
             base_ts: int, max_ts: int, count: int) -> None:
     """A v2 header at ``out[at]`` for ``body`` bytes of records, the source batch's base
@@ -512,7 +512,7 @@ def _header(out: np.ndarray, at: int, buf: np.ndarray, src: int, body: int, attr
     _put_be(out, at + RECORDS_COUNT_OFFSET, count, 4)
 
 
-@numba.njit(cache=True, inline="always")
+@kernel(inline="always")
 def _emit(outs: np.ndarray, n_out: int, pos: int, size: int, source: int) -> int:
     outs[n_out, O_POS] = pos
     outs[n_out, O_SIZE] = size
@@ -520,7 +520,7 @@ def _emit(outs: np.ndarray, n_out: int, pos: int, size: int, source: int) -> int
     return n_out + 1
 
 
-@numba.njit(cache=True)
+@kernel
 def filter_chunk(buf: np.ndarray, frames: np.ndarray, reasons: np.ndarray, dec: np.ndarray,
                  horizon_if_set: int, out: np.ndarray, outs: np.ndarray,
                  scratch: np.ndarray) -> tuple[int, int, np.ndarray]:
@@ -932,7 +932,7 @@ class NativeRewrite:
         return counts
 
 
-@numba.njit(cache=True)
+@kernel
 def _keyed_rows(layout: np.ndarray, count: int, base_offset: int
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(offsets, key positions, key lengths)`` of the keyed records of a parsed section."""
@@ -949,7 +949,7 @@ def _keyed_rows(layout: np.ndarray, count: int, base_offset: int
     return offsets[:n], positions[:n], lengths[:n]
 
 
-@numba.njit(cache=True)
+@kernel
 def scan_chunk_keys(buf: np.ndarray, positions: np.ndarray, scratch: np.ndarray
                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray,
                                np.ndarray]:
@@ -1016,7 +1016,7 @@ def scan_chunk_keys(buf: np.ndarray, positions: np.ndarray, scratch: np.ndarray
     return offsets[:n], key_hi[:n], key_lo[:n], which[:n], left[:n_left], scratch
 
 
-@numba.njit(cache=True, inline="always")
+@kernel(inline="always")
 def _grown(values: np.ndarray, n: int, cap: int) -> np.ndarray:
     out = np.empty(cap, values.dtype)
     out[:n] = values[:n]

@@ -24,8 +24,9 @@ module does not compile anything.
 
 from __future__ import annotations
 
-import numba
 import numpy as np
+
+from compactor.native.cache import kernel
 
 OK = 0
 MALFORMED = 1
@@ -48,7 +49,7 @@ _INT32_MAX = 2**31 - 1
 _TS_LIMIT = 2**61
 
 
-@numba.njit(cache=True, inline="always")
+@kernel(inline="always")
 def _varint(buf: np.ndarray, pos: int, end: int, max_bytes: int) -> tuple[int, int, bool]:
     """A zig-zag varint at ``pos``: ``(value, next position, minimal)``; next position -1
     when it runs past ``end`` or beyond ``max_bytes`` bytes."""
@@ -70,7 +71,7 @@ def _varint(buf: np.ndarray, pos: int, end: int, max_bytes: int) -> tuple[int, i
     return int(value), pos, count == 1 or last != 0
 
 
-@numba.njit(cache=True, inline="always")
+@kernel(inline="always")
 def _field(buf: np.ndarray, pos: int, end: int, nullable: bool) -> tuple[int, int, bool]:
     """A length-prefixed field at ``pos`` (a key, value, header name or header value):
     ``(length, position after it, minimal varint)``; position -1 when it is malformed (a
@@ -81,7 +82,7 @@ def _field(buf: np.ndarray, pos: int, end: int, nullable: bool) -> tuple[int, in
     return length, pos + max(length, 0), minimal
 
 
-@numba.njit(cache=True)
+@kernel
 def parse_layout(buf: np.ndarray, start: int, end: int, count: int, last_delta: int,
                  layout: np.ndarray) -> int:
     """Fill ``layout[:count]`` with the rows of the ``count`` records in ``buf[start:end]``,
@@ -158,7 +159,7 @@ def parse_layout(buf: np.ndarray, start: int, end: int, count: int, last_delta: 
     return status
 
 
-@numba.njit(cache=True, inline="always")
+@kernel(inline="always")
 def _put_varint(out: np.ndarray, pos: int, value: int) -> int:
     raw = np.uint64((value << 1) ^ (value >> 63))
     while raw >= np.uint64(0x80):
@@ -169,7 +170,7 @@ def _put_varint(out: np.ndarray, pos: int, value: int) -> int:
     return pos + 1
 
 
-@numba.njit(cache=True, inline="always")
+@kernel(inline="always")
 def _varint_size(value: int) -> int:
     raw = np.uint64((value << 1) ^ (value >> 63))
     size = 1
@@ -179,7 +180,7 @@ def _varint_size(value: int) -> int:
     return size
 
 
-@numba.njit(cache=True)
+@kernel
 def rebuild_records(buf: np.ndarray, layout: np.ndarray, count: int, keep: np.ndarray,
                     source_base_ts: int, fixed: bool, fixed_ts: int, new_base_ts: int,
                     out: np.ndarray) -> int:

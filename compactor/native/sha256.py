@@ -22,9 +22,10 @@ import threading
 from typing import Any
 
 import llvmlite.binding as llvm
-import numba
 import numpy as np
 from numba import types
+
+from compactor.native.cache import kernel
 
 DIGEST_BYTES = 32
 _SIGNATURE = types.int32(types.intp, types.intp, types.intp)
@@ -82,7 +83,7 @@ def context() -> tuple[int, int]:
         return _context
 
 
-@numba.njit(cache=True, inline="always")
+@kernel(inline="always")
 def sha256_into(buf_address: int, start: int, length: int, out_address: int, ctx: int,
                 md: int) -> bool:
     """The SHA-256 of the ``length`` bytes at ``buf_address + start`` into the 32 bytes at
@@ -92,7 +93,7 @@ def sha256_into(buf_address: int, start: int, length: int, out_address: int, ctx
             and digest_final(ctx, out_address, 0) == 1)
 
 
-@numba.njit(cache=True)
+@kernel
 def _digests(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray, out: np.ndarray,
              ctx: int, md: int) -> bool:
     data, into = buf.ctypes.data, out.ctypes.data

@@ -14,8 +14,9 @@ product from 32-bit halves. Every value here is ``uint64`` and wraps as the C co
 
 from __future__ import annotations
 
-import numba
 import numpy as np
+
+from compactor.native.cache import kernel
 
 _SECRET = np.frombuffer(bytes.fromhex(
     "b8fe6c3923a44bbe7c01812cf721ad1cded46de9839097db7240a4a4b7b3671f"
@@ -41,7 +42,7 @@ _MX2 = np.uint64(0x9FB21C651E98DF25)
 _M32 = np.uint64(0xFFFFFFFF)
 
 
-@numba.njit(cache=True, inline="always")
+@kernel(inline="always")
 def _read64(buf: np.ndarray, pos: int) -> np.uint64:
     """A little-endian 64-bit value."""
     v = np.uint64(0)
@@ -50,7 +51,7 @@ def _read64(buf: np.ndarray, pos: int) -> np.uint64:
     return v
 
 
-@numba.njit(cache=True, inline="always")
+@kernel(inline="always")
 def _read32(buf: np.ndarray, pos: int) -> np.uint64:
     """A little-endian 32-bit value."""
     return (np.uint64(buf[pos]) | (np.uint64(buf[pos + 1]) << np.uint64(8))
@@ -58,7 +59,7 @@ def _read32(buf: np.ndarray, pos: int) -> np.uint64:
             | (np.uint64(buf[pos + 3]) << np.uint64(24)))
 
 
-@numba.njit(cache=True, inline="always")
+@kernel(inline="always")
 def _mul128(a: np.uint64, b: np.uint64) -> tuple[np.uint64, np.uint64]:
     """``(low, high)`` 64-bit halves of the 128-bit product ``a * b``."""
     a_lo, a_hi = a & _M32, a >> np.uint64(32)
@@ -73,31 +74,31 @@ def _mul128(a: np.uint64, b: np.uint64) -> tuple[np.uint64, np.uint64]:
     return lower, upper
 
 
-@numba.njit(cache=True, inline="always")
+@kernel(inline="always")
 def _fold(a: np.uint64, b: np.uint64) -> np.uint64:
     lo, hi = _mul128(a, b)
     return lo ^ hi
 
 
-@numba.njit(cache=True, inline="always")
+@kernel(inline="always")
 def _swap32(x: np.uint64) -> np.uint64:
     return (((x & np.uint64(0xFF)) << np.uint64(24)) | ((x & np.uint64(0xFF00)) << np.uint64(8))
             | ((x >> np.uint64(8)) & np.uint64(0xFF00)) | ((x >> np.uint64(24)) & np.uint64(0xFF)))
 
 
-@numba.njit(cache=True, inline="always")
+@kernel(inline="always")
 def _swap64(x: np.uint64) -> np.uint64:
     return (_swap32(x & _M32) << np.uint64(32)) | _swap32(x >> np.uint64(32))
 
 
-@numba.njit(cache=True, inline="always")
+@kernel(inline="always")
 def _avalanche(x: np.uint64) -> np.uint64:
     x ^= x >> np.uint64(37)
     x *= _MX1
     return x ^ (x >> np.uint64(32))
 
 
-@numba.njit(cache=True, inline="always")
+@kernel(inline="always")
 def _avalanche64(x: np.uint64) -> np.uint64:
     x ^= x >> np.uint64(33)
     x *= _P64_2
@@ -106,14 +107,14 @@ def _avalanche64(x: np.uint64) -> np.uint64:
     return x ^ (x >> np.uint64(32))
 
 
-@numba.njit(cache=True, inline="always")
+@kernel(inline="always")
 def _mix16(buf: np.ndarray, pos: int, s: int) -> np.uint64:
     """``mixStep`` of 16 input bytes at ``pos`` with the secret at ``s`` (seed 0)."""
     return _fold(_read64(buf, pos) ^ _read64(_SECRET, s),
                  _read64(buf, pos + 8) ^ _read64(_SECRET, s + 8))
 
 
-@numba.njit(cache=True, inline="always")
+@kernel(inline="always")
 def _mix32(a0: np.uint64, a1: np.uint64, buf: np.ndarray, p1: int, p2: int,
            s: int) -> tuple[np.uint64, np.uint64]:
     """``mixTwoChunks``: the two accumulators after mixing 16 bytes at ``p1`` and at ``p2``."""
@@ -124,7 +125,7 @@ def _mix32(a0: np.uint64, a1: np.uint64, buf: np.ndarray, p1: int, p2: int,
     return a0, a1
 
 
-@numba.njit(cache=True)
+@kernel
 def _long(buf: np.ndarray, pos: int, n: int) -> tuple[np.uint64, np.uint64]:
     """More than 240 bytes: 8 accumulators over 64-byte stripes, 1 KiB blocks."""
     acc = np.empty(8, np.uint64)
@@ -150,7 +151,7 @@ def _long(buf: np.ndarray, pos: int, n: int) -> tuple[np.uint64, np.uint64]:
     return low, high
 
 
-@numba.njit(cache=True, inline="always")
+@kernel(inline="always")
 def _accumulate(acc: np.ndarray, buf: np.ndarray, pos: int, s: int) -> None:
     for i in range(8):
         lane = _read64(buf, pos + 8 * i)
@@ -159,7 +160,7 @@ def _accumulate(acc: np.ndarray, buf: np.ndarray, pos: int, s: int) -> None:
         acc[i] += (value & _M32) * (value >> np.uint64(32))
 
 
-@numba.njit(cache=True, inline="always")
+@kernel(inline="always")
 def _merge(acc: np.ndarray, start: np.uint64, s: int) -> np.uint64:
     result = start
     for i in range(4):
@@ -168,7 +169,7 @@ def _merge(acc: np.ndarray, start: np.uint64, s: int) -> np.uint64:
     return _avalanche(result)
 
 
-@numba.njit(cache=True)
+@kernel
 def xxh3_128(buf: np.ndarray, pos: int, n: int) -> tuple[np.uint64, np.uint64]:
     """``(low, high)`` 64-bit halves of XXH3-128 of ``buf[pos:pos + n]`` (seed 0)."""
     length = np.uint64(n)

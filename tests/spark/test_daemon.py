@@ -71,6 +71,31 @@ def test_the_kernels_are_loaded_for_read_only_and_writable_buffers() -> None:
     assert len(out["counts"]) == 7 and out["added"] == 0
 
 
+def test_the_erasure_scan_kernel_is_loaded_for_what_a_scan_calls_it_with() -> None:
+    """The erasure scan's kernel, warmed by ``compile_kernels``, compiles nothing more when a
+    worker scans a segment (bytes or a read-only map, with or without the requests' Bloom
+    filter, with or without header names)."""
+    probe = ("import json, numpy as np\n"
+             "from compactor import native\n"
+             "from compactor.native import erasure\n"
+             "from compactor.erasure.sketch import DigestFilter\n"
+             "from compactor.codec.records import NewRecord, NewRecordBatch, encode_batch\n"
+             "native.compile_kernels()\n"
+             "before = len(erasure._scan.signatures)\n"
+             "data = encode_batch(NewRecordBatch(base_offset=0, records=[NewRecord(\n"
+             "    offset_delta=0, timestamp=1, key=b'k', value=b'v', headers=(('h', b'x'),))]))\n"
+             "probe = DigestFilter.empty(10).adding([bytes(32)]).probe()\n"
+             "for buf in (data, memoryview(bytearray(data)).toreadonly()):\n"
+             "    for keep in (None, probe):\n"
+             "        for names in ((), ('h',)):\n"
+             "            assert erasure.segment_digests(buf, 'p', 0, names, keep) is not None\n"
+             "print(json.dumps({'before': before,\n"
+             "                  'added': len(erasure._scan.signatures) - before}))\n")
+    out = json.loads(subprocess.run([sys.executable, "-c", probe], capture_output=True,
+                                    text=True, check=True).stdout)
+    assert out["before"] > 0 and out["added"] == 0
+
+
 def test_workers_are_forked_from_the_preloading_daemon(spark) -> None:
     def probe(_: object) -> list[tuple]:
         import gc
