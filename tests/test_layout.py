@@ -7,7 +7,11 @@
   file calls); the tools that launch JVMs or build archives are the declared exceptions;
 - pyspark is imported (at run time) only under ``compactor/spark/`` and by the local-cluster
   tool; the driver modules name Spark types under ``TYPE_CHECKING`` only;
-- numba is imported only under ``compactor/native/`` (the native seam);
+- numba is imported only under ``compactor/native/`` (the native seam), and its kernels are
+  made only by ``compactor/native/cache.py`` (the disk cache keyed on every compiled source:
+  no ``numba.njit``/``numba.jit`` call elsewhere);
+- a batch's delete horizon (``... + delete_retention_ms``) is computed only in
+  ``compactor/cleaner/policy.py``, where the batch-rebuild rules live once for both paths;
 - nothing under ``compactor/`` imports ``jobs``;
 - executor code (``compactor.spark.writer``, ``compactor.spark.transforms`` and everything
   they import) never reaches the ledger or the driver's swap;
@@ -55,6 +59,10 @@ RULES: dict[str, tuple[str, ...]] = {
     "spark_importers": ("compactor.spark", "compactor.schemas.spark",
                         "compactor.tools.local_cluster"),
     "numba_importers": ("compactor.native",),
+    # the only maker of numba kernels (numba.njit / numba.jit calls)
+    "kernel_makers": ("compactor.native.cache",),
+    # the only module that computes a delete horizon (the batch-rebuild rules)
+    "rebuild_rules": ("compactor.cleaner.policy",),
     # executor code, and the driver-only modules its import closure must not reach
     "executor_roots": ("compactor.spark.writer", "compactor.spark.transforms"),
     "driver_only": ("compactor.erasure.ledger", "compactor.log.swap"),
@@ -81,6 +89,8 @@ class Module:
     typing_only: set[str] = field(default_factory=set)  # under TYPE_CHECKING
     file_calls: list[str] = field(default_factory=list)
     argparse_or_print: list[str] = field(default_factory=list)
+    kernels_made: list[str] = field(default_factory=list)  # numba.njit / numba.jit calls
+    horizons: list[str] = field(default_factory=list)  # `... + delete_retention_ms`
 
 
 def _module_name(path: Path, root: Path) -> str:
@@ -129,6 +139,12 @@ def parse_module(name: str, path: Path, source: str) -> Module:
                 owner = ast.unparse(func.value)
                 if func.attr in FILE_MODULE_CALLS.get(owner, ()):
                     mod.file_calls.append(f"{owner}.{func.attr}() at line {node.lineno}")
+                if owner == "numba" and func.attr in ("njit", "jit"):
+                    mod.kernels_made.append(f"numba.{func.attr}() at line {node.lineno}")
+        elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add) and any(
+                ast.unparse(side).endswith("delete_retention_ms")
+                for side in (node.left, node.right)):
+            mod.horizons.append(f"{ast.unparse(node)} at line {node.lineno}")
         (mod.typing_only if guarded else mod.imports).update(names)
     if "argparse" in mod.imports:
         mod.argparse_or_print.append("imports argparse")
@@ -176,6 +192,12 @@ def violations(mods: Mapping[str, Module]) -> list[str]:
                       for i in sorted(mod.imports | mod.typing_only) if _under(i, ("numba",))]
         if name.startswith("compactor"):
             found += [f"{name} imports {i}" for i in sorted(mod.imports) if _under(i, ("jobs",))]
+        if not _under(name, RULES["kernel_makers"]):
+            found += [f"{name} makes a kernel outside compactor.native.cache: {k}"
+                      for k in mod.kernels_made]
+        if not _under(name, RULES["rebuild_rules"]):
+            found += [f"{name} computes a delete horizon outside the rebuild rules: {h}"
+                      for h in mod.horizons]
         if _under(name, ("compactor.maintenance",)):
             found += [f"{name}: {what}" for what in mod.argparse_or_print]
     for root in RULES["executor_roots"]:  # the executor side's whole import closure
@@ -293,6 +315,11 @@ def _source(name: str) -> str:
     ("compactor.log.layout", "def f():\n    from compactor.cluster import catalog",
      "folder cycle"),
     ("compactor.erasure.ledger", "from compactor.spark import delta", "folder cycle"),
+    ("compactor.native.fast", "k = numba.njit(cache=True)(len)",
+     "makes a kernel outside compactor.native.cache"),
+    ("compactor.native.fast", "def f(now_ms, delete_retention_ms):\n"
+                              "    return now_ms + delete_retention_ms",
+     "computes a delete horizon outside the rebuild rules"),
 ])
 def test_a_forbidden_import_is_reported(module: str, added: str, expected: str) -> None:
     tree = load_tree({module: _source(module) + "\n" + added + "\n"})

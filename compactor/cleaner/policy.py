@@ -623,6 +623,50 @@ def record_fate(keyed: bool, in_map: bool, later: bool, tombstone: bool,
     return KEPT
 
 
+# The batch-rebuild rules (``MemoryRecords.filterTo``): what becomes of one source batch once
+# its records' fates are known. Plain Python on scalars, as record_fate: the pure path
+# (compactor/cleaner/rebatch.py) calls them and numba compiles them into the native kernels
+# (compactor/native/fast.py), whose disk cache is keyed on this file (compactor.native.cache).
+
+#: what :func:`emptied_batch` says of a batch none of whose records stay
+EMPTIED_DROPPED, EMPTIED_VERBATIM, EMPTIED_HEADER = 0, 1, 2
+_RETAIN_EMPTY = int(BatchRetention.RETAIN_EMPTY)  # a plain int: numba compiles the rules
+
+
+def delete_horizon_ms(now_ms: int, delete_retention_ms: int) -> int:
+    """The delete horizon a round gives a batch that needs one (KIP-534:
+    ``MemoryRecords.filterTo`` builds it with ``currentTime + deleteRetentionMs``, the
+    round's ``now`` here): the time after which its tombstones and markers may go."""
+    return now_ms + delete_retention_ms
+
+
+def needs_delete_horizon(has_horizon: bool, marker_horizon: bool, is_control: bool,
+                         tombstones: int) -> bool:
+    """Whether a batch that keeps records is rebuilt with a delete horizon
+    (``MemoryRecords.filterTo``'s ``needToSetDeleteHorizon``): it has none yet and it is a
+    marker the round gives a horizon (``marker_horizon``, KIP-534's two-round marker
+    removal) or a data batch that keeps ``tombstones`` (records without a value)."""
+    return not has_horizon and (marker_horizon or (not is_control and tombstones > 0))
+
+
+def emptied_batch(retention: int, records: int) -> int:
+    """What becomes of a batch none of whose ``records`` stay
+    (``MemoryRecords.filterTo``): under :attr:`BatchRetention.RETAIN_EMPTY` (the round-bound
+    batch, the last of a producer's) an empty header over its offsets
+    (:data:`EMPTIED_HEADER`; ``writeEmptyHeader``), or the batch as it is when it had no
+    records at all (:data:`EMPTIED_VERBATIM`); otherwise it goes (:data:`EMPTIED_DROPPED`)."""
+    if retention != _RETAIN_EMPTY:
+        return EMPTIED_DROPPED
+    return EMPTIED_VERBATIM if records == 0 else EMPTIED_HEADER
+
+
+def copied_verbatim(retained: int, records: int, needs_horizon: bool) -> bool:
+    """Whether a batch that keeps records is written as it is, CRC and all
+    (``MemoryRecords.filterTo``'s ``writeOriginalBatch``): every record stays and no delete
+    horizon is due."""
+    return retained == records and not needs_horizon
+
+
 #: an offset no record reaches: a batch whose keys never enter the offset map
 NEVER = 2**63 - 1
 

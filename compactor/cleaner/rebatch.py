@@ -20,6 +20,8 @@ import crc32c
 
 from compactor.cleaner.policy import (
     ABORTED,
+    EMPTIED_HEADER,
+    EMPTIED_VERBATIM,
     EXPIRED,
     FROM_MAP,
     KEPT,
@@ -28,7 +30,11 @@ from compactor.cleaner.policy import (
     REASON_NAMES,
     BatchDecision,
     BatchRetention,
+    copied_verbatim,
+    delete_horizon_ms,
+    emptied_batch,
     map_entry_offset,
+    needs_delete_horizon,
     record_fate,
 )
 from compactor.codec.indexes import (
@@ -95,24 +101,23 @@ def filter_batch(batch: RecordBatch, decision: BatchDecision, dropped: Container
     if batch.magic < 2:
         # Kafka 4.0+ converts the entry to v2 first, so a kept tombstone gets a delete horizon
         # like any v2 batch's (KAFKA-13093: filterTo no longer checks the source magic)
-        horizon_ms = now_ms + delete_retention_ms if set_delete_horizon and any(
+        horizon_ms = delete_horizon_ms(now_ms, delete_retention_ms) if set_delete_horizon and any(
             r.value is None for r in retained) else None
         return FilteredBatch(data=_legacy_as_v2(batch, retained, decision, horizon_ms),
                              records_in=len(records), records_out=len(retained))
-    horizon = batch.delete_horizon_ms
-    needs_horizon = set_delete_horizon and horizon is None and retained and (
-        decision.marker_horizon or (not batch.is_control
-                                    and any(r.value is None for r in retained)))
-    if len(retained) == len(records) and not needs_horizon and not tombstones:
-        if not records and decision.retention != BatchRetention.RETAIN_EMPTY:
-            return FilteredBatch(data=None, records_in=0, records_out=0)
-        return FilteredBatch(data=batch.raw, records_in=len(records), records_out=len(records))
     if not retained:
-        retain = decision.retention == BatchRetention.RETAIN_EMPTY
-        data = empty_batch_like(batch) if retain else None
+        emptied = emptied_batch(decision.retention, len(records))
+        data = (batch.raw if emptied == EMPTIED_VERBATIM else
+                empty_batch_like(batch) if emptied == EMPTIED_HEADER else None)
         return FilteredBatch(data=data, records_in=len(records), records_out=0)
+    horizon = batch.delete_horizon_ms
+    needs_horizon = set_delete_horizon and needs_delete_horizon(
+        horizon is not None, decision.marker_horizon, batch.is_control,
+        sum(r.value is None for r in retained))
+    if copied_verbatim(len(retained), len(records), needs_horizon) and not tombstones:
+        return FilteredBatch(data=batch.raw, records_in=len(records), records_out=len(records))
     if needs_horizon:
-        horizon = now_ms + delete_retention_ms
+        horizon = delete_horizon_ms(now_ms, delete_retention_ms)
     rebuilt = rebuild_batch(batch, retained, delete_horizon_ms=horizon)
     return FilteredBatch(data=rebuilt, records_in=len(records), records_out=len(retained))
 

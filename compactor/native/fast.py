@@ -105,6 +105,10 @@ from compactor.native.xxh3 import xxh3_128
 # kernels' cache is keyed on policy.py too: compactor.native.cache)
 _record_fate = kernel(inline="always")(policy.record_fate)
 _map_entry_offset = kernel(inline="always")(policy.map_entry_offset)
+# the batch-rebuild rules, written once there too
+_needs_delete_horizon = kernel(inline="always")(policy.needs_delete_horizon)
+_emptied_batch = kernel(inline="always")(policy.emptied_batch)
+_copied_verbatim = kernel(inline="always")(policy.copied_verbatim)
 COLLISION = 8  # a status of decide_records beside the kernels' own
 
 _FNV_OFFSET = np.uint64(0xCBF29CE484222325)
@@ -479,7 +483,6 @@ C_FIRST, C_DROPPED, C_TOMBSTONES, C_RETENTION, C_MARKER_HORIZON = range(5)
 # it came from (-1 - index when copied verbatim: its CRC stands)
 O_POS, O_SIZE, O_SOURCE = range(3)
 NEEDS_BATCHES = 16  # a status of filter_chunk: the chunk needs the batch-by-batch walk
-_RETAIN_EMPTY = int(BatchRetention.RETAIN_EMPTY)
 _DELETE = int(BatchRetention.DELETE)
 
 
@@ -550,9 +553,10 @@ def filter_chunk(buf: np.ndarray, frames: np.ndarray, reasons: np.ndarray, dec: 
         has_horizon = (attrs & ATTR_DELETE_HORIZON) != 0
         keep_attrs = attrs & (ATTR_TIMESTAMP_TYPE | ATTR_TRANSACTIONAL | ATTR_CONTROL)
         if retained == 0:
-            if retention != _RETAIN_EMPTY:
+            emptied = _emptied_batch(retention, count)
+            if emptied == policy.EMPTIED_DROPPED:
                 continue
-            if count == 0:  # no records at all: kept as it is
+            if emptied == policy.EMPTIED_VERBATIM:
                 out[pos:pos + size] = buf[src:src + size]
                 n_out = _emit(outs, n_out, pos, size, -1 - i)
             else:  # empty_batch_like
@@ -561,9 +565,9 @@ def filter_chunk(buf: np.ndarray, frames: np.ndarray, reasons: np.ndarray, dec: 
                 n_out = _emit(outs, n_out, pos, size, i)
             pos += size
             continue
-        needs_horizon = not has_horizon and (dec[i, C_MARKER_HORIZON] != 0 or (
-            not control and dec[i, C_TOMBSTONES] > 0))
-        if retained == count and not needs_horizon:
+        needs_horizon = _needs_delete_horizon(has_horizon, dec[i, C_MARKER_HORIZON] != 0,
+                                              control, dec[i, C_TOMBSTONES])
+        if _copied_verbatim(retained, count, needs_horizon):
             out[pos:pos + size] = buf[src:src + size]
             n_out = _emit(outs, n_out, pos, size, -1 - i)
             pos += size
@@ -1086,14 +1090,15 @@ def filter_fast(batch: RecordBatch, decision: BatchDecision, fate: BatchFate, *,
     retained = count - fate.dropped
     horizon = batch.delete_horizon_ms
     if retained == 0:
-        data = (empty_batch_like(batch) if count and decision.retention ==
-                BatchRetention.RETAIN_EMPTY else None)
-        if not count:  # no records at all: verbatim under RETAIN_EMPTY (filter_batch)
-            data = batch.raw if decision.retention == BatchRetention.RETAIN_EMPTY else None
+        emptied = policy.emptied_batch(decision.retention, count)
+        data = (batch.raw if emptied == policy.EMPTIED_VERBATIM else
+                empty_batch_like(batch) if emptied == policy.EMPTIED_HEADER else None)
         return FilteredBatch(data=data, records_in=count, records_out=0)
-    if (fate.reasons is None and fate.tombstones >= 0 and (
-            horizon is not None or not (decision.marker_horizon or fate.tombstones))):
-        # every record stays and no horizon is due: the batch as it is (filter_batch)
+    if fate.reasons is None and fate.tombstones >= 0 and policy.copied_verbatim(
+            retained, count, policy.needs_delete_horizon(
+                horizon is not None, decision.marker_horizon, False, fate.tombstones)):
+        # every record stays and no horizon is due: the batch as it is (data batches only
+        # reach here: a control batch took the pure path above)
         return FilteredBatch(data=batch.raw, records_in=count, records_out=count)
     section = _Section(batch)
     if section.status != kernels.OK:  # the backward pass parsed it: only NOT_CANONICAL
@@ -1108,11 +1113,12 @@ def filter_fast(batch: RecordBatch, decision: BatchDecision, fate: BatchFate, *,
     reasons = fate.reasons if fate.reasons is not None else np.zeros(count, np.int8)
     tombstones, first_ts, max_ts = _retained_figures(
         section.layout, count, reasons, batch.base_timestamp, fixed, batch.max_timestamp)
-    needs_horizon = horizon is None and (decision.marker_horizon or tombstones > 0)
-    if retained == count and not needs_horizon:
+    needs_horizon = policy.needs_delete_horizon(horizon is not None, decision.marker_horizon,
+                                                False, tombstones)
+    if policy.copied_verbatim(retained, count, needs_horizon):
         return FilteredBatch(data=batch.raw, records_in=count, records_out=count)
     if needs_horizon:
-        horizon = now_ms + delete_retention_ms
+        horizon = policy.delete_horizon_ms(now_ms, delete_retention_ms)
     new_base_ts = horizon if horizon is not None else first_ts
     if abs(new_base_ts) >= _TS_SAFE:
         STATS["batches_pure"] += 1
@@ -1192,7 +1198,8 @@ def filter_chunk_batches(chunk: bytes, start: int, positions: Sequence[int],
     reasons = np.concatenate(parts) if parts else np.zeros(0, np.int8)
     out = np.empty(buf.shape[0] + 15 * first + RECORDS_OFFSET, np.uint8)
     outs = np.empty((n, 3), np.int64)
-    status, n_out, _ = filter_chunk(buf, frames, reasons, dec, now_ms + delete_retention_ms,
+    status, n_out, _ = filter_chunk(buf, frames, reasons, dec,
+                                    policy.delete_horizon_ms(now_ms, delete_retention_ms),
                                     out, outs, np.empty((256, kernels.COLUMNS), np.int64))
     if status != kernels.OK:
         return None
