@@ -105,7 +105,11 @@ def main() -> int:
                              cleaner_checkpoint=None, log_start_checkpoint=None,
                              replication_checkpoint=None,
                              aborted_txns=tuple(read_aborted_txns(part)),
-                             now_ms=DEFAULT_START_MS + args.records + 86_400_000)
+                             now_ms=DEFAULT_START_MS + args.records + 86_400_000,
+                             # no broker left a replication checkpoint: its whole log is
+                             # committed (without this the high watermark is unknown and the
+                             # round cleans nothing)
+                             assume_committed=True)
         headers = []
         for seg in part.segments:
             with storage.mapped(seg.log_path) as data:
@@ -113,6 +117,8 @@ def main() -> int:
                             for b in iter_batches(data, path=seg.log_path)]
         plan = inp.plan(headers)
         decisions = {(h.segment_base, h.position): d for h, d in inp.decide(plan, headers)}
+        if not plan.groups:
+            raise SystemExit(f"nothing to clean in the generated log: {plan}")
         sources = [s.log_path for s in part.segments
                    if any(s.base_offset in g for g in plan.groups)]
         size = sum(os.path.getsize(p) for p in sources)
