@@ -12,6 +12,9 @@
   no ``numba.njit``/``numba.jit`` call elsewhere);
 - a batch's delete horizon (``... + delete_retention_ms``) is computed only in
   ``compactor/cleaner/policy.py``, where the batch-rebuild rules live once for both paths;
+- only ``compactor/cleaner/planning.py`` decides a round's path (one task or the distributed
+  offset map): the one-task budget and the path's rules are defined there and nowhere else,
+  and the byte budget and the key projection are read nowhere else;
 - nothing under ``compactor/`` imports ``jobs``;
 - executor code (``compactor.spark.writer``, ``compactor.spark.transforms`` and everything
   they import) never reaches the ledger or the driver's swap;
@@ -63,6 +66,8 @@ RULES: dict[str, tuple[str, ...]] = {
     "kernel_makers": ("compactor.native.cache",),
     # the only module that computes a delete horizon (the batch-rebuild rules)
     "rebuild_rules": ("compactor.cleaner.policy",),
+    # the only module that decides a round's path
+    "planning": ("compactor.cleaner.planning",),
     # executor code, and the driver-only modules its import closure must not reach
     "executor_roots": ("compactor.spark.writer", "compactor.spark.transforms"),
     "driver_only": ("compactor.erasure.ledger", "compactor.log.swap"),
@@ -72,6 +77,13 @@ RULES: dict[str, tuple[str, ...]] = {
                  "compactor.native", "compactor.remote", "compactor.schemas", "compactor.spark",
                  "compactor.tools", "jobs"),
 }
+#: the round-path rules and budget: defined only in RULES["planning"] ...
+PLANNING_DEFINED = frozenset({"ONE_TASK_KEYS", "ONE_TASK_BYTES", "one_task_scans",
+                              "offset_map_reason", "over_task_keys", "projected_keys",
+                              "round_path"})
+#: ... and these read only there (``--task-keys``' default reads ONE_TASK_KEYS elsewhere)
+PLANNING_READ = frozenset({"ONE_TASK_BYTES", "PROJECT_AFTER_SHARE", "PROJECT_AFTER_KEYS",
+                           "PROJECT_MARGIN", "projected_keys"})
 FILE_CALLS = {"open"}
 FILE_MODULE_CALLS = {"os": {"remove", "rename", "replace", "unlink", "listdir", "scandir", "stat",
                             "lstat", "makedirs", "mkdir", "rmdir", "open", "fsync", "utime",
@@ -91,6 +103,8 @@ class Module:
     argparse_or_print: list[str] = field(default_factory=list)
     kernels_made: list[str] = field(default_factory=list)  # numba.njit / numba.jit calls
     horizons: list[str] = field(default_factory=list)  # `... + delete_retention_ms`
+    defined: set[str] = field(default_factory=set)  # top-level functions, classes, names
+    read: set[str] = field(default_factory=set)  # names and attributes read anywhere
 
 
 def _module_name(path: Path, root: Path) -> str:
@@ -118,8 +132,20 @@ def _walk(tree: ast.AST, typing_only: bool = False) -> Iterator[tuple[ast.AST, b
 def parse_module(name: str, path: Path, source: str) -> Module:
     mod = Module(name, path)
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    for node, guarded in _walk(ast.parse(source)):
+    tree = ast.parse(source)
+    for top in tree.body:
+        if isinstance(top, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            mod.defined.add(top.name)
+        elif isinstance(top, ast.Assign | ast.AnnAssign):
+            targets = top.targets if isinstance(top, ast.Assign) else [top.target]
+            mod.defined.update(n.id for t in targets for n in ast.walk(t)
+                               if isinstance(n, ast.Name))
+    for node, guarded in _walk(tree):
         names: list[str] = []
+        if isinstance(node, ast.Name):
+            mod.read.add(node.id)
+        elif isinstance(node, ast.Attribute):
+            mod.read.add(node.attr)
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -195,6 +221,11 @@ def violations(mods: Mapping[str, Module]) -> list[str]:
         if not _under(name, RULES["kernel_makers"]):
             found += [f"{name} makes a kernel outside compactor.native.cache: {k}"
                       for k in mod.kernels_made]
+        if not _under(name, RULES["planning"]) and name.startswith("compactor"):
+            found += [f"{name} defines {d}: a round's path is decided only in planning"
+                      for d in sorted(mod.defined & PLANNING_DEFINED)]
+            found += [f"{name} reads {d}: a round's path is decided only in planning"
+                      for d in sorted(mod.read & PLANNING_READ)]
         if not _under(name, RULES["rebuild_rules"]):
             found += [f"{name} computes a delete horizon outside the rebuild rules: {h}"
                       for h in mod.horizons]
@@ -320,6 +351,10 @@ def _source(name: str) -> str:
     ("compactor.native.fast", "def f(now_ms, delete_retention_ms):\n"
                               "    return now_ms + delete_retention_ms",
      "computes a delete horizon outside the rebuild rules"),
+    ("compactor.maintenance.compact", "def one_task_scans(segments):\n    return True",
+     "defines one_task_scans: a round's path is decided only in planning"),
+    ("compactor.spark.stages", "def f(n):\n    return n < planning.ONE_TASK_BYTES",
+     "reads ONE_TASK_BYTES: a round's path is decided only in planning"),
 ])
 def test_a_forbidden_import_is_reported(module: str, added: str, expected: str) -> None:
     tree = load_tree({module: _source(module) + "\n" + added + "\n"})

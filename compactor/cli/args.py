@@ -20,7 +20,7 @@ from typing import Any, NoReturn, TextIO
 import yaml
 
 from compactor import progress
-from compactor.cleaner.policy import ONE_TASK_KEYS
+from compactor.cleaner.planning import ONE_TASK_KEYS
 from compactor.config import parse_assignment, parse_topic_assignment
 from compactor.erasure.rules import ALL_TOPICS
 from compactor.errors import (

@@ -15,19 +15,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from compactor import native
-from compactor.cleaner.policy import (
-    OFFSET_MAP,
-    ONE_GROUP,
-    ONE_TASK,
-    OVER_TASK_KEYS,
-    WITHIN_TASK_KEYS,
-    CleaningPlan,
-    PartitionInput,
-    SkipReason,
-    explain,
-    offset_map_reason,
-    one_task_scans,
-)
+from compactor.cleaner.planning import offset_map_reason, one_task_scans, round_path
+from compactor.cleaner.policy import CleaningPlan, PartitionInput, SkipReason, explain
 from compactor.cleaner.rebatch import DROP_REASONS
 from compactor.cluster.catalog import METADATA_LOG, Catalog
 from compactor.cluster.release import TARGET
@@ -108,7 +97,7 @@ class PartitionReport:
     config: dict[str, Any] | None = None  # the effective configs and their sources
     measured: bool = True  # False in a plan: no output figures exist (null, not 0)
     writers: dict[int, str] = field(default_factory=dict)  # group base -> the path that wrote it
-    # one_task or offset_map, and why (policy.offset_map_reason): a round written or tried
+    # one_task or offset_map, and why (planning.offset_map_reason): a round written or tried
     round_path: str = ""
     round_path_reason: str = ""
     high_watermark_unknown: bool = False  # no replication-offset-checkpoint entry
@@ -367,8 +356,9 @@ def run_locked(session: LazySession, opts: MaintenanceOptions, catalog: Catalog)
             written = {m.tp_id for m in messages}  # by their one-pass task
             rest = {i: p for i, p in to_clean.items() if i not in written}
             for i, p in to_clean.items():
-                reports[i].round_path, reports[i].round_path_reason = _round_path(
-                    inputs[i], p, i in written, handed_on.get(i), opts.task_keys)
+                reports[i].round_path, reports[i].round_path_reason = round_path(
+                    p, by_one_task=i in written, handed_on=handed_on.get(i),
+                    offset_map_why=_offset_map_reason(inputs[i], opts.task_keys))
             if rest:
                 messages += spark_stages.write_cleaned_segments(
                     spark, inputs, rest,
@@ -456,18 +446,6 @@ def _offset_map_reason(inp: PartitionInput, task_keys: int) -> str | None:
 
 def _fits_one_task(inp: PartitionInput, task_keys: int) -> bool:
     return _offset_map_reason(inp, task_keys) is None
-
-
-def _round_path(inp: PartitionInput, plan: CleaningPlan, by_one_task: bool,
-                handed_on: str | None, task_keys: int) -> tuple[str, str]:
-    """How a partition's round is written, for its report line: by its one-pass task (one
-    group, or several within ``task_keys``), or through the distributed offset map and why:
-    not offered to one task (:func:`offset_map_reason`), or offered and handed on, as its
-    task says (``handed_on``: its key table passed the budget or was projected to; its
-    batch decisions went to the offset map: :func:`_plan`)."""
-    if by_one_task:
-        return ONE_TASK, ONE_GROUP if len(plan.groups) == 1 else WITHIN_TASK_KEYS
-    return OFFSET_MAP, _offset_map_reason(inp, task_keys) or handed_on or OVER_TASK_KEYS
 
 
 def _commit(inputs: Mapping[int, PartitionInput], plans: Mapping[int, CleaningPlan],

@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from compactor import native
-from compactor.cleaner.policy import ONE_TASK_KEYS
+from compactor.cleaner.planning import ONE_TASK_KEYS
 from compactor.cluster.catalog import Catalog, build_catalog
 from compactor.errors import ConfigError
 from compactor.log import storage
@@ -26,7 +26,7 @@ class MaintenanceOptions:
     dry_run: bool = False  # plan and report, change nothing
     writer: str = "native"  # the record engine of a round (compactor.native.WRITERS)
     # a round of several groups is written in one task while its key table holds at most
-    # this many keys (compactor.cleaner.policy.ONE_TASK_KEYS)
+    # this many keys (compactor.cleaner.planning.ONE_TASK_KEYS)
     task_keys: int = ONE_TASK_KEYS
     topics: frozenset[str] = frozenset()  # only these topics (empty: every topic)
     metadata_log_dir: str | None = None  # holds __cluster_metadata-0 (default: the log dir)

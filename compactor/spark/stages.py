@@ -19,7 +19,8 @@ import pyarrow.compute as pc
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
-from compactor.cleaner.policy import ONE_TASK_KEYS, BatchHeader, CleaningPlan, PartitionInput
+from compactor.cleaner.planning import ONE_TASK_KEYS
+from compactor.cleaner.policy import BatchHeader, CleaningPlan, PartitionInput
 from compactor.config import TopicConfig
 from compactor.erasure.outcomes import KIND_COLUMNS, ROW_COLUMNS
 from compactor.erasure.sketch import DigestFilter
@@ -249,7 +250,7 @@ class OnePass:
     #: the commit messages of the groups written
     messages: list[CommitMessage]
     #: why each round planned but not written here goes to the distributed offset map
-    #: (``compactor.cleaner.policy.over_task_keys``, or ``task_keys_0``)
+    #: (``compactor.cleaner.planning.over_task_keys``, or ``task_keys_0``)
     handed_on: dict[int, str]
     #: those rounds' ``DECISION`` rows, cached for the offset map (``None``: no such round)
     scanned: Scanned | None
@@ -260,7 +261,7 @@ def clean_in_one_pass(spark: SparkSession, inputs: Mapping[int, PartitionInput],
                       task_keys: int = ONE_TASK_KEYS) -> OnePass:
     """Scan, plan and (when ``write``) write the partitions in one Spark job of one stage,
     a task per bin of partitions (:func:`transforms.clean_in_one_pass`): for partitions
-    small enough for one task (:func:`compactor.cleaner.policy.one_task_scans`), where the
+    small enough for one task (:func:`compactor.cleaner.planning.one_task_scans`), where the
     header rows, plans, decisions and offset-map shuffle of the general path would cost more
     than the work itself. The tasks come from ``spark.range``, so no row is serialized and
     nothing is shuffled to start them.

@@ -42,9 +42,8 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 
+from compactor.cleaner.planning import ONE_TASK_KEYS, TASK_KEYS_ZERO
 from compactor.cleaner.policy import (
-    ONE_TASK_KEYS,
-    TASK_KEYS_ZERO,
     BatchDecision,
     BatchHeader,
     BatchRetention,

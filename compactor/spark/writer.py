@@ -15,12 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from compactor.cleaner.policy import (
-    BatchDecision,
-    BatchRetention,
-    PartitionInput,
-    over_task_keys,
-)
+from compactor.cleaner.planning import over_task_keys
+from compactor.cleaner.policy import BatchDecision, BatchRetention, PartitionInput
 from compactor.cleaner.rebatch import SegmentBuilder, filter_batch
 from compactor.cleaner.rewrite import Engine, Fallback, GroupRewrite, fallback_group
 from compactor.codec.indexes import AbortedTxn, decode_txn_index
@@ -133,7 +129,7 @@ def _write(inp: PartitionInput, source_bases: tuple[int, ...],
 
 class _OverKeys(Exception):
     """The key table passed the task's key budget, or is projected to (:func:`write_groups`);
-    ``reason`` says which (:func:`compactor.cleaner.policy.over_task_keys`)."""
+    ``reason`` says which (:func:`compactor.cleaner.planning.over_task_keys`)."""
 
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
@@ -152,7 +148,7 @@ class _KeyBudget:
         """Count a chunk decided.
 
         Raises:
-            _OverKeys: the round stops here (:func:`compactor.cleaner.policy.over_task_keys`).
+            _OverKeys: the round stops here (:func:`compactor.cleaner.planning.over_task_keys`).
         """
         self.decided_bytes += chunk_bytes
         reason = over_task_keys(rewrite.keys(), rewrite.records(),
@@ -176,7 +172,7 @@ def write_groups(inp: PartitionInput, groups: Sequence[Sequence[int]],
         max_keys: the key budget: once the table holds more keys than this, or is projected
             to hold well more by the round's end (checked after each chunk decided, so it
             passes the budget by at most one chunk's keys:
-            :func:`compactor.cleaner.policy.over_task_keys`), the round stops before
+            :func:`compactor.cleaner.planning.over_task_keys`), the round stops before
             anything is written.
 
     Returns:
@@ -184,8 +180,8 @@ def write_groups(inp: PartitionInput, groups: Sequence[Sequence[int]],
         message with its error (nothing is written). After a group that fails to write, no
         more are written: the partition is not swapped. When the key table passed
         ``max_keys``, or was projected to, nothing is written and the reason is returned
-        (:data:`~compactor.cleaner.policy.OVER_TASK_KEYS`,
-        :data:`~compactor.cleaner.policy.PROJECTED_OVER_TASK_KEYS`).
+        (:data:`~compactor.cleaner.planning.OVER_TASK_KEYS`,
+        :data:`~compactor.cleaner.planning.PROJECTED_OVER_TASK_KEYS`).
     """
     try:
         try:

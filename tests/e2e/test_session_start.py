@@ -72,7 +72,7 @@ def test_a_local_session_loads_the_jars_in_place() -> None:
 
 ROUND_PROBE = """
 import json, sys
-from compactor.cleaner import policy
+from compactor.cleaner import planning
 from compactor.maintenance.compact import run_locked
 from compactor.maintenance.options import build_options, load_catalog
 from compactor.spark import session
@@ -80,7 +80,7 @@ from compactor.spark.session import LazySession
 from compactor.tools.generator import DEFAULT_START_MS
 session.SHORT_ROUND_BYTES = 1  # every log dir counts as big
 if sys.argv[2] == "distributed":
-    policy.ONE_TASK_BYTES = 0  # no partition is offered to one task
+    planning.ONE_TASK_BYTES = 0  # no partition is offered to one task
 opts = build_options(sys.argv[1], now_ms=DEFAULT_START_MS + 3 * 86_400_000,
                      config_all={"cleanup.policy": "compact", "segment.index.bytes": "72"},
                      assume_kafka_defaults=True,  # several groups a partition

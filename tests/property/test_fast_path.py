@@ -16,7 +16,8 @@ import xxhash
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compactor.cleaner.policy import KEPT, LOCAL, OVER_TASK_KEYS, BatchDecision, BatchRetention
+from compactor.cleaner.planning import OVER_TASK_KEYS
+from compactor.cleaner.policy import KEPT, LOCAL, BatchDecision, BatchRetention
 from compactor.cleaner.rebatch import filter_batch
 from compactor.cleaner.rewrite import sliced
 from compactor.codec import varint
@@ -572,13 +573,13 @@ def test_a_round_projected_over_its_key_budget_stops_early(tmp_path: Path, monke
                                                            label: str) -> None:
     """Uniform keys, most records a new one: the key table passes the budget only after
     three quarters of the round, but the newest eighth already shows it will pass it by more
-    than the margin (``policy.over_task_keys``), so ``write_groups`` stops there and writes
+    than the margin (``planning.over_task_keys``), so ``write_groups`` stops there and writes
     nothing. Without the projection it decides most of the round first. Few keys written
     over and over are never projected past a budget they stay within."""
-    from compactor.cleaner import policy
+    from compactor.cleaner import planning
 
-    monkeypatch.setattr(policy, "PROJECT_AFTER_KEYS", 10)  # both rounds hold more
-    margin = policy.PROJECT_MARGIN
+    monkeypatch.setattr(planning, "PROJECT_AFTER_KEYS", 10)  # both rounds hold more
+    margin = planning.PROJECT_MARGIN
     for name, keys in (("many", 40_000), ("few", 60)):
         generate(str(tmp_path / name), GeneratorConfig(
             topics=(name,), partitions=1, records_per_partition=6_000, distinct_keys=keys,
@@ -605,10 +606,10 @@ def test_a_round_projected_over_its_key_budget_stops_early(tmp_path: Path, monke
             continue
         budget = map_keys * 3 // 4  # passed once three quarters of the keys are in
         got, decided = attempt(budget)
-        assert got == policy.PROJECTED_OVER_TASK_KEYS  # the report tells the two apart
+        assert got == planning.PROJECTED_OVER_TASK_KEYS  # the report tells the two apart
         assert not list((tmp_path / name).rglob("*.cleaned"))
         assert decided < records / 3
-        monkeypatch.setattr(policy, "PROJECT_MARGIN", float("inf"))
+        monkeypatch.setattr(planning, "PROJECT_MARGIN", float("inf"))
         got, decided = attempt(budget)
-        assert got == policy.OVER_TASK_KEYS and decided > records * 2 / 3
-        monkeypatch.setattr(policy, "PROJECT_MARGIN", margin)
+        assert got == planning.OVER_TASK_KEYS and decided > records * 2 / 3
+        monkeypatch.setattr(planning, "PROJECT_MARGIN", margin)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from compactor.cleaner import policy
+from compactor.cleaner import planning
 from compactor.cli import main as cli_main
 from compactor.errors import EXIT_CONFIG, EXIT_LOCKED, EXIT_OK, EXIT_PARTIAL
 from compactor.tools.generator import DEFAULT_START_MS
@@ -73,7 +73,7 @@ def test_the_report_says_how_each_round_was_written_and_why(
     through the distributed offset map, each line saying why; a round of one group is
     always one task's."""
     if task_bytes is not None:
-        monkeypatch.setattr(policy, "ONE_TASK_BYTES", task_bytes)
+        monkeypatch.setattr(planning, "ONE_TASK_BYTES", task_bytes)
     # small indexes make several groups (segment.bytes may not go below 1 MiB)
     args = ["--config", "segment.index.bytes=48", *(["--task-keys", task_keys] if task_keys
                                                       else [])]

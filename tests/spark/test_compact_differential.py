@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from compactor.cleaner import policy
+from compactor.cleaner import planning
 from compactor.cleaner.policy import legacy_horizon_ms
 from compactor.codec.checkpoints import CLEANER_OFFSET_CHECKPOINT, parse_offset_checkpoint
 from compactor.codec.compression import Codec
@@ -73,7 +73,7 @@ def test_spark_equalsreference_round(spark, tmp_path: Path, monkeypatch: pytest.
     if split:
         sizes = sorted(sum(f.stat().st_size for f in d.glob("*.log"))
                        for d in log_dir.iterdir() if d.is_dir())
-        monkeypatch.setattr(policy, "ONE_TASK_BYTES", sizes[len(sizes) // 2])
+        monkeypatch.setattr(planning, "ONE_TASK_BYTES", sizes[len(sizes) // 2])
 
     shuffle_conf = [spark.conf.get(k) for k in ("spark.sql.shuffle.partitions",
                                                   "spark.sql.adaptive.coalescePartitions.enabled")]

@@ -19,7 +19,8 @@ from pyspark import TaskContext
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from compactor.cleaner.policy import OVER_TASK_KEYS, BatchRetention, CleaningPlan, PartitionInput
+from compactor.cleaner.planning import OVER_TASK_KEYS
+from compactor.cleaner.policy import BatchRetention, CleaningPlan, PartitionInput
 from compactor.cleaner.scan import key_digest, key_offsets, segment_headers
 from compactor.codec.records import ControlType
 from compactor.codec.segment import iter_batches

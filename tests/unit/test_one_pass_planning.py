@@ -1,6 +1,6 @@
 """The driver's choices for the one-pass path: which partitions can only be one group
 (``policy.fits_one_group``, against ``group_segments`` itself), which one task scans and which
-it may write (``policy.one_task_scans``, ``policy.offset_map_reason``) and how partitions are
+it may write (``planning.one_task_scans``, ``planning.offset_map_reason``) and how partitions are
 binned into tasks (``stages.balanced_bins``)."""
 
 from __future__ import annotations
@@ -10,17 +10,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from compactor.cleaner import policy
-from compactor.cleaner.policy import (
+from compactor.cleaner import planning
+from compactor.cleaner.planning import (
     OVER_TASK_BYTES,
     TASK_KEYS_ZERO,
-    fits_one_group,
-    group_segments,
     offset_map_reason,
     one_task_scans,
     over_task_keys,
     projected_keys,
 )
+from compactor.cleaner.policy import fits_one_group, group_segments
 from compactor.model import SegmentInfo
 from compactor.spark.stages import balanced_bins
 
@@ -65,7 +64,7 @@ def test_one_task_scans_what_it_may_not_write(monkeypatch: pytest.MonkeyPatch) -
     """One task scans, plans and decides every partition of at most ``ONE_TASK_BYTES``
     (``--task-keys 0`` included: it then hands its decisions to the offset map); a larger one
     only when its round is one group."""
-    monkeypatch.setattr(policy, "ONE_TASK_BYTES", 1_000)
+    monkeypatch.setattr(planning, "ONE_TASK_BYTES", 1_000)
     small = _segments([(400, 8, 12)] * 2 + [(100, 8, 12)])  # 900 bytes, two groups
     large = _segments([(400, 8, 12)] * 2 + [(300, 8, 12)])  # 1,100 bytes
     for segments in (small, large):
@@ -99,7 +98,7 @@ def test_balanced_bins_by_hand() -> None:
     assert balanced_bins({}, 4) == []
 
 
-# -- the key budget's projection (policy.projected_keys, policy.over_task_keys) ---------------
+# -- the key budget's projection (planning.projected_keys, planning.over_task_keys) ---------------
 
 
 def _distinct_newest_and_all(keys: np.ndarray, share: float) -> tuple[int, int, int]:
@@ -133,23 +132,23 @@ def test_projected_keys_at_the_edges() -> None:
 
 
 def test_over_task_keys_is_exact_until_the_sample_suffices() -> None:
-    budget = 4 * policy.PROJECT_AFTER_KEYS
-    after = policy.PROJECT_AFTER_SHARE
-    enough = policy.PROJECT_AFTER_KEYS
+    budget = 4 * planning.PROJECT_AFTER_KEYS
+    after = planning.PROJECT_AFTER_SHARE
+    enough = planning.PROJECT_AFTER_KEYS
     # past the budget: always, and it says so
-    assert over_task_keys(budget + 1, budget + 1, 0.01, budget) == policy.OVER_TASK_KEYS
+    assert over_task_keys(budget + 1, budget + 1, 0.01, budget) == planning.OVER_TASK_KEYS
     # every record a new key, the whole round far past the budget, but too early to say
     assert not over_task_keys(enough, enough, after * 0.99, budget)
     assert not over_task_keys(enough - 1, enough - 1, after, budget)
     # projected 8 x the sample: the projection's doing, and it says so
-    assert over_task_keys(enough, enough, after, budget) == policy.PROJECTED_OVER_TASK_KEYS
+    assert over_task_keys(enough, enough, after, budget) == planning.PROJECTED_OVER_TASK_KEYS
     # projected over the budget: within the margin it goes on, past it it stops
     records = enough * 21 // 20  # one record in 21 repeats a key
     projected = projected_keys(enough, records, after)
     assert projected > 4 * enough
-    within = int(projected / (1 + (policy.PROJECT_MARGIN - 1) / 2))
+    within = int(projected / (1 + (planning.PROJECT_MARGIN - 1) / 2))
     assert not over_task_keys(enough, records, after, within)
-    assert (over_task_keys(enough, records, after, int(projected / policy.PROJECT_MARGIN) - 1)
-            == policy.PROJECTED_OVER_TASK_KEYS)
+    assert (over_task_keys(enough, records, after, int(projected / planning.PROJECT_MARGIN) - 1)
+            == planning.PROJECTED_OVER_TASK_KEYS)
     # few keys, written over and over: never
     assert not over_task_keys(enough, 50 * enough, 0.5, budget)

@@ -13,7 +13,7 @@ import jsonschema
 import pytest
 
 import compactor.errors as errors
-from compactor.cleaner import policy
+from compactor.cleaner import planning
 from compactor.cleaner.rebatch import DROP_REASONS
 from compactor.cleaner.rewrite import PATHS
 from compactor.config import SOURCES
@@ -53,8 +53,8 @@ def test_reasons_and_error_codes_match_the_code() -> None:
     writers = DEFS["round_partition"]["properties"]["writers"]["additionalProperties"]["enum"]
     assert set(writers) == set(PATHS)
     round_path = DEFS["round_partition"]["properties"]
-    assert set(round_path["round_path"]["enum"]) == {policy.ONE_TASK, policy.OFFSET_MAP}
-    assert set(round_path["round_path_reason"]["enum"]) == set(policy.ROUND_PATH_REASONS)
+    assert set(round_path["round_path"]["enum"]) == {planning.ONE_TASK, planning.OFFSET_MAP}
+    assert set(round_path["round_path_reason"]["enum"]) == set(planning.ROUND_PATH_REASONS)
 
 
 def test_readme_lists_every_status_reason_and_error_code() -> None:
