@@ -475,7 +475,7 @@ class BatchDecision:
 
 
 # Why a record goes, per record (0: it stays). The pure writer and the native kernels
-# (``compactor/native/fast.py`` compiles :func:`record_fate` as it is) decide by these.
+# (``compactor/native/keytable.py`` compiles :func:`record_fate` as it is) decide by these.
 KEPT, NULL_KEY, FROM_MAP, LOCAL, EXPIRED, ABORTED, MARKER_EXPIRED = range(7)
 REASON_NAMES = {NULL_KEY: "null_key", FROM_MAP: "superseded", LOCAL: "superseded",
                 EXPIRED: "tombstone_expired", ABORTED: "aborted",
@@ -506,7 +506,7 @@ def record_fate(keyed: bool, in_map: bool, later: bool, tombstone: bool,
 # The batch-rebuild rules (``MemoryRecords.filterTo``): what becomes of one source batch once
 # its records' fates are known. Plain Python on scalars, as record_fate: the pure path
 # (compactor/cleaner/rebatch.py) calls them and numba compiles them into the native kernels
-# (compactor/native/fast.py), whose disk cache is keyed on this file (compactor.native.cache).
+# (compactor/native/chunks.py), whose disk cache is keyed on this file (compactor.native.cache).
 
 #: what :func:`emptied_batch` says of a batch none of whose records stay
 EMPTIED_DROPPED, EMPTIED_VERBATIM, EMPTIED_HEADER = 0, 1, 2

@@ -1,7 +1,9 @@
 """The native code of the tool, behind one seam: the writer's numba kernels
-(:mod:`compactor.native.fast` over :mod:`compactor.native.kernels` and
-:mod:`compactor.native.xxh3`). This package is the only importer of numba; nothing here
-imports it until a native engine is asked for, so the pure path (``--writer pure``) runs
+(:mod:`compactor.native.fast`, the engine glue, over the key table of
+:mod:`compactor.native.keytable`, the chunk kernels of :mod:`compactor.native.chunks`, the
+record kernels of :mod:`compactor.native.kernels` and :mod:`compactor.native.xxh3`). This
+package is the only importer of numba; nothing here imports it until a native engine is asked
+for, so the pure path (``--writer pure``) runs
 where numba does not.
 
 The rest of the tool sees the record work through :class:`compactor.cleaner.rewrite.Engine`

@@ -30,9 +30,11 @@ from numba.core import caching
 #: compiles into its kernels
 COMPILED_SOURCES = (
     "compactor.native.cache",
+    "compactor.native.chunks",
     "compactor.native.erasure",
     "compactor.native.fast",
     "compactor.native.kernels",
+    "compactor.native.keytable",
     "compactor.native.sha256",
     "compactor.native.xxh3",
     "compactor.cleaner.policy",

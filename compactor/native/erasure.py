@@ -26,7 +26,7 @@ from compactor.codec.records import ATTRIBUTES_OFFSET, RECORDS_OFFSET
 from compactor.erasure import sketch
 from compactor.native import sha256
 from compactor.native.cache import kernel
-from compactor.native.fast import segment_headers
+from compactor.native.chunks import segment_headers
 from compactor.native.kernels import _field, _varint
 
 DIGEST_BYTES = sha256.DIGEST_BYTES

@@ -24,7 +24,7 @@ from compactor.codec import varint
 from compactor.codec.compression import Codec
 from compactor.codec.records import TimestampType, encode_batch
 from compactor.codec.segment import iter_batches
-from compactor.native import engine, fast, kernels
+from compactor.native import chunks, engine, fast, kernels
 from compactor.spark.writer import write_group, write_groups
 from compactor.tools.generator import DEFAULT_START_MS, GeneratorConfig, generate
 from tests.helpers import reference_round, varint_size
@@ -123,7 +123,7 @@ def test_a_group_written_natively_is_byte_identical_to_the_pure_path(
     for copy in (pure_dir, within_dir, untold_dir):
         shutil.copytree(native_dir, copy)
     rounds = reference_round(native_dir, CONFIGS, NOW_MS)
-    fast.STATS.clear()
+    chunks.STATS.clear()
     groups = 0
     paths: list[str] = []  # which path wrote each group (the commit message says)
     for name, (inp, logs, ref) in rounds.items():
@@ -169,18 +169,18 @@ def test_a_group_written_natively_is_byte_identical_to_the_pure_path(
             groups += 1
     assert groups >= 2
     # the native path really ran (and the legacy groups really fell back)
-    assert "native" in paths and fast.STATS["batches_rebuilt"] >= 10
+    assert "native" in paths and chunks.STATS["batches_rebuilt"] >= 10
     assert paths.count("pure") == 2 * groups  # told and untold
     if case == "logappendtime-legacy":
         assert "fallback" in paths
     else:
         assert "fallback" not in paths
     if case == "uncompressed-txn-tombstones":  # whole chunks decided in one native call
-        assert fast.STATS["chunks_native"] >= 5 and fast.STATS["chunks_filtered"] >= 5
+        assert chunks.STATS["chunks_native"] >= 5 and chunks.STATS["chunks_filtered"] >= 5
     if case == "every-codec-txn-horizons":  # compressed chunks in one call, each way
-        assert fast.STATS["chunks_expanded"] >= 5 and fast.STATS["chunks_filtered"] >= 5
-        again = fast.STATS["chunks_expanded_again"]
-        assert again == 0 if keep else again == fast.STATS["chunks_expanded"]
+        assert chunks.STATS["chunks_expanded"] >= 5 and chunks.STATS["chunks_filtered"] >= 5
+        again = chunks.STATS["chunks_expanded_again"]
+        assert again == 0 if keep else again == chunks.STATS["chunks_expanded"]
 
 
 @pytest.mark.parametrize("label", ["native", "pure"])
@@ -304,7 +304,7 @@ def test_the_native_key_scan_reads_what_the_compiled_reader_reads(tmp_path: Path
     from compactor.cleaner.scan import batch_flags, keyed_records
 
     generate(str(tmp_path / "logs"), CASES[case])
-    fast.STATS.clear()
+    chunks.STATS.clear()
     rows = 0
     for seg in sorted((tmp_path / "logs").glob("*/*.log")):
         data = seg.read_bytes()
@@ -318,7 +318,7 @@ def test_the_native_key_scan_reads_what_the_compiled_reader_reads(tmp_path: Path
             assert np.array_equal(getattr(native, name), getattr(pure, name)), (seg, name)
         rows += len(pure)
     assert rows > 500
-    assert fast.STATS["batches_scanned"] > 50  # the kernels read them, not the fallback
+    assert chunks.STATS["batches_scanned"] > 50  # the kernels read them, not the fallback
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -327,19 +327,19 @@ def test_the_native_header_scan_reads_what_the_pure_scan_reads(tmp_path: Path,
     from compactor.cleaner.scan import segment_headers
 
     generate(str(tmp_path / "logs"), CASES[case])
-    fast.STATS.clear()
+    chunks.STATS.clear()
     framed = legacy = 0
     for seg in sorted((tmp_path / "logs").glob("*/*.log")):
         data = seg.read_bytes()
         base = int(seg.stem)
-        native = fast.segment_headers(data, str(seg), base)
+        native = chunks.segment_headers(data, str(seg), base)
         if any(b.magic < 2 for b in iter_batches(data)):
             assert native is None  # the pure scan reads a segment with legacy entries
             legacy += 1
             continue
         assert native == segment_headers(data, str(seg), base), seg
         framed += 1
-    assert framed >= 5 and fast.STATS["segments_framed"] == framed
+    assert framed >= 5 and chunks.STATS["segments_framed"] == framed
     assert legacy >= 1 if case == "logappendtime-legacy" else legacy == 0
 
 
@@ -358,7 +358,7 @@ def test_a_damaged_segment_is_left_to_the_pure_header_scan(where, bit, cut) -> N
         del data[at:]
     else:
         data[at] ^= 1 << bit
-    native = fast.segment_headers(bytes(data), "x.log", 0)
+    native = chunks.segment_headers(bytes(data), "x.log", 0)
     try:
         pure = segment_headers(bytes(data), "x.log", 0)
     except CompactorError:
@@ -533,7 +533,7 @@ def test_the_chunked_key_scan_reads_what_the_compiled_reader_reads(
         data = seg.read_bytes()
         batches = [b for b in iter_batches(data) if not b.is_control]
         listed = [b.position for k, b in enumerate(batches) if k % 3]  # some left out
-        (offsets, key_hi, key_lo, which), rest = fast.segment_keys(data, listed, chunk_bytes,
+        (offsets, key_hi, key_lo, which), rest = chunks.segment_keys(data, listed, chunk_bytes,
                                                                    sliced)
         expected = {}
         for k, b in enumerate(batches):

@@ -15,7 +15,7 @@ from compactor.cleaner.policy import BatchDecision, BatchRetention
 from compactor.cleaner.rewrite import Fallback
 from compactor.codec.records import NewRecord, NewRecordBatch, encode_batch
 from compactor.codec.segment import iter_batches
-from compactor.native import fast
+from compactor.native import fast, keytable
 
 _PREFIX = b"customer-000000-"  # 16 bytes: keys past it leave the slot for the arena
 
@@ -81,13 +81,13 @@ def test_a_hash_hit_on_another_key_is_refused_not_trusted(stored: bytes, probed:
     (older,) = iter_batches(_chunk([probed], 1))
     rewrite.decide_batch(_keyed_batch(stored, base_offset=1), _decision())  # enters the table
     # re-file the stored key under the probed key's hash
-    slots = rewrite.table.reshape(-1, fast._SLOT)
+    slots = rewrite.table.reshape(-1, keytable._SLOT)
     (row,) = np.flatnonzero(slots[:, 1])
     entry = slots[row].copy()
     slots[row] = 0
     probe = np.frombuffer(probed, np.uint8)
-    entry[0] = fast._hash(probe, 0, len(probed))
-    slots[fast._slot(rewrite.table, int(entry[0]))] = entry
+    entry[0] = keytable._hash(probe, 0, len(probed))
+    slots[keytable._slot(rewrite.table, int(entry[0]))] = entry
     with pytest.raises(Fallback):
         rewrite.decide_batch(older, _decision())
 
@@ -118,23 +118,23 @@ def test_the_kernel_grows_a_full_table_itself() -> None:
     buf = np.frombuffer(batch.raw, np.uint8)
     layout = np.empty((300, kernels.COLUMNS), np.int64)
     assert kernels.parse_layout(buf, 61, len(buf), 300, 299, layout) == kernels.OK
-    table, arena = np.zeros(fast._SLOT << 2, np.int64), np.empty(8, np.uint8)
+    table, arena = np.zeros(keytable._SLOT << 2, np.int64), np.empty(8, np.uint8)
     used, tally = np.zeros(2, np.int64), np.zeros(8, np.int64)
     for newer in (True, False):  # the same records as a later batch, then as an earlier one
         reasons = np.zeros(300, np.int8)
-        status, dropped, _, table, arena = fast.decide_records(
+        status, dropped, _, table, arena = keytable.decide_records(
             buf, layout, 300, 0, 0, False, np.zeros(0, np.int64), np.zeros(0, np.int64), True,
             table, arena, used, reasons, tally)
         assert status == kernels.OK and dropped == (0 if newer else 300)
-    assert used[1] == 300 and table.shape[0] >= 2 * fast._SLOT * 300
+    assert used[1] == 300 and table.shape[0] >= 2 * keytable._SLOT * 300
 
 
 @pytest.fixture
 def spares(monkeypatch: pytest.MonkeyPatch) -> list[np.ndarray]:
     """The worker's spare tables, kept from tables of 64 KiB up for the test's small keys."""
-    monkeypatch.setattr(fast, "SPARE_TABLE_MIN_BYTES", 64 * 1024)
-    monkeypatch.setattr(fast, "_spares", [])
-    return fast._spares
+    monkeypatch.setattr(keytable, "SPARE_TABLE_MIN_BYTES", 64 * 1024)
+    monkeypatch.setattr(keytable, "_spares", [])
+    return keytable._spares
 
 
 def _decided_group(keys: list[bytes]) -> tuple[fast.NativeRewrite, list[int]]:
@@ -152,7 +152,7 @@ def test_a_spare_table_is_cleared_before_the_next_group_reads_it(spares) -> None
     still holding them would drop every record of a key the first group had."""
     first, _ = _decided_group([b"key-%d" % i for i in range(5000)])
     grown = first.table
-    assert grown.nbytes >= fast.SPARE_TABLE_MIN_BYTES
+    assert grown.nbytes >= keytable.SPARE_TABLE_MIN_BYTES
     first.decided()
     assert spares[0] is grown  # the largest first (the table it grew from is kept too)
     # the same keys again: each appears once, so nothing goes
@@ -170,11 +170,11 @@ def test_a_decided_group_refuses_to_decide_again(spares) -> None:
 
 
 def test_spares_keep_the_largest_tables_up_to_their_bound(spares, monkeypatch) -> None:
-    monkeypatch.setattr(fast, "SPARE_TABLE_BYTES", 3 * 128 * 1024)
+    monkeypatch.setattr(keytable, "SPARE_TABLE_BYTES", 3 * 128 * 1024)
     tables = [np.zeros(n, np.int64) for n in (8192, 16384, 32768, 16384)]  # 64-256 KiB
     for table in tables:
-        fast.spare_table(table)
+        keytable.spare_table(table)
     assert [t.nbytes for t in spares] == [256 * 1024, 128 * 1024]
-    taken = fast._zeroed_table(16384)
+    taken = keytable._zeroed_table(16384)
     assert any(taken is t for t in tables[1::2]) and [t.nbytes for t in spares] == [256 * 1024]
-    assert fast._zeroed_table(16384) is not taken  # none left of that size: a new one
+    assert keytable._zeroed_table(16384) is not taken  # none left of that size: a new one

@@ -85,10 +85,10 @@ def test_a_kernel_is_recompiled_when_a_rule_it_inlines_changes(tmp_path: Path,
 def test_every_kernel_of_the_seam_is_keyed_on_the_listed_sources() -> None:
     import numba.core.registry
 
-    from compactor.native import cache, erasure, fast, kernels, sha256, xxh3
+    from compactor.native import cache, chunks, erasure, fast, kernels, keytable, sha256, xxh3
 
     kernels_seen = 0
-    for module in (cache, erasure, fast, kernels, sha256, xxh3):
+    for module in (cache, chunks, erasure, fast, kernels, keytable, sha256, xxh3):
         for value in vars(module).values():
             if isinstance(value, numba.core.registry.CPUDispatcher):
                 kernels_seen += 1
