@@ -25,6 +25,7 @@ from compactor.cleaner.policy import BatchDecision, BatchHeader
 from compactor.cleaner.rebatch import FilteredBatch, filter_batch, iter_drops
 from compactor.codec.indexes import AbortedTxn
 from compactor.codec.records import RecordBatch
+from compactor.errors import ConfigError
 
 #: which path wrote a group, in its commit message and report: the native kernels, the pure
 #: path by choice (``--writer pure``), or the pure path for a group the kernels handed back
@@ -275,6 +276,17 @@ class _PureEngine:
 
 #: the pure-Python path, importable without numba
 PURE: Engine = _PureEngine()
+
+#: the engines a round can use (``--writer``): the numba kernels
+#: (:func:`compactor.native.engine`), or :data:`PURE`, the reference
+WRITERS = ("native", "pure")
+
+
+def check_writer(writer: str) -> None:
+    """Raises: ConfigError: ``writer`` is none of :data:`WRITERS` (numba is not imported)."""
+    if writer not in WRITERS:
+        raise ConfigError(f"unknown writer {writer!r}; use one of {', '.join(WRITERS)}",
+                          remedy="pass --writer native or --writer pure")
 
 
 def fallback_group(superseded: Collection[int], first_dirty: int) -> GroupRewrite:

@@ -21,6 +21,7 @@ import yaml
 
 from compactor import progress
 from compactor.cleaner.planning import ONE_TASK_KEYS
+from compactor.cleaner.rewrite import WRITERS
 from compactor.config import parse_assignment, parse_topic_assignment
 from compactor.erasure.rules import ALL_TOPICS
 from compactor.errors import (
@@ -33,7 +34,6 @@ from compactor.errors import (
 )
 from compactor.log import storage
 from compactor.maintenance.options import MaintenanceOptions, build_options
-from compactor.native import WRITERS
 from compactor.retention import MIN_RETENTION_BYTES, MIN_RETENTION_MS
 
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from compactor import native
 from compactor.cleaner.planning import ONE_TASK_KEYS
+from compactor.cleaner.rewrite import check_writer
 from compactor.cluster.catalog import Catalog, build_catalog
 from compactor.errors import ConfigError
 from compactor.log import storage
@@ -24,7 +24,7 @@ class MaintenanceOptions:
     config_all: Mapping[str, str] = field(default_factory=dict)
     config_topics: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     dry_run: bool = False  # plan and report, change nothing
-    writer: str = "native"  # the record engine of a round (compactor.native.WRITERS)
+    writer: str = "native"  # the record engine of a round (compactor.cleaner.rewrite.WRITERS)
     # a round of several groups is written in one task while its key table holds at most
     # this many keys (compactor.cleaner.planning.ONE_TASK_KEYS)
     task_keys: int = ONE_TASK_KEYS
@@ -65,7 +65,7 @@ def build_options(log_dir: str, *, now_ms: int,
     Raises:
         ConfigError: an unknown writer, or a negative ``task_keys``.
     """
-    native.check_name(writer)
+    check_writer(writer)
     if task_keys < 0:
         raise ConfigError(f"--task-keys must be 0 or more, not {task_keys}")
     return MaintenanceOptions(

@@ -12,11 +12,8 @@ and gets one from :func:`engine`.
 
 from __future__ import annotations
 
-from compactor.cleaner.rewrite import PURE, Engine
+from compactor.cleaner.rewrite import PURE, Engine, check_writer
 from compactor.errors import ConfigError
-
-#: the engines a round can use (``--writer``): the numba kernels, or the pure-Python reference
-WRITERS = ("native", "pure")
 
 
 def available() -> bool:
@@ -28,20 +25,13 @@ def available() -> bool:
     return True
 
 
-def check_name(writer: str) -> None:
-    """Raises: ConfigError: ``writer`` is none of :data:`WRITERS` (numba is not imported)."""
-    if writer not in WRITERS:
-        raise ConfigError(f"unknown writer {writer!r}; use one of {', '.join(WRITERS)}",
-                          remedy="pass --writer native or --writer pure")
-
-
 def engine(writer: str) -> Engine:
-    """The engine named ``writer`` (one of :data:`WRITERS`).
+    """The engine named ``writer`` (one of :data:`compactor.cleaner.rewrite.WRITERS`).
 
     Raises:
         ConfigError: an unknown name, or ``native`` where numba is not installed.
     """
-    check_name(writer)
+    check_writer(writer)
     if writer == "pure":
         return PURE
     if not available():

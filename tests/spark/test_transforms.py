@@ -21,6 +21,7 @@ from pyspark.sql import functions as F
 
 from compactor.cleaner.planning import OVER_TASK_KEYS
 from compactor.cleaner.policy import BatchRetention, CleaningPlan, PartitionInput
+from compactor.cleaner.rewrite import WRITERS
 from compactor.cleaner.scan import key_digest, key_offsets, segment_headers
 from compactor.codec.records import ControlType
 from compactor.codec.segment import iter_batches
@@ -29,7 +30,7 @@ from compactor.erasure.sketch import DigestFilter
 from compactor.errors import CompactorError
 from compactor.log.layout import load_partition, read_aborted_txns
 from compactor.model import SegmentInfo
-from compactor.native import WRITERS, engine
+from compactor.native import engine
 from compactor.schemas.spark import (
     BATCH_HEADER,
     COMMIT_MESSAGE,

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from compactor.cleaner.policy import BatchDecision, BatchRetention
 from compactor.cleaner.rebatch import BatchDrops, iter_drops
+from compactor.cleaner.rewrite import WRITERS
 from compactor.cleaner.scan import (
     _PARTITION_MIX,
     BatchFlags,
@@ -28,7 +29,7 @@ from compactor.cleaner.scan import (
 from compactor.codec.records import NewRecord, NewRecordBatch, RecordBatch, encode_batch
 from compactor.codec.segment import iter_batches
 from compactor.errors import CompactorError
-from compactor.native import WRITERS, engine
+from compactor.native import engine
 
 
 def segment_drops(batches: Sequence[RecordBatch], decisions: Sequence[BatchDecision],
