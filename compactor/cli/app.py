@@ -67,6 +67,19 @@ def build_parser() -> argparse.ArgumentParser:
                         version=f"kafka-compactor {compactor.__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
+    _add_state_commands(sub)
+    _add_tools(sub)
+    _add_maintenance_commands(sub)
+    _add_operations(sub)
+    _add_erase_commands(sub)
+    for command in _leaf_parsers(parser):
+        add_verbosity_arguments(command)
+    _describe(parser)
+    return parser
+
+
+def _add_state_commands(sub: argparse._SubParsersAction[Parser]) -> None:
+    """``history`` and ``report``: a state dir's recorded runs."""
     hi = sub.add_parser("history", help="the runs recorded in a state dir, newest first "
                                         "(like Delta's DESCRIBE HISTORY)")
     hi.add_argument("--state-dir", required=True, help="the ledger's directory")
@@ -89,6 +102,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_storage_arguments(rp_, lease=False)
     rp_.set_defaults(handler=jobs.execute_report)
 
+
+def _add_tools(sub: argparse._SubParsersAction[Parser]) -> None:
+    """``inspect`` and ``generate``: reading and writing log dirs by hand."""
     p = sub.add_parser("inspect", help="dump and verify segments (like kafka-dump-log)")
     p.add_argument("path", help="a .log segment, KRaft snapshot (.checkpoint), .index, "
                                 "timeindex, .txnindex or producer .snapshot file, a partition "
@@ -103,6 +119,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(handler=_cmd_inspect)
 
     g = sub.add_parser("generate", help="write a realistic sample Kafka log dir")
+    _add_generate_arguments(g)
+    g.set_defaults(handler=_cmd_generate)
+
+
+def _add_generate_arguments(g: argparse.ArgumentParser) -> None:
+    """The arguments of ``generate`` (a sample log dir's shape)."""
     g.add_argument("out_dir", help="the log dir to create (must not exist or be empty)")
     g.add_argument("--topics", default="orders-v2,user-profiles",
                    help="comma-separated topic names (default: %(default)s)")
@@ -148,8 +170,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a static broker config for --server-properties, e.g. "
                         "log.retention.hours=720")
     g.add_argument("--json", action="store_true", help="print the summary as JSON")
-    g.set_defaults(handler=_cmd_generate)
 
+
+def _add_maintenance_commands(sub: argparse._SubParsersAction[Parser]) -> None:
+    """``recover``, ``compact``, ``plan``, ``retain`` and ``run``: a log dir's maintenance."""
     r = sub.add_parser("recover", help="resolve interrupted swaps as a Kafka broker's loader does")
     add_recover_arguments(r)
     r.set_defaults(handler=jobs.execute_recover)
@@ -172,6 +196,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_retention_arguments(rn)
     rn.set_defaults(handler=jobs.over_log_dirs(jobs.execute_run))
 
+
+def _add_operations(sub: argparse._SubParsersAction[Parser]) -> None:
+    """``cluster``, ``optimize`` and ``rolling``: running the tool and its state."""
     cl = sub.add_parser("cluster", help="start/stop a local Spark standalone cluster "
                                         "(master + workers) from the pyspark package")
     cl.add_argument("action", choices=("start", "stop", "status"), help="what to do")
@@ -191,6 +218,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_rolling_arguments(ro)
     ro.set_defaults(handler=jobs.execute_rolling)
 
+
+def _add_erase_commands(sub: argparse._SubParsersAction[Parser]) -> None:
+    """``erase`` and its sub-commands: requests, apply, verify, status, the proof."""
     er = sub.add_parser("erase", help="GDPR erasure: init, request, digest, apply, verify, "
                                       "status, list, retry, cancel, report")
     esub = er.add_subparsers(dest="erase_command", required=True)
@@ -234,10 +264,8 @@ def build_parser() -> argparse.ArgumentParser:
                          "partition, the ledger's commits, the deadline's outcome)")
     add_storage_arguments(rp, lease=False)
     rp.set_defaults(handler=_cmd_erase_report)
-    for command in _leaf_parsers(parser):
-        add_verbosity_arguments(command)
-    _describe(parser)
-    return parser
+
+
 
 
 def _describe(parser: argparse.ArgumentParser) -> None:
