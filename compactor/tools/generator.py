@@ -371,32 +371,47 @@ def _generate_partition(
     storage.make_dirs(pdir)
     storage.write_durable(storage.join(pdir, "partition.metadata"),
                           f"version: 0\ntopic_id: {topic_id}".encode(), fsync=False)
-    summary = PartitionSummary(tp=tp)
-    choose_key = _KeyChooser(rng, cfg.distinct_keys, cfg.zipf_exponent)
-    value_pool = rng.randbytes(64 * 1024) + bytes(64 * 1024)  # half random, half compressible
-    ts_type = (TimestampType.LOG_APPEND_TIME if tp.topic in cfg.log_append_time_topics
-               else TimestampType.CREATE_TIME)
+    partition = _PartitionLog(pdir, tp, cfg, rng)
+    partition.write_legacy_prefix()
+    partition.write_batches()
+    partition.close_transactions()
+    return partition.finish()
 
-    producers: list[_Producer] = []
-    next_pid = 1000 + rng.randrange(1000)
-    for kind, count in (("plain", cfg.plain_producers), ("idempotent", cfg.idempotent_producers),
-                        ("transactional", cfg.transactional_producers)):
-        for _ in range(count):
-            pid = -1 if kind == "plain" else next_pid
-            next_pid += 1 + rng.randrange(5)
-            producers.append(_Producer(kind=kind, producer_id=pid,
-                                       epoch=-1 if kind == "plain" else rng.randrange(3),
-                                       codec=rng.choice(list(cfg.codecs))))
-    plain = [p for p in producers if p.kind != "transactional"]
-    txn_producers = [p for p in producers if p.kind == "transactional"]
 
-    writer = _SegmentWriter(pdir, cfg)
-    epochs: list[EpochEntry] = []
-    epoch_len = max(1, cfg.records_per_partition // max(1, cfg.leader_epochs))
-    offset = 0
-    clock = cfg.start_ms
+class _PartitionLog:
+    """One partition being written, oldest record first: its producers, clock, offsets,
+    leader epochs and segments. The random draws happen in a fixed order, so the same seed
+    writes the same bytes."""
 
-    def snapshot_at(roll_offset: int) -> None:
+    def __init__(self, pdir: str, tp: TopicPartition, cfg: GeneratorConfig,
+                 rng: random.Random) -> None:
+        self.pdir, self.cfg, self.rng = pdir, cfg, rng
+        self.summary = PartitionSummary(tp=tp)
+        self.choose_key = _KeyChooser(rng, cfg.distinct_keys, cfg.zipf_exponent)
+        self.value_pool = rng.randbytes(64 * 1024) + bytes(64 * 1024)  # half random, half not
+        self.ts_type = (TimestampType.LOG_APPEND_TIME if tp.topic in cfg.log_append_time_topics
+                        else TimestampType.CREATE_TIME)
+        self.producers: list[_Producer] = []
+        next_pid = 1000 + rng.randrange(1000)
+        for kind, count in (("plain", cfg.plain_producers),
+                            ("idempotent", cfg.idempotent_producers),
+                            ("transactional", cfg.transactional_producers)):
+            for _ in range(count):
+                pid = -1 if kind == "plain" else next_pid
+                next_pid += 1 + rng.randrange(5)
+                self.producers.append(_Producer(kind=kind, producer_id=pid,
+                                                epoch=-1 if kind == "plain" else rng.randrange(3),
+                                                codec=rng.choice(list(cfg.codecs))))
+        self.plain = [p for p in self.producers if p.kind != "transactional"]
+        self.txn_producers = [p for p in self.producers if p.kind == "transactional"]
+        self.writer = _SegmentWriter(pdir, cfg)
+        self.epochs: list[EpochEntry] = []
+        self.epoch_len = max(1, cfg.records_per_partition // max(1, cfg.leader_epochs))
+        self.offset = 0
+        self.clock = cfg.start_ms
+
+    def snapshot_at(self, roll_offset: int) -> None:
+        """The producer snapshot a broker writes when it rolls a segment at ``roll_offset``."""
         entries = [
             ProducerSnapshotEntry(
                 producer_id=p.producer_id, epoch=p.epoch,
@@ -406,55 +421,59 @@ def _generate_partition(
                 current_txn_first_offset=(p.txn_first_offset if p.txn_first_offset is not None
                                           else -1),
             )
-            for p in producers if p.producer_id >= 0 and p.last_offset >= 0
+            for p in self.producers if p.producer_id >= 0 and p.last_offset >= 0
         ]
-        storage.write_durable(storage.join(pdir, segment_file_prefix(roll_offset) + ".snapshot"),
-                              encode_snapshot(entries), fsync=False)
+        storage.write_durable(
+            storage.join(self.pdir, segment_file_prefix(roll_offset) + ".snapshot"),
+            encode_snapshot(entries), fsync=False)
 
-    def leader_epoch() -> int:
-        epoch = min(offset // epoch_len, max(0, cfg.leader_epochs - 1))
-        if not epochs or epochs[-1].epoch != epoch:
-            epochs.append(EpochEntry(epoch=epoch, start_offset=offset))
+    def leader_epoch(self) -> int:
+        """The leader epoch at the current offset (a new epoch entry where it changes)."""
+        epoch = min(self.offset // self.epoch_len, max(0, self.cfg.leader_epochs - 1))
+        if not self.epochs or self.epochs[-1].epoch != epoch:
+            self.epochs.append(EpochEntry(epoch=epoch, start_offset=self.offset))
         return epoch
 
-    def tick() -> int:
-        nonlocal clock
-        clock += rng.randrange(0, 2 * cfg.record_interval_ms + 1)
-        return clock
+    def tick(self) -> int:
+        self.clock += self.rng.randrange(0, 2 * self.cfg.record_interval_ms + 1)
+        return self.clock
 
-    def make_record(delta: int, txn: bool) -> NewRecord:
-        ts = tick()
-        key: bytes | None = choose_key()
+    def make_record(self, delta: int, txn: bool) -> NewRecord:
+        cfg, rng = self.cfg, self.rng
+        ts = self.tick()
+        key: bytes | None = self.choose_key()
         if not txn and rng.random() < cfg.null_key_ratio:
             key = None
         if key is not None and rng.random() < cfg.tombstone_ratio:
             value = None
         else:
-            start = rng.randrange(0, len(value_pool) - cfg.value_bytes) if cfg.value_bytes else 0
-            value = value_pool[start : start + cfg.value_bytes]
+            start = (rng.randrange(0, len(self.value_pool) - cfg.value_bytes)
+                     if cfg.value_bytes else 0)
+            value = self.value_pool[start : start + cfg.value_bytes]
         headers: tuple[tuple[str, bytes | None], ...] = ()
         if rng.random() < cfg.header_ratio:
             headers = (("trace-id", b"%016x" % rng.getrandbits(64)),
                        ("source", rng.choice([b"svc-a", b"svc-b", None])))
         return NewRecord(offset_delta=delta, timestamp=ts, key=key, value=value, headers=headers)
 
-    def emit(entry: bytes, base: int, last: int, max_ts: int, records: int) -> None:
-        writer.append(entry, base_offset=base, last_offset=last, max_timestamp=max_ts,
-                      on_roll=snapshot_at)
-        summary.batches += 1
-        summary.records += records
-        summary.bytes += len(entry)
+    def emit(self, entry: bytes, base: int, last: int, max_ts: int, records: int) -> None:
+        self.writer.append(entry, base_offset=base, last_offset=last, max_timestamp=max_ts,
+                           on_roll=self.snapshot_at)
+        self.summary.batches += 1
+        self.summary.records += records
+        self.summary.bytes += len(entry)
 
-    def emit_marker(p: _Producer, epoch: int) -> None:
-        nonlocal offset
-        abort = rng.random() < cfg.abort_ratio
-        ts = tick()
+    def emit_marker(self, p: _Producer, epoch: int) -> None:
+        """End ``p``'s open transaction with a commit or abort marker."""
+        offset = self.offset
+        abort = self.rng.random() < self.cfg.abort_ratio
+        ts = self.tick()
         marker = NewRecordBatch(
             base_offset=offset,
             records=[NewRecord(offset_delta=0, timestamp=ts,
                                key=control_key(ControlType.ABORT if abort else ControlType.COMMIT),
                                value=marker_value(p.coordinator_epoch))],
-            timestamp_type=ts_type,
+            timestamp_type=self.ts_type,
             max_timestamp=ts,
             is_transactional=True,
             is_control=True,
@@ -463,62 +482,76 @@ def _generate_partition(
             producer_epoch=p.epoch,
         )
         first = p.txn_first_offset if p.txn_first_offset is not None else offset
-        emit(encode_batch(marker), offset, offset, ts, 0)
+        self.emit(encode_batch(marker), offset, offset, ts, 0)
         if abort:
             # LSO right after the abort: first offset of the earliest other open transaction
-            lso = min((q.txn_first_offset for q in txn_producers
+            lso = min((q.txn_first_offset for q in self.txn_producers
                        if q is not p and q.txn_first_offset is not None), default=offset + 1)
-            writer.aborted.append(AbortedTxn(producer_id=p.producer_id, first_offset=first,
-                                             last_offset=offset, last_stable_offset=lso))
-            summary.aborted_txns += 1
+            self.writer.aborted.append(AbortedTxn(producer_id=p.producer_id, first_offset=first,
+                                                  last_offset=offset, last_stable_offset=lso))
+            self.summary.aborted_txns += 1
         else:
-            summary.committed_txns += 1
+            self.summary.committed_txns += 1
         p.txn_first_offset = None
         p.txn_batches = 0
         p.last_offset = offset
         p.last_offset_delta = 0
         p.last_timestamp = ts
-        offset += 1
+        self.offset += 1
 
-    # Legacy prefix: v0 messages, then v1, as after a message-format upgrade.
-    legacy_left = min(cfg.legacy_records, cfg.records_per_partition)
-    while legacy_left > 0:
-        magic = 0 if offset < cfg.legacy_records // 2 else 1
-        n = min(legacy_left, 1 + rng.randrange(cfg.max_batch_records))
-        codec = rng.choice([c for c in cfg.codecs if c != Codec.ZSTD] or [Codec.NONE])
-        recs = [LegacyRecord(offset=offset + i, key=choose_key(), value=b"legacy-%d" % (offset + i),
-                             timestamp=tick() if magic == 1 else -1) for i in range(n)]
-        if codec == Codec.NONE:
-            for r in recs:
-                entry = encode_message_set([r], magic=magic)
-                emit(entry, r.offset, r.offset, r.timestamp, 1)
-        else:
-            entry = encode_message_set(recs, magic=magic, codec=codec)
-            emit(entry, offset, offset + n - 1, max(r.timestamp for r in recs), n)
-        leader_epoch()
-        offset += n
-        legacy_left -= n
+    def write_legacy_prefix(self) -> None:
+        """v0 messages, then v1, as after a message-format upgrade."""
+        cfg, rng = self.cfg, self.rng
+        legacy_left = min(cfg.legacy_records, cfg.records_per_partition)
+        while legacy_left > 0:
+            offset = self.offset
+            magic = 0 if offset < cfg.legacy_records // 2 else 1
+            n = min(legacy_left, 1 + rng.randrange(cfg.max_batch_records))
+            codec = rng.choice([c for c in cfg.codecs if c != Codec.ZSTD] or [Codec.NONE])
+            recs = [LegacyRecord(offset=offset + i, key=self.choose_key(),
+                                 value=b"legacy-%d" % (offset + i),
+                                 timestamp=self.tick() if magic == 1 else -1) for i in range(n)]
+            if codec == Codec.NONE:
+                for r in recs:
+                    entry = encode_message_set([r], magic=magic)
+                    self.emit(entry, r.offset, r.offset, r.timestamp, 1)
+            else:
+                entry = encode_message_set(recs, magic=magic, codec=codec)
+                self.emit(entry, offset, offset + n - 1, max(r.timestamp for r in recs), n)
+            self.leader_epoch()
+            self.offset += n
+            legacy_left -= n
 
-    while summary.records < cfg.records_per_partition:
-        use_txn = txn_producers and rng.random() < cfg.transactional_ratio
-        producer = rng.choice(txn_producers if use_txn else plain or txn_producers)
-        epoch = leader_epoch()
-        if producer.kind == "transactional":
-            if producer.txn_first_offset is not None and producer.txn_batches >= 1 and \
-                    rng.random() < 0.35:
-                emit_marker(producer, epoch)
-                continue
-            if producer.txn_first_offset is None:
-                producer.txn_first_offset = offset
-        n = min(1 + rng.randrange(cfg.max_batch_records),
-                cfg.records_per_partition - summary.records)
-        records = [make_record(i, producer.kind == "transactional") for i in range(n)]
+    def write_batches(self) -> None:
+        """v2 batches until the partition holds its records: plain and idempotent producers'
+        and transactions, each ended by a marker at random."""
+        cfg, rng, summary = self.cfg, self.rng, self.summary
+        while summary.records < cfg.records_per_partition:
+            use_txn = self.txn_producers and rng.random() < cfg.transactional_ratio
+            producer = rng.choice(self.txn_producers if use_txn
+                                  else self.plain or self.txn_producers)
+            epoch = self.leader_epoch()
+            if producer.kind == "transactional":
+                if producer.txn_first_offset is not None and producer.txn_batches >= 1 and \
+                        rng.random() < 0.35:
+                    self.emit_marker(producer, epoch)
+                    continue
+                if producer.txn_first_offset is None:
+                    producer.txn_first_offset = self.offset
+            self._write_batch(producer, epoch)
+
+    def _write_batch(self, producer: _Producer, epoch: int) -> None:
+        cfg, offset = self.cfg, self.offset
+        n = min(1 + self.rng.randrange(cfg.max_batch_records),
+                cfg.records_per_partition - self.summary.records)
+        records = [self.make_record(i, producer.kind == "transactional") for i in range(n)]
+        appended = self.ts_type == TimestampType.LOG_APPEND_TIME
         batch = NewRecordBatch(
             base_offset=offset,
             records=records,
             compression=producer.codec,
-            timestamp_type=ts_type,
-            max_timestamp=clock if ts_type == TimestampType.LOG_APPEND_TIME else None,
+            timestamp_type=self.ts_type,
+            max_timestamp=self.clock if appended else None,
             is_transactional=producer.kind == "transactional",
             partition_leader_epoch=epoch,
             producer_id=producer.producer_id,
@@ -526,9 +559,8 @@ def _generate_partition(
             base_sequence=producer.next_sequence if producer.producer_id >= 0 else -1,
         )
         entry = encode_batch(batch)
-        max_ts = clock if ts_type == TimestampType.LOG_APPEND_TIME else max(
-            r.timestamp for r in records)
-        emit(entry, offset, offset + n - 1, max_ts, n)
+        max_ts = self.clock if appended else max(r.timestamp for r in records)
+        self.emit(entry, offset, offset + n - 1, max_ts, n)
         if producer.producer_id >= 0:
             producer.next_sequence = add_sequence(producer.next_sequence, n)
             producer.last_offset = offset + n - 1
@@ -536,29 +568,32 @@ def _generate_partition(
             producer.last_timestamp = max_ts
         if producer.kind == "transactional":
             producer.txn_batches += 1
-        offset += n
+        self.offset += n
 
-    def close_all() -> None:
-        keep_open = cfg.open_transaction
-        for p in txn_producers:
+    def close_transactions(self) -> None:
+        """End every open transaction, but one with ``open_transaction``."""
+        keep_open = self.cfg.open_transaction
+        for p in self.txn_producers:
             if p.txn_first_offset is None:
                 continue
             if keep_open:
                 keep_open = False
-                summary.open_txn_first_offset = p.txn_first_offset
+                self.summary.open_txn_first_offset = p.txn_first_offset
                 continue
-            emit_marker(p, leader_epoch())
+            self.emit_marker(p, self.leader_epoch())
 
-    close_all()
-    if writer.chunks or writer.segments == 0:
-        if not writer.chunks:
-            writer.base_offset = offset
-        writer.flush()
-    summary.segments = writer.segments
-    summary.log_end_offset = offset
-    storage.write_durable(storage.join(pdir, LEADER_EPOCH_CHECKPOINT),
-                          format_leader_epoch_checkpoint(epochs).encode(), fsync=False)
-    return summary
+    def finish(self) -> PartitionSummary:
+        """The last segment flushed, the leader-epoch checkpoint written: the summary."""
+        writer = self.writer
+        if writer.chunks or writer.segments == 0:
+            if not writer.chunks:
+                writer.base_offset = self.offset
+            writer.flush()
+        self.summary.segments = writer.segments
+        self.summary.log_end_offset = self.offset
+        storage.write_durable(storage.join(self.pdir, LEADER_EPOCH_CHECKPOINT),
+                              format_leader_epoch_checkpoint(self.epochs).encode(), fsync=False)
+        return self.summary
 
 
 def _write_metadata_log(out_dir: str, cfg: GeneratorConfig, topic_ids: dict[str, str],
