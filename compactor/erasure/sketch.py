@@ -1,10 +1,12 @@
 """A Bloom filter of the pending subjects' SHA-256 digests, so that an erasure scan sends to
 the join (:func:`compactor.spark.stages.erasure_matches`) only the records that may match,
-instead of one row per record of the log. Built on the executors from the requests
-DataFrame, merged by OR and broadcast: its size is ``bits_per_subject`` bits a subject
-(about 2.4 MB for a million at a false positive rate of 1 in 10,000), and it holds no digest,
-only bits. A false positive costs a row in the join, never a wrong erasure: the join compares
-the full digests.
+instead of one row per record of the log. Built on the driver as the ledger's summary streams
+the requests (:func:`compactor.erasure.ledger.pending_summary`), broadcast, and tested by the
+scan's kernel a digest at a time (:func:`may_hold`) or by the pure scan a batch at a time
+(:class:`Probe`). Its size is ``bits_per_subject`` bits a subject (about 2.4 MB for a million
+at a false positive rate of 1 in 10,000), and it holds no digest, only bits. A false positive
+costs a row in the join, never a wrong erasure: the join compares the full digests; a false
+negative cannot happen (every added digest sets all its bits).
 
 The digests are uniform (SHA-256), so the filter's ``k`` positions come from the digest's
 own first two 64-bit words by double hashing (Kirsch and Mitzenmacher, "Less hashing, same
