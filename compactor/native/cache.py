@@ -10,7 +10,7 @@ pure path runs the new one.
 
 :func:`kernel` is ``numba.njit`` whose cache stamp is numba's own plus the content hash of
 every module in :data:`COMPILED_SOURCES`: editing any of them recompiles every kernel once
-(about 30 s, :func:`compactor.native.fast.compile_kernels`). ``tests/unit/test_native_cache.py``
+(60-75 s on 2 cores, :func:`compactor.native.compile_kernels`). ``tests/unit/test_native_cache.py``
 shows a kernel that inlines another file's rule go stale with ``numba.njit(cache=True)``
 and stay fresh with :func:`keyed_on`, and checks that every kernel of the seam is built here
 from a function of a listed module.

@@ -203,7 +203,7 @@ def segment_digests(data: Any, path: str, segment_base: int, names: Sequence[str
         table = np.array(rows, np.int64).reshape(-1, _ROW)
         entries = int(table[:, 2].sum()) * (2 if encoded else 1)
         # filtered, few entries are kept: room for 1 in 16 (more: called again, 4x the room)
-        capacity = max(16, entries // 16 if keep is not None else entries)
+        capacity = max(16, entries // 16 if filtered else entries)
         while True:
             columns = (np.empty(capacity, np.int64), np.empty(capacity, np.int64),
                        np.empty(capacity, np.int32), np.empty((capacity, DIGEST_BYTES), np.uint8),
@@ -255,9 +255,9 @@ def segment_digests(data: Any, path: str, segment_base: int, names: Sequence[str
 
 def compile_kernels() -> None:
     """Compile (or load from the disk cache) the erasure scan's kernel on empty input, with
-    and without the Bloom filter, over both kinds of buffer it meets (see
-    :func:`compactor.native.fast.compile_kernels`): a worker's first erasure then starts
-    without LLVM. Nothing to do without libcrypto (the scan stays on the pure path)."""
+    the argument types :func:`segment_digests` passes (its records buffer is always read-only
+    bytes; ``filtered`` is a bool either way): a worker's first erasure then starts without
+    LLVM. Nothing to do without libcrypto (the scan stays on the pure path)."""
     if not sha256.available():
         return
     ctx, md = sha256.context()
@@ -265,7 +265,5 @@ def compile_kernels() -> None:
     columns = (np.empty(1, np.int64), np.empty(1, np.int64), np.empty(1, np.int32),
                np.empty((1, DIGEST_BYTES), np.uint8), np.empty((1, DIGEST_BYTES), np.uint8),
                np.empty(1, bool), np.empty(1, bool))
-    for buf in (np.zeros(0, np.uint8), np.frombuffer(b"", np.uint8)):
-        for filtered in (False, True):
-            _scan(buf, np.zeros((0, _ROW), np.int64), names, lens, lens, ctx, md, filtered,
-                  np.zeros(8, np.uint8), 8, 1, *columns, np.zeros(DIGEST_BYTES, np.uint8))
+    _scan(np.frombuffer(b"", np.uint8), np.zeros((0, _ROW), np.int64), names, lens, lens, ctx,
+          md, True, np.zeros(8, np.uint8), 8, 1, *columns, np.zeros(DIGEST_BYTES, np.uint8))

@@ -22,10 +22,10 @@ import sys
 {decorator_import}
 from pkgx import rule
 
-inlined = {decorator}(inline="always")(rule.rule)
+inlined = kernel(inline="always")(rule.rule)
 
 
-@{decorator}
+@kernel
 def twice(x):
     return 2 * inlined(x)
 
@@ -48,16 +48,11 @@ def _package(root: Path, *, keyed: bool) -> None:
     pkg.mkdir(parents=True)
     (pkg / "__init__.py").write_text("")
     (pkg / "rule.py").write_text(RULE.format(1))
-    if keyed:
-        imports = ("from compactor.native.cache import keyed_on\n"
-                   "kernel = keyed_on(('pkgx.rule', 'pkgx.kernel'))")
-        decorator = "kernel"
-    else:
-        imports = ("import functools, numba\n"
-                   "kernel = functools.partial(numba.njit, cache=True)")
-        decorator = "kernel"
-    (pkg / "kernel.py").write_text(textwrap.dedent(KERNEL).format(
-        decorator_import=imports, decorator=decorator))
+    imports = ("from compactor.native.cache import keyed_on\n"
+               "kernel = keyed_on(('pkgx.rule', 'pkgx.kernel'))") if keyed else (
+        "import functools, numba\n"
+        "kernel = functools.partial(numba.njit, cache=True)")
+    (pkg / "kernel.py").write_text(textwrap.dedent(KERNEL).format(decorator_import=imports))
 
 
 def _edit_rule(root: Path) -> None:
