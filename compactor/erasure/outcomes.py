@@ -1,8 +1,9 @@
 """What an ``erase apply`` or ``erase verify`` records for each request: pure functions of the
 request's ledger row and a small context of the run (the directories it read, what matched
 where), applied row by row inside Spark (:mod:`compactor.maintenance.erase`), so a million
-pending requests never sit on the driver. The context holds only what the run found (its
-directories and the requests that matched), never the list of requests.
+pending requests never sit on the driver (a run of few requests applies them on the driver:
+:func:`of_rows`, :func:`summary`). The context holds only what the run found (its directories
+and the requests that matched), never the list of requests.
 
 A row function reads only :data:`ROW_COLUMNS` of its row, and the request's id only to look it
 up among the requests the run found something of (:attr:`RunContext.individual`): every
@@ -13,8 +14,10 @@ nothing matched cost one call, not a million.
 
 from __future__ import annotations
 
+import heapq
 import json
-from collections.abc import Mapping, Sequence
+from collections import Counter
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +30,9 @@ ROW_COLUMNS = ("request_id", "topic", "status", "places")
 KIND_COLUMNS = ("topic", "status", "places")
 #: what a row function returns besides the request's new columns
 UPDATE, BLOCKED, UNVERIFIED, NO_REPLICA_HERE = "update", "blocked", "unverified", "no_replica_here"
+
+#: a row function of this module with its run's context bound (``functools.partial``)
+RowOutcome = Callable[[Mapping[str, Any]], Mapping[str, Any]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,3 +256,40 @@ def accepted_tombstone(row: Mapping[str, Any], key: str, dir_name: str, offset: 
     if left is None:
         left = json.loads(row.get("tombstones_left") or "[]")
     return any(t["dir"] == dir_name and t["offset"] == offset for t in left)
+
+
+def of_rows(rows: Iterable[Mapping[str, Any]], outcome: RowOutcome,
+            individual: Collection[str] | None = None) -> Iterator[dict[str, Any]]:
+    """Each request row's ``outcome`` with the status it was computed from
+    (``expected_status``, what the MERGE requires the request to be in still). With
+    ``individual`` (:attr:`RunContext.individual`), ``outcome`` runs once a row for those
+    requests and once a kind (:data:`KIND_COLUMNS`) for the others, as a row whose id is no
+    request's: what Spark's join of kinds gives each of them
+    (:func:`compactor.spark.stages.request_outcomes`)."""
+    kinds: dict[tuple[Any, ...], Mapping[str, Any]] = {}
+    for row in rows:
+        if individual is None or row["request_id"] in individual:
+            out = outcome(row)
+        else:
+            kind = tuple(row.get(c) for c in KIND_COLUMNS)
+            shared = kinds.get(kind)
+            if shared is None:
+                shared = kinds[kind] = outcome({**row, "request_id": None})
+            out = {**shared, "request_id": row["request_id"]}
+        yield {**out, "expected_status": row["status"]}
+
+
+def summary(outcomes: Iterable[Mapping[str, Any]], columns: Sequence[str], limit: int
+            ) -> tuple[dict[str, int], list[dict[str, Any]]]:
+    """Of a run's outcomes (:func:`of_rows`): how many ended in each status (an ``update``'s
+    new status, the others by their outcome), and the first ``limit`` by request id with
+    ``columns``, as :func:`compactor.spark.stages.outcome_summary` counts them in Spark."""
+    counts: Counter[str] = Counter()
+
+    def counted() -> Iterator[Mapping[str, Any]]:
+        for row in outcomes:
+            counts[row["status"] if row["outcome"] == UPDATE else row["outcome"]] += 1
+            yield row
+
+    first = heapq.nsmallest(limit, counted(), key=lambda r: r["request_id"])
+    return dict(counts), [{c: r.get(c) for c in columns} for r in first]

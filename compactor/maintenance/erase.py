@@ -489,7 +489,7 @@ def apply(spark: SparkSession | None, opts: MaintenanceOptions, state_dir: str, 
         dirs=[DirState(d.name, d.tp.topic, d.kind, ErasureOutcome(lines[i]["status"]).is_problem)
               for i, d in dirs.items()],
         matched=_matched(found, plan, dirs))
-    result, counts = _apply_outcomes(session, requests, ctx, report)
+    result, counts = _apply_outcomes(session, requests, pending.count, ctx, report)
     try:
         blocked = counts.get(outcomes.BLOCKED, 0) > 0
 
@@ -615,7 +615,7 @@ def apply_remote(spark: SparkSession | None, opts: MaintenanceOptions, state_dir
             k: getattr(r, k) for k in ("segment_id", "new_segment_id", "start_offset",
                                        "end_offset")}}
             for i, (done, _) in replaced.items() for r in done})
-    result, counts = _apply_outcomes(session, requests, ctx, report)
+    result, counts = _apply_outcomes(session, requests, pending.count, ctx, report)
     try:
         failed = any(line.get("error") for line in lines.values())
         report.status = RunStatus.of(failed=counts.get(RequestStatus.FAILED, 0) > 0,
@@ -725,27 +725,16 @@ def _matched(found: _Scan, plan: _Plan, dirs: Mapping[int, _Dir]) -> dict[str, M
             for rid, o in offsets.items()}
 
 
-def _outcome_report(result: DataFrame, columns: Sequence[str]) -> tuple[
-        dict[str, int], list[dict[str, Any]]]:
-    """Counts of the outcomes (``update`` rows by their new status, the others by outcome)
-    and the first :data:`REPORT_REQUESTS` rows by request id, with ``columns``."""
-    return spark_stages.outcome_summary(result, columns, REPORT_REQUESTS)
-
-
-def _apply_outcomes(session: LazySession, requests: DataFrame, ctx: ApplyContext,
+def _apply_outcomes(session: LazySession, requests: DataFrame, count: int, ctx: ApplyContext,
                     report: ErasureReport) -> tuple[DataFrame, dict[str, int]]:
-    """Every request's outcome of an apply (persisted: the caller unpersists it), counted,
-    and the first of them in ``report``."""
-    result = spark_stages.request_outcomes(session(), requests, functools.partial(
-        outcomes.applied_update, ctx=ctx), ctx.individual)
-    try:
-        counts, shown = _outcome_report(result, APPLY_REPORTED)
-    except BaseException:
-        result.unpersist()
-        raise
-    report.requests = [_apply_entry(r) for r in shown]
-    report.requests_by_outcome = counts
-    return result, counts
+    """Every request's outcome of an apply (the caller unpersists it), counted, and the first
+    of them in ``report``."""
+    result = spark_stages.run_outcomes(
+        session(), requests, count, functools.partial(outcomes.applied_update, ctx=ctx),
+        ctx.individual, APPLY_REPORTED, REPORT_REQUESTS)
+    report.requests = [_apply_entry(r) for r in result.shown]
+    report.requests_by_outcome = result.counts
+    return result.frame, result.counts
 
 
 def _apply_entry(row: Mapping[str, Any]) -> dict[str, Any]:
@@ -869,15 +858,15 @@ def verify(spark: SparkSession | None, opts: MaintenanceOptions, state_dir: str,
                        and f"{REMOTE}:{d.name}" not in scanned_remote, line=d.line())
               for i, d in dirs.items()],
         replicas={t: catalog.replicas_of(_covered(frozenset({t}))) for t in pending.topics})
-    result = spark_stages.request_outcomes(session(), requests, functools.partial(
-        outcomes.verified_update, ctx=ctx), ctx.individual)
+    result = spark_stages.run_outcomes(
+        session(), requests, pending.count, functools.partial(outcomes.verified_update, ctx=ctx),
+        ctx.individual, VERIFY_REPORTED, REPORT_REQUESTS)
     try:
-        counts, shown = _outcome_report(result, VERIFY_REPORTED)
-        report.requests = [_verify_entry(r) for r in shown]
-        report.requests_by_outcome = counts
+        report.requests = [_verify_entry(r) for r in result.shown]
+        report.requests_by_outcome = result.counts
         report.partitions = list(lines.values())
         report.record_moved(*_record(state_dir, "verify", run_id, log_dir, now_ms, started,
-                                     lines, result, session(), VERIFIED_COLUMNS,
+                                     lines, result.frame, session(), VERIFIED_COLUMNS,
                                      pending.version))
     finally:
         result.unpersist()

@@ -31,7 +31,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import json
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -67,6 +67,7 @@ from compactor.cleaner.scan import (
 from compactor.cleaner.verify import index_problems, offset_problems, txn_problems
 from compactor.codec.indexes import AbortedTxn
 from compactor.config import TopicConfig
+from compactor.erasure.outcomes import of_rows
 from compactor.erasure.rules import HEADER, KEY
 from compactor.erasure.sketch import DigestFilter
 from compactor.errors import CompactorError, RemoteTierError
@@ -816,18 +817,21 @@ def _erasure_rows(tp_id: int, base: int, found: SubjectDigests) -> pa.RecordBatc
         *(pa.nulls(n, f.type) for f in list(_ERASURE_ARROW)[9:])], schema=_ERASURE_ARROW)
 
 
-def request_outcomes(outcome: Callable[[Mapping[str, Any]], Mapping[str, Any]]) -> Transform:
-    """Ledger request rows -> ``REQUEST_OUTCOME`` rows: ``outcome`` of each row (columns it
-    does not set are null), with the row's status as ``expected_status``."""
+def outcome_batch(outcomes: Iterable[Mapping[str, Any]]) -> pa.RecordBatch:
+    """Outcomes (:func:`compactor.erasure.outcomes.of_rows`) as one ``REQUEST_OUTCOME``
+    batch: the columns an outcome does not set are null."""
     names = REQUEST_OUTCOME.fieldNames()
+    return pa.RecordBatch.from_pylist([{n: o.get(n) for n in names} for o in outcomes],
+                                      schema=_OUTCOME_ARROW)
+
+
+def request_outcomes(outcome: Callable[[Mapping[str, Any]], Mapping[str, Any]]) -> Transform:
+    """Ledger request rows -> ``REQUEST_OUTCOME`` rows: ``outcome`` of each row, with the
+    row's status as ``expected_status`` (:func:`compactor.erasure.outcomes.of_rows`)."""
 
     def apply(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
-            rows = []
-            for row in batch.to_pylist():
-                out = {**outcome(row), "expected_status": row["status"]}
-                rows.append({n: out.get(n) for n in names})
-            yield pa.RecordBatch.from_pylist(rows, schema=_OUTCOME_ARROW)
+            yield outcome_batch(of_rows(batch.to_pylist(), outcome))
 
     return lambda requests: requests.mapInArrow(apply, REQUEST_OUTCOME)
 

@@ -2,7 +2,9 @@
 row (topic, status, places: :attr:`compactor.erasure.outcomes.RunContext.individual`), are
 exactly what the row functions (:func:`compactor.erasure.outcomes.applied_update`,
 :func:`~compactor.erasure.outcomes.verified_update`) give each request: the same ledger rows
-run through :func:`compactor.spark.stages.request_outcomes` with and without the kinds."""
+run through :func:`compactor.spark.stages.request_outcomes` with and without the kinds; and a
+run of few requests gets the same rows, counts and report computed on the driver
+(:func:`compactor.spark.stages.run_outcomes`)."""
 
 from __future__ import annotations
 
@@ -17,7 +19,8 @@ from pyspark.sql import functions as F
 from compactor.erasure import outcomes
 from compactor.erasure.outcomes import ApplyContext, DirState, Matched, VerifyContext
 from compactor.erasure.rules import place_key
-from compactor.spark.stages import request_outcomes
+from compactor.schemas.spark import REQUEST_OUTCOME
+from compactor.spark.stages import DRIVER_OUTCOMES, request_outcomes, run_outcomes
 
 pytestmark = pytest.mark.spark
 
@@ -31,15 +34,33 @@ REPLICAS = [{"partition": "orders-0", "node_id": 1, "directory_id": "d"},
             {"partition": "orders-0", "node_id": 2, "directory_id": "e"}]
 
 
+def _frame(spark: Any, rows: list[tuple[str, str, str, str | None]]) -> Any:
+    return spark.createDataFrame(rows, "request_id string, topic string, status string, "
+                                       "places string"
+                                 ).withColumn("digest", F.lit(None).cast("binary"))
+
+
 def _outcomes(spark: Any, rows: list[tuple[str, str, str, str | None]],
               outcome: Callable[[Mapping[str, Any]], Mapping[str, Any]],
               individual: frozenset[str] | None) -> dict[str, dict[str, Any]]:
-    frame = spark.createDataFrame(rows, "request_id string, topic string, status string, "
-                                        "places string"
-                                  ).withColumn("digest", F.lit(None).cast("binary"))
-    result = request_outcomes(spark, frame, outcome, individual)
+    result = request_outcomes(spark, _frame(spark, rows), outcome, individual)
     try:
         return {r["request_id"]: r.asDict() for r in result.collect()}
+    finally:
+        result.unpersist()
+
+
+def _run(spark: Any, rows: list[tuple[str, str, str, str | None]],
+         outcome: Callable[[Mapping[str, Any]], Mapping[str, Any]], individual: frozenset[str],
+         *, on_driver: bool) -> tuple[dict[str, dict[str, Any]], dict[str, int], list[Any]]:
+    """:func:`run_outcomes`' rows, counts and first rows (by a limit shorter than the rows),
+    on the driver or, told of more requests than the driver takes, on the executors."""
+    count = len(rows) if on_driver else DRIVER_OUTCOMES + 1
+    result = run_outcomes(spark, _frame(spark, rows), count, outcome, individual,
+                          REQUEST_OUTCOME.fieldNames(), 4)
+    try:
+        return ({r["request_id"]: r.asDict() for r in result.frame.collect()}, result.counts,
+                result.shown)
     finally:
         result.unpersist()
 
@@ -47,11 +68,18 @@ def _outcomes(spark: Any, rows: list[tuple[str, str, str, str | None]],
 def _by_kind_equals_by_row(spark: Any, rows: list[tuple[str, str, str, str | None]],
                            outcome: Callable[[Mapping[str, Any]], Mapping[str, Any]],
                            individual: frozenset[str]) -> dict[str, dict[str, Any]]:
-    """The outcomes by kind, once checked equal to the row function's on every row."""
+    """The outcomes by kind, once checked equal to the row function's on every row, and to
+    the driver's (rows, counts by status and report) for a run of few requests."""
     by_kind = _outcomes(spark, rows, outcome, individual)
     by_row = _outcomes(spark, rows, outcome, None)
     assert set(by_row) == {r[0] for r in rows}
     assert by_kind == by_row
+    driver = _run(spark, rows, outcome, individual, on_driver=True)
+    executors = _run(spark, rows, outcome, individual, on_driver=False)
+    assert driver[0] == by_row
+    assert driver == executors
+    assert sum(driver[1].values()) == len(rows)
+    assert [r["request_id"] for r in driver[2]] == sorted(by_row)[:4]
     return by_kind
 
 
