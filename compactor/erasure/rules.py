@@ -237,6 +237,17 @@ def covers_topic(request_topic: str, topic: str) -> bool:
     return request_topic == topic
 
 
+def request_matches(request: Mapping[str, Any], *, kind: str, name: str | None,
+                    digest: bytes, topic: str) -> bool:
+    """Whether a record's ``digest`` (of its key, ``kind`` ``key``; of its header ``name``'s
+    value, ``kind`` ``header``) in ``topic`` is the subject of ``request`` (a ledger row with
+    its digest as 32 bytes, ``digest``): the same digest, selector and header name, on a topic
+    the request covers (:func:`covers_topic`). The join of ``compactor.spark.stages.
+    erasure_matches`` states the same in SQL."""
+    return (request["digest"] == digest and request["selector"] == kind
+            and request.get("header_name") == name and covers_topic(request["topic"], topic))
+
+
 def new_requests(*, topic: str, digests: Sequence[str], selector: str,
                  header_name: str | None, reason: str | None, now_ms: int, deadline_days: int,
                  request_id: str | None, leave_tombstone: bool = False) -> list[ErasureRequest]:

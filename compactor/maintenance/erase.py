@@ -121,7 +121,7 @@ class _Scan:
 
 
 def _scan(session: SparkSession, parts: Mapping[int, PartitionLog], dirs: Mapping[int, _Dir],
-          requests: DataFrame, pending: ledger.PendingSummary, writer: str,
+          requests: spark_stages.RunRequests, pending: ledger.PendingSummary, writer: str,
           remote: spark_stages.RemoteScan | None = None, *, with_headers: bool = False
           ) -> _Scan:
     ids = [*parts, *(remote.segments if remote else ())]
@@ -145,6 +145,16 @@ def _scan(session: SparkSession, parts: Mapping[int, PartitionLog], dirs: Mappin
     for found in out.matches.values():
         found.sort(key=lambda m: (m.segment_base, m.position, m.offset, m.request_id))
     return out
+
+
+def _requests(spark: SparkSession, state_dir: str, statuses: frozenset[str],
+              pending: ledger.PendingSummary, *, not_applied_at: str | None = None
+              ) -> spark_stages.RunRequests:
+    """The run's requests in ``statuses`` (not yet applied at ``not_applied_at``), read at the
+    table version its ``pending`` summary read; their rows on the driver when they are few."""
+    return spark_stages.run_requests(spark_ledger.requests_frame(
+        spark, state_dir, statuses, version=pending.version, not_applied_at=not_applied_at),
+        pending.count)
 
 
 def _covered(topics: frozenset[str]) -> Callable[[str], bool]:
@@ -426,9 +436,8 @@ def apply(spark: SparkSession | None, opts: MaintenanceOptions, state_dir: str, 
         refused = _refused(dirs, catalog)
         parts = {i: p for i, p in parts.items() if i not in refused}
         unknown = _unknown_topics(pending.topics, dirs, catalog)
-        requests = spark_ledger.requests_frame(session(spark_stages.input_bytes(parts)), state_dir,
-                                         APPLICABLE, version=pending.version,
-                                         not_applied_at=here)
+        requests = _requests(session(spark_stages.input_bytes(parts)), state_dir, APPLICABLE,
+                             pending, not_applied_at=here)
         found = _scan(session(), parts, dirs, requests, pending, opts.writer,
                       with_headers=not dry_run)
         errors.update(found.errors)
@@ -489,7 +498,7 @@ def apply(spark: SparkSession | None, opts: MaintenanceOptions, state_dir: str, 
         dirs=[DirState(d.name, d.tp.topic, d.kind, ErasureOutcome(lines[i]["status"]).is_problem)
               for i, d in dirs.items()],
         matched=_matched(found, plan, dirs))
-    result, counts = _apply_outcomes(session, requests, pending.count, ctx, report)
+    result, counts = _apply_outcomes(session, requests, ctx, report)
     try:
         blocked = counts.get(outcomes.BLOCKED, 0) > 0
 
@@ -562,8 +571,7 @@ def apply_remote(spark: SparkSession | None, opts: MaintenanceOptions, state_dir
     refused = _refused(dirs, catalog)
     remote = _remote_tier(dirs, set(dirs) - set(refused), catalog, log_dir)
     errors = {**remote.errors}
-    requests = spark_ledger.requests_frame(session(0), state_dir, APPLICABLE,
-                                           version=pending.version, not_applied_at=here)
+    requests = _requests(session(0), state_dir, APPLICABLE, pending, not_applied_at=here)
     found = (_scan(session(), {}, dirs, requests, pending, opts.writer, remote.scan)
              if remote.scan is not None else _Scan())
     errors.update(found.errors)
@@ -615,7 +623,7 @@ def apply_remote(spark: SparkSession | None, opts: MaintenanceOptions, state_dir
             k: getattr(r, k) for k in ("segment_id", "new_segment_id", "start_offset",
                                        "end_offset")}}
             for i, (done, _) in replaced.items() for r in done})
-    result, counts = _apply_outcomes(session, requests, pending.count, ctx, report)
+    result, counts = _apply_outcomes(session, requests, ctx, report)
     try:
         failed = any(line.get("error") for line in lines.values())
         report.status = RunStatus.of(failed=counts.get(RequestStatus.FAILED, 0) > 0,
@@ -725,12 +733,12 @@ def _matched(found: _Scan, plan: _Plan, dirs: Mapping[int, _Dir]) -> dict[str, M
             for rid, o in offsets.items()}
 
 
-def _apply_outcomes(session: LazySession, requests: DataFrame, count: int, ctx: ApplyContext,
+def _apply_outcomes(session: LazySession, requests: spark_stages.RunRequests, ctx: ApplyContext,
                     report: ErasureReport) -> tuple[DataFrame, dict[str, int]]:
     """Every request's outcome of an apply (the caller unpersists it), counted, and the first
     of them in ``report``."""
     result = spark_stages.run_outcomes(
-        session(), requests, count, functools.partial(outcomes.applied_update, ctx=ctx),
+        session(), requests, functools.partial(outcomes.applied_update, ctx=ctx),
         ctx.individual, APPLY_REPORTED, REPORT_REQUESTS)
     report.requests = [_apply_entry(r) for r in result.shown]
     report.requests_by_outcome = result.counts
@@ -814,8 +822,8 @@ def verify(spark: SparkSession | None, opts: MaintenanceOptions, state_dir: str,
         parts = {i: p for i, p in parts.items() if i not in refused}
         remote = _remote_tier(dirs, set(parts), catalog, log_dir)
         errors.update(remote.errors)
-        requests = spark_ledger.requests_frame(session(spark_stages.input_bytes(parts)), state_dir,
-                                         VERIFIABLE, version=pending.version)
+        requests = _requests(session(spark_stages.input_bytes(parts)), state_dir, VERIFIABLE,
+                             pending)
         found = _scan(session(), parts, dirs, requests, pending, opts.writer, remote.scan)
     errors.update(found.errors)
     errors.update(refused)  # an unknown policy proves nothing: the request stays applied
@@ -859,7 +867,7 @@ def verify(spark: SparkSession | None, opts: MaintenanceOptions, state_dir: str,
               for i, d in dirs.items()],
         replicas={t: catalog.replicas_of(_covered(frozenset({t}))) for t in pending.topics})
     result = spark_stages.run_outcomes(
-        session(), requests, pending.count, functools.partial(outcomes.verified_update, ctx=ctx),
+        session(), requests, functools.partial(outcomes.verified_update, ctx=ctx),
         ctx.individual, VERIFY_REPORTED, REPORT_REQUESTS)
     try:
         report.requests = [_verify_entry(r) for r in result.shown]

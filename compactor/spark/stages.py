@@ -25,6 +25,7 @@ from compactor.cleaner.policy import BatchHeader, CleaningPlan, PartitionInput
 from compactor.config import TopicConfig
 from compactor.erasure import outcomes
 from compactor.erasure.outcomes import KIND_COLUMNS, ROW_COLUMNS
+from compactor.erasure.rules import request_matches
 from compactor.erasure.sketch import DigestFilter
 from compactor.model import CommitMessage, SegmentInfo
 from compactor.schemas.spark import (
@@ -392,20 +393,57 @@ class RemoteScan:
     segments: Mapping[int, Sequence[tuple[str, int, int]]]  # tp id -> (id, start, end)
 
 
+#: a run of at most this many requests holds their rows on the driver (:class:`RunRequests`):
+#: the scan's candidates are matched against them and their outcomes computed there, after
+#: one job that reads them, where Spark's join, the kinds' join, its counts and the report's
+#: first rows take five, whatever the number of rows
+DRIVER_REQUESTS = 20_000
+#: the request columns a run reads: the match's (:func:`compactor.erasure.rules.
+#: request_matches`, what a match carries to the apply) and the outcomes' (``ROW_COLUMNS``)
+RUN_COLUMNS = tuple(dict.fromkeys(("request_id", "topic", "status", "places", "digest",
+                                   "selector", "header_name", "leave_tombstone",
+                                   "tombstones_left", *ROW_COLUMNS)))
+#: what a match carries: the candidate's place and what the request says of it
+MATCH_COLUMNS = ("tp_id", "segment_base", "position", "offset", "key_digest", "bare_tombstone",
+                 "request_id", "selector", "leave_tombstone", "status", "places",
+                 "tombstones_left")
+#: the scan's columns a match on the driver reads (the segment rows and the candidates)
+CANDIDATE_COLUMNS = ("tp_id", "segment_base", "kind", "position", "offset", "name", "digest",
+                     "key_digest", "bare_tombstone", "batches", "records", "error")
+
+
+@dataclass(frozen=True, slots=True)
+class RunRequests:
+    """The requests of a run, read at one table version: a DataFrame (``digest`` as 32
+    bytes), and its rows on the driver (:data:`RUN_COLUMNS`) when there are at most
+    :data:`DRIVER_REQUESTS` of them (:func:`run_requests`)."""
+
+    frame: DataFrame
+    rows: list[dict[str, Any]] | None = None
+
+
+def run_requests(frame: DataFrame, count: int) -> RunRequests:
+    """``frame``'s ``count`` requests, collected when they are few (:data:`DRIVER_REQUESTS`)."""
+    if count > DRIVER_REQUESTS:
+        return RunRequests(frame)
+    return RunRequests(frame, frame.select(*RUN_COLUMNS).toArrow().to_pylist())
+
+
 def erasure_matches(spark: SparkSession, parts: Mapping[int, HasSegments],
-                    topics: Mapping[int, str], requests: DataFrame,
+                    topics: Mapping[int, str], requests: RunRequests,
                     header_names: frozenset[str], digests: DigestFilter, *,
                     writer: str = "native", remote: RemoteScan | None = None,
                     with_headers: bool = False
                     ) -> tuple[list[Row], list[Row], dict[int, list[BatchHeader]]]:
     """Every segment of the partitions scanned, and its records matched against the ledger's
-    ``requests`` (a DataFrame of request rows with a binary ``digest`` column) by a join on
-    the SHA-256 digest inside Spark: no subject is collected to the driver or shipped in a
-    task. The scan sends to the join only the records a Bloom filter of the requests'
-    digests may hold (:mod:`compactor.erasure.sketch`, ``digests``: built as the driver
-    streamed the ledger's summary, broadcast). Returns one row per segment (tp_id,
-    segment_base, batches, records, error) and one per matched record and request (the
-    request's selector, tombstone choice, status, places and tombstones left come with it).
+    ``requests`` by a join on the SHA-256 digest inside Spark: no subject is collected to the
+    driver or shipped in a task (a run of few requests, whose rows the driver holds, is
+    matched there: :class:`RunRequests`). The scan sends to the match only the records a
+    Bloom filter of the requests' digests may hold (:mod:`compactor.erasure.sketch`,
+    ``digests``: built as the driver streamed the ledger's summary, broadcast). Returns one
+    row per segment (tp_id, segment_base, batches, records, error) and one per matched record
+    and request (:data:`MATCH_COLUMNS`: the request's selector, tombstone choice, status,
+    places and tombstones left come with it).
 
     Args:
         topics: the topic of each partition id of ``parts``.
@@ -425,8 +463,6 @@ def erasure_matches(spark: SparkSession, parts: Mapping[int, HasSegments],
         return [], [], {}
     from pyspark import StorageLevel
 
-    from compactor.erasure.rules import ALL_TOPICS, is_internal_topic
-
     with spark_step(spark, "erase_scan", total_bytes=input_bytes(parts)):
         sketch = spark.sparkContext.broadcast(digests)
         scanned = (segment_tasks(spark, parts)
@@ -440,25 +476,17 @@ def erasure_matches(spark: SparkSession, parts: Mapping[int, HasSegments],
                     sketch, writer)))
         scanned = scanned.persist(StorageLevel.MEMORY_AND_DISK)
         try:
-            segments = (scanned.where(F.col("kind") == "segment")
-                        .select("tp_id", "segment_base", "batches", "records", "error")
+            # the partitions scanned here, local or remote
+            where = {i: t for i, t in topics.items()
+                     if i in parts or (remote is not None and i in remote.segments)}
+            if requests.rows is None:
+                segments, matches = _matched_in_spark(spark, where, requests.frame, scanned)
+            else:  # one job: the segment rows and the filter's candidates
+                rows = (scanned.where(F.col("kind") != "batch").select(*CANDIDATE_COLUMNS)
                         .collect())
-            where = spark.createDataFrame(
-                [(i, t, is_internal_topic(t)) for i, t in topics.items()
-                 if i in parts or (remote is not None and i in remote.segments)],
-                "tp_id int, topic string, internal boolean")
-            c = (scanned.where(F.col("kind") != "segment")
-                 .join(F.broadcast(where), "tp_id").alias("c"))
-            r = requests.alias("r")
-            on = ((F.col("c.digest") == F.col("r.digest"))
-                  & (F.col("c.kind") == F.col("r.selector"))
-                  & F.col("c.name").eqNullSafe(F.col("r.header_name"))
-                  & ((F.col("r.topic") == F.col("c.topic"))
-                     | ((F.col("r.topic") == F.lit(ALL_TOPICS)) & ~F.col("c.internal"))))
-            matches = c.join(r, on).select(
-                "c.tp_id", "c.segment_base", "c.position", "c.offset", "c.key_digest",
-                "c.bare_tombstone", "r.request_id", "r.selector", "r.leave_tombstone",
-                "r.status", "r.places", "r.tombstones_left").collect()
+                segments = [r for r in rows if r.kind == "segment"]
+                matches = _matched_on_driver([r for r in rows if r.kind != "segment"],
+                                             requests.rows, where)
             hit = sorted({r.tp_id for r in matches if r.tp_id in parts}) if with_headers else []
             table = (scanned.where((F.col("kind") == "batch") & F.col("tp_id").isin(hit))
                      .select("tp_id", *transforms.HEADER_FIELDS).toArrow()) if hit else None
@@ -468,6 +496,50 @@ def erasure_matches(spark: SparkSession, parts: Mapping[int, HasSegments],
     headers = {i: transforms.headers_from_arrow(table.filter(pc.equal(table["tp_id"], i)))
                for i in hit} if table is not None else {}
     return segments, matches, headers
+
+
+def _matched_in_spark(spark: SparkSession, topics: Mapping[int, str], requests: DataFrame,
+                      scanned: DataFrame) -> tuple[list[Row], list[Row]]:
+    """:func:`erasure_matches`' segment rows, and its candidates in the partitions of
+    ``topics`` joined against ``requests`` in Spark:
+    :func:`compactor.erasure.rules.request_matches` stated in SQL."""
+    from compactor.erasure.rules import ALL_TOPICS, is_internal_topic
+
+    segments = (scanned.where(F.col("kind") == "segment")
+                .select("tp_id", "segment_base", "batches", "records", "error")
+                .collect())
+    where = spark.createDataFrame([(i, t, is_internal_topic(t)) for i, t in topics.items()],
+                                  "tp_id int, topic string, internal boolean")
+    c = (scanned.where(F.col("kind") != "segment")
+         .join(F.broadcast(where), "tp_id").alias("c"))
+    r = requests.alias("r")
+    on = ((F.col("c.digest") == F.col("r.digest"))
+          & (F.col("c.kind") == F.col("r.selector"))
+          & F.col("c.name").eqNullSafe(F.col("r.header_name"))
+          & ((F.col("r.topic") == F.col("c.topic"))
+             | ((F.col("r.topic") == F.lit(ALL_TOPICS)) & ~F.col("c.internal"))))
+    matches = c.join(r, on).select(
+        *(f"c.{n}" if i < 6 else f"r.{n}" for i, n in enumerate(MATCH_COLUMNS))).collect()
+    return segments, matches
+
+
+def _matched_on_driver(candidates: Sequence[Row], requests: Sequence[Mapping[str, Any]],
+                       topics: Mapping[int, str]) -> list[Row]:
+    """The scan's ``candidates`` (the records the Bloom filter kept) in the partitions of
+    ``topics`` matched against the ``requests`` rows held on the driver
+    (:func:`compactor.erasure.rules.request_matches`): the rows the Spark join of
+    :func:`_matched_in_spark` gives."""
+    by_digest: dict[bytes, list[Mapping[str, Any]]] = {}
+    for r in requests:
+        by_digest.setdefault(r["digest"], []).append(r)
+    found = []
+    for c in candidates:
+        for r in by_digest.get(c.digest, ()) if c.tp_id in topics else ():
+            if request_matches(r, kind=c.kind, name=c.name, digest=c.digest,
+                               topic=topics[c.tp_id]):
+                found.append(Row(**{n: c[n] if i < 6 else r[n]
+                                    for i, n in enumerate(MATCH_COLUMNS)}))
+    return found
 
 
 def outcome_summary(result: DataFrame, columns: Sequence[str], limit: int) -> tuple[
@@ -481,12 +553,6 @@ def outcome_summary(result: DataFrame, columns: Sequence[str], limit: int) -> tu
     shown = [r.asDict() for r in result.select(*columns).orderBy("request_id")
              .limit(limit).collect()]
     return counts, shown
-
-
-#: a run of at most this many requests computes their outcomes on the driver
-#: (:func:`run_outcomes`): one job reads the rows, where the kinds' join, its counts and the
-#: report's first rows take four (about 2.5 s on a warm session, whatever the number of rows)
-DRIVER_OUTCOMES = 20_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -503,24 +569,23 @@ class RunOutcomes:
         self.frame.unpersist()
 
 
-def run_outcomes(spark: SparkSession, requests: DataFrame, count: int,
+def run_outcomes(spark: SparkSession, requests: RunRequests,
                  outcome: Callable[[Mapping[str, Any]], Mapping[str, Any]],
                  individual: Collection[str], columns: Sequence[str], limit: int
                  ) -> RunOutcomes:
-    """The outcomes of a run's ``count`` requests (``requests``, read at one table version),
-    summarized with ``columns`` and ``limit``: computed on the driver when they are few
-    (:data:`DRIVER_OUTCOMES`: :func:`compactor.erasure.outcomes.of_rows`), else on the
-    executors (:func:`request_outcomes`). Either way the same rows, counts and report (tested);
-    the caller unpersists the result."""
-    if count > DRIVER_OUTCOMES:
-        frame = request_outcomes(spark, requests, outcome, individual)
+    """The outcomes of a run's ``requests``, summarized with ``columns`` and ``limit``:
+    computed on the driver when it holds their rows
+    (:func:`compactor.erasure.outcomes.of_rows`), else on the executors
+    (:func:`request_outcomes`). Either way the same rows, counts and report (tested); the
+    caller unpersists the result."""
+    if requests.rows is None:
+        frame = request_outcomes(spark, requests.frame, outcome, individual)
         try:
             return RunOutcomes(frame, *outcome_summary(frame, columns, limit))
         except BaseException:
             frame.unpersist()
             raise
-    rows = list(outcomes.of_rows(requests.select(*ROW_COLUMNS).toArrow().to_pylist(),
-                                 outcome, individual))
+    rows = list(outcomes.of_rows(requests.rows, outcome, individual))
     frame = spark.createDataFrame(pa.Table.from_batches([transforms.outcome_batch(rows)]),
                                   REQUEST_OUTCOME)
     return RunOutcomes(frame, *outcomes.summary(rows, columns, limit))

@@ -320,3 +320,60 @@ def test_a_crash_mid_apply_leaves_the_request_pending_and_the_next_apply_complet
         assert records_of(after[name]) == {o: r for o, r in records_of(before[name]).items()
                                            if r.key != SUBJECT or not name.startswith("profiles")}
     assert inspect_problems(logs) == []
+
+
+def _without_run(report: dict, keys: frozenset[str] = frozenset(
+        {"run_id", "seconds", "started_at_ms", "finished_at_ms", "applied_at_ms",
+         "verified_at_ms", "applied_run_id", "verify_run_id", "log_dir", "state_dir"})) -> object:
+    """A report or ledger row without what differs between two runs of the same work (its
+    run's id and clock, the copy's path)."""
+    if isinstance(report, dict):
+        return {k: _without_run(v) for k, v in report.items() if k not in keys}
+    if isinstance(report, list):
+        return [_without_run(v) for v in report]
+    if isinstance(report, str) and report.startswith(("{", "[")):
+        try:
+            return _without_run(json.loads(report))
+        except ValueError:
+            return report
+    return report
+
+
+def test_a_run_of_few_requests_matches_and_ends_on_the_driver_as_spark_does(
+        logs: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run of few requests matches the scan's candidates and computes the outcomes on the
+    driver (``compactor.spark.stages.RunRequests``); a run of many does both in Spark. The
+    same requests (a key in one topic and in every topic, a header in one topic, the same
+    value under a header name no record has, a header value equal to a key, a topic no log
+    dir holds) erase the same bytes and leave the same
+    reports and ledger either way, apply and verify."""
+    from compactor.spark import stages
+
+    state = tmp_path / "state"
+    init_ledger(str(state))
+    for args in (("--topic", "profiles", "--key", SUBJECT.decode()),
+                 ("--topic", "*", "--key", "key-00000007"),
+                 ("--topic", "clicks", "--header", "source=svc-a"),
+                 ("--topic", "clicks", "--header", "origin=svc-a"),
+                 ("--topic", "profiles", "--header", f"source={SUBJECT.decode()}"),
+                 ("--topic", "gone", "--key", SUBJECT.decode())):
+        assert cli_json(capsys, "erase", "request", "--state-dir", str(state), *args,
+                        "--now-ms", str(NOW), "--json", "--reason", "art. 17")[0] == EXIT_OK
+    copies = {}
+    for way, limit in (("driver", stages.DRIVER_REQUESTS), ("spark", 0)):
+        work, ledger_dir = tmp_path / way / "logs", tmp_path / way / "state"
+        shutil.copytree(logs, work)
+        shutil.copytree(state, ledger_dir)
+        monkeypatch.setattr(stages, "DRIVER_REQUESTS", limit)
+        reports = [cli_json(capsys, "erase", action, "--assume-kafka-defaults", str(work),
+                            "--state-dir", str(ledger_dir), "--now-ms", str(NOW), "--json")
+                   for action in ("apply", "verify")]
+        rows = sorted(DeltaTable(str(ledger_dir / "erasure_requests")).to_pyarrow_table()
+                      .to_pylist(), key=lambda r: r["request_id"])
+        copies[way] = (tree_digest(work), [(c, _without_run(r)) for c, r in reports],
+                       [_without_run(r) for r in rows])
+    driver, spark = copies["driver"], copies["spark"]
+    assert driver[0] != tree_digest(logs)  # something was erased
+    assert driver[1][0][1]["requests_by_outcome"] == {"applied": 5, "failed": 1}
+    assert driver == spark

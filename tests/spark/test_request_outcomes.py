@@ -20,7 +20,7 @@ from compactor.erasure import outcomes
 from compactor.erasure.outcomes import ApplyContext, DirState, Matched, VerifyContext
 from compactor.erasure.rules import place_key
 from compactor.schemas.spark import REQUEST_OUTCOME
-from compactor.spark.stages import DRIVER_OUTCOMES, request_outcomes, run_outcomes
+from compactor.spark.stages import RunRequests, request_outcomes, run_outcomes
 
 pytestmark = pytest.mark.spark
 
@@ -54,10 +54,10 @@ def _run(spark: Any, rows: list[tuple[str, str, str, str | None]],
          outcome: Callable[[Mapping[str, Any]], Mapping[str, Any]], individual: frozenset[str],
          *, on_driver: bool) -> tuple[dict[str, dict[str, Any]], dict[str, int], list[Any]]:
     """:func:`run_outcomes`' rows, counts and first rows (by a limit shorter than the rows),
-    on the driver or, told of more requests than the driver takes, on the executors."""
-    count = len(rows) if on_driver else DRIVER_OUTCOMES + 1
-    result = run_outcomes(spark, _frame(spark, rows), count, outcome, individual,
-                          REQUEST_OUTCOME.fieldNames(), 4)
+    on the driver (which holds the request rows) or on the executors."""
+    frame = _frame(spark, rows)
+    requests = RunRequests(frame, [r.asDict() for r in frame.collect()] if on_driver else None)
+    result = run_outcomes(spark, requests, outcome, individual, REQUEST_OUTCOME.fieldNames(), 4)
     try:
         return ({r["request_id"]: r.asDict() for r in result.frame.collect()}, result.counts,
                 result.shown)
