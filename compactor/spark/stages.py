@@ -466,7 +466,8 @@ def erasure_matches(spark: SparkSession, parts: Mapping[int, HasSegments],
     with spark_step(spark, "erase_scan", total_bytes=input_bytes(parts)):
         sketch = spark.sparkContext.broadcast(digests)
         scanned = (segment_tasks(spark, parts)
-                   .transform(transforms.scan_erasure(header_names, sketch, writer)))
+                   .transform(transforms.scan_erasure(header_names, sketch, writer,
+                                                      with_headers=with_headers)))
         if remote is not None and remote_rows:
             scanned = scanned.unionByName(
                 spark.createDataFrame(remote_rows, REMOTE_SEGMENT_TASK)
@@ -474,7 +475,8 @@ def erasure_matches(spark: SparkSession, parts: Mapping[int, HasSegments],
                 .transform(transforms.scan_remote_erasure(
                     remote.helper, remote.server_properties, remote.log_dir, header_names,
                     sketch, writer)))
-        scanned = scanned.persist(StorageLevel.MEMORY_AND_DISK)
+        if requests.rows is None or with_headers:  # read by more than one job
+            scanned = scanned.persist(StorageLevel.MEMORY_AND_DISK)
         try:
             # the partitions scanned here, local or remote
             where = {i: t for i, t in topics.items()

@@ -706,12 +706,13 @@ def message_from_row(r: object) -> CommitMessage:
 
 
 def scan_erasure(header_names: frozenset[str], sketch: Broadcast[DigestFilter],
-                 writer: str = "native") -> Transform:
+                 writer: str = "native", *, with_headers: bool = False) -> Transform:
     """Segment tasks (``SEGMENT_TASK``) -> ``ERASURE_SCAN`` rows: one per digest a record can
     be matched by (:func:`compactor.cleaner.scan.subject_digests` with the ``writer``'s engine;
     the headers named in ``header_names`` only) that the requests' Bloom filter ``sketch`` may
-    hold, and one summary per segment (batches and records scanned, or the error). Only the
-    entries the filter keeps become Python objects."""
+    hold, one summary per segment (batches and records scanned, or the error) and, with
+    ``with_headers`` (an apply's rewrite), one row per batch header. Only the entries the
+    filter keeps become Python objects."""
 
     def scan(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         engine, may_match = record_engine(writer), sketch.value.probe()
@@ -727,15 +728,15 @@ def scan_erasure(header_names: frozenset[str], sketch: Broadcast[DigestFilter],
                                                     keep=may_match)
                         check_segment(path, base, next_base, found.headers)
                     return found
-                yield from _scan_rows(tp_id, base, read)
+                yield from _scan_rows(tp_id, base, read, with_headers)
 
     return lambda tasks: tasks.mapInArrow(storage.portable(scan), ERASURE_SCAN)
 
 
-def _scan_rows(tp_id: int, base: int,
-               read: Callable[[], SubjectDigests]) -> Iterator[pa.RecordBatch]:
-    """The ``ERASURE_SCAN`` rows of one segment ``read`` digests: its summary and the
-    digests the filter kept, or one error row."""
+def _scan_rows(tp_id: int, base: int, read: Callable[[], SubjectDigests],
+               with_headers: bool = False) -> Iterator[pa.RecordBatch]:
+    """The ``ERASURE_SCAN`` rows of one segment ``read`` digests: its summary, its batch
+    headers when asked and the digests the filter kept, or one error row."""
     try:
         found = read()
     except CompactorError as err:
@@ -746,7 +747,7 @@ def _scan_rows(tp_id: int, base: int,
     yield pa.RecordBatch.from_pylist(
         [{"tp_id": tp_id, "segment_base": base, "kind": "segment",
           "batches": found.batches, "records": found.records}], schema=_ERASURE_ARROW)
-    if found.headers:  # the batches' headers: an apply's rewrite needs no second scan
+    if with_headers and found.headers:  # an apply's rewrite needs no second scan
         n = len(found.headers)
         cols: dict[str, list[Any]] = {name: [None] * n for name in _ERASURE_ARROW.names}
         cols.update(tp_id=[tp_id] * n, kind=["batch"] * n)

@@ -432,17 +432,20 @@ def _key_rows(partition: PartitionInput, wanted: Callable[[bytes], bool]) -> lis
 def test_scan_erasure_emits_the_digests_the_requests_filter_may_hold(
         spark, partition: PartitionInput) -> None:
     """Every keyed record's digest when the filter holds every key; the subject's records
-    alone when it holds the subject alone (at this size no false positive is likely)."""
+    alone when it holds the subject alone (at this size no false positive is likely); the
+    batches' headers when asked (an apply's rewrite), else none."""
     tasks = spark.createDataFrame(_tasks(partition), SEGMENT_TASK)
     keys = {r.key for s in partition.segments
             for b in iter_batches(Path(s.log_path).read_bytes()) if not b.is_control
             for r in b.records() if r.key is not None}
     subject = _erasure_subject(partition)
-    for wanted in (keys, {subject}):
+    for wanted, with_headers in ((keys, True), ({subject}, True), ({subject}, False)):
         sketch = spark.sparkContext.broadcast(DigestFilter.empty(len(wanted)).adding(
             [hashlib.sha256(k).digest() for k in wanted]))
-        got = tasks.transform(transforms.scan_erasure(frozenset(), sketch)).collect()
-        expected = _key_rows(partition, lambda key: key in wanted)  # noqa: B023
+        got = tasks.transform(transforms.scan_erasure(
+            frozenset(), sketch, with_headers=with_headers)).collect()
+        expected = [r for r in _key_rows(partition, lambda key: key in wanted)  # noqa: B023
+                    if with_headers or r[2] != "batch"]
         assert sum(row[2] == "key" for row in expected) >= (10 if wanted is keys else 1)
         assert_df_equality(spark.createDataFrame(got, ERASURE_SCAN),
                            spark.createDataFrame(expected, ERASURE_SCAN), ignore_row_order=True)
