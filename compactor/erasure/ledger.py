@@ -717,6 +717,20 @@ class PendingSummary:
     #: the Bloom filter of their subjects' digests (the scan sends to the join only the
     #: records it may hold), built in the same pass
     digests: DigestFilter
+    #: the rows themselves (:data:`RUN_COLUMNS`, the digest as 32 bytes), read in the same
+    #: pass when there are at most :data:`ROWS_ON_DRIVER`: the run matches them and computes
+    #: their outcomes on the driver, and no Spark job reads the table again
+    rows: list[dict[str, Any]] | None = None
+
+
+#: a run of at most this many requests holds their rows on the driver
+#: (:attr:`PendingSummary.rows`); more are read, matched and given their outcomes in Spark
+ROWS_ON_DRIVER = 20_000
+#: the request columns a run holds on the driver: what the match compares and carries to the
+#: apply (:func:`compactor.erasure.rules.request_matches`) and what the outcomes read
+#: (:data:`compactor.erasure.outcomes.ROW_COLUMNS`)
+RUN_COLUMNS = ("request_id", "topic", "status", "places", "digest", "selector", "header_name",
+               "leave_tombstone", "tombstones_left")
 
 
 @ledger_errors("read the erasure request ledger")
@@ -742,15 +756,19 @@ def pending_summary(state_dir: str, statuses: frozenset[str], *,
     wanted = pc.field("status").isin(sorted(statuses))
     # sized for every row in the statuses (those applied here already too: a filter made
     # larger only has fewer false positives), counted from the status column first
-    digests = DigestFilter.empty(table.to_pyarrow_dataset().count_rows(filter=wanted)).building()
+    in_statuses = table.to_pyarrow_dataset().count_rows(filter=wanted)
+    digests = DigestFilter.empty(in_statuses).building()
     count = 0
     topics: set[str] = set()
     headers: set[str] = set()
     # every row a run will read is checked here first (the run reads this same version)
     # the places (JSON, the widest column once requests were applied) only to tell which are
-    # applied here: a verify never decodes them on the driver
-    columns = sorted({*CHECKED_COLUMNS, *(("places",) if not_applied_at else ())})
-    for batch in _record_batches(table, columns, wanted):
+    # applied here, or with the rows of a small run: a big verify never decodes them here
+    few = in_statuses <= ROWS_ON_DRIVER
+    kept = ([c for c in RUN_COLUMNS if c != "digest"] if few else
+            ["places"] if not_applied_at else [])
+    rows: list[dict[str, Any]] | None = [] if few else None
+    for batch in _record_batches(table, sorted({*CHECKED_COLUMNS, *kept}), wanted):
         check_batch(state_dir, batch)
         if not_applied_at:
             batch = batch.filter(_not_applied(batch.column("places"), not_applied_at))
@@ -758,8 +776,12 @@ def pending_summary(state_dir: str, statuses: frozenset[str], *,
         topics.update(pc.unique(batch.column("topic")).to_pylist())
         headers.update(h for h in pc.unique(batch.column("header_name")).to_pylist() if h)
         digests.add(hex_digest_words(batch.column("subject_sha256")))
+        if rows is not None:
+            rows.extend({**r, "digest": bytes.fromhex(sha)} for r, sha in zip(
+                batch.select(kept).to_pylist(), batch.column("subject_sha256").to_pylist(),
+                strict=True))
     return PendingSummary(version=table.version(), count=count, topics=frozenset(topics),
-                          header_names=frozenset(headers), digests=digests.done())
+                          header_names=frozenset(headers), digests=digests.done(), rows=rows)
 
 
 def _not_applied(places: pa.Array, key: str) -> pa.Array:

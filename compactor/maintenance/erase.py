@@ -150,11 +150,13 @@ def _scan(session: SparkSession, parts: Mapping[int, PartitionLog], dirs: Mappin
 def _requests(spark: SparkSession, state_dir: str, statuses: frozenset[str],
               pending: ledger.PendingSummary, *, not_applied_at: str | None = None
               ) -> spark_stages.RunRequests:
-    """The run's requests in ``statuses`` (not yet applied at ``not_applied_at``), read at the
-    table version its ``pending`` summary read; their rows on the driver when they are few."""
-    return spark_stages.run_requests(spark_ledger.requests_frame(
-        spark, state_dir, statuses, version=pending.version, not_applied_at=not_applied_at),
-        pending.count)
+    """The run's requests in ``statuses`` (not yet applied at ``not_applied_at``) at the table
+    version its ``pending`` summary read: the rows the summary kept when they are few, else
+    a DataFrame read by delta-spark."""
+    if pending.rows is not None:
+        return pending.rows
+    return spark_ledger.requests_frame(spark, state_dir, statuses, version=pending.version,
+                                       not_applied_at=not_applied_at)
 
 
 def _covered(topics: frozenset[str]) -> Callable[[str], bool]:

@@ -393,16 +393,6 @@ class RemoteScan:
     segments: Mapping[int, Sequence[tuple[str, int, int]]]  # tp id -> (id, start, end)
 
 
-#: a run of at most this many requests holds their rows on the driver (:class:`RunRequests`):
-#: the scan's candidates are matched against them and their outcomes computed there, after
-#: one job that reads them, where Spark's join, the kinds' join, its counts and the report's
-#: first rows take five, whatever the number of rows
-DRIVER_REQUESTS = 20_000
-#: the request columns a run reads: the match's (:func:`compactor.erasure.rules.
-#: request_matches`, what a match carries to the apply) and the outcomes' (``ROW_COLUMNS``)
-RUN_COLUMNS = tuple(dict.fromkeys(("request_id", "topic", "status", "places", "digest",
-                                   "selector", "header_name", "leave_tombstone",
-                                   "tombstones_left", *ROW_COLUMNS)))
 #: what a match carries: the candidate's place and what the request says of it
 MATCH_COLUMNS = ("tp_id", "segment_base", "position", "offset", "key_digest", "bare_tombstone",
                  "request_id", "selector", "leave_tombstone", "status", "places",
@@ -412,21 +402,10 @@ CANDIDATE_COLUMNS = ("tp_id", "segment_base", "kind", "position", "offset", "nam
                      "key_digest", "bare_tombstone", "batches", "records", "error")
 
 
-@dataclass(frozen=True, slots=True)
-class RunRequests:
-    """The requests of a run, read at one table version: a DataFrame (``digest`` as 32
-    bytes), and its rows on the driver (:data:`RUN_COLUMNS`) when there are at most
-    :data:`DRIVER_REQUESTS` of them (:func:`run_requests`)."""
-
-    frame: DataFrame
-    rows: list[dict[str, Any]] | None = None
-
-
-def run_requests(frame: DataFrame, count: int) -> RunRequests:
-    """``frame``'s ``count`` requests, collected when they are few (:data:`DRIVER_REQUESTS`)."""
-    if count > DRIVER_REQUESTS:
-        return RunRequests(frame)
-    return RunRequests(frame, frame.select(*RUN_COLUMNS).toArrow().to_pylist())
+#: the requests of a run, read at one table version: their rows on the driver when the
+#: ledger's summary kept them (few: :attr:`compactor.erasure.ledger.PendingSummary.rows`), else
+#: a DataFrame (``digest`` as 32 bytes) that Spark matches and gives outcomes
+RunRequests = DataFrame | list[dict[str, Any]]
 
 
 def erasure_matches(spark: SparkSession, parts: Mapping[int, HasSegments],
@@ -475,20 +454,20 @@ def erasure_matches(spark: SparkSession, parts: Mapping[int, HasSegments],
                 .transform(transforms.scan_remote_erasure(
                     remote.helper, remote.server_properties, remote.log_dir, header_names,
                     sketch, writer)))
-        if requests.rows is None or with_headers:  # read by more than one job
+        if isinstance(requests, DataFrame) or with_headers:  # read by more than one job
             scanned = scanned.persist(StorageLevel.MEMORY_AND_DISK)
         try:
             # the partitions scanned here, local or remote
             where = {i: t for i, t in topics.items()
                      if i in parts or (remote is not None and i in remote.segments)}
-            if requests.rows is None:
-                segments, matches = _matched_in_spark(spark, where, requests.frame, scanned)
+            if isinstance(requests, DataFrame):
+                segments, matches = _matched_in_spark(spark, where, requests, scanned)
             else:  # one job: the segment rows and the filter's candidates
                 rows = (scanned.where(F.col("kind") != "batch").select(*CANDIDATE_COLUMNS)
                         .collect())
                 segments = [r for r in rows if r.kind == "segment"]
                 matches = _matched_on_driver([r for r in rows if r.kind != "segment"],
-                                             requests.rows, where)
+                                             requests, where)
             hit = sorted({r.tp_id for r in matches if r.tp_id in parts}) if with_headers else []
             table = (scanned.where((F.col("kind") == "batch") & F.col("tp_id").isin(hit))
                      .select("tp_id", *transforms.HEADER_FIELDS).toArrow()) if hit else None
@@ -536,7 +515,7 @@ def _matched_on_driver(candidates: Sequence[Row], requests: Sequence[Mapping[str
         by_digest.setdefault(r["digest"], []).append(r)
     found = []
     for c in candidates:
-        for r in by_digest.get(c.digest, ()) if c.tp_id in topics else ():
+        for r in by_digest.get(bytes(c.digest), ()) if c.tp_id in topics else ():
             if request_matches(r, kind=c.kind, name=c.name, digest=c.digest,
                                topic=topics[c.tp_id]):
                 found.append(Row(**{n: c[n] if i < 6 else r[n]
@@ -580,14 +559,14 @@ def run_outcomes(spark: SparkSession, requests: RunRequests,
     (:func:`compactor.erasure.outcomes.of_rows`), else on the executors
     (:func:`request_outcomes`). Either way the same rows, counts and report (tested); the
     caller unpersists the result."""
-    if requests.rows is None:
-        frame = request_outcomes(spark, requests.frame, outcome, individual)
+    if isinstance(requests, DataFrame):
+        frame = request_outcomes(spark, requests, outcome, individual)
         try:
             return RunOutcomes(frame, *outcome_summary(frame, columns, limit))
         except BaseException:
             frame.unpersist()
             raise
-    rows = list(outcomes.of_rows(requests.rows, outcome, individual))
+    rows = list(outcomes.of_rows(requests, outcome, individual))
     frame = spark.createDataFrame(pa.Table.from_batches([transforms.outcome_batch(rows)]),
                                   REQUEST_OUTCOME)
     return RunOutcomes(frame, *outcomes.summary(rows, columns, limit))

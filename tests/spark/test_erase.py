@@ -342,13 +342,14 @@ def _without_run(report: dict, keys: frozenset[str] = frozenset(
 def test_a_run_of_few_requests_matches_and_ends_on_the_driver_as_spark_does(
         logs: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """A run of few requests matches the scan's candidates and computes the outcomes on the
-    driver (``compactor.spark.stages.RunRequests``); a run of many does both in Spark. The
+    """A run of few requests holds their rows from the ledger's summary and matches the
+    scan's candidates and computes the outcomes on the driver
+    (``compactor.erasure.ledger.PendingSummary.rows``); a run of many does both in Spark. The
     same requests (a key in one topic and in every topic, a header in one topic, the same
     value under a header name no record has, a header value equal to a key, a topic no log
     dir holds) erase the same bytes and leave the same
     reports and ledger either way, apply and verify."""
-    from compactor.spark import stages
+    from compactor.erasure import ledger
 
     state = tmp_path / "state"
     init_ledger(str(state))
@@ -361,11 +362,11 @@ def test_a_run_of_few_requests_matches_and_ends_on_the_driver_as_spark_does(
         assert cli_json(capsys, "erase", "request", "--state-dir", str(state), *args,
                         "--now-ms", str(NOW), "--json", "--reason", "art. 17")[0] == EXIT_OK
     copies = {}
-    for way, limit in (("driver", stages.DRIVER_REQUESTS), ("spark", 0)):
+    for way, limit in (("driver", ledger.ROWS_ON_DRIVER), ("spark", 0)):
         work, ledger_dir = tmp_path / way / "logs", tmp_path / way / "state"
         shutil.copytree(logs, work)
         shutil.copytree(state, ledger_dir)
-        monkeypatch.setattr(stages, "DRIVER_REQUESTS", limit)
+        monkeypatch.setattr(ledger, "ROWS_ON_DRIVER", limit)
         reports = [cli_json(capsys, "erase", action, "--assume-kafka-defaults", str(work),
                             "--state-dir", str(ledger_dir), "--now-ms", str(NOW), "--json")
                    for action in ("apply", "verify")]

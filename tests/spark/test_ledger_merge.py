@@ -62,3 +62,37 @@ def test_the_summarys_filter_holds_every_pending_subject_and_no_other_run_reads(
     assert summary.digests.might_contain([hashlib.sha256(k).digest() for k in keys]).all()
     strangers = [hashlib.sha256(f"stranger-{i}".encode()).digest() for i in range(10_000)]
     assert summary.digests.might_contain(strangers).mean() < 0.01
+
+
+def test_a_small_runs_rows_come_with_its_summary_as_spark_reads_them(
+        spark, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run of few requests takes their rows from the summary's pass (no Spark job reads the
+    table again): the same rows, at the same version, as delta-spark's read of them, with the
+    requests applied at the run's place left out by the same rule; past
+    ``ROWS_ON_DRIVER`` the summary keeps none."""
+    state = str(tmp_path / "state")
+    ledger.init(state)
+    here, there = "c/1/d/logs", "c/2/e/logs"
+    rows = [r for i in range(6) for r in rules.new_requests(
+        topic="accounts" if i % 2 else "*", digests=[rules.subject_digest(f"user-{i}".encode())],
+        selector="key" if i < 4 else "header", header_name=None if i < 4 else "email",
+        reason="test", now_ms=1, deadline_days=30, request_id=f"r{i}")]
+    ledger.add_requests(state, rows)
+    spark_ledger.merge_outcomes(state, spark, spark.createDataFrame(
+        [{**dict.fromkeys(REQUEST_OUTCOME.fieldNames()), "request_id": rid, "outcome": "update",
+          "expected_status": "pending", "status": "applied", "run_id": "run-0",
+          "places": f'{{"{place}": {{"applied_run_id": "run-0"}}}}'}
+         for rid, place in (("r1", here), ("r2", there))], REQUEST_OUTCOME),
+        ("status", "run_id", "places"), {"action": "apply", "run_id": "run-0"})
+    columns = ledger.RUN_COLUMNS
+    for place in (here, None):
+        summary = ledger.pending_summary(state, status.APPLICABLE, not_applied_at=place)
+        read = spark_ledger.requests_frame(spark, state, status.APPLICABLE,
+                                           version=summary.version, not_applied_at=place)
+        expected = sorted(({c: r[c] for c in columns} for r in read.collect()),
+                          key=lambda r: r["request_id"])
+        assert summary.rows is not None
+        assert sorted(summary.rows, key=lambda r: r["request_id"]) == expected
+        assert len(expected) == (5 if place else 6)
+    monkeypatch.setattr(ledger, "ROWS_ON_DRIVER", 5)
+    assert ledger.pending_summary(state, status.APPLICABLE, not_applied_at=here).rows is None

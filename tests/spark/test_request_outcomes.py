@@ -56,7 +56,7 @@ def _run(spark: Any, rows: list[tuple[str, str, str, str | None]],
     """:func:`run_outcomes`' rows, counts and first rows (by a limit shorter than the rows),
     on the driver (which holds the request rows) or on the executors."""
     frame = _frame(spark, rows)
-    requests = RunRequests(frame, [r.asDict() for r in frame.collect()] if on_driver else None)
+    requests: RunRequests = [r.asDict() for r in frame.collect()] if on_driver else frame
     result = run_outcomes(spark, requests, outcome, individual, REQUEST_OUTCOME.fieldNames(), 4)
     try:
         return ({r["request_id"]: r.asDict() for r in result.frame.collect()}, result.counts,
