@@ -112,8 +112,8 @@ def test_compaction_and_erasure_on_a_cluster_equal_local_mode(
                    "--state-dir", str(local) + "-state", *erase[1:])
     assert remote["requests"][0]["records_erased"] == here["requests"][0]["records_erased"] > 0
     assert tree_digest(on_cluster) == tree_digest(local)
-    # the cluster's executors read the ledger and the driver MERGEd the outcome with
-    # delta-spark: the table's own log says so, and delta-rs reads the result
+    # the driver MERGEd the outcome with delta-spark (the cluster's executors read the
+    # table's files for it): the table's own log says so, and delta-rs reads the result
     from deltalake import DeltaTable
 
     table = DeltaTable(str(on_cluster) + "-state/erasure_requests")
