@@ -417,7 +417,7 @@ def erasure_matches(spark: SparkSession, parts: Mapping[int, HasSegments],
     """Every segment of the partitions scanned, and its records matched against the ledger's
     ``requests`` by a join on the SHA-256 digest inside Spark: no subject is collected to the
     driver or shipped in a task (a run of few requests, whose rows the driver holds, is
-    matched there: :class:`RunRequests`). The scan sends to the match only the records a
+    matched there: :data:`RunRequests`). The scan sends to the match only the records a
     Bloom filter of the requests' digests may hold (:mod:`compactor.erasure.sketch`,
     ``digests``: built as the driver streamed the ledger's summary, broadcast). Returns one
     row per segment (tp_id, segment_base, batches, records, error) and one per matched record
