@@ -1,11 +1,12 @@
 """One of several processes writing the state dir's tables at once (tests of the writer lock):
 ``python -m tests.delta_race ENGINE STATE_DIR WRITER COMMITS [--storage JSON] [--no-lock]``.
 
-ENGINE ``spark`` writes with delta-spark in a session of its own (appends to ``runs``, then a
-MERGE of outcomes for its requests), ``rs`` with delta-rs (appends, then ``erase cancel`` of
-its requests). Each commit appends rows tagged with the writer and the commit number, so the
-test can tell a lost or doubled commit. ``--no-lock`` replaces the state dir's writer lock by
-nothing (the experiment that shows what the lock is for; never the product's behaviour).
+ENGINE ``spark`` is a Spark command: its run rows appended by delta-rs (as every command's
+are), then a MERGE of outcomes for its requests by delta-spark in a session of its own; ``rs``
+is a command without Spark: delta-rs appends, then ``erase cancel`` of its requests. Each
+commit appends rows tagged with the writer and the commit number, so the test can tell a lost
+or doubled commit. ``--no-lock`` replaces the state dir's writer lock by nothing (the
+experiment that shows what the lock is for; never the product's behaviour).
 Prints one JSON line: the writer, its commits and how many it saw refused.
 """
 
@@ -57,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         rows = [run_row(args.writer, commit, n) for n in range(args.rows)]
         while True:
             try:
-                ledger.append_runs(args.state_dir, rows, append_with=spark_ledger.appender(spark))
+                ledger.append_runs(args.state_dir, rows)
                 break
             except Exception as err:  # a refused commit: counted, tried again
                 refused += 1

@@ -1,14 +1,15 @@
 """The Delta tables under ``--state-dir``: the erasure request ledger and the run history
 (schemas in ``schemas/delta.py``), written by two libraries:
 
-- ``deltalake`` (delta-rs) where no Spark runs: ``erase request``, ``retry``, ``cancel``,
-  ``status``, ``list``, ``report``, ``history``, ``optimize``, and commands whose work
-  needed no Spark (``retain``). It creates the tables and adds new columns. Never in Spark
-  workers (delta-rs panics in a forked child).
-- ``delta-spark`` in the Spark commands' own session (``compact``, ``run``, ``erase apply``
-  and ``verify``): the pending requests are read as a DataFrame and matched inside Spark,
-  outcomes go in with a MERGE, run rows with an append (:mod:`compactor.spark.ledger`, which
-  builds on this module; nothing here imports Spark).
+- ``deltalake`` (delta-rs) on the driver of every command: all of ``erase request``,
+  ``retry``, ``cancel``, ``status``, ``list``, ``report``, ``history``, ``optimize`` and of
+  the commands whose work needed no Spark (``retain``); every command's run rows; an
+  erasure's summary of its requests (and their rows, when few). It creates the tables and
+  adds new columns. Never in Spark workers (delta-rs panics in a forked child).
+- ``delta-spark`` in the erasure commands' own session (``erase apply`` and ``verify``): a
+  run of many requests reads them as a DataFrame and matches them inside Spark, and every
+  run's outcomes go in with a MERGE (:mod:`compactor.spark.ledger`, which builds on this
+  module; nothing here imports Spark).
 
 Every commit by either holds the state dir's writer lock (:func:`compactor.log.storage.
 state_dir_lock`), so no commit of the tool's processes replaces another. Both libraries read
@@ -544,33 +545,23 @@ def change_status(state_dir: str, request_ids: Sequence[str], *, action: str,
     return ids
 
 
-#: how a command that runs a Spark session appends to a table: (table path, rows, commit
-#: metadata) -> one commit by delta-spark (``compactor.spark.ledger.appender``)
-Appender = Callable[[str, pa.Table, Mapping[str, str]], None]
-
-
 @ledger_errors("append to the runs table", writes=True)
-def append_runs(state_dir: str, rows: Iterable[Mapping[str, Any]], *,
-                append_with: Appender | None = None) -> None:
-    """Append run rows (one commit): with ``append_with`` (delta-spark) when the command
-    runs a Spark session, else with delta-rs."""
+def append_runs(state_dir: str, rows: Iterable[Mapping[str, Any]]) -> None:
+    """Append run rows (one commit) with delta-rs, in every command: a Spark command's
+    session would take 0.7-0.9 s for the same commit (2 s as its first delta-spark write),
+    where delta-rs takes 0.01 s (``bench/erase_phases.py``)."""
     rows = list(rows)
     if not rows:
         return
-    table = _table(state_dir, RUNS_TABLE, RUNS)  # created (or given new columns) by delta-rs
-    if append_with is None:
-        from deltalake import write_deltalake
+    from deltalake import write_deltalake
 
-        write_deltalake(table, _rows_table(rows, RUNS), mode="append")
-        return
-    append_with(table_path(state_dir, RUNS_TABLE), _rows_table(rows, RUNS),
-                {"action": "append_runs"})
+    table = _table(state_dir, RUNS_TABLE, RUNS)  # created (or given new columns) here
+    write_deltalake(table, _rows_table(rows, RUNS), mode="append")
 
 
 def record_runs(state_dir: str, *, run_id: str, command: str, log_dir: str, now_ms: int,
                 started_at_ms: int, finished_at_ms: int, seconds: float | None,
                 partitions: Iterable[Mapping[str, Any]],
-                append_with: Appender | None = None,
                 requests_changed: Sequence[Mapping[str, Any]] | None = None) -> None:
     """Append one ``runs`` row per partition line of a JSON report (compact, retain, erase);
     an erase run's ``requests_changed`` (the requests whose status moved while it ran) on each
@@ -597,7 +588,7 @@ def record_runs(state_dir: str, *, run_id: str, command: str, log_dir: str, now_
             "bytes_reclaimed": _reclaimed(line),
             "requests_changed": changed,
         })
-    append_runs(state_dir, rows, append_with=append_with)
+    append_runs(state_dir, rows)
 
 
 def _reclaimed(line: Mapping[str, Any]) -> int | None:
@@ -618,8 +609,7 @@ def new_run_id(command: str, now_ms: int) -> str:
 
 
 def record_report(state_dir: str, report: Mapping[str, Any], started_at_ms: int,
-                  finished_at_ms: int, run_id: str | None = None, *,
-                  append_with: Appender | None = None) -> str:
+                  finished_at_ms: int, run_id: str | None = None) -> str:
     """Append the partitions of a ``compact`` or ``retain`` JSON report to ``runs`` (under
     ``run_id``: ``compactor run`` gives both of its steps one); returns the run id."""
     command = report["command"]
@@ -627,8 +617,7 @@ def record_report(state_dir: str, report: Mapping[str, Any], started_at_ms: int,
     seconds = sum(report.get("stages_s", {}).values()) or None
     record_runs(state_dir, run_id=run_id, command=command, log_dir=report["log_dir"],
                 now_ms=report["now_ms"], started_at_ms=started_at_ms,
-                finished_at_ms=finished_at_ms, seconds=seconds, partitions=report["partitions"],
-                append_with=append_with)
+                finished_at_ms=finished_at_ms, seconds=seconds, partitions=report["partitions"])
     return run_id
 
 

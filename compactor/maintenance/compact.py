@@ -48,7 +48,7 @@ from compactor.log.recovery import (
     planned_recovery_errors,
     recover_partitions,
 )
-from compactor.maintenance.options import MaintenanceOptions, load_catalog, state_store
+from compactor.maintenance.options import MaintenanceOptions, load_catalog
 from compactor.maintenance.report import (
     REASONS,
     LogDirReport,
@@ -58,7 +58,6 @@ from compactor.maintenance.report import (
 from compactor.maintenance.retain import PartitionRetention, plan_log_dir
 from compactor.model import CommitMessage, TopicPartition
 from compactor.retention import check_now_after_newest
-from compactor.spark import ledger as spark_ledger
 from compactor.spark import stages as spark_stages
 from compactor.spark.session import LazySession
 
@@ -533,8 +532,7 @@ def perform(opts: MaintenanceOptions, *, master: str | None,
         ledger.check_state_dir(state_dir, opts.log_dir)
     catalog = load_catalog(opts)  # config errors before Spark starts
     started = int(time.time() * 1000)
-    session = LazySession(master, object_store=state_store(state_dir),
-                          delta_tables=bool(state_dir))
+    session = LazySession(master)  # the run rows go in by delta-rs: no Delta in Spark
     with storage.log_dir_lock(opts.log_dir):  # a held lock before Spark starts too
         report = run_locked(session, opts, catalog)
     result = report.to_dict()
@@ -551,6 +549,5 @@ def perform(opts: MaintenanceOptions, *, master: str | None,
             p["retention"] = by_tp.get((p["topic"], p["partition"]))
     if state_dir:  # a plan is recorded too (command "plan", no output figures)
         result["run_id"] = ledger.record_report(state_dir, result, started,
-                                                int(time.time() * 1000),
-                                                append_with=spark_ledger.appender(session.started))
+                                                int(time.time() * 1000))
     return CompactOutcome(report, result, retention)

@@ -928,7 +928,7 @@ def _record(state_dir: str, action: str, run_id: str, log_dir: str, now_ms: int,
         ledger.record_runs(state_dir, run_id=run_id, command=f"erase_{action}",
                            log_dir=log_dir, now_ms=now_ms, started_at_ms=started,
                            finished_at_ms=int(time.time() * 1000), seconds=None,
-                           partitions=lines.values(), append_with=spark_ledger.appender(spark),
+                           partitions=lines.values(),
                            requests_changed=moved)
         spark_ledger.merge_outcomes(state_dir, spark, result, columns,
                                     {"action": action, "run_id": run_id})

@@ -21,9 +21,8 @@ from compactor.erasure import ledger
 from compactor.errors import EXIT_OK
 from compactor.log import storage
 from compactor.maintenance import compact, retain
-from compactor.maintenance.options import MaintenanceOptions, state_store
+from compactor.maintenance.options import MaintenanceOptions
 from compactor.maintenance.report import RunStatus
-from compactor.spark import ledger as spark_ledger
 from compactor.spark.session import LazySession
 
 
@@ -44,8 +43,7 @@ def perform(opts: MaintenanceOptions, *, master: str | None, allow_aggressive: b
     started = int(time.time() * 1000)
     compacting = any(cfg.compact and cfg.configured for t, cfg in catalog.configs.items()
                      if opts.selects(t))
-    session = LazySession(master, object_store=state_store(state_dir),
-                          delta_tables=bool(state_dir) and not opts.dry_run)
+    session = LazySession(master)  # the run rows go in by delta-rs: no Delta in Spark
     with storage.log_dir_lock(opts.log_dir):
         # retention first. Kafka guarantees no order for a compact,delete log: its cleaner
         # thread cleans the filthiest log, then runs deleteOldSegments on every compacted one
@@ -82,6 +80,5 @@ def perform(opts: MaintenanceOptions, *, master: str | None, allow_aggressive: b
         for part in (result["compaction"], result["retention"]):
             if part is not None:
                 part["run_id"] = ledger.record_report(state_dir, part, started, finished,
-                                                      run_id, append_with=spark_ledger.appender(
-                                                          session.started))
+                                                      run_id)
     return RunOutcome(round_report, retention, result, code)

@@ -16,8 +16,6 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
-import pyarrow as pa
-
 from compactor.errors import SparkUnavailableError
 from compactor.log import storage
 from compactor.remote import tier
@@ -213,14 +211,6 @@ def reach_object_store(spark: SparkSession, options: Mapping[str, str]) -> None:
 # ---------------------------------------------------------------------------------------------
 # The state dir's tables in a session (compactor.erasure.ledger decides what; the lock, the
 # table's creation and its error handling are the ledger's)
-
-
-def append(spark: SparkSession, path: str, rows: pa.Table, meta: Mapping[str, str]) -> None:
-    """Append ``rows`` to the Delta table at ``path``: executors write the data files, the
-    driver commits, with ``meta`` as the commit's ``userMetadata``."""
-    require(spark)
-    (spark.createDataFrame(rows).write.format("delta").mode("append")
-     .option("userMetadata", json.dumps(dict(meta), sort_keys=True)).save(path))
 
 
 def read_requests(spark: SparkSession, path: str, statuses: frozenset[str], *, version: int,

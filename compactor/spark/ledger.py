@@ -1,11 +1,11 @@
 """The ledger's tables (:mod:`compactor.erasure.ledger`) through delta-spark, in the session
-of a Spark command: the pending requests as a DataFrame, the outcomes' MERGE, run rows
-appended. Every write holds the state dir's writer lock and maps errors as the ledger's own
+of an erasure command: the pending requests as a DataFrame, the outcomes' MERGE (its run
+rows go in by delta-rs, as every command's: :func:`compactor.erasure.ledger.append_runs`).
+Every write holds the state dir's writer lock and maps errors as the ledger's own
 functions do (:func:`compactor.erasure.ledger.ledger_errors`)."""
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
@@ -35,12 +35,6 @@ def merge_outcomes(state_dir: str, spark: SparkSession, outcomes: DataFrame,
     (a retry or cancel committed meanwhile is not overwritten). Returns the rows updated."""
     return delta.merge_outcomes(spark, ledger.table_path(state_dir, ERASURE_REQUESTS_TABLE),
                                 outcomes, columns, meta)
-
-
-def appender(spark: SparkSession | None) -> ledger.Appender | None:
-    """How a command appends its run rows: by delta-spark in ``spark`` when it ran a
-    session, else ``None`` (delta-rs: no JVM started for one commit)."""
-    return None if spark is None else functools.partial(delta.append, spark)
 
 
 @ledger.ledger_errors("read the erasure request ledger")

@@ -61,22 +61,40 @@ def _submit(master: str, py_files: str | None, *args: str) -> dict:
     return json.loads(proc.stdout.splitlines()[0])
 
 
-def test_a_job_without_deltas_jars_stops_before_it_changes_anything(tmp_path: Path) -> None:
-    """Under spark-submit only --jars reaches the driver's classpath: a compaction that would
-    record in the state dir refuses to start its work without delta-spark, instead of
-    rewriting the log and then failing to record it."""
-    logs = tmp_path / "logs"
+def test_a_job_without_deltas_jars_stops_before_it_changes_anything(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Under spark-submit only --jars reaches the driver's classpath: an erasure, which
+    records its outcomes through delta-spark, refuses to start its work without it, instead
+    of rewriting the log and then failing to record it. A compaction needs no Delta in Spark
+    (its run rows go in by delta-rs) and records itself."""
+    logs, state = tmp_path / "logs", tmp_path / "state"
     generate(str(logs), GEN)
+    init_ledger(str(state))
+    assert cli_main(["erase", "request", "--state-dir", str(state), "--topic", "accounts",
+                     "--key", "key-00000042", "--request-id", "r1", "--now-ms", NOW,
+                     "--reason", "art. 17"]) == EXIT_OK
+    capsys.readouterr()
     before = tree_digest(logs)
-    proc = _run_submit("local[1]", None, "jobs/compact.py", str(logs), "--now-ms", NOW,
-                       "--json", "--assume-kafka-defaults", "--state-dir",
-                       str(tmp_path / "state"), jars=False)
+    proc = _run_submit("local[1]", None, "jobs/erase.py", "apply", str(logs), "--now-ms", NOW,
+                       "--json", "--assume-kafka-defaults", "--state-dir", str(state),
+                       jars=False)
     assert proc.returncode == 1, proc.stderr[-2000:]
     error = json.loads(proc.stdout.splitlines()[0])
     assert error["code"] == "SPARK_UNAVAILABLE" and "delta-spark's jars" in error["message"]
     assert "compactor.tools.submit_args" in error["remedy"]
     assert tree_digest(logs) == before
-    assert not (tmp_path / "state" / "runs").exists()
+    from deltalake import DeltaTable
+
+    (request,) = DeltaTable(str(state / "erasure_requests")).to_pyarrow_table().to_pylist()
+    assert request["status"] == "pending"
+    proc = _run_submit("local[1]", None, "jobs/compact.py", str(logs), "--now-ms", NOW,
+                       "--json", "--assume-kafka-defaults", "--state-dir", str(state),
+                       jars=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    compacted = json.loads(proc.stdout.splitlines()[0])
+    assert compacted["status"] == "ok" and tree_digest(logs) != before
+    runs = DeltaTable(str(state / "runs")).to_pyarrow_table().to_pylist()
+    assert {r["run_id"] for r in runs} == {compacted["run_id"]}
 
 
 def test_compaction_and_erasure_on_a_cluster_equal_local_mode(
