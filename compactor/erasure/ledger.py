@@ -548,8 +548,8 @@ def change_status(state_dir: str, request_ids: Sequence[str], *, action: str,
 @ledger_errors("append to the runs table", writes=True)
 def append_runs(state_dir: str, rows: Iterable[Mapping[str, Any]]) -> None:
     """Append run rows (one commit) with delta-rs, in every command: a Spark command's
-    session would take 0.7-0.9 s for the same commit (2 s as its first delta-spark write),
-    where delta-rs takes 0.01 s (``bench/erase_phases.py``)."""
+    session took 0.7-0.9 s for the same commit (2 s as its first delta-spark write), where
+    delta-rs takes 0.01 s (docs/benchmarks-history.md, the erasure changes of 29-30 Nov)."""
     rows = list(rows)
     if not rows:
         return

@@ -393,10 +393,11 @@ class RemoteScan:
     segments: Mapping[int, Sequence[tuple[str, int, int]]]  # tp id -> (id, start, end)
 
 
-#: what a match carries: the candidate's place and what the request says of it
-MATCH_COLUMNS = ("tp_id", "segment_base", "position", "offset", "key_digest", "bare_tombstone",
-                 "request_id", "selector", "leave_tombstone", "status", "places",
-                 "tombstones_left")
+#: what a match carries: the candidate's place (from the scan) and what the request says of it
+MATCH_FROM_SCAN = ("tp_id", "segment_base", "position", "offset", "key_digest",
+                   "bare_tombstone")
+MATCH_FROM_REQUEST = ("request_id", "selector", "leave_tombstone", "status", "places",
+                      "tombstones_left")
 #: the scan's columns a match on the driver reads (the segment rows and the candidates)
 CANDIDATE_COLUMNS = ("tp_id", "segment_base", "kind", "position", "offset", "name", "digest",
                      "key_digest", "bare_tombstone", "batches", "records", "error")
@@ -421,8 +422,8 @@ def erasure_matches(spark: SparkSession, parts: Mapping[int, HasSegments],
     Bloom filter of the requests' digests may hold (:mod:`compactor.erasure.sketch`,
     ``digests``: built as the driver streamed the ledger's summary, broadcast). Returns one
     row per segment (tp_id, segment_base, batches, records, error) and one per matched record
-    and request (:data:`MATCH_COLUMNS`: the request's selector, tombstone choice, status,
-    places and tombstones left come with it).
+    and request (:data:`MATCH_FROM_SCAN`, :data:`MATCH_FROM_REQUEST`: the request's selector,
+    tombstone choice, status, places and tombstones left come with it).
 
     Args:
         topics: the topic of each partition id of ``parts``.
@@ -499,8 +500,8 @@ def _matched_in_spark(spark: SparkSession, topics: Mapping[int, str], requests: 
           & F.col("c.name").eqNullSafe(F.col("r.header_name"))
           & ((F.col("r.topic") == F.col("c.topic"))
              | ((F.col("r.topic") == F.lit(ALL_TOPICS)) & ~F.col("c.internal"))))
-    matches = c.join(r, on).select(
-        *(f"c.{n}" if i < 6 else f"r.{n}" for i, n in enumerate(MATCH_COLUMNS))).collect()
+    matches = c.join(r, on).select(*(f"c.{n}" for n in MATCH_FROM_SCAN),
+                                   *(f"r.{n}" for n in MATCH_FROM_REQUEST)).collect()
     return segments, matches
 
 
@@ -518,8 +519,8 @@ def _matched_on_driver(candidates: Sequence[Row], requests: Sequence[Mapping[str
         for r in by_digest.get(bytes(c.digest), ()) if c.tp_id in topics else ():
             if request_matches(r, kind=c.kind, name=c.name, digest=c.digest,
                                topic=topics[c.tp_id]):
-                found.append(Row(**{n: c[n] if i < 6 else r[n]
-                                    for i, n in enumerate(MATCH_COLUMNS)}))
+                found.append(Row(**{n: c[n] for n in MATCH_FROM_SCAN},
+                                 **{n: r[n] for n in MATCH_FROM_REQUEST}))
     return found
 
 
