@@ -30,7 +30,7 @@ import json
 import re
 import sys
 import urllib.parse
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
@@ -474,13 +474,43 @@ def check_batch(state_dir: str, batch: pa.RecordBatch) -> None:
         check_rows(state_dir, [row])
 
 
+#: rows whose ``column`` is one of the values: the only filter a ledger read takes
+Where = tuple[str, Collection[str]]
+
+
 def _record_batches(table: DeltaTable, columns: Sequence[str],
-                    filter: Any = None) -> Iterator[pa.RecordBatch]:
+                    where: Where | None = None) -> Iterator[pa.RecordBatch]:
     """A table's rows as Arrow record batches (the driver never holds them all), on the
-    calling thread (:func:`_read`)."""
-    yield from table.to_pyarrow_dataset().to_batches(
-        columns=list(columns), filter=filter, use_threads=False, batch_size=64 * 1024,
-        batch_readahead=0, fragment_readahead=0)
+    calling thread (:func:`_read`), those ``where`` names only.
+
+    The filter runs on the scanned batches, never pushed into the Parquet scan: delta-rs
+    (1.6) writes the files of its MERGE with ``string_view`` columns, and Arrow's scan then
+    compares their statistics with the filter's ``string`` value and fails ("no kernel
+    matching input types (string, string_view)") as soon as a file holds two statuses: one
+    ``erase cancel`` of a request filed with others made every later run fail
+    (delta-io/delta-rs#4579 is the same for its DELETE). The scan casts every column to the
+    table's type, where the filter works; pruning by statistics rarely skipped a ledger
+    file anyway (a MERGE leaves each with many statuses)."""
+    import pyarrow.compute as pc
+
+    wanted = list(columns)
+    read = wanted if where is None or where[0] in wanted else [*wanted, where[0]]
+    for batch in table.to_pyarrow_dataset().to_batches(
+            columns=read, use_threads=False, batch_size=64 * 1024, batch_readahead=0,
+            fragment_readahead=0):
+        if where is not None:
+            column, values = where
+            kind = batch.schema.field(column).type
+            batch = batch.filter(pc.is_in(batch.column(column),
+                                          pa.array(sorted(values), kind)))
+            if not batch.num_rows:
+                continue
+        yield batch if read is wanted else batch.select(wanted)
+
+
+def _count(table: DeltaTable, where: Where) -> int:
+    """How many rows ``where`` names (:func:`_record_batches`), reading that column only."""
+    return sum(b.num_rows for b in _record_batches(table, [where[0]], where))
 
 
 @ledger_errors("read the erasure request ledger")
@@ -543,6 +573,57 @@ def change_status(state_dir: str, request_ids: Sequence[str], *, action: str,
                           f"status while this ran (an apply or verify at the same time); see "
                           f"`compactor erase list` and run it again", path=state_dir)
     return ids
+
+
+@ledger_errors("record erasure outcomes in the ledger", writes=True)
+def merge_outcomes(state_dir: str, rows: Sequence[Mapping[str, Any]], columns: Sequence[str],
+                   meta: Mapping[str, str]) -> int:
+    """MERGE the ``update`` rows of a run's outcomes held on the driver
+    (:func:`compactor.erasure.outcomes.of_rows`) into the requests table with delta-rs, one
+    commit whose metadata is ``meta``: each sets ``columns`` of its request where the request
+    is still in the status it was computed from (``expected_status``: a retry or cancel
+    committed meanwhile is not overwritten), as delta-spark's MERGE of a run of many does
+    (:func:`compactor.spark.delta.merge_outcomes`; both tested to leave the same table).
+    Returns the rows updated."""
+    updates = [r for r in rows if r["outcome"] == "update"]
+    schema = pa.schema([ERASURE_REQUESTS.field(c) for c in ("request_id", *columns)]
+                       + [pa.field("expected_status", pa.string())])
+    source = _rows_table(updates, schema)
+    table = _table(state_dir, ERASURE_REQUESTS_TABLE, ERASURE_REQUESTS)
+    metrics = (table.merge(source=source, source_alias="s", target_alias="t",
+                           predicate="t.request_id = s.request_id "
+                                     "AND t.status = s.expected_status",
+                           commit_properties=_commit(meta))
+               .when_matched_update(updates={c: f"s.{c}" for c in columns})
+               .execute())
+    return int(metrics.get("num_target_rows_updated", 0))
+
+
+@ledger_errors("read the erasure request ledger")
+def moved_requests(state_dir: str, rows: Sequence[Mapping[str, Any]], limit: int, *,
+                   read_at: int) -> tuple[dict[str, int], list[dict[str, object]]]:
+    """The ``update`` rows of a run's outcomes held on the driver whose request is no longer
+    in the status they were computed from (an ``erase cancel`` or ``retry`` committed while
+    the run ran): what :func:`merge_outcomes` now would leave alone, as
+    :func:`compactor.spark.delta.moved_requests` finds them for a run of many. Call it holding
+    the state dir's writer lock. When the table is still at ``read_at``, the version the run
+    read its requests at, nothing moved and nothing is read."""
+    if table_version(state_dir, ERASURE_REQUESTS_TABLE) == read_at:
+        return {}, []
+    updates = {r["request_id"]: r for r in rows if r["outcome"] == "update"}
+    now = {r["request_id"]: r["status"]
+           for batch in _request_batches(state_dir, ("request_id", "status"),
+                                         ("request_id", updates))
+           for r in batch.to_pylist()}
+    moved = sorted((r for rid, r in updates.items()
+                    if rid in now and now[rid] != r["expected_status"]),
+                   key=lambda r: r["request_id"])
+    counts: dict[str, int] = {}
+    for r in moved:
+        counts[r["status"]] = counts.get(r["status"], 0) + 1
+    return counts, [{"request_id": r["request_id"], "status": now[r["request_id"]],
+                     "computed": r["status"], "records_erased": r.get("records_erased")}
+                    for r in moved[:limit]]
 
 
 @ledger_errors("append to the runs table", writes=True)
@@ -727,10 +808,8 @@ def has_requests(state_dir: str, statuses: frozenset[str]) -> bool:
     """Whether a request is in ``statuses``: counted from the files' statistics and the
     status column alone, so a run with nothing to do answers at once (the run itself checks
     the rows it reads, :func:`pending_summary`)."""
-    import pyarrow.compute as pc
-
-    dataset = _open(table_path(state_dir, ERASURE_REQUESTS_TABLE)).to_pyarrow_dataset()
-    return dataset.count_rows(filter=pc.field("status").isin(sorted(statuses))) > 0
+    table = _open(table_path(state_dir, ERASURE_REQUESTS_TABLE))
+    return _count(table, ("status", statuses)) > 0
 
 
 @ledger_errors("read the erasure request ledger")
@@ -742,10 +821,10 @@ def pending_summary(state_dir: str, statuses: frozenset[str], *,
     import pyarrow.compute as pc
 
     table = _open(table_path(state_dir, ERASURE_REQUESTS_TABLE))
-    wanted = pc.field("status").isin(sorted(statuses))
+    wanted = ("status", statuses)
     # sized for every row in the statuses (those applied here already too: a filter made
     # larger only has fewer false positives), counted from the status column first
-    in_statuses = table.to_pyarrow_dataset().count_rows(filter=wanted)
+    in_statuses = _count(table, wanted)
     digests = DigestFilter.empty(in_statuses).building()
     count = 0
     topics: set[str] = set()
@@ -791,15 +870,13 @@ def _not_applied(places: pa.Array, key: str) -> pa.Array:
 def statuses_by_run(state_dir: str, run_ids: Iterable[str], column: str) -> dict[str, int]:
     """How many requests whose ``column`` (``run_id``, ``verify_run_id``) is one of
     ``run_ids`` are in each status, counted batch by batch."""
-    import pyarrow.compute as pc
 
     wanted = sorted(set(run_ids))
     out: dict[str, int] = {}
     if not wanted:
         return out
-    dataset = _open(table_path(state_dir, ERASURE_REQUESTS_TABLE)).to_pyarrow_dataset()
-    for batch in dataset.to_batches(columns=["status"], use_threads=False,
-                                    filter=pc.field(column).isin(wanted)):
+    table = _open(table_path(state_dir, ERASURE_REQUESTS_TABLE))
+    for batch in _record_batches(table, ["status"], (column, wanted)):
         for status in batch.column(0).to_pylist():
             out[status] = out.get(status, 0) + 1
     return out
@@ -837,15 +914,15 @@ class _Earliest:
         return [e[2] for e in self._kept]
 
 
-def _request_batches(state_dir: str, columns: Iterable[str], filter: Any = None, *,
+def _request_batches(state_dir: str, columns: Iterable[str], where: Where | None = None, *,
                      version: int | None = None) -> Iterator[pa.RecordBatch]:
-    """The request rows (``columns`` and what their check reads) batch by batch, each
-    checked (:func:`check_batch`); at ``version`` when given."""
+    """The request rows (``columns`` and what their check reads; those ``where`` names)
+    batch by batch, each checked (:func:`check_batch`); at ``version`` when given."""
     require_ledger(state_dir)
     table = _open(table_path(state_dir, ERASURE_REQUESTS_TABLE))
     if version is not None:
         table.load_as_version(version)
-    for batch in _record_batches(table, sorted({*columns, *CHECKED_COLUMNS}), filter):
+    for batch in _record_batches(table, sorted({*columns, *CHECKED_COLUMNS}), where):
         check_batch(state_dir, batch)
         yield batch
 
@@ -888,7 +965,7 @@ def status(state_dir: str, now_ms: int) -> dict[str, Any]:
     if counts.get(RequestStatus.PARTIALLY_VERIFIED.value):
         for batch in _request_batches(
                 state_dir, ("places", "missing_replicas"),
-                pc.field("status") == RequestStatus.PARTIALLY_VERIFIED.value, version=version):
+                ("status", [RequestStatus.PARTIALLY_VERIFIED.value]), version=version):
             for r in batch.to_pylist():
                 # where it still has to be scanned: the replicas the metadata names that no
                 # clean verify covered yet
@@ -912,10 +989,9 @@ def audit(state_dir: str, request_id: str) -> dict[str, Any] | None:
     that applied and verified it (per partition: segments and records scanned, records
     erased, segments rewritten), and the ledger commits that changed it. ``None`` when the
     request id is unknown."""
-    import pyarrow.compute as pc
 
     row = next((r for batch in _request_batches(state_dir, ERASURE_REQUESTS.names,
-                                                pc.field("request_id") == request_id)
+                                                ("request_id", [request_id]))
                 for r in batch.to_pylist()), None)
     if row is None:
         return None

@@ -71,7 +71,7 @@ from compactor.spark import stages as spark_stages
 from compactor.spark.session import LazySession
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import SparkSession
 
 
 #: the copy of a partition in the broker's remote tier (a ``remote:<partition>`` directory)
@@ -500,7 +500,8 @@ def apply(spark: SparkSession | None, opts: MaintenanceOptions, state_dir: str, 
         dirs=[DirState(d.name, d.tp.topic, d.kind, ErasureOutcome(lines[i]["status"]).is_problem)
               for i, d in dirs.items()],
         matched=_matched(found, plan, dirs))
-    result, counts = _apply_outcomes(session, requests, ctx, report)
+    result = _apply_outcomes(session, requests, ctx, report)
+    counts = result.counts
     try:
         blocked = counts.get(outcomes.BLOCKED, 0) > 0
 
@@ -515,7 +516,7 @@ def apply(spark: SparkSession | None, opts: MaintenanceOptions, state_dir: str, 
             return report
         try:
             report.record_moved(*_record(state_dir, "apply", run_id, log_dir, now_ms, started,
-                                         lines, result, session(), APPLIED_COLUMNS,
+                                         lines, result.result, session(), APPLIED_COLUMNS,
                                          pending.version))
             report.status = status()
         except CompactorError as err:  # the rewrites stand: say so, with the report
@@ -625,7 +626,8 @@ def apply_remote(spark: SparkSession | None, opts: MaintenanceOptions, state_dir
             k: getattr(r, k) for k in ("segment_id", "new_segment_id", "start_offset",
                                        "end_offset")}}
             for i, (done, _) in replaced.items() for r in done})
-    result, counts = _apply_outcomes(session, requests, ctx, report)
+    result = _apply_outcomes(session, requests, ctx, report)
+    counts = result.counts
     try:
         failed = any(line.get("error") for line in lines.values())
         report.status = RunStatus.of(failed=counts.get(RequestStatus.FAILED, 0) > 0,
@@ -635,7 +637,7 @@ def apply_remote(spark: SparkSession | None, opts: MaintenanceOptions, state_dir
             dry_run_words(report.requests)
             return report
         report.record_moved(*_record(state_dir, "apply", run_id, log_dir, now_ms, started,
-                                     lines, result, session(), APPLIED_COLUMNS,
+                                     lines, result.result, session(), APPLIED_COLUMNS,
                                      pending.version))
         return report
     finally:
@@ -736,7 +738,7 @@ def _matched(found: _Scan, plan: _Plan, dirs: Mapping[int, _Dir]) -> dict[str, M
 
 
 def _apply_outcomes(session: LazySession, requests: spark_stages.RunRequests, ctx: ApplyContext,
-                    report: ErasureReport) -> tuple[DataFrame, dict[str, int]]:
+                    report: ErasureReport) -> spark_stages.RunOutcomes:
     """Every request's outcome of an apply (the caller unpersists it), counted, and the first
     of them in ``report``."""
     result = spark_stages.run_outcomes(
@@ -744,7 +746,7 @@ def _apply_outcomes(session: LazySession, requests: spark_stages.RunRequests, ct
         ctx.individual, APPLY_REPORTED, REPORT_REQUESTS)
     report.requests = [_apply_entry(r) for r in result.shown]
     report.requests_by_outcome = result.counts
-    return result.frame, result.counts
+    return result
 
 
 def _apply_entry(row: Mapping[str, Any]) -> dict[str, Any]:
@@ -876,7 +878,7 @@ def verify(spark: SparkSession | None, opts: MaintenanceOptions, state_dir: str,
         report.requests_by_outcome = result.counts
         report.partitions = list(lines.values())
         report.record_moved(*_record(state_dir, "verify", run_id, log_dir, now_ms, started,
-                                     lines, result.frame, session(), VERIFIED_COLUMNS,
+                                     lines, result.result, session(), VERIFIED_COLUMNS,
                                      pending.version))
     finally:
         result.unpersist()
@@ -912,10 +914,12 @@ def _verify_entry(row: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _record(state_dir: str, action: str, run_id: str, log_dir: str, now_ms: int, started: int,
-            lines: Mapping[int, Mapping[str, Any]], result: DataFrame, spark: SparkSession,
+            lines: Mapping[int, Mapping[str, Any]], result: spark_stages.RunResult,
+            spark: SparkSession,
             columns: Sequence[str], read_at: int) -> tuple[dict[str, int], list[dict[str, Any]]]:
     """The run's rows in ``runs``, then the requests' new state (a MERGE of the ``update``
-    outcomes): one Delta commit each, by delta-spark, both under the state dir's writer lock.
+    outcomes): one Delta commit each (the MERGE by delta-rs for outcomes on the driver, by
+    delta-spark for a DataFrame's), both under the state dir's writer lock.
 
     Under that lock, first, the requests whose status moved since the run read them (an
     ``erase cancel`` or ``retry`` committed meanwhile): the MERGE leaves them as they are now,

@@ -1,6 +1,7 @@
-"""The ledger's tables (:mod:`compactor.erasure.ledger`) through delta-spark, in the session
-of an erasure command: the pending requests as a DataFrame, the outcomes' MERGE (its run
-rows go in by delta-rs, as every command's: :func:`compactor.erasure.ledger.append_runs`).
+"""The ledger's tables (:mod:`compactor.erasure.ledger`) in the session of an erasure command:
+a run of many requests reads them as a DataFrame and MERGEs its outcomes through
+delta-spark; a run whose outcomes the driver holds MERGEs them by delta-rs, and every run's
+rows go in by delta-rs (:func:`compactor.erasure.ledger.append_runs`).
 Every write holds the state dir's writer lock and maps errors as the ledger's own
 functions do (:func:`compactor.erasure.ledger.ledger_errors`)."""
 
@@ -16,6 +17,8 @@ from compactor.spark import delta
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+    from compactor.spark.stages import RunResult
+
 
 def requests_frame(spark: SparkSession, state_dir: str, statuses: frozenset[str], *,
                    version: int, not_applied_at: str | None = None) -> DataFrame:
@@ -26,25 +29,43 @@ def requests_frame(spark: SparkSession, state_dir: str, statuses: frozenset[str]
                                statuses, version=version, not_applied_at=not_applied_at)
 
 
-@ledger.ledger_errors("record erasure outcomes in the ledger", writes=True)
-def merge_outcomes(state_dir: str, spark: SparkSession, outcomes: DataFrame,
+def merge_outcomes(state_dir: str, spark: SparkSession, outcomes: RunResult,
                    columns: Sequence[str], meta: Mapping[str, str]) -> int:
-    """MERGE the ``update`` rows of ``outcomes`` (``compactor.schemas.spark.REQUEST_OUTCOME``) into
-    the requests table with delta-spark, one commit whose ``userMetadata`` is ``meta``: each sets
-    ``columns`` of its request where the request is still in the status it was computed from
-    (a retry or cancel committed meanwhile is not overwritten). Returns the rows updated."""
+    """MERGE the ``update`` rows of a run's ``outcomes`` (``REQUEST_OUTCOME`` rows of
+    ``schemas/spark.py``) into the requests table, one commit whose metadata is ``meta``:
+    each sets ``columns`` of its request where the request is still in the status it was
+    computed from (a retry or cancel committed meanwhile is not overwritten). Outcomes on
+    the driver go in by delta-rs (:func:`compactor.erasure.ledger.merge_outcomes`), a
+    DataFrame's by delta-spark. Returns the rows updated."""
+    if isinstance(outcomes, list):
+        return ledger.merge_outcomes(state_dir, outcomes, columns, meta)
+    return _merge_frame(state_dir, spark, outcomes, columns, meta)
+
+
+@ledger.ledger_errors("record erasure outcomes in the ledger", writes=True)
+def _merge_frame(state_dir: str, spark: SparkSession, outcomes: DataFrame,
+                 columns: Sequence[str], meta: Mapping[str, str]) -> int:
     return delta.merge_outcomes(spark, ledger.table_path(state_dir, ERASURE_REQUESTS_TABLE),
                                 outcomes, columns, meta)
 
 
-@ledger.ledger_errors("read the erasure request ledger")
-def moved_requests(state_dir: str, spark: SparkSession, outcomes: DataFrame, limit: int, *,
+def moved_requests(state_dir: str, spark: SparkSession, outcomes: RunResult, limit: int, *,
                    read_at: int) -> tuple[dict[str, int], list[dict[str, object]]]:
-    """:func:`compactor.spark.delta.moved_requests` of the requests table: call it holding the
+    """The ``update`` outcomes whose request is no longer in the status they were computed
+    from, counted by computed status, the first ``limit`` by request id: call it holding the
     state dir's writer lock, so that it names exactly the requests the next
     :func:`merge_outcomes` leaves alone. ``read_at`` is the table version the run read its
     requests at: when that is still the table's version, no commit came between, nothing
-    moved, and no Spark job joins the outcomes against the table."""
+    moved, and nothing is read. Outcomes on the driver are checked there
+    (:func:`compactor.erasure.ledger.moved_requests`), a DataFrame's in Spark."""
+    if isinstance(outcomes, list):
+        return ledger.moved_requests(state_dir, outcomes, limit, read_at=read_at)
+    return _moved_in_frame(state_dir, spark, outcomes, limit, read_at=read_at)
+
+
+@ledger.ledger_errors("read the erasure request ledger")
+def _moved_in_frame(state_dir: str, spark: SparkSession, outcomes: DataFrame, limit: int, *,
+                    read_at: int) -> tuple[dict[str, int], list[dict[str, object]]]:
     if ledger.table_version(state_dir, ERASURE_REQUESTS_TABLE) == read_at:
         return {}, []
     return delta.moved_requests(spark, ledger.table_path(state_dir, ERASURE_REQUESTS_TABLE),

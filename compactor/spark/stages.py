@@ -15,7 +15,6 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 import numpy as np
-import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
@@ -537,18 +536,24 @@ def outcome_summary(result: DataFrame, columns: Sequence[str], limit: int) -> tu
     return counts, shown
 
 
+#: a run's outcomes (``REQUEST_OUTCOME`` rows): on the driver when it computed them there, else
+#: a persisted DataFrame on the executors
+RunResult = DataFrame | list[dict[str, Any]]
+
+
 @dataclass(frozen=True, slots=True)
 class RunOutcomes:
-    """Every request's outcome of a run (``REQUEST_OUTCOME`` rows, for the ledger's MERGE),
-    how many ended in each status and the first of them by request id
-    (:func:`outcome_summary`)."""
+    """Every request's outcome of a run (for the ledger's MERGE:
+    :func:`compactor.spark.ledger.merge_outcomes`), how many ended in each status and the
+    first of them by request id (:func:`outcome_summary`)."""
 
-    frame: DataFrame
+    result: RunResult
     counts: dict[str, int]
     shown: list[dict[str, Any]]
 
     def unpersist(self) -> None:
-        self.frame.unpersist()
+        if isinstance(self.result, DataFrame):
+            self.result.unpersist()
 
 
 def run_outcomes(spark: SparkSession, requests: RunRequests,
@@ -557,7 +562,7 @@ def run_outcomes(spark: SparkSession, requests: RunRequests,
                  ) -> RunOutcomes:
     """The outcomes of a run's ``requests``, summarized with ``columns`` and ``limit``:
     computed on the driver when it holds their rows
-    (:func:`compactor.erasure.outcomes.of_rows`), else on the executors
+    (:func:`compactor.erasure.outcomes.of_rows`; no Spark job), else on the executors
     (:func:`request_outcomes`). Either way the same rows, counts and report (tested); the
     caller unpersists the result."""
     if isinstance(requests, DataFrame):
@@ -568,9 +573,7 @@ def run_outcomes(spark: SparkSession, requests: RunRequests,
             frame.unpersist()
             raise
     rows = list(outcomes.of_rows(requests, outcome, individual))
-    frame = spark.createDataFrame(pa.Table.from_batches([transforms.outcome_batch(rows)]),
-                                  REQUEST_OUTCOME)
-    return RunOutcomes(frame, *outcomes.summary(rows, columns, limit))
+    return RunOutcomes(rows, *outcomes.summary(rows, columns, limit))
 
 
 #: at most this many kinds of request rows (:func:`request_outcomes`) are broadcast to the

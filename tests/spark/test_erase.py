@@ -372,9 +372,14 @@ def test_a_run_of_few_requests_matches_and_ends_on_the_driver_as_spark_does(
                    for action in ("apply", "verify")]
         rows = sorted(DeltaTable(str(ledger_dir / "erasure_requests")).to_pyarrow_table()
                       .to_pylist(), key=lambda r: r["request_id"])
+        # the audit trail: the same commits (the MERGE by delta-rs on the driver's way, by
+        # delta-spark on Spark's), each with its run's action
+        commits = [(c["operation"], c.get("action"))
+                   for c in ledger.history(str(ledger_dir), "erasure_requests")]
         copies[way] = (tree_digest(work), [(c, _without_run(r)) for c, r in reports],
-                       [_without_run(r) for r in rows])
+                       [_without_run(r) for r in rows], commits)
     driver, spark = copies["driver"], copies["spark"]
     assert driver[0] != tree_digest(logs)  # something was erased
     assert driver[1][0][1]["requests_by_outcome"] == {"applied": 5, "failed": 1}
+    assert driver[3][-2:] == [("MERGE", "apply"), ("MERGE", "verify")]
     assert driver == spark

@@ -1,5 +1,7 @@
-"""The MERGE of erasure outcomes (delta-spark) changes only requests still in the status the run
-read: a ``cancel`` (delta-rs) committed between the run's read and its MERGE stands."""
+"""The MERGE of erasure outcomes (delta-rs for outcomes on the driver, delta-spark for a
+DataFrame's) changes only requests still in the status the run read: a ``cancel`` (delta-rs)
+committed between the run's read and its MERGE stands. The summary a run reads first, and
+the ledger's reads of files either library wrote."""
 
 from __future__ import annotations
 
@@ -15,7 +17,12 @@ from compactor.spark import ledger as spark_ledger
 pytestmark = pytest.mark.spark
 
 
-def test_a_cancel_committed_during_the_run_is_not_overwritten(spark, tmp_path: Path) -> None:
+@pytest.mark.parametrize("way", ["driver", "spark"])
+def test_a_cancel_committed_during_the_run_is_not_overwritten(spark, tmp_path: Path,
+                                                              way: str) -> None:
+    """Outcomes held on the driver (a run of few requests: delta-rs's MERGE) and outcomes in
+    a DataFrame (delta-spark's) leave a cancel committed meanwhile as it is, name it as moved,
+    and commit with the run's metadata."""
     state = str(tmp_path / "state")
     ledger.init(state)
     ledger.add_requests(state, [r for i in range(3) for r in rules.new_requests(
@@ -24,23 +31,54 @@ def test_a_cancel_committed_during_the_run_is_not_overwritten(spark, tmp_path: P
         request_id=f"r{i}")])
     summary = ledger.pending_summary(state, status.APPLICABLE)
     read = spark_ledger.requests_frame(spark, state, status.APPLICABLE, version=summary.version)
-    outcomes = spark.createDataFrame(
-        [{**dict.fromkeys(REQUEST_OUTCOME.fieldNames()), "request_id": r.request_id,
-          "outcome": "update", "expected_status": r.status, "status": "applied",
-          "run_id": "run-1"} for r in read.collect()], REQUEST_OUTCOME)
+    rows = [{**dict.fromkeys(REQUEST_OUTCOME.fieldNames()), "request_id": r.request_id,
+             "outcome": "update", "expected_status": r.status, "status": "applied",
+             "run_id": "run-1", "records_erased": 4} for r in read.collect()]
+    outcomes = rows if way == "driver" else spark.createDataFrame(rows, REQUEST_OUTCOME)
     # while the run works, an operator cancels r1 (a delta-rs commit)
     ledger.change_status(state, ["r1"], action="cancel", allowed=frozenset({"pending"}),
                          status="cancelled", reason="withdrawn", now_ms=2)
+    moved = spark_ledger.moved_requests(state, spark, outcomes, 10, read_at=summary.version)
+    assert moved == ({"applied": 1}, [{"request_id": "r1", "status": "cancelled",
+                                       "computed": "applied", "records_erased": 4}])
     updated = spark_ledger.merge_outcomes(state, spark, outcomes, ("status", "run_id"),
-                                    {"action": "apply", "run_id": "run-1"})
+                                          {"action": "apply", "run_id": "run-1"})
     assert updated == 2
-    rows = {r["request_id"]: (r["status"], r["run_id"]) for r in
-            DeltaTable(f"{state}/erasure_requests").to_pyarrow_table().to_pylist()}
-    assert rows == {"r0": ("applied", "run-1"), "r1": ("cancelled", None),
-                    "r2": ("applied", "run-1")}
+    rows_now = {r["request_id"]: (r["status"], r["run_id"]) for r in
+                DeltaTable(f"{state}/erasure_requests").to_pyarrow_table().to_pylist()}
+    assert rows_now == {"r0": ("applied", "run-1"), "r1": ("cancelled", None),
+                        "r2": ("applied", "run-1")}
     # the MERGE's commit carries the run's metadata, as the audit trail reads it
     last = ledger.history(state, "erasure_requests")[-1]
     assert (last["operation"], last["action"], last["run_id"]) == ("MERGE", "apply", "run-1")
+    # nothing moved when the table is still at the version the run read
+    assert spark_ledger.moved_requests(state, spark, outcomes, 10,
+                                       read_at=ledger.table_version(state, "erasure_requests")
+                                       ) == ({}, [])
+
+
+def test_the_ledger_reads_files_of_many_statuses_whoever_wrote_them(tmp_path: Path) -> None:
+    """delta-rs writes the files of its MERGE with ``string_view`` columns: once such a file
+    holds requests in two statuses (three filed together, one cancelled), every filtered read
+    of the ledger must still work (each failed with Arrow's "no kernel matching input types
+    (string, string_view)" while the filter was pushed into the Parquet scan)."""
+    state = str(tmp_path / "state")
+    ledger.init(state)
+    ledger.add_requests(state, [r for i in range(3) for r in rules.new_requests(
+        topic="accounts", digests=[rules.subject_digest(f"user-{i}".encode())],
+        selector="key", header_name=None, reason="test", now_ms=1, deadline_days=30,
+        request_id=f"r{i}")])
+    ledger.change_status(state, ["r1"], action="cancel", allowed=frozenset({"pending"}),
+                         status="cancelled", reason="withdrawn", now_ms=2)
+    assert ledger.has_requests(state, status.APPLICABLE)
+    summary = ledger.pending_summary(state, status.APPLICABLE)
+    assert summary.count == 2 and sorted(r["request_id"] for r in summary.rows or []) == [
+        "r0", "r2"]
+    assert ledger.statuses_by_run(state, ["none"], "run_id") == {}
+    report = ledger.audit(state, "r1")
+    assert report is not None and report["proof"]["status"] == "cancelled"
+    counts = ledger.status(state, now_ms=3)["by_status"]
+    assert {k: v for k, v in counts.items() if v} == {"pending": 2, "cancelled": 1}
 
 
 def test_the_summarys_filter_holds_every_pending_subject_and_no_other_run_reads(

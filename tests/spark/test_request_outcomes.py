@@ -54,12 +54,16 @@ def _run(spark: Any, rows: list[tuple[str, str, str, str | None]],
          outcome: Callable[[Mapping[str, Any]], Mapping[str, Any]], individual: frozenset[str],
          *, on_driver: bool) -> tuple[dict[str, dict[str, Any]], dict[str, int], list[Any]]:
     """:func:`run_outcomes`' rows, counts and first rows (by a limit shorter than the rows),
-    on the driver (which holds the request rows) or on the executors."""
+    on the driver (which holds the request rows: its outcomes stay there, a list) or on the
+    executors (a DataFrame)."""
     frame = _frame(spark, rows)
     requests: RunRequests = [r.asDict() for r in frame.collect()] if on_driver else frame
     result = run_outcomes(spark, requests, outcome, individual, REQUEST_OUTCOME.fieldNames(), 4)
+    names = REQUEST_OUTCOME.fieldNames()
     try:
-        return ({r["request_id"]: r.asDict() for r in result.frame.collect()}, result.counts,
+        got = (result.result if isinstance(result.result, list) else
+               [r.asDict() for r in result.result.collect()])
+        return ({r["request_id"]: {n: r.get(n) for n in names} for r in got}, result.counts,
                 result.shown)
     finally:
         result.unpersist()
