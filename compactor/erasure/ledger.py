@@ -17,8 +17,8 @@ and write the same tables: protocol 1/2 (reader 1, writer 2: no table feature ei
 timestamps as UTC milliseconds in ``int64`` columns.
 
 Every change is one Delta commit, so the table's history is the audit trail of the ledger:
-who asked when, which run applied, which run verified (delta-rs commits carry our metadata
-as commitInfo fields, delta-spark commits as ``userMetadata`` JSON: :func:`history` reads
+who asked when, which run applied, which run verified (every commit carries our metadata as
+``userMetadata`` JSON, delta-rs commits also as commitInfo fields: :func:`history` reads
 both).
 """
 
@@ -405,9 +405,14 @@ def _rows_table(rows: Sequence[Mapping[str, Any]], schema: pa.Schema) -> pa.Tabl
 
 
 def _commit(meta: Mapping[str, str] | None) -> CommitProperties | None:
+    """A delta-rs commit's metadata: its fields in commitInfo, and the same as
+    ``userMetadata`` JSON, as a delta-spark commit carries it: the analyst's
+    ``DESCRIBE HISTORY`` shows every commit's metadata, whichever library wrote it."""
     from deltalake import CommitProperties
 
-    return CommitProperties(custom_metadata=dict(meta)) if meta else None
+    if not meta:
+        return None
+    return CommitProperties(custom_metadata={**meta, "userMetadata": json.dumps(dict(meta))})
 
 
 @ledger_errors("add erasure requests to the ledger", writes=True)
