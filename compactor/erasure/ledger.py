@@ -4,12 +4,13 @@
 - ``deltalake`` (delta-rs) on the driver of every command: all of ``erase request``,
   ``retry``, ``cancel``, ``status``, ``list``, ``report``, ``history``, ``optimize`` and of
   the commands whose work needed no Spark (``retain``); every command's run rows; an
-  erasure's summary of its requests (and their rows, when few). It creates the tables and
-  adds new columns. Never in Spark workers (delta-rs panics in a forked child).
+  erasure's summary of its requests (and, when few, their rows and their outcomes' MERGE).
+  It creates the tables and adds new columns. Never in Spark workers (delta-rs panics in a
+  forked child).
 - ``delta-spark`` in the erasure commands' own session (``erase apply`` and ``verify``): a
-  run of many requests reads them as a DataFrame and matches them inside Spark, and every
-  run's outcomes go in with a MERGE (:mod:`compactor.spark.ledger`, which builds on this
-  module; nothing here imports Spark).
+  run of many requests reads them as a DataFrame, matches them inside Spark and MERGEs its
+  outcomes (:mod:`compactor.spark.ledger`, which builds on this module; nothing here
+  imports Spark).
 
 Every commit by either holds the state dir's writer lock (:func:`compactor.log.storage.
 state_dir_lock`), so no commit of the tool's processes replaces another. Both libraries read

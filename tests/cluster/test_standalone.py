@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from compactor.cli import main as cli_main
+from compactor.erasure import ledger, rules
 from compactor.errors import EXIT_OK
 from compactor.spark import session
 from compactor.tools import local_cluster
@@ -117,27 +118,38 @@ def test_compaction_and_erasure_on_a_cluster_equal_local_mode(
     assert tree_digest(on_cluster) == tree_digest(local)
 
     subject = b"key-00000042"
+    # more requests than a run holds on the driver (ROWS_ON_DRIVER): the cluster's executors
+    # read the table and match in Spark, and the driver MERGEs with delta-spark
+    absent = [r for r in rules.new_requests(
+        topic="accounts", digests=[rules.subject_digest(f"absent-{i}".encode())
+                                   for i in range(ledger.ROWS_ON_DRIVER)],
+        selector="key", header_name=None, reason="art. 17", now_ms=int(NOW),
+        deadline_days=30, request_id=None)]
     for logs in (on_cluster, local):
         init_ledger(str(logs) + "-state")
         assert cli_main(["erase", "request", "--state-dir", str(logs) + "-state", "--topic",
-                         "accounts", "--key", subject.decode(), "--request-id", "r1",
+                         "accounts", "--key", subject.decode(), "--request-id", "a1",
                          "--now-ms", NOW, "--reason", "art. 17"]) == EXIT_OK
+        ledger.add_requests(str(logs) + "-state", absent)
     capsys.readouterr()
     erase = ["apply", "--now-ms", NOW, "--json", "--assume-kafka-defaults"]
     remote = _submit(standalone.master_url, py_files, "jobs/erase.py", erase[0], str(on_cluster),
                      "--state-dir", str(on_cluster) + "-state", *erase[1:])
     here = _submit("local[2]", None, "jobs/erase.py", erase[0], str(local),
                    "--state-dir", str(local) + "-state", *erase[1:])
+    assert remote["requests"][0]["request_id"] == here["requests"][0]["request_id"] == "a1"
     assert remote["requests"][0]["records_erased"] == here["requests"][0]["records_erased"] > 0
+    assert remote["requests_by_outcome"] == {"applied": ledger.ROWS_ON_DRIVER + 1}
     assert tree_digest(on_cluster) == tree_digest(local)
-    # the driver MERGEd the outcome with delta-spark (the cluster's executors read the
+    # the driver MERGEd the outcomes with delta-spark (the cluster's executors read the
     # table's files for it): the table's own log says so, and delta-rs reads the result
     from deltalake import DeltaTable
 
     table = DeltaTable(str(on_cluster) + "-state/erasure_requests")
     merge = table.history(1)[0]
     assert merge["operation"] == "MERGE" and "Delta-Lake/4.4.0" in merge["engineInfo"]
-    assert table.to_pyarrow_table().to_pylist()[0]["status"] == "applied"
+    assert {r["status"] for r in table.to_pyarrow_table(columns=["status"]).to_pylist()} == {
+        "applied"}
     for pdir in on_cluster.glob("accounts-*"):
         assert not any(r.key == subject for r in records_of(segment_bytes(pdir)).values())
 
