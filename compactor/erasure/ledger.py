@@ -605,6 +605,58 @@ def merge_outcomes(state_dir: str, rows: Sequence[Mapping[str, Any]], columns: S
     return int(metrics.get("num_target_rows_updated", 0))
 
 
+def kind_key(topic: str, status: str, places: str | None) -> str:
+    """The key by which :func:`merge_kinds` finds the requests of a kind: the same string as
+    :data:`_KIND_KEY` makes of a row of the table (the topic length-prefixed, the status has
+    no ``/``, a null ``places`` apart from any JSON)."""
+    return f"K{len(topic)}:{topic}/{status}/{'N' if places is None else 'V' + places}"
+
+
+#: :func:`kind_key` of a target row, in the SQL of delta-rs's MERGE (DataFusion)
+_KIND_KEY = ("concat('K', character_length(t.topic), ':', t.topic, '/', t.status, '/', "
+             "CASE WHEN t.places IS NULL THEN 'N' ELSE concat('V', t.places) END)")
+
+
+@ledger_errors("record erasure outcomes in the ledger", writes=True)
+def merge_kinds(state_dir: str, own: Sequence[Mapping[str, Any]],
+                kinds: Sequence[tuple[Mapping[str, Any], Mapping[str, Any]]],
+                columns: Sequence[str], meta: Mapping[str, str], *, read_at: int) -> int | None:
+    """MERGE a run's outcomes held by kind with delta-rs, one commit whose metadata is
+    ``meta``: ``own``, the outcomes of its individual requests, each by request id; ``kinds``,
+    each kind (``topic``, ``status``, ``places``) with the outcome every other request of
+    that kind gets. Each ``update`` sets ``columns`` where the request is still in the status
+    it was computed from, as :func:`merge_outcomes` of every request's outcome does, while the
+    source holds a row a kind (a million pending requests nothing matched are one row).
+
+    Only while the requests table is still at ``read_at``, the version the run read: a kind
+    names requests by what they are, so a request filed since (pending, of the same topic)
+    would be one of them without the run having looked for it. Returns ``None`` when the
+    table moved (the caller then merges every request's outcome by id), else the rows
+    updated."""
+    table = _table(state_dir, ERASURE_REQUESTS_TABLE, ERASURE_REQUESTS)
+    if table.version() != read_at:
+        return None
+    keyed = [{**o, "merge_key": f"I{o['request_id']}"} for o in own if o["outcome"] == "update"]
+    keyed += [{**o, "merge_key": kind_key(k["topic"], k["status"], k["places"])}
+              for k, o in kinds if o["outcome"] == "update"]
+    schema = pa.schema([ERASURE_REQUESTS.field(c) for c in columns]
+                       + [pa.field("expected_status", pa.string()),
+                          pa.field("merge_key", pa.string())])
+    # the individual requests by id, hex-encoded in the SQL (an id is free text); every one
+    # of them, whatever its outcome: a blocked request must not take its kind's update
+    ids = sorted({str(o["request_id"]) for o in own})
+    key = (f"CASE WHEN encode(t.request_id, 'hex') IN "
+           f"({', '.join(repr(i.encode().hex()) for i in ids)}) "
+           f"THEN concat('I', t.request_id) ELSE {_KIND_KEY} END" if ids else _KIND_KEY)
+    metrics = (table.merge(source=_rows_table(keyed, schema), source_alias="s",
+                           target_alias="t",
+                           predicate=f"{key} = s.merge_key AND t.status = s.expected_status",
+                           commit_properties=_commit(meta))
+               .when_matched_update(updates={c: f"s.{c}" for c in columns})
+               .execute())
+    return int(metrics.get("num_target_rows_updated", 0))
+
+
 @ledger_errors("read the erasure request ledger")
 def moved_requests(state_dir: str, rows: Sequence[Mapping[str, Any]], limit: int, *,
                    read_at: int) -> tuple[dict[str, int], list[dict[str, object]]]:

@@ -279,17 +279,46 @@ def of_rows(rows: Iterable[Mapping[str, Any]], outcome: RowOutcome,
         yield {**out, "expected_status": row["status"]}
 
 
+def counted_as(outcome: Mapping[str, Any]) -> str:
+    """What a run's counts count an outcome as: an ``update``'s new status, the others by
+    their outcome."""
+    return str(outcome["status"] if outcome["outcome"] == UPDATE else outcome["outcome"])
+
+
 def summary(outcomes: Iterable[Mapping[str, Any]], columns: Sequence[str], limit: int
             ) -> tuple[dict[str, int], list[dict[str, Any]]]:
-    """Of a run's outcomes (:func:`of_rows`): how many ended in each status (an ``update``'s
-    new status, the others by their outcome), and the first ``limit`` by request id with
-    ``columns``, as :func:`compactor.spark.stages.outcome_summary` counts them in Spark."""
+    """Of a run's outcomes (:func:`of_rows`): how many ended in each status
+    (:func:`counted_as`), and the first ``limit`` by request id with ``columns``, as
+    :func:`compactor.spark.stages.outcome_summary` counts them in Spark."""
     counts: Counter[str] = Counter()
 
     def counted() -> Iterator[Mapping[str, Any]]:
         for row in outcomes:
-            counts[row["status"] if row["outcome"] == UPDATE else row["outcome"]] += 1
+            counts[counted_as(row)] += 1
             yield row
 
     first = heapq.nsmallest(limit, counted(), key=lambda r: r["request_id"])
     return dict(counts), [{c: r.get(c) for c in columns} for r in first]
+
+
+def kind_outcome(kind: Mapping[str, Any], outcome: RowOutcome) -> dict[str, Any]:
+    """The outcome every request of a kind (its :data:`KIND_COLUMNS`) that is not
+    :attr:`RunContext.individual` gets, as :func:`of_rows` computes it."""
+    row = {"request_id": None, **{c: kind[c] for c in KIND_COLUMNS}}
+    return next(of_rows([row], outcome, ()))
+
+
+def summary_by_kind(own: Iterable[Mapping[str, Any]],
+                    kinds: Iterable[tuple[Mapping[str, Any], int]],
+                    first: Iterable[Mapping[str, Any]], outcome: RowOutcome,
+                    individual: Collection[str], columns: Sequence[str], limit: int
+                    ) -> tuple[dict[str, int], list[dict[str, Any]]]:
+    """:func:`summary` of a run whose outcomes are held by kind: ``own``, the outcomes of
+    the individual requests; ``kinds``, each kind's outcome (:func:`kind_outcome`) and how
+    many requests share it; ``first``, the first request rows by id (at least ``limit``,
+    with :data:`ROW_COLUMNS`). The same counts and rows as :func:`summary` of every
+    request's outcome (tested)."""
+    counts: Counter[str] = Counter(counted_as(o) for o in own)
+    for shared, n in kinds:
+        counts[counted_as(shared)] += n
+    return dict(counts), summary(of_rows(first, outcome, individual), columns, limit)[1]

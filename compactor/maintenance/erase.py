@@ -935,7 +935,7 @@ def _record(state_dir: str, action: str, run_id: str, log_dir: str, now_ms: int,
                            partitions=lines.values(),
                            requests_changed=moved)
         spark_ledger.merge_outcomes(state_dir, spark, result, columns,
-                                    {"action": action, "run_id": run_id})
+                                    {"action": action, "run_id": run_id}, read_at=read_at)
     return counts, moved
 
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from compactor.erasure import ledger
 from compactor.schemas.delta import ERASURE_REQUESTS_TABLE
 from compactor.spark import delta
+from compactor.spark.stages import KindOutcomes
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -30,15 +31,23 @@ def requests_frame(spark: SparkSession, state_dir: str, statuses: frozenset[str]
 
 
 def merge_outcomes(state_dir: str, spark: SparkSession, outcomes: RunResult,
-                   columns: Sequence[str], meta: Mapping[str, str]) -> int:
+                   columns: Sequence[str], meta: Mapping[str, str], *, read_at: int) -> int:
     """MERGE the ``update`` rows of a run's ``outcomes`` (``REQUEST_OUTCOME`` rows of
     ``schemas/spark.py``) into the requests table, one commit whose metadata is ``meta``:
     each sets ``columns`` of its request where the request is still in the status it was
     computed from (a retry or cancel committed meanwhile is not overwritten). Outcomes on
-    the driver go in by delta-rs (:func:`compactor.erasure.ledger.merge_outcomes`), a
-    DataFrame's by delta-spark. Returns the rows updated."""
+    the driver go in by delta-rs (:func:`compactor.erasure.ledger.merge_outcomes`), outcomes
+    by kind by delta-rs while the table is still at ``read_at``, the version the run read
+    (:func:`compactor.erasure.ledger.merge_kinds`), the rest by delta-spark. Returns the
+    rows updated."""
     if isinstance(outcomes, list):
         return ledger.merge_outcomes(state_dir, outcomes, columns, meta)
+    if isinstance(outcomes, KindOutcomes):
+        updated = ledger.merge_kinds(state_dir, outcomes.own, outcomes.kinds, columns, meta,
+                                     read_at=read_at)
+        if updated is not None:
+            return updated
+        outcomes = outcomes.frame()
     return _merge_frame(state_dir, spark, outcomes, columns, meta)
 
 
@@ -60,6 +69,10 @@ def moved_requests(state_dir: str, spark: SparkSession, outcomes: RunResult, lim
     (:func:`compactor.erasure.ledger.moved_requests`), a DataFrame's in Spark."""
     if isinstance(outcomes, list):
         return ledger.moved_requests(state_dir, outcomes, limit, read_at=read_at)
+    if isinstance(outcomes, KindOutcomes):
+        if ledger.table_version(state_dir, ERASURE_REQUESTS_TABLE) == read_at:
+            return {}, []
+        outcomes = outcomes.frame()
     return _moved_in_frame(state_dir, spark, outcomes, limit, read_at=read_at)
 
 

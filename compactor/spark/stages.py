@@ -536,9 +536,36 @@ def outcome_summary(result: DataFrame, columns: Sequence[str], limit: int) -> tu
     return counts, shown
 
 
-#: a run's outcomes (``REQUEST_OUTCOME`` rows): on the driver when it computed them there, else
-#: a persisted DataFrame on the executors
-RunResult = DataFrame | list[dict[str, Any]]
+class KindOutcomes:
+    """A run's outcomes held on the driver by kind, for a run of many requests of which few
+    are :attr:`compactor.erasure.outcomes.RunContext.individual`: ``own``, the outcomes of
+    those; ``kinds``, each kind (``topic``, ``status``, ``places``) with the outcome its other
+    requests get. The ledger MERGEs them by kind (:func:`compactor.erasure.ledger.merge_kinds`);
+    when it cannot (the table moved since the run read it), :meth:`frame` gives every
+    request's outcome, computed on the executors then."""
+
+    def __init__(self, own: list[dict[str, Any]],
+                 kinds: list[tuple[dict[str, Any], dict[str, Any]]],
+                 frame: Callable[[], DataFrame]) -> None:
+        self.own, self.kinds = own, kinds
+        self._build = frame
+        self._frame: DataFrame | None = None
+
+    def frame(self) -> DataFrame:
+        """Every request's outcome (:func:`request_outcomes`), built once, persisted."""
+        if self._frame is None:
+            self._frame = self._build()
+        return self._frame
+
+    def unpersist(self) -> None:
+        if self._frame is not None:
+            self._frame.unpersist()
+
+
+#: a run's outcomes (``REQUEST_OUTCOME`` rows): on the driver when it computed them there,
+#: by kind when the requests are many but few are individual, else a persisted DataFrame on
+#: the executors
+RunResult = DataFrame | list[dict[str, Any]] | KindOutcomes
 
 
 @dataclass(frozen=True, slots=True)
@@ -552,8 +579,13 @@ class RunOutcomes:
     shown: list[dict[str, Any]]
 
     def unpersist(self) -> None:
-        if isinstance(self.result, DataFrame):
+        if not isinstance(self.result, list):
             self.result.unpersist()
+
+
+#: a run of many requests holds its outcomes by kind (:class:`KindOutcomes`) when at most
+#: this many are individual and at most this many kinds
+HELD_BY_KIND = 20_000
 
 
 def run_outcomes(spark: SparkSession, requests: RunRequests,
@@ -562,10 +594,14 @@ def run_outcomes(spark: SparkSession, requests: RunRequests,
                  ) -> RunOutcomes:
     """The outcomes of a run's ``requests``, summarized with ``columns`` and ``limit``:
     computed on the driver when it holds their rows
-    (:func:`compactor.erasure.outcomes.of_rows`; no Spark job), else on the executors
-    (:func:`request_outcomes`). Either way the same rows, counts and report (tested); the
-    caller unpersists the result."""
+    (:func:`compactor.erasure.outcomes.of_rows`; no Spark job); by kind when few are
+    individual (:func:`outcomes_by_kind`); else on the executors (:func:`request_outcomes`).
+    Each way the same rows, counts and report (tested); the caller unpersists the result."""
     if isinstance(requests, DataFrame):
+        if len(individual) <= HELD_BY_KIND:
+            held = outcomes_by_kind(spark, requests, outcome, individual, columns, limit)
+            if held is not None:
+                return held
         frame = request_outcomes(spark, requests, outcome, individual)
         try:
             return RunOutcomes(frame, *outcome_summary(frame, columns, limit))
@@ -574,6 +610,34 @@ def run_outcomes(spark: SparkSession, requests: RunRequests,
             raise
     rows = list(outcomes.of_rows(requests, outcome, individual))
     return RunOutcomes(rows, *outcomes.summary(rows, columns, limit))
+
+
+def outcomes_by_kind(spark: SparkSession, requests: DataFrame,
+                     outcome: Callable[[Mapping[str, Any]], Mapping[str, Any]],
+                     individual: Collection[str], columns: Sequence[str], limit: int
+                     ) -> RunOutcomes | None:
+    """The outcomes of a run of many requests held by kind on the driver
+    (:class:`KindOutcomes`): three jobs bring back the individual requests' rows, each other
+    kind with its count, and the first ``limit`` rows by id; the row function runs on the
+    driver once a row of those and once a kind. ``None`` when the kinds are more than
+    :data:`HELD_BY_KIND`."""
+    rows = requests.select(*ROW_COLUMNS)
+    ids = spark.createDataFrame([(r,) for r in sorted(individual)], "request_id string")
+    with spark_step(spark, "outcome_kinds"):
+        counted = (rows.join(F.broadcast(ids), "request_id", "left_anti")
+                   .groupBy(*KIND_COLUMNS).count().limit(HELD_BY_KIND + 1).collect())
+        if len(counted) > HELD_BY_KIND:
+            return None
+        own_rows = [r.asDict() for r in
+                    rows.join(F.broadcast(ids), "request_id", "left_semi").collect()]
+        first = [r.asDict() for r in rows.orderBy("request_id").limit(limit).collect()]
+    own = list(outcomes.of_rows(own_rows, outcome, individual))
+    kinds = [(k.asDict(), outcomes.kind_outcome(k.asDict(), outcome)) for k in counted]
+    counts, shown = outcomes.summary_by_kind(
+        own, [(o, k["count"]) for k, o in kinds], first, outcome, individual, columns, limit)
+    held = KindOutcomes(own, [({c: k[c] for c in KIND_COLUMNS}, o) for k, o in kinds],
+                        lambda: request_outcomes(spark, requests, outcome, individual))
+    return RunOutcomes(held, counts, shown)
 
 
 #: at most this many kinds of request rows (:func:`request_outcomes`) are broadcast to the

@@ -3,8 +3,9 @@ row (topic, status, places: :attr:`compactor.erasure.outcomes.RunContext.individ
 exactly what the row functions (:func:`compactor.erasure.outcomes.applied_update`,
 :func:`~compactor.erasure.outcomes.verified_update`) give each request: the same ledger rows
 run through :func:`compactor.spark.stages.request_outcomes` with and without the kinds; and a
-run of few requests gets the same rows, counts and report computed on the driver
-(:func:`compactor.spark.stages.run_outcomes`)."""
+run gets the same rows, counts and report computed on the driver (a run of few requests) and
+held by kind (a run of many, few of them individual):
+:func:`compactor.spark.stages.run_outcomes`."""
 
 from __future__ import annotations
 
@@ -17,10 +18,23 @@ import pytest
 from pyspark.sql import functions as F
 
 from compactor.erasure import outcomes
-from compactor.erasure.outcomes import ApplyContext, DirState, Matched, VerifyContext
+from compactor.erasure.outcomes import (
+    KIND_COLUMNS,
+    ApplyContext,
+    DirState,
+    Matched,
+    VerifyContext,
+)
 from compactor.erasure.rules import place_key
 from compactor.schemas.spark import REQUEST_OUTCOME
-from compactor.spark.stages import RunRequests, request_outcomes, run_outcomes
+from compactor.spark.stages import (
+    KindOutcomes,
+    RunOutcomes,
+    RunRequests,
+    outcome_summary,
+    request_outcomes,
+    run_outcomes,
+)
 
 pytestmark = pytest.mark.spark
 
@@ -52,17 +66,36 @@ def _outcomes(spark: Any, rows: list[tuple[str, str, str, str | None]],
 
 def _run(spark: Any, rows: list[tuple[str, str, str, str | None]],
          outcome: Callable[[Mapping[str, Any]], Mapping[str, Any]], individual: frozenset[str],
-         *, on_driver: bool) -> tuple[dict[str, dict[str, Any]], dict[str, int], list[Any]]:
-    """:func:`run_outcomes`' rows, counts and first rows (by a limit shorter than the rows),
-    on the driver (which holds the request rows: its outcomes stay there, a list) or on the
-    executors (a DataFrame)."""
+         *, way: str) -> tuple[dict[str, dict[str, Any]], dict[str, int], list[Any]]:
+    """A run's rows, counts and first rows (by a limit shorter than the rows): computed on
+    the driver, which holds the request rows (``driver``: :func:`run_outcomes` keeps a
+    list); held by kind for a DataFrame of requests (``kinds``: each request's row is its
+    own outcome or its kind's, and the fallback's frame gives the same); or every row on
+    the executors (``executors``: :func:`request_outcomes`, :func:`outcome_summary`)."""
     frame = _frame(spark, rows)
-    requests: RunRequests = [r.asDict() for r in frame.collect()] if on_driver else frame
-    result = run_outcomes(spark, requests, outcome, individual, REQUEST_OUTCOME.fieldNames(), 4)
     names = REQUEST_OUTCOME.fieldNames()
+    if way == "executors":
+        full = request_outcomes(spark, frame, outcome, individual)
+        result = RunOutcomes(full, *outcome_summary(full, names, 4))
+    else:
+        requests: RunRequests = [r.asDict() for r in frame.collect()] if way == "driver" \
+            else frame
+        result = run_outcomes(spark, requests, outcome, individual, names, 4)
     try:
-        got = (result.result if isinstance(result.result, list) else
-               [r.asDict() for r in result.result.collect()])
+        if isinstance(result.result, list):
+            got = result.result
+        elif isinstance(result.result, KindOutcomes):
+            assert way == "kinds"
+            own = {o["request_id"]: o for o in result.result.own}
+            shared = {tuple(k[c] for c in KIND_COLUMNS): o for k, o in result.result.kinds}
+            got = [own[r["request_id"]] if r["request_id"] in own else
+                   {**shared[(r["topic"], r["status"], r["places"])],
+                    "request_id": r["request_id"]} for r in frame.collect()]
+            fallback = {r["request_id"]: r.asDict() for r in result.result.frame().collect()}
+            assert fallback == {r["request_id"]: {n: r.get(n) for n in names} for r in got}
+        else:
+            assert way == "executors"
+            got = [r.asDict() for r in result.result.collect()]
         return ({r["request_id"]: {n: r.get(n) for n in names} for r in got}, result.counts,
                 result.shown)
     finally:
@@ -78,10 +111,11 @@ def _by_kind_equals_by_row(spark: Any, rows: list[tuple[str, str, str, str | Non
     by_row = _outcomes(spark, rows, outcome, None)
     assert set(by_row) == {r[0] for r in rows}
     assert by_kind == by_row
-    driver = _run(spark, rows, outcome, individual, on_driver=True)
-    executors = _run(spark, rows, outcome, individual, on_driver=False)
+    driver = _run(spark, rows, outcome, individual, way="driver")
+    kinds = _run(spark, rows, outcome, individual, way="kinds")
+    executors = _run(spark, rows, outcome, individual, way="executors")
     assert driver[0] == by_row
-    assert driver == executors
+    assert driver == kinds == executors
     assert sum(driver[1].values()) == len(rows)
     assert [r["request_id"] for r in driver[2]] == sorted(by_row)[:4]
     return by_kind
