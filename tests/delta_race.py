@@ -75,7 +75,8 @@ def main(argv: list[str] | None = None) -> int:
                   "outcome": "update", "expected_status": "pending", "status": "applied",
                   "run_id": args.writer, "places": "{}"} for i in ids], REQUEST_OUTCOME)
             spark_ledger.merge_outcomes(args.state_dir, spark, outcomes, ("status", "run_id"),
-                                  {"action": "apply", "run_id": args.writer})
+                                        {"action": "apply", "run_id": args.writer},
+                                        read_at=-1)  # a DataFrame's MERGE reads no version
         else:
             ledger.change_status(args.state_dir, ids, action="cancel",
                                  allowed=frozenset({"pending"}), status="cancelled",

@@ -347,9 +347,11 @@ def test_a_run_of_few_requests_matches_and_ends_on_the_driver_as_spark_does(
     (``compactor.erasure.ledger.PendingSummary.rows``); a run of many does both in Spark. The
     same requests (a key in one topic and in every topic, a header in one topic, the same
     value under a header name no record has, a header value equal to a key, a topic no log
-    dir holds) erase the same bytes and leave the same
-    reports and ledger either way, apply and verify."""
+    dir holds) erase the same bytes and leave the same reports and ledger either way, apply
+    and verify; and the same again when a run of many holds its outcomes by kind and MERGEs
+    them by delta-rs (``compactor.spark.stages.KindOutcomes``)."""
     from compactor.erasure import ledger
+    from compactor.spark import stages
 
     state = tmp_path / "state"
     init_ledger(str(state))
@@ -362,24 +364,29 @@ def test_a_run_of_few_requests_matches_and_ends_on_the_driver_as_spark_does(
         assert cli_json(capsys, "erase", "request", "--state-dir", str(state), *args,
                         "--now-ms", str(NOW), "--json", "--reason", "art. 17")[0] == EXIT_OK
     copies = {}
-    for way, limit in (("driver", ledger.ROWS_ON_DRIVER), ("spark", 0)):
+    for way, limit, by_kind in (("driver", ledger.ROWS_ON_DRIVER, stages.HELD_BY_KIND),
+                                ("kinds", 0, stages.HELD_BY_KIND), ("spark", 0, -1)):
         work, ledger_dir = tmp_path / way / "logs", tmp_path / way / "state"
         shutil.copytree(logs, work)
         shutil.copytree(state, ledger_dir)
         monkeypatch.setattr(ledger, "ROWS_ON_DRIVER", limit)
+        monkeypatch.setattr(stages, "HELD_BY_KIND", by_kind)
         reports = [cli_json(capsys, "erase", action, "--assume-kafka-defaults", str(work),
                             "--state-dir", str(ledger_dir), "--now-ms", str(NOW), "--json")
                    for action in ("apply", "verify")]
         rows = sorted(DeltaTable(str(ledger_dir / "erasure_requests")).to_pyarrow_table()
                       .to_pylist(), key=lambda r: r["request_id"])
-        # the audit trail: the same commits (the MERGE by delta-rs on the driver's way, by
-        # delta-spark on Spark's), each with its run's action
-        commits = [(c["operation"], c.get("action"))
-                   for c in ledger.history(str(ledger_dir), "erasure_requests")]
+        # the audit trail: the same commits (the MERGE by delta-rs on the driver's and the
+        # kinds' ways, by delta-spark on Spark's), each with its run's action
+        history = ledger.history(str(ledger_dir), "erasure_requests")
+        commits = [(c["operation"], c.get("action")) for c in history]
+        engines = {DeltaTable(str(ledger_dir / "erasure_requests")).history(1)[0][
+            "engineInfo"].split(":")[0].split("/")[0]}
+        assert engines == {"Apache-Spark" if way == "spark" else "delta-rs"}
         copies[way] = (tree_digest(work), [(c, _without_run(r)) for c, r in reports],
                        [_without_run(r) for r in rows], commits)
-    driver, spark = copies["driver"], copies["spark"]
+    driver, kinds, spark = copies["driver"], copies["kinds"], copies["spark"]
     assert driver[0] != tree_digest(logs)  # something was erased
     assert driver[1][0][1]["requests_by_outcome"] == {"applied": 5, "failed": 1}
     assert driver[3][-2:] == [("MERGE", "apply"), ("MERGE", "verify")]
-    assert driver == spark
+    assert driver == kinds == spark

@@ -6,6 +6,7 @@ the ledger's reads of files either library wrote."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from deltalake import DeltaTable
@@ -13,28 +14,48 @@ from deltalake import DeltaTable
 from compactor.erasure import ledger, rules, status
 from compactor.schemas.spark import REQUEST_OUTCOME
 from compactor.spark import ledger as spark_ledger
+from compactor.spark.stages import KindOutcomes
 
 pytestmark = pytest.mark.spark
 
 
-@pytest.mark.parametrize("way", ["driver", "spark"])
+def _filed(state: str, ids: list[str], topic: str = "accounts") -> None:
+    ledger.add_requests(state, [r for i in ids for r in rules.new_requests(
+        topic=topic, digests=[rules.subject_digest(f"user-{i}".encode())],
+        selector="key", header_name=None, reason="test", now_ms=1, deadline_days=30,
+        request_id=i)])
+
+
+def _applied(spark: Any, read: list[dict[str, Any]], way: str) -> Any:
+    """A run's ``applied`` outcomes of the requests it ``read`` (all pending, none
+    individual) held as ``way`` holds them: rows on the driver, a DataFrame, or by kind."""
+    rows = [{**dict.fromkeys(REQUEST_OUTCOME.fieldNames()), "request_id": r["request_id"],
+             "outcome": "update", "expected_status": r["status"], "status": "applied",
+             "run_id": "run-1", "records_erased": 4} for r in read]
+    if way == "driver":
+        return rows
+    frame = spark.createDataFrame(rows, REQUEST_OUTCOME)
+    if way == "spark":
+        return frame
+    shared = {**rows[0], "request_id": None}
+    return KindOutcomes([], [({"topic": "accounts", "status": "pending", "places": None},
+                              shared)], lambda: frame)
+
+
+@pytest.mark.parametrize("way", ["driver", "spark", "kinds"])
 def test_a_cancel_committed_during_the_run_is_not_overwritten(spark, tmp_path: Path,
                                                               way: str) -> None:
-    """Outcomes held on the driver (a run of few requests: delta-rs's MERGE) and outcomes in
-    a DataFrame (delta-spark's) leave a cancel committed meanwhile as it is, name it as moved,
-    and commit with the run's metadata."""
+    """Outcomes held on the driver (a run of few requests: delta-rs's MERGE), in a DataFrame
+    (delta-spark's) or by kind (delta-rs's MERGE by kind, which falls back to every
+    request's outcome once the table moved) leave a cancel committed meanwhile as it is,
+    name it as moved, and commit with the run's metadata."""
     state = str(tmp_path / "state")
     ledger.init(state)
-    ledger.add_requests(state, [r for i in range(3) for r in rules.new_requests(
-        topic="accounts", digests=[rules.subject_digest(f"user-{i}".encode())],
-        selector="key", header_name=None, reason="test", now_ms=1, deadline_days=30,
-        request_id=f"r{i}")])
+    _filed(state, ["r0", "r1", "r2"])
     summary = ledger.pending_summary(state, status.APPLICABLE)
-    read = spark_ledger.requests_frame(spark, state, status.APPLICABLE, version=summary.version)
-    rows = [{**dict.fromkeys(REQUEST_OUTCOME.fieldNames()), "request_id": r.request_id,
-             "outcome": "update", "expected_status": r.status, "status": "applied",
-             "run_id": "run-1", "records_erased": 4} for r in read.collect()]
-    outcomes = rows if way == "driver" else spark.createDataFrame(rows, REQUEST_OUTCOME)
+    read = [r.asDict() for r in spark_ledger.requests_frame(
+        spark, state, status.APPLICABLE, version=summary.version).collect()]
+    outcomes = _applied(spark, read, way)
     # while the run works, an operator cancels r1 (a delta-rs commit)
     ledger.change_status(state, ["r1"], action="cancel", allowed=frozenset({"pending"}),
                          status="cancelled", reason="withdrawn", now_ms=2)
@@ -42,7 +63,8 @@ def test_a_cancel_committed_during_the_run_is_not_overwritten(spark, tmp_path: P
     assert moved == ({"applied": 1}, [{"request_id": "r1", "status": "cancelled",
                                        "computed": "applied", "records_erased": 4}])
     updated = spark_ledger.merge_outcomes(state, spark, outcomes, ("status", "run_id"),
-                                          {"action": "apply", "run_id": "run-1"})
+                                          {"action": "apply", "run_id": "run-1"},
+                                          read_at=summary.version)
     assert updated == 2
     rows_now = {r["request_id"]: (r["status"], r["run_id"]) for r in
                 DeltaTable(f"{state}/erasure_requests").to_pyarrow_table().to_pylist()}
@@ -55,6 +77,63 @@ def test_a_cancel_committed_during_the_run_is_not_overwritten(spark, tmp_path: P
     assert spark_ledger.moved_requests(state, spark, outcomes, 10,
                                        read_at=ledger.table_version(state, "erasure_requests")
                                        ) == ({}, [])
+
+
+@pytest.mark.parametrize("moved", [False, True])
+def test_a_request_filed_during_the_run_is_not_recorded_by_its_kind(
+        spark, tmp_path: Path, moved: bool) -> None:
+    """Outcomes held by kind name requests by what they are (topic, status, places): a
+    request filed while the run worked is pending in the same topic, but the run never
+    looked for its subject. The MERGE by kind runs only while the table is still at the
+    version the run read; once it moved, every request's outcome goes in by id and the new
+    request stays pending (it would have been recorded applied, a false proof)."""
+    state = str(tmp_path / "state")
+    ledger.init(state)
+    _filed(state, ["r0", "r1"])
+    _filed(state, ["o0"], topic="orders")
+    summary = ledger.pending_summary(state, status.APPLICABLE)
+    read = [r.asDict() for r in spark_ledger.requests_frame(
+        spark, state, status.APPLICABLE, version=summary.version).collect()
+            if r["topic"] == "accounts"]
+    outcomes = _applied(spark, read, "kinds")
+    if moved:
+        _filed(state, ["late"])  # while the run works, a new request of the same kind
+    updated = spark_ledger.merge_outcomes(state, spark, outcomes, ("status", "run_id"),
+                                          {"action": "apply", "run_id": "run-1"},
+                                          read_at=summary.version)
+    assert updated == 2
+    rows_now = {r["request_id"]: r["status"] for r in
+                DeltaTable(f"{state}/erasure_requests").to_pyarrow_table().to_pylist()}
+    assert rows_now == {"r0": "applied", "r1": "applied", "o0": "pending",
+                        **({"late": "pending"} if moved else {})}
+    engine = DeltaTable(f"{state}/erasure_requests").history(1)[0]["engineInfo"]
+    assert engine.startswith("Apache-Spark" if moved else "delta-rs")
+
+
+def test_outcomes_by_kind_set_each_individual_request_by_its_id_whatever_its_spelling(
+        spark, tmp_path: Path) -> None:
+    """A MERGE by kind names its individual requests by id in its SQL (hex-encoded: an id is
+    free text): each takes its own outcome, a blocked one none, never its kind's."""
+    state = str(tmp_path / "state")
+    ledger.init(state)
+    odd, blocked = "it's \"ü\" -- '); DROP", "blocked"
+    _filed(state, [odd, blocked, "plain-1", "plain-2"])
+    version = ledger.table_version(state, "erasure_requests")
+    base = {**dict.fromkeys(REQUEST_OUTCOME.fieldNames()), "expected_status": "pending",
+            "run_id": "run-1"}
+    own = [{**base, "request_id": odd, "outcome": "update", "status": "applied",
+            "records_erased": 7},
+           {**base, "request_id": blocked, "outcome": "blocked"}]
+    shared = {**base, "outcome": "update", "status": "applied", "records_erased": 0}
+    held = KindOutcomes(own, [({"topic": "accounts", "status": "pending", "places": None},
+                               shared)], lambda: pytest.fail("the table did not move"))
+    assert spark_ledger.merge_outcomes(state, spark, held, ("status", "records_erased"),
+                                       {"action": "apply", "run_id": "run-1"},
+                                       read_at=version) == 3
+    rows = {r["request_id"]: (r["status"], r["records_erased"]) for r in
+            DeltaTable(f"{state}/erasure_requests").to_pyarrow_table().to_pylist()}
+    assert rows == {odd: ("applied", 7), blocked: ("pending", None),
+                    "plain-1": ("applied", 0), "plain-2": ("applied", 0)}
 
 
 def test_the_ledger_reads_files_of_many_statuses_whoever_wrote_them(tmp_path: Path) -> None:
@@ -121,7 +200,7 @@ def test_a_small_runs_rows_come_with_its_summary_as_spark_reads_them(
           "expected_status": "pending", "status": "applied", "run_id": "run-0",
           "places": f'{{"{place}": {{"applied_run_id": "run-0"}}}}'}
          for rid, place in (("r1", here), ("r2", there))], REQUEST_OUTCOME),
-        ("status", "run_id", "places"), {"action": "apply", "run_id": "run-0"})
+        ("status", "run_id", "places"), {"action": "apply", "run_id": "run-0"}, read_at=-1)
     columns = ledger.RUN_COLUMNS
     for place in (here, None):
         summary = ledger.pending_summary(state, status.APPLICABLE, not_applied_at=place)
