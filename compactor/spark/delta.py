@@ -224,10 +224,14 @@ def read_requests(spark: SparkSession, path: str, statuses: frozenset[str], *, v
     frame = (spark.read.format("delta").option("versionAsOf", version).load(path)
              .where(F.col("status").isin(sorted(statuses))))
     if not_applied_at:
-        places = F.from_json(F.coalesce(F.col("places"), F.lit("{}")),
-                             "map<string,map<string,string>>")
-        frame = frame.where(F.try_element_at(F.try_element_at(places, F.lit(not_applied_at)),
-                                             F.lit("applied_run_id")).isNull())
+        # only a row whose JSON names the place is parsed (a pending request has no places),
+        # as the driver's summary tells them (compactor.erasure.ledger._not_applied)
+        places = F.from_json(F.col("places"), "map<string,map<string,string>>")
+        frame = frame.where(
+            F.col("places").isNull()
+            | ~F.col("places").contains(json.dumps(not_applied_at))
+            | F.try_element_at(F.try_element_at(places, F.lit(not_applied_at)),
+                               F.lit("applied_run_id")).isNull())
     return frame.withColumn("digest", F.unhex("subject_sha256"))
 
 
