@@ -79,14 +79,17 @@ def test_a_cancel_committed_during_the_run_is_not_overwritten(spark, tmp_path: P
                                        ) == ({}, [])
 
 
-@pytest.mark.parametrize("moved", [False, True])
+@pytest.mark.parametrize("moved", [False, True, "large"])
 def test_a_request_filed_during_the_run_is_not_recorded_by_its_kind(
-        spark, tmp_path: Path, moved: bool) -> None:
+        spark, tmp_path: Path, moved: bool | str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Outcomes held by kind name requests by what they are (topic, status, places): a
     request filed while the run worked is pending in the same topic, but the run never
     looked for its subject. The MERGE by kind runs only while the table is still at the
     version the run read; once it moved, every request's outcome goes in by id and the new
-    request stays pending (it would have been recorded applied, a false proof)."""
+    request stays pending (it would have been recorded applied, a false proof). A table
+    larger than the driver rewrites (``KIND_MERGE_ROWS``) is merged by id as well."""
+    if moved == "large":
+        monkeypatch.setattr(ledger, "KIND_MERGE_ROWS", 2)
     state = str(tmp_path / "state")
     ledger.init(state)
     _filed(state, ["r0", "r1"])
@@ -96,7 +99,7 @@ def test_a_request_filed_during_the_run_is_not_recorded_by_its_kind(
         spark, state, status.APPLICABLE, version=summary.version).collect()
             if r["topic"] == "accounts"]
     outcomes = _applied(spark, read, "kinds")
-    if moved:
+    if moved is True:
         _filed(state, ["late"])  # while the run works, a new request of the same kind
     updated = spark_ledger.merge_outcomes(state, spark, outcomes, ("status", "run_id"),
                                           {"action": "apply", "run_id": "run-1"},
@@ -105,7 +108,7 @@ def test_a_request_filed_during_the_run_is_not_recorded_by_its_kind(
     rows_now = {r["request_id"]: r["status"] for r in
                 DeltaTable(f"{state}/erasure_requests").to_pyarrow_table().to_pylist()}
     assert rows_now == {"r0": "applied", "r1": "applied", "o0": "pending",
-                        **({"late": "pending"} if moved else {})}
+                        **({"late": "pending"} if moved is True else {})}
     engine = DeltaTable(f"{state}/erasure_requests").history(1)[0]["engineInfo"]
     assert engine.startswith("Apache-Spark" if moved else "delta-rs")
 
