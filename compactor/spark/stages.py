@@ -479,6 +479,11 @@ def erasure_matches(spark: SparkSession, parts: Mapping[int, HasSegments],
     return segments, matches, headers
 
 
+#: at most this many candidates of the scan (the records the Bloom filter kept) are broadcast
+#: to the join against the requests, which then streams the requests without a shuffle
+BROADCAST_CANDIDATES = 1_000_000
+
+
 def _matched_in_spark(spark: SparkSession, topics: Mapping[int, str], requests: DataFrame,
                       scanned: DataFrame) -> tuple[list[Row], list[Row]]:
     """:func:`erasure_matches`' segment rows, and its candidates in the partitions of
@@ -491,8 +496,9 @@ def _matched_in_spark(spark: SparkSession, topics: Mapping[int, str], requests: 
                 .collect())
     where = spark.createDataFrame([(i, t, is_internal_topic(t)) for i, t in topics.items()],
                                   "tp_id int, topic string, internal boolean")
-    c = (scanned.where(F.col("kind") != "segment")
-         .join(F.broadcast(where), "tp_id").alias("c"))
+    c = (scanned.where(~F.col("kind").isin("segment", "batch"))
+         .join(F.broadcast(where), "tp_id"))
+    c = (F.broadcast(c) if c.count() <= BROADCAST_CANDIDATES else c).alias("c")
     r = requests.alias("r")
     on = ((F.col("c.digest") == F.col("r.digest"))
           & (F.col("c.kind") == F.col("r.selector"))
