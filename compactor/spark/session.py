@@ -169,10 +169,20 @@ def get_spark(master: str | None, app_name: str = "kafka-compactor", *,
             with the same endpoint and credentials.
 
     Raises:
-        SparkUnavailableError: the session cannot start (no Java, or no Delta jars).
+        SparkUnavailableError: the session cannot start (no Java, or no Delta jars), or a
+            session already active in this process is not on the cluster ``master`` names.
     """
     active = SparkSession.getActiveSession()
     if active is not None:
+        running = active.sparkContext.master
+        # a process has one SparkContext: a cluster asked for must not be served by another
+        # (a local session a notebook or test started would run the job here, silently)
+        if master and not master.startswith("local") and master != running:
+            raise SparkUnavailableError(
+                f"--master {master} cannot be used: this process already runs a Spark "
+                f"session on {running}, and a process has one SparkContext",
+                remedy="stop that session (spark.stop()) first, or leave --master out to run "
+                       "on it; nothing was changed")
         return active
     builder = SparkSession.builder.appName(app_name)
     submitted = "PYSPARK_GATEWAY_PORT" in os.environ  # the JVM is spark-submit's, running

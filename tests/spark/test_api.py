@@ -117,3 +117,18 @@ def test_the_divergence_guard_and_its_override_through_the_api(spark, tmp_path: 
     assert reason(guarded) == "replicas_out_of_sync" and "--allow-replica-divergence" in str(
         guarded)
     assert reason(allowed) == "clean"
+
+
+def test_a_cluster_master_is_refused_while_another_session_runs_in_the_process(
+        spark, small_log: Path) -> None:
+    """A process has one SparkContext: with a local session running (a notebook's, these
+    tests'), ``master="spark://..."`` must fail before anything is read, not run the job on
+    the local session while the report says nothing of it. A local master uses the running
+    session."""
+    from compactor.errors import SparkUnavailableError
+    from compactor.spark.session import get_spark
+
+    with pytest.raises(SparkUnavailableError, match="already runs a Spark session on local"):
+        compactor.compact(str(small_log), master="spark://127.0.0.1:7077",
+                          configs=CONFIGS, now_ms=NOW, assume_kafka_defaults=True)
+    assert get_spark("local[1]") is spark
