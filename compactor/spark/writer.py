@@ -450,6 +450,16 @@ def _write_erased(partition_dir: str, segment: SegmentInfo, erased: Mapping[int,
     def outputs() -> Iterator[Output]:
         with storage.mapped(segment.log_path) as data:
             tally.bytes_in = len(data)
+            # v2 batches copied verbatim go out a run at a time (one write, one checksum
+            # call): most of a segment an erasure touches is such runs
+            run: list[int] = []  # the sizes of the run's batches
+            span = [0, 0]  # the run's first byte and its length
+
+            def flush() -> Iterator[Output]:
+                if run:
+                    yield data[span[0]:span[0] + span[1]], list(run), None, ()
+                    run.clear()
+
             for batch in iter_batches(data, path=segment.log_path):
                 tally.batches_in += 1
                 goes = erased.get(batch.position)
@@ -458,8 +468,18 @@ def _write_erased(partition_dir: str, segment: SegmentInfo, erased: Mapping[int,
                     n = batch.records_count if batch.magic >= 2 else len(batch.records())
                     tally.records_in += n
                     tally.records_out += n
+                    if batch.magic >= 2:
+                        if run and batch.position != span[0] + span[1]:
+                            yield from flush()
+                        if not run:
+                            span[:] = [batch.position, 0]
+                        run.append(len(batch.raw))
+                        span[1] += len(batch.raw)
+                        continue
+                    yield from flush()
                     yield batch.raw, None, batch, ()
                     continue
+                yield from flush()
                 retention = (BatchRetention.RETAIN_EMPTY if batch.position in retain_empty
                              else BatchRetention.DELETE_EMPTY)
                 decision = BatchDecision(retention=retention, aborted=False, discard_records=False,
@@ -475,6 +495,7 @@ def _write_erased(partition_dir: str, segment: SegmentInfo, erased: Mapping[int,
                 tally.dropped["erased"] += result.records_in - result.records_out
                 if result.data is not None:
                     yield result.data, None, None, ()
+            yield from flush()
 
     txn_path = segment_path(partition_dir, base, TXN_INDEX_SUFFIX)
     txn_entries = (decode_txn_index(storage.read_bytes(txn_path), base, path=txn_path)
