@@ -572,8 +572,8 @@ class KindOutcomes:
     are :attr:`compactor.erasure.outcomes.RunContext.individual`: ``own``, the outcomes of
     those; ``kinds``, each kind (``topic``, ``status``, ``places``) with the outcome its other
     requests get. The ledger MERGEs them by kind (:func:`compactor.erasure.ledger.merge_kinds`);
-    when it cannot (the table moved since the run read it), :meth:`frame` gives every
-    request's outcome, computed on the executors then."""
+    when it cannot (the table moved since the run read it, or is too large for the driver to
+    rewrite), :meth:`frame` gives every request's outcome, computed on the executors then."""
 
     def __init__(self, own: list[dict[str, Any]],
                  kinds: list[tuple[dict[str, Any], dict[str, Any]]],
