@@ -62,6 +62,13 @@ R = TypeVar("R")
 DAMAGED_REMEDY = ("the ledger's Delta table is damaged: restore the state dir (or the named "
                   "table) from a backup, or return the table to its last good version with "
                   "delta-spark's RESTORE; nothing was written to the ledger")
+#: an Arrow function the read needs is missing for the files' types (delta-rs's MERGE writes
+#: ``string_view`` columns, which pyarrow could not filter: :func:`_record_batches`): the
+#: table passed its check, and restoring it would throw away a healthy ledger
+UNREADABLE_REMEDY = ("the ledger's files passed their check, but this installation's Arrow "
+                     "cannot read them this way: do not restore the ledger; report this as a "
+                     "bug with the message (and the deltalake and pyarrow versions); nothing "
+                     "was written to the ledger")
 
 
 def ledger_errors(action: str, *, writes: bool = False
@@ -105,9 +112,11 @@ def mapped_errors(action: str, state_dir: str | None) -> Iterator[None]:
         if not isinstance(err, (DeltaError, pa.ArrowException, OSError,
                                 UnicodeDecodeError)) and not _is_spark_error(err):
             raise
-        raise LedgerError(
-            f"cannot {action}: {type(err).__name__}: {first_line(err)}", path=state_dir,
-            remedy=None if isinstance(err, CommitFailedError) else DAMAGED_REMEDY) from err
+        remedy = (None if isinstance(err, CommitFailedError) else
+                  UNREADABLE_REMEDY if isinstance(err, pa.ArrowNotImplementedError) else
+                  DAMAGED_REMEDY)
+        raise LedgerError(f"cannot {action}: {type(err).__name__}: {first_line(err)}",
+                          path=state_dir, remedy=remedy) from err
 
 
 def _is_spark_error(err: BaseException) -> bool:
