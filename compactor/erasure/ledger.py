@@ -600,15 +600,25 @@ def merge_outcomes(state_dir: str, rows: Sequence[Mapping[str, Any]], columns: S
     committed meanwhile is not overwritten), as delta-spark's MERGE of a run of many does
     (:func:`compactor.spark.delta.merge_outcomes`; both tested to leave the same table).
     Returns the rows updated."""
-    updates = [r for r in rows if r["outcome"] == "update"]
-    schema = pa.schema([ERASURE_REQUESTS.field(c) for c in ("request_id", *columns)]
-                       + [pa.field("expected_status", pa.string())])
-    source = _rows_table(updates, schema)
     table = _table(state_dir, ERASURE_REQUESTS_TABLE, ERASURE_REQUESTS)
-    metrics = (table.merge(source=source, source_alias="s", target_alias="t",
-                           predicate="t.request_id = s.request_id "
+    return _merge_updates(table, [r for r in rows if r["outcome"] == "update"], "request_id",
+                          "t.request_id", columns, meta)
+
+
+def _merge_updates(table: DeltaTable, updates: Sequence[Mapping[str, Any]], key: str,
+                   target_key: str, columns: Sequence[str], meta: Mapping[str, str],
+                   **options: Any) -> int:
+    """One delta-rs MERGE of ``update`` outcomes: each source row's ``key`` names the rows
+    whose ``target_key`` (SQL over the target ``t``) equals it, and sets their ``columns``
+    where they are still in its ``expected_status``. Returns the rows updated."""
+    schema = pa.schema([pa.field(key, pa.string())]
+                       + [ERASURE_REQUESTS.field(c) for c in columns if c != key]
+                       + [pa.field("expected_status", pa.string())])
+    metrics = (table.merge(source=_rows_table(updates, schema), source_alias="s",
+                           target_alias="t",
+                           predicate=f"{target_key} = s.{key} "
                                      "AND t.status = s.expected_status",
-                           commit_properties=_commit(meta))
+                           commit_properties=_commit(meta), **options)
                .when_matched_update(updates={c: f"s.{c}" for c in columns})
                .execute())
     return int(metrics.get("num_target_rows_updated", 0))
@@ -668,37 +678,26 @@ def merge_kinds(state_dir: str, own: Sequence[Mapping[str, Any]],
     keyed = [{**o, "merge_key": f"I{o['request_id']}"} for o in own if o["outcome"] == "update"]
     keyed += [{**o, "merge_key": kind_key(k["topic"], k["status"], k["places"])}
               for k, o in kinds if o["outcome"] == "update"]
-    schema = pa.schema([ERASURE_REQUESTS.field(c) for c in columns]
-                       + [pa.field("expected_status", pa.string()),
-                          pa.field("merge_key", pa.string())])
     # the individual requests by id, hex-encoded in the SQL (an id is free text); every one
     # of them, whatever its outcome: a blocked request must not take its kind's update
     ids = sorted({str(o["request_id"]) for o in own})
     key = (f"CASE WHEN encode(t.request_id, 'hex') IN "
            f"({', '.join(repr(i.encode().hex()) for i in ids)}) "
            f"THEN concat('I', t.request_id) ELSE {_KIND_KEY} END" if ids else _KIND_KEY)
-    metrics = (table.merge(source=_rows_table(keyed, schema), source_alias="s",
-                           target_alias="t",
-                           predicate=f"{key} = s.merge_key AND t.status = s.expected_status",
-                           max_spill_size=_MERGE_SPILL,
-                           writer_properties=WriterProperties(max_row_group_size=64 * 1024),
-                           commit_properties=_commit(meta))
-               .when_matched_update(updates={c: f"s.{c}" for c in columns})
-               .execute())
-    return int(metrics.get("num_target_rows_updated", 0))
+    return _merge_updates(table, keyed, "merge_key", key, columns, meta,
+                          max_spill_size=_MERGE_SPILL,
+                          writer_properties=WriterProperties(max_row_group_size=64 * 1024))
 
 
 @ledger_errors("read the erasure request ledger")
-def moved_requests(state_dir: str, rows: Sequence[Mapping[str, Any]], limit: int, *,
-                   read_at: int) -> tuple[dict[str, int], list[dict[str, object]]]:
+def moved_requests(state_dir: str, rows: Sequence[Mapping[str, Any]], limit: int
+                   ) -> tuple[dict[str, int], list[dict[str, object]]]:
     """The ``update`` rows of a run's outcomes held on the driver whose request is no longer
     in the status they were computed from (an ``erase cancel`` or ``retry`` committed while
     the run ran): what :func:`merge_outcomes` now would leave alone, as
     :func:`compactor.spark.delta.moved_requests` finds them for a run of many. Call it holding
-    the state dir's writer lock. When the table is still at ``read_at``, the version the run
-    read its requests at, nothing moved and nothing is read."""
-    if table_version(state_dir, ERASURE_REQUESTS_TABLE) == read_at:
-        return {}, []
+    the state dir's writer lock (:func:`compactor.spark.ledger.moved_requests` reads nothing
+    when the table did not move)."""
     updates = {r["request_id"]: r for r in rows if r["outcome"] == "update"}
     now = {r["request_id"]: r["status"]
            for batch in _request_batches(state_dir, ("request_id", "status"),

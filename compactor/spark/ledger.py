@@ -66,20 +66,19 @@ def moved_requests(state_dir: str, spark: SparkSession, outcomes: RunResult, lim
     :func:`merge_outcomes` leaves alone. ``read_at`` is the table version the run read its
     requests at: when that is still the table's version, no commit came between, nothing
     moved, and nothing is read. Outcomes on the driver are checked there
-    (:func:`compactor.erasure.ledger.moved_requests`), a DataFrame's in Spark."""
+    (:func:`compactor.erasure.ledger.moved_requests`), a DataFrame's (or, once the table
+    moved, every request's outcome of a run held by kind) in Spark."""
+    if ledger.table_version(state_dir, ERASURE_REQUESTS_TABLE) == read_at:
+        return {}, []
     if isinstance(outcomes, list):
-        return ledger.moved_requests(state_dir, outcomes, limit, read_at=read_at)
+        return ledger.moved_requests(state_dir, outcomes, limit)
     if isinstance(outcomes, KindOutcomes):
-        if ledger.table_version(state_dir, ERASURE_REQUESTS_TABLE) == read_at:
-            return {}, []
         outcomes = outcomes.frame()
-    return _moved_in_frame(state_dir, spark, outcomes, limit, read_at=read_at)
+    return _moved_in_frame(state_dir, spark, outcomes, limit)
 
 
 @ledger.ledger_errors("read the erasure request ledger")
-def _moved_in_frame(state_dir: str, spark: SparkSession, outcomes: DataFrame, limit: int, *,
-                    read_at: int) -> tuple[dict[str, int], list[dict[str, object]]]:
-    if ledger.table_version(state_dir, ERASURE_REQUESTS_TABLE) == read_at:
-        return {}, []
+def _moved_in_frame(state_dir: str, spark: SparkSession, outcomes: DataFrame, limit: int
+                    ) -> tuple[dict[str, int], list[dict[str, object]]]:
     return delta.moved_requests(spark, ledger.table_path(state_dir, ERASURE_REQUESTS_TABLE),
                                 outcomes, limit)

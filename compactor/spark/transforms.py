@@ -67,7 +67,7 @@ from compactor.cleaner.scan import (
 from compactor.cleaner.verify import index_problems, offset_problems, txn_problems
 from compactor.codec.indexes import AbortedTxn
 from compactor.config import TopicConfig
-from compactor.erasure.outcomes import of_rows
+from compactor.erasure.outcomes import KIND_COLUMNS, kind_outcome, of_rows
 from compactor.erasure.rules import HEADER, KEY
 from compactor.erasure.sketch import DigestFilter
 from compactor.errors import CompactorError, RemoteTierError
@@ -847,9 +847,8 @@ def kind_outcomes(outcome: Callable[[Mapping[str, Any]], Mapping[str, Any]]) -> 
         for batch in batches:
             rows = []
             for kind in batch.to_pylist():
-                row = {"request_id": None, "topic": kind["kind_topic"],
-                       "status": kind["kind_status"], "places": kind["kind_places"]}
-                out = {**kind, **outcome(row), "expected_status": row["status"]}
+                shared = kind_outcome({c: kind[f"kind_{c}"] for c in KIND_COLUMNS}, outcome)
+                out = {**kind, **shared}
                 rows.append({n: out.get(n) for n in names})
             yield pa.RecordBatch.from_pylist(rows, schema=_KIND_ARROW)
 
