@@ -34,7 +34,8 @@ PHASES = {
                                     "_settle_lease", "_record", "_remote_tier"),
     "compactor.erasure.ledger": ("pending_summary", "record_runs"),
     "compactor.spark.ledger": ("requests_frame", "merge_outcomes", "moved_requests"),
-    "compactor.spark.stages": ("run_outcomes",),
+    "compactor.spark.stages": ("run_outcomes", "_scanned_rows", "_candidate_requests",
+                               "_matched_on_driver"),
     "compactor.log.swap": ("commit_isolated",),
 }
 

@@ -230,8 +230,7 @@ class ErasureRequest:
 def covers_topic(request_topic: str, topic: str) -> bool:
     """Whether a request for ``request_topic`` covers ``topic``: ``*`` covers every application
     topic (:func:`is_internal_topic` is false), a name only itself. The one rule apply, verify,
-    the proof's replica map and status expand ``*`` by (the Spark join states it in SQL from
-    :func:`is_internal_topic`, ``compactor.spark.stages.erasure_matches``)."""
+    the proof's replica map and status expand ``*`` by."""
     if request_topic == ALL_TOPICS:
         return not is_internal_topic(topic)
     return request_topic == topic
@@ -242,8 +241,7 @@ def request_matches(request: Mapping[str, Any], *, kind: str, name: str | None,
     """Whether a record's ``digest`` (of its key, ``kind`` ``key``; of its header ``name``'s
     value, ``kind`` ``header``) in ``topic`` is the subject of ``request`` (a ledger row with
     its digest as 32 bytes, ``digest``): the same digest, selector and header name, on a topic
-    the request covers (:func:`covers_topic`). The join of ``compactor.spark.stages.
-    erasure_matches`` states the same in SQL."""
+    the request covers (:func:`covers_topic`)."""
     return (request["digest"] == digest and request["selector"] == kind
             and request.get("header_name") == name and covers_topic(request["topic"], topic))
 

@@ -416,11 +416,14 @@ def erasure_matches(spark: SparkSession, parts: Mapping[int, HasSegments],
                     with_headers: bool = False
                     ) -> tuple[list[Row], list[Row], dict[int, list[BatchHeader]]]:
     """Every segment of the partitions scanned, and its records matched against the ledger's
-    ``requests`` by a join on the SHA-256 digest inside Spark: no subject is collected to the
-    driver or shipped in a task (a run of few requests, whose rows the driver holds, is
-    matched there: :data:`RunRequests`). The scan sends to the match only the records a
-    Bloom filter of the requests' digests may hold (:mod:`compactor.erasure.sketch`,
-    ``digests``: built as the driver streamed the ledger's summary, broadcast). Returns one
+    ``requests`` on the driver (:func:`compactor.erasure.rules.request_matches`). The scan
+    sends to the match only the records a Bloom filter of the requests' digests may hold
+    (:mod:`compactor.erasure.sketch`, ``digests``: built as the driver streamed the ledger's
+    summary, broadcast; it holds bits, no subject), and one job brings back its segment
+    rows, those candidates and, ``with_headers``, the batch headers: the log is read once
+    and nothing is cached. A run of many requests (a DataFrame: :data:`RunRequests`) brings
+    to the driver only the requests with a candidate's digest
+    (:func:`_candidate_requests`), never the ledger's others. Returns one
     row per segment (tp_id, segment_base, batches, records, error) and one per matched record
     and request (:data:`MATCH_FROM_SCAN`, :data:`MATCH_FROM_REQUEST`: the request's selector,
     tombstone choice, status, places and tombstones left come with it).
@@ -441,8 +444,6 @@ def erasure_matches(spark: SparkSession, parts: Mapping[int, HasSegments],
                                                           else ()) for sid, start, end in found]
     if not any(p.segments for p in parts.values()) and not remote_rows:
         return [], [], {}
-    from pyspark import StorageLevel
-
     with spark_step(spark, "erase_scan", total_bytes=input_bytes(parts)):
         sketch = spark.sparkContext.broadcast(digests)
         scanned = (segment_tasks(spark, parts)
@@ -455,34 +456,22 @@ def erasure_matches(spark: SparkSession, parts: Mapping[int, HasSegments],
                 .transform(transforms.scan_remote_erasure(
                     remote.helper, remote.server_properties, remote.log_dir, header_names,
                     sketch, writer)))
-        many = isinstance(requests, DataFrame)
-        if many:  # read by more than one job
-            scanned = scanned.persist(StorageLevel.MEMORY_AND_DISK)
         try:
-            # the partitions scanned here, local or remote
-            where = {i: t for i, t in topics.items()
-                     if i in parts or (remote is not None and i in remote.segments)}
-            batches: DataFrame | pa.Table | None
-            if isinstance(requests, DataFrame):
-                segments, matches = _matched_in_spark(spark, where, requests, scanned)
-                batches = scanned.where(F.col("kind") == "batch")
-            else:  # one job: the segment rows, the filter's candidates (and the headers)
-                batches, rows = _scanned_rows(scanned, with_headers=with_headers)
-                segments = [r for r in rows if r.kind == "segment"]
-                matches = _matched_on_driver([r for r in rows if r.kind != "segment"],
-                                             requests, where)
-            hit = sorted({r.tp_id for r in matches if r.tp_id in parts}) if with_headers else []
-            table = None
-            if hit and isinstance(batches, DataFrame):
-                table = (batches.where(F.col("tp_id").isin(hit))
-                         .select("tp_id", *transforms.HEADER_FIELDS).toArrow())
-            elif hit and batches is not None:
-                table = batches.filter(pc.is_in(batches["tp_id"],
-                                                pa.array(hit, batches["tp_id"].type)))
+            # one job: the segment rows, the filter's candidates (and the headers)
+            batches, rows = _scanned_rows(scanned, with_headers=with_headers)
         finally:
-            if many:
-                scanned.unpersist()
             sketch.destroy()
+    segments = [r for r in rows if r.kind == "segment"]
+    candidates = [r for r in rows if r.kind != "segment"]
+    if isinstance(requests, DataFrame):
+        requests = _candidate_requests(spark, requests, candidates)
+    # the partitions scanned here, local or remote
+    where = {i: t for i, t in topics.items()
+             if i in parts or (remote is not None and i in remote.segments)}
+    matches = _matched_on_driver(candidates, requests, where)
+    hit = sorted({r.tp_id for r in matches if r.tp_id in parts}) if with_headers else []
+    table = (batches.filter(pc.is_in(batches["tp_id"], pa.array(hit, batches["tp_id"].type)))
+             if hit and batches is not None else None)
     headers = {i: transforms.headers_from_arrow(table.filter(pc.equal(table["tp_id"], i)))
                for i in hit} if table is not None else {}
     return segments, matches, headers
@@ -504,43 +493,35 @@ def _scanned_rows(scanned: DataFrame, *, with_headers: bool
             [Row(**r) for r in rest.to_pylist()])
 
 
-#: at most this many candidates of the scan (the records the Bloom filter kept) are broadcast
-#: to the join against the requests, which then streams the requests without a shuffle
+#: at most this many distinct digests of the scan's candidates are broadcast to the join that
+#: picks their requests out of the ledger's; more are joined by shuffle
 BROADCAST_CANDIDATES = 1_000_000
 
 
-def _matched_in_spark(spark: SparkSession, topics: Mapping[int, str], requests: DataFrame,
-                      scanned: DataFrame) -> tuple[list[Row], list[Row]]:
-    """:func:`erasure_matches`' segment rows, and its candidates in the partitions of
-    ``topics`` joined against ``requests`` in Spark:
-    :func:`compactor.erasure.rules.request_matches` stated in SQL."""
-    from compactor.erasure.rules import ALL_TOPICS, is_internal_topic
-
-    segments = (scanned.where(F.col("kind") == "segment")
-                .select("tp_id", "segment_base", "batches", "records", "error")
-                .collect())
-    where = spark.createDataFrame([(i, t, is_internal_topic(t)) for i, t in topics.items()],
-                                  "tp_id int, topic string, internal boolean")
-    c = (scanned.where(~F.col("kind").isin("segment", "batch"))
-         .join(F.broadcast(where), "tp_id"))
-    c = (F.broadcast(c) if c.count() <= BROADCAST_CANDIDATES else c).alias("c")
-    r = requests.alias("r")
-    on = ((F.col("c.digest") == F.col("r.digest"))
-          & (F.col("c.kind") == F.col("r.selector"))
-          & F.col("c.name").eqNullSafe(F.col("r.header_name"))
-          & ((F.col("r.topic") == F.col("c.topic"))
-             | ((F.col("r.topic") == F.lit(ALL_TOPICS)) & ~F.col("c.internal"))))
-    matches = c.join(r, on).select(*(f"c.{n}" for n in MATCH_FROM_SCAN),
-                                   *(f"r.{n}" for n in MATCH_FROM_REQUEST)).collect()
-    return segments, matches
+def _candidate_requests(spark: SparkSession, requests: DataFrame,
+                        candidates: Sequence[Row]) -> list[dict[str, Any]]:
+    """The rows of ``requests`` (read on the executors: the run's many) whose digest is
+    that of one of the scan's ``candidates``, brought to the driver: the rows the match of
+    :func:`_matched_on_driver` needs, whatever the number of requests (a request whose
+    digest no record of the log has is never read here; the driver holds at most one row
+    per candidate digest and request). One job: the candidates' distinct digests joined
+    with the requests as the ledger's files stream past."""
+    digests = sorted({bytes(c.digest) for c in candidates})
+    if not digests:
+        return []
+    wanted = spark.createDataFrame([(d,) for d in digests], "digest binary")
+    wanted = F.broadcast(wanted) if len(digests) <= BROADCAST_CANDIDATES else wanted
+    with spark_step(spark, "erase_match"):
+        rows = (requests.join(wanted, "digest", "left_semi")
+                .select("digest", "topic", "header_name", *MATCH_FROM_REQUEST).collect())
+    return [{**r.asDict(), "digest": bytes(r.digest)} for r in rows]
 
 
 def _matched_on_driver(candidates: Sequence[Row], requests: Sequence[Mapping[str, Any]],
                        topics: Mapping[int, str]) -> list[Row]:
     """The scan's ``candidates`` (the records the Bloom filter kept) in the partitions of
     ``topics`` matched against the ``requests`` rows held on the driver
-    (:func:`compactor.erasure.rules.request_matches`): the rows the Spark join of
-    :func:`_matched_in_spark` gives."""
+    (:func:`compactor.erasure.rules.request_matches`)."""
     by_digest: dict[bytes, list[Mapping[str, Any]]] = {}
     for r in requests:
         by_digest.setdefault(r["digest"], []).append(r)
