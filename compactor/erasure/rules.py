@@ -175,14 +175,17 @@ def first_problem_row(batch: pa.RecordBatch | pa.Table) -> int | None:
     if isinstance(material, pa.ChunkedArray):
         material = material.combine_chunks()
     material = material.cast(pa.large_binary())
-    offsets = np.frombuffer(material.buffers()[1], dtype=np.int64,
-                            count=len(material) + 1, offset=material.offset * 8)
-    data = memoryview(material.buffers()[2] or b"")
+    bounds = np.frombuffer(material.buffers()[1], dtype=np.int64,
+                           count=len(material) + 1, offset=material.offset * 8).tolist()
+    data = (material.buffers()[2] or pa.py_buffer(b"")).to_pybytes()
     good = np.ones(n, dtype=bool)
-    stored_values = stored.to_pylist()
-    for i in np.flatnonzero(has):
-        digest = hashlib.sha256(data[offsets[i]:offsets[i + 1]]).hexdigest()
-        good[i] = digest == stored_values[i]
+    checked = np.flatnonzero(has)
+    if len(checked):  # one hashlib call a row, compared column-wise (no numpy scalar a row)
+        sha256 = hashlib.sha256
+        made = pa.array([sha256(data[bounds[i]:bounds[i + 1]]).hexdigest()
+                         for i in checked.tolist()], pa.large_string())
+        kept = pc.cast(pc.take(stored, pa.array(checked)), pa.large_string())
+        good[checked] = pc.equal(made, kept).to_numpy(zero_copy_only=False)
     unchecked = np.flatnonzero(~has)
     if len(unchecked):  # a ledger written before the digest existed: the derived id's check
         ids, topics, selectors, headers, digests = (
