@@ -48,17 +48,21 @@ def _positions(digests: np.ndarray, bits: int, hashes: int) -> np.ndarray:
 
 
 def may_hold(table: np.ndarray, bits: int, hashes: int, w0: np.uint64, w1: np.uint64) -> bool:
-    """Whether the filter whose bits are ``table`` (one byte a bit) may hold the digest whose
-    first two little-endian 64-bit words are ``w0`` and ``w1``: bit ``(h1 + i * h2) % bits``
-    set for every ``i < hashes`` (``h1 = w0 % bits``, ``h2 = (w1 | 1) % bits``), stopping at
-    the first clear bit. Scalar, so the native scan (:mod:`compactor.native.erasure`) compiles
+    """Whether the filter whose packed bits are ``table`` (uint8, ``numpy.packbits`` order:
+    bit ``p`` is bit ``7 - p % 8`` of byte ``p // 8``) may hold the digest whose first two
+    little-endian 64-bit words are ``w0`` and ``w1``: bit ``(h1 + i * h2) % bits`` set for
+    every ``i < hashes`` (``h1 = w0 % bits``, ``h2 = (w1 | 1) % bits``), stopping at the
+    first clear bit. Scalar, so the native scan (:mod:`compactor.native.erasure`) compiles
     it into its kernel and tests a record's digest as it makes it; ``tests/unit/
-    test_sketch.py`` holds it equal to :func:`_positions`' arrays."""
+    test_sketch.py`` holds it equal to :func:`_positions`' arrays. The bits stay packed: a
+    million subjects' filter is 2.4 MB, where one byte a bit (19 MB) missed the CPU's caches
+    on almost every lookup and cost a 10 M-record scan 0.7 s (docs/benchmarks-history.md)."""
     size = np.uint64(bits)
     h1 = np.uint64(w0) % size
     h2 = (np.uint64(w1) | np.uint64(1)) % size
     for i in range(hashes):
-        if table[(h1 + np.uint64(i) * h2) % size] == 0:
+        p = (h1 + np.uint64(i) * h2) % size
+        if (table[p >> np.uint64(3)] >> (np.uint64(7) - (p & np.uint64(7)))) & np.uint8(1) == 0:
             return False
     return True
 
@@ -123,8 +127,8 @@ class DigestFilter:
         return np.unpackbits(np.frombuffer(self.packed, dtype=np.uint8))
 
     def probe(self) -> Probe:
-        """This filter unpacked once, for the lookups of a whole scan."""
-        return Probe(self.table(), self.bits, self.hashes)
+        """This filter's packed bits, for the lookups of a whole scan."""
+        return Probe(np.frombuffer(self.packed, dtype=np.uint8), self.bits, self.hashes)
 
     def might_contain(self, digests: Sequence[bytes] | np.ndarray) -> np.ndarray:
         """Per digest (32 bytes each, or rows of :func:`hex_digest_words`), whether it may be in
@@ -134,7 +138,7 @@ class DigestFilter:
 
 @dataclass(frozen=True, slots=True)
 class Probe:
-    """A :class:`DigestFilter` unpacked for lookups: ``table`` holds one byte per bit. The
+    """A :class:`DigestFilter` for lookups: ``table`` holds its packed bits (uint8). The
     pure scan asks :meth:`might_contain` of a batch's digests at once; the native scan reads
     ``table``, ``bits`` and ``hashes`` into its kernel (:func:`may_hold`)."""
 
@@ -147,7 +151,8 @@ class Probe:
         filter."""
         if len(digests) == 0:
             return np.zeros(0, dtype=bool)
-        found = self.table[_positions(_words(digests), self.bits, self.hashes)]
+        at = _positions(_words(digests), self.bits, self.hashes)
+        found = (self.table[at >> np.uint64(3)] >> (np.uint64(7) - (at & np.uint64(7)))) & 1
         return np.all(found == 1, axis=0)
 
 
