@@ -4,13 +4,13 @@
 - ``deltalake`` (delta-rs) on the driver of every command: all of ``erase request``,
   ``retry``, ``cancel``, ``status``, ``list``, ``report``, ``history``, ``optimize`` and of
   the commands whose work needed no Spark (``retain``); every command's run rows; an
-  erasure's summary of its requests (and, when few, their rows and their outcomes' MERGE).
-  It creates the tables and adds new columns. Never in Spark workers (delta-rs panics in a
-  forked child).
+  erasure's requests, streamed (:func:`pending_summary`, :class:`RunLedger`), and the
+  MERGE of its outcomes when the driver holds them, itself or by kind. It creates the
+  tables and adds new columns. Never in Spark workers (delta-rs panics in a forked child).
 - ``delta-spark`` in the erasure commands' own session (``erase apply`` and ``verify``): a
-  run of many requests reads them as a DataFrame, matches them inside Spark and MERGEs its
-  outcomes (:mod:`compactor.spark.ledger`, which builds on this module; nothing here
-  imports Spark).
+  run of many requests that are not few kinds reads them as a DataFrame, gives each its
+  outcome on the executors and MERGEs them (:mod:`compactor.spark.ledger`, which builds on
+  this module; nothing here imports Spark).
 
 Every commit by either holds the state dir's writer lock (:func:`compactor.log.storage.
 state_dir_lock`), so no commit of the tool's processes replaces another. Both libraries read
@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import heapq
 import json
 import re
 import sys
@@ -38,6 +39,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 import numpy as np
 import pyarrow as pa
 
+from compactor.erasure.outcomes import KIND_COLUMNS, ROW_COLUMNS
 from compactor.erasure.rules import (
     ALL_TOPICS,
     CHECKED_COLUMNS,
@@ -858,14 +860,14 @@ def table_version(state_dir: str, name: str) -> int | None:
 
 
 # ---------------------------------------------------------------------------------------------
-# The requests as the Spark commands see them: streamed summaries on the driver, the rows in
-# Spark
+# The requests as the erasure commands see them: streamed by the driver, a pass at a time, or
+# read in Spark
 
 
 @dataclass(frozen=True, slots=True)
 class PendingSummary:
-    """What an apply or verify needs on the driver before it reads the requests in Spark:
-    how many there are, the topics and header names they name (few, whatever the number of
+    """What an apply or verify needs on the driver before it scans the log: how many requests
+    there are, the topics and header names they name (few, whatever the number of
     subjects) and the table version read."""
 
     version: int
@@ -882,7 +884,7 @@ class PendingSummary:
 
 
 #: a run of at most this many requests holds their rows on the driver
-#: (:attr:`PendingSummary.rows`); more are read, matched and given their outcomes in Spark
+#: (:attr:`PendingSummary.rows`); more are read again a pass at a time (:class:`RunLedger`)
 ROWS_ON_DRIVER = 20_000
 #: the request columns a run holds on the driver: what the match compares and carries to the
 #: apply (:func:`compactor.erasure.rules.request_matches`) and what the outcomes read
@@ -938,6 +940,99 @@ def pending_summary(state_dir: str, statuses: frozenset[str], *,
                 strict=True))
     return PendingSummary(version=table.version(), count=count, topics=frozenset(topics),
                           header_names=frozenset(headers), digests=digests.done(), rows=rows)
+
+
+@dataclass(frozen=True, slots=True)
+class RunLedger:
+    """A run's requests too many to hold on the driver (:attr:`PendingSummary.rows` is
+    ``None``): those in ``statuses`` (not yet applied at ``not_applied_at``) at the table
+    ``version`` its summary read and checked, read again by delta-rs batch by batch, one
+    pass for each thing the run needs of them (:func:`requests_with_digests`,
+    :func:`outcome_rows`): the driver holds what a pass keeps, never every row."""
+
+    state_dir: str
+    statuses: frozenset[str]
+    version: int
+    not_applied_at: str | None = None
+
+
+def _run_batches(run: RunLedger, columns: Sequence[str]) -> Iterator[pa.RecordBatch]:
+    """The batches of ``run``'s requests with ``columns`` (the rows :func:`pending_summary`
+    checked at this version: not checked again)."""
+    table = _open(table_path(run.state_dir, ERASURE_REQUESTS_TABLE))
+    table.load_as_version(run.version)
+    read = sorted({*columns, *(("places",) if run.not_applied_at else ())})
+    for batch in _record_batches(table, read, ("status", run.statuses)):
+        if run.not_applied_at:
+            batch = batch.filter(_not_applied(batch.column("places"), run.not_applied_at))
+        if batch.num_rows:
+            yield batch.select(list(columns))
+
+
+def _of(column: pa.Array, values: Collection[str]) -> pa.Array:
+    """Whether each value of a string ``column`` is one of ``values``."""
+    import pyarrow.compute as pc
+
+    return pc.is_in(column, value_set=pa.array(sorted(values), column.type))
+
+
+@ledger_errors("read the erasure request ledger")
+def requests_with_digests(run: RunLedger, digests: Collection[bytes]) -> list[dict[str, Any]]:
+    """The rows (:data:`RUN_COLUMNS`, the digest as 32 bytes) of ``run``'s requests whose
+    subject digest is one of ``digests`` (the scan's candidates: what the match on the
+    driver compares them with), in one pass."""
+    if not digests:
+        return []
+    kept = [c for c in RUN_COLUMNS if c != "digest"]
+    out: list[dict[str, Any]] = []
+    for batch in _run_batches(run, [*kept, "subject_sha256"]):
+        hit = batch.filter(_of(batch.column("subject_sha256"), {d.hex() for d in digests}))
+        out.extend({**r, "digest": bytes.fromhex(sha)} for r, sha in zip(
+            hit.select(kept).to_pylist(), hit.column("subject_sha256").to_pylist(),
+            strict=True))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class OutcomeRows:
+    """What a run's outcomes by kind need of its requests (:func:`outcome_rows`)."""
+
+    #: the rows (:data:`compactor.erasure.outcomes.ROW_COLUMNS`) of the individual requests
+    own: list[dict[str, Any]]
+    #: every other kind (:data:`compactor.erasure.outcomes.KIND_COLUMNS`) with its ``count``
+    kinds: list[dict[str, Any]]
+    #: the first rows by request id (``ROW_COLUMNS``), of every request
+    first: list[dict[str, Any]]
+
+
+@ledger_errors("read the erasure request ledger")
+def outcome_rows(run: RunLedger, individual: Collection[str], limit: int,
+                 max_kinds: int) -> OutcomeRows | None:
+    """In one pass over ``run``'s requests: the rows of those in ``individual``, how many of
+    the others are of each kind, and the first ``limit`` by id; ``None`` as soon as the
+    kinds are more than ``max_kinds`` (the run then gives each request its outcome in
+    Spark)."""
+    import pyarrow.compute as pc
+
+    own: list[dict[str, Any]] = []
+    counts: dict[tuple[Any, ...], int] = {}
+    first: list[dict[str, Any]] = []
+    for batch in _run_batches(run, ROW_COLUMNS):
+        mine = _of(batch.column("request_id"), individual)
+        own.extend(batch.filter(mine).to_pylist())
+        rest = pa.Table.from_batches([batch.filter(pc.invert(mine))])
+        for k in rest.group_by(list(KIND_COLUMNS)).aggregate([([], "count_all")]).to_pylist():
+            kind = tuple(k[c] for c in KIND_COLUMNS)
+            counts[kind] = counts.get(kind, 0) + k["count_all"]
+        if len(counts) > max_kinds:
+            return None
+        if limit > 0:
+            at = pc.select_k_unstable(batch, k=min(limit, batch.num_rows),
+                                      sort_keys=[("request_id", "ascending")])
+            first = heapq.nsmallest(limit, [*first, *batch.take(at).to_pylist()],
+                                    key=lambda r: r["request_id"])
+    return OutcomeRows(own, [{**dict(zip(KIND_COLUMNS, k, strict=True)), "count": n}
+                             for k, n in counts.items()], first)
 
 
 def _not_applied(places: pa.Array, key: str) -> pa.Array:

@@ -147,16 +147,14 @@ def _scan(session: SparkSession, parts: Mapping[int, PartitionLog], dirs: Mappin
     return out
 
 
-def _requests(spark: SparkSession, state_dir: str, statuses: frozenset[str],
-              pending: ledger.PendingSummary, *, not_applied_at: str | None = None
-              ) -> spark_stages.RunRequests:
+def _requests(state_dir: str, statuses: frozenset[str], pending: ledger.PendingSummary, *,
+              not_applied_at: str | None = None) -> spark_stages.RunRequests:
     """The run's requests in ``statuses`` (not yet applied at ``not_applied_at``) at the table
     version its ``pending`` summary read: the rows the summary kept when they are few, else
-    a DataFrame read by delta-spark."""
+    the ledger to read them from again a pass at a time."""
     if pending.rows is not None:
         return pending.rows
-    return spark_ledger.requests_frame(spark, state_dir, statuses, version=pending.version,
-                                       not_applied_at=not_applied_at)
+    return ledger.RunLedger(state_dir, statuses, pending.version, not_applied_at)
 
 
 def _covered(topics: frozenset[str]) -> Callable[[str], bool]:
@@ -438,10 +436,9 @@ def apply(spark: SparkSession | None, opts: MaintenanceOptions, state_dir: str, 
         refused = _refused(dirs, catalog)
         parts = {i: p for i, p in parts.items() if i not in refused}
         unknown = _unknown_topics(pending.topics, dirs, catalog)
-        requests = _requests(session(spark_stages.input_bytes(parts)), state_dir, APPLICABLE,
-                             pending, not_applied_at=here)
-        found = _scan(session(), parts, dirs, requests, pending, opts.writer,
-                      with_headers=not dry_run)
+        requests = _requests(state_dir, APPLICABLE, pending, not_applied_at=here)
+        found = _scan(session(spark_stages.input_bytes(parts)), parts, dirs, requests, pending,
+                      opts.writer, with_headers=not dry_run)
         errors.update(found.errors)
         plan = _plan_erasure(session, dirs, parts, found, catalog.configs)
         errors.update({i: e for i, e in found.errors.items() if i not in errors})
@@ -574,7 +571,8 @@ def apply_remote(spark: SparkSession | None, opts: MaintenanceOptions, state_dir
     refused = _refused(dirs, catalog)
     remote = _remote_tier(dirs, set(dirs) - set(refused), catalog, log_dir)
     errors = {**remote.errors}
-    requests = _requests(session(0), state_dir, APPLICABLE, pending, not_applied_at=here)
+    requests = _requests(state_dir, APPLICABLE, pending, not_applied_at=here)
+    session(0)
     found = (_scan(session(), {}, dirs, requests, pending, opts.writer, remote.scan)
              if remote.scan is not None else _Scan())
     errors.update(found.errors)
@@ -826,9 +824,9 @@ def verify(spark: SparkSession | None, opts: MaintenanceOptions, state_dir: str,
         parts = {i: p for i, p in parts.items() if i not in refused}
         remote = _remote_tier(dirs, set(parts), catalog, log_dir)
         errors.update(remote.errors)
-        requests = _requests(session(spark_stages.input_bytes(parts)), state_dir, VERIFIABLE,
-                             pending)
-        found = _scan(session(), parts, dirs, requests, pending, opts.writer, remote.scan)
+        requests = _requests(state_dir, VERIFIABLE, pending)
+        found = _scan(session(spark_stages.input_bytes(parts)), parts, dirs, requests, pending,
+                      opts.writer, remote.scan)
     errors.update(found.errors)
     errors.update(refused)  # an unknown policy proves nothing: the request stays applied
 

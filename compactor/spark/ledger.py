@@ -1,6 +1,6 @@
 """The ledger's tables (:mod:`compactor.erasure.ledger`) in the session of an erasure command:
-a run of many requests reads them as a DataFrame and MERGEs its outcomes through
-delta-spark; a run whose outcomes the driver holds MERGEs them by delta-rs, and every run's
+a run whose outcomes the driver holds, itself or by kind, MERGEs them by delta-rs; a run whose
+outcomes the executors computed MERGEs them through delta-spark; every run's
 rows go in by delta-rs (:func:`compactor.erasure.ledger.append_runs`).
 Every write holds the state dir's writer lock and maps errors as the ledger's own
 functions do (:func:`compactor.erasure.ledger.ledger_errors`)."""
@@ -19,15 +19,6 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from compactor.spark.stages import RunResult
-
-
-def requests_frame(spark: SparkSession, state_dir: str, statuses: frozenset[str], *,
-                   version: int, not_applied_at: str | None = None) -> DataFrame:
-    """The request rows in ``statuses`` at table ``version`` (and not yet applied at the
-    place ``not_applied_at``) as a Spark DataFrame read by delta-spark, with the subject's
-    digest as 32 bytes (``digest``) for the join against the scanned records."""
-    return delta.read_requests(spark, ledger.table_path(state_dir, ERASURE_REQUESTS_TABLE),
-                               statuses, version=version, not_applied_at=not_applied_at)
 
 
 def merge_outcomes(state_dir: str, spark: SparkSession, outcomes: RunResult,

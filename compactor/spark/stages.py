@@ -23,11 +23,13 @@ from pyspark.sql import functions as F
 from compactor.cleaner.planning import ONE_TASK_KEYS
 from compactor.cleaner.policy import BatchHeader, CleaningPlan, PartitionInput
 from compactor.config import TopicConfig
-from compactor.erasure import outcomes
+from compactor.erasure import ledger, outcomes
+from compactor.erasure.ledger import OutcomeRows, RunLedger
 from compactor.erasure.outcomes import KIND_COLUMNS, ROW_COLUMNS
 from compactor.erasure.rules import request_matches
 from compactor.erasure.sketch import DigestFilter
 from compactor.model import CommitMessage, SegmentInfo
+from compactor.schemas.delta import ERASURE_REQUESTS_TABLE
 from compactor.schemas.spark import (
     ERASURE_TASK,
     GROUP_SLOT,
@@ -35,7 +37,7 @@ from compactor.schemas.spark import (
     REQUEST_OUTCOME,
     SEGMENT_TASK,
 )
-from compactor.spark import transforms
+from compactor.spark import delta, transforms
 from compactor.spark.progress import spark_step
 
 SHUFFLE_SETTINGS = ("spark.sql.adaptive.coalescePartitions.enabled",
@@ -405,8 +407,17 @@ CANDIDATE_COLUMNS = ("tp_id", "segment_base", "kind", "position", "offset", "nam
 
 #: the requests of a run, read at one table version: their rows on the driver when the
 #: ledger's summary kept them (few: :attr:`compactor.erasure.ledger.PendingSummary.rows`), else
-#: a DataFrame (``digest`` as 32 bytes) that Spark matches and gives outcomes
-RunRequests = DataFrame | list[dict[str, Any]]
+#: the ledger they are read from again, a pass at a time (:class:`RunLedger`)
+RunRequests = list[dict[str, Any]] | RunLedger
+
+
+def requests_frame(spark: SparkSession, run: RunLedger) -> DataFrame:
+    """A run's requests as a DataFrame read by delta-spark at the run's version, the
+    subject's digest as 32 bytes (``digest``): what the executors give each request its
+    outcome from when the driver cannot hold the outcomes by kind."""
+    return delta.read_requests(spark, ledger.table_path(run.state_dir, ERASURE_REQUESTS_TABLE),
+                               run.statuses, version=run.version,
+                               not_applied_at=run.not_applied_at)
 
 
 def erasure_matches(spark: SparkSession, parts: Mapping[int, HasSegments],
@@ -421,9 +432,9 @@ def erasure_matches(spark: SparkSession, parts: Mapping[int, HasSegments],
     (:mod:`compactor.erasure.sketch`, ``digests``: built as the driver streamed the ledger's
     summary, broadcast; it holds bits, no subject), and one job brings back its segment
     rows, those candidates and, ``with_headers``, the batch headers: the log is read once
-    and nothing is cached. A run of many requests (a DataFrame: :data:`RunRequests`) brings
-    to the driver only the requests with a candidate's digest
-    (:func:`_candidate_requests`), never the ledger's others. Returns one
+    and nothing is cached. A run of many requests (:data:`RunRequests`) reads from the
+    ledger only the requests with a candidate's digest
+    (:func:`compactor.erasure.ledger.requests_with_digests`). Returns one
     row per segment (tp_id, segment_base, batches, records, error) and one per matched record
     and request (:data:`MATCH_FROM_SCAN`, :data:`MATCH_FROM_REQUEST`: the request's selector,
     tombstone choice, status, places and tombstones left come with it).
@@ -463,8 +474,8 @@ def erasure_matches(spark: SparkSession, parts: Mapping[int, HasSegments],
             sketch.destroy()
     segments = [r for r in rows if r.kind == "segment"]
     candidates = [r for r in rows if r.kind != "segment"]
-    if isinstance(requests, DataFrame):
-        requests = _candidate_requests(spark, requests, candidates)
+    if isinstance(requests, RunLedger):
+        requests = ledger.requests_with_digests(requests, {bytes(c.digest) for c in candidates})
     # the partitions scanned here, local or remote
     where = {i: t for i, t in topics.items()
              if i in parts or (remote is not None and i in remote.segments)}
@@ -491,30 +502,6 @@ def _scanned_rows(scanned: DataFrame, *, with_headers: bool
     rest = table.filter(pc.invert(batch)).select(list(CANDIDATE_COLUMNS))
     return (table.filter(batch).select(["tp_id", *transforms.HEADER_FIELDS]),
             [Row(**r) for r in rest.to_pylist()])
-
-
-#: at most this many distinct digests of the scan's candidates are broadcast to the join that
-#: picks their requests out of the ledger's; more are joined by shuffle
-BROADCAST_CANDIDATES = 1_000_000
-
-
-def _candidate_requests(spark: SparkSession, requests: DataFrame,
-                        candidates: Sequence[Row]) -> list[dict[str, Any]]:
-    """The rows of ``requests`` (read on the executors: the run's many) whose digest is
-    that of one of the scan's ``candidates``, brought to the driver: the rows the match of
-    :func:`_matched_on_driver` needs, whatever the number of requests (a request whose
-    digest no record of the log has is never read here; the driver holds at most one row
-    per candidate digest and request). One job: the candidates' distinct digests joined
-    with the requests as the ledger's files stream past."""
-    digests = sorted({bytes(c.digest) for c in candidates})
-    if not digests:
-        return []
-    wanted = spark.createDataFrame([(d,) for d in digests], "digest binary")
-    wanted = F.broadcast(wanted) if len(digests) <= BROADCAST_CANDIDATES else wanted
-    with spark_step(spark, "erase_match"):
-        rows = (requests.join(wanted, "digest", "left_semi")
-                .select("digest", "topic", "header_name", *MATCH_FROM_REQUEST).collect())
-    return [{**r.asDict(), "digest": bytes(r.digest)} for r in rows]
 
 
 def _matched_on_driver(candidates: Sequence[Row], requests: Sequence[Mapping[str, Any]],
@@ -606,15 +593,19 @@ def run_outcomes(spark: SparkSession, requests: RunRequests,
                  ) -> RunOutcomes:
     """The outcomes of a run's ``requests``, summarized with ``columns`` and ``limit``:
     computed on the driver when it holds their rows
-    (:func:`compactor.erasure.outcomes.of_rows`; no Spark job); by kind when few are
-    individual (:func:`outcomes_by_kind`); else on the executors (:func:`request_outcomes`).
-    Each way the same rows, counts and report (tested); the caller unpersists the result."""
-    if isinstance(requests, DataFrame):
+    (:func:`compactor.erasure.outcomes.of_rows`); by kind when they are many but few are
+    individual and few kinds (one pass over the ledger on the driver:
+    :func:`compactor.erasure.ledger.outcome_rows`); else on the executors
+    (:func:`request_outcomes`, the requests read by delta-spark). No Spark job in the first
+    two ways. Each way the same rows, counts and report (tested); the caller unpersists the
+    result."""
+    if isinstance(requests, RunLedger):
         if len(individual) <= HELD_BY_KIND:
-            held = outcomes_by_kind(spark, requests, outcome, individual, columns, limit)
-            if held is not None:
-                return held
-        frame = request_outcomes(spark, requests, outcome, individual)
+            read = ledger.outcome_rows(requests, individual, limit, HELD_BY_KIND)
+            if read is not None:
+                return _held_by_kind(spark, requests, read, outcome, individual, columns,
+                                     limit)
+        frame = request_outcomes(spark, requests_frame(spark, requests), outcome, individual)
         try:
             return RunOutcomes(frame, *outcome_summary(frame, columns, limit))
         except BaseException:
@@ -624,31 +615,21 @@ def run_outcomes(spark: SparkSession, requests: RunRequests,
     return RunOutcomes(rows, *outcomes.summary(rows, columns, limit))
 
 
-def outcomes_by_kind(spark: SparkSession, requests: DataFrame,
-                     outcome: Callable[[Mapping[str, Any]], Mapping[str, Any]],
-                     individual: Collection[str], columns: Sequence[str], limit: int
-                     ) -> RunOutcomes | None:
-    """The outcomes of a run of many requests held by kind on the driver
-    (:class:`KindOutcomes`): three jobs bring back the individual requests' rows, each other
-    kind with its count, and the first ``limit`` rows by id; the row function runs on the
-    driver once a row of those and once a kind. ``None`` when the kinds are more than
-    :data:`HELD_BY_KIND`."""
-    rows = requests.select(*ROW_COLUMNS)
-    ids = spark.createDataFrame([(r,) for r in sorted(individual)], "request_id string")
-    with spark_step(spark, "outcome_kinds"):
-        counted = (rows.join(F.broadcast(ids), "request_id", "left_anti")
-                   .groupBy(*KIND_COLUMNS).count().limit(HELD_BY_KIND + 1).collect())
-        if len(counted) > HELD_BY_KIND:
-            return None
-        own_rows = [r.asDict() for r in
-                    rows.join(F.broadcast(ids), "request_id", "left_semi").collect()]
-        first = [r.asDict() for r in rows.orderBy("request_id").limit(limit).collect()]
-    own = list(outcomes.of_rows(own_rows, outcome, individual))
-    kinds = [(k.asDict(), outcomes.kind_outcome(k.asDict(), outcome)) for k in counted]
+def _held_by_kind(spark: SparkSession, run: RunLedger, read: OutcomeRows,
+                  outcome: Callable[[Mapping[str, Any]], Mapping[str, Any]],
+                  individual: Collection[str], columns: Sequence[str], limit: int
+                  ) -> RunOutcomes:
+    """A run's outcomes held by kind (:class:`KindOutcomes`) from what the ledger's pass
+    read: the row function runs on the driver once an individual request and once a
+    kind."""
+    own = list(outcomes.of_rows(read.own, outcome, individual))
+    kinds = [(k, outcomes.kind_outcome(k, outcome)) for k in read.kinds]
     counts, shown = outcomes.summary_by_kind(
-        own, [(o, k["count"]) for k, o in kinds], first, outcome, individual, columns, limit)
+        own, [(o, k["count"]) for k, o in kinds], read.first, outcome, individual, columns,
+        limit)
     held = KindOutcomes(own, [({c: k[c] for c in KIND_COLUMNS}, o) for k, o in kinds],
-                        lambda: request_outcomes(spark, requests, outcome, individual))
+                        lambda: request_outcomes(spark, requests_frame(spark, run), outcome,
+                                                 individual))
     return RunOutcomes(held, counts, shown)
 
 

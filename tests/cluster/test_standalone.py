@@ -118,8 +118,9 @@ def test_compaction_and_erasure_on_a_cluster_equal_local_mode(
     assert tree_digest(on_cluster) == tree_digest(local)
 
     subject = b"key-00000042"
-    # more requests than a run holds on the driver (ROWS_ON_DRIVER): the cluster's executors
-    # read the table by delta-spark and match in Spark; the driver MERGEs the outcomes by kind
+    # more requests than a run holds on the driver (ROWS_ON_DRIVER): the driver reads them
+    # again by delta-rs, a pass at a time, matches the scan's candidates and MERGEs the
+    # outcomes by kind
     absent = [r for r in rules.new_requests(
         topic="accounts", digests=[rules.subject_digest(f"absent-{i}".encode())
                                    for i in range(ledger.ROWS_ON_DRIVER)],

@@ -1,7 +1,8 @@
 """The MERGE of erasure outcomes (delta-rs for outcomes on the driver, delta-spark for a
 DataFrame's) changes only requests still in the status the run read: a ``cancel`` (delta-rs)
-committed between the run's read and its MERGE stands. The summary a run reads first, and
-the ledger's reads of files either library wrote."""
+committed between the run's read and its MERGE stands. The summary a run reads first, the
+passes a run of many makes over the ledger, and the ledger's reads of files either library
+wrote."""
 
 from __future__ import annotations
 
@@ -10,11 +11,13 @@ from typing import Any
 
 import pytest
 from deltalake import DeltaTable
+from pyspark.sql import functions as F
 
 from compactor.erasure import ledger, rules, status
+from compactor.erasure.outcomes import KIND_COLUMNS, ROW_COLUMNS
 from compactor.schemas.spark import REQUEST_OUTCOME
 from compactor.spark import ledger as spark_ledger
-from compactor.spark.stages import KindOutcomes
+from compactor.spark.stages import KindOutcomes, requests_frame
 
 pytestmark = pytest.mark.spark
 
@@ -53,8 +56,8 @@ def test_a_cancel_committed_during_the_run_is_not_overwritten(spark, tmp_path: P
     ledger.init(state)
     _filed(state, ["r0", "r1", "r2"])
     summary = ledger.pending_summary(state, status.APPLICABLE)
-    read = [r.asDict() for r in spark_ledger.requests_frame(
-        spark, state, status.APPLICABLE, version=summary.version).collect()]
+    read = [r.asDict() for r in requests_frame(
+        spark, ledger.RunLedger(state, status.APPLICABLE, summary.version)).collect()]
     outcomes = _applied(spark, read, way)
     # while the run works, an operator cancels r1 (a delta-rs commit)
     ledger.change_status(state, ["r1"], action="cancel", allowed=frozenset({"pending"}),
@@ -95,8 +98,8 @@ def test_a_request_filed_during_the_run_is_not_recorded_by_its_kind(
     _filed(state, ["r0", "r1"])
     _filed(state, ["o0"], topic="orders")
     summary = ledger.pending_summary(state, status.APPLICABLE)
-    read = [r.asDict() for r in spark_ledger.requests_frame(
-        spark, state, status.APPLICABLE, version=summary.version).collect()
+    read = [r.asDict() for r in requests_frame(
+        spark, ledger.RunLedger(state, status.APPLICABLE, summary.version)).collect()
             if r["topic"] == "accounts"]
     outcomes = _applied(spark, read, "kinds")
     if moved is True:
@@ -207,12 +210,27 @@ def test_a_small_runs_rows_come_with_its_summary_as_spark_reads_them(
     columns = ledger.RUN_COLUMNS
     for place in (here, None):
         summary = ledger.pending_summary(state, status.APPLICABLE, not_applied_at=place)
-        read = spark_ledger.requests_frame(spark, state, status.APPLICABLE,
-                                           version=summary.version, not_applied_at=place)
+        run = ledger.RunLedger(state, status.APPLICABLE, summary.version, place)
+        read = requests_frame(spark, run)
         expected = sorted(({c: r[c] for c in columns} for r in read.collect()),
                           key=lambda r: r["request_id"])
         assert summary.rows is not None
         assert sorted(summary.rows, key=lambda r: r["request_id"]) == expected
         assert len(expected) == (5 if place else 6)
+        # a run of many reads the same rows again by delta-rs, a pass at a time: those of
+        # some digests, and the rows, kinds and first ids its outcomes by kind need
+        some = {r["digest"] for r in expected[::2]}
+        assert sorted(ledger.requests_with_digests(run, some),
+                      key=lambda r: r["request_id"]) == [r for r in expected
+                                                         if r["digest"] in some]
+        mine = {expected[0]["request_id"], "no-such-request"}
+        held = ledger.outcome_rows(run, mine, 2, 10)
+        assert held is not None
+        assert held.own == [{c: expected[0][c] for c in ROW_COLUMNS}]
+        kinds = (read.where(~F.col("request_id").isin(sorted(mine)))
+                 .groupBy(*KIND_COLUMNS).count().collect())
+        assert sorted(held.kinds, key=str) == sorted((k.asDict() for k in kinds), key=str)
+        assert held.first == [{c: r[c] for c in ROW_COLUMNS} for r in expected[:2]]
+        assert ledger.outcome_rows(run, mine, 2, len(kinds) - 1) is None
     monkeypatch.setattr(ledger, "ROWS_ON_DRIVER", 5)
     assert ledger.pending_summary(state, status.APPLICABLE, not_applied_at=here).rows is None
