@@ -2,7 +2,7 @@
 erasure benchmark's small ledger (``bench/erase.py``'s log dir and ledger, made there first),
 several rounds in one Spark session, each phase of :mod:`compactor.maintenance.erase` timed.
 
-Usage: python bench/erase_phases.py [--rounds 3] [--data-dir DIR] [--master local[2]]
+Usage: python bench/erase_phases.py [--rounds 3] [--data-dir DIR] [--master local[2]] [--rss]
 
 Prints one line per command and round: its seconds and each phase's (the phases are the
 module's own functions, wrapped by a timer for this process only: reading the requests, the
@@ -49,7 +49,22 @@ def _timed(seconds: dict[str, float], name: str, fn: Callable[..., Any]) -> Call
             return fn(*args, **kwargs)
         finally:
             seconds[name] = seconds.get(name, 0.0) + time.perf_counter() - started
+            if RSS:
+                seconds[f"{name}_mib"] = max(seconds.get(f"{name}_mib", 0.0), _rss_mib())
     return wrapper
+
+
+#: with ``--rss``, each phase's resident memory after it too (``<phase>_mib``, the most after
+#: any call in the round): where the driver's memory grows
+RSS = False
+
+
+def _rss_mib() -> float:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
 
 
 def main() -> int:
@@ -63,7 +78,11 @@ def main() -> int:
     ap.add_argument("--keys", type=int, default=1_000_000)
     ap.add_argument("--small-subjects", type=int, default=1_000)
     ap.add_argument("--present", type=int, default=100)
+    ap.add_argument("--rss", action="store_true",
+                    help="also each phase's resident memory after it (MiB)")
     args = ap.parse_args()
+    global RSS
+    RSS = args.rss
     root = Path(args.data_dir)
     logs = next(root.glob(f"bench-compact-v2-{args.records}-{args.keys}-*"), None)
     ledger_dir = erase_bench.ledger_with(args.small_subjects, args.present, args.keys, root)
