@@ -127,8 +127,11 @@ class DigestFilter:
         return np.unpackbits(np.frombuffer(self.packed, dtype=np.uint8))
 
     def probe(self) -> Probe:
-        """This filter's packed bits, for the lookups of a whole scan."""
-        return Probe(np.frombuffer(self.packed, dtype=np.uint8), self.bits, self.hashes)
+        """This filter's packed bits, for the lookups of a whole scan: a writable array (the
+        type the native scan's kernel is compiled for ahead of time; a read-only view of the
+        bytes compiled it again in every worker)."""
+        return Probe(np.frombuffer(bytearray(self.packed), dtype=np.uint8), self.bits,
+                     self.hashes)
 
     def might_contain(self, digests: Sequence[bytes] | np.ndarray) -> np.ndarray:
         """Per digest (32 bytes each, or rows of :func:`hex_digest_words`), whether it may be in
