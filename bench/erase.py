@@ -83,6 +83,7 @@ def ledger_with(subjects: int, present: int, keys: int, cache_root: Path) -> Pat
     """A state dir whose ledger holds ``subjects`` pending key requests on topic ``bench``,
     ``present`` of them for keys the log has; made once."""
     from compactor.erasure import ledger, rules
+    from compactor.state import tables as state_tables
 
     cache = cache_root / f"bench-erase-ledger-v1-{subjects}-{present}-{keys}"
     if (cache / ".complete").exists():
@@ -94,7 +95,7 @@ def ledger_with(subjects: int, present: int, keys: int, cache_root: Path) -> Pat
                for i in range(present)]
     digests += [hashlib.sha256(f"absent-{i}".encode()).hexdigest()
                 for i in range(subjects - present)]
-    ledger.init(str(cache))
+    state_tables.init(str(cache))
     batch = 250_000
     for start in range(0, len(digests), batch):
         requests = rules.new_requests(

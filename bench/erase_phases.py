@@ -32,8 +32,8 @@ import erase as erase_bench  # noqa: E402  (bench/erase.py: the same log dir and
 PHASES = {
     "compactor.maintenance.erase": ("_load", "_scan", "_plan_erasure", "_rewrite",
                                     "_settle_lease", "_record", "_remote_tier"),
-    "compactor.erasure.ledger": ("pending_summary", "record_runs", "requests_with_digests",
-                                 "outcome_rows"),
+    "compactor.erasure.ledger": ("pending_summary", "requests_with_digests", "outcome_rows"),
+    "compactor.state.runs": ("record_runs",),
     "compactor.spark.ledger": ("merge_outcomes", "moved_requests"),
     "compactor.spark.stages": ("run_outcomes", "_scanned_rows", "requests_frame",
                                "_matched_on_driver"),

@@ -36,7 +36,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from compactor.cli import main as cli_main  # noqa: E402
-from compactor.erasure import ledger  # noqa: E402
+from compactor.state import tables as state_tables
 from tests.kafka.broker import java, running, tiered_properties  # noqa: E402
 
 TOPIC = "tiered"
@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="bench-remote-"))
     remote, state = work / "remote", work / "state"
     remote.mkdir()
-    ledger.init(str(state))
+    state_tables.init(str(state))
     with running(work / "broker", extra=tiered_properties(remote)) as broker:
         started = time.perf_counter()
         records = asyncio.run(_produce(broker.bootstrap, args.mb, args.segment_mb,

@@ -1,5 +1,5 @@
 """Schemas of the Delta tables under ``--state-dir`` (written by ``deltalake`` where no Spark
-runs and by ``delta-spark`` in the Spark commands: :mod:`compactor.erasure.ledger`). One source
+runs and by ``delta-spark`` in the Spark commands: :mod:`compactor.state.tables`). One source
 of truth: the ledger code and the tests use these.
 
 No column ever holds a raw key or header value: subjects are SHA-256 digests (hex).
@@ -34,7 +34,7 @@ ERASURE_REQUESTS = pa.schema([
     pa.field("verified_segments_scanned", pa.int64()),
     pa.field("verified_records_scanned", pa.int64()),
     pa.field("failure", pa.string()),  # what a failed verification found (offsets, files)
-    # columns added later (older ledgers get them on first use, ledger._table)
+    # columns added later (older ledgers get them on first use, state.tables.ensure_table)
     pa.field("leave_tombstone", pa.bool_()),  # key erasure leaving a bare tombstone
     pa.field("tombstones_left", pa.string()),  # JSON [{dir, offset}] the apply left
     pa.field("superseded_by_erased", pa.int64()),  # older records of compacted keys erased too

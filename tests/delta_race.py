@@ -22,6 +22,7 @@ import time
 from compactor.erasure import ledger
 from compactor.log import storage
 from compactor.spark import ledger as spark_ledger
+from compactor.state import runs as run_history
 
 
 def run_row(writer: str, commit: int, n: int) -> dict[str, object]:
@@ -58,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
         rows = [run_row(args.writer, commit, n) for n in range(args.rows)]
         while True:
             try:
-                ledger.append_runs(args.state_dir, rows)
+                run_history.append_runs(args.state_dir, rows)
                 break
             except Exception as err:  # a refused commit: counted, tried again
                 refused += 1

@@ -315,6 +315,6 @@ def varint_size(value: int) -> int:
 
 def init_ledger(state_dir: object) -> None:
     """``compactor erase init``: a state dir takes erasure requests once its ledger exists."""
-    from compactor.erasure import ledger
+    from compactor.state import tables as state_tables
 
-    ledger.init(str(state_dir))
+    state_tables.init(str(state_dir))

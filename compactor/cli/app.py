@@ -432,9 +432,9 @@ def _cmd_cluster(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _cmd_erase_init(args: argparse.Namespace, out: TextIO) -> int:
-    from compactor.erasure import ledger
+    from compactor.state import tables as state_tables
 
-    created = ledger.init(args.state_dir)
+    created = state_tables.init(args.state_dir)
     out.write(f"{'created' if created else 'already there'}: the ledger in {args.state_dir}\n")
     return EXIT_OK
 

@@ -409,10 +409,11 @@ def execute_erase_request(args: argparse.Namespace, out: TextIO) -> int:
     """``erase request``: record erasure requests in the ledger (idempotent by request id)."""
     from compactor.erasure import ledger
     from compactor.erasure.rules import ALL_TOPICS, KEY, is_internal_topic, new_requests
+    from compactor.state import tables as state_tables
 
-    ledger.check_state_dir(args.state_dir, args.log_dir)
+    state_tables.check_state_dir(args.state_dir, args.log_dir)
     # a mistyped --state-dir must not become a ledger nothing else reads (apply refuses it too)
-    ledger.require_ledger(args.state_dir)
+    state_tables.require_ledger(args.state_dir)
     if is_internal_topic(args.topic) and not getattr(args, "quiet", False):
         print(f"warning: {args.topic} is an internal topic (Kafka's own state under binary "
               "keys): only records whose key or header matches exactly are erased, and its "
@@ -511,8 +512,8 @@ def _check_request_topic(args: argparse.Namespace) -> None:
     import difflib
 
     from compactor.cluster.catalog import build_catalog
-    from compactor.erasure import ledger
     from compactor.log.layout import open_log_dir, server_log_dirs
+    from compactor.state import runs as run_history
 
     if args.log_dir or args.server_properties:
         paths = ([storage.absolute(args.log_dir)] if args.log_dir else
@@ -530,7 +531,7 @@ def _check_request_topic(args: argparse.Namespace) -> None:
                       server_properties=args.server_properties and storage.absolute(
                           args.server_properties))
         return
-    seen = ledger.run_topics(args.state_dir)
+    seen = run_history.run_topics(args.state_dir)
     if not seen or args.topic in seen:
         return
     close = difflib.get_close_matches(args.topic, sorted(seen), n=1)
@@ -676,14 +677,14 @@ optimize_parser = job_parser("optimize", "Compact and vacuum the state dir's Del
 
 def execute_optimize(args: argparse.Namespace, out: TextIO) -> int:
     """``compactor optimize``: the state dir's tables compacted, vacuumed, checkpointed."""
-    from compactor.erasure import ledger
+    from compactor.state import tables as state_tables
 
     if args.retain_hours < 1:
         raise ConfigError(f"--retain-hours {args.retain_hours}: at least 1 (a writer's "
                           f"files of the last hour may not be committed yet)")
     state_dir = storage.absolute(args.state_dir)
-    ledger.require_state_tables(state_dir)
-    tables = ledger.optimize(state_dir, retention_hours=args.retain_hours,
+    state_tables.require_state_tables(state_dir)
+    tables = state_tables.optimize(state_dir, retention_hours=args.retain_hours,
                              dry_run=args.dry_run)
     result = {"type": "optimize", "state_dir": state_dir, "dry_run": args.dry_run,
               "tables": tables}

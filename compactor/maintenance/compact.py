@@ -26,7 +26,6 @@ from compactor.codec.checkpoints import (
     REPLICATION_OFFSET_CHECKPOINT,
 )
 from compactor.config import REPORTED, TopicConfig
-from compactor.erasure import ledger
 from compactor.errors import (
     CompactorError,
     CorruptSegmentError,
@@ -60,6 +59,8 @@ from compactor.model import CommitMessage, TopicPartition
 from compactor.retention import check_now_after_newest
 from compactor.spark import stages as spark_stages
 from compactor.spark.session import LazySession
+from compactor.state import runs as run_history
+from compactor.state import tables as state_tables
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -529,7 +530,7 @@ def perform(opts: MaintenanceOptions, *, master: str | None,
     checked before Spark starts; the round runs under the log dir lock; the report is recorded
     in the ledger's ``runs`` table when a state dir is given (not for a plan)."""
     if state_dir:
-        ledger.check_state_dir(state_dir, opts.log_dir)
+        state_tables.check_state_dir(state_dir, opts.log_dir)
     catalog = load_catalog(opts)  # config errors before Spark starts
     started = int(time.time() * 1000)
     session = LazySession(master)  # the run rows go in by delta-rs: no Delta in Spark
@@ -548,6 +549,6 @@ def perform(opts: MaintenanceOptions, *, master: str | None,
         for p in result["partitions"]:
             p["retention"] = by_tp.get((p["topic"], p["partition"]))
     if state_dir:  # a plan is recorded too (command "plan", no output figures)
-        result["run_id"] = ledger.record_report(state_dir, result, started,
+        result["run_id"] = run_history.record_report(state_dir, result, started,
                                                 int(time.time() * 1000))
     return CompactOutcome(report, result, retention)

@@ -69,6 +69,8 @@ from compactor.spark import delta as spark_delta
 from compactor.spark import ledger as spark_ledger
 from compactor.spark import stages as spark_stages
 from compactor.spark.session import LazySession
+from compactor.state import runs as run_history
+from compactor.state import tables as state_tables
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -382,8 +384,8 @@ REPORT_REQUESTS = 1000
 def _start(action: str, opts: MaintenanceOptions, state_dir: str) -> ErasureReport:
     """The report of a new run (its id made here), once the state dir and its ledger are
     checked."""
-    ledger.check_state_dir(state_dir, opts.log_dir)
-    ledger.require_ledger(state_dir)
+    state_tables.check_state_dir(state_dir, opts.log_dir)
+    state_tables.require_ledger(state_dir)
     return ErasureReport(command=f"erase_{action}",
                          run_id=f"erase-{action}-{opts.now_ms}-{uuid.uuid4().hex[:8]}",
                          log_dir=opts.log_dir, now_ms=opts.now_ms,
@@ -927,7 +929,7 @@ def _record(state_dir: str, action: str, run_id: str, log_dir: str, now_ms: int,
     with storage.state_dir_lock(state_dir):
         counts, moved = spark_ledger.moved_requests(state_dir, spark, result, REPORT_REQUESTS,
                                                     read_at=read_at)
-        ledger.record_runs(state_dir, run_id=run_id, command=f"erase_{action}",
+        run_history.record_runs(state_dir, run_id=run_id, command=f"erase_{action}",
                            log_dir=log_dir, now_ms=now_ms, started_at_ms=started,
                            finished_at_ms=int(time.time() * 1000), seconds=None,
                            partitions=lines.values(),

@@ -7,10 +7,11 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from compactor.erasure import ledger
 from compactor.errors import ConfigError
 from compactor.maintenance.report import RunStatus
 from compactor.schemas.delta import RUNS_TABLE
+from compactor.state import runs as run_history
+from compactor.state import tables as state_tables
 
 _SUMMED = ("records_in", "records_out", "bytes_in", "bytes_out", "segments_deleted",
            "records_erased", "bytes_reclaimed")
@@ -48,11 +49,11 @@ def history(state_dir: str, *, limit: int | None = None) -> list[dict[str, Any]]
     Raises:
         ConfigError: no runs table there (a mistyped ``--state-dir`` is not an empty history).
     """
-    if ledger.table_version(state_dir, RUNS_TABLE) is None:
+    if state_tables.table_version(state_dir, RUNS_TABLE) is None:
         raise ConfigError("no runs recorded here (no runs Delta table)", path=state_dir,
                           remedy="check --state-dir; commands given --state-dir record their "
                                  "runs there")
-    runs = summarize(ledger.load_runs(state_dir))
+    runs = summarize(run_history.load_runs(state_dir))
     return runs[:limit] if limit is not None else runs
 
 
@@ -98,7 +99,7 @@ def run_report(state_dir: str, run_id: str | None = None, *,
 
 
 def _recorded(state_dir: str, chosen: Mapping[str, Any]) -> dict[str, Any]:
-    rows = ledger.load_runs(state_dir, [chosen["run_id"]])
+    rows = run_history.load_runs(state_dir, [chosen["run_id"]])
     problems = sum(chosen["by_status"].get(s, 0) for s in ("corrupt", "refused", "failed",
                                                                  "locked"))
     head = {"log_dir": chosen["log_dir"], "now_ms": chosen["now_ms"],

@@ -24,7 +24,6 @@ from compactor.codec.checkpoints import (
     REPLICATION_OFFSET_CHECKPOINT,
 )
 from compactor.config import REPORTED
-from compactor.erasure import ledger
 from compactor.errors import CompactorError
 from compactor.human import human_bytes, human_time
 from compactor.log import storage, swap
@@ -55,6 +54,8 @@ from compactor.retention import (
     explain_retention,
     plan_retention,
 )
+from compactor.state import runs as run_history
+from compactor.state import tables as state_tables
 
 
 @dataclass(kw_only=True)
@@ -296,7 +297,7 @@ def prepare(opts: MaintenanceOptions, *, allow_aggressive: bool,
     check_safety_floor({t: c for t, c in catalog.configs.items() if opts.selects(t)},
                        allow_aggressive=allow_aggressive)
     if state_dir:
-        ledger.check_state_dir(state_dir, opts.log_dir)
+        state_tables.check_state_dir(state_dir, opts.log_dir)
     return catalog
 
 
@@ -311,6 +312,6 @@ def perform(opts: MaintenanceOptions, catalog: Catalog, *,
                                topics=opts.topics)
     result = report.to_dict()
     if state_dir and not opts.dry_run:
-        result["run_id"] = ledger.record_report(state_dir, result, started,
+        result["run_id"] = run_history.record_report(state_dir, result, started,
                                                 int(time.time() * 1000))
     return report, result

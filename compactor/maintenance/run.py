@@ -17,13 +17,13 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from compactor.erasure import ledger
 from compactor.errors import EXIT_OK
 from compactor.log import storage
 from compactor.maintenance import compact, retain
 from compactor.maintenance.options import MaintenanceOptions
 from compactor.maintenance.report import RunStatus
 from compactor.spark.session import LazySession
+from compactor.state import runs as run_history
 
 
 @dataclass(frozen=True)
@@ -76,9 +76,9 @@ def perform(opts: MaintenanceOptions, *, master: str | None, allow_aggressive: b
         "retention": retention.to_dict()}
     if state_dir and not opts.dry_run:
         finished = int(time.time() * 1000)
-        run_id = ledger.new_run_id("run", opts.now_ms)  # both steps: one run of the history
+        run_id = run_history.new_run_id("run", opts.now_ms)  # both steps: one run of the history
         for part in (result["compaction"], result["retention"]):
             if part is not None:
-                part["run_id"] = ledger.record_report(state_dir, part, started, finished,
+                part["run_id"] = run_history.record_report(state_dir, part, started, finished,
                                                       run_id)
     return RunOutcome(round_report, retention, result, code)

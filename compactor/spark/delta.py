@@ -171,7 +171,7 @@ def require(spark: SparkSession) -> None:
 @contextmanager
 def commit_metadata(spark: SparkSession, meta: Mapping[str, str]) -> Iterator[None]:
     """The block's delta-spark commits carry ``meta`` as their ``userMetadata`` (JSON), as
-    delta-rs commits carry it as commitInfo fields (``compactor.erasure.ledger.history``
+    delta-rs commits carry it as commitInfo fields (``compactor.state.tables.history``
     reads both)."""
     before = spark.conf.get(USER_METADATA, None)
     spark.conf.set(USER_METADATA, json.dumps(dict(meta), sort_keys=True))

@@ -1,9 +1,9 @@
 """The ledger's tables (:mod:`compactor.erasure.ledger`) in the session of an erasure command:
 a run whose outcomes the driver holds, itself or by kind, MERGEs them by delta-rs; a run whose
 outcomes the executors computed MERGEs them through delta-spark; every run's
-rows go in by delta-rs (:func:`compactor.erasure.ledger.append_runs`).
+rows go in by delta-rs (:func:`compactor.state.runs.append_runs`).
 Every write holds the state dir's writer lock and maps errors as the ledger's own
-functions do (:func:`compactor.erasure.ledger.ledger_errors`)."""
+functions do (:func:`compactor.state.tables.ledger_errors`)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from compactor.erasure import ledger
 from compactor.schemas.delta import ERASURE_REQUESTS_TABLE
 from compactor.spark import delta
 from compactor.spark.stages import KindOutcomes
+from compactor.state import tables as state_tables
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -42,10 +43,10 @@ def merge_outcomes(state_dir: str, spark: SparkSession, outcomes: RunResult,
     return _merge_frame(state_dir, spark, outcomes, columns, meta)
 
 
-@ledger.ledger_errors("record erasure outcomes in the ledger", writes=True)
+@state_tables.ledger_errors("record erasure outcomes in the ledger", writes=True)
 def _merge_frame(state_dir: str, spark: SparkSession, outcomes: DataFrame,
                  columns: Sequence[str], meta: Mapping[str, str]) -> int:
-    return delta.merge_outcomes(spark, ledger.table_path(state_dir, ERASURE_REQUESTS_TABLE),
+    return delta.merge_outcomes(spark, state_tables.table_path(state_dir, ERASURE_REQUESTS_TABLE),
                                 outcomes, columns, meta)
 
 
@@ -59,7 +60,7 @@ def moved_requests(state_dir: str, spark: SparkSession, outcomes: RunResult, lim
     moved, and nothing is read. Outcomes on the driver are checked there
     (:func:`compactor.erasure.ledger.moved_requests`), a DataFrame's (or, once the table
     moved, every request's outcome of a run held by kind) in Spark."""
-    if ledger.table_version(state_dir, ERASURE_REQUESTS_TABLE) == read_at:
+    if state_tables.table_version(state_dir, ERASURE_REQUESTS_TABLE) == read_at:
         return {}, []
     if isinstance(outcomes, list):
         return ledger.moved_requests(state_dir, outcomes, limit)
@@ -68,8 +69,8 @@ def moved_requests(state_dir: str, spark: SparkSession, outcomes: RunResult, lim
     return _moved_in_frame(state_dir, spark, outcomes, limit)
 
 
-@ledger.ledger_errors("read the erasure request ledger")
+@state_tables.ledger_errors("read the erasure request ledger")
 def _moved_in_frame(state_dir: str, spark: SparkSession, outcomes: DataFrame, limit: int
                     ) -> tuple[dict[str, int], list[dict[str, object]]]:
-    return delta.moved_requests(spark, ledger.table_path(state_dir, ERASURE_REQUESTS_TABLE),
+    return delta.moved_requests(spark, state_tables.table_path(state_dir, ERASURE_REQUESTS_TABLE),
                                 outcomes, limit)

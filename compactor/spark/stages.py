@@ -39,6 +39,7 @@ from compactor.schemas.spark import (
 )
 from compactor.spark import delta, transforms
 from compactor.spark.progress import spark_step
+from compactor.state import tables as state_tables
 
 SHUFFLE_SETTINGS = ("spark.sql.adaptive.coalescePartitions.enabled",
                     "spark.sql.shuffle.partitions")
@@ -415,8 +416,8 @@ def requests_frame(spark: SparkSession, run: RunLedger) -> DataFrame:
     """A run's requests as a DataFrame read by delta-spark at the run's version, the
     subject's digest as 32 bytes (``digest``): what the executors give each request its
     outcome from when the driver cannot hold the outcomes by kind."""
-    return delta.read_requests(spark, ledger.table_path(run.state_dir, ERASURE_REQUESTS_TABLE),
-                               run.statuses, version=run.version,
+    path = state_tables.table_path(run.state_dir, ERASURE_REQUESTS_TABLE)
+    return delta.read_requests(spark, path, run.statuses, version=run.version,
                                not_applied_at=run.not_applied_at)
 
 

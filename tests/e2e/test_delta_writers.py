@@ -19,6 +19,7 @@ from deltalake import DeltaTable
 from compactor.erasure import ledger, rules
 from compactor.log import storage
 from compactor.schemas.delta import ERASURE_REQUESTS_TABLE, RUNS_TABLE
+from compactor.state import tables as state_tables
 
 pytestmark = [pytest.mark.slow]
 
@@ -44,7 +45,7 @@ def start_writers(state_dir: str, storage_options: dict[str, str] | None = None,
 
 def seed(state_dir: str) -> None:
     """The tables, created by delta-rs (as every state dir's are), with 8 pending requests."""
-    ledger.init(state_dir)
+    state_tables.init(state_dir)
     ledger.add_requests(state_dir, [r for i in range(8) for r in rules.new_requests(
         topic="accounts", digests=[rules.subject_digest(f"user-{i}".encode())], selector="key",
         header_name=None, reason="race", now_ms=1, deadline_days=30, request_id=f"r{i}")])
@@ -95,7 +96,7 @@ def test_racing_delta_spark_and_delta_rs_writers_lose_nothing_on_a_local_disk(
         len(WRITERS) * COMMITS * ROWS
     detail = spark.sql(f"DESCRIBE DETAIL delta.`{state}/erasure_requests`").first()
     assert (detail.minReaderVersion, detail.minWriterVersion) == (1, 2)
-    assert dict(detail.properties) == ledger.AUDIT_PROPERTIES
+    assert dict(detail.properties) == state_tables.AUDIT_PROPERTIES
     statuses = {r.request_id: r.status for r in
                 spark.read.format("delta").load(f"{state}/erasure_requests").collect()}
     assert Counter(statuses.values()) == {"applied": 4, "cancelled": 4}

@@ -344,7 +344,8 @@ def test_a_run_of_few_requests_matches_and_ends_on_the_driver_as_spark_does(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """A run of few requests holds their rows from the ledger's summary and matches the
     scan's candidates and computes the outcomes on the driver
-    (``compactor.erasure.ledger.PendingSummary.rows``); a run of many does both in Spark. The
+    (``compactor.erasure.ledger.PendingSummary.rows``); a run of many reads the requests of the
+    candidates again and computes by kind or in Spark. The
     same requests (a key in one topic and in every topic, a header in one topic, the same
     value under a header name no record has, a header value equal to a key, a topic no log
     dir holds) erase the same bytes and leave the same reports and ledger either way, apply
@@ -352,6 +353,7 @@ def test_a_run_of_few_requests_matches_and_ends_on_the_driver_as_spark_does(
     them by delta-rs (``compactor.spark.stages.KindOutcomes``)."""
     from compactor.erasure import ledger
     from compactor.spark import stages
+    from compactor.state import tables as state_tables
 
     state = tmp_path / "state"
     init_ledger(str(state))
@@ -378,7 +380,7 @@ def test_a_run_of_few_requests_matches_and_ends_on_the_driver_as_spark_does(
                       .to_pylist(), key=lambda r: r["request_id"])
         # the audit trail: the same commits (the MERGE by delta-rs on the driver's and the
         # kinds' ways, by delta-spark on Spark's), each with its run's action
-        history = ledger.history(str(ledger_dir), "erasure_requests")
+        history = state_tables.history(str(ledger_dir), "erasure_requests")
         commits = [(c["operation"], c.get("action")) for c in history]
         engines = {DeltaTable(str(ledger_dir / "erasure_requests")).history(1)[0][
             "engineInfo"].split(":")[0].split("/")[0]}

@@ -18,6 +18,7 @@ from compactor.erasure.outcomes import KIND_COLUMNS, ROW_COLUMNS
 from compactor.schemas.spark import REQUEST_OUTCOME
 from compactor.spark import ledger as spark_ledger
 from compactor.spark.stages import KindOutcomes, requests_frame
+from compactor.state import tables as state_tables
 
 pytestmark = pytest.mark.spark
 
@@ -53,7 +54,7 @@ def test_a_cancel_committed_during_the_run_is_not_overwritten(spark, tmp_path: P
     request's outcome once the table moved) leave a cancel committed meanwhile as it is,
     name it as moved, and commit with the run's metadata."""
     state = str(tmp_path / "state")
-    ledger.init(state)
+    state_tables.init(state)
     _filed(state, ["r0", "r1", "r2"])
     summary = ledger.pending_summary(state, status.APPLICABLE)
     read = [r.asDict() for r in requests_frame(
@@ -74,11 +75,11 @@ def test_a_cancel_committed_during_the_run_is_not_overwritten(spark, tmp_path: P
     assert rows_now == {"r0": ("applied", "run-1"), "r1": ("cancelled", None),
                         "r2": ("applied", "run-1")}
     # the MERGE's commit carries the run's metadata, as the audit trail reads it
-    last = ledger.history(state, "erasure_requests")[-1]
+    last = state_tables.history(state, "erasure_requests")[-1]
     assert (last["operation"], last["action"], last["run_id"]) == ("MERGE", "apply", "run-1")
     # nothing moved when the table is still at the version the run read
     assert spark_ledger.moved_requests(state, spark, outcomes, 10,
-                                       read_at=ledger.table_version(state, "erasure_requests")
+                                       read_at=state_tables.table_version(state, "erasure_requests")
                                        ) == ({}, [])
 
 
@@ -94,7 +95,7 @@ def test_a_request_filed_during_the_run_is_not_recorded_by_its_kind(
     if moved == "large":
         monkeypatch.setattr(ledger, "KIND_MERGE_ROWS", 2)
     state = str(tmp_path / "state")
-    ledger.init(state)
+    state_tables.init(state)
     _filed(state, ["r0", "r1"])
     _filed(state, ["o0"], topic="orders")
     summary = ledger.pending_summary(state, status.APPLICABLE)
@@ -121,10 +122,10 @@ def test_outcomes_by_kind_set_each_individual_request_by_its_id_whatever_its_spe
     """A MERGE by kind names its individual requests by id in its SQL (hex-encoded: an id is
     free text): each takes its own outcome, a blocked one none, never its kind's."""
     state = str(tmp_path / "state")
-    ledger.init(state)
+    state_tables.init(state)
     odd, blocked = "it's \"ü\" -- '); DROP", "blocked"
     _filed(state, [odd, blocked, "plain-1", "plain-2"])
-    version = ledger.table_version(state, "erasure_requests")
+    version = state_tables.table_version(state, "erasure_requests")
     base = {**dict.fromkeys(REQUEST_OUTCOME.fieldNames()), "expected_status": "pending",
             "run_id": "run-1"}
     own = [{**base, "request_id": odd, "outcome": "update", "status": "applied",
@@ -148,7 +149,7 @@ def test_the_ledger_reads_files_of_many_statuses_whoever_wrote_them(tmp_path: Pa
     of the ledger must still work (each failed with Arrow's "no kernel matching input types
     (string, string_view)" while the filter was pushed into the Parquet scan)."""
     state = str(tmp_path / "state")
-    ledger.init(state)
+    state_tables.init(state)
     ledger.add_requests(state, [r for i in range(3) for r in rules.new_requests(
         topic="accounts", digests=[rules.subject_digest(f"user-{i}".encode())],
         selector="key", header_name=None, reason="test", now_ms=1, deadline_days=30,
@@ -175,7 +176,7 @@ def test_the_summarys_filter_holds_every_pending_subject_and_no_other_run_reads(
     import hashlib
 
     state = str(tmp_path / "state")
-    ledger.init(state)
+    state_tables.init(state)
     keys = [f"user-{i}".encode() for i in range(70_000)]  # more than one batch of 64 Ki rows
     ledger.add_requests(state, [r for k in keys for r in rules.new_requests(
         topic="accounts", digests=[rules.subject_digest(k)], selector="key",
@@ -194,7 +195,7 @@ def test_a_small_runs_rows_come_with_its_summary_as_spark_reads_them(
     requests applied at the run's place left out by the same rule; past
     ``ROWS_ON_DRIVER`` the summary keeps none."""
     state = str(tmp_path / "state")
-    ledger.init(state)
+    state_tables.init(state)
     here, there = "c/1/d/logs", "c/2/e/logs"
     rows = [r for i in range(6) for r in rules.new_requests(
         topic="accounts" if i % 2 else "*", digests=[rules.subject_digest(f"user-{i}".encode())],

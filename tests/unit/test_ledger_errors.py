@@ -8,13 +8,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from compactor.erasure import ledger
 from compactor.errors import LedgerError
+from compactor.state import tables as state_tables
 
 
 def _mapped(fail: object) -> LedgerError:
     with pytest.raises(LedgerError) as caught:
-        with ledger.mapped_errors("read the erasure request ledger", "/var/lib/state"):
+        with state_tables.mapped_errors("read the erasure request ledger", "/var/lib/state"):
             fail()  # type: ignore[operator]
     return caught.value
 
@@ -30,10 +30,10 @@ def test_an_arrow_function_missing_for_the_files_types_is_not_called_damage() ->
     else:  # a pyarrow with the kernel: raise the same error type Arrow raised before
         err = _mapped(lambda: (_ for _ in ()).throw(pa.ArrowNotImplementedError(
             "Function 'greater_equal' has no kernel matching input types")))
-    assert err.remedy == ledger.UNREADABLE_REMEDY and "do not restore" in err.remedy
+    assert err.remedy == state_tables.UNREADABLE_REMEDY and "do not restore" in err.remedy
     assert "/var/lib/state" in str(err)
 
 
 def test_a_file_arrow_cannot_parse_is_damage() -> None:
     err = _mapped(lambda: (_ for _ in ()).throw(pa.ArrowInvalid("Parquet magic bytes not found")))
-    assert err.remedy == ledger.DAMAGED_REMEDY
+    assert err.remedy == state_tables.DAMAGED_REMEDY

@@ -1,0 +1,480 @@
+"""The Delta tables under ``--state-dir``: what every command's state is kept in, whichever
+command it is. The state dir holds two tables (schemas in ``schemas/delta.py``): the erasure
+requests (:mod:`compactor.erasure.ledger` owns their rows) and the runs of every command
+(:mod:`compactor.state.runs`). Here is what they share: their health, checked file by file
+before delta-rs reads them (:func:`check_ledger`); their creation and the columns later
+versions add (:func:`init`, :func:`ensure_table`); errors mapped to ``LEDGER_ERROR`` naming
+the state dir (:func:`ledger_errors`, which also takes the state dir's writer lock,
+:func:`compactor.log.storage.state_dir_lock`, around every commit); reads batch by batch on
+the calling thread (:func:`record_batches`); each commit's metadata
+(:func:`commit_properties`); the commit history (:func:`history`); and ``compactor
+optimize`` (:func:`optimize`).
+
+Written by two libraries: ``deltalake`` (delta-rs) on the driver of every command, never in a
+Spark worker (delta-rs panics in a forked child); ``delta-spark`` in an erasure's own session
+when a run of many requests gives each its outcome on the executors
+(:mod:`compactor.spark.ledger`; nothing here imports Spark). Both write the protocol both
+read and write (reader 1, writer 2, no table features), times as UTC milliseconds in
+``int64`` columns. Every change is one Delta commit, so a table's history is its audit trail
+(every commit carries our metadata as ``userMetadata`` JSON, delta-rs commits also as
+commitInfo fields: :func:`history` reads both).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import re
+import sys
+import urllib.parse
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+
+import pyarrow as pa
+
+from compactor.errors import CompactorError, ConfigError, LedgerError, first_line
+from compactor.log import storage
+from compactor.schemas.delta import ERASURE_REQUESTS, ERASURE_REQUESTS_TABLE, RUNS, RUNS_TABLE
+
+if TYPE_CHECKING:
+    from deltalake import CommitProperties, DeltaTable
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+DAMAGED_REMEDY = ("the ledger's Delta table is damaged: restore the state dir (or the named "
+                  "table) from a backup, or return the table to its last good version with "
+                  "delta-spark's RESTORE; nothing was written to the ledger")
+#: an Arrow function the read needs is missing for the files' types (delta-rs's MERGE writes
+#: ``string_view`` columns, which pyarrow could not filter: :func:`record_batches`): the
+#: table passed its check, and restoring it would throw away a healthy ledger
+UNREADABLE_REMEDY = ("the ledger's files passed their check, but this installation's Arrow "
+                     "cannot read them this way: do not restore the ledger; report this as a "
+                     "bug with the message (and the deltalake and pyarrow versions); nothing "
+                     "was written to the ledger")
+
+
+def ledger_errors(action: str, *, writes: bool = False
+                   ) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """Check the state dir's tables first (:func:`check_ledger`), then turn delta-rs,
+    delta-spark and Arrow errors of a ledger function into :class:`LedgerError` naming the
+    state dir (the function's first argument) and what was being done. ``writes``: the
+    function commits, so it runs holding the state dir's writer lock."""
+
+    def wrap(fn: Callable[P, R]) -> Callable[P, R]:
+        @functools.wraps(fn)
+        def inner(*args: P.args, **kwargs: P.kwargs) -> R:
+            if args:
+                check_ledger(str(args[0]))
+            with mapped_errors(action, str(args[0]) if args else None):
+                if writes:
+                    check_state_dir(str(args[0]))  # before the lock file is made there
+                    with storage.state_dir_lock(str(args[0])):
+                        return fn(*args, **kwargs)
+                return fn(*args, **kwargs)
+
+        return inner
+
+    return wrap
+
+
+@contextlib.contextmanager
+def mapped_errors(action: str, state_dir: str | None) -> Iterator[None]:
+    """Turn delta-rs, delta-spark and Arrow errors of the body into :class:`LedgerError`
+    naming ``state_dir`` and what was being done (:func:`ledger_errors` for a function; this
+    for a generator, whose rows are read after the function returned)."""
+    from deltalake.exceptions import CommitFailedError, DeltaError
+
+    try:
+        yield
+    except CompactorError:
+        raise
+    except Exception as err:
+        # a string column that is not UTF-8 (a rotted or foreign Parquet file) fails
+        # as Python decodes it: the table is damaged, not the tool
+        if not isinstance(err, (DeltaError, pa.ArrowException, OSError,
+                                UnicodeDecodeError)) and not _is_spark_error(err):
+            raise
+        remedy = (None if isinstance(err, CommitFailedError) else
+                  UNREADABLE_REMEDY if isinstance(err, pa.ArrowNotImplementedError) else
+                  DAMAGED_REMEDY)
+        raise LedgerError(f"cannot {action}: {type(err).__name__}: {first_line(err)}",
+                          path=state_dir, remedy=remedy) from err
+
+
+def _is_spark_error(err: BaseException) -> bool:
+    """An error of a Spark query or of its JVM (pyspark is imported only where one ran)."""
+    errors = sys.modules.get("pyspark.errors")
+    py4j = sys.modules.get("py4j.protocol")
+    return bool((errors is not None and isinstance(err, errors.PySparkException))
+                or (py4j is not None and isinstance(err, py4j.Py4JError)))
+
+
+# ---------------------------------------------------------------------------------------------
+# The tables' health, read from the files themselves before delta-rs does
+
+
+_COMMIT = re.compile(r"^(\d{20})\.json$")
+_CHECKPOINT = re.compile(r"^(\d{20})\.checkpoint(\.\d+\.\d+)?\.parquet$")
+_PARQUET_MAGIC = b"PAR1"
+
+
+def check_ledger(state_dir: str) -> None:
+    """Every table under ``state_dir`` is whole, checked file by file the way the Delta
+    protocol lays it out (PROTOCOL.md "Delta Log Entries"), before delta-rs reads or writes it:
+    a ``_delta_log`` with contiguous commit versions from the last checkpoint on, every commit
+    file a non-empty sequence of JSON actions, and every data file those commits add present,
+    of the recorded size and framed as Parquet. A table whose ``_delta_log`` is gone while its
+    data files remain is orphaned. Whatever fails, nothing is written over it.
+
+    Raises:
+        LedgerError: naming the file and what to do.
+    """
+    if not storage.is_dir(state_dir):
+        return
+    for name in (ERASURE_REQUESTS_TABLE, RUNS_TABLE):
+        table = table_path(state_dir, name)
+        if storage.is_dir(table):
+            _check_table(table)
+
+
+def _damaged(message: str, path: str) -> LedgerError:
+    return LedgerError(message, path=path, remedy=DAMAGED_REMEDY)
+
+
+def _check_table(table: str) -> None:
+    names = storage.list_dir(table)
+    log = storage.join(table, "_delta_log")
+    data = [n for n in names if n.endswith(".parquet")]
+    if "_delta_log" not in names or not storage.is_dir(log):
+        if data:
+            raise _damaged(f"the table has {len(data)} data file(s) but no _delta_log: it is "
+                           f"orphaned (its history is gone)", table)
+        return
+    entries = storage.list_dir(log)
+    commits = sorted(int(m.group(1)) for n in entries if (m := _COMMIT.match(n)))
+    checkpoints = sorted(int(m.group(1)) for n in entries if (m := _CHECKPOINT.match(n)))
+    if not commits and not checkpoints:
+        if data:
+            raise _damaged("the table's _delta_log holds no commit but data files remain: it "
+                           "is orphaned", log)
+        return
+    start = checkpoints[-1] + 1 if checkpoints else 0
+    wanted = list(range(start, max([*commits, start - 1]) + 1))
+    missing = sorted(set(wanted) - set(commits))
+    if missing:
+        raise _damaged(f"commit version {missing[0]} is missing from the table's log (versions "
+                       f"{start} to {wanted[-1]} must all be there)", log)
+    added: dict[str, int] = {}
+    for version in wanted:
+        path = storage.join(log, f"{version:020d}.json")
+        raw = storage.read_bytes(path)
+        if not raw.strip():
+            raise _damaged("the commit file is empty (a write that never finished)", path)
+        for number, line in enumerate(raw.decode("utf-8", "replace").splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                action = json.loads(line)
+                if not isinstance(action, dict):
+                    raise ValueError("not a JSON object")
+            except ValueError as err:
+                raise _damaged(f"line {number} of the commit file is not a Delta action "
+                               f"({err})", path) from err
+            if isinstance(action.get("add"), dict):
+                added[str(action["add"].get("path"))] = int(action["add"].get("size") or -1)
+            elif isinstance(action.get("remove"), dict):
+                added.pop(str(action["remove"].get("path")), None)
+    for rel, size in sorted(added.items()):
+        _check_data_file(storage.join(table, urllib.parse.unquote(rel)), size)
+
+
+#: data files found whole by this process, by (path, size, mtime): a Delta data file never
+#: changes once committed, so each is decoded once per process, not at every ledger call
+_checked: set[tuple[str, int, int]] = set()
+
+
+def _check_data_file(path: str, size: int) -> None:
+    """A data file a commit adds: present, ``size`` bytes, Parquet's magic at both ends, a
+    footer that fits, and every row group decodable -- read here, on this thread, batch by
+    batch (a ledger of a million requests is not held in memory at once), so that a damaged
+    file is named before delta-rs or Arrow's thread pool meets it. Once per file and process
+    (:data:`_checked`)."""
+    import pyarrow.parquet as pq
+
+    if not storage.exists(path):
+        raise _damaged("a data file the table's log adds is missing", path)
+    found = storage.stat(path)
+    if (path, found.size, found.mtime_ms) in _checked:
+        return
+    actual = found.size
+    if size >= 0 and actual != size:
+        raise _damaged(f"the data file is {actual} bytes, the table's log says {size}", path)
+    head = storage.read_bytes(path, 0, min(4, actual))
+    tail = storage.read_bytes(path, max(0, actual - 8), actual)
+    footer = int.from_bytes(tail[:4], "little") if actual >= 12 else -1
+    if (head != _PARQUET_MAGIC or tail[-4:] != _PARQUET_MAGIC
+            or not 0 <= footer <= actual - 12):
+        raise _damaged("the data file is not intact Parquet (its magic or footer is wrong)",
+                       path)
+    try:
+        source = (pa.BufferReader(storage.read_bytes(path)) if storage.is_url(path)
+                  else pa.memory_map(path))
+        for _ in pq.ParquetFile(source).iter_batches(batch_size=65_536, use_threads=False):
+            pass
+    except (pa.ArrowException, OSError, ValueError) as err:
+        raise _damaged(f"the data file cannot be decoded: {first_line(err)}", path) from err
+    _checked.add((path, found.size, found.mtime_ms))
+
+
+# What marks a directory as a Kafka log dir (LogManager writes these at its root).
+_LOG_DIR_MARKERS = ("meta.properties", "recovery-point-offset-checkpoint",
+                    "replication-offset-checkpoint", "log-start-offset-checkpoint",
+                    "cleaner-offset-checkpoint", "__cluster_metadata-0")
+
+
+def check_state_dir(state_dir: str, log_dir: str | None = None) -> None:
+    """The state dir must not be inside a Kafka log dir (a broker refuses to start when its
+    log dir holds directories that are not partitions), nor contain the given one. Without
+    ``log_dir`` too: neither the state dir nor any directory above it may look like a log dir
+    (``meta.properties``, a root checkpoint, the metadata log).
+
+    Raises:
+        ConfigError: it does.
+    """
+    state = storage.real_path(state_dir)
+    remedy = "keep the ledger outside the Kafka log dir, e.g. /var/lib/kafka-compactor"
+    if log_dir is not None:
+        if storage.contains(state_dir, log_dir) or storage.contains(log_dir, state_dir):
+            raise ConfigError(f"--state-dir {state_dir} overlaps the log dir {log_dir}",
+                              path=state_dir, remedy=remedy)
+    here = state
+    while True:
+        marker = next((m for m in _LOG_DIR_MARKERS if storage.exists(storage.join(here, m))),
+                      None)
+        if marker is not None:
+            raise ConfigError(
+                f"--state-dir {state_dir} is {'' if here == state else 'inside '}a Kafka log dir "
+                f"({storage.join(here, marker)} exists)", path=state_dir, remedy=remedy)
+        parent = storage.dirname(here)
+        if parent == here:
+            return
+        here = parent
+
+
+@ledger_errors("create the ledger", writes=True)
+def init(state_dir: str) -> bool:
+    """Create the ledger's tables (``erase init``); returns whether they were new.
+
+    Raises:
+        ConfigError: the state dir is or lies inside a Kafka log dir.
+    """
+    check_state_dir(state_dir)
+    new = not is_table(table_path(state_dir, ERASURE_REQUESTS_TABLE))
+    ensure_table(state_dir, ERASURE_REQUESTS_TABLE, ERASURE_REQUESTS)
+    ensure_table(state_dir, RUNS_TABLE, RUNS)
+    return new
+
+
+def require_ledger(state_dir: str) -> None:
+    """Commands that read the ledger need one (a mistyped ``--state-dir`` must not look like
+    an empty, healthy ledger).
+
+    Raises:
+        ConfigError: no ``erasure_requests`` table under ``state_dir``.
+    """
+    check_ledger(state_dir)  # a damaged or orphaned table is that, not "no ledger"
+    if not is_table(table_path(state_dir, ERASURE_REQUESTS_TABLE)):
+        raise ConfigError("no erasure ledger here (no erasure_requests Delta table)",
+                          path=state_dir,
+                          remedy="check --state-dir; `compactor erase init --state-dir DIR` "
+                                 "creates the ledger (once, before the first request)")
+
+
+def read_all(table: Any, columns: Sequence[str] | None = None) -> pa.Table:
+    """A Delta table's rows, scanned on the calling thread. ``DeltaTable.to_pyarrow_table``
+    scans with Arrow's thread pool, whose native threads can still be running when the
+    interpreter exits: the process then dies with "terminate called without an active
+    exception" (SIGABRT, exit 134) after the command printed success (35 of 40 runs of
+    ``erase request`` on an existing id did here)."""
+    return table.to_pyarrow_dataset().to_table(
+        columns=list(columns) if columns is not None else None, use_threads=False)
+
+
+def table_path(state_dir: str, name: str) -> str:
+    return storage.join(state_dir, name)
+
+
+def is_table(path: str) -> bool:
+    from deltalake import DeltaTable
+
+    return bool(DeltaTable.is_deltatable(path, storage_options=storage.delta_options(path)))
+
+
+def open_table(path: str) -> DeltaTable:
+    """The Delta table at ``path``; on an object store with the endpoint and credentials the
+    log dir's commands use (:func:`compactor.log.storage.delta_options`)."""
+    from deltalake import DeltaTable
+
+    return DeltaTable(path, storage_options=storage.delta_options(path))
+
+
+#: The requests table's commits are its audit trail (who retried or cancelled what, when and
+#: why; which run applied and verified): Delta's log cleanup, which delta-rs runs at each
+#: checkpoint for commits older than ``delta.logRetentionDuration`` (30 days by default),
+#: would drop them from ``history()``, so the ledger turns it off (delta-spark honours the
+#: same property). Data files are still vacuumed (:func:`optimize`).
+AUDIT_PROPERTIES = {"delta.enableExpiredLogCleanup": "false"}
+
+
+def ensure_table(state_dir: str, name: str, schema: pa.Schema) -> DeltaTable:
+    from deltalake import DeltaTable
+
+    path = table_path(state_dir, name)
+    keep = AUDIT_PROPERTIES if name == ERASURE_REQUESTS_TABLE else {}
+    if is_table(path):
+        table = open_table(path)
+        have = {f.name for f in table.schema().fields}
+        missing = [f for f in schema if f.name not in have]
+        if missing:  # a ledger written by an earlier version: add the new columns (nullable)
+            from deltalake.schema import Field
+
+            table.alter.add_columns([Field.from_arrow(f) for f in missing])
+            table = open_table(path)
+        if any(table.metadata().configuration.get(k) != v for k, v in keep.items()):
+            table.alter.set_table_properties(dict(keep))  # a ledger of an earlier version
+            table = open_table(path)
+        return table
+    storage.make_dirs(state_dir)
+    return DeltaTable.create(path, schema=schema, mode="ignore", name=name,
+                             configuration=dict(keep) or None,
+                             storage_options=storage.delta_options(path))
+
+
+def require_state_tables(state_dir: str) -> None:
+    """Raises ConfigError when ``state_dir`` holds neither the ledger nor the runs table (a
+    mistyped path is not an empty state dir)."""
+    if not any(is_table(table_path(state_dir, n)) for n in (ERASURE_REQUESTS_TABLE,
+                                                                RUNS_TABLE)):
+        raise ConfigError("no ledger and no runs table here", path=state_dir,
+                          remedy="check --state-dir")
+
+
+@ledger_errors("optimize the state dir's tables", writes=True)
+def optimize(state_dir: str, *, retention_hours: int, dry_run: bool) -> list[dict[str, Any]]:
+    """``compactor optimize``: per table of ``state_dir``, compact its small files into few
+    (every run appends one), then vacuum the files no version younger than
+    ``retention_hours`` references (time travel to an older version needs them), and write a
+    checkpoint. The requests table's commit log stays whole (:data:`AUDIT_PROPERTIES`).
+    ``dry_run`` lists what vacuum would delete and changes nothing."""
+    out = []
+    for name in (ERASURE_REQUESTS_TABLE, RUNS_TABLE):
+        path = table_path(state_dir, name)
+        if not is_table(path):
+            continue
+        if name == ERASURE_REQUESTS_TABLE and not dry_run:
+            ensure_table(state_dir, name, ERASURE_REQUESTS)  # the audit properties, on old ledgers
+        table = open_table(path)
+        files_before = len(table.file_uris())
+        compacted: dict[str, Any] = {}
+        if not dry_run:
+            compacted = table.optimize.compact(commit_properties=commit_properties(
+                {"action": "optimize"}))
+            table = open_table(path)
+        vacuumed = table.vacuum(retention_hours=retention_hours, dry_run=dry_run,
+                                enforce_retention_duration=False)
+        if not dry_run:
+            table.create_checkpoint()
+        out.append({"table": name, "version": open_table(path).version(),
+                    "files_before": files_before, "files_after": len(open_table(path).file_uris()),
+                    "files_compacted": compacted.get("numFilesRemoved", 0),
+                    "files_vacuumed": len(vacuumed)})
+    return out
+
+
+def rows_table(rows: Sequence[Mapping[str, Any]], schema: pa.Schema) -> pa.Table:
+    return pa.Table.from_pylist([{f.name: r.get(f.name) for f in schema} for r in rows],
+                                schema=schema)
+
+
+def commit_properties(meta: Mapping[str, str] | None) -> CommitProperties | None:
+    """A delta-rs commit's metadata: its fields in commitInfo, and the same as
+    ``userMetadata`` JSON, as a delta-spark commit carries it: the analyst's
+    ``DESCRIBE HISTORY`` shows every commit's metadata, whichever library wrote it."""
+    from deltalake import CommitProperties
+
+    if not meta:
+        return None
+    return CommitProperties(custom_metadata={**meta, "userMetadata": json.dumps(dict(meta))})
+
+
+
+#: rows whose ``column`` is one of the values: the only filter a ledger read takes
+Where = tuple[str, Collection[str]]
+
+
+def record_batches(table: DeltaTable, columns: Sequence[str],
+                    where: Where | None = None) -> Iterator[pa.RecordBatch]:
+    """A table's rows as Arrow record batches (the driver never holds them all), on the
+    calling thread (:func:`read_all`), those ``where`` names only.
+
+    The filter runs on the scanned batches, never pushed into the Parquet scan: delta-rs
+    (1.6) writes the files of its MERGE with ``string_view`` columns, and Arrow's scan then
+    compares their statistics with the filter's ``string`` value and fails ("no kernel
+    matching input types (string, string_view)") as soon as a file holds two statuses: one
+    ``erase cancel`` of a request filed with others made every later run fail
+    (delta-io/delta-rs#4579 is the same for its DELETE). The scan casts every column to the
+    table's type, where the filter works; pruning by statistics rarely skipped a ledger
+    file anyway (a MERGE leaves each with many statuses)."""
+    import pyarrow.compute as pc
+
+    wanted = list(columns)
+    read = wanted if where is None or where[0] in wanted else [*wanted, where[0]]
+    for batch in table.to_pyarrow_dataset().to_batches(
+            columns=read, use_threads=False, batch_size=64 * 1024, batch_readahead=0,
+            fragment_readahead=0):
+        if where is not None:
+            column, values = where
+            kind = batch.schema.field(column).type
+            batch = batch.filter(pc.is_in(batch.column(column),
+                                          pa.array(sorted(values), kind)))
+            if not batch.num_rows:
+                continue
+        yield batch if read is wanted else batch.select(wanted)
+
+
+def count_rows(table: DeltaTable, where: Where) -> int:
+    """How many rows ``where`` names (:func:`record_batches`), reading that column only."""
+    return sum(b.num_rows for b in record_batches(table, [where[0]], where))
+
+
+@ledger_errors("read a ledger table's history")
+def history(state_dir: str, name: str) -> list[dict[str, Any]]:
+    """The Delta commit history of a table, oldest first: version, timestamp, operation and
+    the metadata our commits carry (``action``, ``run_id``, ``request_ids``; a retry's or
+    cancel's ``reason`` and ``at_ms``)."""
+    path = table_path(state_dir, name)
+    if not is_table(path):
+        return []
+    out = []
+    for entry in open_table(path).history():
+        fields = dict(entry)
+        if isinstance(entry.get("userMetadata"), str):  # a delta-spark commit's metadata
+            try:
+                fields.update(json.loads(entry["userMetadata"]))
+            except ValueError:
+                pass  # someone else's free text
+        meta = {k: v for k, v in fields.items()
+                if k in ("action", "run_id", "request_ids", "reason", "at_ms")}
+        out.append({"version": entry.get("version"), "timestamp_ms": entry.get("timestamp"),
+                    "operation": entry.get("operation"), **meta})
+    return sorted(out, key=lambda e: e["version"])
+
+
+@ledger_errors("read a ledger table's version")
+def table_version(state_dir: str, name: str) -> int | None:
+
+    path = table_path(state_dir, name)
+    return open_table(path).version() if is_table(path) else None
