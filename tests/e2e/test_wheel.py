@@ -37,6 +37,12 @@ def test_the_wheel_has_one_top_level_package_and_imports_alone(tmp_path: Path) -
     assert "compactor/schemas/delta.py" in names and "compactor/schemas/report.schema.json" in names
     assert "compactor/spark/pom.xml" in names
     assert not any(n.startswith("compactor/cleaner/reference") for n in names)  # a test oracle
+    # every module of the package, in every folder (a folder missing from pyproject.toml's
+    # list installs nothing, and only an import of it at run time would tell)
+    modules = {str(p.relative_to(REPO)) for p in (REPO / "compactor").rglob("*.py")
+               if p.relative_to(REPO).as_posix() in files
+               and not p.relative_to(REPO).as_posix().startswith("compactor/cleaner/reference")}
+    assert sorted(modules - set(names)) == []
 
     target = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target",
