@@ -24,7 +24,7 @@ venv: $(STAMP)
 # time). Without the archive the commands work as before, so failing to make it stops nothing.
 kernels: jars
 	$(BIN)/python -c "from compactor.native import compile_kernels; compile_kernels()"
-	-$(BIN)/python -m compactor.tools.class_archive
+	-$(BIN)/python -m compactor.tools.build.class_archive
 
 # Maven (Debian's package) resolves the pinned JVM jars (compactor/spark/pom.xml) once: every
 # Spark session of the tool loads delta-spark from that folder, without network.
@@ -32,12 +32,12 @@ MVN = @command -v mvn >/dev/null || { $(SUDO) apt-get install -y -q maven \
 		|| { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q maven; }; }
 jars: venv
 	$(MVN)
-	$(BIN)/python -m compactor.tools.jars
+	$(BIN)/python -m compactor.tools.build.jars
 
 # and Hadoop's S3A with the AWS SDK (690 MB), for a state dir on S3 (the tests' S3 server)
 jars-s3a: venv
 	$(MVN)
-	$(BIN)/python -m compactor.tools.jars --s3a
+	$(BIN)/python -m compactor.tools.build.jars --s3a
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -76,7 +76,7 @@ demo: kernels
 # the environment that exists: a pyproject.toml newer than it does not rebuild it here.
 dist: | $(STAMP)
 	$(BIN)/python -m pip wheel --no-deps --no-build-isolation -q -w dist .
-	$(BIN)/python -m compactor.tools.dist dist/kafka_compactor.zip
+	$(BIN)/python -m compactor.tools.build.dist dist/kafka_compactor.zip
 
 # The driver and executor image (deploy/Dockerfile: Debian 12, Python 3.11, Java 17, the
 # package with deploy/constraints.txt's versions, the jars of compactor/spark/pom.xml), tagged

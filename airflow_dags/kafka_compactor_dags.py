@@ -208,7 +208,7 @@ class CompactorJob(SparkSubmitOperator):
 
     def _start_as_the_command_line(self) -> None:
         """spark-submit's arguments from the installation of the settings' ``python``
-        (``python -m compactor.tools.submit_args``, for the connection's master): the job's
+        (``python -m compactor.tools.ops.submit_args``, for the connection's master): the job's
         driver JVM and Python workers start as the ``compactor`` command's do (issue 53:
         class-data archive, the jars on the classpath, the package's worker daemon). The
         settings' ``delta_jars`` and ``spark_conf`` go over them."""
@@ -216,7 +216,7 @@ class CompactorJob(SparkSubmitOperator):
 
         self._hook = self._get_hook()  # resolves the connection: its master
         master = self._hook._connection["master"]
-        command = [SETTINGS.get("python") or "python3", "-m", "compactor.tools.submit_args",
+        command = [SETTINGS.get("python") or "python3", "-m", "compactor.tools.ops.submit_args",
                    "--master", master, "--json"]
         if str(SETTINGS.get("state_dir", "")).startswith("s3://"):
             command.append("--object-store")

@@ -56,7 +56,7 @@ from compactor.cleaner.scan import key_digest  # noqa: E402
 from compactor.codec.compression import Codec  # noqa: E402
 from compactor.codec.segment import iter_batches  # noqa: E402
 from compactor.spark.session import LOCAL_CONF, driver_java_options  # noqa: E402
-from compactor.tools.generator import DEFAULT_START_MS, GeneratorConfig, generate  # noqa: E402
+from compactor.tools.ops.generator import DEFAULT_START_MS, GeneratorConfig, generate  # noqa: E402
 
 
 class MemorySampler(threading.Thread):
@@ -292,7 +292,7 @@ def main() -> int:
 def _object_store(args: argparse.Namespace) -> Iterator[dict[str, str]]:
     """The ``--storage-option`` pairs, with a SeaweedFS server of our own under ``--local-s3``
     (its bucket created; stopped when the block ends)."""
-    from compactor.tools import s3_server
+    from compactor.tools.fixtures import s3_server
 
     options = dict(item.split("=", 1) for item in args.storage_option)
     if not args.local_s3:
@@ -313,7 +313,7 @@ def _s3_round(spark, args: argparse.Namespace, options: dict[str, str],  # type:
 
     from compactor.log import storage
     from compactor.log.storage.objects import ObjectStore
-    from compactor.tools.s3_server import copy_prefix, delete_prefix, upload_dir
+    from compactor.tools.fixtures.s3_server import copy_prefix, delete_prefix, upload_dir
 
     storage.configure(storage.StorageSettings(options=options))
     client = ObjectStore(options).client

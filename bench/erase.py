@@ -50,7 +50,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import compact as compact_bench  # noqa: E402  (bench/compact.py: the same log dir)
 
-from compactor.tools.generator import DEFAULT_START_MS  # noqa: E402
+from compactor.tools.ops.generator import DEFAULT_START_MS  # noqa: E402
 
 
 class DriverMemory(threading.Thread):

@@ -95,7 +95,7 @@ def main() -> int:
     from compactor.maintenance import erase
     from compactor.maintenance.options import build_options
     from compactor.spark.session import get_spark
-    from compactor.tools.generator import DEFAULT_START_MS
+    from compactor.tools.ops.generator import DEFAULT_START_MS
 
     seconds: dict[str, float] = {}
     for module, names in PHASES.items():

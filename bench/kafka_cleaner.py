@@ -65,7 +65,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench.compact import executor_cores  # noqa: E402
 from compactor.codec.compression import Codec  # noqa: E402
 from compactor.codec.segment import iter_batches  # noqa: E402
-from compactor.tools.generator import DEFAULT_START_MS, GeneratorConfig, generate  # noqa: E402
+from compactor.tools.ops.generator import DEFAULT_START_MS, GeneratorConfig, generate  # noqa: E402
 from tests.kafka.broker import classpath  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -9,7 +9,7 @@ new process as an operator's command or an Airflow task starts it:
 - ``cli``: ``compactor compact --master local[2]`` (the baseline in the same run);
 - ``submit-plain``: ``spark-submit --master local[2]`` with what the DAGs passed before issue 53
   (``--jars`` and the quiet log4j file);
-- ``submit``: ``spark-submit`` with ``python -m compactor.tools.submit_args``'s arguments
+- ``submit``: ``spark-submit`` with ``python -m compactor.tools.ops.submit_args``'s arguments
   (on the cluster with ``--executors-installed``: its workers run this installation);
 - ``cluster-plain`` / ``cluster``: the same two against a standalone cluster here (a master and
   two one-core workers, started and stopped by this script) with ``--py-files``;
@@ -57,7 +57,7 @@ def _plain_args(master: str) -> list[str]:
 def _tool_args(master: str, log_dir: Path) -> list[str]:
     # the cluster's workers are on this machine: its executors run this installation
     installed = [] if master.startswith("local") else ["--executors-installed"]
-    out = subprocess.run([sys.executable, "-m", "compactor.tools.submit_args", "--master",
+    out = subprocess.run([sys.executable, "-m", "compactor.tools.ops.submit_args", "--master",
                           master, "--log-dir", str(log_dir), "--json", *installed],
                          capture_output=True, text=True, check=True)
     return list(json.loads(out.stdout))
@@ -171,8 +171,8 @@ def main() -> int:
     args = ap.parse_args()
     ways = args.ways.split(",")
     sys.path.insert(0, str(REPO))
-    from compactor.tools import local_cluster
-    from compactor.tools.dist import build
+    from compactor.tools.build.dist import build
+    from compactor.tools.fixtures import local_cluster
 
     root = Path(tempfile.mkdtemp(prefix="bench-startup-"))
     template = root / "template"

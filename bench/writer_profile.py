@@ -37,7 +37,7 @@ from compactor.log import storage  # noqa: E402
 from compactor.log.layout import load_partition, read_aborted_txns, remove_cleaned  # noqa: E402
 from compactor.native import engine  # noqa: E402
 from compactor.spark.writer import write_group  # noqa: E402
-from compactor.tools.generator import DEFAULT_START_MS, GeneratorConfig, generate  # noqa: E402
+from compactor.tools.ops.generator import DEFAULT_START_MS, GeneratorConfig, generate  # noqa: E402
 
 #: Which category a function's own time belongs to: the first category one of whose
 #: fragments occurs in ``file:function`` (cProfile names builtins ``<built-in method m.f>``);

@@ -229,7 +229,7 @@ def spark_session(master: str | None = None, *, state_dir: str | None = None) ->
         spark.read.format("delta").load("/var/lib/kafka-compactor/erasure_requests")
 
     ``state_dir`` on S3 gives the session Hadoop's S3A with the endpoint and credentials the
-    commands use (its jars: ``python -m compactor.tools.jars --s3a``).
+    commands use (its jars: ``python -m compactor.tools.build.jars --s3a``).
 
     Raises:
         SparkUnavailableError: no Java, or the jars were never fetched.

@@ -39,14 +39,14 @@ bin=$prefix/venv/bin
 # from here the installed package only: `python -m` puts the working directory first on the path
 cd "$prefix"
 step "jars from Maven Central (compactor/spark/pom.xml)"
-"$bin/python" -m compactor.tools.jars ${S3A:+--s3a}
+"$bin/python" -m compactor.tools.build.jars ${S3A:+--s3a}
 
 step "the writer's kernels"
 "$bin/python" -c "from compactor.native import compile_kernels; compile_kernels()"
 
 step "the class-data archive of Spark's classes"
 # a JVM of this installation starts without it, slower, when it cannot be made
-SPARK_LOCAL_IP=127.0.0.1 "$bin/python" -m compactor.tools.class_archive \
+SPARK_LOCAL_IP=127.0.0.1 "$bin/python" -m compactor.tools.build.class_archive \
     || step "no class-data archive: jobs start without it"
 
 step "jobs, classpath and java-options"

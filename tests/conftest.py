@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, settings
 
 from compactor.spark import delta
 from compactor.spark.session import LOCAL_CONF
-from compactor.tools.generator import GeneratorConfig, generate
+from compactor.tools.ops.generator import GeneratorConfig, generate
 from tests.helpers import WRITTEN_SEGMENT_FILES
 
 settings.register_profile(
@@ -121,7 +121,7 @@ def spark():  # type: ignore[no-untyped-def]
 def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     """A real S3 server (SeaweedFS ``weed mini``) on 127.0.0.1 for the whole run, with a
     ``logs`` bucket; stopped when the run ends."""
-    from compactor.tools import s3_server as server_tool
+    from compactor.tools.fixtures import s3_server as server_tool
 
     with server_tool.running(str(tmp_path_factory.mktemp("weed"))) as server:
         server_tool.create_bucket(server, "logs")

@@ -27,7 +27,7 @@ from compactor.codec.records import (
 from compactor.codec.segment import iter_batches
 from compactor.log import storage
 from compactor.log.layout import segment_logs
-from compactor.tools.inspect import Problem, inspect_path
+from compactor.tools.ops.inspect import Problem, inspect_path
 
 # Segment files the suite's commands wrote into ``small_log`` copies (tests/conftest.py), for
 # Kafka's DumpLogSegments at the end of the run (tests/kafka/test_dumped_by_kafka.py).

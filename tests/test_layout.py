@@ -57,11 +57,11 @@ RULES: dict[str, tuple[str, ...]] = {
                           "pyspark", "numba", "time", "datetime", "os", "shutil", "pathlib",
                           "io", "mmap", "fcntl", "deltalake"),
     # the only modules that touch files
-    "file_touchers": ("compactor.log.storage", "compactor.tools.local_cluster",
-                      "compactor.tools.dist", "compactor.tools.s3_server", "compactor.tools.jars"),
+    "file_touchers": ("compactor.log.storage", "compactor.tools.fixtures",
+                      "compactor.tools.build.dist", "compactor.tools.build.jars"),
     # the only importers of pyspark (at run time) and of numba (the native seam)
     "spark_importers": ("compactor.spark", "compactor.schemas.spark",
-                        "compactor.tools.local_cluster"),
+                        "compactor.tools.fixtures.local_cluster"),
     "numba_importers": ("compactor.native",),
     # the only maker of numba kernels (numba.njit / numba.jit calls)
     "kernel_makers": ("compactor.native.cache",),

@@ -53,9 +53,9 @@ from compactor.log import storage
 from compactor.log.layout import (
     parse_partition_dir_name,
 )
-from compactor.tools import dump_log
-from compactor.tools.generator import GeneratorConfig, generate
-from compactor.tools.inspect import INDEX_KINDS, Problem, dump_index_file, inspect_path
+from compactor.tools.ops import dump_log
+from compactor.tools.ops.generator import GeneratorConfig, generate
+from compactor.tools.ops.inspect import INDEX_KINDS, Problem, dump_index_file, inspect_path
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -417,7 +417,7 @@ def _cmd_generate(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _cmd_cluster(args: argparse.Namespace, out: TextIO) -> int:
-    from compactor.tools import local_cluster
+    from compactor.tools.fixtures import local_cluster
 
     if args.action == "start":
         c = local_cluster.start(args.dir, workers=args.workers, cores=args.cores,

@@ -249,7 +249,8 @@ def _remote_tier(dirs: dict[int, _Dir], live: Collection[int], catalog: Catalog,
     helper = spark_delta.folder("tier")
     if not tier.helper_built(helper):
         out.not_covered = {d.name: f"the remote tier's helper is not built in {helper} "
-                                   f"(`python -m compactor.tools.jars` builds it; it needs javac)"
+                                   f"(`python -m compactor.tools.build.jars` builds it; it needs "
+                                   f"javac)"
                            for d in tiered.values()}
         return out
     wanted: dict[str, tuple[str, str, int]] = {}

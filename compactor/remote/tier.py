@@ -101,7 +101,8 @@ def _run(helper: str, command: str, server_properties: str, log_dir: str,
     classes = os.path.join(helper, "classes")
     if not helper_built(helper):
         raise RemoteTierError(f"the remote tier's helper is not built in {classes}",
-                              remedy="run `python -m compactor.tools.jars` once (`make` does)")
+                              remedy="run `python -m compactor.tools.build.jars` once "
+                                     "(`make` does)")
     java = os.path.join(os.environ["JAVA_HOME"], "bin", "java") if os.environ.get(
         "JAVA_HOME") else "java"
     argv = [java, "-Xmx512m", "-cp", os.pathsep.join([classes, os.path.join(helper, "*")]),

@@ -1,7 +1,7 @@
 """Delta Lake inside Spark (delta-spark): the jars every session of the tool loads and the
 settings that make the ledger and the run history ``spark.read.format("delta")`` tables.
 
-The jars come from Maven Central once, at set-up (``python -m compactor.tools.jars``, which
+The jars come from Maven Central once, at set-up (``python -m compactor.tools.build.jars``, which
 ``make`` runs: ``compactor/spark/pom.xml`` pins them); a session then puts them on its
 classpath from that folder, with no network. A state dir on S3 adds Hadoop's S3A connector
 (its own folder: the AWS SDK is 690 MB, so only sessions that need it load it).
@@ -45,7 +45,7 @@ SESSION_CONF = {
     "spark.databricks.delta.writeChecksumFile.enabled": "false",
 }
 
-HOW_TO_FETCH = ("run `python -m compactor.tools.jars` once with access to Maven Central "
+HOW_TO_FETCH = ("run `python -m compactor.tools.build.jars` once with access to Maven Central "
                 "(`make` does): it puts the pinned jars in that folder")
 
 
@@ -163,7 +163,7 @@ def require(spark: SparkSession) -> None:
         + "): the ledger and the run history are read and written with delta-spark; "
           "nothing was changed",
         remedy="give spark-submit the installation's arguments, which put delta-spark's jars "
-               "on the driver's classpath: python -m compactor.tools.submit_args --master "
+               "on the driver's classpath: python -m compactor.tools.ops.submit_args --master "
                "MASTER (one a line); in a session of your own, also "
                + " ".join(f"--conf {k}={v}" for k, v in SESSION_CONF.items()))
 
@@ -200,9 +200,9 @@ def reach_object_store(spark: SparkSession, options: Mapping[str, str]) -> None:
         raise SparkUnavailableError(
             "this Spark session cannot reach the state dir on S3: its classpath lacks "
             "Hadoop's S3A (hadoop-aws); nothing was changed",
-            remedy="fetch the jars once with `python -m compactor.tools.jars --s3a`; under "
+            remedy="fetch the jars once with `python -m compactor.tools.build.jars --s3a`; under "
                    "spark-submit give it the arguments of `python -m "
-                   "compactor.tools.submit_args --master MASTER --object-store`")
+                   "compactor.tools.ops.submit_args --master MASTER --object-store`")
     hadoop = spark.sparkContext._jsc.hadoopConfiguration()
     for key, value in s3a_conf(options).items():
         hadoop.set(key.removeprefix("spark.hadoop."), value)

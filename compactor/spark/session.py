@@ -56,7 +56,7 @@ def set_verbose(verbose: bool) -> None:
 def class_archive() -> str:
     """Where this installation's class-data-sharing archive of Spark's classes is
     (``COMPACTOR_CLASS_ARCHIVE``, else in the Python environment, next to its pyspark:
-    ``python -m compactor.tools.class_archive`` makes it, ``make`` does so once)."""
+    ``python -m compactor.tools.build.class_archive`` makes it, ``make`` does so once)."""
     return os.environ.get("COMPACTOR_CLASS_ARCHIVE") or os.path.join(
         sys.prefix, "share", "kafka-compactor",
         f"spark-classes-{pyspark.__version__}-{_classpath_tag()}.jsa")
@@ -110,7 +110,7 @@ def submit_args(master: str, *, object_store: bool = False, executors_installed:
     driver's JVM gets the command line's classpath and options (:func:`driver_java_options`:
     the class-data archive, which the JVM uses only with the classpath it was made with, and
     errors-only logging), and the Python workers are this package's daemon
-    (:data:`LOCAL_CONF`). ``python -m compactor.tools.submit_args`` prints them; the DAGs
+    (:data:`LOCAL_CONF`). ``python -m compactor.tools.ops.submit_args`` prints them; the DAGs
     pass them to every spark-submit task.
 
     In local mode the driver's JVM is the executor and the jars go on its classpath only:
@@ -161,7 +161,7 @@ def get_spark(master: str | None, app_name: str = "kafka-compactor", *,
 
     Args:
         archive_out: write the driver JVM's class-data-sharing archive there when it exits
-            (:mod:`compactor.tools.class_archive`).
+            (:mod:`compactor.tools.build.class_archive`).
         short_round: the session serves one round of at most :data:`SHORT_ROUND_BYTES`
             (:func:`driver_java_options`; only a new local session's JVM is affected).
         object_store: the ``deltalake`` storage options of a state dir on an object store

@@ -17,9 +17,9 @@ from compactor.cli import main as cli_main
 from compactor.erasure import ledger, rules
 from compactor.errors import EXIT_OK
 from compactor.spark import session
-from compactor.tools import local_cluster
-from compactor.tools.dist import build
-from compactor.tools.generator import DEFAULT_START_MS, GeneratorConfig, generate
+from compactor.tools.build.dist import build
+from compactor.tools.fixtures import local_cluster
+from compactor.tools.ops.generator import DEFAULT_START_MS, GeneratorConfig, generate
 from tests.helpers import init_ledger, records_of, segment_bytes, topic_lines, tree_digest
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -45,7 +45,7 @@ def standalone(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-unt
 def _run_submit(master: str, py_files: str | None, *args: str,
                 jars: bool = True) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
-    # the installation's start (compactor.tools.submit_args): delta-spark's jars on the
+    # the installation's start (compactor.tools.ops.submit_args): delta-spark's jars on the
     # driver's classpath; the workers here run this installation, so their executors start
     # as the driver does (the class-data archive, the package's worker daemon)
     cmd = [str(Path(sys.executable).parent / "spark-submit"), "--master", master,
@@ -82,7 +82,7 @@ def test_a_job_without_deltas_jars_stops_before_it_changes_anything(
     assert proc.returncode == 1, proc.stderr[-2000:]
     error = json.loads(proc.stdout.splitlines()[0])
     assert error["code"] == "SPARK_UNAVAILABLE" and "delta-spark's jars" in error["message"]
-    assert "compactor.tools.submit_args" in error["remedy"]
+    assert "compactor.tools.ops.submit_args" in error["remedy"]
     assert tree_digest(logs) == before
     from deltalake import DeltaTable
 

@@ -20,7 +20,7 @@ from deltalake import DeltaTable
 from compactor.cli import main as cli_main
 from compactor.cli.args import options_from_args
 from compactor.errors import EXIT_OK
-from compactor.tools.generator import DEFAULT_START_MS, GeneratorConfig, generate
+from compactor.tools.ops.generator import DEFAULT_START_MS, GeneratorConfig, generate
 from tests.helpers import (
     init_ledger,
     lock_held_by_other_process,
@@ -580,7 +580,7 @@ def test_the_rolling_dag_rolls_a_real_broker(settings: dict, airflow_db: str, tm
 def test_a_spark_task_starts_its_job_as_the_command_line_does(
         settings: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 53.7: a spark-submit task asks the settings' installation for its start-up
-    arguments (``compactor.tools.submit_args``, for the connection's master): the command
+    arguments (``compactor.tools.ops.submit_args``, for the connection's master): the command
     line's classpath and class-data archive, the package's worker daemon; the settings'
     ``spark_conf`` goes over them, and an installation without its jars fails the task at once,
     saying how to fetch them."""
@@ -615,5 +615,5 @@ def test_a_spark_task_starts_its_job_as_the_command_line_does(
 
     (task,) = _bag().dags["kafka_compaction_oneoff"].tasks
     monkeypatch.setenv("COMPACTOR_JARS_HOME", str(tmp_path / "nowhere"))
-    with pytest.raises(AirflowFailException, match="compactor.tools.jars"):
+    with pytest.raises(AirflowFailException, match="compactor.tools.build.jars"):
         task._start_as_the_command_line()

@@ -18,7 +18,7 @@ import pytest
 
 from compactor.cli import main as cli_main
 from compactor.errors import EXIT_CONFIG, EXIT_OK
-from compactor.tools.generator import DEFAULT_START_MS, GeneratorConfig, generate
+from compactor.tools.ops.generator import DEFAULT_START_MS, GeneratorConfig, generate
 from tests.helpers import segment_bytes, topic_lines, tree_digest
 
 DAY = 86_400_000

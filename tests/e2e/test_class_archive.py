@@ -1,4 +1,4 @@
-"""The class-data-sharing archive of Spark's classes (``compactor.tools.class_archive``,
+"""The class-data-sharing archive of Spark's classes (``compactor.tools.build.class_archive``,
 made by ``make``): the sessions the command line starts use it, and an archive the JVM cannot
 use (another classpath, garbage) changes nothing a caller sees."""
 
@@ -16,7 +16,7 @@ import pytest
 
 from compactor.errors import EXIT_OK
 from compactor.spark import session
-from compactor.tools.generator import DEFAULT_START_MS
+from compactor.tools.ops.generator import DEFAULT_START_MS
 
 COMPACTOR = str(Path(sys.executable).parent / "compactor")
 COMPACT = ["--assume-kafka-defaults", "--now-ms", str(DEFAULT_START_MS + 3 * 86_400_000),
@@ -27,7 +27,7 @@ DYNAMIC_ARCHIVE_MAGIC = 0xF00BABA8  # HotSpot's CDS_DYNAMIC_ARCHIVE_MAGIC
 def test_make_made_the_archive_and_sessions_use_it(monkeypatch: pytest.MonkeyPatch,
                                                    tmp_path: Path) -> None:
     archive = Path(session.class_archive())
-    assert archive.exists(), "make makes it: python -m compactor.tools.class_archive"
+    assert archive.exists(), "make makes it: python -m compactor.tools.build.class_archive"
     assert struct.unpack("<I", archive.read_bytes()[:4])[0] == DYNAMIC_ARCHIVE_MAGIC
     assert f"-XX:SharedArchiveFile={archive}" in session.driver_java_options(None).split()
     monkeypatch.setenv("COMPACTOR_CLASS_ARCHIVE", str(tmp_path / "none.jsa"))

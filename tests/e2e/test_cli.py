@@ -17,7 +17,7 @@ from kafka.record import MemoryRecords as KpMemoryRecords
 
 from compactor.codec.records import NewRecord, NewRecordBatch, encode_batch
 from compactor.errors import EXIT_FAILURE, EXIT_LOCKED
-from compactor.tools.generator import GeneratorConfig, generate
+from compactor.tools.ops.generator import GeneratorConfig, generate
 from tests.helpers import lock_held_by_other_process, tree_digest
 
 COMPACTOR = str(Path(sys.executable).with_name("compactor"))

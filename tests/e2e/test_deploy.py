@@ -20,7 +20,7 @@ from packaging.requirements import Requirement
 
 from compactor.cli.app import build_parser
 from compactor.errors import EXIT_OK
-from compactor.tools.generator import DEFAULT_START_MS, GeneratorConfig, generate
+from compactor.tools.ops.generator import DEFAULT_START_MS, GeneratorConfig, generate
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"

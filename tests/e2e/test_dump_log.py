@@ -18,7 +18,7 @@ from kafka.record.memory_records import MemoryRecords
 from compactor.cli import main
 from compactor.codec.snapshot import ProducerSnapshotEntry, encode_snapshot
 from compactor.errors import EXIT_FAILURE, EXIT_OK
-from compactor.tools.generator import GeneratorConfig, generate
+from compactor.tools.ops.generator import GeneratorConfig, generate
 
 CODECS = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
 

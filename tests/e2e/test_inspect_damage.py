@@ -16,7 +16,7 @@ from kafka.record.memory_records import MemoryRecords
 from compactor.cli import main as cli_main
 from compactor.codec.indexes import decode_time_index, encode_time_index
 from compactor.errors import EXIT_FAILURE, EXIT_OK
-from compactor.tools.generator import GeneratorConfig, generate
+from compactor.tools.ops.generator import GeneratorConfig, generate
 from tests.helpers import inspect_problems
 
 GEN = GeneratorConfig(topics=("events",), partitions=1, records_per_partition=800,

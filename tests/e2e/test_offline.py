@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from compactor.tools.generator import GeneratorConfig, generate
+from compactor.tools.ops.generator import GeneratorConfig, generate
 from tests.helpers import init_ledger
 
 pytestmark = [pytest.mark.slow]

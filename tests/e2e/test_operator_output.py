@@ -19,7 +19,7 @@ import pytest
 
 from compactor.errors import EXIT_OK
 from compactor.human import human_bytes
-from compactor.tools.generator import DEFAULT_START_MS
+from compactor.tools.ops.generator import DEFAULT_START_MS
 
 COMPACTOR = str(Path(sys.executable).parent / "compactor")
 NOW = str(DEFAULT_START_MS + 3 * 86_400_000)

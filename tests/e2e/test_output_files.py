@@ -18,7 +18,7 @@ import pytest
 
 from compactor.cli import main as cli_main
 from compactor.errors import EXIT_CONFIG, EXIT_OK, EXIT_PARTIAL
-from compactor.tools.generator import DEFAULT_START_MS, GeneratorConfig, generate
+from compactor.tools.ops.generator import DEFAULT_START_MS, GeneratorConfig, generate
 from tests.helpers import tree_digest
 
 GEN = GeneratorConfig(topics=("events",), partitions=1, records_per_partition=600,

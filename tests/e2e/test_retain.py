@@ -22,7 +22,7 @@ from compactor.codec.checkpoints import (
 from compactor.errors import EXIT_CONFIG, EXIT_OK
 from compactor.log.layout import load_partition, log_end_offset, read_leader_epochs
 from compactor.model import TopicPartition
-from compactor.tools.generator import DEFAULT_START_MS, GeneratorConfig, generate
+from compactor.tools.ops.generator import DEFAULT_START_MS, GeneratorConfig, generate
 from tests.helpers import inspect_problems, segment_bytes, topic_lines, tree_digest
 
 GEN = GeneratorConfig(topics=("events",), partitions=2, records_per_partition=1200,

@@ -77,7 +77,7 @@ from compactor.maintenance.compact import run_locked
 from compactor.maintenance.options import build_options, load_catalog
 from compactor.spark import session
 from compactor.spark.session import LazySession
-from compactor.tools.generator import DEFAULT_START_MS
+from compactor.tools.ops.generator import DEFAULT_START_MS
 session.SHORT_ROUND_BYTES = 1  # every log dir counts as big
 if sys.argv[2] == "distributed":
     planning.ONE_TASK_BYTES = 0  # no partition is offered to one task

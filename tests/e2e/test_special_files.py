@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from compactor.tools.generator import DEFAULT_START_MS, GeneratorConfig, generate
+from compactor.tools.ops.generator import DEFAULT_START_MS, GeneratorConfig, generate
 
 REPO = Path(__file__).resolve().parents[2]
 GEN = GeneratorConfig(topics=("events",), partitions=1, records_per_partition=200,

@@ -1,5 +1,5 @@
 """Issue 53, item 7: a job under spark-submit starts as the ``compactor`` command's session does,
-with ``python -m compactor.tools.submit_args``: the driver's JVM maps the installation's
+with ``python -m compactor.tools.ops.submit_args``: the driver's JVM maps the installation's
 class-data archive (which it can only with the command line's classpath) and the Python
 workers are the package's daemon."""
 
@@ -15,7 +15,7 @@ import pytest
 
 from compactor.errors import EXIT_CONFIG, EXIT_OK
 from compactor.spark import session
-from compactor.tools.generator import DEFAULT_START_MS
+from compactor.tools.ops.generator import DEFAULT_START_MS
 
 pytestmark = pytest.mark.slow
 
@@ -26,7 +26,7 @@ JOB = [str(REPO / "jobs" / "compact.py"), "--assume-kafka-defaults", "--config",
 
 
 def _tool(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "compactor.tools.submit_args", *args],
+    return subprocess.run([sys.executable, "-m", "compactor.tools.ops.submit_args", *args],
                           capture_output=True, text=True, env=env, check=False)
 
 
@@ -40,7 +40,7 @@ def _submit(args: list[str], log_dir: Path) -> subprocess.CompletedProcess[str]:
 
 def test_a_submitted_job_maps_the_class_archive(small_log: Path) -> None:
     archive = session.class_archive()
-    assert os.path.exists(archive), "make makes it: python -m compactor.tools.class_archive"
+    assert os.path.exists(archive), "make makes it: python -m compactor.tools.build.class_archive"
     proc = _tool("--master", "local[1]", "--json")
     assert proc.returncode == EXIT_OK, proc.stderr
     args = json.loads(proc.stdout)
@@ -73,4 +73,4 @@ def test_on_a_cluster_the_executors_get_the_jars_or_the_installation(tmp_path: P
     missing = _tool("--master", "local[1]",
                     env=dict(os.environ, COMPACTOR_JARS_HOME=str(tmp_path / "none")))
     assert missing.returncode == EXIT_CONFIG
-    assert "compactor.tools.jars" in missing.stderr
+    assert "compactor.tools.build.jars" in missing.stderr

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from compactor.errors import EXIT_CONFIG, EXIT_FAILURE, EXIT_LOCKED, EXIT_OK
-from compactor.tools.generator import DEFAULT_START_MS
+from compactor.tools.ops.generator import DEFAULT_START_MS
 from tests.helpers import lock_held_by_other_process
 
 COMPACTOR = str(Path(sys.executable).parent / "compactor")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from compactor.tools.generator import DEFAULT_START_MS, GeneratorConfig, generate
+from compactor.tools.ops.generator import DEFAULT_START_MS, GeneratorConfig, generate
 from tests.helpers import tree_digest
 
 pytestmark = pytest.mark.slow

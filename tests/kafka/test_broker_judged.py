@@ -413,7 +413,7 @@ def test_dump_log_segments_fails_on_a_corrupted_index_entry(tmp_path: Path) -> N
     import shutil
     import struct
 
-    from compactor.tools.generator import GeneratorConfig, generate
+    from compactor.tools.ops.generator import GeneratorConfig, generate
 
     logs = tmp_path / "logs"
     generate(str(logs), GeneratorConfig(topics=("t",), partitions=1, records_per_partition=1500,

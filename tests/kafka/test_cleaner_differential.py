@@ -43,7 +43,7 @@ from compactor.codec.compression import Codec
 from compactor.codec.segment import iter_batches
 from compactor.errors import EXIT_OK
 from compactor.model import TopicPartition
-from compactor.tools.generator import DEFAULT_START_MS, GeneratorConfig, generate
+from compactor.tools.ops.generator import DEFAULT_START_MS, GeneratorConfig, generate
 from tests.kafka.broker import KAFKA_NEWER, KAFKA_VERSION, classpath, dump_log_segments
 
 pytestmark = [pytest.mark.kafka_cleaner, pytest.mark.spark, pytest.mark.slow]

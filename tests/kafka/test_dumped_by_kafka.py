@@ -18,7 +18,7 @@ import pytest
 
 from compactor.cli import main as cli_main
 from compactor.errors import EXIT_OK
-from compactor.tools.generator import DEFAULT_START_MS
+from compactor.tools.ops.generator import DEFAULT_START_MS
 from tests.helpers import WRITTEN_SEGMENT_FILES
 from tests.kafka.broker import _kafka_empty_batch_entry, dump_log_segments
 

@@ -14,7 +14,7 @@ import pytest
 from compactor.cli import main as cli_main
 from compactor.cluster.release import KNOWN, NEWEST, release_of_level, text
 from compactor.errors import EXIT_PARTIAL
-from compactor.tools.generator import LATEST_METADATA_VERSION, GeneratorConfig, generate
+from compactor.tools.ops.generator import LATEST_METADATA_VERSION, GeneratorConfig, generate
 from tests.kafka.broker import KAFKA_NEWER, KAFKA_VERSION, classpath, dump_log_segments
 
 pytestmark = [pytest.mark.kafka_cleaner]

@@ -20,8 +20,8 @@ from compactor.log.recovery import recover_partition
 from compactor.maintenance.compact import load_partition_input
 from compactor.maintenance.options import MaintenanceOptions
 from compactor.spark.stages import write_cleaned_segments
-from compactor.tools.generator import DEFAULT_START_MS, GeneratorConfig, generate
-from compactor.tools.s3_server import S3Server, copy_prefix, download_dir, upload_dir
+from compactor.tools.fixtures.s3_server import S3Server, copy_prefix, download_dir, upload_dir
+from compactor.tools.ops.generator import DEFAULT_START_MS, GeneratorConfig, generate
 from tests.helpers import reference_round
 
 _prefixes = itertools.count()

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from compactor.log import storage
-from compactor.tools.s3_server import S3Server
+from compactor.tools.fixtures.s3_server import S3Server
 from tests.e2e.test_delta_writers import race
 from tests.objectstore.conftest import fresh_url, settings_of
 

@@ -15,7 +15,7 @@ from deltalake import DeltaTable
 
 from compactor.errors import EXIT_OK
 from compactor.log import storage
-from compactor.tools.s3_server import S3Server
+from compactor.tools.fixtures.s3_server import S3Server
 from tests.objectstore.conftest import fresh_url, settings_of
 
 REPO = Path(__file__).resolve().parents[2]

@@ -24,8 +24,8 @@ import pytest
 
 from compactor.log import storage
 from compactor.log.manifest import MANIFEST_NAME
-from compactor.tools.generator import DEFAULT_START_MS, GeneratorConfig, generate
-from compactor.tools.s3_server import S3Server, copy_prefix
+from compactor.tools.fixtures.s3_server import S3Server, copy_prefix
+from compactor.tools.ops.generator import DEFAULT_START_MS, GeneratorConfig, generate
 from tests.objectstore.conftest import (
     download,
     fresh_url,

@@ -15,8 +15,8 @@ import pytest
 from compactor.errors import EXIT_LOCKED, EXIT_OK
 from compactor.log import storage
 from compactor.log.manifest import MANIFEST_NAME
-from compactor.tools.generator import DEFAULT_START_MS, GeneratorConfig, generate
-from compactor.tools.s3_server import S3Server
+from compactor.tools.fixtures.s3_server import S3Server
+from compactor.tools.ops.generator import DEFAULT_START_MS, GeneratorConfig, generate
 from tests.helpers import cli_json, topic_lines
 from tests.objectstore.conftest import (
     download,

@@ -17,7 +17,7 @@ from compactor.errors import LogDirError
 from compactor.log import storage, swap
 from compactor.log.manifest import MANIFEST_NAME
 from compactor.log.recovery import recover_partition
-from compactor.tools.s3_server import S3Server, copy_prefix
+from compactor.tools.fixtures.s3_server import S3Server, copy_prefix
 from tests.objectstore.conftest import download, fresh_url, settings_of, tree
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]

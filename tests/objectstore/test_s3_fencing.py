@@ -22,7 +22,7 @@ from compactor.errors import CommitConflictError
 from compactor.log import storage, swap
 from compactor.log.manifest import MANIFEST_NAME
 from compactor.log.storage import LEASE_NAME
-from compactor.tools.s3_server import S3Server, copy_prefix
+from compactor.tools.fixtures.s3_server import S3Server, copy_prefix
 from tests.objectstore.conftest import download, fresh_url, recover_on, settings_of, tree
 from tests.objectstore.proxy import HOLD, PASS, THROTTLE, Request, proxy_to
 
@@ -258,7 +258,7 @@ def test_a_run_that_lost_its_lease_reports_what_it_did_not_commit_locked_and_exi
     the other ``failed``; now both are ``locked`` and the run exits 4 (issue 51.10)."""
     from compactor.errors import EXIT_LOCKED
     from compactor.spark import stages
-    from compactor.tools.generator import GeneratorConfig, generate
+    from compactor.tools.ops.generator import GeneratorConfig, generate
     from tests.helpers import cli_json
     from tests.objectstore.conftest import NOW_MS, storage_args, upload
 

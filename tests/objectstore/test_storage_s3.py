@@ -16,8 +16,8 @@ from compactor.codec.segment import iter_batches
 from compactor.errors import ConditionFailedError, LogDirError, LogDirLockedError
 from compactor.log import storage
 from compactor.log.storage.objects import LEASE_NAME, RangedObject
-from compactor.tools.generator import GeneratorConfig, generate
-from compactor.tools.s3_server import S3Server
+from compactor.tools.fixtures.s3_server import S3Server
+from compactor.tools.ops.generator import GeneratorConfig, generate
 from tests.objectstore.conftest import fresh_url, settings_of, upload
 
 REPO = Path(__file__).resolve().parents[2]

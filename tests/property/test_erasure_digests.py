@@ -23,7 +23,7 @@ from compactor.erasure.sketch import DigestFilter
 from compactor.errors import CompactorError
 from compactor.native import engine
 from compactor.native.erasure import segment_digests
-from compactor.tools.generator import GeneratorConfig, generate
+from compactor.tools.ops.generator import GeneratorConfig, generate
 
 NATIVE = engine("native")
 COLUMNS = ("position", "offset", "header", "digest", "key_digest", "key_null", "bare")

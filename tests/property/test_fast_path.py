@@ -26,7 +26,7 @@ from compactor.codec.records import TimestampType, encode_batch
 from compactor.codec.segment import iter_batches
 from compactor.native import chunks, engine, fast, kernels
 from compactor.spark.writer import write_group, write_groups
-from compactor.tools.generator import DEFAULT_START_MS, GeneratorConfig, generate
+from compactor.tools.ops.generator import DEFAULT_START_MS, GeneratorConfig, generate
 from tests.helpers import reference_round, varint_size
 from tests.property.strategies import new_batches
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from compactor.errors import EXIT_OK
-from compactor.tools.generator import DEFAULT_START_MS
+from compactor.tools.ops.generator import DEFAULT_START_MS
 from tests.helpers import cli_json, init_ledger
 
 pytestmark = pytest.mark.spark

@@ -10,7 +10,7 @@ import pytest
 
 import compactor
 from compactor.errors import EXIT_OK, ConfigError
-from compactor.tools.generator import DEFAULT_START_MS
+from compactor.tools.ops.generator import DEFAULT_START_MS
 from tests.helpers import check_report, cli_json, tree_digest
 
 pytestmark = pytest.mark.spark
@@ -101,7 +101,7 @@ def test_the_api_takes_the_writer_of_the_command_line(spark, small_log: Path,
 
 
 def test_the_divergence_guard_and_its_override_through_the_api(spark, tmp_path: Path) -> None:
-    from compactor.tools.generator import GeneratorConfig, generate
+    from compactor.tools.ops.generator import GeneratorConfig, generate
 
     logs = tmp_path / "logs"
     generate(str(logs), GeneratorConfig(

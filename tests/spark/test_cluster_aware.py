@@ -17,7 +17,7 @@ from compactor.cli import main as cli_main
 from compactor.codec.checkpoints import LOG_START_OFFSET_CHECKPOINT, parse_offset_checkpoint
 from compactor.errors import EXIT_CONFIG, EXIT_OK
 from compactor.model import TopicPartition
-from compactor.tools.generator import DEFAULT_START_MS, GeneratorConfig, generate
+from compactor.tools.ops.generator import DEFAULT_START_MS, GeneratorConfig, generate
 from tests.helpers import init_ledger, inspect_problems, report_line, segment_bytes, tree_digest
 
 pytestmark = pytest.mark.spark

@@ -11,7 +11,7 @@ import pytest
 from compactor.cleaner import planning
 from compactor.cli import main as cli_main
 from compactor.errors import EXIT_CONFIG, EXIT_LOCKED, EXIT_OK, EXIT_PARTIAL
-from compactor.tools.generator import DEFAULT_START_MS
+from compactor.tools.ops.generator import DEFAULT_START_MS
 from tests.helpers import (
     cli_json,
     inspect_problems,

@@ -16,7 +16,7 @@ from compactor.codec.checkpoints import CLEANER_OFFSET_CHECKPOINT, parse_offset_
 from compactor.codec.compression import Codec
 from compactor.maintenance.compact import run
 from compactor.maintenance.options import MaintenanceOptions
-from compactor.tools.generator import DEFAULT_START_MS, GeneratorConfig, generate
+from compactor.tools.ops.generator import DEFAULT_START_MS, GeneratorConfig, generate
 from tests.helpers import (
     check_invariants,
     inspect_problems,

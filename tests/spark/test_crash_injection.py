@@ -19,7 +19,7 @@ from compactor.log import storage, swap
 from compactor.maintenance.compact import run
 from compactor.maintenance.options import MaintenanceOptions
 from compactor.spark.stages import write_cleaned_segments
-from compactor.tools.generator import DEFAULT_START_MS, GeneratorConfig, generate
+from compactor.tools.ops.generator import DEFAULT_START_MS, GeneratorConfig, generate
 from tests.helpers import partition_files, records_of, reference_round, segment_bytes
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]

@@ -23,7 +23,7 @@ from compactor.codec.compression import Codec
 from compactor.errors import EXIT_OK, EXIT_PARTIAL
 from compactor.maintenance.compact import run
 from compactor.maintenance.options import MaintenanceOptions
-from compactor.tools.generator import DEFAULT_START_MS, GeneratorConfig, generate
+from compactor.tools.ops.generator import DEFAULT_START_MS, GeneratorConfig, generate
 from tests.helpers import segment_bytes, topic_lines
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]

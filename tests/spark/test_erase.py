@@ -25,7 +25,7 @@ from compactor.codec.segment import iter_batches
 from compactor.errors import EXIT_CONFIG, EXIT_FAILURE, EXIT_OK, EXIT_REQUESTS_FAILED
 from compactor.model import TopicPartition
 from compactor.schemas.delta import ERASURE_REQUESTS, RUNS
-from compactor.tools.generator import DEFAULT_START_MS, GeneratorConfig, generate
+from compactor.tools.ops.generator import DEFAULT_START_MS, GeneratorConfig, generate
 from tests.crash import ERASE_APPLY_CRASHER
 from tests.helpers import (
     cli_json,

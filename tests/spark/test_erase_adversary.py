@@ -18,7 +18,7 @@ from deltalake import DeltaTable
 from compactor.cli import main as cli_main
 from compactor.codec.segment import iter_batches
 from compactor.errors import EXIT_CONFIG, EXIT_CORRUPT, EXIT_OK, EXIT_PARTIAL, EXIT_REQUESTS_FAILED
-from compactor.tools.generator import DEFAULT_START_MS, GeneratorConfig, generate
+from compactor.tools.ops.generator import DEFAULT_START_MS, GeneratorConfig, generate
 from tests.helpers import cli_json, segment_bytes, tree_digest
 
 pytestmark = pytest.mark.spark

@@ -33,7 +33,7 @@ from kafka.record.memory_records import MemoryRecords
 
 from compactor.cli import main as cli_main
 from compactor.erasure import ledger
-from compactor.tools.generator import DEFAULT_START_MS, GeneratorConfig, generate
+from compactor.tools.ops.generator import DEFAULT_START_MS, GeneratorConfig, generate
 from tests.crash import ERASE_APPLY_CRASHER
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]

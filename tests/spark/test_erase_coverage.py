@@ -19,7 +19,7 @@ from compactor.cli import main as cli_main
 from compactor.codec.checkpoints import CLEANER_OFFSET_CHECKPOINT, parse_offset_checkpoint
 from compactor.errors import EXIT_CONFIG, EXIT_OK, EXIT_REQUESTS_FAILED
 from compactor.model import TopicPartition
-from compactor.tools.generator import DEFAULT_START_MS, GeneratorConfig, generate
+from compactor.tools.ops.generator import DEFAULT_START_MS, GeneratorConfig, generate
 from tests.crash import ERASE_APPLY_CRASHER
 from tests.helpers import (
     cli_json,

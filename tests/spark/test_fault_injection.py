@@ -25,7 +25,7 @@ import pytest
 from compactor.codec.compression import Codec
 from compactor.codec.records import NewRecord, NewRecordBatch, encode_batch
 from compactor.errors import EXIT_FAILURE, EXIT_PARTIAL
-from compactor.tools.generator import DEFAULT_START_MS, GeneratorConfig, generate
+from compactor.tools.ops.generator import DEFAULT_START_MS, GeneratorConfig, generate
 from tests.helpers import cli_json, init_ledger, tree_digest
 
 TOPIC = "faults"

@@ -16,7 +16,7 @@ import pytest
 
 from compactor.errors import EXIT_CONFIG, EXIT_OK
 from compactor.human import human_bytes
-from compactor.tools.generator import DEFAULT_START_MS
+from compactor.tools.ops.generator import DEFAULT_START_MS
 from tests.helpers import cli_json
 
 pytestmark = pytest.mark.spark
@@ -183,7 +183,7 @@ def test_a_broker_of_2000_partitions_shows_what_needs_attention_then_its_topics(
     with a corrupt segment. The page opens with that partition, then one row per topic (the
     one needing attention first), counts each partition once though a run reports it twice,
     and collapses the partition lines: a screen, not 4,000 rows."""
-    from compactor.tools.generator import GeneratorConfig, generate
+    from compactor.tools.ops.generator import GeneratorConfig, generate
 
     logs = tmp_path / "logs"
     topics = tuple(f"topic-{i:02d}" for i in range(40))

@@ -31,7 +31,7 @@ import pytest
 
 from compactor.cli import main as cli_main
 from compactor.errors import EXIT_OK
-from compactor.tools.generator import DEFAULT_START_MS, GeneratorConfig, generate
+from compactor.tools.ops.generator import DEFAULT_START_MS, GeneratorConfig, generate
 from tests.helpers import init_ledger, inspect_problems, records_of, segment_bytes
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]

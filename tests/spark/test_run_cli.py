@@ -13,7 +13,7 @@ from compactor.codec.checkpoints import CLEANER_OFFSET_CHECKPOINT, parse_offset_
 from compactor.errors import EXIT_CONFIG, EXIT_OK
 from compactor.log.layout import load_partition, log_end_offset
 from compactor.model import TopicPartition
-from compactor.tools.generator import DEFAULT_START_MS
+from compactor.tools.ops.generator import DEFAULT_START_MS
 from tests.helpers import (
     inspect_problems,
     records_of,

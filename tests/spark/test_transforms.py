@@ -47,7 +47,7 @@ from compactor.schemas.spark import (
 from compactor.spark import transforms
 from compactor.spark.stages import group_slots, partition_slots
 from compactor.spark.writer import write_erased_segment, write_group, write_groups
-from compactor.tools.generator import DEFAULT_START_MS
+from compactor.tools.ops.generator import DEFAULT_START_MS
 
 pytestmark = pytest.mark.spark
 

@@ -26,7 +26,7 @@ from compactor.config import broker_layer
 from compactor.errors import ConfigError, CorruptMetadataError
 from compactor.log.layout import open_log_dir
 from compactor.model import TopicPartition
-from compactor.tools.generator import GeneratorConfig, generate
+from compactor.tools.ops.generator import GeneratorConfig, generate
 
 
 def record(name: str, **fields: object) -> MetadataRecord:

@@ -19,7 +19,7 @@ def test_dist_help_writes_nothing(tmp_path: Path) -> None:
     """Issue 30.8: ``--help`` was taken for the archive's name and a zip named ``--help``
     written."""
     for argv, code in ((["--help"], 0), (["not-a-zip"], 2)):
-        proc = subprocess.run([sys.executable, "-m", "compactor.tools.dist", *argv],
+        proc = subprocess.run([sys.executable, "-m", "compactor.tools.build.dist", *argv],
                               cwd=tmp_path, capture_output=True, text=True, check=False)
         assert proc.returncode == code, proc.stderr
     assert list(tmp_path.iterdir()) == []

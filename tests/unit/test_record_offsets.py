@@ -20,8 +20,8 @@ import pytest
 
 from compactor.codec.segment import decode_segment, iter_batches
 from compactor.errors import CorruptSegmentError
-from compactor.tools.generator import DEFAULT_START_MS, GeneratorConfig, generate
-from compactor.tools.inspect import inspect_partition
+from compactor.tools.ops.generator import DEFAULT_START_MS, GeneratorConfig, generate
+from compactor.tools.ops.inspect import inspect_partition
 from tests.helpers import reference_round
 from tests.property.test_fast_path import same_error_on_both_paths
 

@@ -14,7 +14,7 @@ from compactor.cluster.release import follow
 from compactor.errors import ConfigError
 from compactor.log.layout import open_log_dir
 from compactor.model import TopicPartition
-from compactor.tools.generator import GeneratorConfig, generate
+from compactor.tools.ops.generator import GeneratorConfig, generate
 
 
 def _catalog(tmp_path: Path, release: str = "4.1", **kw: object):

@@ -1,6 +1,6 @@
 """Print spark-submit's arguments for a job of the tool: the command line's start, submitted.
 
-Usage: python -m compactor.tools.submit_args --master MASTER [--log-dir DIR ...]
+Usage: python -m compactor.tools.ops.submit_args --master MASTER [--log-dir DIR ...]
        [--object-store] [--executors-installed] [--json]
 
 A job started with them starts as fast as the ``compactor`` command does: its driver's JVM maps
@@ -8,14 +8,14 @@ this installation's class-data archive and logs errors only, the jars are on its
 and its Python workers are the package's own daemon
 (:func:`compactor.spark.session.submit_args`)::
 
-    mapfile -t START < <(python -m compactor.tools.submit_args --master local[4] \\
+    mapfile -t START < <(python -m compactor.tools.ops.submit_args --master local[4] \\
         --log-dir /var/lib/kafka/data)
     spark-submit --master local[4] "${START[@]}" \\
         jobs/run.py /var/lib/kafka/data --server-properties /etc/kafka/server.properties
 
 The output is one argument a line (the driver's java options are one argument with spaces;
 ``--json``: a JSON list, for a program). Exits 3 when the jars were never fetched
-(``python -m compactor.tools.jars``).
+(``python -m compactor.tools.build.jars``).
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def _size(log_dirs: list[str]) -> int | None:
 def main(argv: list[str] | None = None) -> int:
     from compactor.spark.session import submit_args
 
-    ap = argparse.ArgumentParser(prog="python -m compactor.tools.submit_args",
+    ap = argparse.ArgumentParser(prog="python -m compactor.tools.ops.submit_args",
                                  description=__doc__.splitlines()[0])
     ap.add_argument("--master", required=True,
                     help="the master the job is submitted to (local[N], spark://..., k8s://...)")

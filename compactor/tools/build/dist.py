@@ -3,7 +3,7 @@ repository's ``schemas/`` as ``compactor.schemas`` (as the wheel installs it), z
 only, no bytecode), so executors of any cluster import the same code as the driver. The jobs
 themselves (``jobs/*.py``) are given to spark-submit by path.
 
-    python -m compactor.tools.dist dist/kafka_compactor.zip
+    python -m compactor.tools.build.dist dist/kafka_compactor.zip
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ PACKAGES = {"compactor": "compactor", "schemas": "compactor/schemas"}
 
 def build(out: str, root: str | None = None) -> list[str]:
     """Write the archive; returns the names it holds."""
-    base = Path(root) if root else Path(__file__).resolve().parents[2]
+    base = Path(root) if root else Path(__file__).resolve().parents[3]
     names = []
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     tmp = out + ".tmp"
@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
 
     parser = argparse.ArgumentParser(
-        prog="python -m compactor.tools.dist",
+        prog="python -m compactor.tools.build.dist",
         description=f"Zip the {', '.join(PACKAGES)} packages (sources only) for spark-submit's "
                     f"--py-files.")
     parser.add_argument("out", nargs="?", default="dist/kafka_compactor.zip",
@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
                      f".zip, .egg or .py files)")
     names = build(args.out)
     print(f"{args.out}: {len(names)} files from {', '.join(PACKAGES)}")
-    print(f"run a job with: mapfile -t START < <(python -m compactor.tools.submit_args "
+    print(f"run a job with: mapfile -t START < <(python -m compactor.tools.ops.submit_args "
           f"--master MASTER); spark-submit --master MASTER --py-files {args.out} "
           f"\"${{START[@]}}\" jobs/<job>.py ...")
     return 0

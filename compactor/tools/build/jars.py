@@ -3,12 +3,12 @@
 against them here, :func:`compactor.remote.tier.build_helper`) from Maven Central into this
 installation, once.
 
-Usage: python -m compactor.tools.jars [--s3a] [--force] [--print]
+Usage: python -m compactor.tools.build.jars [--s3a] [--force] [--print]
 
 ``--print`` prints the delta-spark jars (with ``--s3a``, S3A's too: for a state dir on S3) as
 spark-submit's ``--jars`` wants them (comma separated), fetching them first when needed:
 
-    spark-submit --jars "$(python -m compactor.tools.jars --print)" jobs/erase.py apply ...
+    spark-submit --jars "$(python -m compactor.tools.build.jars --print)" jobs/erase.py apply ...
 
 Maven resolves ``compactor/spark/pom.xml`` (pinned versions; what pyspark ships is excluded)
 and copies the runtime jars into ``<prefix>/share/kafka-compactor/<profile>-<version>``
@@ -60,7 +60,7 @@ def fetch(profile: str, *, force: bool = False) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m compactor.tools.jars",
+    ap = argparse.ArgumentParser(prog="python -m compactor.tools.build.jars",
                                  description=__doc__.splitlines()[0])
     ap.add_argument("--s3a", action="store_true",
                     help="also Hadoop's S3A connector and the AWS SDK (690 MB), for a state "

@@ -1,6 +1,6 @@
 """Make this installation's class-data-sharing archive of Spark's classes (AppCDS).
 
-Usage: python -m compactor.tools.class_archive [--force] [--out PATH]
+Usage: python -m compactor.tools.build.class_archive [--force] [--out PATH]
 
 A session of this installation runs a compaction round on a small generated log dir with
 ``-XX:ArchiveClassesAtExit``, so its driver JVM loads the classes a command uses (Spark's
@@ -32,7 +32,7 @@ def make(out: str) -> str | None:
     """Make the archive at ``out``; the reason when it could not be made."""
     from compactor import api
     from compactor.spark.session import get_spark
-    from compactor.tools.generator import GeneratorConfig, generate
+    from compactor.tools.ops.generator import GeneratorConfig, generate
 
     storage.make_dirs(os.path.dirname(out))
     partial = f"{out}.{os.getpid()}.partial"

@@ -1,7 +1,7 @@
 """``kafka-dump-log``'s text, line for line (``DumpLogSegments`` of Kafka 4.1:
 ``printBatchLevel``, ``printRecordMetadata``, ``printControlRecord``, ``dumpIndex``,
 ``dumpTimeIndex``, ``dumpTxnIndex``, ``dumpProducerIdSnapshot``), from the dictionaries
-:mod:`compactor.tools.inspect` builds. Pure: dictionaries in, lines out."""
+:mod:`compactor.tools.ops.inspect` builds. Pure: dictionaries in, lines out."""
 
 from __future__ import annotations
 
