@@ -3,10 +3,12 @@
 - the pure layers (codec, cleaner rules, retention, erasure rules, metadata replay, configs,
   value types, errors) import neither ``compactor.log`` nor ``compactor.spark`` nor pyspark,
   nor the clock, nor anything that touches files;
-- only ``compactor/log/storage.py`` touches files (``open``, ``os``/``shutil``/``pathlib``
+- only ``compactor/log/storage/`` touches files (``open``, ``os``/``shutil``/``pathlib``
   file calls); the tools that launch JVMs or build archives are the declared exceptions;
 - pyspark is imported (at run time) only under ``compactor/spark/`` and by the local-cluster
   tool; the driver modules name Spark types under ``TYPE_CHECKING`` only;
+- the S3 client (boto3, botocore) is imported only by the object store's implementation of
+  the storage protocol (``compactor/log/storage/objects.py``) and the test server's tool;
 - numba is imported only under ``compactor/native/`` (the native seam), and its kernels are
   made only by ``compactor/native/cache.py`` (the disk cache keyed on every compiled source:
   no ``numba.njit``/``numba.jit`` call elsewhere);
@@ -63,6 +65,9 @@ RULES: dict[str, tuple[str, ...]] = {
     "spark_importers": ("compactor.spark", "compactor.schemas.spark",
                         "compactor.tools.fixtures.local_cluster"),
     "numba_importers": ("compactor.native",),
+    # the only importers of the S3 client: the object store's implementation of the storage
+    # protocol (compactor.log.storage.stores) and the test server's upload tool
+    "s3_client_importers": ("compactor.log.storage.objects", "compactor.tools.fixtures.s3_server"),
     # the only maker of numba kernels (numba.njit / numba.jit calls)
     "kernel_makers": ("compactor.native.cache",),
     # the only module that computes a delete horizon (the batch-rebuild rules)
@@ -217,6 +222,9 @@ def violations(mods: Mapping[str, Module]) -> list[str]:
         if not _under(name, RULES["numba_importers"]):
             found += [f"{name} imports {i} outside the native seam"
                       for i in sorted(mod.imports | mod.typing_only) if _under(i, ("numba",))]
+        if not _under(name, RULES["s3_client_importers"]) and name.startswith("compactor"):
+            found += [f"{name} imports {i} outside the object store"
+                      for i in sorted(mod.imports) if _under(i, ("boto3", "botocore"))]
         if name.startswith("compactor"):
             found += [f"{name} imports {i}" for i in sorted(mod.imports) if _under(i, ("jobs",))]
         if not _under(name, RULES["kernel_makers"]):
@@ -343,6 +351,9 @@ def _source(name: str) -> str:
     ("compactor.maintenance.compact", "def f():\n    open('x')", "touches files: open()"),
     ("compactor.cluster.catalog", "def f(p):\n    os.remove(p)", "touches files: os.remove()"),
     ("compactor.spark.writer", "import numba", "imports numba outside the native seam"),
+    ("compactor.log.storage.local", "import boto3", "imports boto3 outside the object store"),
+    ("compactor.maintenance.erase", "def f():\n    import botocore.exceptions",
+     "imports botocore.exceptions outside the object store"),
     ("compactor.cleaner.scan", "from compactor.native import fast", "(pure) imports"),
     ("compactor.log.layout", "def f():\n    from compactor.cluster import catalog",
      "folder cycle"),

@@ -1,8 +1,10 @@
 """The one place that touches files: local disks and object stores.
 
 Everything else works on bytes and locations handed in. A location is a string: a local path
-(:mod:`.local`) or an ``s3://bucket/key`` URL (:mod:`.objects`); each function here sends it to
-the right one. Joining and splitting locations is :mod:`.locations` (no I/O).
+or an ``s3://bucket/key`` URL. Each function here asks :func:`store_for` for the location's
+storage, a :class:`.stores.Store` (the local disk, :class:`.local.LocalStore`; an object
+store, :class:`.objects.ObjectStore`), and calls it: what differs between them is theirs.
+Joining and splitting locations is :mod:`.locations` (no I/O).
 
 Configuration is per process: :func:`configure` sets the ``--storage-option`` pairs and
 ``--break-lease``; :func:`portable` wraps a function that runs on executors so that the
@@ -19,9 +21,16 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from compactor.errors import LogDirError, LogDirLockedError
+from compactor.errors import LogDirLockedError
 from compactor.log.storage import local
-from compactor.log.storage.local import LOCK_FILE, FileStat, Link, discard_stdout, temporary_dir
+from compactor.log.storage.local import (
+    LOCK_FILE,
+    FileStat,
+    Link,
+    LocalStore,
+    discard_stdout,
+    temporary_dir,
+)
 from compactor.log.storage.locations import (
     STORAGE_OPTIONS,
     basename,
@@ -33,17 +42,18 @@ from compactor.log.storage.locations import (
     url_contains,
 )
 from compactor.log.storage.objects import LEASE_NAME, ObjectStore
+from compactor.log.storage.stores import Store
 
 __all__ = [
     "LEASE_NAME", "LOCK_FILE", "STORAGE_OPTIONS", "FileStat", "Link", "StorageSettings",
     "absolute",
     "basename",
-    "check_location", "configure", "contains", "crc32c", "dirname", "exists", "is_dir",
+    "Store", "check_location", "configure", "contains", "crc32c", "dirname", "exists", "is_dir",
     "is_link", "is_url", "join", "list_dir", "log_dir_lock", "make_dirs", "mapped",
     "open_durable", "parse_storage_options", "portable", "read_bytes", "read_text",
     "real_path", "remove", "rename", "settings", "stat", "supports_rename", "write_atomic",
     "write_durable", "write_new", "copy", "delta_options", "fsync_dir",
-    "set_mtime", "discard_stdout", "identities", "links", "fence", "lease_lost",
+    "set_mtime", "discard_stdout", "identities", "links", "fence", "lease_lost", "store_for",
     "object_metadata",
     "write_output",
     "output_problem",
@@ -115,18 +125,28 @@ def _store() -> ObjectStore:
     return store
 
 
+_LOCAL: Store = LocalStore()
+
+
+def store_for(path: str) -> Store:
+    """The storage of a location, chosen by its form: an object store for a URL (with this
+    process's settings: :func:`configure`), the local disk for anything else. Every function
+    below sends its location to it; what differs between the two lives in their
+    implementations (:mod:`.stores`)."""
+    return _store() if is_url(path) else _LOCAL
+
+
 # --- reading -------------------------------------------------------------------------------
 
 
 def read_bytes(path: str, start: int = 0, end: int | None = None) -> bytes:
     """Bytes ``[start, end)`` of a file (``end`` = end of file when ``None``)."""
-    return _store().read_bytes(path, start, end) if is_url(path) else \
-        local.read_bytes(path, start, end)
+    return store_for(path).read_bytes(path, start, end)
 
 
 def crc32c(path: str) -> int:
     """CRC-32C of a whole file, streamed in chunks."""
-    return _store().crc32c(path) if is_url(path) else local.crc32c(path)
+    return store_for(path).crc32c(path)
 
 
 @contextmanager
@@ -135,11 +155,8 @@ def mapped(path: str) -> Iterator[Any]:
     memory-mapped on a local disk (:func:`.local.mapped`), fetched by ranged GETs with bounded
     read-ahead from an object store (:class:`.objects.RangedObject`). Either slices into
     ``bytes`` and has a length."""
-    if is_url(path):
-        yield _store().ranged(path)
-    else:
-        with local.mapped(path) as data:
-            yield data
+    with store_for(path).mapped(path) as data:
+        yield data
 
 
 def window(data: Any, start: int, end: int) -> Any:
@@ -155,51 +172,43 @@ def window(data: Any, start: int, end: int) -> Any:
 
 
 def read_text(path: str) -> str:
-    if not is_url(path):
-        return local.read_text(path)
-    try:
-        return read_bytes(path).decode("utf-8")
-    except UnicodeDecodeError as err:
-        raise LogDirError(f"file is not UTF-8 text: {err}", path=path) from err
+    return store_for(path).read_text(path)
 
 
 def exists(path: str) -> bool:
-    return _store().exists(path) if is_url(path) else local.exists(path)
+    return store_for(path).exists(path)
 
 
 def is_dir(path: str) -> bool:
-    return _store().is_dir(path) if is_url(path) else local.is_dir(path)
+    return store_for(path).is_dir(path)
 
 
 def is_link(path: str) -> bool:
-    return False if is_url(path) else local.is_link(path)
+    return store_for(path).is_link(path)
 
 
 def stat(path: str) -> FileStat:
     """Size and modification time (an object's ``mtime-ms`` metadata, else Last-Modified)."""
-    if not is_url(path):
-        return local.stat(path)
-    st = _store().stat(path)
-    return FileStat(size=st.size, mtime_ms=st.mtime_ms, is_dir=st.is_dir)
+    return store_for(path).stat(path)
 
 
 def list_dir(path: str) -> list[str]:
     """Sorted entry names of a directory (objects and sub-prefixes under a prefix)."""
-    return _store().list_dir(path) if is_url(path) else local.list_dir(path)
+    return store_for(path).list_dir(path)
 
 
 def identities(path: str) -> dict[str, str]:
     """``{name: identity}`` of the files directly in a directory, from one listing: an
     object's ETag, a local file's size, modification time and inode. A file written again
     has another identity: what a commit compares with what its scan saw."""
-    return _store().identities(path) if is_url(path) else local.identities(path)
+    return store_for(path).identities(path)
 
 
 def links(path: str) -> dict[str, Link]:
     """``{name: link}`` of the entries of a local directory whose data also has another name
     (a symbolic link, or a file with several hard links: :func:`local.links`); empty on an
     object store, which has neither."""
-    return {} if is_url(path) else local.links(path)
+    return store_for(path).links(path)
 
 
 def object_metadata(path: str) -> tuple[str, dict[str, str]] | None:
@@ -218,16 +227,16 @@ def absolute(path: str) -> str:
         ConfigError: an unknown or unsupported URL scheme.
     """
     path = check_location(path)
-    return path if is_url(path) else local.absolute(path)
+    return store_for(path).absolute(path)
 
 
 def real_path(path: str) -> str:
     """``path`` absolute with every symlink resolved (to compare locations)."""
-    return path if is_url(path) else local.real_path(path)
+    return store_for(path).real_path(path)
 
 
 def contains(outer: str, inner: str) -> bool:
-    """Whether ``inner`` is ``outer`` or lies under it."""
+    """Whether ``inner`` is ``outer`` or lies under it (never across a disk and a store)."""
     if is_url(outer) or is_url(inner):
         return is_url(outer) and is_url(inner) and url_contains(outer, inner)
     return local.contains(outer, inner)
@@ -235,7 +244,7 @@ def contains(outer: str, inner: str) -> bool:
 
 def supports_rename(path: str) -> bool:
     """Whether renames under ``path`` are atomic (local disks; object stores have none)."""
-    return not is_url(path)
+    return store_for(path).renames_atomically
 
 
 # --- writing -------------------------------------------------------------------------------
@@ -243,24 +252,19 @@ def supports_rename(path: str) -> bool:
 
 def make_dirs(path: str) -> None:
     """Create a directory (nothing to do under an object-store prefix)."""
-    if not is_url(path):
-        local.make_dirs(path)
+    store_for(path).make_dirs(path)
 
 
 def fsync_dir(path: str) -> None:
     """Make renames and creations inside ``path`` durable (an object PUT already is)."""
-    if not is_url(path):
-        local.fsync_dir(path)
+    store_for(path).fsync_dir(path)
 
 
 def write_durable(path: str, data: bytes, *, mtime_ms: int | None = None,
                   fsync: bool = True) -> None:
     """Create or replace ``path`` with ``data``, durable (fsynced / one PUT) unless ``fsync``
     is false (generated test data on a local disk only)."""
-    if is_url(path):
-        _store().put(path, data, mtime_ms=mtime_ms)
-    else:
-        local.write_durable(path, data, mtime_ms=mtime_ms, fsync=fsync)
+    store_for(path).write_durable(path, data, mtime_ms=mtime_ms, fsync=fsync)
 
 
 @contextmanager
@@ -270,22 +274,15 @@ def open_durable(path: str, *, mtime_ms: int | None = None,
     given ``mtime_ms`` when the block ends normally (a local file is fsynced, an object is
     completed as a multipart upload). On an exception a local file is closed as it is (the
     caller removes it); an object upload is aborted and nothing appears."""
-    if is_url(path):
-        with _store().open_write(path, mtime_ms=mtime_ms) as write:
-            yield write
-    else:
-        with local.open_durable(path, mtime_ms=mtime_ms, fsync=fsync) as write:
-            yield write
+    with store_for(path).open_durable(path, mtime_ms=mtime_ms, fsync=fsync) as write:
+        yield write
 
 
 def write_atomic(path: str, data: bytes) -> None:
     """Replace ``path`` so that readers see the old or the new content: Kafka's checkpoint
     write (temporary file, fsync, rename, directory fsync) locally, one PUT on an object
     store."""
-    if is_url(path):
-        _store().put(path, data)
-    else:
-        local.write_atomic(path, data)
+    store_for(path).write_atomic(path, data)
 
 
 def write_output(path: str, data: bytes) -> None:
@@ -293,16 +290,13 @@ def write_output(path: str, data: bytes) -> None:
     ``--html-report``): one PUT on an object store; locally, a regular file is replaced
     atomically and a FIFO, a device or a symlink's target is written in place
     (:func:`.local.write_output`)."""
-    if is_url(path):
-        _store().put(path, data)
-    else:
-        local.write_output(path, data)
+    store_for(path).write_output(path, data)
 
 
 def output_problem(path: str) -> str | None:
     """Why an output file cannot be written (``None`` when it can; an object-store URL is
     only known when it is written)."""
-    return None if is_url(path) else local.output_problem(path)
+    return store_for(path).output_problem(path)
 
 
 def write_new(path: str, data: bytes) -> None:
@@ -322,28 +316,19 @@ def copy(src: str, dst: str, *, if_source_etag: str | None = None,
 
 
 def set_mtime(path: str, mtime_ms: int) -> None:
-    if is_url(path):
-        _store().set_mtime(path, mtime_ms)
-    else:
-        local.set_mtime(path, mtime_ms)
+    store_for(path).set_mtime(path, mtime_ms)
 
 
 def rename(src: str, dst: str) -> None:
     """Atomic rename on a local disk; copy-then-delete on an object store (not atomic: use
     only where running the step again after a crash is harmless)."""
-    if is_url(src):
-        _store().rename(src, dst)
-    else:
-        local.rename(src, dst)
+    store_for(src).rename(src, dst)
 
 
 def remove(path: str, *, missing_ok: bool = False, if_match: str | None = None) -> None:
     """Delete a file; ``if_match`` (object stores) deletes an object only while it still
     has that ETag (:class:`~compactor.errors.ConditionFailedError` otherwise)."""
-    if is_url(path):
-        _store().remove(path, missing_ok=missing_ok, if_match=if_match)
-    else:
-        local.remove(path, missing_ok=missing_ok)
+    store_for(path).remove(path, missing_ok=missing_ok, if_match=if_match)
 
 
 def fence(path: str) -> None:
@@ -355,8 +340,7 @@ def fence(path: str) -> None:
         LogDirLockedError: the lease is lost or may have expired.
         StorageError: the lease could not be renewed.
     """
-    if is_url(path):
-        _store().fence(path)
+    store_for(path).fence(path)
 
 
 def lease_lost(path: str) -> LogDirLockedError | None:
@@ -364,15 +348,7 @@ def lease_lost(path: str) -> LogDirLockedError | None:
     :func:`fence` fails: another run took it, or it expired), else ``None`` (on a local disk
     the lock is held for as long as the process lives). A store that cannot be asked says
     nothing here: the run's own next write fails with that."""
-    if not is_url(path):
-        return None
-    try:
-        _store().fence(path)
-    except LogDirLockedError as err:
-        return err
-    except LogDirError:  # StorageError: unknown, not lost
-        return None
-    return None
+    return store_for(path).lease_lost(path)
 
 
 _held: set[str] = set()  # the log dirs whose lock (or lease) this process holds
@@ -394,8 +370,7 @@ def log_dir_lock(log_dir: str) -> Iterator[None]:
     if key in _held:  # this process holds it already (a run over a broker's log dirs)
         yield
         return
-    with (_store().lease(log_dir, break_lease=_settings.break_lease) if is_url(log_dir)
-          else local.log_dir_lock(log_dir)):
+    with store_for(log_dir).log_dir_lock(log_dir, break_lease=_settings.break_lease):
         _held.add(key)
         try:
             yield
@@ -431,8 +406,7 @@ def state_dir_lock(state_dir: str, wait_s: float = STATE_LOCK_WAIT_S) -> Iterato
             return
         make_dirs(state_dir)
         where = join(state_dir, STATE_LOCK_NAME)
-        with (_store().waiting_lease(where, wait_s) if is_url(state_dir)
-              else local.waiting_lock(where, wait_s)):
+        with store_for(state_dir).waiting_lock(where, wait_s):
             _held.add(key)
             try:
                 yield
@@ -442,4 +416,4 @@ def state_dir_lock(state_dir: str, wait_s: float = STATE_LOCK_WAIT_S) -> Iterato
 
 def delta_options(path: str) -> dict[str, str] | None:
     """``storage_options`` for a ``deltalake`` table at ``path`` (``None`` on a local disk)."""
-    return _store().delta_options() if is_url(path) else None
+    return store_for(path).delta_options()

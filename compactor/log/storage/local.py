@@ -527,3 +527,104 @@ def temporary_dir(prefix: str) -> Iterator[str]:
     what it holds at its end."""
     with tempfile.TemporaryDirectory(prefix=prefix) as path:
         yield path
+
+
+class LocalStore:
+    """The local disk as a :class:`compactor.log.storage.stores.Store`: this module's
+    functions. Renames are atomic and a file is made durable by fsync (its own, then its
+    directory's); the log dir is held by Kafka's fcntl lock, which the process holds for as
+    long as it lives, so there is no lease to fence or lose."""
+
+    renames_atomically = True
+
+    def read_bytes(self, path: str, start: int = 0, end: int | None = None) -> bytes:
+        return read_bytes(path, start, end)
+
+    def crc32c(self, path: str) -> int:
+        return crc32c(path)
+
+    def mapped(self, path: str) -> AbstractContextManager[Any]:
+        return mapped(path)
+
+    def read_text(self, path: str) -> str:
+        return read_text(path)
+
+    def exists(self, path: str) -> bool:
+        return exists(path)
+
+    def is_dir(self, path: str) -> bool:
+        return is_dir(path)
+
+    def is_link(self, path: str) -> bool:
+        return is_link(path)
+
+    def stat(self, path: str) -> FileStat:
+        return stat(path)
+
+    def list_dir(self, path: str) -> list[str]:
+        return list_dir(path)
+
+    def identities(self, path: str) -> dict[str, str]:
+        return identities(path)
+
+    def links(self, path: str) -> dict[str, Link]:
+        return links(path)
+
+    def absolute(self, path: str) -> str:
+        return absolute(path)
+
+    def real_path(self, path: str) -> str:
+        return real_path(path)
+
+    def make_dirs(self, path: str) -> None:
+        make_dirs(path)
+
+    def fsync_dir(self, path: str) -> None:
+        fsync_dir(path)
+
+    def write_durable(self, path: str, data: bytes, *, mtime_ms: int | None = None,
+                      fsync: bool = True) -> None:
+        write_durable(path, data, mtime_ms=mtime_ms, fsync=fsync)
+
+    def open_durable(self, path: str, *, mtime_ms: int | None = None, fsync: bool = True
+                     ) -> AbstractContextManager[Callable[[bytes], None]]:
+        return open_durable(path, mtime_ms=mtime_ms, fsync=fsync)
+
+    def write_atomic(self, path: str, data: bytes) -> None:
+        write_atomic(path, data)
+
+    def write_output(self, path: str, data: bytes) -> None:
+        write_output(path, data)
+
+    def output_problem(self, path: str) -> str | None:
+        return output_problem(path)
+
+    def set_mtime(self, path: str, mtime_ms: int) -> None:
+        set_mtime(path, mtime_ms)
+
+    def rename(self, src: str, dst: str) -> None:
+        rename(src, dst)
+
+    def remove(self, path: str, *, missing_ok: bool = False,
+               if_match: str | None = None) -> None:
+        if if_match is not None:
+            raise ValueError("a conditional delete is an object store's; a local file has "
+                             "no ETag")
+        remove(path, missing_ok=missing_ok)
+
+    def fence(self, path: str) -> None:
+        """Nothing to prove: the broker's fcntl lock is held for as long as the process
+        lives."""
+
+    def lease_lost(self, path: str) -> LogDirLockedError | None:
+        return None
+
+    def log_dir_lock(self, log_dir: str, *, break_lease: bool
+                     ) -> AbstractContextManager[None]:
+        return log_dir_lock(log_dir)  # a broker's lock is never broken: there is no lease
+
+    def waiting_lock(self, path: str, wait_s: float) -> AbstractContextManager[None]:
+        return waiting_lock(path, wait_s)
+
+    def delta_options(self) -> dict[str, str] | None:
+        return None

@@ -27,13 +27,14 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from crc32c import crc32c as crc32c_of
 
 from compactor.errors import ConditionFailedError, LogDirError, LogDirLockedError, StorageError
+from compactor.log.storage.local import FileStat, Link
 from compactor.log.storage.locations import split
 
 MTIME_KEY = "mtime-ms"
@@ -215,7 +216,7 @@ class ObjectStore:
         return value
 
     def ranged(self, url: str) -> RangedObject:
-        st = self.stat(url)
+        st = self.object_stat(url)
         return RangedObject(lambda a, b: self.read_bytes(url, a, b), st.size, self.read_ahead)
 
     def is_dir(self, url: str) -> bool:
@@ -234,7 +235,7 @@ class ObjectStore:
     def exists(self, url: str) -> bool:
         return self.head(url) is not None or self.is_dir(url)
 
-    def stat(self, url: str) -> ObjectStat:
+    def object_stat(self, url: str) -> ObjectStat:
         found = self.head(url)
         if found is None:
             if self.is_dir(url):
@@ -425,6 +426,80 @@ class ObjectStore:
             if missing_ok and _error_code(err)[1] == 404:
                 return
             raise self._fail(err, url, "delete object") from err
+
+    # --- the rest of the Store protocol (compactor.log.storage.stores) ------------------
+
+    renames_atomically = False
+
+    @contextmanager
+    def mapped(self, url: str) -> Iterator[RangedObject]:
+        """The object's bytes, fetched by ranged GETs with bounded read-ahead."""
+        yield self.ranged(url)
+
+    def read_text(self, url: str) -> str:
+        try:
+            return self.read_bytes(url).decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise LogDirError(f"file is not UTF-8 text: {err}", path=url) from err
+
+    def is_link(self, url: str) -> bool:
+        return False  # an object store has no links
+
+    def stat(self, url: str) -> FileStat:
+        """Size and modification time (the ``mtime-ms`` metadata, else Last-Modified)."""
+        st = self.object_stat(url)
+        return FileStat(size=st.size, mtime_ms=st.mtime_ms, is_dir=st.is_dir)
+
+    def links(self, url: str) -> dict[str, Link]:
+        return {}  # neither symbolic nor hard links
+
+    def absolute(self, url: str) -> str:
+        return url
+
+    def real_path(self, url: str) -> str:
+        return url
+
+    def make_dirs(self, url: str) -> None:
+        """Nothing to create: a prefix exists once an object lies under it."""
+
+    def fsync_dir(self, url: str) -> None:
+        """Nothing to flush: a PUT is durable when it returns."""
+
+    def write_durable(self, url: str, data: bytes, *, mtime_ms: int | None = None,
+                      fsync: bool = True) -> None:
+        self.put(url, data, mtime_ms=mtime_ms)  # one PUT, durable either way
+
+    def open_durable(self, url: str, *, mtime_ms: int | None = None, fsync: bool = True
+                     ) -> AbstractContextManager[Callable[[bytes], None]]:
+        return self.open_write(url, mtime_ms=mtime_ms)
+
+    def write_atomic(self, url: str, data: bytes) -> None:
+        self.put(url, data)  # readers see the old object or the new one
+
+    def write_output(self, url: str, data: bytes) -> None:
+        self.put(url, data)
+
+    def output_problem(self, url: str) -> str | None:
+        return None  # known only when it is written
+
+    def lease_lost(self, url: str) -> LogDirLockedError | None:
+        """Why this process no longer holds the lease of the log dir ``url`` lies in (its
+        :meth:`fence` fails), else ``None``; a store that cannot be asked says nothing here
+        (the run's own next write fails with that)."""
+        try:
+            self.fence(url)
+        except LogDirLockedError as err:
+            return err
+        except LogDirError:  # StorageError: unknown, not lost
+            return None
+        return None
+
+    def log_dir_lock(self, log_dir: str, *, break_lease: bool
+                     ) -> AbstractContextManager[None]:
+        return self.lease(log_dir, break_lease=break_lease)
+
+    def waiting_lock(self, url: str, wait_s: float) -> AbstractContextManager[None]:
+        return self.waiting_lease(url, wait_s)
 
     # --- the lease -----------------------------------------------------------------------
 
