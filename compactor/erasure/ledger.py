@@ -417,11 +417,12 @@ def _run_batches(run: RunLedger, columns: Sequence[str]) -> Iterator[pa.RecordBa
             yield batch.select(list(columns))
 
 
-def _of(column: pa.Array, values: Collection[str]) -> pa.Array:
-    """Whether each value of a string ``column`` is one of ``values``."""
+def _of(column: pa.Array, values: pa.Array) -> pa.Array:
+    """Whether each value of a string ``column`` is one of ``values`` (a string array made
+    once for every batch of a pass, cast to the column's type)."""
     import pyarrow.compute as pc
 
-    return pc.is_in(column, value_set=pa.array(sorted(values), column.type))
+    return pc.is_in(column, value_set=values.cast(column.type))
 
 
 @ledger_errors("read the erasure request ledger")
@@ -433,8 +434,9 @@ def requests_with_digests(run: RunLedger, digests: Collection[bytes]) -> list[di
         return []
     kept = [c for c in RUN_COLUMNS if c != "digest"]
     out: list[dict[str, Any]] = []
+    wanted = pa.array(sorted(d.hex() for d in digests), pa.string())
     for batch in _run_batches(run, [*kept, "subject_sha256"]):
-        hit = batch.filter(_of(batch.column("subject_sha256"), {d.hex() for d in digests}))
+        hit = batch.filter(_of(batch.column("subject_sha256"), wanted))
         out.extend({**r, "digest": bytes.fromhex(sha)} for r, sha in zip(
             hit.select(kept).to_pylist(), hit.column("subject_sha256").to_pylist(),
             strict=True))
@@ -462,11 +464,12 @@ def outcome_rows(run: RunLedger, individual: Collection[str], limit: int,
     Spark)."""
     import pyarrow.compute as pc
 
+    ids = pa.array(sorted(individual), pa.string())
     own: list[dict[str, Any]] = []
     counts: dict[tuple[Any, ...], int] = {}
     first: list[dict[str, Any]] = []
     for batch in _run_batches(run, ROW_COLUMNS):
-        mine = _of(batch.column("request_id"), individual)
+        mine = _of(batch.column("request_id"), ids)
         own.extend(batch.filter(mine).to_pylist())
         rest = pa.Table.from_batches([batch.filter(pc.invert(mine))])
         for k in rest.group_by(list(KIND_COLUMNS)).aggregate([([], "count_all")]).to_pylist():
