@@ -36,6 +36,7 @@ from compactor.schemas.delta import ERASURE_REQUESTS, ERASURE_REQUESTS_TABLE
 from compactor.state.runs import load_runs
 from compactor.state.tables import (
     Where,
+    can_rewrite,
     check_ledger,
     commit_properties,
     count_rows,
@@ -48,9 +49,11 @@ from compactor.state.tables import (
     read_all,
     record_batches,
     require_ledger,
+    rewrite_rows,
     rows_table,
     table_path,
     table_version,
+    with_values,
 )
 
 if TYPE_CHECKING:
@@ -217,26 +220,11 @@ def _merge_updates(table: DeltaTable, updates: Sequence[Mapping[str, Any]], key:
     return int(metrics.get("num_target_rows_updated", 0))
 
 
-def kind_key(topic: str, status: str, places: str | None) -> str:
-    """The key by which :func:`merge_kinds` finds the requests of a kind: the same string as
-    :data:`_KIND_KEY` makes of a row of the table (the topic length-prefixed, the status has
-    no ``/``, a null ``places`` apart from any JSON)."""
-    return f"K{len(topic)}:{topic}/{status}/{'N' if places is None else 'V' + places}"
-
-
-#: :func:`kind_key` of a target row, in the SQL of delta-rs's MERGE (DataFusion)
-_KIND_KEY = ("concat('K', character_length(t.topic), ':', t.topic, '/', t.status, '/', "
-             "CASE WHEN t.places IS NULL THEN 'N' ELSE concat('V', t.places) END)")
-
-
-#: :func:`merge_kinds` rewrites the requests table in the driver's process, whose memory grows
-#: with the table (delta-rs 1.6: a 1 M-row table 0.72 GiB at its peak, 3 M 1.25 GiB, measured
-#: with :data:`_MERGE_SPILL`): a larger table's outcomes are merged by id by delta-spark,
-#: whose work runs on the executors
+#: :func:`merge_kinds` rewrites the requests table on the driver, one batch at a time
+#: (:func:`compactor.state.tables.rewrite_rows`: its memory is flat in the table's rows, its
+#: time is not): a larger table's outcomes are merged by id by delta-spark, whose work the
+#: executors share
 KIND_MERGE_ROWS = 2_000_000
-#: the memory DataFusion's MERGE holds before it spills to disk (1.07 -> 0.72 GiB at the peak
-#: of a 1 M-row table's MERGE, with row groups of 64 Ki rows; 0.96 -> 1.1 s)
-_MERGE_SPILL = 256 * 2**20
 
 
 def _rows(table: DeltaTable) -> int:
@@ -251,35 +239,85 @@ def _rows(table: DeltaTable) -> int:
 def merge_kinds(state_dir: str, own: Sequence[Mapping[str, Any]],
                 kinds: Sequence[tuple[Mapping[str, Any], Mapping[str, Any]]],
                 columns: Sequence[str], meta: Mapping[str, str], *, read_at: int) -> int | None:
-    """MERGE a run's outcomes held by kind with delta-rs, one commit whose metadata is
-    ``meta``: ``own``, the outcomes of its individual requests, each by request id; ``kinds``,
-    each kind (``topic``, ``status``, ``places``) with the outcome every other request of
-    that kind gets. Each ``update`` sets ``columns`` where the request is still in the status
-    it was computed from, as :func:`merge_outcomes` of every request's outcome does, while the
-    source holds a row a kind (a million pending requests nothing matched are one row).
+    """Record a run's outcomes held by kind, one commit whose metadata is ``meta``: ``own``,
+    the outcomes of its individual requests, each by request id; ``kinds``, each kind
+    (``topic``, ``status``, ``places``) with the outcome every other request of that kind
+    gets. Each ``update`` sets ``columns`` where the request is still in the status it was
+    computed from, as :func:`merge_outcomes` of every request's outcome does (a MERGE by id),
+    while the source holds a row a kind (a million pending requests nothing matched are one
+    row). The table is rewritten a batch at a time (:func:`rewrite_rows`), a kind's values
+    one dictionary entry for all its rows.
 
     Only while the requests table is still at ``read_at``, the version the run read: a kind
     names requests by what they are, so a request filed since (pending, of the same topic)
     would be one of them without the run having looked for it. Returns ``None`` when the
-    table moved, or holds more than :data:`KIND_MERGE_ROWS` rows (the caller then merges
-    every request's outcome by id), else the rows updated."""
-    from deltalake import WriterProperties
+    table moved, holds more than :data:`KIND_MERGE_ROWS` rows, or has a protocol this rewrite
+    does not write (:func:`can_rewrite`): the caller then merges every request's outcome by
+    id. Else the rows updated."""
+    import pyarrow.compute as pc
 
     table = ensure_table(state_dir, ERASURE_REQUESTS_TABLE, ERASURE_REQUESTS)
-    if table.version() != read_at or _rows(table) > KIND_MERGE_ROWS:
+    if (table.version() != read_at or _rows(table) > KIND_MERGE_ROWS
+            or not can_rewrite(table)):
         return None
-    keyed = [{**o, "merge_key": f"I{o['request_id']}"} for o in own if o["outcome"] == "update"]
-    keyed += [{**o, "merge_key": kind_key(k["topic"], k["status"], k["places"])}
-              for k, o in kinds if o["outcome"] == "update"]
-    # the individual requests by id, hex-encoded in the SQL (an id is free text); every one
-    # of them, whatever its outcome: a blocked request must not take its kind's update
-    ids = sorted({str(o["request_id"]) for o in own})
-    key = (f"CASE WHEN encode(t.request_id, 'hex') IN "
-           f"({', '.join(repr(i.encode().hex()) for i in ids)}) "
-           f"THEN concat('I', t.request_id) ELSE {_KIND_KEY} END" if ids else _KIND_KEY)
-    return _merge_updates(table, keyed, "merge_key", key, columns, meta,
-                          max_spill_size=_MERGE_SPILL,
-                          writer_properties=WriterProperties(max_row_group_size=64 * 1024))
+    updates = [o for o in own if o["outcome"] == "update"]
+    by_id = {str(o["request_id"]): i for i, o in enumerate(updates)}
+    # the individual requests by id: every one of them, whatever its outcome (a blocked
+    # request must not take its kind's update)
+    individual = pa.array(sorted({str(o["request_id"]) for o in own}), pa.string())
+    of_kind: dict[tuple[Any, ...], int] = {}
+    for kind, outcome in kinds:
+        if outcome["outcome"] == "update" and outcome["expected_status"] == kind["status"]:
+            of_kind[(kind["topic"], kind["status"], kind["places"])] = len(updates)
+            updates.append(outcome)
+    values = {c: [o.get(c) for o in updates] for c in columns}
+
+    def change(batch: pa.RecordBatch) -> tuple[pa.RecordBatch, int] | None:
+        which = _kind_rows(batch, of_kind)
+        ids = batch.column("request_id")
+        mine = np.flatnonzero(pc.is_in(ids, individual).to_numpy(zero_copy_only=False))
+        which[mine] = -1
+        if by_id:
+            status = batch.column("status").take(pa.array(mine)).to_pylist()
+            for row, rid, now in zip(mine, ids.take(pa.array(mine)).to_pylist(), status):
+                at = by_id.get(rid)
+                if at is not None and updates[at]["expected_status"] == now:
+                    which[row] = at
+        changed = int((which >= 0).sum())
+        if not changed:
+            return None
+        return pa.RecordBatch.from_arrays(
+            [with_values(batch.column(c), values[c], which) if c in values
+             else batch.column(c) for c in batch.schema.names], schema=batch.schema), changed
+
+    return rewrite_rows(table_path(state_dir, ERASURE_REQUESTS_TABLE), table, change, meta,
+                        dictionary=[*KIND_COLUMNS, *columns])
+
+
+def _kind_rows(batch: pa.RecordBatch, of_kind: Mapping[tuple[Any, ...], int]) -> Any:
+    """Each row's kind in ``of_kind`` (its index there), ``-1`` for none: the kind columns
+    (:data:`KIND_COLUMNS`, read as dictionaries) compared by their few distinct combinations,
+    not row by row."""
+    import pyarrow.compute as pc
+
+    codes, entries = [], []
+    for name in KIND_COLUMNS:
+        column = batch.column(name)
+        codes.append(pc.fill_null(column.indices, len(column.dictionary))
+                     .to_numpy(zero_copy_only=False).astype(np.int64))
+        entries.append([*column.dictionary.to_pylist(), None])
+    combined = codes[0]
+    for code, entry in zip(codes[1:], entries[1:]):
+        combined = combined * len(entry) + code
+    distinct, inverse = np.unique(combined, return_inverse=True)
+    found = []
+    for value in distinct.tolist():
+        parts = []
+        for entry in reversed(entries):
+            value, at = divmod(value, len(entry))
+            parts.append(entry[at])
+        found.append(of_kind.get(tuple(reversed(parts)), -1))
+    return np.asarray(found, dtype=np.int64)[inverse]
 
 
 @ledger_errors("read the erasure request ledger")

@@ -235,3 +235,134 @@ def test_a_small_runs_rows_come_with_its_summary_as_spark_reads_them(
         assert ledger.outcome_rows(run, mine, 2, len(kinds) - 1) is None
     monkeypatch.setattr(ledger, "ROWS_ON_DRIVER", 5)
     assert ledger.pending_summary(state, status.APPLICABLE, not_applied_at=here).rows is None
+
+
+def _table(path: str) -> list[dict[str, Any]]:
+    return sorted(DeltaTable(path).to_pyarrow_table().to_pylist(), key=lambda r: r["request_id"])
+
+
+def test_outcomes_by_kind_leave_the_table_delta_sparks_merge_by_id_leaves(
+        spark, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The driver records outcomes by kind by rewriting the requests table a batch at a time
+    (``state.tables.rewrite_rows``): the table it leaves is the one delta-spark's MERGE of
+    every request's outcome by id leaves, value for value, on a ledger of several files (one
+    of them written before two columns were added), batches smaller than a file, requests
+    of kinds with and without an outcome, individual ids (one blocked, one moved to another
+    status) and outcomes with nulls, long shared JSON and ints. The new files then read the
+    same by delta-rs (a filtered read, the row count of its statistics) and delta-spark (a
+    filtered read, data skipping on)."""
+    import shutil
+
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    from compactor.schemas.delta import ERASURE_REQUESTS
+
+    monkeypatch.setattr(state_tables, "REWRITE_BATCH_ROWS", 3)
+    state = str(tmp_path / "state")
+    path = f"{state}/erasure_requests"
+    # the first file as an earlier version wrote it: no coverage, no missing_replicas column
+    old = [r for r in ERASURE_REQUESTS if r.name not in ("coverage", "missing_replicas")]
+    first = [r for i in range(5) for r in rules.new_requests(
+        topic="accounts", digests=[rules.subject_digest(f"old-{i}".encode())], selector="key",
+        header_name=None, reason="test", now_ms=1, deadline_days=30, request_id=f"a{i}")]
+    write_deltalake(path, pa.Table.from_pylist([ledger._request_row(r) for r in first],
+                                               pa.schema(old)), mode="append")
+    _filed(state, [f"b{i}" for i in range(7)])
+    _filed(state, [f"o{i}" for i in range(4)], topic="orders")
+    _filed(state, ["it's \"ü\"", "blocked", "moved"])
+    place = '{"node 1 dir d": {"applied_run_id": "run-0", "log_dir": "/logs"}}'
+    ledger.merge_outcomes(state, [
+        {"request_id": rid, "outcome": "update", "expected_status": "pending",
+         "status": "applied", "run_id": "run-0", "places": place}
+        for rid in ("b2", "b5", "o1", "o3")], ("status", "run_id", "places"),
+        {"action": "apply", "run_id": "run-0"})
+    ledger.change_status(state, ["b4"], action="cancel", allowed=frozenset({"pending"}),
+                         status="cancelled", reason="withdrawn", now_ms=2)
+    before = _table(path)
+    files = DeltaTable(path).to_pyarrow_dataset().get_fragments()
+    assert sorted("coverage" in f.physical_schema.names for f in files)[:2] == [False, True]
+    version = state_tables.table_version(state, "erasure_requests")
+    assert version is not None
+    columns = ("status", "run_id", "records_erased", "coverage", "places", "failure",
+               "verified_at_ms")
+    base = {**dict.fromkeys(REQUEST_OUTCOME.fieldNames()), "outcome": "update"}
+    coverage = '[{"dir": "accounts-0", "segments": 20, "records": 9999020}]' * 20
+    kinds = [({"topic": "accounts", "status": "pending", "places": None},
+              {**base, "expected_status": "pending", "status": "applied", "run_id": "run-1",
+               "records_erased": 0, "places": '{"node 1 dir d": {"applied_run_id": "run-1"}}'}),
+             ({"topic": "accounts", "status": "applied", "places": place},
+              {**base, "expected_status": "applied", "status": "verified", "run_id": "run-0",
+               "coverage": coverage, "verified_at_ms": 9}),
+             ({"topic": "orders", "status": "applied", "places": place},
+              {**base, "expected_status": "applied", "status": "failed", "run_id": "run-0",
+               "failure": '{"residual_matches": 1}', "places": None}),
+             ({"topic": "orders", "status": "pending", "places": None},
+              {**base, "outcome": "no_replica_here", "expected_status": "pending"})]
+    own = [{**base, "request_id": "it's \"ü\"", "expected_status": "pending",
+            "status": "applied", "run_id": "run-1", "records_erased": 7, "places": place},
+           {**base, "request_id": "blocked", "outcome": "blocked"},
+           {**base, "request_id": "moved", "expected_status": "applied", "status": "verified"}]
+    # what each request gets, by the rule itself: its own outcome if it has one, else its
+    # kind's, either only from the status it was computed from
+    held = {r["request_id"]: r for r in own}
+    by_kind = {(k["topic"], k["status"], k["places"]): o for k, o in kinds}
+    each = [{**(held.get(r["request_id"])
+                or by_kind.get((r["topic"], r["status"], r["places"]), {"outcome": "none"})),
+             "request_id": r["request_id"]} for r in before]
+    each = [o for o in each if o["outcome"] == "update"]
+    reference = str(tmp_path / "reference")
+    shutil.copytree(state, reference)
+    meta = {"action": "verify", "run_id": "run-1"}
+    expected_count = spark_ledger.merge_outcomes(
+        reference, spark, spark.createDataFrame(each, REQUEST_OUTCOME), columns, meta,
+        read_at=version)
+    updated = ledger.merge_kinds(state, own, kinds, columns, meta, read_at=version)
+    assert updated == expected_count == 14
+    assert _table(path) == _table(f"{reference}/erasure_requests") != before
+    last = state_tables.history(state, "erasure_requests")[-1]
+    assert (last["action"], last["run_id"]) == ("verify", "run-1")
+    # the new files read by both libraries, filtered, and counted by their statistics
+    assert ledger.status(state, now_ms=3)["by_status"]["verified"] == 2
+    table = DeltaTable(path)
+    assert ledger._rows(table) == len(before)
+    import pyarrow.compute as pc
+
+    frame = spark.read.format("delta").load(path)
+    after = _table(path)
+    for column in ("coverage", "failure", "places", "verified_at_ms", "missing_replicas"):
+        for null in (True, False):
+            want = sorted(r["request_id"] for r in after if (r[column] is None) == null)
+            test = pc.field(column).is_null() if null else pc.field(column).is_valid()
+            assert sorted(table.to_pyarrow_dataset().to_table(filter=test).column(
+                "request_id").to_pylist()) == want, (column, null)
+            assert sorted(r["request_id"] for r in frame.where(
+                F.col(column).isNull() if null else F.col(column).isNotNull()).collect()
+                          ) == want, (column, null)
+
+
+def test_a_table_a_newer_writer_upgraded_is_not_rewritten_by_hand(spark, tmp_path: Path
+                                                                  ) -> None:
+    """The driver's rewrite writes the protocol the tool creates (reader 1, writer 2): once
+    delta-spark upgraded the table (a CHECK constraint here, writer version 3, which the
+    rewrite would not enforce), outcomes by kind go in by delta-spark's MERGE by id, which
+    knows the features, and the table is right."""
+    state = str(tmp_path / "state")
+    state_tables.init(state)
+    _filed(state, ["r0", "r1"])
+    path = f"{state}/erasure_requests"
+    spark.sql(f"ALTER TABLE delta.`{path}` ADD CONSTRAINT filed CHECK (requested_at_ms > 0)")
+    assert DeltaTable(path).protocol().min_writer_version == 3
+    summary = ledger.pending_summary(state, status.APPLICABLE)
+    read = [r.asDict() for r in requests_frame(
+        spark, ledger.RunLedger(state, status.APPLICABLE, summary.version)).collect()]
+    outcomes = _applied(spark, read, "kinds")
+    assert ledger.merge_kinds(state, outcomes.own, outcomes.kinds, ("status", "run_id"), {},
+                              read_at=summary.version) is None
+    assert state_tables.table_version(state, "erasure_requests") == summary.version
+    assert spark_ledger.merge_outcomes(state, spark, outcomes, ("status", "run_id"),
+                                       {"action": "apply", "run_id": "run-1"},
+                                       read_at=summary.version) == 2
+    assert {r["request_id"]: r["status"] for r in _table(path)} == {"r0": "applied",
+                                                                     "r1": "applied"}
+    assert DeltaTable(path).history(1)[0]["engineInfo"].startswith("Apache-Spark")
