@@ -69,3 +69,39 @@ def test_concurrent_requests_commit_one_at_a_time_and_losers_can_rerun(
     finally:
         storage.configure(before)
     print(f"{losers_seen} conflicting commits refused and rerun")
+
+
+def test_outcomes_by_kind_rewrite_the_table_on_s3_as_on_a_local_disk(
+        s3_storage: S3Server, tmp_path: Path) -> None:
+    """A run of many's outcomes by kind rewrite the requests table through delta-rs's object
+    store on S3 (``state.tables.rewrite_rows``) and leave the rows the same rewrite leaves on
+    a local copy; the files it replaced stay in the table's history, unread."""
+    from compactor.erasure import ledger, rules
+    from compactor.state import tables as state_tables
+
+    def run(state: str) -> list[dict]:
+        state_tables.init(state)
+        for topic in ("accounts", "orders"):
+            ledger.add_requests(state, [r for i in range(6) for r in rules.new_requests(
+                topic=topic, digests=[rules.subject_digest(f"{topic}-{i}".encode())],
+                selector="key", header_name=None, reason="test", now_ms=1, deadline_days=30,
+                request_id=f"{topic}-{i}")])
+        version = state_tables.table_version(state, "erasure_requests")
+        assert version is not None
+        base = {"outcome": "update", "expected_status": "pending", "run_id": "run-1"}
+        updated = ledger.merge_kinds(
+            state, [{**base, "request_id": "orders-2", "status": "applied",
+                     "records_erased": 3}],
+            [({"topic": "accounts", "status": "pending", "places": None},
+              {**base, "status": "applied", "records_erased": 0})],
+            ("status", "run_id", "records_erased"), {"action": "apply", "run_id": "run-1"},
+            read_at=version)
+        assert updated == 7
+        table = state_tables.open_table(f"{state}/erasure_requests")
+        assert table.version() == version + 1
+        return sorted(state_tables.read_all(table).to_pylist(), key=lambda r: r["request_id"])
+
+    on_s3 = run(fresh_url("kinds-state"))
+    assert on_s3 == run(str(tmp_path / "state"))
+    assert {r["request_id"]: r["status"] for r in on_s3 if r["status"] == "applied"}.keys() == {
+        *(f"accounts-{i}" for i in range(6)), "orders-2"}
