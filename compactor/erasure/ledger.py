@@ -26,7 +26,9 @@ from compactor.erasure.rules import (
     CHECKED_COLUMNS,
     STATUSES,
     ErasureRequest,
+    HexSha256,
     first_problem_row,
+    hex_sha256,
     row_problem,
 )
 from compactor.erasure.sketch import DigestFilter, hex_digest_words
@@ -109,15 +111,17 @@ def check_rows(state_dir: str, rows: Iterable[Mapping[str, Any]]) -> None:
                        "backup")
 
 
-def check_batch(state_dir: str, batch: pa.RecordBatch) -> None:
+def check_batch(state_dir: str, batch: pa.RecordBatch, hasher: HexSha256 = hex_sha256
+                ) -> None:
     """:func:`check_rows` of a batch of request rows (with
     :data:`compactor.erasure.rules.CHECKED_COLUMNS`), column-wise
-    (:func:`compactor.erasure.rules.first_problem_row`).
+    (:func:`compactor.erasure.rules.first_problem_row`, its integrity digests by
+    ``hasher``).
 
     Raises:
         LedgerError: the first row that is not one the tool wrote, naming its request.
     """
-    i = first_problem_row(batch)
+    i = first_problem_row(batch, hasher)
     if i is not None:
         row = {name: batch.column(name)[i].as_py() for name in batch.schema.names}
         check_rows(state_dir, [row])
@@ -390,10 +394,12 @@ def has_requests(state_dir: str, statuses: frozenset[str]) -> bool:
 
 @ledger_errors("read the erasure request ledger")
 def pending_summary(state_dir: str, statuses: frozenset[str], *,
-                    not_applied_at: str | None = None) -> PendingSummary:
+                    not_applied_at: str | None = None,
+                    hasher: HexSha256 | None = None) -> PendingSummary:
     """The requests in ``statuses`` (and, with ``not_applied_at``, not yet applied at that
-    place), each checked (:func:`check_batch`) and summarized batch by batch, column-wise:
-    the driver's memory does not grow with their number, nor does it hold a row as a dict."""
+    place), each checked (:func:`check_batch`, its integrity digests by ``hasher``, else
+    ``hashlib``) and summarized batch by batch, column-wise: the driver's memory does not
+    grow with their number, nor does it hold a row as a dict."""
     import pyarrow.compute as pc
 
     table = open_table(table_path(state_dir, ERASURE_REQUESTS_TABLE))
@@ -413,7 +419,7 @@ def pending_summary(state_dir: str, statuses: frozenset[str], *,
             ["places"] if not_applied_at else [])
     rows: list[dict[str, Any]] | None = [] if few else None
     for batch in record_batches(table, sorted({*CHECKED_COLUMNS, *kept}), wanted):
-        check_batch(state_dir, batch)
+        check_batch(state_dir, batch, hasher or hex_sha256)
         if not_applied_at:
             batch = batch.filter(_not_applied(batch.column("places"), not_applied_at))
         count += batch.num_rows

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -134,13 +134,33 @@ def row_problem(row: Mapping[str, Any]) -> str | None:
 CHECKED_COLUMNS = tuple(sorted({"status", "integrity", *INTEGRITY_FIELDS}))
 
 
-def first_problem_row(batch: pa.RecordBatch | pa.Table) -> int | None:
+#: the hex SHA-256 of each value of a ``large_binary`` array, as a ``large_string`` array:
+#: :func:`hex_sha256` (``hashlib``), or the native seam's kernel
+#: (:func:`compactor.native.hex_sha256`), which :func:`first_problem_row` may be given
+HexSha256 = Callable[["pa.Array"], "pa.Array"]
+
+
+def hex_sha256(values: pa.Array) -> pa.Array:
+    """The hex SHA-256 of each value of ``values`` (``large_binary``), one ``hashlib`` call a
+    value: the reference the native kernel is held to (``tests/property/test_sha256.py``)."""
+    import pyarrow as pa
+
+    bounds = np.frombuffer(values.buffers()[1], dtype=np.int64,
+                           count=len(values) + 1, offset=values.offset * 8).tolist()
+    data = (values.buffers()[2] or pa.py_buffer(b"")).to_pybytes()
+    sha256 = hashlib.sha256
+    return pa.array([sha256(data[bounds[i]:bounds[i + 1]]).hexdigest()
+                     for i in range(len(values))], pa.large_string())
+
+
+def first_problem_row(batch: pa.RecordBatch | pa.Table,
+                      digests: HexSha256 = hex_sha256) -> int | None:
     """The index of the first row of ``batch`` (with :data:`CHECKED_COLUMNS`) that
     :func:`row_problem` refuses, or ``None``: the same checks column by column (Arrow compute,
-    one ``hashlib`` call a row for the integrity digest), so a million rows are checked in
-    about a second without a Python dict a row. :func:`row_problem` then says what is wrong
-    with the row found (``tests/property/test_ledger_rows.py`` holds the two to the same
-    answer)."""
+    the integrity digests by ``digests`` over the rows' material at once), so a million rows
+    are checked in under a second without a Python dict a row. :func:`row_problem` then says
+    what is wrong with the row found (``tests/property/test_ledger_rows.py`` holds the two to
+    the same answer)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -175,25 +195,20 @@ def first_problem_row(batch: pa.RecordBatch | pa.Table) -> int | None:
     if isinstance(material, pa.ChunkedArray):
         material = material.combine_chunks()
     material = material.cast(pa.large_binary())
-    bounds = np.frombuffer(material.buffers()[1], dtype=np.int64,
-                           count=len(material) + 1, offset=material.offset * 8).tolist()
-    data = (material.buffers()[2] or pa.py_buffer(b"")).to_pybytes()
     good = np.ones(n, dtype=bool)
     checked = np.flatnonzero(has)
-    if len(checked):  # one hashlib call a row, compared column-wise (no numpy scalar a row)
-        sha256 = hashlib.sha256
-        made = pa.array([sha256(data[bounds[i]:bounds[i + 1]]).hexdigest()
-                         for i in checked.tolist()], pa.large_string())
+    if len(checked):  # compared column-wise (no numpy scalar a row)
+        made = digests(material if len(checked) == n else material.take(pa.array(checked)))
         kept = pc.cast(pc.take(stored, pa.array(checked)), pa.large_string())
         good[checked] = pc.equal(made, kept).to_numpy(zero_copy_only=False)
     unchecked = np.flatnonzero(~has)
     if len(unchecked):  # a ledger written before the digest existed: the derived id's check
-        ids, topics, selectors, headers, digests = (
+        ids, topics, selectors, headers, subjects = (
             col(k).to_pylist() for k in ("request_id", "topic", "selector", "header_name",
                                          "subject_sha256"))
         for i in unchecked:
             if _DERIVED_ID.match(str(ids[i])) and ids[i] != default_request_id(
-                    topics[i] or "", selectors[i] or "", headers[i], digests[i] or ""):
+                    topics[i] or "", selectors[i] or "", headers[i], subjects[i] or ""):
                 good[i] = False
     bad = np.flatnonzero(~(ok.to_numpy(zero_copy_only=False) & good))
     return int(bad[0]) if len(bad) else None

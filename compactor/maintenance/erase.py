@@ -25,6 +25,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from compactor import native
 from compactor.cleaner.policy import BatchHeader, high_watermark
 from compactor.cleaner.verify import txn_problems
 from compactor.cluster.catalog import HOW_TO_CONFIGURE, Catalog
@@ -429,7 +430,8 @@ def apply(spark: SparkSession | None, opts: MaintenanceOptions, state_dir: str, 
     place = catalog.place(log_dir)
     here = place_key(place)
     # a request is applied once per place: other log dirs and brokers still take it
-    pending = ledger.pending_summary(state_dir, APPLICABLE, not_applied_at=here)
+    pending = ledger.pending_summary(state_dir, APPLICABLE, not_applied_at=here,
+                                     hasher=native.integrity_digests(opts.writer))
     if pending.count == 0:
         return report
     wanted = _covered(pending.topics)
@@ -563,7 +565,8 @@ def apply_remote(spark: SparkSession | None, opts: MaintenanceOptions, state_dir
     started = int(time.time() * 1000)
     place = {**catalog.place(log_dir), "tier": REMOTE}
     here = place_key(place)
-    pending = ledger.pending_summary(state_dir, APPLICABLE, not_applied_at=here)
+    pending = ledger.pending_summary(state_dir, APPLICABLE, not_applied_at=here,
+                                     hasher=native.integrity_digests(opts.writer))
     if pending.count == 0:
         return report
     session = _session(spark, master, state_dir)
@@ -814,7 +817,8 @@ def verify(spark: SparkSession | None, opts: MaintenanceOptions, state_dir: str,
     found). With them, the remote segments are scanned too (:func:`_remote_tier`)."""
     report = _start("verify", opts, state_dir)
     log_dir, now_ms, run_id = opts.log_dir, opts.now_ms, report.run_id
-    pending = ledger.pending_summary(state_dir, VERIFIABLE)
+    pending = ledger.pending_summary(state_dir, VERIFIABLE,
+                                     hasher=native.integrity_digests(opts.writer))
     if pending.count == 0:
         return report
     started = int(time.time() * 1000)

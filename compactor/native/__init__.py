@@ -12,6 +12,9 @@ and gets one from :func:`engine`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from compactor.cleaner.rewrite import PURE, Engine, check_writer
 from compactor.errors import ConfigError
 
@@ -41,6 +44,18 @@ def engine(writer: str) -> Engine:
     from compactor.native.fast import NativeEngine
 
     return NativeEngine()
+
+
+def integrity_digests(writer: str) -> Callable[[Any], Any] | None:
+    """The ledger's integrity check's hasher for a run with ``writer``: the kernel's
+    (:func:`compactor.native.sha256.hex_sha256`, libcrypto called from numba) where the run is
+    native and libcrypto is there, else ``None`` (the check's own ``hashlib``:
+    :func:`compactor.erasure.rules.hex_sha256`, the same digests)."""
+    if writer == "pure" or not available():
+        return None
+    from compactor.native import sha256
+
+    return sha256.hex_sha256 if sha256.available() else None
 
 
 def compile_kernels() -> None:

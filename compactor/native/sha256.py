@@ -114,3 +114,47 @@ def sha256(values: list[bytes]) -> list[bytes]:
     if not _digests(joined, starts, lengths, out, *context()):
         raise RuntimeError("libcrypto's SHA-256 failed")
     return [out[i * DIGEST_BYTES:(i + 1) * DIGEST_BYTES].tobytes() for i in range(len(values))]
+
+
+#: the hex digits a digest's bytes are written with (lower case, as ``hexdigest()``)
+_HEX = np.frombuffer(b"0123456789abcdef", np.uint8)
+
+
+@kernel
+def _hex_digests(buf: np.ndarray, bounds: np.ndarray, out: np.ndarray, hex_digits: np.ndarray,
+                 ctx: int, md: int) -> bool:
+    digest = np.empty(DIGEST_BYTES, np.uint8)
+    data, at = buf.ctypes.data, digest.ctypes.data
+    for i in range(len(bounds) - 1):
+        if not sha256_into(data, bounds[i], bounds[i + 1] - bounds[i], at, ctx, md):
+            return False
+        row = i * 2 * DIGEST_BYTES
+        for j in range(DIGEST_BYTES):
+            out[row + 2 * j] = hex_digits[digest[j] >> 4]
+            out[row + 2 * j + 1] = hex_digits[digest[j] & 15]
+    return True
+
+
+def hex_sha256(values: Any) -> Any:
+    """The hex SHA-256 of each value of a ``large_binary`` Arrow array, as a ``large_string``
+    array, in one kernel call: what :func:`compactor.erasure.rules.hex_sha256` computes with
+    ``hashlib`` a value at a time (0.12 against 0.5 µs a short value). The ledger's integrity
+    check takes it (:func:`compactor.native.hex_sha256`).
+
+    Raises:
+        RuntimeError: libcrypto is not available, or reported a failure.
+    """
+    import pyarrow as pa
+
+    n = len(values)
+    bounds = np.frombuffer(values.buffers()[1], dtype=np.int64, count=n + 1,
+                           offset=values.offset * 8)
+    data = values.buffers()[2]
+    buf = (np.frombuffer(data, np.uint8) if data is not None and data.size
+           else np.zeros(1, np.uint8))
+    out = np.empty(2 * DIGEST_BYTES * n, np.uint8)
+    if not _hex_digests(buf, bounds, out, _HEX, *context()):
+        raise RuntimeError("libcrypto's SHA-256 failed")
+    offsets = np.arange(0, 2 * DIGEST_BYTES * (n + 1), 2 * DIGEST_BYTES, dtype=np.int64)
+    return pa.Array.from_buffers(pa.large_string(), n,
+                                 [None, pa.py_buffer(offsets), pa.py_buffer(out)])

@@ -19,6 +19,7 @@ from compactor.erasure.rules import (
     request_integrity,
     row_problem,
 )
+from compactor.native import sha256
 from compactor.schemas.delta import ERASURE_REQUESTS
 
 SCHEMA = pa.schema([ERASURE_REQUESTS.field(c).with_nullable(True) for c in CHECKED_COLUMNS])
@@ -75,3 +76,5 @@ def test_the_column_check_finds_the_first_row_the_reference_refuses(
         pa.field(f.name, pa.large_string()) if pa.types.is_string(f.type) else f
         for f in SCHEMA]))
     assert first_problem_row(table) == expected
+    # with the native seam's hasher, as an erasure run checks its requests
+    assert first_problem_row(batch, sha256.hex_sha256) == expected

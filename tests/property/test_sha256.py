@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import hashlib
 
+import pyarrow as pa
 from hypothesis import given
 from hypothesis import strategies as st
 
+from compactor.erasure.rules import hex_sha256
 from compactor.native import sha256
 
 
@@ -25,3 +27,14 @@ def test_every_padding_boundary_equals_hashlib() -> None:
 @given(st.lists(st.binary(max_size=300), max_size=40))
 def test_random_values_equal_hashlib(values: list[bytes]) -> None:
     assert sha256.sha256(values) == [hashlib.sha256(v).digest() for v in values]
+
+
+@given(st.lists(st.binary(max_size=300), max_size=40), st.integers(0, 3))
+def test_hex_digests_of_an_arrow_array_equal_hashlibs(values: list[bytes], skip: int) -> None:
+    """The ledger check's hasher (hex digests of an Arrow array, a slice of one too) against
+    the reference's ``hashlib`` (:func:`compactor.erasure.rules.hex_sha256`)."""
+    array = pa.array(values, pa.large_binary())[skip:]
+    made = sha256.hex_sha256(array)
+    assert made.type == pa.large_string()
+    assert made.to_pylist() == [hashlib.sha256(v).hexdigest() for v in values[skip:]]
+    assert made.to_pylist() == hex_sha256(array).to_pylist()
