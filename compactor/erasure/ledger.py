@@ -14,7 +14,7 @@ from __future__ import annotations
 import heapq
 import json
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -438,14 +438,17 @@ def pending_summary(state_dir: str, statuses: frozenset[str], *,
 class RunLedger:
     """A run's requests too many to hold on the driver (:attr:`PendingSummary.rows` is
     ``None``): those in ``statuses`` (not yet applied at ``not_applied_at``) at the table
-    ``version`` its summary read and checked, read again by delta-rs batch by batch, one
-    pass for each thing the run needs of them (:func:`requests_with_digests`,
-    :func:`outcome_rows`): the driver holds what a pass keeps, never every row."""
+    ``version`` its summary read and checked, read again by delta-rs batch by batch after the
+    scan, one pass for what the run needs of them (:func:`requests_with_digests`, which keeps
+    what :func:`outcome_rows` needs in ``read``): the driver holds what the pass keeps,
+    never every row."""
 
     state_dir: str
     statuses: frozenset[str]
     version: int
     not_applied_at: str | None = None
+    #: what the pass of :func:`requests_with_digests` kept for :func:`outcome_rows`
+    read: dict[str, _Tally] = field(default_factory=dict, compare=False, repr=False)
 
 
 def _run_batches(run: RunLedger, columns: Sequence[str]) -> Iterator[pa.RecordBatch]:
@@ -469,21 +472,71 @@ def _of(column: pa.Array, values: pa.Array) -> pa.Array:
     return pc.is_in(column, value_set=values.cast(column.type))
 
 
+#: the first requests by id :func:`requests_with_digests` keeps for :func:`outcome_rows` (a
+#: run's report shows as many: ``maintenance.erase.REPORT_REQUESTS``)
+FIRST_KEPT = 1000
+
+
+@dataclass(slots=True)
+class _Tally:
+    """What :func:`outcome_rows` needs, kept by the pass of :func:`requests_with_digests`:
+    every kind's count (the requests with a candidate's digest too), those requests' rows,
+    the first :data:`FIRST_KEPT` rows by id; ``counts`` ``None`` once past ``max_kinds``."""
+
+    max_kinds: int
+    counts: dict[tuple[Any, ...], int] | None = field(default_factory=dict)
+    hits: list[dict[str, Any]] = field(default_factory=list)
+    first: list[dict[str, Any]] = field(default_factory=list)
+
+    def add(self, batch: pa.RecordBatch, hits: pa.RecordBatch) -> None:
+        self.hits.extend(hits.select(list(ROW_COLUMNS)).to_pylist())
+        if self.counts is not None:
+            _count_kinds(self.counts, batch)
+            if len(self.counts) > self.max_kinds + len(self.hits):
+                self.counts = None
+        self.first = _first_by_id(self.first, batch.select(list(ROW_COLUMNS)), FIRST_KEPT)
+
+
+def _count_kinds(counts: dict[tuple[Any, ...], int], batch: pa.RecordBatch) -> None:
+    """Add the rows of ``batch`` to ``counts``, by kind (:data:`KIND_COLUMNS`)."""
+    table = pa.Table.from_batches([batch])
+    for k in table.group_by(list(KIND_COLUMNS)).aggregate([([], "count_all")]).to_pylist():
+        kind = tuple(k[c] for c in KIND_COLUMNS)
+        counts[kind] = counts.get(kind, 0) + k["count_all"]
+
+
+def _first_by_id(first: list[dict[str, Any]], batch: pa.RecordBatch, limit: int
+                 ) -> list[dict[str, Any]]:
+    """The first ``limit`` rows by request id of ``first`` and ``batch``'s."""
+    import pyarrow.compute as pc
+
+    if limit <= 0:
+        return first
+    at = pc.select_k_unstable(batch, k=min(limit, batch.num_rows),
+                              sort_keys=[("request_id", "ascending")])
+    return heapq.nsmallest(limit, [*first, *batch.take(at).to_pylist()],
+                           key=lambda r: r["request_id"])
+
+
 @ledger_errors("read the erasure request ledger")
-def requests_with_digests(run: RunLedger, digests: Collection[bytes]) -> list[dict[str, Any]]:
+def requests_with_digests(run: RunLedger, digests: Collection[bytes], max_kinds: int
+                          ) -> list[dict[str, Any]]:
     """The rows (:data:`RUN_COLUMNS`, the digest as 32 bytes) of ``run``'s requests whose
     subject digest is one of ``digests`` (the scan's candidates: what the match on the
-    driver compares them with), in one pass."""
-    if not digests:
-        return []
+    driver compares them with), in one pass, which also keeps in ``run.read`` what
+    :func:`outcome_rows` needs (no kinds past ``max_kinds``): the run's last pass over the
+    ledger before it records its outcomes."""
     kept = [c for c in RUN_COLUMNS if c != "digest"]
     out: list[dict[str, Any]] = []
     wanted = pa.array(sorted(d.hex() for d in digests), pa.string())
+    tally = _Tally(max_kinds)
     for batch in _run_batches(run, [*kept, "subject_sha256"]):
         hit = batch.filter(_of(batch.column("subject_sha256"), wanted))
+        tally.add(batch, hit)
         out.extend({**r, "digest": bytes.fromhex(sha)} for r, sha in zip(
             hit.select(kept).to_pylist(), hit.column("subject_sha256").to_pylist(),
             strict=True))
+    run.read["tally"] = tally
     return out
 
 
@@ -502,32 +555,41 @@ class OutcomeRows:
 @ledger_errors("read the erasure request ledger")
 def outcome_rows(run: RunLedger, individual: Collection[str], limit: int,
                  max_kinds: int) -> OutcomeRows | None:
-    """In one pass over ``run``'s requests: the rows of those in ``individual``, how many of
-    the others are of each kind, and the first ``limit`` by id; ``None`` as soon as the
-    kinds are more than ``max_kinds`` (the run then gives each request its outcome in
-    Spark)."""
+    """The rows of ``run``'s requests in ``individual``, how many of the others are of each
+    kind, and the first ``limit`` by id; ``None`` when the kinds are more than ``max_kinds``
+    (the run then gives each request its outcome in Spark). From what the pass of
+    :func:`requests_with_digests` kept, when the individual requests are among those it
+    found (a request is individual because the scan found its subject), else in a pass of
+    its own."""
+    tally = run.read.get("tally")
+    if (tally is not None and tally.counts is not None and limit <= FIRST_KEPT
+            and tally.max_kinds >= max_kinds):
+        own = [r for r in tally.hits if r["request_id"] in individual]
+        if len({r["request_id"] for r in own}) == len(set(individual)):
+            counts = dict(tally.counts)
+            for r in own:
+                counts[tuple(r[c] for c in KIND_COLUMNS)] -= 1
+            counts = {k: n for k, n in counts.items() if n}
+            return (OutcomeRows(own, _kinds(counts), tally.first[:limit])
+                    if len(counts) <= max_kinds else None)
     import pyarrow.compute as pc
 
     ids = pa.array(sorted(individual), pa.string())
-    own: list[dict[str, Any]] = []
-    counts: dict[tuple[Any, ...], int] = {}
+    own = []
+    counts = {}
     first: list[dict[str, Any]] = []
     for batch in _run_batches(run, ROW_COLUMNS):
         mine = _of(batch.column("request_id"), ids)
         own.extend(batch.filter(mine).to_pylist())
-        rest = pa.Table.from_batches([batch.filter(pc.invert(mine))])
-        for k in rest.group_by(list(KIND_COLUMNS)).aggregate([([], "count_all")]).to_pylist():
-            kind = tuple(k[c] for c in KIND_COLUMNS)
-            counts[kind] = counts.get(kind, 0) + k["count_all"]
+        _count_kinds(counts, batch.filter(pc.invert(mine)))
         if len(counts) > max_kinds:
             return None
-        if limit > 0:
-            at = pc.select_k_unstable(batch, k=min(limit, batch.num_rows),
-                                      sort_keys=[("request_id", "ascending")])
-            first = heapq.nsmallest(limit, [*first, *batch.take(at).to_pylist()],
-                                    key=lambda r: r["request_id"])
-    return OutcomeRows(own, [{**dict(zip(KIND_COLUMNS, k, strict=True)), "count": n}
-                             for k, n in counts.items()], first)
+        first = _first_by_id(first, batch, limit)
+    return OutcomeRows(own, _kinds(counts), first)
+
+
+def _kinds(counts: Mapping[tuple[Any, ...], int]) -> list[dict[str, Any]]:
+    return [{**dict(zip(KIND_COLUMNS, k, strict=True)), "count": n} for k, n in counts.items()]
 
 
 def _not_applied(places: pa.Array, key: str) -> pa.Array:

@@ -476,7 +476,8 @@ def erasure_matches(spark: SparkSession, parts: Mapping[int, HasSegments],
     segments = [r for r in rows if r.kind == "segment"]
     candidates = [r for r in rows if r.kind != "segment"]
     if isinstance(requests, RunLedger):
-        requests = ledger.requests_with_digests(requests, {bytes(c.digest) for c in candidates})
+        requests = ledger.requests_with_digests(
+            requests, {bytes(c.digest) for c in candidates}, HELD_BY_KIND)
     # the partitions scanned here, local or remote
     where = {i: t for i, t in topics.items()
              if i in parts or (remote is not None and i in remote.segments)}

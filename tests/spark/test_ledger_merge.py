@@ -221,18 +221,23 @@ def test_a_small_runs_rows_come_with_its_summary_as_spark_reads_them(
         # a run of many reads the same rows again by delta-rs, a pass at a time: those of
         # some digests, and the rows, kinds and first ids its outcomes by kind need
         some = {r["digest"] for r in expected[::2]}
-        assert sorted(ledger.requests_with_digests(run, some),
+        assert sorted(ledger.requests_with_digests(run, some, 10),
                       key=lambda r: r["request_id"]) == [r for r in expected
                                                          if r["digest"] in some]
-        mine = {expected[0]["request_id"], "no-such-request"}
-        held = ledger.outcome_rows(run, mine, 2, 10)
-        assert held is not None
-        assert held.own == [{c: expected[0][c] for c in ROW_COLUMNS}]
-        kinds = (read.where(~F.col("request_id").isin(sorted(mine)))
-                 .groupBy(*KIND_COLUMNS).count().collect())
-        assert sorted(held.kinds, key=str) == sorted((k.asDict() for k in kinds), key=str)
-        assert held.first == [{c: r[c] for c in ROW_COLUMNS} for r in expected[:2]]
-        assert ledger.outcome_rows(run, mine, 2, len(kinds) - 1) is None
+        # the outcomes' rows, from what that pass kept (individual requests it found) and
+        # from a pass of their own (one it did not find, or no pass before)
+        for mine, kept in (({expected[0]["request_id"]}, run),
+                           ({expected[0]["request_id"], "no-such-request"}, run),
+                           ({expected[0]["request_id"]}, ledger.RunLedger(
+                               state, status.APPLICABLE, summary.version, place))):
+            held = ledger.outcome_rows(kept, mine, 2, 10)
+            assert held is not None
+            assert held.own == [{c: expected[0][c] for c in ROW_COLUMNS}]
+            kinds = (read.where(~F.col("request_id").isin(sorted(mine)))
+                     .groupBy(*KIND_COLUMNS).count().collect())
+            assert sorted(held.kinds, key=str) == sorted((k.asDict() for k in kinds), key=str)
+            assert held.first == [{c: r[c] for c in ROW_COLUMNS} for r in expected[:2]]
+            assert ledger.outcome_rows(kept, mine, 2, len(kinds) - 1) is None
     monkeypatch.setattr(ledger, "ROWS_ON_DRIVER", 5)
     assert ledger.pending_summary(state, status.APPLICABLE, not_applied_at=here).rows is None
 
