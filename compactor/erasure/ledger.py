@@ -1,12 +1,13 @@
 """The erasure request ledger: the ``erasure_requests`` table of the state dir
 (:mod:`compactor.state.tables`; its schema in ``schemas/delta.py``). Requests filed, retried
 and cancelled; the runs' reads of them (a checked summary pass, then for a run of many the
-passes of :class:`RunLedger`); the MERGE of their outcomes held on the driver, a row each or a
-row a kind (a run whose outcomes the executors computed MERGEs them through delta-spark:
-:mod:`compactor.spark.ledger`); and the queries behind ``erase status``, ``list`` and
-``report``. Every read checks the rows it returns (:func:`check_batch`); every commit holds
-the state dir's writer lock and carries the run's metadata, so the table's Delta history is
-the audit trail: who asked when, which run applied, which run verified.
+pass of :class:`RunLedger` after its scan); their outcomes held on the driver recorded, a row
+each by MERGE, a row a kind by a rewrite of the table (a run whose outcomes the executors
+computed MERGEs them through delta-spark: :mod:`compactor.spark.ledger`); and the queries
+behind ``erase status``, ``list`` and ``report``. Every read checks the rows it returns
+(:func:`check_batch`); every commit holds the state dir's writer lock and carries the run's
+metadata, so the table's Delta history is the audit trail: who asked when, which run applied,
+which run verified.
 """
 
 from __future__ import annotations

@@ -6,9 +6,9 @@ before delta-rs reads them (:func:`check_ledger`); their creation and the column
 versions add (:func:`init`, :func:`ensure_table`); errors mapped to ``LEDGER_ERROR`` naming
 the state dir (:func:`ledger_errors`, which also takes the state dir's writer lock,
 :func:`compactor.log.storage.state_dir_lock`, around every commit); reads batch by batch on
-the calling thread (:func:`record_batches`); each commit's metadata
-(:func:`commit_properties`); the commit history (:func:`history`); and ``compactor
-optimize`` (:func:`optimize`).
+the calling thread (:func:`record_batches`); a rewrite of a table's rows batch by batch in one
+commit (:func:`rewrite_rows`); each commit's metadata (:func:`commit_properties`); the commit
+history (:func:`history`); and ``compactor optimize`` (:func:`optimize`).
 
 Written by two libraries: ``deltalake`` (delta-rs) on the driver of every command, never in a
 Spark worker (delta-rs panics in a forked child); ``delta-spark`` in an erasure's own session
