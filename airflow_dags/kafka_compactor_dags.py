@@ -12,6 +12,7 @@ the job fails) and, with ``state_dir``, the job records it in the ``runs`` Delta
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -127,18 +128,31 @@ def _for_xcom(report: dict[str, Any]) -> dict[str, Any]:
 
 
 def _report_file(ti: Any) -> str:
+    """Where a task's job writes its report: the settings' ``report_dir`` (made when missing),
+    else the system's temp dir, named by DAG, task, run and try."""
     key = re.sub(r"[^A-Za-z0-9_.-]", "_",
                  f"{ti.dag_id}.{ti.task_id}.{ti.run_id}.{ti.map_index}.{ti.try_number}")
-    return os.path.join(SETTINGS.get("report_dir") or tempfile.gettempdir(),
-                        f"kafka-compactor-{key}.json")
+    folder = SETTINGS.get("report_dir")
+    if folder:
+        os.makedirs(folder, exist_ok=True)
+    return os.path.join(folder or tempfile.gettempdir(), f"kafka-compactor-{key}.json")
 
 
-def _failed(task_id: str, ti: Any, report_file: str, exit_code: int | None,
+def _done_with(report_file: str) -> None:
+    """The task has read its job's report (it is in XCom and the task log): a file in the
+    system's temp dir goes, one in the settings' ``report_dir`` stays (the operator keeps
+    them there)."""
+    if not SETTINGS.get("report_dir"):
+        with contextlib.suppress(OSError):
+            os.remove(report_file)
+
+
+def _failed(task_id: str, ti: Any, report: dict[str, Any] | None, exit_code: int | None,
             err: BaseException) -> BaseException:
-    """What a failed job raises: its report goes to XCom (``report``); ``err`` itself (a
+    """What a failed job raises: its ``report`` goes to XCom (``report``); ``err`` itself (a
     retry) when the exit or error code says a retry can help, else ``AirflowFailException``
     naming the error."""
-    report = _read_report(report_file) or {}
+    report = report or {}
     exit_code = report.get("exit_code", exit_code)
     if report:
         ti.xcom_push(key="report", value=_for_xcom(report))
@@ -200,10 +214,12 @@ class CompactorJob(SparkSubmitOperator):
             submitted = getattr(getattr(self, "_hook", None), "_submit_sp", None)
             code = getattr(submitted, "returncode", None)
             report = _read_report(report_file)
+            _done_with(report_file)
             if code == REQUESTS_FAILED_EXIT_CODE and report is not None:
                 return _requests_failed(self, report)
-            raise _failed(self.task_id, ti, report_file, code, err) from err
+            raise _failed(self.task_id, ti, report, code, err) from err
         done = _read_report(report_file)
+        _done_with(report_file)
         return None if done is None else _for_xcom(done)
 
     def _start_as_the_command_line(self) -> None:
@@ -271,13 +287,13 @@ class CompactorCommand(BaseOperator):
         for stream in (proc.stdout, proc.stderr):
             for line in stream.splitlines():
                 self.log.info("%s", line)
-        if proc.returncode == REQUESTS_FAILED_EXIT_CODE and \
-                (report := _read_report(report_file)) is not None:
-            return _requests_failed(self, report)
+        done = _read_report(report_file)
+        _done_with(report_file)
+        if proc.returncode == REQUESTS_FAILED_EXIT_CODE and done is not None:
+            return _requests_failed(self, done)
         if proc.returncode != 0:
             err = AirflowException(f"{self.task_id}: exit code {proc.returncode}")
-            raise _failed(self.task_id, ti, report_file, proc.returncode, err)
-        done = _read_report(report_file)
+            raise _failed(self.task_id, ti, done, proc.returncode, err)
         return None if done is None else _for_xcom(done)
 
 

@@ -10,7 +10,9 @@ import importlib
 import json
 import os
 import shutil
+import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -360,13 +362,18 @@ def _states(run) -> dict[str, str]:  # type: ignore[no-untyped-def]
     return {ti.task_id: ti.state for ti in run.get_task_instances()}
 
 
-def _retrying(settings: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The settings with two retries, at once."""
+def _retrying(settings: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+              **more: Any) -> None:
+    """The settings with two retries, at once (and ``more``)."""
     path = tmp_path / "retrying.yaml"
     path.write_text(yaml.safe_dump({**{k: v for k, v in settings.items()
                                        if k not in ("logs", "state", "server_properties")},
-                                    "retries": 2, "retry_delay_minutes": 0}))
+                                    "retries": 2, "retry_delay_minutes": 0, **more}))
     monkeypatch.setenv("KAFKA_COMPACTOR_DAGS_CONFIG", str(path))
+
+
+def _temp_reports() -> set[Path]:
+    return set(Path(tempfile.gettempdir()).glob("kafka-compactor-*.json"))
 
 
 def _xcom(run, task_id: str, key: str = "return_value"):  # type: ignore[no-untyped-def]
@@ -384,8 +391,10 @@ def test_failures_are_retried_only_when_a_retry_can_help(
         settings: dict, airflow_db: str, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Exit 3 (a log dir that does not exist) fails at once; exit 4 (the log dir locked by
-    another process) is retried, twice, then fails; the job's error reaches XCom."""
+    another process) is retried, twice, then fails; the job's error reaches XCom. The job's
+    report file of each try goes once read (from the temp dir; one in ``report_dir`` stays)."""
     _retrying(settings, tmp_path, monkeypatch)
+    reports_before = _temp_reports()
     dag = _bag().dags["kafka_compaction_oneoff"]
     run = dag.test(run_conf={"log_dir": str(tmp_path / "missing"), "now_ms": str(NOW)})
     assert run.state == "failed"
@@ -393,7 +402,10 @@ def test_failures_are_retried_only_when_a_retry_can_help(
     assert (ti.state, ti.try_number) == ("failed", 1)
     (error,) = _xcom(run, "compact", "report")
     assert (error["type"], error["code"], error["exit_code"]) == ("error", "LOG_DIR_ERROR", 3)
+    assert _temp_reports() <= reports_before
 
+    _retrying(settings, tmp_path, monkeypatch, report_dir=str(tmp_path / "reports"))
+    dag = _bag().dags["kafka_compaction_oneoff"]
     with lock_held_by_other_process(settings["logs"]):
         run = dag.test(run_conf={"log_dir": str(settings["logs"]), "now_ms": str(NOW)})
     assert run.state == "failed"
@@ -401,6 +413,8 @@ def test_failures_are_retried_only_when_a_retry_can_help(
     assert (ti.state, ti.try_number) == ("failed", 3)
     errors = _xcom(run, "compact", "report")
     assert errors and all(e["code"] == "LOG_DIR_LOCKED" and e["exit_code"] == 4 for e in errors)
+    kept = sorted((tmp_path / "reports").glob("kafka-compactor-*.json"))
+    assert [json.loads(p.read_text())["code"] for p in kept] == 3 * ["LOG_DIR_LOCKED"]
 
 
 @pytest.mark.slow
