@@ -150,11 +150,19 @@ def hex_sha256(values: Any) -> Any:
     bounds = np.frombuffer(values.buffers()[1], dtype=np.int64, count=n + 1,
                            offset=values.offset * 8)
     data = values.buffers()[2]
-    buf = (np.frombuffer(data, np.uint8) if data is not None and data.size
-           else np.zeros(1, np.uint8))
+    buf = np.frombuffer(data if data is not None and data.size else b"\0", np.uint8)
     out = np.empty(2 * DIGEST_BYTES * n, np.uint8)
     if not _hex_digests(buf, bounds, out, _HEX, *context()):
         raise RuntimeError("libcrypto's SHA-256 failed")
     offsets = np.arange(0, 2 * DIGEST_BYTES * (n + 1), 2 * DIGEST_BYTES, dtype=np.int64)
     return pa.Array.from_buffers(pa.large_string(), n,
                                  [None, pa.py_buffer(offsets), pa.py_buffer(out)])
+
+
+def compile_kernels() -> None:
+    """Compile (or load from the disk cache) :func:`hex_sha256`'s kernel with the argument
+    types it passes (Arrow's buffers are read-only to numpy), on numpy arrays: no Arrow
+    allocation, which would start Arrow's allocator in a worker daemon's preload before it
+    forks (``tests/spark/test_daemon.py``)."""
+    _hex_digests(np.frombuffer(b"\0", np.uint8), np.frombuffer(bytes(16), np.int64),
+                 np.empty(2 * DIGEST_BYTES, np.uint8), _HEX, *context())
