@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import heapq
 import json
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -396,11 +396,13 @@ def has_requests(state_dir: str, statuses: frozenset[str]) -> bool:
 @ledger_errors("read the erasure request ledger")
 def pending_summary(state_dir: str, statuses: frozenset[str], *,
                     not_applied_at: str | None = None,
-                    hasher: HexSha256 | None = None) -> PendingSummary:
+                    hasher_for: Callable[[int], HexSha256 | None] | None = None
+                    ) -> PendingSummary:
     """The requests in ``statuses`` (and, with ``not_applied_at``, not yet applied at that
-    place), each checked (:func:`check_batch`, its integrity digests by ``hasher``, else
-    ``hashlib``) and summarized batch by batch, column-wise: the driver's memory does not
-    grow with their number, nor does it hold a row as a dict."""
+    place), each checked (:func:`check_batch`, its integrity digests by what ``hasher_for``
+    gives for a check of that many rows, else ``hashlib``) and summarized batch by batch,
+    column-wise: the driver's memory does not grow with their number, nor does it hold a row
+    as a dict."""
     import pyarrow.compute as pc
 
     table = open_table(table_path(state_dir, ERASURE_REQUESTS_TABLE))
@@ -408,6 +410,7 @@ def pending_summary(state_dir: str, statuses: frozenset[str], *,
     # sized for every row in the statuses (those applied here already too: a filter made
     # larger only has fewer false positives), counted from the status column first
     in_statuses = count_rows(table, wanted)
+    hasher = (hasher_for(in_statuses) if hasher_for else None) or hex_sha256
     digests = DigestFilter.empty(in_statuses).building()
     count = 0
     topics: set[str] = set()
@@ -420,7 +423,7 @@ def pending_summary(state_dir: str, statuses: frozenset[str], *,
             ["places"] if not_applied_at else [])
     rows: list[dict[str, Any]] | None = [] if few else None
     for batch in record_batches(table, sorted({*CHECKED_COLUMNS, *kept}), wanted):
-        check_batch(state_dir, batch, hasher or hex_sha256)
+        check_batch(state_dir, batch, hasher)
         if not_applied_at:
             batch = batch.filter(_not_applied(batch.column("places"), not_applied_at))
         count += batch.num_rows

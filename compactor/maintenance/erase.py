@@ -431,7 +431,8 @@ def apply(spark: SparkSession | None, opts: MaintenanceOptions, state_dir: str, 
     here = place_key(place)
     # a request is applied once per place: other log dirs and brokers still take it
     pending = ledger.pending_summary(state_dir, APPLICABLE, not_applied_at=here,
-                                     hasher=native.integrity_digests(opts.writer))
+                                     hasher_for=functools.partial(
+                                         native.integrity_digests, opts.writer))
     if pending.count == 0:
         return report
     wanted = _covered(pending.topics)
@@ -566,7 +567,8 @@ def apply_remote(spark: SparkSession | None, opts: MaintenanceOptions, state_dir
     place = {**catalog.place(log_dir), "tier": REMOTE}
     here = place_key(place)
     pending = ledger.pending_summary(state_dir, APPLICABLE, not_applied_at=here,
-                                     hasher=native.integrity_digests(opts.writer))
+                                     hasher_for=functools.partial(
+                                         native.integrity_digests, opts.writer))
     if pending.count == 0:
         return report
     session = _session(spark, master, state_dir)
@@ -818,7 +820,8 @@ def verify(spark: SparkSession | None, opts: MaintenanceOptions, state_dir: str,
     report = _start("verify", opts, state_dir)
     log_dir, now_ms, run_id = opts.log_dir, opts.now_ms, report.run_id
     pending = ledger.pending_summary(state_dir, VERIFIABLE,
-                                     hasher=native.integrity_digests(opts.writer))
+                                     hasher_for=functools.partial(
+                                         native.integrity_digests, opts.writer))
     if pending.count == 0:
         return report
     started = int(time.time() * 1000)

@@ -5,8 +5,10 @@ values, digested in one kernel call as the erasure scan digests a batch's keys."
 from __future__ import annotations
 
 import hashlib
+import sys
 
 import pyarrow as pa
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -38,3 +40,20 @@ def test_hex_digests_of_an_arrow_array_equal_hashlibs(values: list[bytes], skip:
     assert made.type == pa.large_string()
     assert made.to_pylist() == [hashlib.sha256(v).hexdigest() for v in values[skip:]]
     assert made.to_pylist() == hex_sha256(array).to_pylist()
+
+
+def test_the_ledger_check_takes_the_kernel_only_where_it_pays(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """In a process that has not loaded the kernel, a check of fewer rows than
+    ``NATIVE_CHECK_ROWS`` keeps ``hashlib`` (loading it costs more); a larger one, or any
+    once the kernel is loaded, takes it; ``--writer pure`` never does."""
+    from compactor import native
+
+    monkeypatch.delitem(sys.modules, "compactor.native.sha256", raising=False)
+    monkeypatch.delattr(native, "sha256", raising=False)  # as a fresh process has it
+    assert native.integrity_digests("native", native.NATIVE_CHECK_ROWS - 1) is None
+    assert "compactor.native.sha256" not in sys.modules
+    made = native.integrity_digests("native", native.NATIVE_CHECK_ROWS)
+    assert made is not None and made.__name__ == "hex_sha256"
+    assert native.integrity_digests("native", 10) is not None  # loaded now
+    assert native.integrity_digests("pure", native.NATIVE_CHECK_ROWS) is None
