@@ -4,6 +4,7 @@ Usage: python bench/kafka_cleaner.py [--records 10000000] [--keys 1000000] [--va
            [--partitions 4] [--segment-bytes 67108864] [--codecs none,lz4,zstd]
            [--buffers default,one-pass] [--shuffle-codecs none] [--group-bytes 67108864]
            [--master local[2]] [--repeat 1] [--data-dir DIR] [--no-check] [--generate-only]
+           [--scaling]
 
 For each codec a log dir is generated (cached in ``--data-dir``: 4 partitions of 64 MiB
 segments by default, uniform keys, 20% tombstones, batches of up to 200 records), then on
@@ -32,6 +33,10 @@ fresh copies:
   in one task a partition with one key table (``groups_one_task``, the default within
   ``--task-keys``), then through the distributed offset map (``shuffle``,
   ``--task-keys 0``); each the session's first such round, then ``--repeat`` warm ones.
+  Each prints what its stages wrote to the shuffle (Spark's own count, after compression),
+  a record and a batch of its input; with ``--scaling`` each runs again on ``local[1]`` in a
+  process of its own (a first round, then a warm one), and ``local1_over_local2`` is that
+  warm wall over the ``local[2]`` one.
 
 With ``--repeat N`` Kafka's cleaner (each buffer) and our warm round run N times, one after
 the other in turn with our cold process, and the figures are their medians, with the range of
@@ -177,18 +182,73 @@ def _round(spark: Any, logs: Path, now: int, configs: dict[str, str], *,
     from compactor.maintenance.options import build_options
 
     more = {} if task_keys is None else {"task_keys": task_keys}
+    shuffled = _shuffle_written(spark)
     started = time.perf_counter()
     report = run(spark, build_options(str(logs), now_ms=now, config_all=configs,
                                       assume_kafka_defaults=True, **more))
     wall = time.perf_counter() - started
+    after = _shuffle_written(spark)
     cleaned = [p for p in report.partitions if p.status == "cleaned"]
     if len(cleaned) != len(report.partitions):
         raise SystemExit("our round did not clean every partition: " + "; ".join(
             f"{p.tp}: {p.status} {p.reason}" for p in report.partitions))
     return {"wall": wall, "bytes_in": sum(p.bytes_in for p in cleaned),
+            "records_in": sum(p.records_in for p in cleaned),
+            "batches_in": sum(p.batches_in for p in cleaned),
+            "shuffle_bytes": None if None in (shuffled, after) else after - shuffled,
             "groups": sum(len(p.plan.groups) for p in cleaned if p.plan),
             "rewrite_s": sum(p.stages_s.get("rewrite", 0.0) for p in cleaned),
             "stages": dict(report.stages_s)}
+
+
+def _shuffle_written(spark: Any) -> int | None:
+    """The bytes every completed stage of the session has written to the shuffle, as Spark
+    counts them (its REST API's ``shuffleWriteBytes``: after compression); ``None`` without
+    the session's UI."""
+    import urllib.request
+
+    url = spark.sparkContext.uiWebUrl
+    if not url:
+        return None
+    app = spark.sparkContext.applicationId
+    with urllib.request.urlopen(f"{url}/api/v1/applications/{app}/stages?status=complete",
+                                timeout=30) as answer:
+        return sum(int(stage.get("shuffleWriteBytes", 0)) for stage in json.load(answer))
+
+
+def _round_elsewhere(master: str, source: str, work: str, now: int, configs: dict[str, str],
+                     task_keys: int | None, out: Any) -> None:
+    """In a child process (``--scaling``): a session on ``master``, its first round on a copy
+    of ``source``, then a warm one; their walls into ``out``."""
+    from compactor.spark.session import get_spark
+
+    spark = get_spark(master, f"bench-kafka-cleaner-{master}")
+    spark.sparkContext.setLogLevel("ERROR")
+    walls = []
+    for turn in ("first", "warm"):
+        logs = _copy(Path(source), Path(work) / turn)
+        walls.append(_round(spark, logs, now, configs, task_keys=task_keys)["wall"])
+        shutil.rmtree(logs)
+    spark.stop()
+    out.put(walls)
+
+
+def _scaled_round(master: str, source: Path, work: Path, now: int, configs: dict[str, str],
+                  task_keys: int | None) -> list[float]:
+    """:func:`_round_elsewhere` in a spawned process (a process has one Spark session, on
+    one master): the first and the warm round's walls."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("spawn")
+    out = context.Queue()
+    child = context.Process(target=_round_elsewhere, args=(
+        master, str(source), str(work), now, configs, task_keys, out))
+    child.start()
+    walls = out.get()
+    child.join()
+    if child.exitcode:
+        raise SystemExit(f"the round on {master} failed (exit {child.exitcode})")
+    return walls
 
 
 def _records(logs: Path) -> dict[str, list[tuple[int, bytes | None]]]:
@@ -226,6 +286,9 @@ def main() -> int:
     parser.add_argument("--group-bytes", type=int, default=64 * 1024 * 1024,
                         help="segment.bytes of the distributed map's round (its groups' size)")
     parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--scaling", action="store_true",
+                        help="also the several-group rounds on local[1], in a process of "
+                             "their own: their wall over local[2]'s")
     parser.add_argument("--repeat", type=int, default=1,
                         help="Kafka's cleaner and our warm round in turn this many times "
                              "(medians reported, with the range of the ratios)")
@@ -338,6 +401,30 @@ def main() -> int:
                         "ours_warm_round_s": round(warm["wall"], 2),
                         "vs_kafka_per_core": round(mb_s / kafka_mb_s, 3),
                         "first_over_warm": round(first["wall"] / warm["wall"], 3)}
+                    if warm["shuffle_bytes"] is not None:
+                        # what the round's stages wrote to the shuffle, a record and a batch
+                        # of its input (docs/benchmarks.md states what each costs)
+                        out[key].update(
+                            shuffle_mb=round(warm["shuffle_bytes"] / 1e6, 1),
+                            shuffle_bytes_per_record=round(
+                                warm["shuffle_bytes"] / warm["records_in"], 2),
+                            shuffle_bytes_per_batch=round(
+                                warm["shuffle_bytes"] / warm["batches_in"], 1))
+                        print(f"[{codec}] {what}: shuffle written "
+                              f"{warm['shuffle_bytes'] / 1e6:.1f} MB = "
+                              f"{out[key]['shuffle_bytes_per_record']:.2f} bytes a record "
+                              f"({warm['records_in']:,} records, {warm['batches_in']:,} "
+                              "batches)", flush=True)
+                    if args.scaling and args.master == "local[2]":
+                        # the same round on one core, in its own process: what the round
+                        # spreads over two cores (1.0: nothing; 2.0: all of it)
+                        one = _scaled_round("local[1]", source, work / f"{key}-local1", now,
+                                            _configs(args.group_bytes), task_keys)
+                        out[key].update(local1_warm_round_s=round(one[1], 2),
+                                        local1_over_local2=round(one[1] / warm["wall"], 3))
+                        print(f"[{codec}] {what} on local[1]: first {one[0]:.1f} s, warm "
+                              f"{one[1]:.1f} s = {one[1] / warm['wall']:.2f}x the local[2] "
+                              "round", flush=True)
                     if args.repeat > 1:
                         # Kafka's runs of the same codec (default buffer) were earlier turns;
                         # pair them in order, as the plain round's ratios are
