@@ -182,12 +182,12 @@ def _round(spark: Any, logs: Path, now: int, configs: dict[str, str], *,
     from compactor.maintenance.options import build_options
 
     more = {} if task_keys is None else {"task_keys": task_keys}
-    shuffled = _shuffle_written(spark)
+    last_stage = _stages(spark)[0]
     started = time.perf_counter()
     report = run(spark, build_options(str(logs), now_ms=now, config_all=configs,
                                       assume_kafka_defaults=True, **more))
     wall = time.perf_counter() - started
-    after = _shuffle_written(spark)
+    shuffled = _stages(spark, after=last_stage)[1]
     cleaned = [p for p in report.partitions if p.status == "cleaned"]
     if len(cleaned) != len(report.partitions):
         raise SystemExit("our round did not clean every partition: " + "; ".join(
@@ -195,25 +195,30 @@ def _round(spark: Any, logs: Path, now: int, configs: dict[str, str], *,
     return {"wall": wall, "bytes_in": sum(p.bytes_in for p in cleaned),
             "records_in": sum(p.records_in for p in cleaned),
             "batches_in": sum(p.batches_in for p in cleaned),
-            "shuffle_bytes": None if None in (shuffled, after) else after - shuffled,
+            "shuffle_bytes": shuffled,
             "groups": sum(len(p.plan.groups) for p in cleaned if p.plan),
             "rewrite_s": sum(p.stages_s.get("rewrite", 0.0) for p in cleaned),
             "stages": dict(report.stages_s)}
 
 
-def _shuffle_written(spark: Any) -> int | None:
-    """The bytes every completed stage of the session has written to the shuffle, as Spark
-    counts them (its REST API's ``shuffleWriteBytes``: after compression); ``None`` without
-    the session's UI."""
+def _stages(spark: Any, after: int = -1) -> tuple[int, int | None]:
+    """The session's last completed stage id, and the bytes its completed stages after stage
+    ``after`` wrote to the shuffle, as Spark counts them (its REST API's
+    ``shuffleWriteBytes``: after compression); ``(-1, None)`` without the session's UI. By
+    stage id, not a difference of totals: Spark keeps only the last ``spark.ui.retainedStages``
+    stages."""
     import urllib.request
 
     url = spark.sparkContext.uiWebUrl
     if not url:
-        return None
+        return -1, None
     app = spark.sparkContext.applicationId
     with urllib.request.urlopen(f"{url}/api/v1/applications/{app}/stages?status=complete",
                                 timeout=30) as answer:
-        return sum(int(stage.get("shuffleWriteBytes", 0)) for stage in json.load(answer))
+        stages = json.load(answer)
+    return (max((int(s["stageId"]) for s in stages), default=-1),
+            sum(int(s.get("shuffleWriteBytes", 0)) for s in stages
+                if int(s["stageId"]) > after))
 
 
 def _round_elsewhere(master: str, source: str, work: str, now: int, configs: dict[str, str],

@@ -136,7 +136,7 @@ CHECKED_COLUMNS = tuple(sorted({"status", "integrity", *INTEGRITY_FIELDS}))
 
 #: the hex SHA-256 of each value of a ``large_binary`` array, as a ``large_string`` array:
 #: :func:`hex_sha256` (``hashlib``), or the native seam's kernel
-#: (:func:`compactor.native.hex_sha256`), which :func:`first_problem_row` may be given
+#: (:func:`compactor.native.sha256.hex_sha256`), which :func:`first_problem_row` may be given
 HexSha256 = Callable[["pa.Array"], "pa.Array"]
 
 
@@ -154,10 +154,10 @@ def hex_sha256(values: pa.Array) -> pa.Array:
 
 
 def first_problem_row(batch: pa.RecordBatch | pa.Table,
-                      digests: HexSha256 = hex_sha256) -> int | None:
+                      hasher: HexSha256 = hex_sha256) -> int | None:
     """The index of the first row of ``batch`` (with :data:`CHECKED_COLUMNS`) that
     :func:`row_problem` refuses, or ``None``: the same checks column by column (Arrow compute,
-    the integrity digests by ``digests`` over the rows' material at once), so a million rows
+    the integrity digests by ``hasher`` over the rows' material at once), so a million rows
     are checked in under a second without a Python dict a row. :func:`row_problem` then says
     what is wrong with the row found (``tests/property/test_ledger_rows.py`` holds the two to
     the same answer)."""
@@ -198,7 +198,7 @@ def first_problem_row(batch: pa.RecordBatch | pa.Table,
     good = np.ones(n, dtype=bool)
     checked = np.flatnonzero(has)
     if len(checked):  # compared column-wise (no numpy scalar a row)
-        made = digests(material if len(checked) == n else material.take(pa.array(checked)))
+        made = hasher(material if len(checked) == n else material.take(pa.array(checked)))
         kept = pc.cast(pc.take(stored, pa.array(checked)), pa.large_string())
         good[checked] = pc.equal(made, kept).to_numpy(zero_copy_only=False)
     unchecked = np.flatnonzero(~has)

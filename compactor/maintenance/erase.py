@@ -150,6 +150,16 @@ def _scan(session: SparkSession, parts: Mapping[int, PartitionLog], dirs: Mappin
     return out
 
 
+def _pending(state_dir: str, statuses: frozenset[str], opts: MaintenanceOptions, *,
+             not_applied_at: str | None = None) -> ledger.PendingSummary:
+    """The ledger's checked summary of the requests a run takes up, its integrity digests by
+    the native kernel where the run's writer and the ledger's size make it pay
+    (:func:`compactor.native.integrity_digests`)."""
+    return ledger.pending_summary(
+        state_dir, statuses, not_applied_at=not_applied_at,
+        hasher_for=functools.partial(native.integrity_digests, opts.writer))
+
+
 def _requests(state_dir: str, statuses: frozenset[str], pending: ledger.PendingSummary, *,
               not_applied_at: str | None = None) -> spark_stages.RunRequests:
     """The run's requests in ``statuses`` (not yet applied at ``not_applied_at``) at the table
@@ -430,9 +440,7 @@ def apply(spark: SparkSession | None, opts: MaintenanceOptions, state_dir: str, 
     place = catalog.place(log_dir)
     here = place_key(place)
     # a request is applied once per place: other log dirs and brokers still take it
-    pending = ledger.pending_summary(state_dir, APPLICABLE, not_applied_at=here,
-                                     hasher_for=functools.partial(
-                                         native.integrity_digests, opts.writer))
+    pending = _pending(state_dir, APPLICABLE, opts, not_applied_at=here)
     if pending.count == 0:
         return report
     wanted = _covered(pending.topics)
@@ -566,9 +574,7 @@ def apply_remote(spark: SparkSession | None, opts: MaintenanceOptions, state_dir
     started = int(time.time() * 1000)
     place = {**catalog.place(log_dir), "tier": REMOTE}
     here = place_key(place)
-    pending = ledger.pending_summary(state_dir, APPLICABLE, not_applied_at=here,
-                                     hasher_for=functools.partial(
-                                         native.integrity_digests, opts.writer))
+    pending = _pending(state_dir, APPLICABLE, opts, not_applied_at=here)
     if pending.count == 0:
         return report
     session = _session(spark, master, state_dir)
@@ -819,9 +825,7 @@ def verify(spark: SparkSession | None, opts: MaintenanceOptions, state_dir: str,
     found). With them, the remote segments are scanned too (:func:`_remote_tier`)."""
     report = _start("verify", opts, state_dir)
     log_dir, now_ms, run_id = opts.log_dir, opts.now_ms, report.run_id
-    pending = ledger.pending_summary(state_dir, VERIFIABLE,
-                                     hasher_for=functools.partial(
-                                         native.integrity_digests, opts.writer))
+    pending = _pending(state_dir, VERIFIABLE, opts)
     if pending.count == 0:
         return report
     started = int(time.time() * 1000)

@@ -64,7 +64,8 @@ def integrity_digests(writer: str, rows: int) -> Callable[[Any], Any] | None:
 
     if writer == "pure" or not available():
         return None
-    if rows < NATIVE_CHECK_ROWS and "compactor.native.sha256" not in sys.modules:
+    imported = sys.modules.get("compactor.native.sha256")
+    if rows < NATIVE_CHECK_ROWS and not (imported is not None and imported.loaded()):
         return None
     from compactor.native import sha256
 

@@ -44,9 +44,9 @@ def test_hex_digests_of_an_arrow_array_equal_hashlibs(values: list[bytes], skip:
 
 def test_the_ledger_check_takes_the_kernel_only_where_it_pays(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """In a process that has not loaded the kernel, a check of fewer rows than
-    ``NATIVE_CHECK_ROWS`` keeps ``hashlib`` (loading it costs more); a larger one, or any
-    once the kernel is loaded, takes it; ``--writer pure`` never does."""
+    """In a process that has not loaded the kernel (its module imported or not), a check of
+    fewer rows than ``NATIVE_CHECK_ROWS`` keeps ``hashlib`` (loading it costs more); a larger
+    one, or any once the kernel is loaded, takes it; ``--writer pure`` never does."""
     from compactor import native
 
     monkeypatch.delitem(sys.modules, "compactor.native.sha256", raising=False)
@@ -55,5 +55,8 @@ def test_the_ledger_check_takes_the_kernel_only_where_it_pays(
     assert "compactor.native.sha256" not in sys.modules
     made = native.integrity_digests("native", native.NATIVE_CHECK_ROWS)
     assert made is not None and made.__name__ == "hex_sha256"
+    # imported is not loaded: the kernel costs its start at its first call
+    assert native.integrity_digests("native", 10) is None
+    made(pa.array([b"x"], pa.large_binary()))
     assert native.integrity_digests("native", 10) is not None  # loaded now
     assert native.integrity_digests("pure", native.NATIVE_CHECK_ROWS) is None
