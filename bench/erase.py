@@ -50,6 +50,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import compact as compact_bench  # noqa: E402  (bench/compact.py: the same log dir)
 
 from compactor.tools.ops.generator import DEFAULT_START_MS  # noqa: E402
+from tests.helpers import tree_digest  # noqa: E402
 
 
 class DriverMemory(threading.Thread):
@@ -137,8 +138,8 @@ def timed(label: str, fn) -> tuple[float, DriverMemory, object]:  # type: ignore
 @dataclass
 class Round:
     """An apply and the verify after it: their times and memory, the erased log dir's files
-    by digest (:func:`file_digests`; its copy is deleted as the round ends) and the ledger
-    they wrote."""
+    by digest (``tests.helpers.tree_digest``; its copy is deleted as the round ends) and the
+    ledger they wrote."""
 
     apply_s: float
     verify_s: float
@@ -146,19 +147,6 @@ class Round:
     verify_memory: DriverMemory
     files: dict[str, str]
     ledger: Path
-
-
-def file_digests(root: Path) -> dict[str, str]:
-    """Every file under ``root`` by its path there, with the SHA-256 of its bytes: two log
-    dirs hold the same files with the same bytes when these are equal."""
-    out = {}
-    for path in sorted(p for p in root.rglob("*") if p.is_file()):
-        digest = hashlib.sha256()
-        with path.open("rb") as f:
-            for chunk in iter(lambda: f.read(1 << 20), b""):
-                digest.update(chunk)
-        out[str(path.relative_to(root))] = digest.hexdigest()
-    return out
 
 
 def main() -> int:
@@ -230,7 +218,7 @@ def main() -> int:
                   f"{r.get('requests_by_outcome')}")  # type: ignore[union-attr]
         # the copies go as the round ends: a later round's writes slowed by half with four
         # rounds' 1.1 GB copies left on this disk (the rewrite 1.1 -> 2.3 s, measured)
-        files = file_digests(work)
+        files = tree_digest(work)
         shutil.rmtree(work.parent)
         return Round(apply_s, verify_s, memory, verify_memory, files, ledger_copy)
 
