@@ -119,7 +119,8 @@ class _Scan:
     segments: dict[int, int] = field(default_factory=dict)
     records: dict[int, int] = field(default_factory=dict)
     errors: dict[int, dict[str, Any]] = field(default_factory=dict)
-    #: the batch headers of each local directory with a match (an apply's ``with_headers``)
+    #: the batch headers the partition-wide checks read of each local directory with a match
+    #: (an apply's ``with_headers``: :func:`compactor.erasure.rules.partition_check_batches`)
     headers: dict[int, list[BatchHeader]] = field(default_factory=dict)
 
 
@@ -780,7 +781,7 @@ def _rewrite(spark: LazySession, log_dir: str, dirs: Mapping[int, _Dir],
              headers: Mapping[int, Sequence[BatchHeader]], *,
              assume_committed: bool = False) -> dict[int, list[Any]]:
     """Write ``.cleaned`` copies of the segments holding erased records (readable
-    directories only; ``headers``: their batch headers, read by the erasure's scan); a
+    directories only; ``headers``: their batches the checks read, from the erasure's scan); a
     directory whose transaction index fails the partition-wide check
     (:func:`compactor.cleaner.verify.txn_problems`) is added to ``errors`` and left alone."""
     hit = {i: parts[i] for i in writable if plan.segments(i)}

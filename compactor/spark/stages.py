@@ -450,7 +450,8 @@ def erasure_matches(spark: SparkSession, parts: Mapping[int, HasSegments],
             ``pure``: the reference).
         remote: remote segments scanned with them (one task per segment).
         with_headers: also return the batch headers, read by the same scan, of every local
-            partition with a match (an apply's rewrite: one read of the log for both).
+            partition with a match that its partition-wide checks read (an apply's rewrite:
+            one read of the log for both; :func:`compactor.erasure.rules.partition_check_batches`).
     """
     remote_rows = [(i, sid, start, end) for i, found in (remote.segments.items() if remote
                                                           else ()) for sid, start, end in found]

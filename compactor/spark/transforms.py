@@ -68,7 +68,7 @@ from compactor.cleaner.verify import index_problems, offset_problems, txn_proble
 from compactor.codec.indexes import AbortedTxn
 from compactor.config import TopicConfig
 from compactor.erasure.outcomes import KIND_COLUMNS, kind_outcome, of_rows
-from compactor.erasure.rules import HEADER, KEY
+from compactor.erasure.rules import HEADER, KEY, partition_check_batches
 from compactor.erasure.sketch import DigestFilter
 from compactor.errors import CompactorError, RemoteTierError
 from compactor.log import storage
@@ -206,7 +206,8 @@ def headers_from_arrow(table: pa.Table) -> list[BatchHeader]:
     one call each, not a conversion per field and row)."""
     table = table.sort_by([("segment_base", "ascending"), ("position", "ascending")])
     columns = [table.column(name).to_pylist() for name in HEADER_FIELDS]
-    return [BatchHeader(**dict(zip(HEADER_FIELDS, values))) for values in zip(*columns)]
+    with _collector_paused():
+        return [BatchHeader(**dict(zip(HEADER_FIELDS, values))) for values in zip(*columns)]
 
 
 def _table(rows: Sequence[tuple[Any, ...]], schema: pa.Schema) -> pa.Table:
@@ -711,7 +712,8 @@ def scan_erasure(header_names: frozenset[str], sketch: Broadcast[DigestFilter],
     be matched by (:func:`compactor.cleaner.scan.subject_digests` with the ``writer``'s engine;
     the headers named in ``header_names`` only) that the requests' Bloom filter ``sketch`` may
     hold, one summary per segment (batches and records scanned, or the error) and, with
-    ``with_headers`` (an apply's rewrite), one row per batch header. Only the entries the
+    ``with_headers`` (an apply's rewrite), one row per batch header its partition-wide checks
+    read (:func:`compactor.erasure.rules.partition_check_batches`). Only the entries the
     filter keeps become Python objects."""
 
     def scan(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -748,11 +750,12 @@ def _scan_rows(tp_id: int, base: int, read: Callable[[], SubjectDigests],
         [{"tp_id": tp_id, "segment_base": base, "kind": "segment",
           "batches": found.batches, "records": found.records}], schema=_ERASURE_ARROW)
     if with_headers and found.headers:  # an apply's rewrite needs no second scan
-        n = len(found.headers)
+        headers = partition_check_batches(found.headers)
+        n = len(headers)
         cols: dict[str, list[Any]] = {name: [None] * n for name in _ERASURE_ARROW.names}
         cols.update(tp_id=[tp_id] * n, kind=["batch"] * n)
         for name in HEADER_FIELDS:
-            cols[name] = [getattr(h, name) for h in found.headers]
+            cols[name] = [getattr(h, name) for h in headers]
         yield pa.RecordBatch.from_pydict(cols, schema=_ERASURE_ARROW)
     if len(found.offset):
         yield _erasure_rows(tp_id, base, found)

@@ -6,11 +6,19 @@ from __future__ import annotations
 import hashlib
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
+from compactor.cleaner.policy import NO_CONTROL_TYPE, BatchHeader
+from compactor.cleaner.verify import txn_problems
+from compactor.codec.indexes import AbortedTxn
+from compactor.codec.records import ControlType
 from compactor.erasure.rules import (
+    keep_when_emptied,
     latest_per_key,
     new_requests,
     parse_subject_digest,
+    partition_check_batches,
     subject_digest,
     superseded_by_erased,
 )
@@ -72,3 +80,61 @@ def test_a_given_digest_is_64_hex_digits_and_never_echoed() -> None:
 def test_replica_dir_names_parse_as_kafka_reads_them(name: str, expected: tuple | None) -> None:
     copy = parse_copy_dir_name(name)
     assert (None if copy is None else (copy.tp, copy.kind)) == expected
+
+
+# -- the batches an apply's partition-wide checks read ----------------------------------------
+
+
+@st.composite
+def _partition(draw: st.DrawFn) -> list[list[BatchHeader]]:
+    """A partition's batches in segments (file order = offset order): producers -1 (none),
+    1 and 2 at epochs 0-1, transactional data, COMMIT / ABORT markers and emptied markers."""
+    segments, offset = [], 0
+    for _ in range(draw(st.integers(1, 4))):
+        base, batches = offset, []
+        for position in range(draw(st.integers(1, 6))):
+            pid = draw(st.sampled_from([-1, 1, 2]))
+            kind = draw(st.sampled_from(["data", "txn", "commit", "abort", "emptied"])
+                        if pid >= 0 else st.just("data"))
+            control = {"commit": int(ControlType.COMMIT), "abort": int(ControlType.ABORT),
+                       "emptied": NO_CONTROL_TYPE}.get(kind)
+            last = offset + draw(st.integers(0, 2))
+            batches.append(BatchHeader(
+                segment_base=base, position=position * 100, size_in_bytes=70,
+                base_offset=offset, last_offset=last, magic=2, is_control=control is not None,
+                is_transactional=kind != "data", control_type=-1 if control is None else control,
+                producer_id=pid, producer_epoch=draw(st.integers(0, 1)) if pid >= 0 else -1,
+                max_timestamp=0, horizon_ms=-1, records_count=last - offset + 1))
+            offset = last + 1
+        segments.append(batches)
+    return segments
+
+
+@given(_partition(), st.integers(0, 30))
+def test_the_checks_read_of_each_segment_what_they_read_of_the_partition(
+        segments: list[list[BatchHeader]], hw: int) -> None:
+    everything = [h for s in segments for h in s]
+    chosen = [h for s in segments for h in partition_check_batches(s)]
+    # the ABORT markers' index entries, one starting late, to exercise every txn finding
+    entries = [AbortedTxn(producer_id=h.producer_id, first_offset=h.base_offset - i % 2,
+                          last_offset=h.base_offset, last_stable_offset=h.base_offset)
+               for i, h in enumerate(everything) if h.control_type == int(ControlType.ABORT)
+               and i % 3]
+    assert keep_when_emptied(chosen, hw) == keep_when_emptied(everything, hw)
+    assert ([str(e) for e in txn_problems("p", chosen, entries)]
+            == [str(e) for e in txn_problems("p", everything, entries)])
+
+
+def test_a_segment_whose_last_batch_has_no_producer_keeps_it() -> None:
+    # the log end offset's batch stays as an empty header whoever wrote it
+    def header(offset: int, pid: int) -> BatchHeader:
+        return BatchHeader(segment_base=0, position=offset, size_in_bytes=70,
+                           base_offset=offset, last_offset=offset, magic=2, is_control=False,
+                           is_transactional=False, control_type=NO_CONTROL_TYPE,
+                           producer_id=pid, producer_epoch=0 if pid >= 0 else -1,
+                           max_timestamp=0, horizon_ms=-1, records_count=1)
+
+    segment = [header(0, -1), header(1, 7), header(2, -1), header(3, -1)]
+    assert partition_check_batches(segment) == [segment[1], segment[3]]
+    assert keep_when_emptied(partition_check_batches(segment), 0) == {(0, 1), (0, 3)}
+    assert partition_check_batches([]) == []
