@@ -408,8 +408,9 @@ def _erasure_subject(partition: PartitionInput) -> bytes:
 def _key_rows(partition: PartitionInput, wanted: Callable[[bytes], bool]) -> list[tuple]:
     """What the erasure scan should emit: the records read by the codec's plain record
     iterator and hashed here, a segment row per segment and a ``key`` row per keyed record
-    whose key ``wanted`` says, and a ``batch`` row per batch with its header as the pure
-    header scan reads it (what an apply's rewrite then uses)."""
+    whose key ``wanted`` says, and a ``batch`` row per batch an apply's partition-wide
+    checks read (one with a producer id, and the segment's last) with its header as the
+    pure header scan reads it."""
     expected = []
     header_columns = [f.name for f in ERASURE_SCAN.fields[12:]]
     none = (None,) * len(header_columns)
@@ -422,10 +423,10 @@ def _key_rows(partition: PartitionInput, wanted: Callable[[bytes], bool]) -> lis
                       hashlib.sha256(r.key).digest(), hashlib.sha256(r.key).digest(),
                       r.value is None and not r.headers, None, None, None, *none)
                      for b, r in records if r.key is not None and wanted(r.key)]
+        headers = segment_headers(Path(s.log_path).read_bytes(), s.log_path, s.base_offset)
         expected += [(0, s.base_offset, "batch", h.position, None, None, None, None, None,
                       None, None, None, *(getattr(h, c) for c in header_columns))
-                     for h in segment_headers(Path(s.log_path).read_bytes(), s.log_path,
-                                              s.base_offset)]
+                     for h in headers if h.producer_id >= 0 or h is headers[-1]]
     return expected
 
 
