@@ -179,6 +179,12 @@ class Engine(Protocol):
     def batch_keys(self, batch: RecordBatch) -> tuple[np.ndarray, list[bytes]] | None:
         """Offsets and keys of one batch's keyed records, or ``None`` (the compiled reader)."""
 
+    def combine_keys(self, key_hi: np.ndarray, key_lo: np.ndarray, offset: np.ndarray,
+                     in_map: np.ndarray, buckets: int
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """The map-side combine of a group's keyed rows
+        (:func:`compactor.cleaner.scan.combine_group`), or ``None``: the reference's."""
+
     def segment_headers(self, data: Any, path: str, segment_base: int
                         ) -> list[BatchHeader] | None:
         """A segment's batch headers, CRCs verified, read in bulk; ``None``: the pure scan
@@ -263,6 +269,11 @@ class _PureEngine:
         return None
 
     def batch_keys(self, batch: RecordBatch) -> tuple[np.ndarray, list[bytes]] | None:
+        return None
+
+    def combine_keys(self, key_hi: np.ndarray, key_lo: np.ndarray, offset: np.ndarray,
+                     in_map: np.ndarray, buckets: int
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
         return None
 
     def segment_headers(self, data: Any, path: str, segment_base: int

@@ -291,6 +291,27 @@ def concat_rows(parts: Sequence[KeyedRows]) -> KeyedRows:
                        for f in ("group_base", "offset", "key_hi", "key_lo", "in_map")))
 
 
+def combine_group(rows: KeyedRows, buckets: int, engine: Engine
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The map-side combine of a group's keyed rows (in file order) for an offset map of
+    ``buckets`` buckets: the mask of the rows their own group supersedes
+    (:func:`locally_superseded`), the indices of the others grouped by bucket (a key's bucket
+    is its digest's low half, unsigned, modulo ``buckets``; file order within a bucket), and
+    each bucket's count. ``engine`` computes them where it can (the native one by hash table,
+    :func:`compactor.native.offsetmap.combine_keys`); this is the reference."""
+    found = engine.combine_keys(rows.key_hi, rows.key_lo, rows.offset, rows.in_map, buckets)
+    if found is not None:
+        return found
+    superseded = locally_superseded(rows)
+    rest = np.flatnonzero(~superseded)
+    which = rows.key_lo[rest].view(np.uint64) % np.uint64(max(1, buckets))
+    # a stable sort on bucket numbers: numpy's radix sort when they fit 16 bits (a tenth of
+    # the time of its merge sort on int64 over a 64 MiB group's 600 K records)
+    narrow = which.astype(np.uint16 if buckets <= 1 << 16 else np.int64)
+    order = rest[np.argsort(narrow, kind="stable")]
+    return superseded, order, np.bincount(narrow, minlength=max(1, buckets)).astype(np.int64)
+
+
 def select_rows(rows: KeyedRows, mask: np.ndarray) -> KeyedRows:
     return KeyedRows(group_base=rows.group_base[mask], offset=rows.offset[mask],
                      key_hi=rows.key_hi[mask], key_lo=rows.key_lo[mask], in_map=rows.in_map[mask])

@@ -74,10 +74,12 @@ def integrity_digests(writer: str, rows: int) -> Callable[[Any], Any] | None:
 
 def compile_kernels() -> None:
     """Compile (or load from numba's disk cache) every kernel; see
-    :func:`compactor.native.fast.compile_kernels` and
-    :func:`compactor.native.erasure.compile_kernels`. Nothing to do without numba."""
+    :func:`compactor.native.fast.compile_kernels`,
+    :func:`compactor.native.erasure.compile_kernels` and
+    :func:`compactor.native.offsetmap.compile_kernels`. Nothing to do without numba."""
     if available():
-        from compactor.native import erasure, fast
+        from compactor.native import erasure, fast, offsetmap
 
         fast.compile_kernels()
         erasure.compile_kernels()
+        offsetmap.compile_kernels()

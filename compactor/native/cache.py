@@ -35,6 +35,7 @@ COMPILED_SOURCES = (
     "compactor.native.fast",
     "compactor.native.kernels",
     "compactor.native.keytable",
+    "compactor.native.offsetmap",
     "compactor.native.sha256",
     "compactor.native.xxh3",
     "compactor.cleaner.policy",

@@ -101,6 +101,7 @@ from compactor.native.chunks import (
     segment_keys,
 )
 from compactor.native.keytable import _SLOT, _grown_table, decide_records, rehash, spare_table
+from compactor.native.offsetmap import combine_keys
 
 
 @dataclass(slots=True)
@@ -595,6 +596,11 @@ class NativeEngine:
         from compactor.native.erasure import segment_digests
 
         return segment_digests(data, path, segment_base, names, keep)
+
+    def combine_keys(self, key_hi: np.ndarray, key_lo: np.ndarray, offset: np.ndarray,
+                     in_map: np.ndarray, buckets: int
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        return combine_keys(key_hi, key_lo, offset, in_map, buckets)
 
     def segment_headers(self, data: Any, path: str, segment_base: int
                         ) -> list[BatchHeader] | None:

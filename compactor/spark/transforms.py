@@ -55,12 +55,11 @@ from compactor.cleaner.scan import (
     BatchFlags,
     KeyedRows,
     batch_flags,
+    combine_group,
     concat_rows,
     key_offsets,
     keyed_records,
-    locally_superseded,
     segment_headers,
-    select_rows,
     subject_digests,
     superseded_mask,
 )
@@ -356,7 +355,7 @@ def scan_keys(inputs: Mapping[int, PartitionInput], plans: Mapping[int, Cleaning
               slots: DataFrame, buckets: Sequence[int], *, writer: str = "native") -> Transform:
     """Batch decisions -> ``KEY_BUCKET`` rows: the keyed records of the round's data batches
     that are not discarded and not already superseded within their own group (one task per
-    group, :func:`compactor.cleaner.scan.locally_superseded`), one row per bucket of the
+    group, :func:`compactor.cleaner.scan.combine_group`), one row per bucket of the
     offset map they fall in (:func:`key_buckets`); a group whose records cannot be decoded
     gives one row with ``error`` set.
 
@@ -392,14 +391,15 @@ def scan_keys(inputs: Mapping[int, PartitionInput], plans: Mapping[int, Cleaning
                                                    engine=record_engine(writer),
                                                    window=storage.window))
                 rows = concat_rows(parts)
-                local = locally_superseded(rows)
+                local, order, counts = combine_group(rows, len(bucket_values),
+                                                     record_engine(writer))
             except CompactorError as err:
                 return pa.Table.from_pylist([{
                     "tp_id": tp_id, "group_base": group_base, "bucket": int(bucket_values[0]),
                     "offsets": b"", "key_hi": b"", "key_lo": b"", "in_map": b"", "within": b"",
                     "error": json.dumps(err.to_dict()),
                 }], schema=_KEY_BUCKET_ARROW)
-            return key_buckets(tp_id, group_base, select_rows(rows, ~local), bucket_values,
+            return key_buckets(tp_id, group_base, rows, order, counts, bucket_values,
                                within=rows.offset[local])
 
     keyed = ~F.col("is_control") & ~F.col("discard_records")
@@ -407,20 +407,17 @@ def scan_keys(inputs: Mapping[int, PartitionInput], plans: Mapping[int, Cleaning
                               .groupBy("slot").applyInArrow(storage.portable(scan), KEY_BUCKET))
 
 
-def key_buckets(tp_id: int, group_base: int, rows: KeyedRows,
-                bucket_values: np.ndarray, *, within: np.ndarray) -> pa.Table:
-    """``KEY_BUCKET`` rows of one group's keyed rows: a key's bucket is its digest's low half
-    modulo the number of buckets (the same bucket in every group and partition, so a bucket
-    holds every record of its keys), and a bucket without records has no row. The offsets
+def key_buckets(tp_id: int, group_base: int, rows: KeyedRows, order: np.ndarray,
+                counts: np.ndarray, bucket_values: np.ndarray, *, within: np.ndarray
+                ) -> pa.Table:
+    """``KEY_BUCKET`` rows of one group's keyed rows: ``order``, the rows that travel grouped
+    by bucket, and ``counts``, each bucket's number of them
+    (:func:`compactor.cleaner.scan.combine_group`: a key's bucket is its digest's low half
+    modulo the number of buckets, the same bucket in every group and partition, so a bucket
+    holds every record of its keys); a bucket without records has no row. The offsets
     ``within`` (the group's records superseded within it) are cut into as many runs as there
-    are rows, one a row. (Every such record has a later record of its key among ``rows``,
-    so there is a row whenever there are offsets.)"""
-    which = rows.key_lo.view(np.uint64) % np.uint64(len(bucket_values))
-    # a stable sort on bucket numbers: numpy's radix sort when they fit 16 bits (a tenth of
-    # the time of its merge sort on int64 over a 64 MiB group's 600 K records)
-    narrow = which.astype(np.uint16 if len(bucket_values) <= 1 << 16 else np.int64)
-    order = np.argsort(narrow, kind="stable")
-    counts = np.bincount(narrow, minlength=len(bucket_values))
+    are rows, one a row. (Every such record has a later record of its key among the rows
+    that travel, so there is a row whenever there are offsets.)"""
     ends = np.cumsum(counts)
     columns = {"offsets": rows.offset[order], "key_hi": rows.key_hi[order],
                "key_lo": rows.key_lo[order], "in_map": rows.in_map[order]}

@@ -11,7 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from compactor.cleaner.policy import CleaningPlan, SkipReason
-from compactor.cleaner.scan import KeyedRows
+from compactor.cleaner.rewrite import PURE
+from compactor.cleaner.scan import KeyedRows, combine_group
 from compactor.model import CommitMessage
 from compactor.schemas.spark import COMMIT_MESSAGE, PLAN
 from compactor.spark import rows, transforms
@@ -106,6 +107,12 @@ def test_a_value_not_packed_by_pack_offsets_is_refused() -> None:
             transforms.unpack_offsets(value)
 
 
+def _grouped(rows: KeyedRows, buckets: int) -> tuple[np.ndarray, np.ndarray]:
+    """The rows' indices by bucket and each bucket's count, by the reference's combine."""
+    _, order, counts = combine_group(rows, buckets, PURE)
+    return order, counts
+
+
 def test_a_group_without_rows_to_shuffle_still_hands_on_what_it_superseded() -> None:
     # no keyed record of the group left to shuffle (cannot happen: each record superseded
     # within it has a later one of its key that travels), yet its writer must get them
@@ -113,7 +120,8 @@ def test_a_group_without_rows_to_shuffle_still_hands_on_what_it_superseded() -> 
     rows = KeyedRows(group_base=empty, offset=empty, key_hi=empty, key_lo=empty,
                      in_map=np.zeros(0, bool))
     within = np.array([7, 8, 11], np.int64)
-    table = transforms.key_buckets(3, 5, rows, np.array([40, 41, 42], np.int64), within=within)
+    table = transforms.key_buckets(3, 5, rows, *_grouped(rows, 3), np.array([40, 41, 42], np.int64),
+                                   within=within)
     assert table.num_rows == 1
     (row,) = table.to_pylist()
     assert (row["tp_id"], row["group_base"], row["offsets"]) == (3, 5, b"")
@@ -121,7 +129,8 @@ def test_a_group_without_rows_to_shuffle_still_hands_on_what_it_superseded() -> 
     # and a group with rows spreads them over its buckets' rows, each offset once
     rows = KeyedRows(group_base=np.full(4, 5), offset=np.array([12, 13, 14, 15]),
                      key_hi=np.arange(4), key_lo=np.arange(4), in_map=np.ones(4, bool))
-    table = transforms.key_buckets(3, 5, rows, np.array([40, 41, 42], np.int64), within=within)
+    table = transforms.key_buckets(3, 5, rows, *_grouped(rows, 3), np.array([40, 41, 42], np.int64),
+                                   within=within)
     assert table.num_rows == 3
     assert sorted(o for v in table.column("within").to_pylist()
                   for o in transforms.unpack_offsets(v).tolist()) == [7, 8, 11]
