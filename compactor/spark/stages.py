@@ -193,12 +193,16 @@ OFFSET_MAP_BUCKET_BYTES = 256 << 20
 
 
 def offset_map_buckets(spark: SparkSession, map_bytes: int) -> int:
-    """The distributed offset map's buckets for a round whose groups read ``map_bytes``: the
-    session's shuffle partitions, or more when its buckets would hold more than
-    :data:`OFFSET_MAP_BUCKET_BYTES` of input each (a session set to few shuffle partitions
-    must not make one task hold a round's keys)."""
-    configured = int(spark.conf.get("spark.sql.shuffle.partitions") or 1)
-    return max(1, configured, -(-map_bytes // OFFSET_MAP_BUCKET_BYTES))
+    """The distributed offset map's buckets for a round whose groups read ``map_bytes``: two
+    per core, or more when its buckets would hold more than :data:`OFFSET_MAP_BUCKET_BYTES`
+    of input each. Not the session's shuffle partitions, which the round sizes for its groups
+    (one per 64 MiB of segments, :func:`size_shuffles`): a bucket's task is cheap next to a
+    group's, so past two per core each costs Spark's per-task work and one more row a group
+    for nothing. On ``bench/kafka_cleaner.py``'s 1.1 GB log, 5 buckets where it had 17: the
+    map's stage 0.75-0.85 -> 0.48 s of task time and the writers' shuffle 13.4 -> 3.9 MB
+    (30 Nov, docs/benchmarks-history.md)."""
+    cores = 2 * spark.sparkContext.defaultParallelism
+    return max(1, cores, -(-map_bytes // OFFSET_MAP_BUCKET_BYTES))
 
 
 def _group_bytes(inputs: Mapping[int, HasSegments], plans: Mapping[int, CleaningPlan]) -> int:
