@@ -23,12 +23,16 @@ import bisect
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+import numpy as np
+
 from compactor.cleaner.policy import BatchHeader
 from compactor.codec.indexes import (
     AbortedTxn,
     decode_offset_index,
     decode_time_index,
     decode_txn_index,
+    offset_index_columns,
+    time_index_columns,
 )
 from compactor.codec.records import ControlType
 from compactor.errors import BadOffsetsError, CompactorError, CorruptIndexError
@@ -99,6 +103,8 @@ def index_problems(log_path: str, base: int, headers: Sequence[BatchHeader], *,
             out.append(err)
             return []
 
+    if _offset_and_time_indexes_clean(base, headers, is_active, index, time_index):
+        index = time_index = None  # nothing either loop below would find
     index_path = prefix + ".index"
     for slot, entry in enumerate(decoded(index_path, index, decode_offset_index,
                                          allow_preallocated=is_active)):
@@ -139,7 +145,7 @@ def index_problems(log_path: str, base: int, headers: Sequence[BatchHeader], *,
                     f"the largest timestamp {so_far[j]} of the batches up to that offset "
                     f"(Kafka indexes the largest so far: LogSegment.append)", slot * 12)
     if (not is_active and entries and max_timestamp >= 0 and readable_end is None
-            and entries[-1].timestamp < max_timestamp):
+            and entries[-1].timestamp < max_timestamp):  # (the same as the clean check's)
         # LogSegment.onBecomeInactiveSegment indexes the segment's largest timestamp last, and
         # a broker takes the last entry as that (LogSegment.largestTimestamp) for retention.ms
         problem(time_path, f"the last entry's timestamp {entries[-1].timestamp} is below the "
@@ -155,6 +161,54 @@ def index_problems(log_path: str, base: int, headers: Sequence[BatchHeader], *,
                     f"{entry.last_offset}, which is not an ABORT marker of that producer",
                     slot * 34, past_end=entry.last_offset > last_offset)
     return out
+
+
+def _offset_and_time_indexes_clean(base: int, headers: Sequence[BatchHeader], is_active: bool,
+                                   index: bytes | None, time_index: bytes | None) -> bool:
+    """Whether :func:`index_problems` finds nothing in the ``.index`` and ``.timeindex``:
+    each of its checks made on whole columns (a segment's indexes hold tens of thousands of
+    entries, and the loops took 0.4-0.5 s of every scan of the 1.1 GB benchmark log, 30 Nov).
+    ``False`` says only that the loops must look (they find and place each problem); it is
+    never ``True`` where they would find one (property-tested against them)."""
+    count = len(headers)
+    positions = np.fromiter((h.position for h in headers), np.int64, count)
+    firsts = np.fromiter((h.base_offset for h in headers), np.int64, count)
+    lasts = np.fromiter((h.last_offset for h in headers), np.int64, count)
+    if count and ((np.diff(positions) <= 0).any() or (np.diff(lasts) <= 0).any()):
+        return False  # out of order (offset_problems reports it): the loops decide
+    last_offset = int(lasts[-1]) if count else base - 1
+    if index is not None:
+        columns = offset_index_columns(index, allow_preallocated=is_active)
+        if columns is None:
+            return False
+        offsets, at = base + columns[0], columns[1]
+        i = np.searchsorted(positions, at)
+        found = i < count
+        if not found.all() or (positions[i[found]] != at).any():
+            return False  # an entry that does not point at a batch start
+        if (firsts[i] > offsets).any() or (offsets > last_offset).any():
+            return False
+        if ((i > 0) & (lasts[np.maximum(i - 1, 0)] >= offsets)).any():
+            return False
+    if time_index is not None:
+        columns = time_index_columns(time_index, allow_preallocated=is_active)
+        if columns is None:
+            return False
+        stamps, offsets = columns[0], base + columns[1]
+        maxima = np.fromiter((h.max_timestamp for h in headers), np.int64, count)
+        largest = int(maxima.max()) if count else -1
+        so_far = np.maximum.accumulate(np.maximum(maxima, -1))
+        j = np.searchsorted(lasts, offsets, side="left")
+        inside = j < count
+        if ((offsets < base) | (offsets > max(last_offset, base)) | (stamps > largest)).any():
+            return False
+        jj = j[inside]
+        if ((firsts[jj] <= offsets[inside]) & (stamps[inside] < so_far[jj])).any():
+            return False
+        if (not is_active and len(stamps) and largest >= 0
+                and int(stamps[-1]) < largest):
+            return False
+    return True
 
 
 def txn_problems(partition_dir: str, headers: Iterable[BatchHeader],

@@ -180,18 +180,30 @@ def last_offset_entry(data: bytes, base_offset: int, *, path: str | None = None,
     """The last entry of ``.index`` and its slot (``None`` when it has none) after every
     check of :func:`decode_offset_index`, made on whole columns at once: a segment's metadata
     needs only the last entry of an index of thousands. Raises the same located error."""
-    rows = _rows(data, OFFSET_ENTRY, np.dtype([("relative", ">i4"), ("position", ">i4")]),
-                 allow_preallocated)
-    if rows is None or (rows["relative"] < 0).any() or (rows["position"] < 0).any() or (
-            np.diff(rows["relative"]) <= 0).any() or (np.diff(rows["position"]) <= 0).any():
+    columns = offset_index_columns(data, allow_preallocated=allow_preallocated)
+    if columns is None:
         entries = decode_offset_index(data, base_offset, path=path,
                                       allow_preallocated=allow_preallocated)
         # (it raised: the checks are the same)
         return (len(entries) - 1, entries[-1]) if entries else None
-    if not len(rows):
+    relative, position = columns
+    if not len(relative):
         return None
-    return len(rows) - 1, OffsetIndexEntry(base_offset + int(rows["relative"][-1]),
-                                           int(rows["position"][-1]))
+    return len(relative) - 1, OffsetIndexEntry(base_offset + int(relative[-1]),
+                                               int(position[-1]))
+
+
+def offset_index_columns(data: bytes, *, allow_preallocated: bool = False
+                         ) -> tuple[np.ndarray, np.ndarray] | None:
+    """The relative offsets and positions of ``.index``'s entries (int64 arrays) when every
+    check of :func:`decode_offset_index` passes, made on whole columns at once; ``None``
+    when one fails (:func:`decode_offset_index` then says which slot, and where)."""
+    rows = _rows(data, OFFSET_ENTRY, np.dtype([("relative", ">i4"), ("position", ">i4")]),
+                 allow_preallocated)
+    if rows is None or (rows["relative"] < 0).any() or (rows["position"] < 0).any() or (
+            np.diff(rows["relative"]) <= 0).any() or (np.diff(rows["position"]) <= 0).any():
+        return None
+    return rows["relative"].astype(np.int64), rows["position"].astype(np.int64)
 
 
 def _rows(data: bytes, entry: struct.Struct, dtype: np.dtype, allow_preallocated: bool
@@ -217,6 +229,19 @@ def encode_time_index(entries: Sequence[TimeIndexEntry], base_offset: int) -> by
         TIME_ENTRY.pack(e.timestamp, _relative(e.offset, base_offset, "time index"))
         for e in entries
     )
+
+
+def time_index_columns(data: bytes, *, allow_preallocated: bool = False
+                       ) -> tuple[np.ndarray, np.ndarray] | None:
+    """The timestamps and relative offsets of ``.timeindex``'s entries (int64 arrays) when
+    every check of :func:`decode_time_index` passes, made on whole columns at once; ``None``
+    when one fails (:func:`decode_time_index` then says which slot, and where)."""
+    rows = _rows(data, TIME_ENTRY, np.dtype([("timestamp", ">i8"), ("relative", ">i4")]),
+                 allow_preallocated)
+    if rows is None or (rows["relative"] < 0).any() or (
+            np.diff(rows["timestamp"]) < 0).any() or (np.diff(rows["relative"]) < 0).any():
+        return None
+    return rows["timestamp"].astype(np.int64), rows["relative"].astype(np.int64)
 
 
 def decode_time_index(
