@@ -438,6 +438,14 @@ def pending_summary(state_dir: str, statuses: frozenset[str], *,
                           header_names=frozenset(headers), digests=digests.done(), rows=rows)
 
 
+@dataclass(slots=True)
+class _Kept:
+    """What a :class:`RunLedger` (frozen: the version and rows its run reads) gains as its
+    run goes: what the pass after the scan kept (``None`` before it)."""
+
+    tally: _Tally | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class RunLedger:
     """A run's requests too many to hold on the driver (:attr:`PendingSummary.rows` is
@@ -452,7 +460,7 @@ class RunLedger:
     version: int
     not_applied_at: str | None = None
     #: what the pass of :func:`requests_with_digests` kept for :func:`outcome_rows`
-    read: dict[str, _Tally] = field(default_factory=dict, compare=False, repr=False)
+    kept: _Kept = field(default_factory=_Kept, compare=False, repr=False)
 
 
 def _run_batches(run: RunLedger, columns: Sequence[str]) -> Iterator[pa.RecordBatch]:
@@ -527,7 +535,7 @@ def requests_with_digests(run: RunLedger, digests: Collection[bytes], max_kinds:
                           ) -> list[dict[str, Any]]:
     """The rows (:data:`RUN_COLUMNS`, the digest as 32 bytes) of ``run``'s requests whose
     subject digest is one of ``digests`` (the scan's candidates: what the match on the
-    driver compares them with), in one pass, which also keeps in ``run.read`` what
+    driver compares them with), in one pass, which also keeps in ``run.kept`` what
     :func:`outcome_rows` needs (no kinds past ``max_kinds``): the run's last pass over the
     ledger before it records its outcomes."""
     kept = [c for c in RUN_COLUMNS if c != "digest"]
@@ -540,7 +548,7 @@ def requests_with_digests(run: RunLedger, digests: Collection[bytes], max_kinds:
         out.extend({**r, "digest": bytes.fromhex(sha)} for r, sha in zip(
             hit.select(kept).to_pylist(), hit.column("subject_sha256").to_pylist(),
             strict=True))
-    run.read["tally"] = tally
+    run.kept.tally = tally
     return out
 
 
@@ -565,7 +573,7 @@ def outcome_rows(run: RunLedger, individual: Collection[str], limit: int,
     :func:`requests_with_digests` kept, when the individual requests are among those it
     found (a request is individual because the scan found its subject), else in a pass of
     its own."""
-    tally = run.read.get("tally")
+    tally = run.kept.tally
     if (tally is not None and tally.counts is not None and limit <= FIRST_KEPT
             and tally.max_kinds >= max_kinds):
         own = [r for r in tally.hits if r["request_id"] in individual]
