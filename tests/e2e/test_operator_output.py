@@ -113,6 +113,17 @@ def _children(pid: int) -> list[tuple[int, str]]:
     return out
 
 
+def _terminal_job(*argv: str) -> subprocess.Popen:
+    """``argv`` started as a terminal starts a foreground job, in a process group of its own
+    with SIGINT at its default action. (A job a non-interactive shell starts with ``&``, such
+    as a test run in the background, inherits SIGINT ignored, and Python then installs no
+    handler of its own: Ctrl-C would not reach the command until pyspark installs one.)"""
+    reset = ("import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+             "os.execv(sys.argv[1], sys.argv[1:])")
+    return subprocess.Popen([sys.executable, "-c", reset, *argv], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
 def _group_gone(pgid: int) -> bool:
     try:
         os.killpg(pgid, 0)
@@ -127,10 +138,8 @@ def test_ctrl_c_says_what_state_the_log_dir_is_in_and_leaves_no_process(
     """Ctrl-C to the whole process group (as a terminal sends it) while the Spark JVM starts
     (pyspark starts it ignoring SIGINT: it must not outlive the command) and while the round
     runs: one line, exit 130, no process of the command left."""
-    proc = subprocess.Popen([COMPACTOR, "compact", "--assume-kafka-defaults", str(small_log),
-                             *COMPACT],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    proc = _terminal_job(COMPACTOR, "compact", "--assume-kafka-defaults", str(small_log),
+                         *COMPACT)
     deadline = time.monotonic() + 120
     while not any(cmd == "java" for _, cmd in _children(proc.pid)):
         assert proc.poll() is None and time.monotonic() < deadline, "no JVM started"
@@ -154,10 +163,8 @@ def test_ctrl_c_after_the_report_leaves_the_command_s_outcome(small_log: Path) -
     """Ctrl-C to the whole process group just after the report is printed, while the
     process exits (Python's exit restores SIGINT's default action; the process used to die of
     the signal, with no word): the command ends as it reported, and no process is left."""
-    proc = subprocess.Popen([COMPACTOR, "compact", "--assume-kafka-defaults", str(small_log),
-                             *COMPACT, "--json"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    proc = _terminal_job(COMPACTOR, "compact", "--assume-kafka-defaults", str(small_log),
+                         *COMPACT, "--json")
     assert proc.stdout is not None
     report = json.loads(proc.stdout.readline())
     time.sleep(0.05)
