@@ -18,6 +18,9 @@ from compactor.errors import EXIT_OK
 from compactor.spark import session
 from compactor.tools.ops.generator import DEFAULT_START_MS
 
+# each test starts a JVM on a class archive of its own (14 s in all)
+pytestmark = pytest.mark.slow
+
 COMPACTOR = str(Path(sys.executable).parent / "compactor")
 COMPACT = ["--assume-kafka-defaults", "--now-ms", str(DEFAULT_START_MS + 3 * 86_400_000),
            "--config", "cleanup.policy=compact", "--json", "--progress", "off"]

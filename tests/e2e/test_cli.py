@@ -336,6 +336,7 @@ exit_process(0)
 """
 
 
+@pytest.mark.slow  # a hundred command processes under load: 38 s
 def test_ledger_commands_never_end_in_a_native_abort(tmp_path: Path) -> None:
     """Issue 30.7: delta-rs's and Arrow's native threads still alive at interpreter exit
     aborted finished commands (exit 134, "terminate called without an active exception"),

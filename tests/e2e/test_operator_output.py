@@ -77,6 +77,7 @@ def test_json_prints_only_the_report_and_the_report_file_holds_the_same(
     assert json.loads(line) == json.loads(report_file.read_text())
 
 
+@pytest.mark.slow  # two rounds in commands of their own, one with Spark's logging: 14 s
 def test_verbose_shows_spark_logging_and_quiet_shows_nothing(small_log: Path) -> None:
     loud = _run("plan", "--assume-kafka-defaults", str(small_log), *COMPACT, "-v")
     assert loud.returncode == EXIT_OK and "log4j" in loud.stderr

@@ -14,6 +14,9 @@ import pytest
 
 from compactor.spark import delta, session
 
+# each test starts commands and their JVMs in processes of their own (55 s in all)
+pytestmark = pytest.mark.slow
+
 PROBE = """
 import json, sys
 from compactor.spark.session import LazySession
