@@ -326,18 +326,19 @@ def latest_per_key(matched: Iterable[tuple[bytes, int]]) -> dict[bytes, int]:
 
 def partition_check_batches(headers: Sequence[BatchHeader]) -> list[BatchHeader]:
     """The batches of a segment that an apply's partition-wide checks read: every batch
-    with a producer id and the segment's last batch. :func:`keep_when_emptied` reads the
-    last batch of the log and the producers' batches (``replay_producers`` skips the
-    others), the transaction index check (``compactor.cleaner.verify.txn_problems``) only
-    transactional batches, which have a producer id. So the union of a partition's
-    segments' batches from here gives both what all its batches give (its last batch is
-    its last segment's), and an erasure's scan sends the driver only these: half the batch
-    headers of the benchmark's log, whose producers are half idempotent, and one a segment
-    of a log without producer ids."""
+    with a producer id or the transactional flag, and the segment's last batch.
+    :func:`keep_when_emptied` reads the last batch of the log and the producers' batches
+    (``replay_producers`` skips the others), the transaction index check
+    (``compactor.cleaner.verify.txn_problems``) the transactional batches (a producer's,
+    unless the log is damaged: kept either way). So the union of a partition's segments'
+    batches from here gives both what all its batches give (its last batch is its last
+    segment's), and an erasure's scan sends the driver only these: half the batch headers of
+    the benchmark's log, whose producers are half idempotent, and one a segment of a log
+    without producer ids."""
     if not headers:
         return []
     last = headers[-1]
-    kept = [h for h in headers if h.producer_id >= 0]
+    kept = [h for h in headers if h.producer_id >= 0 or h.is_transactional]
     if not kept or kept[-1] is not last:
         kept.append(last)
     return kept

@@ -409,8 +409,8 @@ def _key_rows(partition: PartitionInput, wanted: Callable[[bytes], bool]) -> lis
     """What the erasure scan should emit: the records read by the codec's plain record
     iterator and hashed here, a segment row per segment and a ``key`` row per keyed record
     whose key ``wanted`` says, and a ``batch`` row per batch an apply's partition-wide
-    checks read (one with a producer id, and the segment's last) with its header as the
-    pure header scan reads it."""
+    checks read (one with a producer id or the transactional flag, and the segment's last)
+    with its header as the pure header scan reads it."""
     expected = []
     header_columns = [f.name for f in ERASURE_SCAN.fields[12:]]
     none = (None,) * len(header_columns)
@@ -426,7 +426,8 @@ def _key_rows(partition: PartitionInput, wanted: Callable[[bytes], bool]) -> lis
         headers = segment_headers(Path(s.log_path).read_bytes(), s.log_path, s.base_offset)
         expected += [(0, s.base_offset, "batch", h.position, None, None, None, None, None,
                       None, None, None, *(getattr(h, c) for c in header_columns))
-                     for h in headers if h.producer_id >= 0 or h is headers[-1]]
+                     for h in headers
+                     if h.producer_id >= 0 or h.is_transactional or h is headers[-1]]
     return expected
 
 

@@ -88,14 +88,16 @@ def test_replica_dir_names_parse_as_kafka_reads_them(name: str, expected: tuple 
 @st.composite
 def _partition(draw: st.DrawFn) -> list[list[BatchHeader]]:
     """A partition's batches in segments (file order = offset order): producers -1 (none),
-    1 and 2 at epochs 0-1, transactional data, COMMIT / ABORT markers and emptied markers."""
+    1 and 2 at epochs 0-1, transactional data, COMMIT / ABORT markers and emptied markers,
+    and now and then transactional ones without a producer id, as a damaged log has them."""
     segments, offset = [], 0
     for _ in range(draw(st.integers(1, 4))):
         base, batches = offset, []
         for position in range(draw(st.integers(1, 6))):
             pid = draw(st.sampled_from([-1, 1, 2]))
+            # a transactional batch without a producer id only in a damaged log: now and then
             kind = draw(st.sampled_from(["data", "txn", "commit", "abort", "emptied"])
-                        if pid >= 0 else st.just("data"))
+                        if pid >= 0 else st.sampled_from(["data"] * 8 + ["txn", "abort"]))
             control = {"commit": int(ControlType.COMMIT), "abort": int(ControlType.ABORT),
                        "emptied": NO_CONTROL_TYPE}.get(kind)
             last = offset + draw(st.integers(0, 2))
@@ -138,3 +140,22 @@ def test_a_segment_whose_last_batch_has_no_producer_keeps_it() -> None:
     assert partition_check_batches(segment) == [segment[1], segment[3]]
     assert keep_when_emptied(partition_check_batches(segment), 0) == {(0, 1), (0, 3)}
     assert partition_check_batches([]) == []
+
+
+def test_a_damaged_logs_transaction_without_a_producer_id_is_still_checked() -> None:
+    # transactional data and its ABORT marker without a producer id (only a damaged log has
+    # them) and no .txnindex entry: the check must see them among the chosen batches too
+    def header(offset: int, *, txn: bool, abort: bool = False) -> BatchHeader:
+        return BatchHeader(segment_base=0, position=offset * 100, size_in_bytes=70,
+                           base_offset=offset, last_offset=offset, magic=2, is_control=abort,
+                           is_transactional=txn,
+                           control_type=int(ControlType.ABORT) if abort else NO_CONTROL_TYPE,
+                           producer_id=-1, producer_epoch=-1, max_timestamp=0,
+                           horizon_ms=-1, records_count=1)
+
+    segment = [header(0, txn=False), header(1, txn=True), header(2, txn=False),
+               header(3, txn=True, abort=True), header(4, txn=False)]
+    everything = txn_problems("p", segment, [])
+    assert len(everything) == 1
+    chosen = txn_problems("p", partition_check_batches(segment), [])
+    assert [str(e) for e in chosen] == [str(e) for e in everything]
