@@ -312,11 +312,6 @@ def combine_group(rows: KeyedRows, buckets: int, engine: Engine
     return superseded, order, np.bincount(narrow, minlength=max(1, buckets)).astype(np.int64)
 
 
-def select_rows(rows: KeyedRows, mask: np.ndarray) -> KeyedRows:
-    return KeyedRows(group_base=rows.group_base[mask], offset=rows.offset[mask],
-                     key_hi=rows.key_hi[mask], key_lo=rows.key_lo[mask], in_map=rows.in_map[mask])
-
-
 def subject_digests(data: bytes, path: str, segment_base: int,
                     header_names: Collection[str], engine: Engine | None = None,
                     keep: DigestProbe | None = None) -> SubjectDigests:
