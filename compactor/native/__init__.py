@@ -12,6 +12,7 @@ and gets one from :func:`engine`.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -46,30 +47,70 @@ def engine(writer: str) -> Engine:
     return NativeEngine()
 
 
-#: the rows of a ledger check from which the native hasher pays for its start in a fresh
-#: process: numba's import, the module and the kernel loaded from numba's cache take 0.6 s
-#: there, which ``hashlib`` spends on 1.7 M rows of 200 bytes (0.5 against 0.15 µs a row
-#: once loaded; 30 Nov)
-NATIVE_CHECK_ROWS = 2_000_000
+#: the rows of a ledger check from which it loads the native hasher in a thread while it
+#: starts with ``hashlib``: numba's import, the module and the kernel loaded from numba's cache
+#: take 0.6-0.8 s in a fresh process, in which ``hashlib`` checks about 1.2 M rows of 200 bytes
+#: (0.5-0.8 against 0.15 µs a row once loaded). Measured on the 1 M-row ledger in a fresh
+#: process (30 Nov): the check's pass 1.8-2.2 s with ``hashlib`` alone, 1.34-1.42 s loading the
+#: kernel beside it. Below this many rows ``hashlib`` takes under 0.15 s, and the thread would
+#: only take a core from the JVM's start that follows.
+NATIVE_CHECK_ROWS = 200_000
 
 
 def integrity_digests(writer: str, rows: int) -> Callable[[Any], Any] | None:
     """The hasher of the ledger's integrity check of ``rows`` rows in a run with ``writer``:
     the kernel's (:func:`compactor.native.sha256.hex_sha256`, libcrypto called from numba)
-    where the run is native, libcrypto is there, and the check is large enough to pay for
-    the kernel's start (:data:`NATIVE_CHECK_ROWS`) or the kernel is loaded already in this
-    process; else ``None``: the check's own ``hashlib``
-    (:func:`compactor.erasure.rules.hex_sha256`, the same digests)."""
+    where the run is native, libcrypto is there and the kernel is loaded in this process
+    already; for a check of :data:`NATIVE_CHECK_ROWS` rows or more, one that loads it in a
+    thread and digests with ``hashlib`` until it is there (:class:`_LoadingHasher`); else
+    ``None``: the check's own ``hashlib`` (:func:`compactor.erasure.rules.hex_sha256`, the same
+    digests), without importing numba."""
     import sys
 
-    if writer == "pure" or not available():
+    if writer == "pure":
         return None
     imported = sys.modules.get("compactor.native.sha256")
-    if rows < NATIVE_CHECK_ROWS and not (imported is not None and imported.loaded()):
+    if imported is not None and imported.loaded():
+        return imported.hex_sha256 if imported.available() else None
+    if rows < NATIVE_CHECK_ROWS or not available():
         return None
-    from compactor.native import sha256
+    return _LoadingHasher()
 
-    return sha256.hex_sha256 if sha256.available() else None
+
+class _LoadingHasher:
+    """The hex SHA-256 of an Arrow array (:data:`compactor.erasure.rules.HexSha256`): the
+    kernel's once a thread of its own has loaded it, ``hashlib``'s until then, so a large check
+    pays for no start. The thread is not a daemon: the interpreter waits for it to finish
+    loading before it exits, never stopping numba halfway."""
+
+    def __init__(self) -> None:
+        self._kernel: Callable[[Any], Any] | None = None
+        self._thread = threading.Thread(target=self._load, name="sha256-kernel", daemon=False)
+        self._thread.start()
+
+    def _load(self) -> None:
+        from compactor.native import sha256
+
+        if sha256.available():
+            sha256.compile_kernels()
+            self._kernel = sha256.hex_sha256
+
+    @property
+    def kernel(self) -> Callable[[Any], Any] | None:
+        """The kernel, once loaded (for the tests)."""
+        return self._kernel
+
+    def join(self) -> None:
+        """Wait for the load (for the tests)."""
+        self._thread.join()
+
+    def __call__(self, values: Any) -> Any:
+        kernel = self._kernel
+        if kernel is not None:
+            return kernel(values)
+        from compactor.erasure.rules import hex_sha256
+
+        return hex_sha256(values)
 
 
 def compile_kernels() -> None:

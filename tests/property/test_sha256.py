@@ -45,18 +45,24 @@ def test_hex_digests_of_an_arrow_array_equal_hashlibs(values: list[bytes], skip:
 def test_the_ledger_check_takes_the_kernel_only_where_it_pays(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """In a process that has not loaded the kernel (its module imported or not), a check of
-    fewer rows than ``NATIVE_CHECK_ROWS`` keeps ``hashlib`` (loading it costs more); a larger
-    one, or any once the kernel is loaded, takes it; ``--writer pure`` never does."""
+    fewer rows than ``NATIVE_CHECK_ROWS`` keeps ``hashlib`` and imports nothing; a larger one
+    loads the kernel in a thread, digesting with ``hashlib`` until it is there (the same
+    digests before and after); any check takes the kernel once it is loaded; ``--writer
+    pure`` never does."""
     from compactor import native
 
     monkeypatch.delitem(sys.modules, "compactor.native.sha256", raising=False)
     monkeypatch.delattr(native, "sha256", raising=False)  # as a fresh process has it
     assert native.integrity_digests("native", native.NATIVE_CHECK_ROWS - 1) is None
     assert "compactor.native.sha256" not in sys.modules
+    values = [b"", b"x", bytes(range(200)) * 3]
+    array = pa.array(values, pa.large_binary())
     made = native.integrity_digests("native", native.NATIVE_CHECK_ROWS)
-    assert made is not None and made.__name__ == "hex_sha256"
-    # imported is not loaded: the kernel costs its start at its first call
-    assert native.integrity_digests("native", 10) is None
-    made(pa.array([b"x"], pa.large_binary()))
-    assert native.integrity_digests("native", 10) is not None  # loaded now
+    assert isinstance(made, native._LoadingHasher)
+    assert made(array).to_pylist() == [hashlib.sha256(v).hexdigest() for v in values]
+    made.join()
+    assert made.kernel is not None and made.kernel.__name__ == "hex_sha256"
+    assert made(array).to_pylist() == [hashlib.sha256(v).hexdigest() for v in values]
+    loaded = native.integrity_digests("native", 10)  # loaded now: every check takes it
+    assert loaded is not None and loaded.__name__ == "hex_sha256"
     assert native.integrity_digests("pure", native.NATIVE_CHECK_ROWS) is None
