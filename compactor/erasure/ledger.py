@@ -230,6 +230,9 @@ def _merge_updates(table: DeltaTable, updates: Sequence[Mapping[str, Any]], key:
 #: time is not): a larger table's outcomes are merged by id by delta-spark, whose work the
 #: executors share
 KIND_MERGE_ROWS = 2_000_000
+#: the request columns with a value a row (ids and hex digests), which :func:`merge_kinds`
+#: writes plain: no dictionary, no compression, which would make them no smaller
+UNIQUE_COLUMNS = ("request_id", "subject_sha256", "integrity")
 
 
 def _rows(table: DeltaTable) -> int:
@@ -296,7 +299,7 @@ def merge_kinds(state_dir: str, own: Sequence[Mapping[str, Any]],
              else batch.column(c) for c in batch.schema.names], schema=batch.schema), changed
 
     return rewrite_rows(table_path(state_dir, ERASURE_REQUESTS_TABLE), table, change, meta,
-                        dictionary=[*KIND_COLUMNS, *columns])
+                        dictionary=[*KIND_COLUMNS, *columns], unique=UNIQUE_COLUMNS)
 
 
 def _kind_rows(batch: pa.RecordBatch, of_kind: Mapping[tuple[Any, ...], int]) -> Any:

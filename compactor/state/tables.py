@@ -508,7 +508,7 @@ def can_rewrite(table: DeltaTable) -> bool:
 
 
 def rewrite_rows(path: str, table: DeltaTable, change: RowChange, meta: Mapping[str, str], *,
-                 dictionary: Collection[str]) -> int:
+                 dictionary: Collection[str], unique: Collection[str] = ()) -> int:
     """Rewrite the data files of ``table`` at ``path`` (as opened: the version read) through
     ``change``, one batch of at most :data:`REWRITE_BATCH_ROWS` rows at a time, and commit
     every file it changed, replaced, in one delta-rs transaction carrying ``meta`` (an
@@ -523,7 +523,10 @@ def rewrite_rows(path: str, table: DeltaTable, change: RowChange, meta: Mapping[
     dictionary entry from Parquet page to Parquet page, where delta-rs's MERGE materialises it
     per row (1 KB times a million rows: 1.6 s of a 1 M-row verify's 3.6 s MERGE, measured).
     Files are rewritten on as many threads as the machine has cores (Arrow's decoding and
-    encoding release the GIL), each holding one batch.
+    encoding release the GIL), each holding one batch. The columns ``unique`` names (a value
+    a row, such as hex digests) are written plain, neither dictionary-encoded nor compressed:
+    neither makes them smaller (snappy's pages of hex digits are 1.06x), and on the 1 M-row
+    ledger they were half of the writer's time (0.49 -> 0.23 s for its 154 MB, 163 MB after).
 
     The caller checks :func:`can_rewrite` and holds the state dir's writer lock
     (:func:`ledger_errors` with ``writes=True``). Each new file's statistics are its row count
@@ -545,8 +548,8 @@ def rewrite_rows(path: str, table: DeltaTable, change: RowChange, meta: Mapping[
     fragments = list(dataset.get_fragments())
     fs = _files_of(path, dataset)
     with ThreadPoolExecutor(max(1, min(len(fragments), os.cpu_count() or 1))) as pool:
-        done = list(pool.map(lambda f: _rewrite_file(fs, f, schema, change, sizes.get(f.path)),
-                             fragments))
+        done = list(pool.map(lambda f: _rewrite_file(fs, f, schema, change, sizes.get(f.path),
+                                                     frozenset(unique)), fragments))
     actions = [a for file_actions, _ in done for a in file_actions]
     if actions:
         table.create_write_transaction(actions, mode="append", schema=table.schema(),
@@ -567,7 +570,7 @@ def _files_of(path: str, dataset: Any) -> Any:
 
 
 def _rewrite_file(fs: Any, fragment: Any, schema: pa.Schema, change: RowChange,
-                  size: int | None) -> tuple[list[Any], int]:
+                  size: int | None, unique: frozenset[str]) -> tuple[list[Any], int]:
     """One data file of :func:`rewrite_rows` through ``change``, written anew beside it: the
     actions that replace it and the rows changed (none: the new file is deleted, the old
     kept)."""
@@ -583,7 +586,11 @@ def _rewrite_file(fs: Any, fragment: Any, schema: pa.Schema, change: RowChange,
     with fs.open_input_file(fragment.path) as source, fs.open_output_stream(name) as sink:
         parquet = pq.ParquetFile(source, read_dictionary=[
             c for c in read_as if c in fragment.physical_schema.names])
-        with pq.ParquetWriter(sink, schema, compression="snappy", store_schema=False) as out:
+        with pq.ParquetWriter(sink, schema, store_schema=False,
+                              compression={c: "none" if c in unique else "snappy"
+                                           for c in schema.names},
+                              use_dictionary=[c for c in schema.names if c not in unique]
+                              ) as out:
             for batch in parquet.iter_batches(batch_size=REWRITE_BATCH_ROWS):
                 batch = _conformed(batch, schema)
                 new = change(batch)

@@ -327,6 +327,23 @@ def test_outcomes_by_kind_leave_the_table_delta_sparks_merge_by_id_leaves(
     assert _table(path) == _table(f"{reference}/erasure_requests") != before
     last = state_tables.history(state, "erasure_requests")[-1]
     assert (last["action"], last["run_id"]) == ("verify", "run-1")
+    # the new files write the columns of a value a row plain (no dictionary, uncompressed),
+    # the others snappy-compressed
+    import pyarrow.parquet as pq
+
+    written = {f.path for f in DeltaTable(path).to_pyarrow_dataset().get_fragments()
+               } - {f.path for f in files}
+    assert written
+    for name in written:
+        meta_data = pq.ParquetFile(f"{path}/{name}").metadata
+        for g in range(meta_data.num_row_groups):
+            chunks = {meta_data.row_group(g).column(i).path_in_schema:
+                      meta_data.row_group(g).column(i) for i in range(meta_data.num_columns)}
+            for column, chunk in chunks.items():
+                plain = column in ledger.UNIQUE_COLUMNS
+                assert chunk.compression == ("UNCOMPRESSED" if plain else "SNAPPY"), column
+                if plain:
+                    assert not {"RLE_DICTIONARY", "PLAIN_DICTIONARY"} & set(chunk.encodings)
     # the new files read by both libraries, filtered, and counted by their statistics
     assert ledger.status(state, now_ms=3)["by_status"]["verified"] == 2
     table = DeltaTable(path)
