@@ -28,7 +28,7 @@ from compactor.cleaner.policy import (
 )
 from compactor.cleaner.rewrite import Window
 from compactor.cleaner.scan import batch_header
-from compactor.codec.compression import CODEC_MASK, Codec
+from compactor.codec.compression import CODEC_MASK, Codec, DecompressionError, decompress
 from compactor.codec.records import (
     ATTR_CONTROL,
     ATTR_DELETE_HORIZON,
@@ -461,9 +461,10 @@ def segment_keys(data: bytes, positions: Sequence[int], chunk_bytes: int, window
                  ) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray], list[int]]:
     """:func:`scan_chunk_keys` over a segment, ``chunk_bytes`` at a time (cut between the
     listed batches, each chunk taken by ``window``: a view of a mapped segment's pages, a
-    ranged read of an object): the keyed records of the batches at ``positions`` (ascending)
-    that the kernels read, as ``(offsets, key_hi, key_lo, batch index into positions)``, and
-    the positions they left."""
+    ranged read of an object), the compressed data batches it leaves decompressed and read
+    by the same kernel (:func:`_compressed_keys`): the keyed records of the batches at
+    ``positions`` (ascending) that the kernels read, as ``(offsets, key_hi, key_lo, batch
+    index into positions)`` in offset order, and the positions they left."""
     parts = []
     # a position outside the segment is no chunk's: the batch-by-batch reader reports it
     left: list[int] = [p for p in positions if not 0 <= p < len(data)]
@@ -477,13 +478,78 @@ def segment_keys(data: bytes, positions: Sequence[int], chunk_bytes: int, window
         offsets, key_hi, key_lo, which, rest, scratch = scan_chunk_keys(
             buf, wanted[lo_j:hi_j] - start, scratch)
         parts.append((offsets, key_hi, key_lo, which + lo_j))
+        if len(rest):
+            expanded = _compressed_keys(buf, wanted[lo_j:hi_j][rest] - start, scratch)
+            if expanded is not None:
+                (offsets, key_hi, key_lo, read), unread, scratch = expanded
+                parts.append((offsets, key_hi, key_lo, rest[read] + lo_j))
+                rest = rest[unread]
         left += (wanted[lo_j:hi_j][rest]).tolist()
         STATS["batches_scanned"] += int(hi_j - lo_j) - len(rest)
     if not parts:
         empty = np.zeros(0, np.int64)
         return (empty, empty, empty, empty), left
-    columns = tuple(np.concatenate([p[k] for p in parts]) for k in range(4))
-    return columns, left  # type: ignore[return-value]
+    offsets, key_hi, key_lo, which = (np.concatenate([p[k] for p in parts]) for k in range(4))
+    if len(offsets) > 1 and np.any(offsets[1:] < offsets[:-1]):
+        # a chunk's compressed batches were read after its plain ones
+        order = np.argsort(offsets, kind="stable")
+        offsets, key_hi, key_lo, which = offsets[order], key_hi[order], key_lo[order], which[order]
+    return (offsets, key_hi, key_lo, which), left
+
+
+def _compressed_keys(buf: np.ndarray, at: np.ndarray, scratch: np.ndarray
+                     ) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+                                np.ndarray, np.ndarray] | None:
+    """The keyed records of the compressed v2 data batches among those at ``at`` in a chunk
+    (what :func:`scan_chunk_keys` left there): each one's records decompressed behind a copy
+    of its header that says so (its length the new one, no codec), and the copies read by
+    :func:`scan_chunk_keys` in one call, as the writer reads a chunk's compressed batches
+    (:class:`compactor.native.fast.Expanded`), where the key scan of the distributed offset
+    map read them one by one in Python (a ``bytes`` object and a digest call a key).
+
+    Returns ``((offsets, key_hi, key_lo, index into at), indices into at it left, scratch)``,
+    or ``None`` when none is such a batch; a batch it cannot vouch for (another format, a
+    control batch, no records, a codec's error, records the layout parse refuses) is left to
+    the batch-by-batch reader, which reports what is wrong."""
+    view = memoryview(buf)
+    end = buf.shape[0]
+    pieces: list[bytes | bytearray] = []
+    starts: list[int] = []
+    taken: list[int] = []
+    size_out = 0
+    for k, pos in enumerate(at.tolist()):
+        if pos < 0 or pos + RECORDS_OFFSET > end or buf[pos + MAGIC_OFFSET] != 2:
+            continue
+        header = bytearray(view[pos:pos + RECORDS_OFFSET])
+        size = LOG_OVERHEAD + int.from_bytes(header[LENGTH_OFFSET:LENGTH_OFFSET + 4], "big")
+        attributes = int.from_bytes(header[ATTRIBUTES_OFFSET:ATTRIBUTES_OFFSET + 2], "big")
+        count = int.from_bytes(header[RECORDS_COUNT_OFFSET:RECORDS_COUNT_OFFSET + 4], "big",
+                               signed=True)
+        codec = attributes & CODEC_MASK
+        if (not codec or codec > _LAST_CODEC or attributes & ATTR_CONTROL or count <= 0
+                or size < RECORDS_OFFSET or pos + size > end):
+            continue
+        try:
+            body = decompress(codec, view[pos + RECORDS_OFFSET:pos + size])
+        except DecompressionError:
+            continue
+        header[LENGTH_OFFSET:LENGTH_OFFSET + 4] = (
+            RECORDS_OFFSET - LOG_OVERHEAD + len(body)).to_bytes(4, "big")
+        header[ATTRIBUTES_OFFSET:ATTRIBUTES_OFFSET + 2] = (
+            attributes & ~CODEC_MASK).to_bytes(2, "big")
+        pieces += (header, body)
+        starts.append(size_out)
+        taken.append(k)
+        size_out += RECORDS_OFFSET + len(body)
+    if not taken:
+        return None
+    offsets, key_hi, key_lo, which, rest, scratch = scan_chunk_keys(
+        np.frombuffer(b"".join(pieces), np.uint8), np.asarray(starts, np.int64), scratch)
+    index = np.asarray(taken, np.int64)
+    unread = np.ones(len(at), dtype=bool)
+    unread[index] = False
+    unread[index[rest]] = True
+    return (offsets, key_hi, key_lo, index[which]), np.flatnonzero(unread), scratch
 
 
 _HEADER_ROWS = 1 << 16  # batches framed per frame_headers call (memory flat in the segment)

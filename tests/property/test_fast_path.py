@@ -526,9 +526,10 @@ def test_the_chunked_key_scan_reads_what_the_compiled_reader_reads(
         tmp_path: Path, case: str, chunk_bytes: int) -> None:
     """``segment_keys`` with chunks small enough that most batches span their own (or
     several) chunks: every keyed record of the listed batches, with the library's digest of
-    its key, exactly once, whatever the kernels leave to the batch-by-batch reader."""
+    its key, exactly once and in offset order, whatever the kernels leave to the
+    batch-by-batch reader; the compressed data batches read by the kernels."""
     generate(str(tmp_path / "logs"), CASES[case])
-    read = left = 0
+    read = left = squeezed = 0
     for seg in sorted((tmp_path / "logs").glob("*/*.log")):
         data = seg.read_bytes()
         batches = [b for b in iter_batches(data) if not b.is_control]
@@ -547,11 +548,19 @@ def test_the_chunked_key_scan_reads_what_the_compiled_reader_reads(
                for o, h, lo, j in zip(offsets.tolist(), key_hi.tolist(), key_lo.tolist(),
                                       which.tolist())}
         assert len(got) == len(offsets) and got == expected, seg
+        assert np.all(offsets[1:] > offsets[:-1])  # in offset order, each record once
         assert set(rest) <= set(listed)
+        # compressed data batches are decompressed and read by the kernels too
+        compressed = {b.position for b in batches if b.magic == 2 and b.records_count
+                      and b.compression != Codec.NONE}
+        assert not compressed & set(rest), seg
         read, left = read + len(got), left + len(rest)
+        squeezed += len(compressed & set(listed))
     assert read > 50  # the kernels read some themselves
-    if case != "uncompressed-txn-tombstones":
-        assert left > 0  # compressed or legacy batches: the batch-by-batch reader's
+    if case == "every-codec-txn-horizons":
+        assert squeezed > 50
+    if case == "logappendtime-legacy":
+        assert left > 0  # legacy batches: the batch-by-batch reader's
 
 
 class _Recording:
