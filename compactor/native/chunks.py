@@ -511,7 +511,7 @@ def _compressed_keys(buf: np.ndarray, at: np.ndarray, scratch: np.ndarray
     or ``None`` when none is such a batch; a batch it cannot vouch for (another format, a
     control batch, no records, a codec's error, records the layout parse refuses) is left to
     the batch-by-batch reader, which reports what is wrong."""
-    view = memoryview(buf)
+    view = buf.data
     end = buf.shape[0]
     pieces: list[bytes | bytearray] = []
     starts: list[int] = []
