@@ -374,6 +374,20 @@ class PendingSummary:
     #: pass when there are at most :data:`ROWS_ON_DRIVER`: the run matches them and computes
     #: their outcomes on the driver, and no Spark job reads the table again
     rows: list[dict[str, Any]] | None = None
+    #: else what the same pass kept of them: the first word of every digest and what the
+    #: outcomes by kind need (:class:`Tallied`), so a scan that found none of their subjects
+    #: reads the table no more before it records (:func:`requests_with_digests`)
+    tallied: Tallied | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Tallied:
+    """What :func:`pending_summary` keeps of a run's many requests: the first 8 bytes of
+    each one's digest (as little-endian uint64, sorted, 8 MB for a million) and the
+    :class:`_Tally` without hits (every kind's count, the first rows by id)."""
+
+    first_words: np.ndarray
+    tally: _Tally
 
 
 #: a run of at most this many requests holds their rows on the driver
@@ -398,13 +412,15 @@ def has_requests(state_dir: str, statuses: frozenset[str]) -> bool:
 @ledger_errors("read the erasure request ledger")
 def pending_summary(state_dir: str, statuses: frozenset[str], *,
                     not_applied_at: str | None = None,
-                    hasher_for: Callable[[int], HexSha256 | None] | None = None
-                    ) -> PendingSummary:
+                    hasher_for: Callable[[int], HexSha256 | None] | None = None,
+                    max_kinds: int = 0) -> PendingSummary:
     """The requests in ``statuses`` (and, with ``not_applied_at``, not yet applied at that
     place), each checked (:func:`check_batch`, its integrity digests by what ``hasher_for``
     gives for a check of that many rows, else ``hashlib``) and summarized batch by batch,
-    column-wise: the driver's memory does not grow with their number, nor does it hold a row
-    as a dict."""
+    column-wise: the driver's memory does not grow with their number (but for
+    :attr:`PendingSummary.tallied`'s 8 bytes a request), nor does it hold a row as a dict.
+    More than :data:`ROWS_ON_DRIVER` requests are tallied by kind, up to twice
+    ``max_kinds`` kinds (none with ``0``)."""
     import pyarrow.compute as pc
 
     table = open_table(table_path(state_dir, ERASURE_REQUESTS_TABLE))
@@ -418,12 +434,14 @@ def pending_summary(state_dir: str, statuses: frozenset[str], *,
     topics: set[str] = set()
     headers: set[str] = set()
     # every row a run will read is checked here first (the run reads this same version)
-    # the places (JSON, the widest column once requests were applied) only to tell which are
-    # applied here, or with the rows of a small run: a big verify never decodes them here
+    # the places (JSON, the widest column once requests were applied) to tell which are
+    # applied here, and with the rows of a small run or the kinds of a big one
     few = in_statuses <= ROWS_ON_DRIVER
+    tally = _Tally(2 * max_kinds) if not few and max_kinds > 0 else None
     kept = ([c for c in RUN_COLUMNS if c != "digest"] if few else
-            ["places"] if not_applied_at else [])
+            ["places"] if not_applied_at or tally is not None else [])
     rows: list[dict[str, Any]] | None = [] if few else None
+    first_words: list[np.ndarray] = []
     for batch in record_batches(table, sorted({*CHECKED_COLUMNS, *kept}), wanted):
         check_batch(state_dir, batch, hasher)
         if not_applied_at:
@@ -431,13 +449,22 @@ def pending_summary(state_dir: str, statuses: frozenset[str], *,
         count += batch.num_rows
         topics.update(pc.unique(batch.column("topic")).to_pylist())
         headers.update(h for h in pc.unique(batch.column("header_name")).to_pylist() if h)
-        digests.add(hex_digest_words(batch.column("subject_sha256")))
+        words = hex_digest_words(batch.column("subject_sha256"))
+        digests.add(words)
         if rows is not None:
             rows.extend({**r, "digest": bytes.fromhex(sha)} for r, sha in zip(
                 batch.select(kept).to_pylist(), batch.column("subject_sha256").to_pylist(),
                 strict=True))
+        elif tally is not None:
+            first_words.append(words[:, 0].copy())
+            tally.add(batch)
+    # sorted, duplicates kept (numpy's hash-based unique took 0.64 s on a million; the sort
+    # 0.06)
+    tallied = (Tallied(np.sort(np.concatenate(first_words)) if first_words else
+                       np.zeros(0, "<u8"), tally) if tally is not None else None)
     return PendingSummary(version=table.version(), count=count, topics=frozenset(topics),
-                          header_names=frozenset(headers), digests=digests.done(), rows=rows)
+                          header_names=frozenset(headers), digests=digests.done(), rows=rows,
+                          tallied=tallied)
 
 
 @dataclass(slots=True)
@@ -461,6 +488,8 @@ class RunLedger:
     statuses: frozenset[str]
     version: int
     not_applied_at: str | None = None
+    #: what the summary kept of them (:attr:`PendingSummary.tallied`), when it did
+    tallied: Tallied | None = field(default=None, compare=False, repr=False)
     #: what the pass of :func:`requests_with_digests` kept for :func:`outcome_rows`
     kept: _Kept = field(default_factory=_Kept, compare=False, repr=False)
 
@@ -498,6 +527,14 @@ class _DigestSet:
         words = [np.frombuffer(d, dtype="<u8", count=1)[0] for d in self._whole]
         self._first = np.unique(np.asarray(words, dtype="<u8"))
 
+    def may_hold(self, first_words: np.ndarray) -> bool:
+        """Whether a digest's first word is among ``first_words`` (sorted, duplicates
+        allowed), which a digest not among them certainly is not."""
+        if not len(first_words) or not len(self._first):
+            return False
+        at = np.minimum(np.searchsorted(first_words, self._first), len(first_words) - 1)
+        return bool(np.any(first_words[at] == self._first))
+
     def holds(self, column: pa.Array) -> pa.Array:
         """Whether each value of ``column`` (the rows' ``subject_sha256``, checked hex) is one
         of the digests."""
@@ -529,12 +566,16 @@ class _FirstById:
 
         if self.limit <= 0 or not batch.num_rows:
             return
-        table = pa.Table.from_batches([batch])
+        by_id = [("request_id", "ascending")]
+        # the batch's own first rows, then those among the kept ones: a take of a thousand
+        # rows from one batch, not from the two concatenated
+        table = pa.Table.from_batches([batch.take(pc.select_k_unstable(
+            batch, k=min(self.limit, batch.num_rows), sort_keys=by_id))])
         if self._kept is not None:
             table = pa.concat_tables([self._kept, table.cast(self._kept.schema)])
-        at = pc.select_k_unstable(table, k=min(self.limit, table.num_rows),
-                                  sort_keys=[("request_id", "ascending")])
-        self._kept = table.take(at)
+            table = table.take(pc.select_k_unstable(table, k=min(self.limit, table.num_rows),
+                                                    sort_keys=by_id))
+        self._kept = table
 
     def rows(self) -> list[dict[str, Any]]:
         """The rows kept, by request id."""
@@ -554,13 +595,24 @@ class _Tally:
     hits: list[dict[str, Any]] = field(default_factory=list)
     first: _FirstById = field(default_factory=lambda: _FirstById(FIRST_KEPT))
 
-    def add(self, batch: pa.RecordBatch, hits: pa.RecordBatch) -> None:
-        self.hits.extend(hits.select(list(ROW_COLUMNS)).to_pylist())
+    def add(self, batch: pa.RecordBatch, hits: pa.RecordBatch | None = None) -> None:
+        """Count ``batch``'s rows and keep the first by id; ``hits``, its rows with a
+        candidate's digest (none known yet: :func:`pending_summary`)."""
+        if hits is not None:
+            self.hits.extend(hits.select(list(ROW_COLUMNS)).to_pylist())
         if self.counts is not None:
             _count_kinds(self.counts, batch)
             if len(self.counts) > self.max_kinds + len(self.hits):
                 self.counts = None
         self.first.add(batch.select(list(ROW_COLUMNS)))
+
+    def with_hits(self, hits: list[dict[str, Any]], max_kinds: int) -> _Tally:
+        """This tally of every row (:func:`pending_summary`'s), with the rows of the
+        candidates' requests found after the scan, its kinds bounded by ``max_kinds`` as
+        :meth:`add` bounds them."""
+        counts = (self.counts if self.counts is not None
+                  and len(self.counts) <= max_kinds + len(hits) else None)
+        return _Tally(max_kinds, None if counts is None else dict(counts), hits, self.first)
 
 
 def _count_kinds(counts: dict[tuple[Any, ...], int], batch: pa.RecordBatch) -> None:
@@ -582,14 +634,23 @@ def requests_with_digests(run: RunLedger, digests: Collection[bytes], max_kinds:
     kept = [c for c in RUN_COLUMNS if c != "digest"]
     out: list[dict[str, Any]] = []
     wanted = _DigestSet(digests)
+    tallied = run.tallied
+    if tallied is not None and not wanted.may_hold(tallied.first_words):
+        # no candidate shares even the first 8 bytes of a request's digest: nothing to read
+        run.kept.tally = tallied.tally.with_hits([], max_kinds)
+        return out
     tally = _Tally(max_kinds)
     for batch in _run_batches(run, [*kept, "subject_sha256"]):
         hit = batch.filter(wanted.holds(batch.column("subject_sha256")))
-        tally.add(batch, hit)
+        if tallied is None:
+            tally.add(batch, hit)
+        else:  # counted by the summary: only the candidates' rows here
+            tally.hits.extend(hit.select(list(ROW_COLUMNS)).to_pylist())
         out.extend({**r, "digest": bytes.fromhex(sha)} for r, sha in zip(
             hit.select(kept).to_pylist(), hit.column("subject_sha256").to_pylist(),
             strict=True))
-    run.kept.tally = tally
+    run.kept.tally = tally if tallied is None else tallied.tally.with_hits(tally.hits,
+                                                                             max_kinds)
     return out
 
 

@@ -158,7 +158,8 @@ def _pending(state_dir: str, statuses: frozenset[str], opts: MaintenanceOptions,
     (:func:`compactor.native.integrity_digests`)."""
     return ledger.pending_summary(
         state_dir, statuses, not_applied_at=not_applied_at,
-        hasher_for=functools.partial(native.integrity_digests, opts.writer))
+        hasher_for=functools.partial(native.integrity_digests, opts.writer),
+        max_kinds=spark_stages.HELD_BY_KIND)
 
 
 def _requests(state_dir: str, statuses: frozenset[str], pending: ledger.PendingSummary, *,
@@ -168,7 +169,8 @@ def _requests(state_dir: str, statuses: frozenset[str], pending: ledger.PendingS
     the ledger to read them from again a pass at a time."""
     if pending.rows is not None:
         return pending.rows
-    return ledger.RunLedger(state_dir, statuses, pending.version, not_applied_at)
+    return ledger.RunLedger(state_dir, statuses, pending.version, not_applied_at,
+                            tallied=pending.tallied)
 
 
 def _covered(topics: frozenset[str]) -> Callable[[str], bool]:

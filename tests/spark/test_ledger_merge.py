@@ -209,12 +209,15 @@ def test_a_small_runs_rows_come_with_its_summary_as_spark_reads_them(
          for rid, place in (("r1", here), ("r2", there))], REQUEST_OUTCOME),
         ("status", "run_id", "places"), {"action": "apply", "run_id": "run-0"}, read_at=-1)
     columns = ledger.RUN_COLUMNS
+    seen = {}
     for place in (here, None):
         summary = ledger.pending_summary(state, status.APPLICABLE, not_applied_at=place)
         run = ledger.RunLedger(state, status.APPLICABLE, summary.version, place)
         read = requests_frame(spark, run)
         expected = sorted(({c: r[c] for c in columns} for r in read.collect()),
                           key=lambda r: r["request_id"])
+        all_kinds = read.groupBy(*KIND_COLUMNS).count().collect()
+        seen[place] = expected, sorted((k.asDict() for k in all_kinds), key=str)
         assert summary.rows is not None
         assert sorted(summary.rows, key=lambda r: r["request_id"]) == expected
         assert len(expected) == (5 if place else 6)
@@ -240,6 +243,32 @@ def test_a_small_runs_rows_come_with_its_summary_as_spark_reads_them(
             assert ledger.outcome_rows(kept, mine, 2, len(kinds) - 1) is None
     monkeypatch.setattr(ledger, "ROWS_ON_DRIVER", 5)
     assert ledger.pending_summary(state, status.APPLICABLE, not_applied_at=here).rows is None
+    # told the kinds it may hold, the summary of a run of many tallies them itself: the pass
+    # after the scan then reads only the candidates' rows, and nothing at all when no
+    # candidate shares the first 8 bytes of a request's digest
+    for place, (expected, all_kinds) in seen.items():
+        summary = ledger.pending_summary(state, status.APPLICABLE, not_applied_at=place,
+                                         max_kinds=10)
+        assert summary.rows is None and summary.tallied is not None
+        run = ledger.RunLedger(state, status.APPLICABLE, summary.version, place,
+                               tallied=summary.tallied)
+        some = {r["digest"] for r in expected[::2]}
+        assert sorted(ledger.requests_with_digests(run, some, 10),
+                      key=lambda r: r["request_id"]) == [r for r in expected
+                                                         if r["digest"] in some]
+        held = ledger.outcome_rows(run, {expected[0]["request_id"]}, 2, 10)
+        assert held is not None and held.own == [{c: expected[0][c] for c in ROW_COLUMNS}]
+        assert held.first == [{c: r[c] for c in ROW_COLUMNS} for r in expected[:2]]
+        run = ledger.RunLedger(state, status.APPLICABLE, summary.version, place,
+                               tallied=summary.tallied)
+        with monkeypatch.context() as no_read:
+            no_read.setattr(ledger, "_run_batches", None)  # a pass would fail here
+            assert ledger.requests_with_digests(run, {bytes(32), b"\xff" * 32}, 10) == []
+            held = ledger.outcome_rows(run, set(), 2, 10)
+        assert held is not None and held.own == []
+        assert sorted(held.kinds, key=str) == all_kinds
+        assert held.first == [{c: r[c] for c in ROW_COLUMNS} for r in expected[:2]]
+        assert ledger.outcome_rows(run, set(), 2, len(all_kinds) - 1) is None
 
 
 def _table(path: str) -> list[dict[str, Any]]:
