@@ -57,8 +57,9 @@ def changed(row: dict[str, Any], data: st.DataObject) -> dict[str, Any]:
     elif pa.types.is_integer(kind):
         new = data.draw(st.sampled_from([(value or 0) + 1, None, -(value or 0)]))
     else:
-        new = data.draw(st.sampled_from([None, "", (value or "") + "0",
-                                         (value or "x").upper(), "pending", "header", "key"]))
+        new = data.draw(st.sampled_from([None, "", (value or "") + "0", (value or "x")[:-1],
+                                         (value or "x").upper(), (value or "x")[:-1] + "é",
+                                         "pending", "header", "key"]))
     return {**row, key: new}
 
 
@@ -78,3 +79,23 @@ def test_the_column_check_finds_the_first_row_the_reference_refuses(
     assert first_problem_row(table) == expected
     # with the native seam's hasher, as an erasure run checks its requests
     assert first_problem_row(batch, sha256.hex_sha256) == expected
+
+
+@given(st.lists(st.sampled_from([*HEX, "A", "F", "g", " ", "é", "\0"]), min_size=60,
+                max_size=68), st.integers(0, 5))
+def test_a_digest_of_anything_but_64_lower_case_hex_digits_is_refused(
+        digits: list[str], others: int) -> None:
+    """The subject digest's format alone (a row without an integrity digest and with a
+    chosen id, so nothing else can refuse it), among rows the tool wrote."""
+    good = {"topic": "orders", "selector": "key", "header_name": None,
+            "subject_sha256": "ab" * 32, "leave_tombstone": False, "requested_at_ms": 1,
+            "deadline_ms": 2, "status": "pending", "request_id": "chosen-1", "integrity": None}
+    rows = [dict(good) for _ in range(others)] + [{**good, "subject_sha256": "".join(digits)}]
+    expected = next((i for i, r in enumerate(rows) if row_problem(r) is not None), None)
+    assert (expected is None) == (len(digits) == 64 and set(digits) <= set(HEX))
+    batch = pa.RecordBatch.from_pylist(rows, schema=SCHEMA)
+    assert first_problem_row(batch) == expected
+    assert first_problem_row(pa.Table.from_batches([batch, batch])) == expected
+    if others:  # a slice: its buffers start before its first row
+        assert first_problem_row(batch.slice(1)) == (None if expected is None else
+                                                     expected - 1)
