@@ -639,18 +639,19 @@ def requests_with_digests(run: RunLedger, digests: Collection[bytes], max_kinds:
         # no candidate shares even the first 8 bytes of a request's digest: nothing to read
         run.kept.tally = tallied.tally.with_hits([], max_kinds)
         return out
-    tally = _Tally(max_kinds)
+    # counted here, unless the summary counted them: then only the candidates' rows are kept
+    tally = _Tally(max_kinds) if tallied is None else None
+    hits: list[dict[str, Any]] = []
     for batch in _run_batches(run, [*kept, "subject_sha256"]):
         hit = batch.filter(wanted.holds(batch.column("subject_sha256")))
-        if tallied is None:
+        if tally is not None:
             tally.add(batch, hit)
-        else:  # counted by the summary: only the candidates' rows here
-            tally.hits.extend(hit.select(list(ROW_COLUMNS)).to_pylist())
+        else:
+            hits.extend(hit.select(list(ROW_COLUMNS)).to_pylist())
         out.extend({**r, "digest": bytes.fromhex(sha)} for r, sha in zip(
             hit.select(kept).to_pylist(), hit.column("subject_sha256").to_pylist(),
             strict=True))
-    run.kept.tally = tally if tallied is None else tallied.tally.with_hits(tally.hits,
-                                                                             max_kinds)
+    run.kept.tally = tally if tallied is None else tallied.tally.with_hits(hits, max_kinds)
     return out
 
 

@@ -547,9 +547,10 @@ def rewrite_rows(path: str, table: DeltaTable, change: RowChange, meta: Mapping[
              .to_pylist()}
     fragments = list(dataset.get_fragments())
     fs = _files_of(path, dataset)
+    plain = frozenset(unique)
     with ThreadPoolExecutor(max(1, min(len(fragments), os.cpu_count() or 1))) as pool:
         done = list(pool.map(lambda f: _rewrite_file(fs, f, schema, change, sizes.get(f.path),
-                                                     frozenset(unique)), fragments))
+                                                     plain), fragments))
     actions = [a for file_actions, _ in done for a in file_actions]
     if actions:
         table.create_write_transaction(actions, mode="append", schema=table.schema(),
