@@ -302,14 +302,22 @@ def merge_kinds(state_dir: str, own: Sequence[Mapping[str, Any]],
 
 
 def _kind_rows(batch: pa.RecordBatch, of_kind: Mapping[tuple[Any, ...], int]) -> Any:
-    """Each row's kind in ``of_kind`` (its index there), ``-1`` for none: the kind columns
-    (:data:`KIND_COLUMNS`, read as dictionaries) compared by their few distinct combinations,
-    not row by row."""
+    """Each row's kind in ``of_kind`` (its index there), ``-1`` for none (:func:`_kinds_of`)."""
+    inverse, kinds = _kinds_of(batch)
+    return np.asarray([of_kind.get(k, -1) for k in kinds], dtype=np.int64)[inverse]
+
+
+def _kinds_of(batch: pa.RecordBatch) -> tuple[Any, list[tuple[Any, ...]]]:
+    """The distinct kinds of ``batch``'s rows (their :data:`KIND_COLUMNS`, read as
+    dictionaries) and each row's index among them: the columns compared by their codes'
+    few distinct combinations, not row by row."""
     import pyarrow.compute as pc
 
     codes, entries = [], []
     for name in KIND_COLUMNS:
         column = batch.column(name)
+        if not pa.types.is_dictionary(column.type):
+            column = pc.dictionary_encode(column)
         codes.append(pc.fill_null(column.indices, len(column.dictionary))
                      .to_numpy(zero_copy_only=False).astype(np.int64))
         entries.append([*column.dictionary.to_pylist(), None])
@@ -317,14 +325,14 @@ def _kind_rows(batch: pa.RecordBatch, of_kind: Mapping[tuple[Any, ...], int]) ->
     for code, entry in zip(codes[1:], entries[1:]):
         combined = combined * len(entry) + code
     distinct, inverse = np.unique(combined, return_inverse=True)
-    found = []
+    kinds = []
     for value in distinct.tolist():
         parts = []
         for entry in reversed(entries):
             value, at = divmod(value, len(entry))
             parts.append(entry[at])
-        found.append(of_kind.get(tuple(reversed(parts)), -1))
-    return np.asarray(found, dtype=np.int64)[inverse]
+        kinds.append(tuple(reversed(parts)))
+    return inverse, kinds
 
 
 @ledger_errors("read the erasure request ledger")
@@ -442,7 +450,8 @@ def pending_summary(state_dir: str, statuses: frozenset[str], *,
             ["places"] if not_applied_at or tally is not None else [])
     rows: list[dict[str, Any]] | None = [] if few else None
     first_words: list[np.ndarray] = []
-    for batch in record_batches(table, sorted({*CHECKED_COLUMNS, *kept}), wanted):
+    for batch in record_batches(table, sorted({*CHECKED_COLUMNS, *kept}), wanted,
+                                dictionary=KIND_COLUMNS):
         check_batch(state_dir, batch, hasher)
         if not_applied_at:
             batch = batch.filter(_not_applied(batch.column("places"), not_applied_at))
@@ -500,7 +509,8 @@ def _run_batches(run: RunLedger, columns: Sequence[str]) -> Iterator[pa.RecordBa
     table = open_table(table_path(run.state_dir, ERASURE_REQUESTS_TABLE))
     table.load_as_version(run.version)
     read = sorted({*columns, *(("places",) if run.not_applied_at else ())})
-    for batch in record_batches(table, read, ("status", run.statuses)):
+    for batch in record_batches(table, read, ("status", run.statuses),
+                                dictionary=KIND_COLUMNS):
         if run.not_applied_at:
             batch = batch.filter(_not_applied(batch.column("places"), run.not_applied_at))
         if batch.num_rows:
@@ -569,8 +579,8 @@ class _FirstById:
         by_id = [("request_id", "ascending")]
         # the batch's own first rows, then those among the kept ones: a take of a thousand
         # rows from one batch, not from the two concatenated
-        table = pa.Table.from_batches([batch.take(pc.select_k_unstable(
-            batch, k=min(self.limit, batch.num_rows), sort_keys=by_id))])
+        table = pa.Table.from_batches([_decoded(batch.take(pc.select_k_unstable(
+            batch, k=min(self.limit, batch.num_rows), sort_keys=by_id)))])
         if self._kept is not None:
             table = pa.concat_tables([self._kept, table.cast(self._kept.schema)])
             table = table.take(pc.select_k_unstable(table, k=min(self.limit, table.num_rows),
@@ -615,12 +625,19 @@ class _Tally:
         return _Tally(max_kinds, None if counts is None else dict(counts), hits, self.first)
 
 
+def _decoded(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """``batch`` with its dictionary columns as plain strings."""
+    return pa.RecordBatch.from_arrays(
+        [c.dictionary_decode() if pa.types.is_dictionary(c.type) else c for c in batch.columns],
+        names=batch.schema.names)
+
+
 def _count_kinds(counts: dict[tuple[Any, ...], int], batch: pa.RecordBatch) -> None:
-    """Add the rows of ``batch`` to ``counts``, by kind (:data:`KIND_COLUMNS`)."""
-    table = pa.Table.from_batches([batch])
-    for k in table.group_by(list(KIND_COLUMNS)).aggregate([([], "count_all")]).to_pylist():
-        kind = tuple(k[c] for c in KIND_COLUMNS)
-        counts[kind] = counts.get(kind, 0) + k["count_all"]
+    """Add the rows of ``batch`` (its :data:`KIND_COLUMNS` read as dictionaries) to
+    ``counts``, by kind: their dictionaries' codes counted, not their strings hashed."""
+    inverse, kinds = _kinds_of(batch)
+    for kind, n in zip(kinds, np.bincount(inverse, minlength=len(kinds)).tolist(), strict=True):
+        counts[kind] = counts.get(kind, 0) + n
 
 
 @ledger_errors("read the erasure request ledger")
@@ -708,10 +725,14 @@ def _kinds(counts: Mapping[tuple[Any, ...], int]) -> list[dict[str, Any]]:
 
 
 def _not_applied(places: pa.Array, key: str) -> pa.Array:
-    """Whether each row's ``places`` (JSON) has no apply at the place ``key``: only the rows
-    whose JSON names the place are parsed."""
+    """Whether each row's ``places`` (JSON; plain, or an Arrow dictionary whose entries are
+    then parsed once each) has no apply at the place ``key``: only the JSON that names the
+    place is parsed."""
     import pyarrow.compute as pc
 
+    if pa.types.is_dictionary(places.type):
+        entries = _not_applied(places.dictionary, key)
+        return pc.fill_null(pc.take(entries, places.indices), True)
     text = pc.fill_null(places, "")
     named = pc.match_substring(text, json.dumps(key)).to_numpy(zero_copy_only=False)
     keep = np.ones(len(places), dtype=bool)

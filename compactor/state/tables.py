@@ -222,8 +222,14 @@ def _check_data_file(path: str, size: int) -> None:
     try:
         source = (pa.BufferReader(storage.read_bytes(path)) if storage.is_url(path)
                   else pa.memory_map(path))
-        for _ in pq.ParquetFile(source).iter_batches(batch_size=65_536, use_threads=False):
-            pass
+        parquet = pq.ParquetFile(source)
+        # a column at a time: the driver holds one column's batch, not a batch of every
+        # column (the 1 M-request ledger's check: +205-290 -> +110-170 MiB resident, in the
+        # same time; measured 30 Nov, VmHWM)
+        for column in parquet.schema_arrow.names:
+            for _ in parquet.iter_batches(batch_size=65_536, columns=[column],
+                                          use_threads=False):
+                pass
     except (pa.ArrowException, OSError, ValueError) as err:
         raise _damaged(f"the data file cannot be decoded: {first_line(err)}", path) from err
     _checked.add((path, found.size, found.mtime_ms))
@@ -416,37 +422,72 @@ Where = tuple[str, Collection[str]]
 
 
 def record_batches(table: DeltaTable, columns: Sequence[str],
-                    where: Where | None = None) -> Iterator[pa.RecordBatch]:
-    """A table's rows as Arrow record batches (the driver never holds them all), on the
-    calling thread (:func:`read_all`), those ``where`` names only.
+                   where: Where | None = None, *,
+                   dictionary: Collection[str] = ()) -> Iterator[pa.RecordBatch]:
+    """A table's rows as Arrow record batches of at most 64 Ki rows (the driver never holds
+    them all), file by file on the calling thread (:func:`read_all`), those ``where`` names
+    only. The string columns ``dictionary`` names come as Arrow dictionaries, read from
+    the files' own dictionary pages: a value many rows share (a kind's places, whose JSON
+    is the widest column once requests were applied) is then one string, not one a row.
 
-    The filter runs on the scanned batches, never pushed into the Parquet scan: delta-rs
-    (1.6) writes the files of its MERGE with ``string_view`` columns, and Arrow's scan then
-    compares their statistics with the filter's ``string`` value and fails ("no kernel
-    matching input types (string, string_view)") as soon as a file holds two statuses: one
-    ``erase cancel`` of a request filed with others made every later run fail
-    (delta-io/delta-rs#4579 is the same for its DELETE). The scan casts every column to the
-    table's type, where the filter works; pruning by statistics rarely skipped a ledger
-    file anyway (a MERGE leaves each with many statuses)."""
-    import pyarrow.compute as pc
-    import pyarrow.dataset as ds
+    Each file is read by ``pyarrow.parquet`` on Arrow's own filesystem where the table is on a
+    local disk (:func:`_files_of`), not through ``pyarrow.dataset`` on delta-rs's: with the
+    dataset's I/O threads and its per-row strings, the 1 M-request ledger's summary pass
+    grew the driver's resident memory by 490-700 MiB, 80-160 MiB this way with its kinds
+    as dictionaries, in the same time (measured 30 Nov, ``VmHWM``).
+
+    Every batch is cast to the table's types (:func:`_conformed`: a file written before a
+    column was added gets it null), and the filter runs on the cast batches: delta-rs (1.6)
+    writes the files of its MERGE with ``string_view`` columns, which Arrow's filters could
+    not compare with a ``string`` value ("no kernel matching input types (string,
+    string_view)"; one ``erase cancel`` of a request filed with others made every later run
+    fail; delta-io/delta-rs#4579 is the same for its DELETE). No file is skipped by its
+    statistics: a MERGE leaves each file with many statuses, so pruning rarely skipped one
+    anyway."""
+    import pyarrow.parquet as pq
 
     wanted = list(columns)
     read = wanted if where is None or where[0] in wanted else [*wanted, where[0]]
-    # each column chunk read when its turn comes, a file's row group not buffered whole first:
-    # a 1 M verify's driver 60-100 MiB lower after its passes, in the same time (30 Nov)
-    for batch in table.to_pyarrow_dataset().to_batches(
-            columns=read, use_threads=False, batch_size=64 * 1024, batch_readahead=0,
-            fragment_readahead=0,
-            fragment_scan_options=ds.ParquetFragmentScanOptions(pre_buffer=False)):
-        if where is not None:
-            column, values = where
-            kind = batch.schema.field(column).type
-            batch = batch.filter(pc.is_in(batch.column(column),
-                                          pa.array(sorted(values), kind)))
-            if not batch.num_rows:
-                continue
-        yield batch if read is wanted else batch.select(wanted)
+    dataset = table.to_pyarrow_dataset()  # delta-rs checks here that it can read the table
+    schema = pa.schema([_read_as(dataset.schema.field(c), dictionary) for c in read])
+    on, values = (None, None) if where is None else (
+        where[0], pa.array(sorted(where[1]), pa.string()))
+    fs = _files_of(storage.check_location(table.table_uri), dataset)
+    for fragment in dataset.get_fragments():
+        with fs.open_input_file(fragment.path) as source:
+            parquet = pq.ParquetFile(source, pre_buffer=False, read_dictionary=[
+                c for c in schema.names
+                if pa.types.is_dictionary(schema.field(c).type)
+                and c in fragment.physical_schema.names])
+            present = [c for c in read if c in parquet.schema_arrow.names]
+            for batch in parquet.iter_batches(batch_size=64 * 1024, columns=present,
+                                              use_threads=False):
+                batch = _conformed(batch, schema)
+                if on is not None and values is not None:
+                    batch = batch.filter(is_one_of(batch.column(on), values))
+                    if not batch.num_rows:
+                        continue
+                yield batch if read is wanted else batch.select(wanted)
+
+
+def is_one_of(column: pa.Array, values: pa.Array) -> pa.Array:
+    """Whether each value of a string ``column`` (plain or an Arrow dictionary, as
+    :func:`record_batches` reads it) is one of ``values`` (strings); a null is not. A
+    dictionary's entries are compared once each, not its rows."""
+    import pyarrow.compute as pc
+
+    if pa.types.is_dictionary(column.type):
+        entries = pc.is_in(column.dictionary, value_set=values.cast(column.type.value_type))
+        return pc.fill_null(pc.take(entries, column.indices), False)
+    return pc.fill_null(pc.is_in(column, value_set=values.cast(column.type)), False)
+
+
+def _read_as(field: pa.Field, dictionary: Collection[str]) -> pa.Field:
+    """``field`` as :func:`record_batches` reads it: a string column ``dictionary`` names as
+    an Arrow dictionary of its strings."""
+    if field.name in dictionary and pa.types.is_string(field.type):
+        return pa.field(field.name, pa.dictionary(pa.int32(), pa.string()), field.nullable)
+    return field
 
 
 def count_rows(table: DeltaTable, where: Where) -> int:

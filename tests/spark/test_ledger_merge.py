@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 from pyspark.sql import functions as F
@@ -165,6 +166,17 @@ def test_the_ledger_reads_files_of_many_statuses_whoever_wrote_them(tmp_path: Pa
     assert report is not None and report["proof"]["status"] == "cancelled"
     counts = ledger.status(state, now_ms=3)["by_status"]
     assert {k: v for k, v in counts.items() if v} == {"pending": 2, "cancelled": 1}
+    # read file by file, its kinds as dictionaries: the rows delta-rs's own reader gives
+    table = state_tables.open_table(f"{state}/erasure_requests")
+    columns = ["request_id", "topic", "status", "places", "reason"]
+    expected = sorted((r for r in DeltaTable(f"{state}/erasure_requests").to_pyarrow_table(
+        columns=columns).to_pylist() if r["status"] == "pending"), key=lambda r: r["request_id"])
+    batches = list(state_tables.record_batches(table, columns, ("status", {"pending"}),
+                                               dictionary=("topic", "status", "places")))
+    assert all(pa.types.is_dictionary(b.schema.field(c).type) for b in batches
+               for c in ("topic", "status", "places"))
+    assert sorted((r for b in batches for r in b.to_pylist()),
+                  key=lambda r: r["request_id"]) == expected
 
 
 def test_the_summarys_filter_holds_every_pending_subject_and_no_other_run_reads(
