@@ -304,7 +304,9 @@ def test_outcomes_by_kind_leave_the_table_delta_sparks_merge_by_id_leaves(
 
     from compactor.schemas.delta import ERASURE_REQUESTS
 
+    # batches of 3 rows, row groups of 7: a group gathers batches, some cut across files' ends
     monkeypatch.setattr(state_tables, "REWRITE_BATCH_ROWS", 3)
+    monkeypatch.setattr(state_tables, "REWRITE_GROUP_ROWS", 7)
     state = str(tmp_path / "state")
     path = f"{state}/erasure_requests"
     # the first file as an earlier version wrote it: no coverage, no missing_replicas column
@@ -369,7 +371,8 @@ def test_outcomes_by_kind_leave_the_table_delta_sparks_merge_by_id_leaves(
     last = state_tables.history(state, "erasure_requests")[-1]
     assert (last["action"], last["run_id"]) == ("verify", "run-1")
     # the new files write the columns of a value a row plain (no dictionary, uncompressed),
-    # the others snappy-compressed
+    # the others snappy-compressed, a kind's values by dictionary though a row group gathers
+    # batches that each brought their own
     import pyarrow.parquet as pq
 
     written = {f.path for f in DeltaTable(path).to_pyarrow_dataset().get_fragments()
@@ -385,6 +388,9 @@ def test_outcomes_by_kind_leave_the_table_delta_sparks_merge_by_id_leaves(
                 assert chunk.compression == ("UNCOMPRESSED" if plain else "SNAPPY"), column
                 if plain:
                     assert not {"RLE_DICTIONARY", "PLAIN_DICTIONARY"} & set(chunk.encodings)
+                elif column in ("topic", "status", "places", "coverage", "run_id"):
+                    assert "RLE_DICTIONARY" in chunk.encodings, column
+            assert meta_data.row_group(g).num_rows <= 7
     # the new files read by both libraries, filtered, and counted by their statistics
     assert ledger.status(state, now_ms=3)["by_status"]["verified"] == 2
     table = DeltaTable(path)
