@@ -199,7 +199,8 @@ def first_problem_row(batch: pa.RecordBatch | pa.Table,
     checked = np.flatnonzero(has)
     if len(checked):  # compared column-wise (no numpy scalar a row)
         made = hasher(material if len(checked) == n else material.take(pa.array(checked)))
-        kept = pc.cast(pc.take(stored, pa.array(checked)), pa.large_string())
+        kept = pc.cast(stored if len(checked) == n else pc.take(stored, pa.array(checked)),
+                       pa.large_string())
         good[checked] = pc.equal(made, kept).to_numpy(zero_copy_only=False)
     unchecked = np.flatnonzero(~has)
     if len(unchecked):  # a ledger written before the digest existed: the derived id's check

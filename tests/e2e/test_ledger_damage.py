@@ -103,4 +103,4 @@ def test_a_damaged_data_file_is_a_ledger_error_in_every_run(state: Path, damage:
         proc = _status(state)
         if damage == "bytes flipped" and proc.returncode == EXIT_OK:
             pytest.fail("a ledger with a damaged data file read as healthy")
-        _ledger_error(proc, "erasure_requests")
+        _ledger_error(proc, f"erasure_requests/{data.name}")  # that file, of the two checked
