@@ -2,16 +2,18 @@
 built on), called from inside a kernel, so the erasure scan digests every key of a batch
 without a Python object per record (:mod:`compactor.native.erasure`).
 
-The kernels call libcrypto's ``EVP_DigestInit_ex2``, ``EVP_DigestUpdate`` and
-``EVP_DigestFinal_ex`` by name (numba's ``ExternalFunction``, resolved when the compiled code is
-loaded, so numba's disk cache keeps it) with one digest context a process: OpenSSL's one-shot
-``SHA256()`` fetches the algorithm on every call, which costs more than the digest of a short
-key. With the CPU's SHA extensions a 12-byte key takes about 120 ns here, against 550 ns for a
-``hashlib.sha256(key).digest()`` in a Python loop (29 Nov, 2 cores).
+The kernels call libcrypto's ``SHA256_Init``, ``SHA256_Update`` and ``SHA256_Final`` by name
+(numba's ``ExternalFunction``, resolved when the compiled code is loaded, so numba's disk cache
+keeps it) on one ``SHA256_CTX`` a process: the digest itself, on the CPU's SHA extensions where
+it has them, with nothing around it. OpenSSL 3 marks these calls deprecated in favour of its
+EVP interface, whose provider dispatch cost more than the digest of a short key: a 12-byte
+key took 69 ns through ``EVP_DigestInit_ex2``/``Update``/``Final`` on a fetched SHA-256, 48 ns
+this way (30 Nov, 2 cores), and 550 ns as ``hashlib.sha256(key).digest()`` in a Python loop;
+OpenSSL's one-shot ``SHA256()`` fetches the algorithm on every call.
 
-:func:`available` says whether libcrypto 3 was found; without it the erasure scan stays on the
-pure path (``hashlib``), which is also the reference the tests compare with
-(``tests/property/test_sha256.py``).
+:func:`available` says whether libcrypto 3 with these calls was found; without it the
+erasure scan stays on the pure path (``hashlib``), which is also the reference the tests
+compare with (``tests/property/test_sha256.py``).
 """
 
 from __future__ import annotations
@@ -28,20 +30,23 @@ from numba import types
 from compactor.native.cache import kernel
 
 DIGEST_BYTES = 32
-_SIGNATURE = types.int32(types.intp, types.intp, types.intp)
+#: bytes kept for a ``SHA256_CTX`` (112 in OpenSSL 3: eight state words, the bit count, a
+#: block, its fill and the digest's length)
+_CONTEXT_BYTES = 256
 _LIBRARY = ctypes.util.find_library("crypto")
 _lock = threading.Lock()
-_context: tuple[int, int] | None = None
+_context: ctypes.Array[ctypes.c_char] | None = None
 
 
 def _load() -> ctypes.CDLL | None:
-    """libcrypto 3 (the EVP calls the kernels make exist since OpenSSL 3.0), loaded into the
-    process for the kernels' symbols; None when it is not there."""
+    """libcrypto 3 with the low-level SHA-256 calls the kernels make, loaded into the process
+    for the kernels' symbols; None when it is not there (or was built without them)."""
     if _LIBRARY is None:
         return None
     try:
         lib = ctypes.CDLL(_LIBRARY)
-        lib.EVP_DigestInit_ex2  # noqa: B018 - an attribute error: not OpenSSL 3
+        lib.OSSL_PROVIDER_available  # noqa: B018 - an attribute error: not OpenSSL 3
+        lib.SHA256_Init  # noqa: B018 - absent from a build without the deprecated calls
     except (OSError, AttributeError):
         return None
     llvm.load_library_permanently(_LIBRARY)
@@ -50,18 +55,20 @@ def _load() -> ctypes.CDLL | None:
 
 _lib = _load()
 # called from kernels only (numba types, which a type checker cannot call)
-digest_init: Any = types.ExternalFunction("EVP_DigestInit_ex2", _SIGNATURE)
-digest_update: Any = types.ExternalFunction("EVP_DigestUpdate", _SIGNATURE)
-digest_final: Any = types.ExternalFunction("EVP_DigestFinal_ex", _SIGNATURE)
+digest_init: Any = types.ExternalFunction("SHA256_Init", types.int32(types.intp))
+digest_update: Any = types.ExternalFunction(
+    "SHA256_Update", types.int32(types.intp, types.intp, types.intp))
+digest_final: Any = types.ExternalFunction("SHA256_Final",
+                                           types.int32(types.intp, types.intp))
 
 
 def available() -> bool:
     return _lib is not None
 
 
-def context() -> tuple[int, int]:
-    """This process's ``(EVP_MD_CTX*, EVP_MD*)`` for SHA-256, made once; a kernel takes them
-    as integers. The kernels run in one thread of a Python worker at a time (the GIL is held
+def context() -> int:
+    """The address of this process's ``SHA256_CTX``, made once; a kernel takes it as an
+    integer. The kernels run in one thread of a Python worker at a time (the GIL is held
     while they run), so one context serves them all.
 
     Raises:
@@ -72,33 +79,26 @@ def context() -> tuple[int, int]:
         if _context is None:
             if _lib is None:
                 raise RuntimeError("libcrypto (OpenSSL 3) is not available")
-            _lib.EVP_MD_fetch.restype = ctypes.c_void_p
-            _lib.EVP_MD_fetch.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p]
-            _lib.EVP_MD_CTX_new.restype = ctypes.c_void_p
-            md = _lib.EVP_MD_fetch(None, b"SHA256", None)
-            ctx = _lib.EVP_MD_CTX_new()
-            if not md or not ctx:
-                raise RuntimeError("libcrypto has no SHA-256")
-            _context = (int(ctx), int(md))
-        return _context
+            _context = ctypes.create_string_buffer(_CONTEXT_BYTES)
+        return ctypes.addressof(_context)
 
 
 @kernel(inline="always")
-def sha256_into(buf_address: int, start: int, length: int, out_address: int, ctx: int,
-                md: int) -> bool:
+def sha256_into(buf_address: int, start: int, length: int, out_address: int, ctx: int
+                ) -> bool:
     """The SHA-256 of the ``length`` bytes at ``buf_address + start`` into the 32 bytes at
     ``out_address``; False when libcrypto reports a failure."""
-    return (digest_init(ctx, md, 0) == 1
+    return (digest_init(ctx) == 1
             and digest_update(ctx, buf_address + start, length) == 1
-            and digest_final(ctx, out_address, 0) == 1)
+            and digest_final(out_address, ctx) == 1)
 
 
 @kernel
 def _digests(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray, out: np.ndarray,
-             ctx: int, md: int) -> bool:
+             ctx: int) -> bool:
     data, into = buf.ctypes.data, out.ctypes.data
     for i in range(min(len(starts), len(lengths))):
-        if not sha256_into(data, starts[i], lengths[i], into, ctx, md):
+        if not sha256_into(data, starts[i], lengths[i], into, ctx):
             return False
         into += DIGEST_BYTES
     return True
@@ -111,7 +111,7 @@ def sha256(values: list[bytes]) -> list[bytes]:
     lengths = np.array([len(v) for v in values], np.int64)
     starts = np.cumsum(lengths) - lengths
     out = np.zeros(DIGEST_BYTES * len(values), np.uint8)
-    if not _digests(joined, starts, lengths, out, *context()):
+    if not _digests(joined, starts, lengths, out, context()):
         raise RuntimeError("libcrypto's SHA-256 failed")
     return [out[i * DIGEST_BYTES:(i + 1) * DIGEST_BYTES].tobytes() for i in range(len(values))]
 
@@ -122,11 +122,11 @@ _HEX = np.frombuffer(b"0123456789abcdef", np.uint8)
 
 @kernel
 def _hex_digests(buf: np.ndarray, bounds: np.ndarray, out: np.ndarray, hex_digits: np.ndarray,
-                 ctx: int, md: int) -> bool:
+                 ctx: int) -> bool:
     digest = np.empty(DIGEST_BYTES, np.uint8)
     data, at = buf.ctypes.data, digest.ctypes.data
     for i in range(len(bounds) - 1):
-        if not sha256_into(data, bounds[i], bounds[i + 1] - bounds[i], at, ctx, md):
+        if not sha256_into(data, bounds[i], bounds[i + 1] - bounds[i], at, ctx):
             return False
         row = i * 2 * DIGEST_BYTES
         for j in range(DIGEST_BYTES):
@@ -152,7 +152,7 @@ def hex_sha256(values: Any) -> Any:
     data = values.buffers()[2]
     buf = np.frombuffer(data if data is not None and data.size else b"\0", np.uint8)
     out = np.empty(2 * DIGEST_BYTES * n, np.uint8)
-    if not _hex_digests(buf, bounds, out, _HEX, *context()):
+    if not _hex_digests(buf, bounds, out, _HEX, context()):
         raise RuntimeError("libcrypto's SHA-256 failed")
     offsets = np.arange(0, 2 * DIGEST_BYTES * (n + 1), 2 * DIGEST_BYTES, dtype=np.int64)
     return pa.Array.from_buffers(pa.large_string(), n,
@@ -170,4 +170,4 @@ def compile_kernels() -> None:
     allocation, which would start Arrow's allocator in a worker daemon's preload before it
     forks (``tests/spark/test_daemon.py``)."""
     _hex_digests(np.frombuffer(b"\0", np.uint8), np.frombuffer(bytes(16), np.int64),
-                 np.empty(2 * DIGEST_BYTES, np.uint8), _HEX, *context())
+                 np.empty(2 * DIGEST_BYTES, np.uint8), _HEX, context())
