@@ -517,8 +517,10 @@ def _read_as(field: pa.Field, dictionary: Collection[str]) -> pa.Field:
 
 
 def count_rows(table: DeltaTable, where: Where) -> int:
-    """How many rows ``where`` names (:func:`record_batches`), reading that column only."""
-    return sum(b.num_rows for b in record_batches(table, [where[0]], where))
+    """How many rows ``where`` names (:func:`record_batches`), reading that column only, as
+    a dictionary where it is a string column (a status a row is a code a row)."""
+    return sum(b.num_rows for b in record_batches(table, [where[0]], where,
+                                                  dictionary=[where[0]]))
 
 
 @ledger_errors("read a ledger table's history")

@@ -99,3 +99,21 @@ def test_a_digest_of_anything_but_64_lower_case_hex_digits_is_refused(
     if others:  # a slice: its buffers start before its first row
         assert first_problem_row(batch.slice(1)) == (None if expected is None else
                                                      expected - 1)
+
+
+@given(st.lists(st.sampled_from(HEX), min_size=64, max_size=64), st.integers(0, 63),
+       st.sampled_from(["A", "F", "g", " ", "é", "\0", "", "00"]), st.integers(0, 3))
+def test_a_digest_one_character_from_a_good_one_is_refused(
+        digits: list[str], at: int, other: str, before: int) -> None:
+    """A digest that is 64 lower-case hex digits but for one character (upper case, not hex,
+    not ASCII, one fewer or one more) is refused, after good rows and in the same batch:
+    the check that decides a whole batch's digests at once must not let it through."""
+    good = {"topic": "orders", "selector": "key", "header_name": None,
+            "subject_sha256": "ab" * 32, "leave_tombstone": False, "requested_at_ms": 1,
+            "deadline_ms": 2, "status": "pending", "request_id": "chosen-1", "integrity": None}
+    near = "".join(digits[:at]) + other + "".join(digits[at + 1:])
+    rows = [dict(good) for _ in range(before)] + [{**good, "subject_sha256": near}]
+    assert row_problem(rows[-1]) is not None
+    batch = pa.RecordBatch.from_pylist(rows, schema=SCHEMA)
+    assert first_problem_row(batch) == before
+    assert first_problem_row(pa.Table.from_batches([batch])) == before
