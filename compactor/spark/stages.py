@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
 from compactor.cleaner.planning import ONE_TASK_KEYS
 from compactor.cleaner.policy import BatchHeader, CleaningPlan, PartitionInput
@@ -121,30 +122,36 @@ _SLOTS: dict[int, tuple[int, ...]] = {}
 
 
 def segment_tasks(spark: SparkSession, partitions: Mapping[int, HasSegments]) -> DataFrame:
-    """One ``SEGMENT_TASK`` row per segment of the partitions, in tasks of about equal bytes:
-    at most :data:`SEGMENT_TASKS_PER_CORE` a core, each segment, the largest first, into the
-    task with the fewest bytes so far."""
-    segments = [((i, s.base_offset, s.log_path, nxt.base_offset if nxt else None), s.size_bytes)
-                for i, p in partitions.items()
-                for s, nxt in zip(p.segments, [*p.segments[1:], None], strict=True)]
-    count = max(1, min(len(segments),
-                       spark.sparkContext.defaultParallelism * SEGMENT_TASKS_PER_CORE))
+    """One ``SEGMENT_TASK`` row per segment of the partitions, in tasks of about equal bytes
+    (:func:`balanced_tasks`)."""
+    return balanced_tasks(spark, [
+        ((i, s.base_offset, s.log_path, nxt.base_offset if nxt else None), s.size_bytes)
+        for i, p in partitions.items()
+        for s, nxt in zip(p.segments, [*p.segments[1:], None], strict=True)], SEGMENT_TASK)
+
+
+def balanced_tasks(spark: SparkSession, rows: Sequence[tuple[tuple[Any, ...], int]],
+                   schema: StructType) -> DataFrame:
+    """``rows`` (each a row of ``schema`` and the bytes its task reads) in tasks of about equal
+    bytes: at most :data:`SEGMENT_TASKS_PER_CORE` a core, each row, the largest first, into
+    the task with the fewest bytes so far."""
+    count = max(1, min(len(rows), spark.sparkContext.defaultParallelism * SEGMENT_TASKS_PER_CORE))
     tasks: list[list[tuple[Any, ...]]] = [[] for _ in range(count)]
     loads = [(0, t) for t in range(count)]
-    for row, size in sorted(segments, key=lambda e: -e[1]):
+    for row, size in sorted(rows, key=lambda e: -e[1]):
         load, t = heapq.heappop(loads)
         tasks[t].append(row)
         heapq.heappush(loads, (load + size, t))
     # one element a slice, so one task a list: no shuffle places the rows
-    placed = spark.sparkContext.parallelize(tasks, count).flatMap(lambda rows: rows)
-    return spark.createDataFrame(placed, SEGMENT_TASK)
+    placed = spark.sparkContext.parallelize(tasks, count).flatMap(lambda task: task)
+    return spark.createDataFrame(placed, schema)
 
 
-#: the segment tasks of a scan a core at most. Measured on the erasure benchmark's 20 segments
-#: (30 Nov, 2 cores, a 1,000-subject verify): 8 tasks placed by ``repartition`` (round robin)
-#: ran 104-487 ms each and the verify took 1.55-1.57 s; 8 of equal bytes 170-357 ms, 1.42 s;
-#: 4 of equal bytes 335-409 ms, 1.22 s (1.54 s of tasks, against 2.0: each task costs its
-#: own); 2, 1.22 s, with no room left for a slow one
+#: the tasks of a scan or an erasure's rewrite a core at most. Measured on the erasure
+#: benchmark's 20 segments (30 Nov, 2 cores, a 1,000-subject verify): 8 tasks placed by
+#: ``repartition`` (round robin) ran 104-487 ms each and the verify took 1.55-1.57 s; 8 of
+#: equal bytes 170-357 ms, 1.42 s; 4 of equal bytes 335-409 ms, 1.22 s (1.54 s of tasks,
+#: against 2.0: each task costs its own); 2, 1.22 s, with no room left for a slow one
 SEGMENT_TASKS_PER_CORE = 2
 
 
@@ -718,10 +725,10 @@ def rewrite_segments(spark: SparkSession, tasks: Sequence[tuple[Any, ...]],
                      ) -> list[CommitMessage]:
     """Write the erased copy of each segment of ``tasks`` (``compactor.schemas.spark.ERASURE_TASK``
     rows) as ``.cleaned`` files; one commit message per segment."""
-    df = spark.createDataFrame(list(tasks), ERASURE_TASK).repartition(
-        max(1, min(len(tasks), spark.sparkContext.defaultParallelism * 2)))
-    total = sum(segments[(t[0], t[1])][1].size_bytes for t in tasks
-                if (t[0], t[1]) in segments)
+    sizes = [segments[(t[0], t[1])][1].size_bytes if (t[0], t[1]) in segments else 0
+             for t in tasks]
+    df = balanced_tasks(spark, list(zip(tasks, sizes, strict=True)), ERASURE_TASK)
+    total = sum(sizes)
     with spark_step(spark, "erase_rewrite", total_bytes=total):
         rows = df.transform(transforms.rewrite_erased(segments)).collect()
     return [transforms.message_from_row(r) for r in rows]
