@@ -75,10 +75,31 @@ def _words(digests: Sequence[bytes] | np.ndarray) -> np.ndarray:
     return np.frombuffer(b"".join(digests), dtype="<u8").reshape(-1, 4)
 
 
+def hex_digest_text(column: Any) -> str | None:
+    """The text of an Arrow string column (``string`` or ``large_string``, one chunk) whose
+    every value is 64 characters and none null, read from its data buffer at once; ``None``
+    when some value is null or of another length, or the text is not ASCII."""
+    import pyarrow as pa
+
+    large = pa.types.is_large_string(column.type)
+    if column.null_count or not (large or pa.types.is_string(column.type)):
+        return None
+    if len(column) == 0:
+        return ""
+    offsets = np.frombuffer(column.buffers()[1], dtype=np.int64 if large else np.int32)[
+        column.offset:column.offset + len(column) + 1]
+    if not np.all(np.diff(offsets) == 2 * DIGEST_BYTES):
+        return None
+    try:
+        return str(memoryview(column.buffers()[2])[int(offsets[0]):int(offsets[-1])], "ascii")
+    except UnicodeDecodeError:
+        return None
+
+
 def hex_digest_words(column: Any) -> np.ndarray:
     """The values of an Arrow string column of SHA-256 digests in hex (64 lower-case hex
     digits each, as the ledger keeps them, checked before) as rows of 4 uint64 words, decoded
-    from its data buffer at once (no Python object per digest).
+    from its data buffer at once (:func:`hex_digest_text`; no Python object per digest).
 
     Raises:
         ValueError: a value is null or not 64 hex digits.
@@ -86,16 +107,10 @@ def hex_digest_words(column: Any) -> np.ndarray:
     import pyarrow as pa
 
     values = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
-    if values.null_count:
-        raise ValueError("a digest is null")
-    if len(values) == 0:
-        return np.zeros((0, 4), dtype="<u8")
-    offsets = np.frombuffer(values.buffers()[1], dtype=np.int32)[values.offset:
-                                                                 values.offset + len(values) + 1]
-    if not np.all(np.diff(offsets) == 2 * DIGEST_BYTES):
-        raise ValueError("a digest is not 64 hex digits")
-    text = values.buffers()[2].to_pybytes()[offsets[0]:offsets[-1]]
-    return np.frombuffer(bytes.fromhex(text.decode("ascii")), dtype="<u8").reshape(-1, 4)
+    text = hex_digest_text(values)
+    if text is None:
+        raise ValueError("a digest is null or not 64 hex digits")
+    return np.frombuffer(bytes.fromhex(text), dtype="<u8").reshape(-1, 4)
 
 
 @dataclass(frozen=True, slots=True)

@@ -205,12 +205,11 @@ def segment_digests(data: Any, path: str, segment_base: int, names: Sequence[str
         nonlocal at, compressed
         if not rows:
             return True
+        table = np.array(rows, np.int64).reshape(-1, _ROW)
         if compressed:
             buf = np.frombuffer(b"".join(sections), np.uint8)
-            table = np.array(rows, np.int64).reshape(-1, _ROW)
         else:  # each row's section where it lies in the segment (its batch position on)
             buf = whole
-            table = np.array(rows, np.int64).reshape(-1, _ROW)
             table[:, 0:2] += (table[:, 5] + RECORDS_OFFSET - table[:, 0])[:, None]
         entries = int(table[:, 2].sum()) * (2 if encoded else 1)
         # filtered, few entries are kept: room for 1 in 16 (more: called again, 4x the room)

@@ -133,9 +133,9 @@ def segment_tasks(spark: SparkSession, partitions: Mapping[int, HasSegments]) ->
 def balanced_tasks(spark: SparkSession, rows: Sequence[tuple[tuple[Any, ...], int]],
                    schema: StructType) -> DataFrame:
     """``rows`` (each a row of ``schema`` and the bytes its task reads) in tasks of about equal
-    bytes: at most :data:`SEGMENT_TASKS_PER_CORE` a core, each row, the largest first, into
+    bytes: at most :data:`TASKS_PER_CORE` a core, each row, the largest first, into
     the task with the fewest bytes so far."""
-    count = max(1, min(len(rows), spark.sparkContext.defaultParallelism * SEGMENT_TASKS_PER_CORE))
+    count = max(1, min(len(rows), spark.sparkContext.defaultParallelism * TASKS_PER_CORE))
     tasks: list[list[tuple[Any, ...]]] = [[] for _ in range(count)]
     loads = [(0, t) for t in range(count)]
     for row, size in sorted(rows, key=lambda e: -e[1]):
@@ -152,7 +152,7 @@ def balanced_tasks(spark: SparkSession, rows: Sequence[tuple[tuple[Any, ...], in
 #: ``repartition`` (round robin) ran 104-487 ms each and the verify took 1.55-1.57 s; 8 of
 #: equal bytes 170-357 ms, 1.42 s; 4 of equal bytes 335-409 ms, 1.22 s (1.54 s of tasks,
 #: against 2.0: each task costs its own); 2, 1.22 s, with no room left for a slow one
-SEGMENT_TASKS_PER_CORE = 2
+TASKS_PER_CORE = 2
 
 
 def write_cleaned_segments(spark: SparkSession, inputs: Mapping[int, PartitionInput],

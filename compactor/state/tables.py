@@ -206,12 +206,8 @@ def _check_data_files(files: Sequence[tuple[str, int]]) -> None:
             return err
         return None
 
-    threads = max(1, min(len(files), os.cpu_count() or 1))
-    if threads == 1:
-        errors = [checked(f) for f in files]
-    else:
-        with ThreadPoolExecutor(threads) as pool:
-            errors = list(pool.map(checked, files))
+    with ThreadPoolExecutor(max(1, min(len(files), os.cpu_count() or 1))) as pool:
+        errors = list(pool.map(checked, files))
     first = next((e for e in errors if e is not None), None)
     if first is not None:
         raise first
@@ -609,12 +605,8 @@ def rewrite_rows(path: str, table: DeltaTable, change: RowChange, meta: Mapping[
     import os
     from concurrent.futures import ThreadPoolExecutor
 
-    declared = pa.schema(table.schema())
-    dictionary = {f.name for f in declared
-                  if f.name in dictionary and pa.types.is_string(f.type)}
-    schema = pa.schema([pa.field(f.name, pa.dictionary(pa.int32(), pa.string()))
-                        if f.name in dictionary else pa.field(f.name, f.type)
-                        for f in declared])
+    schema = pa.schema([_read_as(pa.field(f.name, f.type), dictionary)
+                        for f in pa.schema(table.schema())])
     dataset = table.to_pyarrow_dataset()
     sizes = {a["path"]: a["size_bytes"] for a in
              pa.table(table.get_add_actions(flatten=True)).select(["path", "size_bytes"])
