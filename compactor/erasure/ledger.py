@@ -57,6 +57,7 @@ from compactor.state.tables import (
     table_version,
     with_values,
 )
+from compactor.threads import map_ahead
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -450,16 +451,25 @@ def pending_summary(state_dir: str, statuses: frozenset[str], *,
             ["places"] if not_applied_at or tally is not None else [])
     rows: list[dict[str, Any]] | None = [] if few else None
     first_words: list[np.ndarray] = []
-    for batch in record_batches(table, sorted({*CHECKED_COLUMNS, *kept}), wanted,
-                                dictionary=KIND_COLUMNS):
+
+    def summarized(batch: pa.RecordBatch
+                   ) -> tuple[pa.RecordBatch, np.ndarray, list[Any], list[Any]]:
+        # a batch's own work, on a thread of map_ahead's: Arrow's compute, the integrity
+        # kernel (nogil) and numpy release the GIL, so two cores share the pass
         check_batch(state_dir, batch, hasher)
         if not_applied_at:
             batch = batch.filter(_not_applied(batch.column("places"), not_applied_at))
-        count += batch.num_rows
-        topics.update(pc.unique(batch.column("topic")).to_pylist())
-        headers.update(h for h in pc.unique(batch.column("header_name")).to_pylist() if h)
         words = hex_digest_words(batch.column("subject_sha256"))
         digests.add(words)
+        return (batch, words, pc.unique(batch.column("topic")).to_pylist(),
+                pc.unique(batch.column("header_name")).to_pylist())
+
+    read = record_batches(table, sorted({*CHECKED_COLUMNS, *kept}), wanted,
+                          dictionary=KIND_COLUMNS)
+    for batch, words, named, names in map_ahead(summarized, read):
+        count += batch.num_rows
+        topics.update(named)
+        headers.update(h for h in names if h)
         if rows is not None:
             rows.extend({**r, "digest": bytes.fromhex(sha)} for r, sha in zip(
                 batch.select(kept).to_pylist(), batch.column("subject_sha256").to_pylist(),

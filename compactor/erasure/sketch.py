@@ -183,6 +183,8 @@ class FilterBuilder:
         self._table, self._bits, self._hashes = table, bits, hashes
 
     def add(self, digests: Sequence[bytes] | np.ndarray) -> None:
+        """Set the bits of ``digests``. Threads may add at once: each only ever stores 1 into
+        bytes of the unpacked table, so no store undoes another's."""
         if len(digests):
             self._table[_positions(_words(digests), self._bits, self._hashes).ravel()] = 1
 

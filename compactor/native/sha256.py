@@ -4,7 +4,7 @@ without a Python object per record (:mod:`compactor.native.erasure`).
 
 The kernels call libcrypto's ``SHA256_Init``, ``SHA256_Update`` and ``SHA256_Final`` by name
 (numba's ``ExternalFunction``, resolved when the compiled code is loaded, so numba's disk cache
-keeps it) on one ``SHA256_CTX`` a process: the digest itself, on the CPU's SHA extensions where
+keeps it) on one ``SHA256_CTX`` a thread: the digest itself, on the CPU's SHA extensions where
 it has them, with nothing around it. OpenSSL 3 marks these calls deprecated in favour of its
 EVP interface, whose provider dispatch cost more than the digest of a short key: a 12-byte
 key took 69 ns through ``EVP_DigestInit_ex2``/``Update``/``Final`` on a fetched SHA-256, 48 ns
@@ -34,8 +34,8 @@ DIGEST_BYTES = 32
 #: block, its fill and the digest's length)
 _CONTEXT_BYTES = 256
 _LIBRARY = ctypes.util.find_library("crypto")
-_lock = threading.Lock()
-_context: ctypes.Array[ctypes.c_char] | None = None
+#: each thread's ``SHA256_CTX`` (:func:`context`)
+_contexts = threading.local()
 
 
 def _load() -> ctypes.CDLL | None:
@@ -67,20 +67,21 @@ def available() -> bool:
 
 
 def context() -> int:
-    """The address of this process's ``SHA256_CTX``, made once; a kernel takes it as an
-    integer. The kernels run in one thread of a Python worker at a time (the GIL is held
-    while they run), so one context serves them all.
+    """The address of the calling thread's ``SHA256_CTX``, made at its first call; a kernel
+    takes it as an integer. A context holds a digest's state between its calls, so two
+    threads must never share one: :func:`hex_sha256`'s kernel releases the GIL, and the
+    ledger's summary digests its batches on a thread a core
+    (:func:`compactor.erasure.ledger.pending_summary`).
 
     Raises:
         RuntimeError: libcrypto is not available (:func:`available`).
     """
-    global _context
-    with _lock:
-        if _context is None:
-            if _lib is None:
-                raise RuntimeError("libcrypto (OpenSSL 3) is not available")
-            _context = ctypes.create_string_buffer(_CONTEXT_BYTES)
-        return ctypes.addressof(_context)
+    made = getattr(_contexts, "buffer", None)
+    if made is None:
+        if _lib is None:
+            raise RuntimeError("libcrypto (OpenSSL 3) is not available")
+        made = _contexts.buffer = ctypes.create_string_buffer(_CONTEXT_BYTES)
+    return ctypes.addressof(made)
 
 
 @kernel(inline="always")
@@ -120,7 +121,7 @@ def sha256(values: list[bytes]) -> list[bytes]:
 _HEX = np.frombuffer(b"0123456789abcdef", np.uint8)
 
 
-@kernel
+@kernel(nogil=True)
 def _hex_digests(buf: np.ndarray, bounds: np.ndarray, out: np.ndarray, hex_digits: np.ndarray,
                  ctx: int) -> bool:
     digest = np.empty(DIGEST_BYTES, np.uint8)

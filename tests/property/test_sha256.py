@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import sys
+import threading
 
 import pyarrow as pa
 import pytest
@@ -66,3 +67,33 @@ def test_the_ledger_check_takes_the_kernel_only_where_it_pays(
     loaded = native.integrity_digests("native", 10)  # loaded now: every check takes it
     assert loaded is not None and loaded.__name__ == "hex_sha256"
     assert native.integrity_digests("pure", native.NATIVE_CHECK_ROWS) is None
+
+
+def test_threads_digesting_at_once_each_get_hashlibs_digests() -> None:
+    """The ledger's summary digests its batches on a thread a core, with the kernel's GIL
+    released: every thread must digest in a ``SHA256_CTX`` of its own
+    (:func:`compactor.native.sha256.context`), or one thread's digest takes another's
+    state midway."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    arrays = [pa.array([bytes([t]) * n for n in range(1, 3000)], pa.large_binary())
+              for t in range(4)]
+    expected = [[hashlib.sha256(v).hexdigest() for v in a.to_pylist()] for a in arrays]
+    with ThreadPoolExecutor(4) as pool:
+        for _ in range(5):
+            made = list(pool.map(lambda a: sha256.hex_sha256(a).to_pylist(), arrays))
+            assert made == expected
+    seen: list[int] = []
+    both = threading.Barrier(2)
+
+    def note() -> None:  # both threads alive at once: their contexts cannot share memory
+        seen.append(sha256.context())
+        both.wait()
+
+    others = [threading.Thread(target=note) for _ in range(2)]
+    for t in others:
+        t.start()
+    for t in others:
+        t.join()
+    assert len(set(seen)) == 2
+    assert sha256.context() == sha256.context()  # one a thread, made once
