@@ -669,8 +669,11 @@ def requests_with_digests(run: RunLedger, digests: Collection[bytes], max_kinds:
     # counted here, unless the summary counted them: then only the candidates' rows are kept
     tally = _Tally(max_kinds) if tallied is None else None
     hits: list[dict[str, Any]] = []
-    for batch in _run_batches(run, [*kept, "subject_sha256"]):
-        hit = batch.filter(wanted.holds(batch.column("subject_sha256")))
+
+    def found(batch: pa.RecordBatch) -> tuple[pa.RecordBatch, pa.RecordBatch]:
+        return batch, batch.filter(wanted.holds(batch.column("subject_sha256")))
+
+    for batch, hit in map_ahead(found, _run_batches(run, [*kept, "subject_sha256"])):
         if tally is not None:
             tally.add(batch, hit)
         else:
