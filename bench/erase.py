@@ -18,7 +18,8 @@ a fresh copy of the log dir and of the ledger:
 4. the same again, warm;
 5. ``erase apply`` then ``erase verify`` with ``--subjects`` pending requests;
 6. round 4 with ``--writer pure``, whose erased log dir must equal round 4's byte for byte;
-7. ``erase status`` of round 5's ledger.
+7. ``erase status`` of round 5's ledger, and of the ledger of ``--subjects`` requests as made,
+   each of them pending and past its deadline: all listed as overdue.
 
 Prints each round's time and the driver's peak memory during it (its Python process and its
 JVM, sampled every 100 ms), the ratios to the compaction round (targets: apply 1.5 with few
@@ -27,7 +28,7 @@ path's times. ``--json`` ends with one JSON line of those figures (``compact_s``
 ``apply_small_s``, ``apply_s``, ``verify_small_s``, ``verify_s``, ``first_apply_small_s``,
 ``pure_apply_small_s``, ``pure_verify_small_s``, the ``ratio_*``, the ``driver_*_mib`` and
 ``pure_output_equal``, ``status_s`` and ``status_python_mib``: ``erase status`` of the
-big round's ledger).
+big round's ledger; ``status_overdue_s``: of the overdue one).
 """
 
 from __future__ import annotations
@@ -79,6 +80,10 @@ class DriverMemory(threading.Thread):
             self.stop.wait(0.1)
 
 
+#: the ledger's requests are due this many days after they were made
+DEADLINE_DAYS = 30
+
+
 def ledger_with(subjects: int, present: int, keys: int, cache_root: Path) -> Path:
     """A state dir whose ledger holds ``subjects`` pending key requests on topic ``bench``,
     ``present`` of them for keys the log has; made once."""
@@ -100,7 +105,8 @@ def ledger_with(subjects: int, present: int, keys: int, cache_root: Path) -> Pat
     for start in range(0, len(digests), batch):
         requests = rules.new_requests(
             topic="bench", digests=digests[start:start + batch], selector="key",
-            header_name=None, reason="benchmark", now_ms=DEFAULT_START_MS, deadline_days=30,
+            header_name=None, reason="benchmark", now_ms=DEFAULT_START_MS,
+            deadline_days=DEADLINE_DAYS,
             request_id=None)
         ledger.add_requests(str(cache), requests)
     (cache / ".complete").write_text("")
@@ -229,12 +235,25 @@ def main() -> int:
     big = erasure(big_state, f"{args.subjects:,} subjects")
     pure = erasure(small, f"{args.small_subjects:,} subjects, --writer pure", writer="pure")
     same = warm.files == pure.files
-    # `erase status` of the big round's ledger after its verify (a ledger of that many rows
-    # with places): no Spark, read batch by batch
-    from compactor.erasure import ledger as ledger_module
+    # `erase status` as the command runs it (its integrity check's hasher too): of the big
+    # round's ledger after its verify (a ledger of that many rows with places), and of the
+    # big ledger as made, every request pending and past its deadline (an operator's
+    # backlog: each is listed as overdue); no Spark, read batch by batch
+    import functools
 
-    status_s, status_memory, _ = timed(f"erase status, {args.subjects:,} requests",
-                                       lambda: ledger_module.status(str(big.ledger), now_ms))
+    from compactor import native
+    from compactor.erasure import ledger as ledger_module
+    from compactor.erasure.rules import DAY_MS
+
+    hasher_for = functools.partial(native.integrity_digests, "native")
+    status_s, status_memory, _ = timed(
+        f"erase status, {args.subjects:,} requests",
+        lambda: ledger_module.status(str(big.ledger), now_ms, hasher_for=hasher_for))
+    late_ms = DEFAULT_START_MS + (DEADLINE_DAYS + 1) * DAY_MS
+    overdue_s, _, overdue = timed(
+        f"erase status, {args.subjects:,} requests all overdue",
+        lambda: ledger_module.status(str(big_state), late_ms, hasher_for=hasher_for))
+    assert isinstance(overdue, dict) and overdue["overdue_count"] == args.subjects, overdue
     print(f"the native and the pure path's erased log dirs are byte for byte equal: {same}")
     for r in (first, warm, big, pure):
         shutil.rmtree(r.ledger.parent)
@@ -252,7 +271,7 @@ def main() -> int:
         "driver_jvm_mib_small": warm.memory.jvm_kib / 1024,
         "driver_jvm_mib": big.memory.jvm_kib / 1024,
         "pure_output_equal": same, "status_s": status_s,
-        "status_python_mib": status_memory.python_kib / 1024,
+        "status_python_mib": status_memory.python_kib / 1024, "status_overdue_s": overdue_s,
     }
     print(f"apply / compaction: {figures['ratio_apply_small']:.2f} with "
           f"{args.small_subjects:,} subjects (target <= 1.5), {figures['ratio_apply']:.2f} with "

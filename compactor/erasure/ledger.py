@@ -781,16 +781,25 @@ SHOWN_REQUESTS = 1000
 
 
 class _Earliest:
-    """The first ``limit`` items by (requested_at_ms, request_id) of a stream, and how many
-    there were: memory bounded by twice ``limit``, whatever the stream's length."""
+    """The first ``limit`` rows by (requested_at_ms, request_id) of a stream of batches, as
+    the items ``item`` makes of them, and how many rows there were: memory bounded by twice
+    ``limit``, whatever the stream's length. Only a batch's own first ``limit`` rows (Arrow's
+    ``select_k_unstable``) become Python values: the first of all are among them."""
 
-    def __init__(self, limit: int = SHOWN_REQUESTS) -> None:
-        self.limit, self.count = limit, 0
+    def __init__(self, item: Callable[[dict[str, Any]], dict[str, Any]], limit: int) -> None:
+        self.item, self.limit, self.count = item, limit, 0
         self._kept: list[tuple[int, str, dict[str, Any]]] = []
 
-    def add(self, requested_at_ms: int, request_id: str, item: dict[str, Any]) -> None:
-        self.count += 1
-        self._kept.append((requested_at_ms, request_id, item))
+    def add(self, rows: pa.RecordBatch) -> None:
+        import pyarrow.compute as pc
+
+        self.count += rows.num_rows
+        if not rows.num_rows or self.limit <= 0:
+            return
+        first = rows.take(pc.select_k_unstable(rows, k=min(self.limit, rows.num_rows),
+                                               sort_keys=_BY_REQUEST_TIME))
+        self._kept.extend((r["requested_at_ms"], r["request_id"], self.item(r))
+                          for r in first.to_pylist())
         if len(self._kept) >= 2 * self.limit:
             self._trim()
 
@@ -803,26 +812,50 @@ class _Earliest:
         return [e[2] for e in self._kept]
 
 
+#: the order :class:`_Earliest` keeps rows in
+_BY_REQUEST_TIME = [("requested_at_ms", "ascending"), ("request_id", "ascending")]
+
+
 def _request_batches(state_dir: str, columns: Iterable[str], where: Where | None = None, *,
-                     version: int | None = None) -> Iterator[pa.RecordBatch]:
+                     version: int | None = None,
+                     hasher_for: Callable[[int], HexSha256 | None] | None = None
+                     ) -> Iterator[pa.RecordBatch]:
     """The request rows (``columns`` and what their check reads; those ``where`` names)
-    batch by batch, each checked (:func:`check_batch`); at ``version`` when given."""
+    batch by batch, each checked (:func:`check_batch`, on a thread a core:
+    :func:`compactor.threads.map_ahead`; its integrity digests by what ``hasher_for`` gives
+    for a check of the table's rows, else ``hashlib``); at ``version`` when given."""
     require_ledger(state_dir)
     table = open_table(table_path(state_dir, ERASURE_REQUESTS_TABLE))
     if version is not None:
         table.load_as_version(version)
-    for batch in record_batches(table, sorted({*columns, *CHECKED_COLUMNS}), where):
-        check_batch(state_dir, batch)
-        yield batch
+    hasher = (hasher_for(_table_rows(table)) if hasher_for else None) or hex_sha256
+
+    def checked(batch: pa.RecordBatch) -> pa.RecordBatch:
+        check_batch(state_dir, batch, hasher)
+        return batch
+
+    yield from map_ahead(checked, record_batches(table, sorted({*columns, *CHECKED_COLUMNS}),
+                                                 where))
+
+
+def _table_rows(table: DeltaTable) -> int:
+    """The rows of ``table``'s files, from the Delta log's statistics (no file is read)."""
+    import pyarrow.compute as pc
+
+    counts = pa.table(table.get_add_actions(flatten=True)).column("num_records")
+    return int(pc.sum(counts).as_py() or 0)
 
 
 @ledger_errors("read the erasure request ledger")
-def status(state_dir: str, now_ms: int) -> dict[str, Any]:
+def status(state_dir: str, now_ms: int, *,
+           hasher_for: Callable[[int], HexSha256 | None] | None = None) -> dict[str, Any]:
     """Counts by status, the overdue requests (deadline passed, not verified or cancelled),
     the failed ones and where the partially verified ones still have to be scanned: each
     list the first :data:`SHOWN_REQUESTS` by request time, with its count (``*_count``).
-    The ledger is read batch by batch and column-wise: at a million requests the driver holds
-    the counts and those lists, never the rows.
+    The ledger is read batch by batch and column-wise, each batch checked as it is read
+    (``hasher_for``: :func:`_request_batches`): at a million requests the driver holds the
+    counts and those lists, never the rows, and a batch's rows become Python values only
+    among its own first of a list (:class:`_Earliest`).
 
     Raises:
         ConfigError: there is no ledger at ``state_dir``.
@@ -830,40 +863,42 @@ def status(state_dir: str, now_ms: int) -> dict[str, Any]:
     import pyarrow.compute as pc
 
     counts = {s: 0 for s in STATUSES}
-    overdue, failed, partial = _Earliest(), _Earliest(), _Earliest()
+
+    def failure_of(r: dict[str, Any]) -> dict[str, Any]:
+        failure = json.loads(r["failure"]) if r.get("failure") else None
+        return {"request_id": r["request_id"], "topic": r["topic"], "failure": failure,
+                "reason": failure_words(failure)}
+
+    overdue = _Earliest(lambda r: {
+        "request_id": r["request_id"], "topic": r["topic"], "status": r["status"],
+        "deadline_ms": r["deadline_ms"], "overdue_ms": now_ms - r["deadline_ms"]},
+        SHOWN_REQUESTS)
+    failed = _Earliest(failure_of, SHOWN_REQUESTS)
+    # where it still has to be scanned: the replicas the metadata names that no clean
+    # verify covered yet
+    partial = _Earliest(lambda r: {
+        "request_id": r["request_id"], "topic": r["topic"],
+        "places_verified": sorted(k for k, p in json.loads(r.get("places") or "{}").items()
+                                  if p.get("verify_status") == "clean"),
+        "missing_replicas": json.loads(r.get("missing_replicas") or "null")}, SHOWN_REQUESTS)
     done = pa.array(sorted(DONE), pa.large_string())
     version = table_version(state_dir, ERASURE_REQUESTS_TABLE)
     # the places (JSON, the widest column once requests are applied) only of the partially
     # verified requests, read in a second pass filtered to them: most ledgers have none
-    for batch in _request_batches(state_dir, ("failure",), version=version):
+    for batch in _request_batches(state_dir, ("failure",), version=version,
+                                  hasher_for=hasher_for):
         for entry in pc.value_counts(batch.column("status")).to_pylist():
             counts[entry["values"]] = counts.get(entry["values"], 0) + entry["counts"]
         status = pc.cast(batch.column("status"), pa.large_string())
-        late = pc.and_(pc.invert(pc.is_in(status, done)),
-                       pc.less(batch.column("deadline_ms"), now_ms))
-        # only the few rows a list may show become Python values
-        for r in batch.filter(late).to_pylist():
-            overdue.add(r["requested_at_ms"], r["request_id"], {
-                "request_id": r["request_id"], "topic": r["topic"], "status": r["status"],
-                "deadline_ms": r["deadline_ms"], "overdue_ms": now_ms - r["deadline_ms"]})
-        for r in batch.filter(pc.equal(status, RequestStatus.FAILED.value)).to_pylist():
-            failure = json.loads(r["failure"]) if r.get("failure") else None
-            failed.add(r["requested_at_ms"], r["request_id"], {
-                "request_id": r["request_id"], "topic": r["topic"], "failure": failure,
-                "reason": failure_words(failure)})
+        overdue.add(batch.filter(pc.and_(pc.invert(pc.is_in(status, done)),
+                                         pc.less(batch.column("deadline_ms"), now_ms))))
+        failed.add(batch.filter(pc.equal(status, RequestStatus.FAILED.value)))
     if counts.get(RequestStatus.PARTIALLY_VERIFIED.value):
         for batch in _request_batches(
                 state_dir, ("places", "missing_replicas"),
-                ("status", [RequestStatus.PARTIALLY_VERIFIED.value]), version=version):
-            for r in batch.to_pylist():
-                # where it still has to be scanned: the replicas the metadata names that no
-                # clean verify covered yet
-                partial.add(r["requested_at_ms"], r["request_id"], {
-                    "request_id": r["request_id"], "topic": r["topic"],
-                    "places_verified": sorted(
-                        k for k, p in json.loads(r.get("places") or "{}").items()
-                        if p.get("verify_status") == "clean"),
-                    "missing_replicas": json.loads(r.get("missing_replicas") or "null")})
+                ("status", [RequestStatus.PARTIALLY_VERIFIED.value]), version=version,
+                hasher_for=hasher_for):
+            partial.add(batch)
     return {"type": "status", "state_dir": state_dir, "now_ms": now_ms,
             "requests": sum(counts.values()), "by_status": counts,
             "overdue": overdue.items(), "overdue_count": overdue.count,

@@ -90,3 +90,26 @@ def test_one_of_is_the_same_on_a_dictionary_and_never_holds_a_null(
     expected = [v is not None and v in wanted for v in values]
     assert state_tables.is_one_of(plain, chosen).to_pylist() == expected
     assert state_tables.is_one_of(plain.dictionary_encode(), chosen).to_pylist() == expected
+
+
+@given(st.lists(st.lists(st.tuples(st.integers(0, 5), st.text(max_size=4)), max_size=12),
+                max_size=6), st.integers(0, 15))
+def test_status_lists_the_earliest_requests_of_every_batch(
+        batches: list[list[tuple[int, str]]], limit: int) -> None:
+    """``erase status``'s lists (overdue, failed, partially verified): the first ``limit``
+    rows by (requested_at_ms, request_id) of all the batches, as its items, and how many
+    rows there were; a batch turns only its own first rows into Python values."""
+    earliest = ledger._Earliest(lambda r: {"id": r["request_id"], "n": r["n"]}, limit)
+    seen: set[str] = set()
+    every: list[tuple[int, str, int]] = []
+    for rows in batches:
+        rows = [(ms, i) for ms, i in rows if i not in seen]  # ids are unique in a ledger
+        rows = list({i: (ms, i) for ms, i in rows}.values())
+        seen.update(i for _, i in rows)
+        every.extend((ms, i, len(every) + n) for n, (ms, i) in enumerate(rows))
+        earliest.add(pa.RecordBatch.from_pydict({
+            "requested_at_ms": pa.array([ms for ms, _ in rows], pa.int64()),
+            "request_id": pa.array([i for _, i in rows], pa.string()),
+            "n": pa.array([e[2] for e in every[len(every) - len(rows):]], pa.int64())}))
+    assert earliest.count == len(every)
+    assert earliest.items() == [{"id": i, "n": n} for _, i, n in sorted(every)[:limit]]
