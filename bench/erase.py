@@ -42,8 +42,10 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -52,6 +54,8 @@ import compact as compact_bench  # noqa: E402  (bench/compact.py: the same log d
 
 from compactor.tools.ops.generator import DEFAULT_START_MS  # noqa: E402
 from tests.helpers import tree_digest  # noqa: E402
+
+T = TypeVar("T")
 
 
 class DriverMemory(threading.Thread):
@@ -125,7 +129,7 @@ def fresh_copy(source: Path, name: str) -> Path:
     return work
 
 
-def timed(label: str, fn) -> tuple[float, DriverMemory, object]:  # type: ignore[no-untyped-def]
+def timed(label: str, fn: Callable[[], T]) -> tuple[float, DriverMemory, T]:
     import gc
 
     gc.collect()
@@ -205,7 +209,7 @@ def main() -> int:
         seconds, memory, report = timed("compaction round", lambda: run(
             spark, MaintenanceOptions(log_dir=str(work), now_ms=now_ms,
                                       assume_kafka_defaults=True)))
-        assert report.exit_code == 0, report.exit_code  # type: ignore[attr-defined]
+        assert report.exit_code == 0, report.exit_code
         shutil.rmtree(work.parent)
         return seconds
 
@@ -219,9 +223,9 @@ def main() -> int:
         verify_s, verify_memory, verified = timed(f"erase verify, {label}", lambda: erase.verify(
             spark, opts, str(ledger_copy)).to_dict())
         for r in (report, verified):
-            erased = sum(p.get("records_erased", 0) for p in r["partitions"])  # type: ignore[index]
-            print(f"  {r['command']} {r['status']}: {erased:,} records erased, requests "  # type: ignore[index]
-                  f"{r.get('requests_by_outcome')}")  # type: ignore[union-attr]
+            erased = sum(p.get("records_erased", 0) for p in r["partitions"])
+            print(f"  {r['command']} {r['status']}: {erased:,} records erased, requests "
+                  f"{r.get('requests_by_outcome')}")
         # the copies go as the round ends: a later round's writes slowed by half with four
         # rounds' 1.1 GB copies left on this disk (the rewrite 1.1 -> 2.3 s, measured)
         files = tree_digest(work)
@@ -253,7 +257,7 @@ def main() -> int:
     overdue_s, _, overdue = timed(
         f"erase status, {args.subjects:,} requests all overdue",
         lambda: ledger_module.status(str(big_state), late_ms, hasher_for=hasher_for))
-    assert isinstance(overdue, dict) and overdue["overdue_count"] == args.subjects, overdue
+    assert overdue["overdue_count"] == args.subjects, overdue["overdue_count"]
     print(f"the native and the pure path's erased log dirs are byte for byte equal: {same}")
     for r in (first, warm, big, pure):
         shutil.rmtree(r.ledger.parent)
