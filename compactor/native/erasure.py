@@ -60,18 +60,21 @@ def _scan(buf: np.ndarray, rows: np.ndarray, names: np.ndarray, name_starts: np.
           name_lens: np.ndarray, ctx: int, filtered: bool, table: np.ndarray,
           bits: int, hashes: int, position: np.ndarray, offset: np.ndarray,
           header: np.ndarray, digest: np.ndarray, key_digest: np.ndarray, key_null: np.ndarray,
-          bare: np.ndarray, key: np.ndarray) -> int:
+          bare: np.ndarray, key: np.ndarray, resume: np.ndarray) -> int:
     """The entries of the batches ``rows`` (``[start, end, count, lastOffsetDelta,
     baseOffset, position]`` of each batch's records section in ``buf``) into the arrays
     (``key``: 32 bytes of scratch); when ``filtered``, only the entries whose digest the
-    Bloom filter (``table``, ``bits``, ``hashes``) may hold. Returns how many, or
-    :data:`HAND_BACK`, :data:`FULL`."""
+    Bloom filter (``table``, ``bits``, ``hashes``) may hold. Starts at batch ``resume[0]``
+    with ``resume[1]`` entries already in the arrays. Returns how many, or
+    :data:`HAND_BACK`, or :data:`FULL` with ``resume`` set to where to start again: the
+    batch that did not fit and the entries before it (nothing before it is read twice)."""
     data = buf.ctypes.data
     key_at = key.ctypes.data
     digests = digest.ctypes.data
     capacity = len(offset)
-    n = 0
-    for b in range(rows.shape[0]):
+    n = resume[1]
+    for b in range(resume[0], rows.shape[0]):
+        resume[0], resume[1] = b, n  # where a call with larger arrays starts again
         pos, end, count = rows[b, 0], rows[b, 1], rows[b, 2]
         last_delta, base_offset, batch_position = rows[b, 3], rows[b, 4], rows[b, 5]
         previous = -1
@@ -212,18 +215,19 @@ def segment_digests(data: Any, path: str, segment_base: int, names: Sequence[str
             buf = whole
             table[:, 0:2] += (table[:, 5] + RECORDS_OFFSET - table[:, 0])[:, None]
         entries = int(table[:, 2].sum()) * (2 if encoded else 1)
-        # filtered, few entries are kept: room for 1 in 16 (more: called again, 4x the room)
+        # filtered, few entries are kept: room for 1 in 16 (more: 4x the room, the entries
+        # so far copied over, and the kernel goes on from the batch that did not fit)
         capacity = max(16, entries // 16 if filtered else entries)
+        columns = _entry_arrays(capacity)
+        resume = np.zeros(2, np.int64)
         while True:
-            columns = (np.empty(capacity, np.int64), np.empty(capacity, np.int64),
-                       np.empty(capacity, np.int32), np.empty((capacity, DIGEST_BYTES), np.uint8),
-                       np.empty((capacity, DIGEST_BYTES), np.uint8), np.empty(capacity, bool),
-                       np.empty(capacity, bool))
             n = _scan(buf, table, joined, starts, lens, ctx, filtered, table_bits, bits,
-                      hashes, *columns, scratch)
+                      hashes, *columns, scratch, resume)
             if n != FULL:
                 break
             capacity *= 4
+            kept = int(resume[1])
+            columns = tuple(_grown(c, capacity, kept) for c in columns)
         if n == HAND_BACK:
             return False
         # a few entries in large arrays: copied, so that the arrays are freed
@@ -265,6 +269,21 @@ def segment_digests(data: Any, path: str, segment_base: int, names: Sequence[str
                           records=records, headers=headers)
 
 
+def _entry_arrays(capacity: int) -> tuple[np.ndarray, ...]:
+    """The arrays :func:`_scan` fills, room for ``capacity`` entries."""
+    return (np.empty(capacity, np.int64), np.empty(capacity, np.int64),
+            np.empty(capacity, np.int32), np.empty((capacity, DIGEST_BYTES), np.uint8),
+            np.empty((capacity, DIGEST_BYTES), np.uint8), np.empty(capacity, bool),
+            np.empty(capacity, bool))
+
+
+def _grown(column: np.ndarray, capacity: int, kept: int) -> np.ndarray:
+    """``column`` with room for ``capacity`` entries, its first ``kept`` copied over."""
+    grown = np.empty((capacity, *column.shape[1:]), column.dtype)
+    grown[:kept] = column[:kept]
+    return grown
+
+
 def compile_kernels() -> None:
     """Compile (or load from the disk cache) the erasure scan's kernel on empty input, with
     the argument types :func:`segment_digests` passes (its records buffer is always read-only
@@ -274,9 +293,7 @@ def compile_kernels() -> None:
         return
     ctx = sha256.context()
     names, lens = np.frombuffer(b"\0", np.uint8), np.zeros(0, np.int64)  # as segment_digests
-    columns = (np.empty(1, np.int64), np.empty(1, np.int64), np.empty(1, np.int32),
-               np.empty((1, DIGEST_BYTES), np.uint8), np.empty((1, DIGEST_BYTES), np.uint8),
-               np.empty(1, bool), np.empty(1, bool))
     _scan(np.frombuffer(b"", np.uint8), np.zeros((0, _ROW), np.int64), names, lens, lens, ctx,
-          True, np.zeros(8, np.uint8), 8, 1, *columns, np.zeros(DIGEST_BYTES, np.uint8))
+          True, np.zeros(8, np.uint8), 8, 1, *_entry_arrays(1), np.zeros(DIGEST_BYTES, np.uint8),
+          np.zeros(2, np.int64))
     sha256.compile_kernels()
