@@ -16,6 +16,7 @@ import heapq
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import IntEnum
+from typing import NamedTuple
 
 from compactor.cluster.release import KAFKA_20452, TARGET
 from compactor.codec.indexes import AbortedTxn
@@ -27,9 +28,14 @@ INT_MAX = 2**31 - 1
 NO_CONTROL_TYPE = -1  # data batch, or a control batch emptied by the cleaner
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class BatchHeader:
+class BatchHeader(NamedTuple):
     """What the sequential part of a round needs of one batch (no records).
+
+    A named tuple, not a dataclass: every scan makes one a batch (a 64 MiB segment of the
+    benchmarks' logs holds about 6,000), and a frozen dataclass took 2.2 µs to make, a named
+    tuple 1.1 µs with the same keywords and 0.5 by position (measured 30 Nov): the native
+    scan's loop makes it by position (``compactor.native.chunks.segment_headers``), the rest
+    by keyword.
 
     Attributes:
         segment_base: base offset of the segment holding the batch.

@@ -589,14 +589,12 @@ def segment_headers(data: Any, path: str, segment_base: int) -> list[BatchHeader
                                         end_position=at + size, verify_crc=False)
                 headers.append(batch_header(batch, segment_base))
                 continue
+            # by position, in BatchHeader's field order (half the cost of keywords; the fast
+            # path's property tests hold these headers equal to the reference's)
             headers.append(BatchHeader(
-                segment_base=segment_base, position=at, size_in_bytes=size, base_offset=base,
-                last_offset=base + last_delta, magic=2, is_control=False,
-                is_transactional=bool(attrs & ATTR_TRANSACTIONAL),
-                control_type=NO_CONTROL_TYPE, producer_id=pid, producer_epoch=epoch,
-                max_timestamp=max_ts,
-                horizon_ms=base_ts if attrs & ATTR_DELETE_HORIZON else -1,
-                records_count=count))
+                segment_base, at, size, base, base + last_delta, 2, False,
+                bool(attrs & ATTR_TRANSACTIONAL), NO_CONTROL_TYPE, pid, epoch, max_ts,
+                base_ts if attrs & ATTR_DELETE_HORIZON else -1, count))
     STATS["segments_framed"] += 1
     return headers
 

@@ -205,8 +205,9 @@ def headers_from_arrow(table: pa.Table) -> list[BatchHeader]:
     one call each, not a conversion per field and row)."""
     table = table.sort_by([("segment_base", "ascending"), ("position", "ascending")])
     columns = [table.column(name).to_pylist() for name in HEADER_FIELDS]
+    make = BatchHeader._make  # its fields in BATCH_HEADER's order (tests/unit/test_rows.py)
     with _collector_paused():
-        return [BatchHeader(**dict(zip(HEADER_FIELDS, values))) for values in zip(*columns)]
+        return [make(values) for values in zip(*columns)]
 
 
 def _table(rows: Sequence[tuple[Any, ...]], schema: pa.Schema) -> pa.Table:

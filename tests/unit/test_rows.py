@@ -134,3 +134,20 @@ def test_a_group_without_rows_to_shuffle_still_hands_on_what_it_superseded() -> 
     assert table.num_rows == 3
     assert sorted(o for v in table.column("within").to_pylist()
                   for o in transforms.unpack_offsets(v).tolist()) == [7, 8, 11]
+
+
+@given(st.lists(st.tuples(*(st.integers(0, 2**40) for _ in range(14))), max_size=5))
+def test_a_batch_header_survives_its_arrow_row(values: list[tuple[int, ...]]) -> None:
+    """``headers_from_arrow`` makes each header from its row's values in ``BATCH_HEADER``'s
+    order: that must be ``BatchHeader``'s own, field by field."""
+    import pyarrow as pa
+
+    from compactor.cleaner.policy import BatchHeader
+
+    assert tuple(transforms.HEADER_FIELDS) == BatchHeader._fields
+    headers = sorted({BatchHeader(**dict(zip(BatchHeader._fields, v))) for v in values},
+                     key=lambda h: (h.segment_base, h.position))
+    headers = list({(h.segment_base, h.position): h for h in headers}.values())
+    table = pa.table({name: [getattr(h, name) for h in headers]
+                      for name in transforms.HEADER_FIELDS})
+    assert transforms.headers_from_arrow(table) == headers
