@@ -13,6 +13,7 @@ and gets one from :func:`engine`.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -55,6 +56,13 @@ def engine(writer: str) -> Engine:
 #: kernel beside it. Below this many rows ``hashlib`` takes under 0.15 s, and the thread would
 #: only take a core from the JVM's start that follows.
 NATIVE_CHECK_ROWS = 200_000
+#: how long a check waits for the kernel its thread is loading before it digests with
+#: ``hashlib``: loaded from numba's cache it is there in 0.3-0.8 s, and ``hashlib``, holding the
+#: GIL a row at a time, slows the load and the summary's other threads (a fresh process's first
+#: 1 M-row summary, its batches checked on both cores: 1.18 s digesting with ``hashlib`` until
+#: the kernel is there, 1.00-1.04 s waiting for it; 30 Nov). Compiled from nothing (no disk
+#: cache) it takes about 30 s: the check then goes on with ``hashlib``.
+KERNEL_WAIT_S = 1.0
 
 
 def integrity_digests(writer: str, rows: int) -> Callable[[Any], Any] | None:
@@ -62,7 +70,8 @@ def integrity_digests(writer: str, rows: int) -> Callable[[Any], Any] | None:
     the kernel's (:func:`compactor.native.sha256.hex_sha256`, libcrypto called from numba)
     where the run is native, libcrypto is there and the kernel is loaded in this process
     already; for a check of :data:`NATIVE_CHECK_ROWS` rows or more, one that loads it in a
-    thread and digests with ``hashlib`` until it is there (:class:`_LoadingHasher`); else
+    thread, waits for it a while and digests with ``hashlib`` if it is not there yet
+    (:class:`_LoadingHasher`); else
     ``None``: the check's own ``hashlib`` (:func:`compactor.erasure.rules.hex_sha256`, the same
     digests), without importing numba."""
     import sys
@@ -79,12 +88,15 @@ def integrity_digests(writer: str, rows: int) -> Callable[[Any], Any] | None:
 
 class _LoadingHasher:
     """The hex SHA-256 of an Arrow array (:data:`compactor.erasure.rules.HexSha256`): the
-    kernel's once a thread of its own has loaded it, ``hashlib``'s until then, so a large check
-    pays for no start. The thread is not a daemon: the interpreter waits for it to finish
-    loading before it exits, never stopping numba halfway."""
+    kernel's once a thread of its own has loaded it; until then each call waits for the load
+    until ``wait_s`` after the hasher was made (:data:`KERNEL_WAIT_S`), then digests with
+    ``hashlib``, so a large check never waits for a compilation. The thread is not a daemon:
+    the interpreter waits for it to finish loading before it exits, never stopping numba
+    halfway."""
 
-    def __init__(self) -> None:
+    def __init__(self, wait_s: float = KERNEL_WAIT_S) -> None:
         self._kernel: Callable[[Any], Any] | None = None
+        self._until = time.monotonic() + wait_s
         self._thread = threading.Thread(target=self._load, name="sha256-kernel", daemon=False)
         self._thread.start()
 
@@ -106,6 +118,9 @@ class _LoadingHasher:
 
     def __call__(self, values: Any) -> Any:
         kernel = self._kernel
+        if kernel is None:
+            self._thread.join(max(0.0, self._until - time.monotonic()))
+            kernel = self._kernel
         if kernel is not None:
             return kernel(values)
         from compactor.erasure.rules import hex_sha256

@@ -62,6 +62,10 @@ def test_the_ledger_check_takes_the_kernel_only_where_it_pays(
     assert isinstance(made, native._LoadingHasher)
     assert made(array).to_pylist() == [hashlib.sha256(v).hexdigest() for v in values]
     made.join()
+    # a hasher that waits for no load digests with hashlib meanwhile: the same digests
+    impatient = native._LoadingHasher(wait_s=0)
+    assert impatient(array).to_pylist() == [hashlib.sha256(v).hexdigest() for v in values]
+    impatient.join()
     assert made.kernel is not None and made.kernel.__name__ == "hex_sha256"
     assert made(array).to_pylist() == [hashlib.sha256(v).hexdigest() for v in values]
     loaded = native.integrity_digests("native", 10)  # loaded now: every check takes it
