@@ -86,3 +86,55 @@ def test_a_source_changed_since_the_scan_aborts_the_swap(tmp_path: Path, change:
 
 def scanned_mtime_ns(scanned: dict[str, str], name: str) -> int:
     return int(scanned[name].split(":")[1])
+
+
+def _two_groups(tmp_path: Path) -> tuple[Path, list[object]]:
+    """A partition of two segments, each its own group, and their commit messages."""
+    pdir = tmp_path / "t-0"
+    pdir.mkdir()
+    segments = {}
+    for base in (0, 3):
+        segments[base] = encode_batch(NewRecordBatch(base_offset=base, records=[
+            NewRecord(offset_delta=i, timestamp=1_700_000_000_000 + base + i,
+                      key=b"k%d" % (base + i), value=b"v") for i in range(3)]))
+        (pdir / f"{base:020d}.log").write_bytes(segments[base])
+    (pdir / f"{6:020d}.log").write_bytes(b"")  # the active segment
+    part = load_partition(str(pdir))
+    inp = PartitionInput(path=str(pdir), segments=part.segments,
+                         config=TopicConfig(cleanup_policy=frozenset({"compact"})),
+                         cleaner_checkpoint=None, log_start_checkpoint=None,
+                         replication_checkpoint=None, aborted_txns=(), now_ms=10)
+    keep = BatchDecision(retention=BatchRetention.DELETE_EMPTY, aborted=False,
+                         discard_records=False, retain_deletes=True, marker_horizon=False)
+    decisions = {(base, b.position): keep for base, data in segments.items()
+                 for b in iter_batches(data)}
+    messages = [write_group(inp, [base], decisions, {base + 1}, first_dirty=0, engine=PURE)
+                for base in (0, 3)]
+    assert all(m.error is None for m in messages)
+    return pdir, messages
+
+
+def test_a_later_groups_bad_cleaned_log_leaves_every_group_of_the_partition_old(
+        tmp_path: Path) -> None:
+    """Every group's cleaned log is checked before the first swap: a partition is never left
+    with its first groups new when a later one's cleaned log is not what its executor wrote
+    (the check ran group by group before, just ahead of each group's swap)."""
+    pdir, messages = _two_groups(tmp_path)
+    later = pdir / f"{3:020d}.log.cleaned"
+    later.write_bytes(later.read_bytes()[:-1])
+    before = tree_digest(pdir)
+    with pytest.raises(CommitConflictError) as raised:
+        swap.commit_partition(str(pdir), messages, storage.identities(str(pdir)))
+    assert raised.value.path == str(later)
+    assert tree_digest(pdir) == before  # nothing renamed, the first group's .cleaned too
+    assert swap.commit_isolated(str(pdir), messages, storage.identities(str(pdir))) is not None
+    assert tree_digest(pdir) == {k: v for k, v in before.items() if not k.endswith(".cleaned")}
+
+
+def test_two_groups_swap_in_order(tmp_path: Path) -> None:
+    pdir, messages = _two_groups(tmp_path)
+    swap.commit_partition(str(pdir), messages, storage.identities(str(pdir)))
+    for base in (0, 3):
+        (batch,) = iter_batches((pdir / f"{base:020d}.log").read_bytes())
+        assert [r.offset for r in batch.records()] == [base, base + 2]
+    assert not [p for p in pdir.iterdir() if p.suffix in (".cleaned", ".swap", ".deleted")]
