@@ -18,6 +18,18 @@ from compactor.log.layout import load_partition
 from compactor.spark.writer import write_group
 from tests.helpers import tree_digest
 
+#: every batch kept as it is (the superseded records go, the batch stays)
+KEEP = BatchDecision(retention=BatchRetention.DELETE_EMPTY, aborted=False,
+                     discard_records=False, retain_deletes=True, marker_horizon=False)
+
+
+def _input(pdir: Path) -> PartitionInput:
+    """The round's input for the compacted partition at ``pdir``."""
+    return PartitionInput(path=str(pdir), segments=load_partition(str(pdir)).segments,
+                          config=TopicConfig(cleanup_policy=frozenset({"compact"})),
+                          cleaner_checkpoint=None, log_start_checkpoint=None,
+                          replication_checkpoint=None, aborted_txns=(), now_ms=10)
+
 
 def _cleaned(tmp_path: Path) -> tuple[Path, object]:
     """A one-segment partition and the commit message of its rewritten group."""
@@ -28,15 +40,8 @@ def _cleaned(tmp_path: Path) -> tuple[Path, object]:
         for i in range(3)]))
     (pdir / f"{0:020d}.log").write_bytes(data)
     (pdir / f"{3:020d}.log").write_bytes(b"")  # the active segment
-    part = load_partition(str(pdir))
-    inp = PartitionInput(path=str(pdir), segments=part.segments,
-                         config=TopicConfig(cleanup_policy=frozenset({"compact"})),
-                         cleaner_checkpoint=None, log_start_checkpoint=None,
-                         replication_checkpoint=None, aborted_txns=(), now_ms=10)
-    keep = BatchDecision(retention=BatchRetention.DELETE_EMPTY, aborted=False,
-                         discard_records=False, retain_deletes=True, marker_horizon=False)
-    decisions = {(0, b.position): keep for b in iter_batches(data)}
-    message = write_group(inp, [0], decisions, {1}, first_dirty=0, engine=PURE)
+    decisions = {(0, b.position): KEEP for b in iter_batches(data)}
+    message = write_group(_input(pdir), [0], decisions, {1}, first_dirty=0, engine=PURE)
     assert message.error is None and list(pdir.glob("*.cleaned"))
     return pdir, message
 
@@ -99,14 +104,8 @@ def _two_groups(tmp_path: Path) -> tuple[Path, list[object]]:
                       key=b"k%d" % (base + i), value=b"v") for i in range(3)]))
         (pdir / f"{base:020d}.log").write_bytes(segments[base])
     (pdir / f"{6:020d}.log").write_bytes(b"")  # the active segment
-    part = load_partition(str(pdir))
-    inp = PartitionInput(path=str(pdir), segments=part.segments,
-                         config=TopicConfig(cleanup_policy=frozenset({"compact"})),
-                         cleaner_checkpoint=None, log_start_checkpoint=None,
-                         replication_checkpoint=None, aborted_txns=(), now_ms=10)
-    keep = BatchDecision(retention=BatchRetention.DELETE_EMPTY, aborted=False,
-                         discard_records=False, retain_deletes=True, marker_horizon=False)
-    decisions = {(base, b.position): keep for base, data in segments.items()
+    inp = _input(pdir)
+    decisions = {(base, b.position): KEEP for base, data in segments.items()
                  for b in iter_batches(data)}
     messages = [write_group(inp, [base], decisions, {base + 1}, first_dirty=0, engine=PURE)
                 for base in (0, 3)]
