@@ -1,12 +1,14 @@
 """Work on the driver's own cores: a loop's per-item work spread over a thread a core, its
-results taken in the loop's order. Pure of files, Spark and the clock; the work itself must
-release the GIL (Arrow's compute, numpy's, a ``nogil`` kernel) for the threads to pay."""
+results taken in the loop's order (:func:`map_ahead`), and checks of many items whose first
+failure in order is the one raised (:func:`check_each`). Pure of files, Spark and the clock;
+the work itself must release the GIL (Arrow's compute, numpy's, a ``nogil`` kernel, file
+reads) for the threads to pay."""
 
 from __future__ import annotations
 
 import os
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TypeVar
 
@@ -52,3 +54,23 @@ def map_ahead(work: Callable[[T], R], items: Iterable[T], *, threads: int | None
         finally:
             for future in pending:
                 future.cancel()
+
+
+def check_each(check: Callable[[T], object], items: Sequence[T]) -> None:
+    """``check(item)`` for every one of ``items``, on a thread a core (one a core at most,
+    none more than there are items); then the first of them in ``items``' order whose check
+    raised has its exception raised again, whatever order the threads finished in, so the
+    item a failure names does not depend on timing. Every check runs to its end first."""
+    def caught(item: T) -> Exception | None:
+        try:
+            check(item)
+        except Exception as err:  # raised below, the first in the items' order
+            return err
+        return None
+
+    with ThreadPoolExecutor(max(1, min(len(items), os.cpu_count() or 1)),
+                            thread_name_prefix="check-each") as pool:
+        failures = list(pool.map(caught, items))
+    first = next((f for f in failures if f is not None), None)
+    if first is not None:
+        raise first

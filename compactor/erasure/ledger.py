@@ -828,7 +828,7 @@ def _request_batches(state_dir: str, columns: Iterable[str], where: Where | None
     table = open_table(table_path(state_dir, ERASURE_REQUESTS_TABLE))
     if version is not None:
         table.load_as_version(version)
-    hasher = (hasher_for(_table_rows(table)) if hasher_for else None) or hex_sha256
+    hasher = (hasher_for(_rows(table)) if hasher_for else None) or hex_sha256
 
     def checked(batch: pa.RecordBatch) -> pa.RecordBatch:
         check_batch(state_dir, batch, hasher)
@@ -836,17 +836,6 @@ def _request_batches(state_dir: str, columns: Iterable[str], where: Where | None
 
     yield from map_ahead(checked, record_batches(table, sorted({*columns, *CHECKED_COLUMNS}),
                                                  where))
-
-
-def _table_rows(table: DeltaTable) -> int:
-    """The rows of ``table``'s files, from the Delta log's statistics (no file is read; a
-    file without them counts none: the count only chooses the check's hasher)."""
-    import pyarrow.compute as pc
-
-    actions = pa.table(table.get_add_actions(flatten=True))
-    if "num_records" not in actions.column_names:
-        return 0
-    return int(pc.sum(actions.column("num_records")).as_py() or 0)
 
 
 @ledger_errors("read the erasure request ledger")

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from compactor.threads import map_ahead
+from compactor.threads import check_each, map_ahead
 
 
 def _slow_square(x: int) -> int:
@@ -88,3 +88,25 @@ def test_closing_early_stops_drawing_and_waits_for_the_work_under_way() -> None:
     # item 0 taken, item 1 under way at most: the two still queued were cancelled
     assert len(started) == settled <= 2
     assert not [t for t in threading.enumerate() if t.name.startswith("map-ahead")]
+
+
+@given(st.lists(st.booleans(), max_size=12))
+def test_check_each_raises_the_first_failure_in_the_items_order(fails: list[bool]) -> None:
+    """Whatever order the threads finish in (an earlier item's check sleeps longer), the
+    failure raised is the first failing item's, as the plain loop's first would be, and
+    every item is checked."""
+    checked: list[int] = []
+
+    def check(i: int) -> None:
+        time.sleep((len(fails) - i) / 4000)  # the later items finish first
+        checked.append(i)
+        if fails[i]:
+            raise ValueError(f"item {i}")
+
+    first = next((i for i, f in enumerate(fails) if f), None)
+    if first is None:
+        check_each(check, range(len(fails)))
+    else:
+        with pytest.raises(ValueError, match=f"^item {first}$"):
+            check_each(check, range(len(fails)))
+    assert sorted(checked) == list(range(len(fails)))
