@@ -1,5 +1,10 @@
 # kafka-compactor: the two commands of the README are `make demo` and `make test`.
-PYTHON ?= python3.11
+# The interpreter .venv is made from: Debian's own python3.11 when it can make a venv (the
+# python3.11-venv package: the one deploy/Dockerfile installs), else the first python3.11 on
+# PATH. Debian builds it with PGO and LTO; a source build without them (pyenv's default) ran
+# the driver's ledger passes and the pure writer 1.5x slower here (docs/operations.md).
+PYTHON ?= $(firstword $(shell /usr/bin/python3.11 -c 'import ensurepip, venv' 2>/dev/null \
+	&& echo /usr/bin/python3.11) python3.11)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
