@@ -463,7 +463,8 @@ def apply(spark: SparkSession | None, opts: MaintenanceOptions, state_dir: str, 
         writable = {i for i in parts if i not in errors and i not in held}
         messages = {} if dry_run else _rewrite(session, log_dir, dirs, parts, plan, writable,
                                                catalog.configs, errors, found.headers,
-                                               assume_committed=opts.assume_committed)
+                                               assume_committed=opts.assume_committed,
+                                               writer=opts.writer)
         lines: dict[int, dict[str, Any]] = {}
         for i, d in dirs.items():
             line: dict[str, Any] = d.line()
@@ -781,9 +782,10 @@ def _rewrite(spark: LazySession, log_dir: str, dirs: Mapping[int, _Dir],
              parts: Mapping[int, PartitionLog], plan: _Plan, writable: set[int],
              configs: Mapping[str, TopicConfig], errors: dict[int, dict[str, Any]],
              headers: Mapping[int, Sequence[BatchHeader]], *,
-             assume_committed: bool = False) -> dict[int, list[Any]]:
+             assume_committed: bool = False, writer: str = "native") -> dict[int, list[Any]]:
     """Write ``.cleaned`` copies of the segments holding erased records (readable
-    directories only; ``headers``: their batches the checks read, from the erasure's scan); a
+    directories only; ``headers``: their batches the checks read, from the erasure's scan;
+    ``writer``: the engine that frames them); a
     directory whose transaction index fails the partition-wide check
     (:func:`compactor.cleaner.verify.txn_problems`) is added to ``errors`` and left alone."""
     hit = {i: parts[i] for i in writable if plan.segments(i)}
@@ -814,7 +816,7 @@ def _rewrite(spark: LazySession, log_dir: str, dirs: Mapping[int, _Dir],
                           json.dumps(sorted(p for b, p in keep if b == base)),
                           json.dumps({str(p): sorted(o) for p, o in bare.get(base, {}).items()})))
     out: dict[int, list[Any]] = defaultdict(list)
-    for message in spark_stages.rewrite_segments(spark(), tasks, segments):
+    for message in spark_stages.rewrite_segments(spark(), tasks, segments, writer=writer):
         out[message.tp_id].append(message)
     return out
 

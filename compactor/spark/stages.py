@@ -721,14 +721,15 @@ def key_offsets(spark: SparkSession, parts: Mapping[int, HasSegments],
 
 
 def rewrite_segments(spark: SparkSession, tasks: Sequence[tuple[Any, ...]],
-                     segments: Mapping[tuple[int, int], tuple[str, SegmentInfo, TopicConfig]]
-                     ) -> list[CommitMessage]:
+                     segments: Mapping[tuple[int, int], tuple[str, SegmentInfo, TopicConfig]],
+                     *, writer: str = "native") -> list[CommitMessage]:
     """Write the erased copy of each segment of ``tasks`` (``compactor.schemas.spark.ERASURE_TASK``
-    rows) as ``.cleaned`` files; one commit message per segment."""
+    rows) as ``.cleaned`` files, the segments framed by the ``writer`` engine; one commit
+    message per segment."""
     sizes = [segments[(t[0], t[1])][1].size_bytes if (t[0], t[1]) in segments else 0
              for t in tasks]
     df = balanced_tasks(spark, list(zip(tasks, sizes, strict=True)), ERASURE_TASK)
     total = sum(sizes)
     with spark_step(spark, "erase_rewrite", total_bytes=total):
-        rows = df.transform(transforms.rewrite_erased(segments)).collect()
+        rows = df.transform(transforms.rewrite_erased(segments, writer=writer)).collect()
     return [transforms.message_from_row(r) for r in rows]

@@ -879,16 +879,18 @@ def scan_key_offsets(wanted: Mapping[int, frozenset[bytes]]) -> Transform:
     return lambda tasks: tasks.mapInArrow(storage.portable(scan), KEY_OFFSET)
 
 
-def rewrite_erased(segments: Mapping[tuple[int, int], tuple[str, SegmentInfo, TopicConfig]]
-                   ) -> Transform:
+def rewrite_erased(segments: Mapping[tuple[int, int], tuple[str, SegmentInfo, TopicConfig]],
+                   *, writer: str = "native") -> Transform:
     """``ERASURE_TASK`` rows -> one ``COMMIT_MESSAGE`` row per segment, written by the executor
     (:func:`compactor.spark.writer.write_erased_segment`).
 
     Args:
         segments: (tp id, segment base) -> (partition dir, segment, topic config).
+        writer: the engine that frames the segments (:func:`compactor.native.engine`).
     """
 
     def rewrite(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        engine = record_engine(writer)
         for tasks in batches:
             for row in tasks.to_pylist():
                 pdir, seg, cfg = segments[(row["tp_id"], row["segment_base"])]
@@ -898,7 +900,7 @@ def rewrite_erased(segments: Mapping[tuple[int, int], tuple[str, SegmentInfo, To
                 with _collector_paused():
                     m = write_erased_segment(pdir, seg, erased,
                                              set(json.loads(row["retain_empty_json"])),
-                                             cfg, tombstones=tombstones)
+                                             cfg, tombstones=tombstones, engine=engine)
                 yield pa.RecordBatch.from_pylist([message_to_row(row["tp_id"], m)],
                                                  schema=_COMMIT_ARROW)
 

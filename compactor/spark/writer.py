@@ -18,7 +18,7 @@ import numpy as np
 from compactor.cleaner.planning import over_task_keys
 from compactor.cleaner.policy import BatchDecision, BatchRetention, PartitionInput
 from compactor.cleaner.rebatch import SegmentBuilder, filter_batch
-from compactor.cleaner.rewrite import Engine, Fallback, GroupRewrite, fallback_group
+from compactor.cleaner.rewrite import PURE, Engine, Fallback, GroupRewrite, fallback_group
 from compactor.codec.indexes import AbortedTxn, decode_txn_index
 from compactor.codec.records import RecordBatch
 from compactor.codec.segment import chunk_ranges, iter_batches
@@ -413,6 +413,7 @@ def write_erased_segment(
     config: TopicConfig,
     *,
     tombstones: Mapping[int, Collection[int]] | None = None,
+    engine: Engine = PURE,
 ) -> CommitMessage:
     """Rewrite one segment without the erased records, as a ``.cleaned`` segment (executor
     side of ``erase apply``; the driver swaps it in like a one-segment compaction group).
@@ -428,12 +429,15 @@ def write_erased_segment(
         erased: batch position -> offsets of its records to erase.
         tombstones: batch position -> offsets of records replaced by a bare tombstone (same
             offset, key and timestamp; no value, no headers): ``--leave-tombstone``.
+        engine: what frames the segment (:meth:`Engine.segment_headers`: the native one
+            frames it and checks its CRCs in bulk; the pure one, or a segment it declines,
+            batch by batch). Both write the same bytes.
     """
     started = time.perf_counter()
     base = segment.base_offset
     try:
         message = _write_erased(partition_dir, segment, erased, retain_empty, config,
-                                tombstones or {})
+                                tombstones or {}, engine)
     except CompactorError as err:
         remove_cleaned(partition_dir, base)
         return CommitMessage(group_base=base, source_bases=(base,), error=err.to_dict(),
@@ -443,7 +447,7 @@ def write_erased_segment(
 
 def _write_erased(partition_dir: str, segment: SegmentInfo, erased: Mapping[int, Collection[int]],
                   retain_empty: Collection[int], config: TopicConfig,
-                  tombstones: Mapping[int, Collection[int]]) -> CommitMessage:
+                  tombstones: Mapping[int, Collection[int]], engine: Engine) -> CommitMessage:
     base = segment.base_offset
     tally = _Tally()
 
@@ -460,26 +464,31 @@ def _write_erased(partition_dir: str, segment: SegmentInfo, erased: Mapping[int,
                     yield data[span[0]:span[0] + span[1]], list(run), None, ()
                     run.clear()
 
-            for batch in iter_batches(data, path=segment.log_path):
+            for position, size, count, batch in _erasure_entries(data, segment, engine):
                 tally.batches_in += 1
-                goes = erased.get(batch.position)
-                bare = tombstones.get(batch.position)
+                goes = erased.get(position)
+                bare = tombstones.get(position)
                 if not goes and not bare:
-                    n = batch.records_count if batch.magic >= 2 else len(batch.records())
-                    tally.records_in += n
-                    tally.records_out += n
-                    if batch.magic >= 2:
-                        if run and batch.position != span[0] + span[1]:
+                    if batch is None or batch.magic >= 2:  # copied verbatim in its run
+                        tally.records_in += count
+                        tally.records_out += count
+                        if run and position != span[0] + span[1]:
                             yield from flush()
                         if not run:
-                            span[:] = [batch.position, 0]
-                        run.append(len(batch.raw))
-                        span[1] += len(batch.raw)
+                            span[:] = [position, 0]
+                        run.append(size)
+                        span[1] += size
                         continue
+                    n = len(batch.records())  # v0/v1: copied verbatim on its own
+                    tally.records_in += n
+                    tally.records_out += n
                     yield from flush()
                     yield batch.raw, None, batch, ()
                     continue
                 yield from flush()
+                if batch is None:
+                    (batch,) = iter_batches(data, path=segment.log_path, start_position=position,
+                                            end_position=position + size)
                 retention = (BatchRetention.RETAIN_EMPTY if batch.position in retain_empty
                              else BatchRetention.DELETE_EMPTY)
                 decision = BatchDecision(retention=retention, aborted=False, discard_records=False,
@@ -513,6 +522,24 @@ def _write_erased(partition_dir: str, segment: SegmentInfo, erased: Mapping[int,
             f"{found} were found", path=segment.log_path,
             remedy="the segment changed during the run; rerun once nothing else writes to it")
     return message
+
+
+def _erasure_entries(data: Any, segment: SegmentInfo, engine: Engine
+                     ) -> Iterator[tuple[int, int, int, RecordBatch | None]]:
+    """The entries of a segment an erasure rewrites, in file order: ``(position, size,
+    records, batch)``. The engine frames the whole segment in bulk, CRCs checked
+    (:meth:`Engine.segment_headers`: every batch v2 with a sound header; ``batch`` is then
+    ``None``, decoded by the caller only where it erases), else each batch is read and
+    checked here, the first bad one raising its located error (``records`` is ``0`` for a
+    v0/v1 entry: the caller counts its records)."""
+    framed = engine.segment_headers(data, segment.log_path, segment.base_offset)
+    if framed is not None:
+        for h in framed:
+            yield h.position, h.size_in_bytes, h.records_count, None
+        return
+    for batch in iter_batches(data, path=segment.log_path):
+        yield (batch.position, len(batch.raw), batch.records_count if batch.magic >= 2 else 0,
+               batch)
 
 
 #: what a rewrite hands :func:`_write_cleaned`, in output order: ``(bytes, sizes, source
