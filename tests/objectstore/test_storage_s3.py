@@ -267,6 +267,41 @@ def test_an_expired_lease_is_taken_without_breaking_it(s3_storage: S3Server) -> 
     assert not storage.exists(f"{url}/{LEASE_NAME}")
 
 
+def test_a_lease_released_and_taken_again_while_it_is_read_is_held(
+        s3_storage: S3Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run whose lease put is refused reads the holder's lease; if that holder releases it
+    and a third run takes it between the run's HEAD and its GET (seen on a loaded machine,
+    four `erase request`s racing for the ledger's writer lease), the run is refused as by any
+    live lease, which the state dir's waiting lock retries: not a storage error."""
+    url = fresh_url("lease-race")
+    lease_url = f"{url}/{LEASE_NAME}"
+    storage.write_durable(f"{url}/t-0/0.log", b"")
+
+    def lease(pid: int) -> bytes:
+        return json.dumps({"owner": f"run-{pid}", "host": "elsewhere", "pid": pid,
+                           "expires_ms": int(time.time() * 1000) + 60_000}).encode()
+
+    storage.write_durable(lease_url, lease(101))
+    store = storage.store_for(url)
+    real_read = store.read_bytes
+
+    def racing_read(path: str, *args, **kwargs) -> bytes:
+        if path != lease_url:
+            return real_read(path, *args, **kwargs)
+        store.remove(path)  # the holder releases it ...
+        try:
+            return real_read(path, *args, **kwargs)
+        finally:
+            storage.write_durable(path, lease(202))  # ... and a third run takes it
+
+    monkeypatch.setattr(store, "read_bytes", racing_read)
+    with pytest.raises(LogDirLockedError):
+        with storage.log_dir_lock(url):
+            pass
+    monkeypatch.undo()
+    assert json.loads(storage.read_bytes(lease_url))["pid"] == 202  # the third run's, kept
+
+
 def test_a_lease_needs_an_existing_log_dir(s3_storage: S3Server) -> None:
     with pytest.raises(LogDirError) as err:
         with storage.log_dir_lock(fresh_url("nothing-here")):

@@ -628,18 +628,22 @@ class _Lease:
         found = self.store.head(self.url)
         sent = time.monotonic()
         if found is None:  # released meanwhile: race for it again
-            self._written(self.store.put(self.url, self._body(), if_none_match=True,
-                                         fenced=False), sent)
+            self._race_again(sent)
             return
         try:
             raw = self.store.read_bytes(self.url)
         except StorageError:
-            if self.store.head(self.url) is not None:
-                raise
-            # released between the HEAD and the GET: race for it again
-            self._written(self.store.put(self.url, self._body(), if_none_match=True,
-                                         fenced=False), time.monotonic())
-            return
+            again = self.store.head(self.url)
+            if again is None:  # released between the HEAD and the GET: race for it again
+                self._race_again(time.monotonic())
+                return
+            if again.get("ETag") == found.get("ETag"):
+                raise  # the same lease, unreadable
+            # released and taken by another run between the HEAD and the GET (seen with
+            # four runs racing for a state dir's lease): held, as by any live lease
+            raise LogDirLockedError("the lease changed hands while this run read it",
+                                    path=self.url, remedy="wait for that run to finish"
+                                    ) from None
         try:
             holder = json.loads(raw)
             expires = int(holder["expires_ms"])
@@ -660,6 +664,15 @@ class _Lease:
         except ConditionFailedError as err:
             raise LogDirLockedError("another run took the expired lease first", path=self.url,
                                     remedy="wait for that run to finish") from err
+
+    def _race_again(self, sent: float) -> None:
+        """Take a lease found released, unless another run takes it first."""
+        try:
+            self._written(self.store.put(self.url, self._body(), if_none_match=True,
+                                         fenced=False), sent)
+        except ConditionFailedError as err:
+            raise LogDirLockedError("another run took the released lease first",
+                                    path=self.url, remedy="wait for that run to finish") from err
 
     def _renew_once(self) -> None:
         """One conditional renewal; marks the lease lost when it is refused or when it
