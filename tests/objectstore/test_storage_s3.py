@@ -302,6 +302,36 @@ def test_a_lease_released_and_taken_again_while_it_is_read_is_held(
     assert json.loads(storage.read_bytes(lease_url))["pid"] == 202  # the third run's, kept
 
 
+def test_a_lease_seen_released_but_taken_first_by_another_run_is_held(
+        s3_storage: S3Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run whose lease put is refused finds the lease gone at its HEAD (released) and races
+    for it again; when another run wins that race, the run is refused as by any live lease
+    (``_Lease._race_again``), not with the store's raw ``ConditionFailedError``."""
+    url = fresh_url("lease-rerace")
+    lease_url = f"{url}/{LEASE_NAME}"
+    storage.write_durable(f"{url}/t-0/0.log", b"")
+    storage.write_durable(lease_url, json.dumps({
+        "owner": "run-303", "host": "elsewhere", "pid": 303,
+        "expires_ms": int(time.time() * 1000) + 60_000}).encode())
+    store = storage.store_for(url)
+    real_head = store.head
+    seen: list[str] = []
+
+    def released_at_head(path: str, *args, **kwargs):
+        if path == lease_url and not seen:  # the HEAD sees it released; the other run's is there
+            seen.append(path)
+            return None
+        return real_head(path, *args, **kwargs)
+
+    monkeypatch.setattr(store, "head", released_at_head)
+    with pytest.raises(LogDirLockedError):
+        with storage.log_dir_lock(url):
+            pass
+    monkeypatch.undo()
+    assert seen == [lease_url]
+    assert json.loads(storage.read_bytes(lease_url))["pid"] == 303  # the other run's, kept
+
+
 def test_a_lease_needs_an_existing_log_dir(s3_storage: S3Server) -> None:
     with pytest.raises(LogDirError) as err:
         with storage.log_dir_lock(fresh_url("nothing-here")):
