@@ -42,8 +42,18 @@ from compactor.spark import delta, transforms
 from compactor.spark.progress import spark_step
 from compactor.state import tables as state_tables
 
-SHUFFLE_SETTINGS = ("spark.sql.adaptive.coalescePartitions.enabled",
-                    "spark.sql.shuffle.partitions")
+#: the session's settings a round sets for itself (:func:`round_settings`)
+ROUND_SETTINGS = ("spark.sql.adaptive.coalescePartitions.enabled", "spark.sql.shuffle.partitions",
+                  "spark.sql.execution.arrow.maxBytesPerBatch")
+#: the bytes of rows a round's Python task gets from the JVM in one Arrow batch at most. The
+#: offset map's bucket tasks take rows of about a megabyte each (a group's keyed records in one
+#: bucket, :func:`compactor.spark.transforms.key_buckets`), which Spark's 10,000 rows a batch
+#: (``spark.sql.execution.arrow.maxRecordsPerBatch``) sent as one batch of a task's whole input,
+#: about 18 MB on the 1 M-key benchmark log: its first tasks then took 0.5-1.3 s to receive
+#: it, most of it the JVM's own CPU, where a batch of 2 MiB takes under 0.12 s (the stage's
+#: wall 1.5-1.9 s -> 0.46-0.6 s; 16 MiB did not help, 4 MiB halfway; docs/benchmarks.md). The
+#: grouped stages' batches (a group's decisions or offsets) stay far below it.
+ROUND_ARROW_BATCH_BYTES = 2 << 20
 
 
 class HasSegments(Protocol):
@@ -54,7 +64,8 @@ class HasSegments(Protocol):
 
 
 def size_shuffles(spark: SparkSession, inputs: Mapping[int, PartitionInput]) -> None:
-    """Shuffle settings for a round (the session's own are restored after it).
+    """Shuffle settings for a round (the session's own are restored after it), and its Arrow
+    batches of at most :data:`ROUND_ARROW_BATCH_BYTES` (or the session's own limit if lower).
 
     Adaptive execution must not coalesce shuffle partitions: the grouped stages (plan,
     decide, scan, rewrite — one Python task per partition or group) shuffle little data but do
@@ -63,10 +74,21 @@ def size_shuffles(spark: SparkSession, inputs: Mapping[int, PartitionInput]) -> 
     when the session still has that default, size it to the input: two per core, or one per
     64 MiB of segments when that is more."""
     spark.conf.set("spark.sql.adaptive.coalescePartitions.enabled", "false")
+    limit = "spark.sql.execution.arrow.maxBytesPerBatch"
+    spark.conf.set(limit, str(min(spark_bytes(spark, spark.conf.get(limit)),
+                                  ROUND_ARROW_BATCH_BYTES)))
     if spark.conf.get("spark.sql.shuffle.partitions") != "200":
         return
     wanted = max(2 * spark.sparkContext.defaultParallelism, -(-input_bytes(inputs) // (64 << 20)))
     spark.conf.set("spark.sql.shuffle.partitions", str(wanted))
+
+
+def spark_bytes(spark: SparkSession, value: str | None) -> int:
+    """A byte size as Spark reads its settings (``64m``, ``67108864b``, ``2048``: bytes
+    without a unit), by Spark's own parser (``JavaUtils.byteStringAsBytes``)."""
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None  # a classic session's driver
+    return int(jvm.org.apache.spark.network.util.JavaUtils.byteStringAsBytes(value or "0"))
 
 
 def group_slots(spark: SparkSession, groups: Sequence[tuple[int, int]]) -> DataFrame:
@@ -248,9 +270,9 @@ def input_bytes(parts: Mapping[int, HasSegments]) -> int:
 @contextmanager
 def round_settings(spark: SparkSession,
                    inputs: Mapping[int, PartitionInput]) -> Iterator[None]:
-    """Shuffle settings sized for one round (:func:`size_shuffles`), the session's own
-    restored afterwards."""
-    saved = {key: spark.conf.get(key) for key in SHUFFLE_SETTINGS}
+    """Shuffle and Arrow settings sized for one round (:func:`size_shuffles`), the session's
+    own restored afterwards."""
+    saved = {key: spark.conf.get(key) for key in ROUND_SETTINGS}
     try:
         size_shuffles(spark, inputs)
         yield

@@ -16,6 +16,7 @@ from compactor.codec.checkpoints import CLEANER_OFFSET_CHECKPOINT, parse_offset_
 from compactor.codec.compression import Codec
 from compactor.maintenance.compact import run
 from compactor.maintenance.options import MaintenanceOptions
+from compactor.spark.stages import ROUND_SETTINGS
 from compactor.tools.ops.generator import DEFAULT_START_MS, GeneratorConfig, generate
 from tests.helpers import (
     check_invariants,
@@ -54,18 +55,23 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("case, task_keys, split", [
-    *((case, None, False) for case in sorted(CASES)),
+@pytest.mark.parametrize("case, task_keys, split, arrow_bytes", [
+    *((case, None, False, None) for case in sorted(CASES)),
     # the same round through the distributed offset map (the key scan's buckets, the shuffle):
     # sent there directly, and handed on by its one-pass task, whose key table passed a
     # budget of one key, with the batch decisions that task made; and both at once, the
     # larger partitions over the bytes one task takes (scanned a task per segment)
-    ("txn-heavy-tombstones-small-groups", 0, False),
-    ("txn-heavy-tombstones-small-groups", 1, False),
-    ("txn-heavy-tombstones-small-groups", 1, True),
+    ("txn-heavy-tombstones-small-groups", 0, False, None),
+    ("txn-heavy-tombstones-small-groups", 1, False, None),
+    ("txn-heavy-tombstones-small-groups", 1, True, None),
+    # the map again with the session's Arrow batches of 512 bytes at most (lower than the
+    # round's own, so kept): each of the map's rows a batch of its own, a group's decisions and
+    # offsets in several batches (the Python side must see them whole)
+    ("txn-heavy-tombstones-small-groups", 0, False, 512),
 ])
 def test_spark_equalsreference_round(spark, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                     case: str, task_keys: int | None, split: bool) -> None:
+                                     case: str, task_keys: int | None, split: bool,
+                                     arrow_bytes: int | None) -> None:
     gen, configs = CASES[case]
     log_dir = tmp_path / "logs"
     generate(str(log_dir), gen)
@@ -75,18 +81,22 @@ def test_spark_equalsreference_round(spark, tmp_path: Path, monkeypatch: pytest.
                        for d in log_dir.iterdir() if d.is_dir())
         monkeypatch.setattr(planning, "ONE_TASK_BYTES", sizes[len(sizes) // 2])
 
-    shuffle_conf = [spark.conf.get(k) for k in ("spark.sql.shuffle.partitions",
-                                                  "spark.sql.adaptive.coalescePartitions.enabled")]
+    arrow_limit = "spark.sql.execution.arrow.maxBytesPerBatch"
+    session_arrow = spark.conf.get(arrow_limit)
+    if arrow_bytes is not None:
+        spark.conf.set(arrow_limit, str(arrow_bytes))
+    round_conf = [spark.conf.get(k) for k in ROUND_SETTINGS]
     more = {} if task_keys is None else {"task_keys": task_keys}
-    report = run(spark, MaintenanceOptions(log_dir=str(log_dir), now_ms=NOW_MS,
-                                           assume_kafka_defaults=True, config_all=configs,
-                                           **more))
+    try:
+        report = run(spark, MaintenanceOptions(log_dir=str(log_dir), now_ms=NOW_MS,
+                                               assume_kafka_defaults=True, config_all=configs,
+                                               **more))
+        # the round's shuffle and Arrow settings do not outlive it
+        assert [spark.conf.get(k) for k in ROUND_SETTINGS] == round_conf
+    finally:
+        spark.conf.set(arrow_limit, session_arrow)
     assert report.exit_code == 0
     assert any(p.status == "cleaned" for p in report.partitions)
-    # the round's shuffle settings do not outlive it
-    assert [spark.conf.get(k) for k in ("spark.sql.shuffle.partitions",
-                                        "spark.sql.adaptive.coalescePartitions.enabled")
-            ] == shuffle_conf
     # both writer paths: one-group rounds skip the key scan; rounds of several groups are one
     # task's within the key budget, and go through the offset map with --task-keys 0
     multi_group = any(len(p.plan.groups) > 1 for p in report.partitions if p.plan)

@@ -45,7 +45,12 @@ from compactor.schemas.spark import (
     SUPERSEDED,
 )
 from compactor.spark import transforms
-from compactor.spark.stages import group_slots, partition_slots
+from compactor.spark.stages import (
+    ROUND_ARROW_BATCH_BYTES,
+    group_slots,
+    partition_slots,
+    round_settings,
+)
 from compactor.spark.writer import write_erased_segment, write_group, write_groups
 from compactor.tools.ops.generator import DEFAULT_START_MS
 
@@ -318,6 +323,27 @@ def test_group_slots_give_every_group_a_task_of_its_own(spark, count: int) -> No
     # one row per group (a group never split), every group in a task of its own
     assert sorted((r.tp_id, r.group_base) for r in got) == sorted(groups)
     assert len({r.task for r in got}) == count
+
+
+@pytest.mark.parametrize("session_bytes", [None, 1 << 30, 4096])
+def test_a_round_sends_python_arrow_batches_of_at_most_its_limit_and_restores_the_session(
+        spark, partition: PartitionInput, session_bytes: int | None) -> None:
+    key = "spark.sql.execution.arrow.maxBytesPerBatch"
+    before = spark.conf.get(key)
+    try:
+        if session_bytes is not None:
+            spark.conf.set(key, str(session_bytes))
+        own = spark.conf.get(key)
+        with round_settings(spark, {0: partition}):
+            during = int(spark.conf.get(key))
+        after = spark.conf.get(key)
+    finally:
+        spark.conf.set(key, before)
+    # the round's limit, or the session's own where it is lower (Spark's default is 64 MiB,
+    # written "67108864b"); the session's after it
+    assert during == min(64 << 20 if session_bytes is None else session_bytes,
+                         ROUND_ARROW_BATCH_BYTES)
+    assert after == own
 
 
 def _copy_partition(inp: PartitionInput, dest: Path) -> PartitionInput:
