@@ -47,11 +47,11 @@ ROUND_SETTINGS = ("spark.sql.adaptive.coalescePartitions.enabled", "spark.sql.sh
                   "spark.sql.execution.arrow.maxBytesPerBatch")
 #: the bytes of rows a round's Python task gets from the JVM in one Arrow batch at most. The
 #: offset map's bucket tasks take rows of about a megabyte each (a group's keyed records in one
-#: bucket, :func:`compactor.spark.transforms.key_buckets`), which Spark's 10,000 rows a batch
-#: (``spark.sql.execution.arrow.maxRecordsPerBatch``) sent as one batch of a task's whole input,
-#: about 18 MB on the 1 M-key benchmark log: its first tasks then took 0.5-1.3 s to receive
-#: it, most of it the JVM's own CPU, where a batch of 2 MiB takes under 0.12 s (the stage's
-#: wall 1.5-1.9 s -> 0.46-0.6 s; 16 MiB did not help, 4 MiB halfway; docs/benchmarks.md). The
+#: bucket, :func:`compactor.spark.transforms.key_buckets`), which Spark's own limits (10,000
+#: rows or 64 MiB a batch) sent as one batch of a task's whole input, about 18 MB on the 1 M-key
+#: benchmark log: its first tasks then took 0.5-1.3 s to receive it, most of it the JVM's own
+#: CPU, where batches of 2 MiB take under 0.12 s (the stage's wall 1.4-1.6 s -> 0.5-0.6 s; 16
+#: MiB did not help, 4 MiB halfway; docs/benchmarks-history.md, the fifteenth part). The
 #: grouped stages' batches (a group's decisions or offsets) stay far below it.
 ROUND_ARROW_BATCH_BYTES = 2 << 20
 
@@ -75,20 +75,21 @@ def size_shuffles(spark: SparkSession, inputs: Mapping[int, PartitionInput]) -> 
     64 MiB of segments when that is more."""
     spark.conf.set("spark.sql.adaptive.coalescePartitions.enabled", "false")
     limit = "spark.sql.execution.arrow.maxBytesPerBatch"
-    spark.conf.set(limit, str(min(spark_bytes(spark, spark.conf.get(limit)),
-                                  ROUND_ARROW_BATCH_BYTES)))
+    own = spark.conf.get(limit)
+    spark.conf.set(limit, str(ROUND_ARROW_BATCH_BYTES if own is None
+                              else min(spark_bytes(spark, own), ROUND_ARROW_BATCH_BYTES)))
     if spark.conf.get("spark.sql.shuffle.partitions") != "200":
         return
     wanted = max(2 * spark.sparkContext.defaultParallelism, -(-input_bytes(inputs) // (64 << 20)))
     spark.conf.set("spark.sql.shuffle.partitions", str(wanted))
 
 
-def spark_bytes(spark: SparkSession, value: str | None) -> int:
+def spark_bytes(spark: SparkSession, value: str) -> int:
     """A byte size as Spark reads its settings (``64m``, ``67108864b``, ``2048``: bytes
     without a unit), by Spark's own parser (``JavaUtils.byteStringAsBytes``)."""
     jvm = spark.sparkContext._jvm
     assert jvm is not None  # a classic session's driver
-    return int(jvm.org.apache.spark.network.util.JavaUtils.byteStringAsBytes(value or "0"))
+    return int(jvm.org.apache.spark.network.util.JavaUtils.byteStringAsBytes(value))
 
 
 def group_slots(spark: SparkSession, groups: Sequence[tuple[int, int]]) -> DataFrame:
