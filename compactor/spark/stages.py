@@ -42,9 +42,11 @@ from compactor.spark import delta, transforms
 from compactor.spark.progress import spark_step
 from compactor.state import tables as state_tables
 
+#: Spark's limit on the bytes of rows in one Arrow batch sent to a Python task
+ARROW_BATCH_LIMIT = "spark.sql.execution.arrow.maxBytesPerBatch"
 #: the session's settings a round sets for itself (:func:`round_settings`)
 ROUND_SETTINGS = ("spark.sql.adaptive.coalescePartitions.enabled", "spark.sql.shuffle.partitions",
-                  "spark.sql.execution.arrow.maxBytesPerBatch")
+                  ARROW_BATCH_LIMIT)
 #: the bytes of rows a round's Python task gets from the JVM in one Arrow batch at most. The
 #: offset map's bucket tasks take rows of about a megabyte each (a group's keyed records in one
 #: bucket, :func:`compactor.spark.transforms.key_buckets`), which Spark's own limits (10,000
@@ -74,10 +76,9 @@ def size_shuffles(spark: SparkSession, inputs: Mapping[int, PartitionInput]) -> 
     when the session still has that default, size it to the input: two per core, or one per
     64 MiB of segments when that is more."""
     spark.conf.set("spark.sql.adaptive.coalescePartitions.enabled", "false")
-    limit = "spark.sql.execution.arrow.maxBytesPerBatch"
-    own = spark.conf.get(limit)
-    spark.conf.set(limit, str(ROUND_ARROW_BATCH_BYTES if own is None
-                              else min(spark_bytes(spark, own), ROUND_ARROW_BATCH_BYTES)))
+    # a registered setting: the session's value or Spark's default ("67108864b"), never unset
+    own = spark_bytes(spark, spark.conf.get(ARROW_BATCH_LIMIT) or "64m")
+    spark.conf.set(ARROW_BATCH_LIMIT, str(min(own, ROUND_ARROW_BATCH_BYTES)))
     if spark.conf.get("spark.sql.shuffle.partitions") != "200":
         return
     wanted = max(2 * spark.sparkContext.defaultParallelism, -(-input_bytes(inputs) // (64 << 20)))

@@ -16,7 +16,7 @@ from compactor.codec.checkpoints import CLEANER_OFFSET_CHECKPOINT, parse_offset_
 from compactor.codec.compression import Codec
 from compactor.maintenance.compact import run
 from compactor.maintenance.options import MaintenanceOptions
-from compactor.spark.stages import ROUND_SETTINGS
+from compactor.spark.stages import ARROW_BATCH_LIMIT, ROUND_SETTINGS
 from compactor.tools.ops.generator import DEFAULT_START_MS, GeneratorConfig, generate
 from tests.helpers import (
     check_invariants,
@@ -81,7 +81,7 @@ def test_spark_equalsreference_round(spark, tmp_path: Path, monkeypatch: pytest.
                        for d in log_dir.iterdir() if d.is_dir())
         monkeypatch.setattr(planning, "ONE_TASK_BYTES", sizes[len(sizes) // 2])
 
-    arrow_limit = "spark.sql.execution.arrow.maxBytesPerBatch"
+    arrow_limit = ARROW_BATCH_LIMIT
     session_arrow = spark.conf.get(arrow_limit)
     if arrow_bytes is not None:
         spark.conf.set(arrow_limit, str(arrow_bytes))

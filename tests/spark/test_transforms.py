@@ -46,6 +46,7 @@ from compactor.schemas.spark import (
 )
 from compactor.spark import transforms
 from compactor.spark.stages import (
+    ARROW_BATCH_LIMIT,
     ROUND_ARROW_BATCH_BYTES,
     group_slots,
     partition_slots,
@@ -326,9 +327,9 @@ def test_group_slots_give_every_group_a_task_of_its_own(spark, count: int) -> No
 
 
 @pytest.mark.parametrize("session_bytes", [None, 1 << 30, 4096])
-def test_a_round_sends_python_arrow_batches_of_at_most_its_limit_and_restores_the_session(
+def test_a_round_sets_the_round_arrow_limit_and_restores_the_session(
         spark, partition: PartitionInput, session_bytes: int | None) -> None:
-    key = "spark.sql.execution.arrow.maxBytesPerBatch"
+    key = ARROW_BATCH_LIMIT
     before = spark.conf.get(key)
     try:
         if session_bytes is not None:
