@@ -3,8 +3,11 @@ the invariants every cleaned log satisfies (what Kafka's ``LogCleanerTest`` asse
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import json
+import mmap
+import os
 import struct
 import subprocess
 import sys
@@ -32,6 +35,28 @@ from compactor.tools.ops.inspect import Problem, inspect_path
 # Segment files the suite's commands wrote into ``small_log`` copies (tests/conftest.py), for
 # Kafka's DumpLogSegments at the end of the run (tests/kafka/test_dumped_by_kafka.py).
 WRITTEN_SEGMENT_FILES: list[Path] = []
+
+
+def cached_pages(path: str | Path) -> int:
+    """How many of the file's pages are in the page cache, as the kernel reports it
+    (``mincore(2)`` on a private mapping of the file: mapping it reads nothing)."""
+    size = os.path.getsize(path)
+    if size == 0:
+        return 0
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_ubyte)]
+    with open(path, "rb") as handle:
+        view = mmap.mmap(handle.fileno(), size, access=mmap.ACCESS_COPY)
+    try:
+        start = ctypes.c_char.from_buffer(view)
+        resident = (ctypes.c_ubyte * -(-size // mmap.PAGESIZE))()
+        failed = libc.mincore(ctypes.addressof(start), size, resident)
+        del start  # the mapping closes only once no buffer of it is exported
+        if failed:
+            raise OSError(ctypes.get_errno(), f"mincore {path}")
+        return sum(page & 1 for page in resident)
+    finally:
+        view.close()
 
 
 def inspect_problems(path: Path) -> list[Problem]:

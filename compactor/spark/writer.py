@@ -70,7 +70,19 @@ def write_group(
         remove_cleaned(inp.path, group_base)
         return CommitMessage(group_base=group_base, source_bases=tuple(source_bases),
                              error=err.to_dict(), seconds=time.perf_counter() - started)
+    _release_sources(inp, source_bases)
     return replace(message, seconds=time.perf_counter() - started)
+
+
+def _release_sources(inp: PartitionInput, source_bases: Iterable[int]) -> None:
+    """Once a group's ``.cleaned`` segment is written, its source logs are not read again
+    in the round (the driver re-checks the output, the swap deletes the sources): their
+    cached pages are dropped (:func:`compactor.log.storage.release_cache`) so that the next
+    group's writes reuse them rather than pages the kernel finds afresh, and a round does
+    not fill the page cache with logs it has done with."""
+    paths = {s.base_offset: s.log_path for s in inp.segments}
+    for base in source_bases:
+        storage.release_cache(paths[base])
 
 
 @dataclass(slots=True)
@@ -208,6 +220,7 @@ def write_groups(inp: PartitionInput, groups: Sequence[Sequence[int]],
         messages.append(replace(message, seconds=seconds + time.perf_counter() - started))
         if message.error:
             break
+        _release_sources(inp, group)
     return messages
 
 
@@ -442,6 +455,7 @@ def write_erased_segment(
         remove_cleaned(partition_dir, base)
         return CommitMessage(group_base=base, source_bases=(base,), error=err.to_dict(),
                              seconds=time.perf_counter() - started)
+    storage.release_cache(segment.log_path)  # the swap deletes it (:func:`_release_sources`)
     return replace(message, seconds=time.perf_counter() - started)
 
 

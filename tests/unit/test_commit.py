@@ -15,8 +15,8 @@ from compactor.config import TopicConfig
 from compactor.errors import CommitConflictError
 from compactor.log import storage, swap
 from compactor.log.layout import load_partition
-from compactor.spark.writer import write_group
-from tests.helpers import tree_digest
+from compactor.spark.writer import write_erased_segment, write_group, write_groups
+from tests.helpers import cached_pages, tree_digest
 
 #: every batch kept as it is (the superseded records go, the batch stays)
 KEEP = BatchDecision(retention=BatchRetention.DELETE_EMPTY, aborted=False,
@@ -137,3 +137,49 @@ def test_two_groups_swap_in_order(tmp_path: Path) -> None:
         (batch,) = iter_batches((pdir / f"{base:020d}.log").read_bytes())
         assert [r.offset for r in batch.records()] == [base, base + 2]
     assert not [p for p in pdir.iterdir() if p.suffix in (".cleaned", ".swap", ".deleted")]
+
+
+def _read_from_disk(pdir: Path) -> list[Path]:
+    """The partition's segment logs made clean (fsync) and read into the page cache, as a
+    round finds them after its scans."""
+    logs = sorted(p for p in pdir.glob("*.log") if p.stat().st_size)
+    for log in logs:
+        with log.open("rb") as handle:
+            os.fsync(handle.fileno())
+            handle.read()
+        assert cached_pages(log) > 0
+    return logs
+
+
+@pytest.mark.parametrize("writer", ["a group a task", "every group in one task", "erasure"])
+def test_a_written_groups_source_logs_leave_the_page_cache_and_its_output_stays(
+        tmp_path: Path, writer: str) -> None:
+    """Once a group's ``.cleaned`` log is written, its sources are not read again before the
+    swap deletes them: their pages go from the cache (for the next group's writes to reuse),
+    while the output's stay for the driver's check of it (compactor/log/swap.py)."""
+    pdir, _ = _two_groups(tmp_path)
+    for cleaned in pdir.glob("*.cleaned"):
+        cleaned.unlink()
+    sources = _read_from_disk(pdir)
+    inp = _input(pdir)
+    decisions = {(s.base_offset, b.position): KEEP for s in inp.segments
+                 for b in iter_batches(Path(s.log_path).read_bytes())}
+    for source in sources:
+        with source.open("rb") as handle:
+            handle.read()  # the decisions' read above may have been the first
+    if writer == "a group a task":
+        messages = [write_group(inp, [0], decisions, {1}, first_dirty=0, engine=PURE)]
+    elif writer == "every group in one task":
+        written = write_groups(inp, [[0], [3]], decisions, first_dirty=0, engine=PURE)
+        assert not isinstance(written, str)
+        messages = written
+    else:
+        messages = [write_erased_segment(str(pdir), inp.segments[0], {0: {1}}, set(),
+                                         inp.config)]
+    assert messages and all(m.error is None for m in messages)
+    written_bases = {b for m in messages for b in m.source_bases}
+    for source in sources:
+        base = int(source.name.split(".")[0])
+        assert (cached_pages(source) == 0) == (base in written_bases), source.name
+        if base in written_bases:
+            assert cached_pages(pdir / f"{base:020d}.log.cleaned") > 0

@@ -3,6 +3,7 @@ that name the file."""
 
 from __future__ import annotations
 
+import mmap
 import os
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import pytest
 from compactor.errors import LogDirError
 from compactor.log import storage
 from compactor.log.storage import local
+from tests.helpers import cached_pages
 
 
 def test_mapped_reads_like_bytes_and_empty_files_give_empty_bytes(tmp_path: Path) -> None:
@@ -100,3 +102,17 @@ def test_crc32c_streams_the_file_in_chunks(tmp_path: Path) -> None:
     assert storage.crc32c(str(path)) == 0
     with pytest.raises(LogDirError):
         storage.crc32c(str(tmp_path / "missing"))
+
+
+def test_release_cache_drops_a_files_pages_from_the_cache_and_leaves_the_file(
+        tmp_path: Path) -> None:
+    path = tmp_path / "00000000000000000000.log"
+    data = os.urandom(16 * mmap.PAGESIZE)
+    path.write_bytes(data)
+    with path.open("rb") as handle:  # clean pages, as a segment on disk has: dirty ones stay
+        os.fsync(handle.fileno())
+    assert path.read_bytes() == data and cached_pages(path) == 16
+    storage.release_cache(str(path))
+    assert cached_pages(path) == 0
+    assert path.read_bytes() == data
+    storage.release_cache(str(tmp_path / "gone.log"))  # only a hint: nothing to release

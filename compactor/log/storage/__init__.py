@@ -51,6 +51,7 @@ __all__ = [
     "Store", "check_location", "configure", "contains", "crc32c", "dirname", "exists", "is_dir",
     "is_link", "is_url", "join", "list_dir", "log_dir_lock", "make_dirs", "mapped",
     "open_durable", "parse_storage_options", "portable", "read_bytes", "read_text",
+    "release_cache",
     "real_path", "remove", "rename", "settings", "stat", "supports_rename", "write_atomic",
     "write_durable", "write_new", "copy", "delta_options", "fsync_dir",
     "set_mtime", "discard_stdout", "identities", "links", "fence", "lease_lost", "store_for",
@@ -173,6 +174,12 @@ def window(data: Any, start: int, end: int) -> Any:
 
 def read_text(path: str) -> str:
     return store_for(path).read_text(path)
+
+
+def release_cache(path: str) -> None:
+    """Drop a local file's pages from the page cache (:func:`.local.release_cache`: it will
+    not be read again); an object store caches nothing, so there it does nothing."""
+    store_for(path).release_cache(path)
 
 
 def exists(path: str) -> bool:

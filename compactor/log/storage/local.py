@@ -130,6 +130,27 @@ def mapped(path: str) -> Iterator[bytes]:
             pass
 
 
+def release_cache(path: str) -> None:
+    """Tell the kernel the file's cached pages will not be read again
+    (``posix_fadvise(POSIX_FADV_DONTNEED)``: clean pages are dropped from the page cache
+    at once; the file is untouched). A round calls it on a group's source segments once
+    their output is written: the swap deletes them, and their freed pages take the next
+    group's output writes instead of pages the kernel must find afresh (on a VM that hands
+    freed memory back to its host, fresh pages cost 15 s of system time per GB:
+    docs/benchmarks.md). Only a hint: a file that is gone, or a platform without the call,
+    is left as it is."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    except (OSError, AttributeError):  # not on this platform or file system: a hint only
+        pass
+    finally:
+        os.close(fd)
+
+
 def read_text(path: str) -> str:
     try:  # universal newlines, as text mode reads them
         return read_bytes(path).decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
@@ -548,6 +569,9 @@ class LocalStore:
 
     def read_text(self, path: str) -> str:
         return read_text(path)
+
+    def release_cache(self, path: str) -> None:
+        release_cache(path)
 
     def exists(self, path: str) -> bool:
         return exists(path)

@@ -442,6 +442,9 @@ class ObjectStore:
         except UnicodeDecodeError as err:
             raise LogDirError(f"file is not UTF-8 text: {err}", path=url) from err
 
+    def release_cache(self, url: str) -> None:
+        """Nothing to release: ranged reads keep no page cache (:class:`RangedObject`)."""
+
     def is_link(self, url: str) -> bool:
         return False  # an object store has no links
 
