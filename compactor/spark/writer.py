@@ -474,8 +474,9 @@ def _write_erased(partition_dir: str, segment: SegmentInfo, erased: Mapping[int,
             span = [0, 0]  # the run's first byte and its length
 
             def flush() -> Iterator[Output]:
-                if run:
-                    yield data[span[0]:span[0] + span[1]], list(run), None, ()
+                if run:  # a view of the mapped pages, not a copy (:func:`storage.window`)
+                    yield (storage.window(data, span[0], span[0] + span[1]), list(run), None,
+                           ())
                     run.clear()
 
             for position, size, count, batch in _erasure_entries(data, segment, engine):
