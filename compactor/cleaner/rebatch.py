@@ -301,9 +301,12 @@ class SegmentBuilder:
         self._next_offset = last_offset + 1
         self._sink(entry)
 
-    def append_run(self, data: Any, sizes: Sequence[int]) -> None:
+    def append_run(self, data: Any, sizes: Sequence[int], *,
+                   write: Callable[[Any], object] | None = None) -> None:
         """Append v2 batches that lie end to end in ``data`` (bytes or a view of them;
-        ``sizes``: each batch's) in one write, as :meth:`append` appends them one by one.
+        ``sizes``: each batch's) in one write, as :meth:`append` appends them one by one:
+        ``write(data)`` where the caller gives one (which appends the same bytes from where
+        they lie), else the sink's.
 
         Raises:
             ValueError: ``sizes`` do not add up to ``data``.
@@ -322,7 +325,7 @@ class SegmentBuilder:
         self._size += pos
         self._checksum = crc32c.crc32c(data, self._checksum)
         self._next_offset = self._infos[-1].last_offset + 1
-        self._sink(data)
+        (write or self._sink)(data)
 
     def finish(self, txn_entries: Sequence[AbortedTxn], *,
                last_source_batch: RecordBatch | None, source_segments: int,

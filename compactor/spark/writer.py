@@ -6,12 +6,13 @@ or deletes a live file: the driver commits (``compactor/log/swap.py``).
 from __future__ import annotations
 
 import bisect
+import functools
 import time
 from array import array
 from collections import Counter
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -474,9 +475,9 @@ def _write_erased(partition_dir: str, segment: SegmentInfo, erased: Mapping[int,
             span = [0, 0]  # the run's first byte and its length
 
             def flush() -> Iterator[Output]:
-                if run:  # a view of the mapped pages, not a copy (:func:`storage.window`)
-                    yield (storage.window(data, span[0], span[0] + span[1]), list(run), None,
-                           ())
+                if run:  # copied from where it lies (:class:`Copied`)
+                    yield (Copied(storage.window(data, span[0], span[0] + span[1]),
+                                  segment.log_path, span[0]), list(run), None, ())
                     run.clear()
 
             for position, size, count, batch in _erasure_entries(data, segment, engine):
@@ -557,10 +558,23 @@ def _erasure_entries(data: Any, segment: SegmentInfo, engine: Engine
                batch)
 
 
+class Copied(NamedTuple):
+    """A run of batches an erasure keeps as they are, and where they lie: ``data`` (a view
+    of the mapped source, no copy: :func:`storage.window`) is bytes ``start`` on of the file
+    ``source``. The output takes them from there
+    (:meth:`compactor.log.storage.Appender.append_copy`: on a local disk the kernel copies
+    them between the two files' page caches), and the segment builder reads their headers
+    and checksum from ``data``."""
+
+    data: Any
+    source: str
+    start: int
+
+
 #: what a rewrite hands :func:`_write_cleaned`, in output order: ``(bytes, sizes, source
 #: batch, transaction index entries)``: one batch (``sizes`` ``None``; the source batch when
-#: copied verbatim, else ``None``), or a run of batches end to end, bytes or a view of them
-#: (``sizes``: each one's)
+#: copied verbatim, else ``None``), or a run of batches end to end, bytes, a view of them or
+#: a :class:`Copied` run (``sizes``: each one's)
 Output = tuple[Any, Sequence[int] | None, RecordBatch | None, Sequence[AbortedTxn]]
 
 
@@ -590,7 +604,11 @@ def _write_cleaned(partition_dir: str, source_bases: tuple[int, ...], log_path: 
                 builder.append(data, copied_from)
             else:
                 try:
-                    builder.append_run(data, sizes)
+                    if isinstance(data, Copied):
+                        builder.append_run(data.data, sizes, write=functools.partial(
+                            write.append_copy, source=data.source, start=data.start))
+                    else:
+                        builder.append_run(data, sizes)
                 except ValueError as err:
                     raise CorruptSegmentError(
                         f"the native writer's output does not add up: {err}", path=log_path,

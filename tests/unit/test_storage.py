@@ -116,3 +116,66 @@ def test_release_cache_drops_a_files_pages_from_the_cache_and_leaves_the_file(
     assert cached_pages(path) == 0
     assert path.read_bytes() == data
     storage.release_cache(str(tmp_path / "gone.log"))  # only a hint: nothing to release
+
+
+def _copy_spy(monkeypatch: pytest.MonkeyPatch, refuse: int | None = None) -> list[int]:
+    """Each ``copy_file_range`` call's byte count, the kernel's own call made, or (``refuse``)
+    that errno raised instead."""
+    calls: list[int] = []
+    real = os.copy_file_range
+
+    def spy(src: int, dst: int, count: int, offset_src: int | None = None,
+            offset_dst: int | None = None) -> int:
+        calls.append(count)
+        if refuse is not None:
+            raise OSError(refuse, os.strerror(refuse))
+        return real(src, dst, count, offset_src, offset_dst)
+
+    monkeypatch.setattr(os, "copy_file_range", spy)
+    return calls
+
+
+@pytest.mark.parametrize("kernel", ["copies", "refuses (another file system)"])
+def test_append_copy_appends_a_source_files_bytes_between_written_ones(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kernel: str) -> None:
+    """An erasure's kept runs go from the source segment to its output by the kernel; where
+    the kernel does not copy between the two files, the bytes are written all the same."""
+    import errno
+
+    source = tmp_path / "00000000000000000000.log"
+    data = os.urandom(3 * 1024 * 1024 + 17)
+    source.write_bytes(data)
+    calls = _copy_spy(monkeypatch, None if kernel == "copies" else errno.EXDEV)
+    out = tmp_path / "00000000000000000000.log.cleaned"
+    with storage.mapped(str(source)) as mapped, storage.open_durable(
+            str(out), mtime_ms=1_700_000_000_000) as write:
+        write(b"head")
+        write.append_copy(storage.window(mapped, 5, 2_000_005), str(source), 5)
+        write(b"middle")
+        write.append_copy(storage.window(mapped, 3_000_000, len(data)), str(source),
+                          3_000_000)
+        write(b"tail")
+    assert out.read_bytes() == (b"head" + data[5:2_000_005] + b"middle" + data[3_000_000:]
+                                + b"tail")
+    assert out.stat().st_mtime_ns // 1_000_000 == 1_700_000_000_000
+    assert calls and calls[0] == 2_000_000  # the kernel was asked, whatever it answered
+
+
+def test_append_copy_writes_what_the_source_no_longer_holds_and_locates_a_failure(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A source shorter than the bytes given (it shrank: the kernel copies what is there)
+    gets the rest from the bytes; a failure of the copy itself (a full disk) is the output
+    file's located error, not a silent fallback."""
+    import errno
+
+    source = tmp_path / "00000000000000000000.log"
+    data = os.urandom(100_000)
+    source.write_bytes(data[:60_000])
+    out = tmp_path / "out.cleaned"
+    with storage.open_durable(str(out)) as write:
+        write.append_copy(data, str(source), 0)
+    assert out.read_bytes() == data
+    _copy_spy(monkeypatch, errno.ENOSPC)
+    with pytest.raises(LogDirError) as raised, storage.open_durable(str(out)) as write:
+        write.append_copy(data, str(source), 0)
+    assert raised.value.path == str(out)

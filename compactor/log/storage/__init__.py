@@ -42,12 +42,13 @@ from compactor.log.storage.locations import (
     url_contains,
 )
 from compactor.log.storage.objects import LEASE_NAME, ObjectStore
-from compactor.log.storage.stores import Store
+from compactor.log.storage.stores import Appender, Store
 
 __all__ = [
     "LEASE_NAME", "LOCK_FILE", "STORAGE_OPTIONS", "FileStat", "Link", "StorageSettings",
     "absolute",
     "basename",
+    "Appender",
     "Store", "check_location", "configure", "contains", "crc32c", "dirname", "exists", "is_dir",
     "is_link", "is_url", "join", "list_dir", "log_dir_lock", "make_dirs", "mapped",
     "open_durable", "parse_storage_options", "portable", "read_bytes", "read_text",
@@ -276,8 +277,9 @@ def write_durable(path: str, data: bytes, *, mtime_ms: int | None = None,
 
 @contextmanager
 def open_durable(path: str, *, mtime_ms: int | None = None,
-                 fsync: bool = True) -> Iterator[Callable[[bytes], None]]:
-    """Create or replace ``path`` and yield a function that appends bytes to it; durable and
+                 fsync: bool = True) -> Iterator[Appender]:
+    """Create or replace ``path`` and yield an :class:`Appender` of bytes to it (or of
+    bytes that lie in another local file, :meth:`Appender.append_copy`); durable and
     given ``mtime_ms`` when the block ends normally (a local file is fsynced, an object is
     completed as a multipart upload). On an exception a local file is closed as it is (the
     caller removes it); an object upload is aborted and nothing appears."""

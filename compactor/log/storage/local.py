@@ -275,25 +275,81 @@ def write_durable(
         write(data)
 
 
+#: what :meth:`DurableFile.append_copy` falls back to writing on: the kernel or the file
+#: system does not copy between these files (another file system, an old kernel, a special
+#: file), which ``copy_file_range(2)`` says before it has copied anything
+_NO_KERNEL_COPY = frozenset({errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL,
+                             errno.EBADF, errno.EPERM})
+
+
+class DurableFile:
+    """What :func:`open_durable` yields: called with bytes, it appends them to the file;
+    :meth:`append_copy` appends bytes that lie in another local file."""
+
+    __slots__ = ("_handle", "_path")
+
+    def __init__(self, handle: Any, path: str) -> None:
+        self._handle, self._path = handle, path
+
+    def __call__(self, data: Any) -> None:
+        try:
+            self._handle.write(data)
+        except OSError as err:
+            raise _fail(err, self._path, "write file") from err
+
+    def append_copy(self, data: Any, source: str, start: int) -> None:
+        """Append ``data``, which are the bytes of the file ``source`` from ``start`` on (a
+        view of it mapped): copied by the kernel from the one file's page cache to the
+        other's (``copy_file_range(2)``), not through this process, where it can; else, or
+        for what it did not copy, by writing ``data``. An erasure's rewrite copies a
+        segment's untouched batches this way: 0.32 s less of a 1.1 GB rewrite's 1.7 s on the
+        benchmark's machine, where a write of a mapped file's view into the page cache cost
+        0.04-0.3 s a 64 MiB segment (docs/benchmarks.md)."""
+        size = len(data)
+        copied = 0
+        if not hasattr(os, "copy_file_range"):  # not Linux
+            self(data)
+            return
+        try:
+            self._handle.flush()
+            at = self._handle.tell()
+            fd = os.open(source, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError as err:
+            raise _fail(err, self._path, "write file") from err
+        try:
+            while copied < size:
+                n = os.copy_file_range(fd, self._handle.fileno(), size - copied,
+                                       start + copied, at + copied)
+                if n == 0:  # the source ends before: what is left is written from ``data``
+                    break
+                copied += n
+        except OSError as err:
+            if copied or err.errno not in _NO_KERNEL_COPY:
+                raise _fail(err, self._path, "write file") from err
+        finally:
+            os.close(fd)
+        try:
+            self._handle.seek(at + copied)
+        except OSError as err:
+            raise _fail(err, self._path, "write file") from err
+        if copied < size:
+            self(memoryview(data)[copied:])
+
+
 @contextmanager
 def open_durable(path: str, *, mtime_ms: int | None = None,
-                 fsync: bool = True) -> Iterator[Callable[[bytes], None]]:
-    """Create or replace ``path`` and yield a function that appends bytes to it; when the
-    block ends normally the file is flushed, fsynced (unless ``fsync`` is false) and given
-    ``mtime_ms``. On an exception the file is closed as it is (the caller removes it)."""
+                 fsync: bool = True) -> Iterator[DurableFile]:
+    """Create or replace ``path`` and yield a :class:`DurableFile` that appends to it; when
+    the block ends normally the file is flushed, fsynced (unless ``fsync`` is false) and
+    given ``mtime_ms``. On an exception the file is closed as it is (the caller removes
+    it)."""
     try:
         handle = open(path, "wb")
     except OSError as err:
         raise _fail(err, path, "write file") from err
 
-    def write(data: bytes) -> None:
-        try:
-            handle.write(data)
-        except OSError as err:
-            raise _fail(err, path, "write file") from err
-
     try:
-        yield write
+        yield DurableFile(handle, path)
     except BaseException:
         # the first error is the one to report: closing a file whose buffer cannot be flushed
         # (ENOSPC again) must not replace it
@@ -611,7 +667,7 @@ class LocalStore:
         write_durable(path, data, mtime_ms=mtime_ms, fsync=fsync)
 
     def open_durable(self, path: str, *, mtime_ms: int | None = None, fsync: bool = True
-                     ) -> AbstractContextManager[Callable[[bytes], None]]:
+                     ) -> AbstractContextManager[DurableFile]:
         return open_durable(path, mtime_ms=mtime_ms, fsync=fsync)
 
     def write_atomic(self, path: str, data: bytes) -> None:

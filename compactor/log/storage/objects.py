@@ -43,6 +43,22 @@ _MIB = 1 << 20
 
 
 @dataclass(frozen=True, slots=True)
+class Upload:
+    """What :meth:`ObjectStore.open_durable` yields: called with bytes, it appends them to
+    the object; :meth:`append_copy` appends bytes another file holds, which an upload can
+    only send itself."""
+
+    write: Callable[[Any], None]
+
+    def __call__(self, data: Any) -> None:
+        self.write(data)
+
+    def append_copy(self, data: Any, source: str, start: int) -> None:
+        """Append ``data`` (the bytes of ``source`` from ``start`` on)."""
+        self.write(data)
+
+
+@dataclass(frozen=True, slots=True)
 class ObjectStat:
     size: int
     mtime_ms: int
@@ -472,9 +488,11 @@ class ObjectStore:
                       fsync: bool = True) -> None:
         self.put(url, data, mtime_ms=mtime_ms)  # one PUT, durable either way
 
+    @contextmanager
     def open_durable(self, url: str, *, mtime_ms: int | None = None, fsync: bool = True
-                     ) -> AbstractContextManager[Callable[[bytes], None]]:
-        return self.open_write(url, mtime_ms=mtime_ms)
+                     ) -> Iterator[Upload]:
+        with self.open_write(url, mtime_ms=mtime_ms) as write:
+            yield Upload(write)
 
     def write_atomic(self, url: str, data: bytes) -> None:
         self.put(url, data)  # readers see the old object or the new one

@@ -8,12 +8,21 @@ in the implementations, not in branches of the callers."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 from compactor.errors import LogDirLockedError
 from compactor.log.storage.local import FileStat, Link
+
+
+class Appender(Protocol):
+    """What a store's ``open_durable`` yields: called with bytes, it appends them to what is
+    being written; :meth:`append_copy` appends bytes that lie in a local file, which a store
+    may copy there without them passing through the process (the local disk's
+    :meth:`compactor.log.storage.local.DurableFile.append_copy`)."""
+
+    def __call__(self, data: Any) -> None: ...
+    def append_copy(self, data: Any, source: str, start: int) -> None: ...
 
 
 class Store(Protocol):
@@ -46,7 +55,7 @@ class Store(Protocol):
     def write_durable(self, path: str, data: bytes, *, mtime_ms: int | None = None,
                       fsync: bool = True) -> None: ...
     def open_durable(self, path: str, *, mtime_ms: int | None = None, fsync: bool = True
-                     ) -> AbstractContextManager[Callable[[bytes], None]]: ...
+                     ) -> AbstractContextManager[Appender]: ...
     def write_atomic(self, path: str, data: bytes) -> None: ...
     def write_output(self, path: str, data: bytes) -> None: ...
     def output_problem(self, path: str) -> str | None: ...
