@@ -164,8 +164,8 @@ def test_append_copy_appends_a_source_files_bytes_between_written_ones(
 def test_append_copy_writes_what_the_source_no_longer_holds_and_locates_a_failure(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A source shorter than the bytes given (it shrank: the kernel copies what is there)
-    gets the rest from the bytes; a failure of the copy itself (a full disk) is the output
-    file's located error, not a silent fallback."""
+    gets the rest from the bytes, one it cannot open all of them; a failure of the copy
+    itself (a full disk) is the output file's located error, not a silent fallback."""
     import errno
 
     source = tmp_path / "00000000000000000000.log"
@@ -175,6 +175,10 @@ def test_append_copy_writes_what_the_source_no_longer_holds_and_locates_a_failur
     with storage.open_durable(str(out)) as write:
         write.append_copy(data, str(source), 0)
     assert out.read_bytes() == data
+    with storage.open_durable(str(out)) as write:  # a source it cannot open: written too
+        write(b"x")
+        write.append_copy(data, str(tmp_path / "gone.log"), 0)
+    assert out.read_bytes() == b"x" + data
     _copy_spy(monkeypatch, errno.ENOSPC)
     with pytest.raises(LogDirError) as raised, storage.open_durable(str(out)) as write:
         write.append_copy(data, str(source), 0)

@@ -313,9 +313,13 @@ class DurableFile:
         try:
             self._handle.flush()
             at = self._handle.tell()
-            fd = os.open(source, os.O_RDONLY | os.O_CLOEXEC)
         except OSError as err:
             raise _fail(err, self._path, "write file") from err
+        try:
+            fd = os.open(source, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:  # the bytes are at hand: what the source's own reads would say
+            self(data)
+            return
         try:
             while copied < size:
                 n = os.copy_file_range(fd, self._handle.fileno(), size - copied,
